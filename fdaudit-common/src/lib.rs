@@ -1,0 +1,343 @@
+//! Types shared by the eBPF programs (`fdaudit-ebpf`) and the userspace loader (`fdaudit`).
+//!
+//! Every type is `#[repr(C)]`, `Copy`, made of fixed-width integers, with its padding written
+//! out, so both sides agree on the layout byte for byte. Layout is checked by `const` asserts.
+#![no_std]
+
+/// Ring buffer carrying [`SpawnRecord`] and [`ExitRecord`] to userspace.
+pub const MAP_EVENTS: &str = "EVENTS";
+/// tgid -> [`TaskState`] for every process of the traced tree.
+pub const MAP_TRACKED: &str = "TRACKED";
+/// Scratch space (one [`SpawnRecord`] per CPU) the exec program fills before output.
+pub const MAP_SCRATCH: &str = "SCRATCH";
+/// Per-CPU array of [`Stats`] (one entry, index 0); userspace sums the CPUs.
+pub const MAP_STATS: &str = "STATS";
+/// [`ReadKey`] -> [`ReadStat`]: per-(process, fd) read counters (`trace --reads`).
+pub const MAP_READS: &str = "READS";
+/// Name of the global holding the [`Config`].
+pub const GLOBAL_CONFIG: &str = "CONFIG";
+
+/// Leaked fds carried in one spawn record; more are counted and flagged as truncated.
+pub const MAX_FDS: usize = 64;
+/// close_range() calls whose arguments are kept per window.
+pub const MAX_RANGES: usize = 4;
+/// Bytes of the exec'd file name kept.
+pub const PATH_LEN: usize = 256;
+/// Bytes of the argument vector (NUL separated) kept.
+pub const ARGV_LEN: usize = 256;
+/// Bytes of a leaked fd's dentry name kept.
+pub const NAME_LEN: usize = 64;
+/// Capacity of the TRACKED map.
+pub const MAX_TRACKED: u32 = 32768;
+/// Capacity of the READS map.
+pub const MAX_READS: u32 = 16384;
+/// Upper bound on fd-table words (64 fds each) the exec program walks: 2^20 fds.
+pub const MAX_FD_WORDS: u32 = 1 << 14;
+
+/// x86_64 syscall numbers the programs look at.
+pub mod sysno {
+    pub const READ: i64 = 0;
+    pub const OPEN: i64 = 2;
+    pub const CLOSE: i64 = 3;
+    pub const POLL: i64 = 7;
+    pub const PREAD64: i64 = 17;
+    pub const READV: i64 = 19;
+    pub const DUP2: i64 = 33;
+    pub const EXECVE: i64 = 59;
+    pub const FCNTL: i64 = 72;
+    pub const GETDENTS64: i64 = 217;
+    pub const OPENAT: i64 = 257;
+    pub const PPOLL: i64 = 271;
+    pub const DUP3: i64 = 292;
+    pub const EXECVEAT: i64 = 322;
+    pub const CLOSE_RANGE: i64 = 436;
+    pub const OPENAT2: i64 = 437;
+}
+
+/// Partial-data markers carried in [`RecordHeader::flags`].
+pub mod flags {
+    /// More fds leaked than [`super::MAX_FDS`]; the list is cut, `nfds` holds the true count.
+    pub const FDS_TRUNCATED: u32 = 1 << 0;
+    /// A kernel read failed while building the record; some fields may be zero.
+    pub const READ_FAILED: u32 = 1 << 1;
+    /// The argument vector was longer than [`super::ARGV_LEN`].
+    pub const ARGV_TRUNCATED: u32 = 1 << 2;
+    /// More close_range() calls than [`super::MAX_RANGES`]; only the first are kept.
+    pub const RANGES_TRUNCATED: u32 = 1 << 3;
+    /// The fork was not seen (the process existed before tracing began): no window time.
+    pub const NO_FORK: u32 = 1 << 4;
+    /// The fd-table walk stopped at its bound before the end of the table.
+    pub const FDTABLE_TRUNCATED: u32 = 1 << 5;
+    /// Syscall tracepoints were not attached (`--leaks-only`): counters are absent.
+    pub const NO_SYSCALLS: u32 = 1 << 6;
+}
+
+/// Record kinds on the ring buffer.
+#[repr(u32)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum RecordKind {
+    /// A traced process completed an exec: [`SpawnRecord`].
+    Spawn = 1,
+    /// A traced process exited (its whole thread group): [`ExitRecord`].
+    Exit = 2,
+}
+
+impl RecordKind {
+    pub fn from_u32(v: u32) -> Option<Self> {
+        match v {
+            1 => Some(Self::Spawn),
+            2 => Some(Self::Exit),
+            _ => None,
+        }
+    }
+}
+
+/// First field of every record.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecordHeader {
+    /// A [`RecordKind`] value.
+    pub kind: u32,
+    /// [`flags`] bits.
+    pub flags: u32,
+}
+
+/// One close_range(first, last, flags) call.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct CloseRange {
+    pub first: u32,
+    pub last: u32,
+    pub flags: u32,
+    pub _pad: u32,
+}
+
+/// What a child did between fork and exec, counted in the kernel.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub close_calls: u32,
+    pub close_ebadf: u32,
+    pub close_range_calls: u32,
+    pub fcntl_setfd_calls: u32,
+    pub fcntl_getfd_calls: u32,
+    pub poll_calls: u32,
+    pub poll_nfds_max: u32,
+    pub getdents64_calls: u32,
+    pub procfd_opens: u32,
+    pub exec_attempts: u32,
+    /// Other fd-creating or fd-probing calls seen (dup2/dup3 onto high fds), informational.
+    pub dup_calls: u32,
+    pub _pad: u32,
+    pub ranges: [CloseRange; MAX_RANGES],
+}
+
+/// Per-process state kept in [`MAP_TRACKED`], keyed by tgid.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default)]
+pub struct TaskState {
+    /// bpf_ktime_get_ns() at fork; 0 when the fork was not seen.
+    pub fork_ns: u64,
+    pub parent_pid: u32,
+    /// 1 between fork and the first successful exec; counters only grow then.
+    pub in_window: u32,
+    /// Syscall id awaiting its sys_exit (close), or u32::MAX.
+    pub pending: u32,
+    pub flags: u32,
+    pub parent_comm: [u8; 16],
+    pub counters: Counters,
+}
+
+/// Kind of file, as the kernel program sees it; userspace refines anon inodes by name.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct FdInfo {
+    pub fd: u32,
+    /// inode->i_mode (S_IFMT bits and permissions).
+    pub mode: u32,
+    /// file->f_flags (O_ACCMODE, O_APPEND, ...).
+    pub f_flags: u32,
+    /// Socket family (AF_*) when the file is a socket, else 0.
+    pub family: u16,
+    /// Socket type (SOCK_STREAM, ...) when the file is a socket, else 0.
+    pub sock_type: u16,
+    pub ino: u64,
+    /// inode->i_sb->s_magic: tells pipefs, sockfs, anon_inodefs, tmpfs, procfs apart.
+    pub magic: u64,
+    /// inode->i_sb->s_dev (kernel dev_t encoding).
+    pub dev: u32,
+    /// inode->i_rdev for device files (kernel dev_t encoding).
+    pub rdev: u32,
+    /// NUL-terminated dentry name ("[eventfd]", "memfd:x", a file's basename).
+    pub name: [u8; NAME_LEN],
+}
+
+impl Default for FdInfo {
+    fn default() -> Self {
+        Self {
+            fd: 0,
+            mode: 0,
+            f_flags: 0,
+            family: 0,
+            sock_type: 0,
+            ino: 0,
+            magic: 0,
+            dev: 0,
+            rdev: 0,
+            name: [0; NAME_LEN],
+        }
+    }
+}
+
+/// Sent once per successful exec of a traced process.
+#[repr(C)]
+#[derive(Copy, Clone, Debug)]
+pub struct SpawnRecord {
+    pub header: RecordHeader,
+    /// The process id after exec (the tgid).
+    pub pid: u32,
+    /// The thread id that called exec (differs from `pid` when a non-main thread exec'd).
+    pub old_pid: u32,
+    pub parent_pid: u32,
+    /// Number of leaked fds (>= 3) found; may exceed [`MAX_FDS`].
+    pub nfds: u32,
+    pub fork_ns: u64,
+    pub exec_ns: u64,
+    pub parent_comm: [u8; 16],
+    /// The new image's comm.
+    pub comm: [u8; 16],
+    pub counters: Counters,
+    /// Exec'd file name (bprm->filename), NUL terminated.
+    pub filename: [u8; PATH_LEN],
+    /// Argument vector, NUL separated; `argv_len` bytes valid.
+    pub argv: [u8; ARGV_LEN],
+    pub argv_len: u32,
+    /// Number of fds 0..=2 open after exec (stdio), as a bitmask.
+    pub stdio_mask: u32,
+    /// Stdio fds 0, 1, 2 (valid when the bit in `stdio_mask` is set).
+    pub stdio: [FdInfo; 3],
+    pub fds: [FdInfo; MAX_FDS],
+}
+
+/// Sent when a traced process's thread group dies.
+#[repr(C)]
+#[derive(Copy, Clone, Debug)]
+pub struct ExitRecord {
+    pub header: RecordHeader,
+    pub pid: u32,
+    pub parent_pid: u32,
+    pub fork_ns: u64,
+    pub exit_ns: u64,
+    /// 1 when the process exited without ever exec'ing (a fork-only child).
+    pub in_window: u32,
+    pub exit_code: u32,
+    pub comm: [u8; 16],
+    pub counters: Counters,
+}
+
+/// Counters the programs keep about themselves.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Records that did not fit in the ring buffer.
+    pub lost_records: u64,
+    /// Forks not tracked because [`MAP_TRACKED`] was full.
+    pub tracked_full: u64,
+    /// Read counters not kept because [`MAP_READS`] was full.
+    pub reads_full: u64,
+    pub _reserved: u64,
+}
+
+/// Key of [`MAP_READS`].
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ReadKey {
+    pub pid: u32,
+    pub fd: u32,
+}
+
+/// Value of [`MAP_READS`].
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReadStat {
+    pub calls: u64,
+    pub bytes: u64,
+    /// Calls that returned 1 or 2 bytes.
+    pub tiny_calls: u64,
+    /// inode number of the file read, to name it after the process is gone.
+    pub ino: u64,
+}
+
+/// Kernel struct offsets (bytes) read from /sys/kernel/btf/vmlinux at load time, plus run
+/// options. Passed to the programs as the global [`GLOBAL_CONFIG`].
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Config {
+    pub task_pid: u32,
+    pub task_tgid: u32,
+    pub task_files: u32,
+    pub task_mm: u32,
+    pub task_comm: u32,
+    pub task_signal: u32,
+    pub task_exit_code: u32,
+    pub signal_live: u32,
+    pub files_fdt: u32,
+    pub fdt_max_fds: u32,
+    pub fdt_fd: u32,
+    pub fdt_open_fds: u32,
+    pub file_inode: u32,
+    pub file_flags: u32,
+    pub file_dentry: u32,
+    pub file_private: u32,
+    pub dentry_name: u32,
+    pub inode_mode: u32,
+    pub inode_ino: u32,
+    pub inode_sb: u32,
+    pub inode_rdev: u32,
+    pub sb_magic: u32,
+    pub sb_dev: u32,
+    pub socket_sk: u32,
+    pub socket_type: u32,
+    pub sk_family: u32,
+    pub mm_arg_start: u32,
+    pub mm_arg_end: u32,
+    pub bprm_filename: u32,
+    pub regs_di: u32,
+    pub regs_si: u32,
+    pub regs_dx: u32,
+    pub regs_orig_ax: u32,
+    /// fdaudit's own tgid: never tracked.
+    pub self_pid: u32,
+    /// Non-zero: count reads per fd (`trace --reads`).
+    pub reads: u32,
+    /// Set to the struct size; a zero here means the loader forgot to set the config.
+    pub magic: u32,
+}
+
+/// Value userspace puts in [`Config::magic`].
+pub const CONFIG_MAGIC: u32 = 0xfda0_0001;
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: all of these are repr(C), Copy, made of integers and arrays of integers, with
+    // explicit padding, so every bit pattern is valid and there are no uninitialised bytes.
+    unsafe impl aya::Pod for super::TaskState {}
+    unsafe impl aya::Pod for super::Stats {}
+    unsafe impl aya::Pod for super::ReadKey {}
+    unsafe impl aya::Pod for super::ReadStat {}
+    unsafe impl aya::Pod for super::Config {}
+    unsafe impl aya::Pod for super::Counters {}
+}
+
+// Layout guards: no implicit padding anywhere.
+const _: () = {
+    use core::mem::size_of;
+    assert!(size_of::<RecordHeader>() == 8);
+    assert!(size_of::<CloseRange>() == 16);
+    assert!(size_of::<Counters>() == 12 * 4 + 16 * MAX_RANGES);
+    assert!(size_of::<TaskState>() == 8 + 16 + 16 + size_of::<Counters>());
+    assert!(size_of::<FdInfo>() == 16 + 8 + 8 + 8 + NAME_LEN);
+    assert!(size_of::<SpawnRecord>() % 8 == 0);
+    assert!(size_of::<ExitRecord>() == 8 + 8 + 16 + 8 + 16 + size_of::<Counters>());
+    assert!(size_of::<Config>() == 36 * 4);
+};

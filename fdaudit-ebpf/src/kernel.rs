@@ -1,0 +1,115 @@
+//! Small helpers over the kernel: config access, fault-tolerant reads, stats.
+
+use aya_ebpf::{
+    helpers::{
+        bpf_get_current_task, bpf_probe_read_kernel, bpf_probe_read_kernel_str_bytes,
+        bpf_probe_read_user_buf, bpf_probe_read_user_str_bytes,
+    },
+    maps::PerCpuArray,
+};
+use fdaudit_common::{flags, SpawnRecord, Stats, ARGV_LEN};
+
+/// Reads one field of the CONFIG global. The read is volatile so the compiler cannot fold
+/// the all-zero default the object is built with: the loader rewrites it before loading.
+macro_rules! conf {
+    ($field:ident) => {
+        // SAFETY: CONFIG is a plain static; a volatile read of a field is always valid.
+        (unsafe { core::ptr::read_volatile(core::ptr::addr_of!(crate::CONFIG.$field)) } as u64)
+    };
+}
+pub(crate) use conf;
+
+/// bpf_probe_read_kernel of a `T` at a kernel address; an error when the read faults.
+#[inline(always)]
+pub fn read_kernel<T>(addr: u64) -> Result<T, i64> {
+    // SAFETY: bpf_probe_read_kernel tolerates any address; it fails instead of faulting.
+    unsafe { bpf_probe_read_kernel(addr as *const T) }.map_err(|e| e as i64)
+}
+
+#[inline(always)]
+pub fn current_task() -> u64 {
+    // SAFETY: the helper takes no arguments and returns current's task_struct address.
+    unsafe { bpf_get_current_task() }
+}
+
+/// Adds one to a field of this CPU's STATS entry (per-CPU, so no atomics are needed).
+#[inline(always)]
+pub fn stat_add(map: &PerCpuArray<Stats>, field: impl Fn(&mut Stats) -> &mut u64) {
+    if let Some(s) = map.get_ptr_mut(0) {
+        // SAFETY: pointer from a map lookup, private to this CPU for this program run.
+        *field(unsafe { &mut *s }) += 1;
+    }
+}
+
+/// Fills `filename` (bprm->filename) and `argv` (the new image's mm->arg_start..arg_end).
+#[inline(always)]
+pub fn read_exec_names(rec: &mut SpawnRecord, bprm: u64) {
+    rec.filename[0] = 0;
+    rec.argv_len = 0;
+    let name = read_kernel::<u64>(bprm + conf!(bprm_filename));
+    match name {
+        Ok(p) => {
+            // SAFETY: the helper bounds the read by the buffer and tolerates bad addresses.
+            if unsafe { bpf_probe_read_kernel_str_bytes(p as *const u8, &mut rec.filename) }
+                .is_err()
+            {
+                rec.header.flags |= flags::READ_FAILED;
+            }
+        }
+        Err(_) => rec.header.flags |= flags::READ_FAILED,
+    }
+    let Ok(mm) = read_kernel::<u64>(current_task() + conf!(task_mm)) else {
+        rec.header.flags |= flags::READ_FAILED;
+        return;
+    };
+    let (Ok(start), Ok(end)) = (
+        read_kernel::<u64>(mm + conf!(mm_arg_start)),
+        read_kernel::<u64>(mm + conf!(mm_arg_end)),
+    ) else {
+        rec.header.flags |= flags::READ_FAILED;
+        return;
+    };
+    let mut len = end.saturating_sub(start);
+    if len > ARGV_LEN as u64 {
+        len = ARGV_LEN as u64;
+        rec.header.flags |= flags::ARGV_TRUNCATED;
+    }
+    // Read the whole buffer (the verifier wants a constant size), then trim to `len`.
+    // SAFETY: the user stack of the new image was just written by exec; reads are bounded.
+    if len > 0 && unsafe { bpf_probe_read_user_buf(start as *const u8, &mut rec.argv) }.is_err() {
+        // The buffer may cross the end of the stack mapping: fall back to a string read.
+        // SAFETY: as above.
+        match unsafe { bpf_probe_read_user_str_bytes(start as *const u8, &mut rec.argv) } {
+            Ok(s) => len = s.len() as u64,
+            Err(_) => {
+                rec.header.flags |= flags::READ_FAILED;
+                len = 0;
+            }
+        }
+    }
+    rec.argv_len = len as u32;
+}
+
+/// True when the user string at `path` names a process fd directory: "/proc/self/fd",
+/// "/proc/thread-self/fd", "/proc/<pid>/fd" or "/dev/fd" (with or without a trailing part).
+#[inline(always)]
+pub fn is_procfd_path(path: u64) -> bool {
+    let mut buf = [0u8; 24];
+    // SAFETY: bounded read of a user string; failure is handled.
+    let Ok(s) = (unsafe { bpf_probe_read_user_str_bytes(path as *const u8, &mut buf) }) else {
+        return false;
+    };
+    let n = s.len();
+    if n >= 7 && buf[0] == b'/' && buf[1] == b'd' && buf[2] == b'e' && buf[3] == b'v' && buf[4] == b'/' && buf[5] == b'f' && buf[6] == b'd' {
+        return n == 7 || buf[7] == b'/';
+    }
+    if !(n >= 9 && buf[0] == b'/' && buf[1] == b'p' && buf[2] == b'r' && buf[3] == b'o' && buf[4] == b'c' && buf[5] == b'/') {
+        return false;
+    }
+    // Skip the middle component ("self", "thread-self" or digits), then expect "/fd".
+    let mut i = 6;
+    while i < 20 && buf[i] != b'/' && buf[i] != 0 {
+        i += 1;
+    }
+    i + 3 <= 23 && buf[i] == b'/' && buf[i + 1] == b'f' && buf[i + 2] == b'd' && (buf[i + 3] == 0 || buf[i + 3] == b'/')
+}

@@ -1,0 +1,381 @@
+//! fdaudit's eBPF programs. Built for bpfel-unknown-none by `xtask::build_ebpf`.
+//!
+//! Every hook is a raw tracepoint: no tracefs, no kprobes, attachable under lockdown.
+//! Per-process counters live in the TRACKED hash map, keyed by tgid; one record goes to the
+//! ring buffer per exec and per exit of a traced process, never one per syscall.
+//! Kernel struct offsets come from BTF at load time through the CONFIG global.
+#![no_std]
+#![no_main]
+
+mod fdwalk;
+mod kernel;
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    macros::{map, raw_tracepoint},
+    maps::{HashMap, PerCpuArray, RingBuf},
+    programs::RawTracePointContext,
+};
+use fdaudit_common::{
+    flags, sysno, Config, ExitRecord, ReadKey, ReadStat, RecordHeader, RecordKind, SpawnRecord,
+    Stats, TaskState, MAX_RANGES, MAX_READS, MAX_TRACKED,
+};
+use kernel::{conf, read_kernel, stat_add};
+
+#[map(name = "EVENTS")]
+static EVENTS: RingBuf = RingBuf::with_byte_size(8 << 20, 0);
+
+#[map(name = "TRACKED")]
+static TRACKED: HashMap<u32, TaskState> = HashMap::with_max_entries(MAX_TRACKED, 0);
+
+#[map(name = "SCRATCH")]
+static SCRATCH: PerCpuArray<SpawnRecord> = PerCpuArray::with_max_entries(1, 0);
+
+#[map(name = "STATS")]
+static STATS: PerCpuArray<Stats> = PerCpuArray::with_max_entries(1, 0);
+
+#[map(name = "READS")]
+static READS: HashMap<ReadKey, ReadStat> = HashMap::with_max_entries(MAX_READS, 0);
+
+/// Offsets and options, written by the loader (`EbpfLoader::override_global`).
+#[unsafe(no_mangle)]
+static CONFIG: Config = Config {
+    task_pid: 0,
+    task_tgid: 0,
+    task_files: 0,
+    task_mm: 0,
+    task_comm: 0,
+    task_signal: 0,
+    task_exit_code: 0,
+    signal_live: 0,
+    files_fdt: 0,
+    fdt_max_fds: 0,
+    fdt_fd: 0,
+    fdt_open_fds: 0,
+    file_inode: 0,
+    file_flags: 0,
+    file_dentry: 0,
+    file_private: 0,
+    dentry_name: 0,
+    inode_mode: 0,
+    inode_ino: 0,
+    inode_sb: 0,
+    inode_rdev: 0,
+    sb_magic: 0,
+    sb_dev: 0,
+    socket_sk: 0,
+    socket_type: 0,
+    sk_family: 0,
+    mm_arg_start: 0,
+    mm_arg_end: 0,
+    bprm_filename: 0,
+    regs_di: 0,
+    regs_si: 0,
+    regs_dx: 0,
+    regs_orig_ax: 0,
+    self_pid: 0,
+    reads: 0,
+    magic: 0,
+};
+
+const EBADF: i64 = 9;
+
+#[inline(always)]
+fn current_tgid() -> u32 {
+    (bpf_get_current_pid_tgid() >> 32) as u32
+}
+
+// ---------------------------------------------------------------------------------------------
+// sched_process_fork: TP_PROTO(struct task_struct *parent, struct task_struct *child).
+// Raw tracepoint, stable since 4.17 (bpf_raw_tracepoint_open). Fires in kernel_clone() for
+// every new task, threads included; current is the parent.
+#[raw_tracepoint(tracepoint = "sched_process_fork")]
+pub fn sched_process_fork(ctx: RawTracePointContext) -> i32 {
+    let _ = try_sched_process_fork(&ctx);
+    0
+}
+
+fn try_sched_process_fork(ctx: &RawTracePointContext) -> Result<(), i64> {
+    let parent_tgid = current_tgid();
+    if TRACKED.get_ptr(parent_tgid).is_none() {
+        return Ok(());
+    }
+    let child: u64 = ctx.arg(1);
+    let child_tgid: u32 = read_kernel(child + conf!(task_tgid))?;
+    if child_tgid == parent_tgid {
+        return Ok(()); // a new thread of a traced process: covered by its tgid
+    }
+    let mut st = TaskState {
+        fork_ns: unsafe { bpf_ktime_get_ns() },
+        parent_pid: parent_tgid,
+        in_window: 1,
+        flags: 0,
+        ..Default::default()
+    };
+    st.parent_comm = bpf_get_current_comm().unwrap_or_default();
+    if TRACKED.insert(child_tgid, st, 0).is_err() {
+        stat_add(&STATS, |s| &mut s.tracked_full);
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// sched_process_exec: TP_PROTO(struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm).
+// Fires in exec_binprm() after begin_new_exec(), so close-on-exec fds are already closed and
+// the fd table holds exactly what the new image inherited. Raw tracepoint, since 4.17.
+#[raw_tracepoint(tracepoint = "sched_process_exec")]
+pub fn sched_process_exec(ctx: RawTracePointContext) -> i32 {
+    let _ = try_sched_process_exec(&ctx);
+    0
+}
+
+fn try_sched_process_exec(ctx: &RawTracePointContext) -> Result<(), i64> {
+    let tgid = current_tgid();
+    let Some(st) = TRACKED.get_ptr_mut(tgid) else {
+        return Ok(());
+    };
+    let Some(rec) = SCRATCH.get_ptr_mut(0) else {
+        return Ok(());
+    };
+    // SAFETY: both pointers come from map lookups and stay valid for this program run.
+    let (st, rec) = unsafe { (&mut *st, &mut *rec) };
+    let now = unsafe { bpf_ktime_get_ns() };
+    let old_pid: u64 = ctx.arg(1);
+    let bprm: u64 = ctx.arg(2);
+
+    rec.header = RecordHeader {
+        kind: RecordKind::Spawn as u32,
+        flags: st.flags,
+    };
+    if st.in_window == 0 {
+        rec.header.flags |= flags::NO_FORK;
+    }
+    rec.pid = tgid;
+    rec.old_pid = old_pid as u32;
+    rec.parent_pid = st.parent_pid;
+    rec.fork_ns = st.fork_ns;
+    rec.exec_ns = now;
+    rec.parent_comm = st.parent_comm;
+    rec.comm = bpf_get_current_comm().unwrap_or_default();
+    rec.counters = st.counters;
+    if st.counters.close_range_calls as usize > MAX_RANGES {
+        rec.header.flags |= flags::RANGES_TRUNCATED;
+    }
+
+    kernel::read_exec_names(rec, bprm);
+    fdwalk::walk_fds(rec);
+
+    if EVENTS.output::<SpawnRecord>(&*rec, 0).is_err() {
+        stat_add(&STATS, |s| &mut s.lost_records);
+    }
+
+    // The process stays traced (its own children are spawns too) but its window is over.
+    st.in_window = 0;
+    st.fork_ns = 0;
+    st.flags = 0;
+    st.counters = Default::default();
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// sched_process_exit: TP_PROTO(struct task_struct *p[, bool group_dead]). Fires in do_exit()
+// after signal->live was decremented, so live == 0 means the whole thread group is gone.
+#[raw_tracepoint(tracepoint = "sched_process_exit")]
+pub fn sched_process_exit(_ctx: RawTracePointContext) -> i32 {
+    let _ = try_sched_process_exit();
+    0
+}
+
+fn try_sched_process_exit() -> Result<(), i64> {
+    let tgid = current_tgid();
+    let Some(st) = TRACKED.get_ptr(tgid) else {
+        return Ok(());
+    };
+    let task = kernel::current_task();
+    let signal: u64 = read_kernel(task + conf!(task_signal))?;
+    let live: i32 = read_kernel(signal + conf!(signal_live))?;
+    if live != 0 {
+        return Ok(()); // another thread of the group lives on
+    }
+    let exit_code: i32 = read_kernel(task + conf!(task_exit_code)).unwrap_or(0);
+    // SAFETY: pointer from a map lookup, valid for this program run.
+    let st = unsafe { &*st };
+    if let Some(mut entry) = EVENTS.reserve::<ExitRecord>(0) {
+        let rec = ExitRecord {
+            header: RecordHeader {
+                kind: RecordKind::Exit as u32,
+                flags: st.flags,
+            },
+            pid: tgid,
+            parent_pid: st.parent_pid,
+            fork_ns: st.fork_ns,
+            exit_ns: unsafe { bpf_ktime_get_ns() },
+            in_window: st.in_window,
+            exit_code: exit_code as u32,
+            comm: bpf_get_current_comm().unwrap_or_default(),
+            counters: st.counters,
+        };
+        entry.write(rec);
+        entry.submit(0);
+    } else {
+        stat_add(&STATS, |s| &mut s.lost_records);
+    }
+    let _ = TRACKED.remove(tgid);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// raw_syscalls/sys_enter: TP_PROTO(struct pt_regs *regs, long id). Runs for every syscall on
+// the machine while attached, so it leaves at the first check: the syscall id, then the
+// tgid lookup. Arguments come from pt_regs (x86_64 syscall ABI; offsets from BTF).
+#[raw_tracepoint(tracepoint = "sys_enter")]
+pub fn sys_enter(ctx: RawTracePointContext) -> i32 {
+    let _ = try_sys_enter(&ctx);
+    0
+}
+
+fn try_sys_enter(ctx: &RawTracePointContext) -> Result<(), i64> {
+    let id: i64 = ctx.arg(1);
+    match id {
+        sysno::CLOSE
+        | sysno::CLOSE_RANGE
+        | sysno::FCNTL
+        | sysno::POLL
+        | sysno::PPOLL
+        | sysno::GETDENTS64
+        | sysno::OPEN
+        | sysno::OPENAT
+        | sysno::OPENAT2
+        | sysno::EXECVE
+        | sysno::EXECVEAT
+        | sysno::DUP2
+        | sysno::DUP3 => {}
+        _ => return Ok(()),
+    }
+    let Some(st) = TRACKED.get_ptr_mut(current_tgid()) else {
+        return Ok(());
+    };
+    // SAFETY: pointer from a map lookup, valid for this program run.
+    let st = unsafe { &mut *st };
+    if st.in_window == 0 {
+        return Ok(());
+    }
+    let c = &mut st.counters;
+    match id {
+        sysno::CLOSE => c.close_calls += 1,
+        sysno::CLOSE_RANGE => {
+            let regs: u64 = ctx.arg(0);
+            let i = c.close_range_calls as usize;
+            if i < MAX_RANGES {
+                let r = &mut c.ranges[i];
+                r.first = read_kernel::<u64>(regs + conf!(regs_di)).unwrap_or(0) as u32;
+                r.last = read_kernel::<u64>(regs + conf!(regs_si)).unwrap_or(0) as u32;
+                r.flags = read_kernel::<u64>(regs + conf!(regs_dx)).unwrap_or(0) as u32;
+            }
+            c.close_range_calls += 1;
+        }
+        sysno::FCNTL => {
+            let regs: u64 = ctx.arg(0);
+            let cmd: u64 = read_kernel(regs + conf!(regs_si))?;
+            match cmd {
+                1 => c.fcntl_getfd_calls += 1, // F_GETFD
+                2 => c.fcntl_setfd_calls += 1, // F_SETFD
+                _ => {}
+            }
+        }
+        sysno::POLL | sysno::PPOLL => {
+            let regs: u64 = ctx.arg(0);
+            let nfds: u64 = read_kernel(regs + conf!(regs_si))?;
+            c.poll_calls += 1;
+            let nfds = if nfds > u32::MAX as u64 { u32::MAX } else { nfds as u32 };
+            if nfds > c.poll_nfds_max {
+                c.poll_nfds_max = nfds;
+            }
+        }
+        sysno::GETDENTS64 => c.getdents64_calls += 1,
+        sysno::OPEN | sysno::OPENAT | sysno::OPENAT2 => {
+            let regs: u64 = ctx.arg(0);
+            let off = if id == sysno::OPEN { conf!(regs_di) } else { conf!(regs_si) };
+            let path: u64 = read_kernel(regs + off)?;
+            if kernel::is_procfd_path(path) {
+                c.procfd_opens += 1;
+            }
+        }
+        sysno::EXECVE | sysno::EXECVEAT => c.exec_attempts += 1,
+        sysno::DUP2 | sysno::DUP3 => c.dup_calls += 1,
+        _ => {}
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// raw_syscalls/sys_exit: TP_PROTO(struct pt_regs *regs, long ret). Counts close() calls that
+// failed with EBADF and, with `--reads`, read()/readv()/pread64() calls and bytes per fd. The
+// first check is on the return value, so almost every syscall leaves at once.
+#[raw_tracepoint(tracepoint = "sys_exit")]
+pub fn sys_exit(ctx: RawTracePointContext) -> i32 {
+    let _ = try_sys_exit(&ctx);
+    0
+}
+
+fn try_sys_exit(ctx: &RawTracePointContext) -> Result<(), i64> {
+    let ret: i64 = ctx.arg(1);
+    if ret == -EBADF {
+        let Some(st) = TRACKED.get_ptr_mut(current_tgid()) else {
+            return Ok(());
+        };
+        // SAFETY: pointer from a map lookup, valid for this program run.
+        let st = unsafe { &mut *st };
+        if st.in_window == 0 {
+            return Ok(());
+        }
+        let regs: u64 = ctx.arg(0);
+        let id: i64 = read_kernel(regs + conf!(regs_orig_ax))?;
+        if id == sysno::CLOSE {
+            st.counters.close_ebadf += 1;
+        }
+        return Ok(());
+    }
+    if ret < 0 || conf!(reads) == 0 {
+        return Ok(());
+    }
+    let tgid = current_tgid();
+    if TRACKED.get_ptr(tgid).is_none() {
+        return Ok(());
+    }
+    let regs: u64 = ctx.arg(0);
+    let id: i64 = read_kernel(regs + conf!(regs_orig_ax))?;
+    if id != sysno::READ && id != sysno::READV && id != sysno::PREAD64 {
+        return Ok(());
+    }
+    let fd: u64 = read_kernel(regs + conf!(regs_di))?;
+    let key = ReadKey {
+        pid: tgid,
+        fd: fd as u32,
+    };
+    let tiny = u64::from(ret > 0 && ret <= 2);
+    if let Some(v) = READS.get_ptr_mut(&key) {
+        // SAFETY: pointer from a map lookup, valid for this program run.
+        let v = unsafe { &mut *v };
+        v.calls += 1;
+        v.bytes += ret as u64;
+        v.tiny_calls += tiny;
+    } else {
+        let v = ReadStat {
+            calls: 1,
+            bytes: ret as u64,
+            tiny_calls: tiny,
+            ino: fdwalk::fd_ino(fd as u32).unwrap_or(0),
+        };
+        if READS.insert(&key, &v, 0).is_err() {
+            stat_add(&STATS, |s| &mut s.reads_full);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}

@@ -1,0 +1,53 @@
+//! Command-line interface: one subcommand per module.
+
+use clap::{Parser, Subcommand};
+
+use crate::{bench, doctor, scan, trace};
+
+/// Exit status for an error fdaudit reports (bad input, missing privileges, kernel refusal).
+pub const EXIT_ERROR: u8 = 2;
+
+/// Audits how processes hand file descriptors to their children: fds that leak across
+/// execve, and the close loops that make spawning slow under high RLIMIT_NOFILE.
+#[derive(Debug, Parser)]
+#[command(name = "fdaudit", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Inventory every process's fds from procfs and report what would leak into children.
+    Scan(scan::ScanArgs),
+    /// Follow a process tree with eBPF and report, per spawn, leaked fds and pre-exec close cost.
+    Trace(trace::TraceArgs),
+    /// Measure what each fd-closing strategy costs per spawn across RLIMIT_NOFILE limits.
+    Bench(bench::BenchArgs),
+    /// Check this machine and these privileges for tracing; load and attach every program.
+    Doctor(doctor::DoctorArgs),
+    /// Internal: the spawner that `bench` and the tests run (one strategy, N spawns).
+    #[command(name = "__spawner", hide = true)]
+    Spawner(crate::spawner::SpawnerArgs),
+}
+
+/// Runs the parsed command line; returns the process exit status.
+pub fn run(cli: Cli) -> anyhow::Result<u8> {
+    match cli.command {
+        Command::Scan(a) => scan::run(a),
+        Command::Trace(a) => trace::run(a),
+        Command::Bench(a) => bench::run(a),
+        Command::Doctor(a) => doctor::run(a),
+        Command::Spawner(a) => crate::spawner::run(a),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    #[test]
+    fn cli_is_consistent() {
+        super::Cli::command().debug_assert();
+    }
+}

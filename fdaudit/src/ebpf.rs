@@ -1,0 +1,1 @@
+//! eBPF loading (stub).

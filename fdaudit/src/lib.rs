@@ -1,0 +1,16 @@
+//! fdaudit: audits how processes hand file descriptors to their children.
+
+pub mod bench;
+pub mod btf;
+pub mod cli;
+pub mod doctor;
+pub mod ebpf;
+pub mod fdkind;
+pub mod output;
+pub mod scan;
+pub mod spawner;
+pub mod trace;
+
+/// The eBPF object built by build.rs (empty when built with FDAUDIT_SKIP_EBPF=1).
+pub static EBPF_OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/fdaudit-ebpf.o"));

@@ -1,0 +1,48 @@
+//! Output helpers shared by the subcommands: tables for people, JSON lines for machines.
+
+use std::io::Write;
+
+use comfy_table::{presets, ContentArrangement, Table};
+use serde::Serialize;
+
+/// A table for people: no borders, header row, wrapped to the terminal when there is one.
+pub fn table(header: &[&str]) -> Table {
+    let mut t = Table::new();
+    t.load_preset(presets::NOTHING)
+        .set_content_arrangement(ContentArrangement::Dynamic)
+        .set_header(header.iter().copied());
+    t
+}
+
+/// Writes one JSON object and a newline to `out`.
+pub fn json_line<W: Write, T: Serialize>(out: &mut W, value: &T) -> std::io::Result<()> {
+    serde_json::to_writer(&mut *out, value)?;
+    out.write_all(b"\n")
+}
+
+/// Escapes control characters and invalid UTF-8 so a path or command line is safe to print.
+pub fn escape_bytes(bytes: &[u8]) -> String {
+    let mut s = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if c.is_control() {
+                s.extend(c.escape_default());
+            } else {
+                s.push(c);
+            }
+        }
+        for b in chunk.invalid() {
+            s.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn escapes_control_and_invalid_bytes() {
+        assert_eq!(super::escape_bytes(b"a\tb\n\xff/c"), "a\\tb\\n\\xff/c");
+        assert_eq!(super::escape_bytes("é".as_bytes()), "é");
+    }
+}

@@ -1,0 +1,1 @@
+//! Shared helpers for fdaudit's integration tests.

@@ -1,0 +1,107 @@
+//! The one piece of code that builds fdaudit's eBPF object, used by `cargo xtask build-ebpf`
+//! and by the `fdaudit` crate's build script.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{bail, Context as _, Result};
+
+/// Target triple of the eBPF programs.
+pub const BPF_TARGET: &str = "bpfel-unknown-none";
+/// Toolchain used for the eBPF build (needs rust-src for `-Z build-std=core`).
+pub const BPF_TOOLCHAIN: &str = "nightly";
+/// Set to `1` to skip the eBPF build (for `cargo check`/clippy where bpf-linker is absent);
+/// the binary then refuses to trace, saying how to rebuild.
+pub const SKIP_ENV: &str = "FDAUDIT_SKIP_EBPF";
+
+/// Workspace root (the parent of this crate's directory).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives one level below the workspace root")
+        .to_path_buf()
+}
+
+/// Where the eBPF build keeps its own cargo target directory.
+pub fn ebpf_target_dir(root: &Path) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"))
+        .join("ebpf")
+}
+
+/// Whether bpf-linker can be found on PATH or in ~/.cargo/bin.
+pub fn bpf_linker() -> Option<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
+    if let Some(home) = std::env::var_os("CARGO_HOME") {
+        dirs.push(PathBuf::from(home).join("bin"));
+    }
+    if let Some(home) = std::env::var_os("HOME") {
+        dirs.push(PathBuf::from(home).join(".cargo/bin"));
+    }
+    dirs.into_iter()
+        .map(|d| d.join("bpf-linker"))
+        .find(|p| p.is_file())
+}
+
+/// Builds `fdaudit-ebpf` in release mode for bpfel-unknown-none with BTF, and returns the
+/// path of the object (an ELF file with the programs, maps and .BTF).
+pub fn build_ebpf(root: &Path) -> Result<PathBuf> {
+    let linker = bpf_linker().context(
+        "bpf-linker not found: run `.ci/setup` (or `cargo install bpf-linker --version 0.13.0 ...`, see README)",
+    )?;
+    let target_dir = ebpf_target_dir(root);
+    let mut cmd = Command::new("rustup");
+    cmd.current_dir(root)
+        .args(["run", BPF_TOOLCHAIN, "cargo", "build", "--release"])
+        .args(["--package", "fdaudit-ebpf", "--target", BPF_TARGET])
+        .args(["-Z", "build-std=core"])
+        .arg("--target-dir")
+        .arg(&target_dir);
+    // The outer cargo (stable) must not leak its compiler, flags or toolchain choice into the
+    // nightly build; our own flags go through CARGO_ENCODED_RUSTFLAGS.
+    for var in [
+        "RUSTC",
+        "RUSTC_WRAPPER",
+        "RUSTC_WORKSPACE_WRAPPER",
+        "RUSTDOC",
+        "RUSTFLAGS",
+        "RUSTUP_TOOLCHAIN",
+        "CARGO",
+        "CARGO_BUILD_RUSTFLAGS",
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_TARGET",
+        "CARGO_MAKEFLAGS",
+        "MAKEFLAGS",
+        "MFLAGS",
+    ] {
+        cmd.env_remove(var);
+    }
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy();
+        if k.starts_with("CARGO_ENCODED_") || k.starts_with("CARGO_CFG_") || k.starts_with("CARGO_FEATURE_") {
+            cmd.env_remove(&*k);
+        }
+    }
+    let flags = [
+        "-Cdebuginfo=2".to_string(),
+        "-Clink-arg=--btf".to_string(),
+        format!("-Clinker={}", linker.display()),
+    ];
+    cmd.env("CARGO_ENCODED_RUSTFLAGS", flags.join("\x1f"));
+    let status = cmd
+        .status()
+        .context("failed to run `rustup run nightly cargo build` for the eBPF crate")?;
+    if !status.success() {
+        bail!("the eBPF build failed ({status}); is `rustup component add rust-src --toolchain nightly` done? see README");
+    }
+    let obj = target_dir.join(BPF_TARGET).join("release").join("fdaudit");
+    if !obj.is_file() {
+        bail!("the eBPF build succeeded but {} is missing", obj.display());
+    }
+    Ok(obj)
+}
