@@ -337,7 +337,7 @@ const _: () = {
     assert!(size_of::<Counters>() == 12 * 4 + 16 * MAX_RANGES);
     assert!(size_of::<TaskState>() == 8 + 16 + 16 + size_of::<Counters>());
     assert!(size_of::<FdInfo>() == 16 + 8 + 8 + 8 + NAME_LEN);
-    assert!(size_of::<SpawnRecord>() % 8 == 0);
+    assert!(size_of::<SpawnRecord>().is_multiple_of(8));
     assert!(size_of::<ExitRecord>() == 8 + 8 + 16 + 8 + 16 + size_of::<Counters>());
     assert!(size_of::<Config>() == 36 * 4);
 };

@@ -5,7 +5,8 @@
 //! ring buffer per exec and per exit of a traced process, never one per syscall.
 //! Kernel struct offsets come from BTF at load time through the CONFIG global.
 #![no_std]
-#![no_main]
+// On the host (clippy over the workspace) this is an ordinary binary with an empty main.
+#![cfg_attr(target_arch = "bpf", no_main)]
 
 mod fdwalk;
 mod kernel;
@@ -354,7 +355,7 @@ fn try_sys_exit(ctx: &RawTracePointContext) -> Result<(), i64> {
         fd: fd as u32,
     };
     let tiny = u64::from(ret > 0 && ret <= 2);
-    if let Some(v) = READS.get_ptr_mut(&key) {
+    if let Some(v) = READS.get_ptr_mut(key) {
         // SAFETY: pointer from a map lookup, valid for this program run.
         let v = unsafe { &mut *v };
         v.calls += 1;
@@ -367,15 +368,18 @@ fn try_sys_exit(ctx: &RawTracePointContext) -> Result<(), i64> {
             tiny_calls: tiny,
             ino: fdwalk::fd_ino(fd as u32).unwrap_or(0),
         };
-        if READS.insert(&key, &v, 0).is_err() {
+        if READS.insert(key, v, 0).is_err() {
             stat_add(&STATS, |s| &mut s.reads_full);
         }
     }
     Ok(())
 }
 
-#[cfg(not(test))]
+#[cfg(target_arch = "bpf")]
 #[panic_handler]
 fn panic(_info: &core::panic::PanicInfo) -> ! {
     loop {}
 }
+
+#[cfg(not(target_arch = "bpf"))]
+fn main() {}
