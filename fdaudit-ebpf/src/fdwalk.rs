@@ -153,9 +153,10 @@ fn fill_fd(out: &mut FdInfo, fd_array: u64, fd: u32) -> Result<(), i64> {
     Ok(())
 }
 
-/// Inode number of the current task's `fd`, to name a file after its reader is gone.
+/// (inode number, superblock magic, mode) of the current task's `fd`, to name the file
+/// after its reader is gone.
 #[inline(always)]
-pub fn fd_ino(fd: u32) -> Result<u64, i64> {
+pub fn fd_file(fd: u32) -> Result<(u64, u64, u32), i64> {
     let (fdt, max_fds) = current_fdt()?;
     if fd >= max_fds {
         return Err(-1);
@@ -163,5 +164,9 @@ pub fn fd_ino(fd: u32) -> Result<u64, i64> {
     let fd_array: u64 = read_kernel(fdt + conf!(fdt_fd))?;
     let file: u64 = read_kernel(fd_array + u64::from(fd) * 8)?;
     let inode: u64 = read_kernel(file + conf!(file_inode))?;
-    read_kernel(inode + conf!(inode_ino))
+    let ino = read_kernel(inode + conf!(inode_ino))?;
+    let mode = u32::from(read_kernel::<u16>(inode + conf!(inode_mode))?);
+    let sb: u64 = read_kernel(inode + conf!(inode_sb))?;
+    let magic = read_kernel(sb + conf!(sb_magic))?;
+    Ok((ino, magic, mode))
 }
