@@ -7,7 +7,13 @@ use std::path::PathBuf;
 
 fn main() {
     let root = xtask::workspace_root();
-    for p in ["fdaudit-ebpf/src", "fdaudit-ebpf/Cargo.toml", "fdaudit-common/src", "fdaudit-common/Cargo.toml", "xtask/src"] {
+    for p in [
+        "fdaudit-ebpf/src",
+        "fdaudit-ebpf/Cargo.toml",
+        "fdaudit-common/src",
+        "fdaudit-common/Cargo.toml",
+        "xtask/src",
+    ] {
         println!("cargo:rerun-if-changed={}", root.join(p).display());
     }
     println!("cargo:rerun-if-env-changed={}", xtask::SKIP_ENV);
@@ -23,7 +29,10 @@ fn main() {
         }
         Err(e) => {
             eprintln!("error: {e:#}");
-            panic!("failed to build the eBPF object; set {}=1 to build without it (check/clippy only)", xtask::SKIP_ENV);
+            panic!(
+                "failed to build the eBPF object; set {}=1 to build without it (check/clippy only)",
+                xtask::SKIP_ENV
+            );
         }
     }
 }

@@ -14,6 +14,8 @@ pub const MAP_SCRATCH: &str = "SCRATCH";
 pub const MAP_STATS: &str = "STATS";
 /// [`ReadKey`] -> [`ReadStat`]: per-(process, fd) read counters (`trace --reads`).
 pub const MAP_READS: &str = "READS";
+/// Array of [`HotSlot`] indexed by `tgid & Config::hot_mask`: the close() fast path.
+pub const MAP_HOT: &str = "HOT";
 /// Name of the global holding the [`Config`].
 pub const GLOBAL_CONFIG: &str = "CONFIG";
 
@@ -29,6 +31,8 @@ pub const ARGV_LEN: usize = 256;
 pub const NAME_LEN: usize = 64;
 /// Capacity of the TRACKED map.
 pub const MAX_TRACKED: u32 = 32768;
+/// Slots of the HOT array (a power of two; pids up to this never collide).
+pub const HOT_SLOTS: u32 = 1 << 16;
 /// Capacity of the READS map.
 pub const MAX_READS: u32 = 16384;
 /// Upper bound on fd-table words (64 fds each) the exec program walks: 2^20 fds.
@@ -132,6 +136,31 @@ pub struct Counters {
     pub ranges: [CloseRange; MAX_RANGES],
 }
 
+/// Where a process's fd table is, cached at fork so close() can tell an open fd from EBADF
+/// with one or two reads instead of walking task->files->fdt every time.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct FdCache {
+    pub files: u64,
+    pub fdt: u64,
+    pub open_fds: u64,
+    pub max_fds: u32,
+    pub _pad: u32,
+}
+
+/// close() counters of one in-window process, in an array slot found without hashing.
+/// `tgid == 0` means the slot is free; `overflow` marks a slot another in-window process
+/// wanted too (that one is counted through [`MAP_TRACKED`] instead).
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct HotSlot {
+    pub tgid: u32,
+    pub overflow: u32,
+    pub close_calls: u32,
+    pub close_ebadf: u32,
+    pub cache: FdCache,
+}
+
 /// Per-process state kept in [`MAP_TRACKED`], keyed by tgid.
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default)]
@@ -146,6 +175,7 @@ pub struct TaskState {
     pub flags: u32,
     pub parent_comm: [u8; 16],
     pub counters: Counters,
+    pub cache: FdCache,
 }
 
 /// Kind of file, as the kernel program sees it; userspace refines anon inodes by name.
@@ -313,6 +343,9 @@ pub struct Config {
     pub regs_si: u32,
     pub regs_dx: u32,
     pub regs_orig_ax: u32,
+    /// `HOT` array size - 1.
+    pub hot_mask: u32,
+    pub _pad: u32,
     /// fdaudit's own tgid: never tracked.
     pub self_pid: u32,
     /// Non-zero: count reads per fd (`trace --reads`).
@@ -334,6 +367,8 @@ mod pod {
     unsafe impl aya::Pod for super::ReadStat {}
     unsafe impl aya::Pod for super::Config {}
     unsafe impl aya::Pod for super::Counters {}
+    unsafe impl aya::Pod for super::HotSlot {}
+    unsafe impl aya::Pod for super::FdCache {}
 }
 
 // Layout guards: no implicit padding anywhere.
@@ -342,9 +377,11 @@ const _: () = {
     assert!(size_of::<RecordHeader>() == 8);
     assert!(size_of::<CloseRange>() == 16);
     assert!(size_of::<Counters>() == 12 * 4 + 16 * MAX_RANGES);
-    assert!(size_of::<TaskState>() == 8 + 16 + 16 + size_of::<Counters>());
+    assert!(size_of::<TaskState>() == 8 + 16 + 16 + size_of::<Counters>() + 32);
     assert!(size_of::<FdInfo>() == 16 + 8 + 8 + 8 + NAME_LEN);
     assert!(size_of::<SpawnRecord>().is_multiple_of(8));
     assert!(size_of::<ExitRecord>() == 8 + 8 + 16 + 8 + 16 + size_of::<Counters>());
-    assert!(size_of::<Config>() == 36 * 4);
+    assert!(size_of::<Config>() == 38 * 4);
+    assert!(size_of::<FdCache>() == 32);
+    assert!(size_of::<HotSlot>() == 48);
 };

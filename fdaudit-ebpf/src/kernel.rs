@@ -100,10 +100,25 @@ pub fn is_procfd_path(path: u64) -> bool {
         return false;
     };
     let n = s.len();
-    if n >= 7 && buf[0] == b'/' && buf[1] == b'd' && buf[2] == b'e' && buf[3] == b'v' && buf[4] == b'/' && buf[5] == b'f' && buf[6] == b'd' {
+    if n >= 7
+        && buf[0] == b'/'
+        && buf[1] == b'd'
+        && buf[2] == b'e'
+        && buf[3] == b'v'
+        && buf[4] == b'/'
+        && buf[5] == b'f'
+        && buf[6] == b'd'
+    {
         return n == 7 || buf[7] == b'/';
     }
-    if !(n >= 9 && buf[0] == b'/' && buf[1] == b'p' && buf[2] == b'r' && buf[3] == b'o' && buf[4] == b'c' && buf[5] == b'/') {
+    if !(n >= 9
+        && buf[0] == b'/'
+        && buf[1] == b'p'
+        && buf[2] == b'r'
+        && buf[3] == b'o'
+        && buf[4] == b'c'
+        && buf[5] == b'/')
+    {
         return false;
     }
     // Skip the middle component ("self", "thread-self" or digits), then expect "/fd".
@@ -111,5 +126,9 @@ pub fn is_procfd_path(path: u64) -> bool {
     while i < 20 && buf[i] != b'/' && buf[i] != 0 {
         i += 1;
     }
-    i + 3 <= 23 && buf[i] == b'/' && buf[i + 1] == b'f' && buf[i + 2] == b'd' && (buf[i + 3] == 0 || buf[i + 3] == b'/')
+    i + 3 <= 23
+        && buf[i] == b'/'
+        && buf[i + 1] == b'f'
+        && buf[i + 2] == b'd'
+        && (buf[i + 3] == 0 || buf[i + 3] == b'/')
 }

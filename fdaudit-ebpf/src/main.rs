@@ -14,12 +14,12 @@ mod kernel;
 use aya_ebpf::{
     helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::{map, raw_tracepoint},
-    maps::{HashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, RingBuf},
     programs::RawTracePointContext,
 };
 use fdaudit_common::{
-    flags, sysno, Config, ExitRecord, ReadKey, ReadStat, RecordHeader, RecordKind, SpawnRecord,
-    Stats, TaskState, MAX_RANGES, MAX_READS, MAX_TRACKED,
+    flags, sysno, Config, Counters, ExitRecord, FdCache, HotSlot, ReadKey, ReadStat, RecordHeader,
+    RecordKind, SpawnRecord, Stats, TaskState, HOT_SLOTS, MAX_RANGES, MAX_READS, MAX_TRACKED,
 };
 use kernel::{conf, read_kernel, stat_add};
 
@@ -34,6 +34,9 @@ static SCRATCH: PerCpuArray<SpawnRecord> = PerCpuArray::with_max_entries(1, 0);
 
 #[map(name = "STATS")]
 static STATS: PerCpuArray<Stats> = PerCpuArray::with_max_entries(1, 0);
+
+#[map(name = "HOT")]
+static HOT: Array<HotSlot> = Array::with_max_entries(HOT_SLOTS, 0);
 
 #[map(name = "READS")]
 static READS: HashMap<ReadKey, ReadStat> = HashMap::with_max_entries(MAX_READS, 0);
@@ -74,12 +77,12 @@ static CONFIG: Config = Config {
     regs_si: 0,
     regs_dx: 0,
     regs_orig_ax: 0,
+    hot_mask: 0,
+    _pad: 0,
     self_pid: 0,
     reads: 0,
     magic: 0,
 };
-
-const EBADF: i64 = 9;
 
 #[inline(always)]
 fn current_tgid() -> u32 {
@@ -114,10 +117,88 @@ fn try_sched_process_fork(ctx: &RawTracePointContext) -> Result<(), i64> {
         ..Default::default()
     };
     st.parent_comm = bpf_get_current_comm().unwrap_or_default();
+    // copy_process() has given the child its own fd table by now: cache where it is.
+    st.cache = fd_cache_of(child).unwrap_or_default();
+    // Claim the child's HOT slot so its close() calls skip the hash lookup.
+    if let Some(slot) = HOT.get_ptr_mut(child_tgid & conf!(hot_mask) as u32) {
+        // SAFETY: pointer from an array lookup, valid for this program run.
+        let slot = unsafe { &mut *slot };
+        if slot.tgid == 0 {
+            *slot = HotSlot {
+                tgid: child_tgid,
+                overflow: slot.overflow,
+                close_calls: 0,
+                close_ebadf: 0,
+                cache: st.cache,
+            };
+        } else {
+            slot.overflow = 1;
+        }
+    }
     if TRACKED.insert(child_tgid, st, 0).is_err() {
         stat_add(&STATS, |s| &mut s.tracked_full);
+        release_hot(child_tgid);
     }
     Ok(())
+}
+
+/// The fd table of `task` (a task_struct address).
+#[inline(always)]
+fn fd_cache_of(task: u64) -> Result<FdCache, i64> {
+    let files: u64 = read_kernel(task + conf!(task_files))?;
+    let fdt: u64 = read_kernel(files + conf!(files_fdt))?;
+    Ok(FdCache {
+        files,
+        fdt,
+        open_fds: read_kernel(fdt + conf!(fdt_open_fds))?,
+        max_fds: read_kernel(fdt + conf!(fdt_max_fds))?,
+        _pad: 0,
+    })
+}
+
+/// Whether `fd` is open in the current process: close() on it will not fail with EBADF.
+/// One read when the fd is beyond the table, two otherwise; the table is re-read when the
+/// kernel has replaced it (expand_fdtable()).
+#[inline(always)]
+fn fd_is_open(cache: &mut FdCache, fd: u32) -> Result<bool, i64> {
+    let fdt: u64 = read_kernel(cache.files + conf!(files_fdt))?;
+    if fdt != cache.fdt {
+        cache.fdt = fdt;
+        cache.open_fds = read_kernel(fdt + conf!(fdt_open_fds))?;
+        cache.max_fds = read_kernel(fdt + conf!(fdt_max_fds))?;
+    }
+    if fd >= cache.max_fds {
+        return Ok(false);
+    }
+    let word: u64 = read_kernel(cache.open_fds + u64::from(fd / 64) * 8)?;
+    Ok((word >> (fd % 64)) & 1 != 0)
+}
+
+/// Frees `tgid`'s HOT slot and returns its close() counts (calls, EBADF).
+#[inline(always)]
+fn release_hot(tgid: u32) -> (u32, u32) {
+    if let Some(slot) = HOT.get_ptr_mut(tgid & conf!(hot_mask) as u32) {
+        // SAFETY: pointer from an array lookup, valid for this program run.
+        let slot = unsafe { &mut *slot };
+        if slot.tgid == tgid {
+            let counts = (slot.close_calls, slot.close_ebadf);
+            slot.tgid = 0;
+            slot.close_calls = 0;
+            slot.close_ebadf = 0;
+            return counts;
+        }
+    }
+    (0, 0)
+}
+
+/// The window's counters: the hash map's plus the HOT slot's close() counts (slot freed).
+#[inline(always)]
+fn take_counters(tgid: u32, st: &TaskState) -> Counters {
+    let mut c = st.counters;
+    let (calls, ebadf) = release_hot(tgid);
+    c.close_calls += calls;
+    c.close_ebadf += ebadf;
+    c
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -158,7 +239,7 @@ fn try_sched_process_exec(ctx: &RawTracePointContext) -> Result<(), i64> {
     rec.exec_ns = now;
     rec.parent_comm = st.parent_comm;
     rec.comm = bpf_get_current_comm().unwrap_or_default();
-    rec.counters = st.counters;
+    rec.counters = take_counters(tgid, st);
     if st.counters.close_range_calls as usize > MAX_RANGES {
         rec.header.flags |= flags::RANGES_TRUNCATED;
     }
@@ -201,6 +282,7 @@ fn try_sched_process_exit() -> Result<(), i64> {
     let exit_code: i32 = read_kernel(task + conf!(task_exit_code)).unwrap_or(0);
     // SAFETY: pointer from a map lookup, valid for this program run.
     let st = unsafe { &*st };
+    let counters = take_counters(tgid, st);
     if let Some(mut entry) = EVENTS.reserve::<ExitRecord>(0) {
         let rec = ExitRecord {
             header: RecordHeader {
@@ -214,7 +296,7 @@ fn try_sched_process_exit() -> Result<(), i64> {
             in_window: st.in_window,
             exit_code: exit_code as u32,
             comm: bpf_get_current_comm().unwrap_or_default(),
-            counters: st.counters,
+            counters,
         };
         entry.write(rec);
         entry.submit(0);
@@ -237,6 +319,27 @@ pub fn sys_enter(ctx: RawTracePointContext) -> i32 {
 
 fn try_sys_enter(ctx: &RawTracePointContext) -> Result<(), i64> {
     let id: i64 = ctx.arg(1);
+    if id == sysno::CLOSE {
+        // Fast path, the one a close loop takes 2^20 times: an array slot, no hashing.
+        let tgid = current_tgid();
+        let Some(slot) = HOT.get_ptr_mut(tgid & conf!(hot_mask) as u32) else {
+            return Ok(());
+        };
+        // SAFETY: pointer from an array lookup, valid for this program run.
+        let slot = unsafe { &mut *slot };
+        if slot.tgid == tgid {
+            slot.close_calls += 1;
+            let regs: u64 = ctx.arg(0);
+            let fd: u64 = read_kernel(regs + conf!(regs_di))?;
+            if !fd_is_open(&mut slot.cache, fd as u32)? {
+                slot.close_ebadf += 1;
+            }
+            return Ok(());
+        }
+        if slot.overflow == 0 {
+            return Ok(()); // nobody in a window hashes here: not traced
+        }
+    }
     match id {
         sysno::CLOSE
         | sysno::CLOSE_RANGE
@@ -263,7 +366,14 @@ fn try_sys_enter(ctx: &RawTracePointContext) -> Result<(), i64> {
     }
     let c = &mut st.counters;
     match id {
-        sysno::CLOSE => c.close_calls += 1,
+        sysno::CLOSE => {
+            c.close_calls += 1;
+            let regs: u64 = ctx.arg(0);
+            let fd: u64 = read_kernel(regs + conf!(regs_di))?;
+            if !fd_is_open(&mut st.cache, fd as u32)? {
+                st.counters.close_ebadf += 1;
+            }
+        }
         sysno::CLOSE_RANGE => {
             let regs: u64 = ctx.arg(0);
             let i = c.close_range_calls as usize;
@@ -288,7 +398,11 @@ fn try_sys_enter(ctx: &RawTracePointContext) -> Result<(), i64> {
             let regs: u64 = ctx.arg(0);
             let nfds: u64 = read_kernel(regs + conf!(regs_si))?;
             c.poll_calls += 1;
-            let nfds = if nfds > u32::MAX as u64 { u32::MAX } else { nfds as u32 };
+            let nfds = if nfds > u32::MAX as u64 {
+                u32::MAX
+            } else {
+                nfds as u32
+            };
             if nfds > c.poll_nfds_max {
                 c.poll_nfds_max = nfds;
             }
@@ -296,7 +410,11 @@ fn try_sys_enter(ctx: &RawTracePointContext) -> Result<(), i64> {
         sysno::GETDENTS64 => c.getdents64_calls += 1,
         sysno::OPEN | sysno::OPENAT | sysno::OPENAT2 => {
             let regs: u64 = ctx.arg(0);
-            let off = if id == sysno::OPEN { conf!(regs_di) } else { conf!(regs_si) };
+            let off = if id == sysno::OPEN {
+                conf!(regs_di)
+            } else {
+                conf!(regs_si)
+            };
             let path: u64 = read_kernel(regs + off)?;
             if kernel::is_procfd_path(path) {
                 c.procfd_opens += 1;
@@ -310,9 +428,9 @@ fn try_sys_enter(ctx: &RawTracePointContext) -> Result<(), i64> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// raw_syscalls/sys_exit: TP_PROTO(struct pt_regs *regs, long ret). Counts close() calls that
-// failed with EBADF and, with `--reads`, read()/readv()/pread64() calls and bytes per fd. The
-// first check is on the return value, so almost every syscall leaves at once.
+// raw_syscalls/sys_exit: TP_PROTO(struct pt_regs *regs, long ret). Attached only with
+// `--reads`: counts read()/readv()/pread64() calls and bytes per (process, fd). The first
+// checks are the return value and the option, so most syscalls leave at once.
 #[raw_tracepoint(tracepoint = "sys_exit")]
 pub fn sys_exit(ctx: RawTracePointContext) -> i32 {
     let _ = try_sys_exit(&ctx);
@@ -321,22 +439,6 @@ pub fn sys_exit(ctx: RawTracePointContext) -> i32 {
 
 fn try_sys_exit(ctx: &RawTracePointContext) -> Result<(), i64> {
     let ret: i64 = ctx.arg(1);
-    if ret == -EBADF {
-        let Some(st) = TRACKED.get_ptr_mut(current_tgid()) else {
-            return Ok(());
-        };
-        // SAFETY: pointer from a map lookup, valid for this program run.
-        let st = unsafe { &mut *st };
-        if st.in_window == 0 {
-            return Ok(());
-        }
-        let regs: u64 = ctx.arg(0);
-        let id: i64 = read_kernel(regs + conf!(regs_orig_ax))?;
-        if id == sysno::CLOSE {
-            st.counters.close_ebadf += 1;
-        }
-        return Ok(());
-    }
     if ret < 0 || conf!(reads) == 0 {
         return Ok(());
     }

@@ -66,7 +66,10 @@ struct Member {
 #[derive(Debug, Clone)]
 enum Type {
     /// STRUCT or UNION with its members.
-    Composite { name: u32, members: Vec<Member> },
+    Composite {
+        name: u32,
+        members: Vec<Member>,
+    },
     /// TYPEDEF, VOLATILE, CONST, RESTRICT, TYPE_TAG: refers to another type.
     Alias(u32),
     Other,
@@ -322,6 +325,8 @@ pub fn config_from_btf(btf: &Btf) -> Result<Config, BtfError> {
         regs_si: o("pt_regs", "si")?,
         regs_dx: o("pt_regs", "dx")?,
         regs_orig_ax: o("pt_regs", "orig_ax")?,
+        hot_mask: fdaudit_common::HOT_SLOTS - 1,
+        _pad: 0,
         self_pid: std::process::id(),
         reads: 0,
         magic: CONFIG_MAGIC,
@@ -356,7 +361,11 @@ mod tests {
         // [4] typedef inner_t = inner  (name reuses "in")
         types.extend([s("in", &strings), KIND_TYPEDEF << 24, 2]);
         // [5] struct outer (kind_flag set for the bitfield), 4 members
-        types.extend([s("outer", &strings), (1 << 31) | (KIND_STRUCT << 24) | 4, 24]);
+        types.extend([
+            s("outer", &strings),
+            (1 << 31) | (KIND_STRUCT << 24) | 4,
+            24,
+        ]);
         types.extend([s("x", &strings), 1, 0]);
         types.extend([0, 3, 64]);
         types.extend([s("in", &strings), 4, 96]);
@@ -389,15 +398,24 @@ mod tests {
     #[test]
     fn errors_name_what_is_missing() {
         let btf = Btf::parse(&sample()).expect("sample parses");
-        assert!(matches!(btf.offset("nope", "x"), Err(BtfError::NoStruct(_))));
+        assert!(matches!(
+            btf.offset("nope", "x"),
+            Err(BtfError::NoStruct(_))
+        ));
         let e = btf.offset("outer", "in.zz").unwrap_err();
         assert_eq!(e.to_string(), "member in.zz not found in outer");
-        assert!(matches!(btf.offset("outer", "bf"), Err(BtfError::Unaligned(_))));
+        assert!(matches!(
+            btf.offset("outer", "bf"),
+            Err(BtfError::Unaligned(_))
+        ));
     }
 
     #[test]
     fn rejects_garbage_and_truncation() {
-        assert!(matches!(Btf::parse(b"hello world, not btf at all"), Err(BtfError::Malformed(_))));
+        assert!(matches!(
+            Btf::parse(b"hello world, not btf at all"),
+            Err(BtfError::Malformed(_))
+        ));
         let mut blob = sample();
         blob.truncate(40);
         assert!(Btf::parse(&blob).is_err());

@@ -18,16 +18,43 @@ pub struct ProgramSpec {
     pub tracepoint: &'static str,
     /// A syscall tracepoint: slows every syscall on the machine while attached.
     pub syscall: bool,
+    /// Only needed for `trace --reads`.
+    pub reads_only: bool,
 }
 
 /// Every program in the object, in attach order: the scheduler hooks first, so that a spawn
 /// never has syscall counts without its fork being seen.
 pub const PROGRAMS: [ProgramSpec; 5] = [
-    ProgramSpec { name: "sched_process_fork", tracepoint: "sched_process_fork", syscall: false },
-    ProgramSpec { name: "sched_process_exec", tracepoint: "sched_process_exec", syscall: false },
-    ProgramSpec { name: "sched_process_exit", tracepoint: "sched_process_exit", syscall: false },
-    ProgramSpec { name: "sys_enter", tracepoint: "sys_enter", syscall: true },
-    ProgramSpec { name: "sys_exit", tracepoint: "sys_exit", syscall: true },
+    ProgramSpec {
+        name: "sched_process_fork",
+        tracepoint: "sched_process_fork",
+        syscall: false,
+        reads_only: false,
+    },
+    ProgramSpec {
+        name: "sched_process_exec",
+        tracepoint: "sched_process_exec",
+        syscall: false,
+        reads_only: false,
+    },
+    ProgramSpec {
+        name: "sched_process_exit",
+        tracepoint: "sched_process_exit",
+        syscall: false,
+        reads_only: false,
+    },
+    ProgramSpec {
+        name: "sys_enter",
+        tracepoint: "sys_enter",
+        syscall: true,
+        reads_only: false,
+    },
+    ProgramSpec {
+        name: "sys_exit",
+        tracepoint: "sys_exit",
+        syscall: true,
+        reads_only: true,
+    },
 ];
 
 /// Linux capability numbers fdaudit cares about.
@@ -202,10 +229,19 @@ mod tests {
 
     #[test]
     fn caps_needed_for_tracing() {
-        assert_eq!(missing_trace_caps(0).as_deref(), Some("CAP_BPF and CAP_PERFMON"));
+        assert_eq!(
+            missing_trace_caps(0).as_deref(),
+            Some("CAP_BPF and CAP_PERFMON")
+        );
         assert_eq!(missing_trace_caps(1 << caps::CAP_SYS_ADMIN), None);
-        assert_eq!(missing_trace_caps((1 << caps::CAP_BPF) | (1 << caps::CAP_PERFMON)), None);
-        assert_eq!(missing_trace_caps(1 << caps::CAP_BPF).as_deref(), Some("CAP_PERFMON"));
+        assert_eq!(
+            missing_trace_caps((1 << caps::CAP_BPF) | (1 << caps::CAP_PERFMON)),
+            None
+        );
+        assert_eq!(
+            missing_trace_caps(1 << caps::CAP_BPF).as_deref(),
+            Some("CAP_PERFMON")
+        );
     }
 
     #[test]

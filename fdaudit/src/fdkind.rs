@@ -143,21 +143,51 @@ mod tests {
         assert_eq!(from_kernel(0o010600, magic::PIPEFS, ""), FdKind::Pipe);
         assert_eq!(from_kernel(0o010644, 0xef53, "fifo"), FdKind::Fifo);
         assert_eq!(from_kernel(0o140777, magic::SOCKFS, ""), FdKind::Socket);
-        assert_eq!(from_kernel(0o600, magic::ANON_INODE_FS, "[eventfd]"), FdKind::Eventfd);
-        assert_eq!(from_kernel(0o600, magic::ANON_INODE_FS, "[eventpoll]"), FdKind::Epoll);
-        assert_eq!(from_kernel(0o600, magic::ANON_INODE_FS, "[timerfd]"), FdKind::Timerfd);
-        assert_eq!(from_kernel(0o600, magic::ANON_INODE_FS, "[signalfd]"), FdKind::Signalfd);
-        assert_eq!(from_kernel(0o600, magic::ANON_INODE_FS, "bpf-map"), FdKind::Bpf);
-        assert_eq!(from_kernel(0o600, magic::ANON_INODE_FS, "[io_uring]"), FdKind::AnonInode);
-        assert_eq!(from_kernel(0o100400, magic::PIDFS, "anon_inode:[pidfd]"), FdKind::Pidfd);
-        assert_eq!(from_kernel(0o100777, magic::TMPFS, "memfd:cache"), FdKind::Memfd);
+        assert_eq!(
+            from_kernel(0o600, magic::ANON_INODE_FS, "[eventfd]"),
+            FdKind::Eventfd
+        );
+        assert_eq!(
+            from_kernel(0o600, magic::ANON_INODE_FS, "[eventpoll]"),
+            FdKind::Epoll
+        );
+        assert_eq!(
+            from_kernel(0o600, magic::ANON_INODE_FS, "[timerfd]"),
+            FdKind::Timerfd
+        );
+        assert_eq!(
+            from_kernel(0o600, magic::ANON_INODE_FS, "[signalfd]"),
+            FdKind::Signalfd
+        );
+        assert_eq!(
+            from_kernel(0o600, magic::ANON_INODE_FS, "bpf-map"),
+            FdKind::Bpf
+        );
+        assert_eq!(
+            from_kernel(0o600, magic::ANON_INODE_FS, "[io_uring]"),
+            FdKind::AnonInode
+        );
+        assert_eq!(
+            from_kernel(0o100400, magic::PIDFS, "anon_inode:[pidfd]"),
+            FdKind::Pidfd
+        );
+        assert_eq!(
+            from_kernel(0o100777, magic::TMPFS, "memfd:cache"),
+            FdKind::Memfd
+        );
         assert_eq!(from_kernel(0o020666, 0x1cd1, "null"), FdKind::Device);
     }
 
     #[test]
     fn anon_names_with_and_without_prefix() {
-        assert_eq!(FdKind::from_anon_name("anon_inode:[eventfd]"), FdKind::Eventfd);
-        assert_eq!(FdKind::from_anon_name("anon_inode:inotify"), FdKind::Inotify);
+        assert_eq!(
+            FdKind::from_anon_name("anon_inode:[eventfd]"),
+            FdKind::Eventfd
+        );
+        assert_eq!(
+            FdKind::from_anon_name("anon_inode:inotify"),
+            FdKind::Inotify
+        );
         assert_eq!(FdKind::from_anon_name("anon_inode:bpf-prog"), FdKind::Bpf);
         assert_eq!(FdKind::from_anon_name("[perf_event]"), FdKind::Perf);
     }

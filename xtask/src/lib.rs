@@ -83,7 +83,10 @@ pub fn build_ebpf(root: &Path) -> Result<PathBuf> {
     }
     for (k, _) in std::env::vars_os() {
         let k = k.to_string_lossy();
-        if k.starts_with("CARGO_ENCODED_") || k.starts_with("CARGO_CFG_") || k.starts_with("CARGO_FEATURE_") {
+        if k.starts_with("CARGO_ENCODED_")
+            || k.starts_with("CARGO_CFG_")
+            || k.starts_with("CARGO_FEATURE_")
+        {
             cmd.env_remove(&*k);
         }
     }

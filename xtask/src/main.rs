@@ -22,8 +22,9 @@ fn run() -> Result<()> {
                 .parent()
                 .expect("the ebpf target dir has a parent")
                 .join("fdaudit-ebpf.o");
-            std::fs::copy(&obj, &dest)
-                .with_context(|| format!("failed to copy {} to {}", obj.display(), dest.display()))?;
+            std::fs::copy(&obj, &dest).with_context(|| {
+                format!("failed to copy {} to {}", obj.display(), dest.display())
+            })?;
             println!("{}", dest.display());
             Ok(())
         }

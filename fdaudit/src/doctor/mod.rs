@@ -75,7 +75,10 @@ pub fn run(args: DoctorArgs) -> Result<u8> {
     }
     let failed: Vec<&Check> = checks.iter().filter(|c| c.status == Status::Fail).collect();
     if let Some(first) = failed.first() {
-        eprintln!("error: trace cannot work here: {}: {}", first.name, first.detail);
+        eprintln!(
+            "error: trace cannot work here: {}: {}",
+            first.name, first.detail
+        );
         return Ok(1);
     }
     Ok(0)
@@ -90,18 +93,29 @@ pub fn collect() -> Vec<Check> {
         checks.push(check(
             "architecture",
             Status::Fail,
-            format!("{}: the programs read x86_64 syscall registers; only x86_64 is supported", std::env::consts::ARCH),
+            format!(
+                "{}: the programs read x86_64 syscall registers; only x86_64 is supported",
+                std::env::consts::ARCH
+            ),
         ));
     }
 
     let btf_ok = match btf::Btf::from_sys_fs() {
         Ok(b) => match btf::config_from_btf(&b) {
             Ok(_) => {
-                checks.push(check("btf", Status::Ok, format!("{} has every offset fdaudit needs", btf::VMLINUX_BTF)));
+                checks.push(check(
+                    "btf",
+                    Status::Ok,
+                    format!("{} has every offset fdaudit needs", btf::VMLINUX_BTF),
+                ));
                 true
             }
             Err(e) => {
-                checks.push(check("btf", Status::Fail, format!("{e}: this kernel's layout is not supported")));
+                checks.push(check(
+                    "btf",
+                    Status::Fail,
+                    format!("{e}: this kernel's layout is not supported"),
+                ));
                 false
             }
         },
@@ -125,7 +139,11 @@ pub fn collect() -> Vec<Check> {
         ("CAP_SYS_ADMIN", caps::CAP_SYS_ADMIN),
         ("CAP_SYS_PTRACE", caps::CAP_SYS_PTRACE),
     ];
-    let held: Vec<&str> = names.iter().filter(|(_, c)| ebpf::has_cap(caps, *c)).map(|(n, _)| *n).collect();
+    let held: Vec<&str> = names
+        .iter()
+        .filter(|(_, c)| ebpf::has_cap(caps, *c))
+        .map(|(n, _)| *n)
+        .collect();
     let missing = ebpf::missing_trace_caps(caps);
     checks.push(match &missing {
         None => check(
@@ -181,7 +199,11 @@ fn program_checks() -> Vec<Check> {
         Ok(b) => b,
         Err(e) => return vec![check("maps", Status::Fail, one_line(&e))],
     };
-    let mut out = vec![check("maps", Status::Ok, "created (ring buffer, hash maps, per-CPU arrays)")];
+    let mut out = vec![check(
+        "maps",
+        Status::Ok,
+        "created (ring buffer, hash maps, per-CPU arrays)",
+    )];
     for spec in &ebpf::PROGRAMS {
         out.push(match ebpf::load_and_attach(&mut bpf, spec) {
             Ok(()) => check(
@@ -220,11 +242,17 @@ fn tracefs_check(root: bool) -> Check {
         return check(
             "tracefs",
             Status::Warn,
-            format!("not mounted at {TRACEFS} (fdaudit does not need it; as root, doctor mounts it)"),
+            format!(
+                "not mounted at {TRACEFS} (fdaudit does not need it; as root, doctor mounts it)"
+            ),
         );
     }
     match mount_tracefs() {
-        Ok(()) => check("tracefs", Status::Ok, format!("was not mounted: mounted it at {TRACEFS}")),
+        Ok(()) => check(
+            "tracefs",
+            Status::Ok,
+            format!("was not mounted: mounted it at {TRACEFS}"),
+        ),
         Err(e) => check(
             "tracefs",
             Status::Warn,
@@ -238,7 +266,13 @@ pub fn mount_tracefs() -> std::io::Result<()> {
     let target = c"/sys/kernel/tracing";
     // SAFETY: valid NUL-terminated strings; no data argument.
     let rc = unsafe {
-        libc::mount(src.as_ptr(), target.as_ptr(), src.as_ptr(), 0, std::ptr::null())
+        libc::mount(
+            src.as_ptr(),
+            target.as_ptr(),
+            src.as_ptr(),
+            0,
+            std::ptr::null(),
+        )
     };
     if rc == 0 {
         Ok(())
@@ -249,7 +283,10 @@ pub fn mount_tracefs() -> std::io::Result<()> {
 
 /// RLIMIT_NOFILE (soft, hard) of this process.
 pub fn nofile() -> (u64, u64) {
-    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: getrlimit writes into the struct we own.
     unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) };
     (r.rlim_cur, r.rlim_max)
@@ -262,7 +299,11 @@ fn rustix_uname() -> String {
         return "unknown".into();
     }
     let f = |a: &[libc::c_char]| {
-        let b: Vec<u8> = a.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+        let b: Vec<u8> = a
+            .iter()
+            .take_while(|&&c| c != 0)
+            .map(|&c| c as u8)
+            .collect();
         String::from_utf8_lossy(&b).into_owned()
     };
     format!("{} {} {}", f(&u.sysname), f(&u.release), f(&u.machine))

@@ -28,7 +28,12 @@ after Ctrl-C."
 )]
 pub struct TraceArgs {
     /// Trace this running process and all its descendants (repeatable).
-    #[arg(short = 'p', long = "pid", value_name = "PID", conflicts_with = "command")]
+    #[arg(
+        short = 'p',
+        long = "pid",
+        value_name = "PID",
+        conflicts_with = "command"
+    )]
     pub pids: Vec<u32>,
 
     /// Stop after this many seconds (e.g. 30, 1.5).
@@ -89,8 +94,9 @@ pub fn run(args: TraceArgs) -> Result<u8> {
     }
     for &pid in &args.pids {
         // SAFETY: signal 0 only checks that the process exists.
-        if pid == 0 || unsafe { libc::kill(pid as i32, 0) } != 0
-            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+        if pid == 0
+            || unsafe { libc::kill(pid as i32, 0) } != 0
+                && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
         {
             bail!("no process with PID {pid}: check it with `ps -p {pid}`");
         }
@@ -129,7 +135,9 @@ pub fn run(args: TraceArgs) -> Result<u8> {
         h.release()?;
     }
     let mut tracer = Tracer::new(&args, &session);
-    let deadline = args.duration.map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
+    let deadline = args
+        .duration
+        .map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
     let root_pids: Vec<u32> = child.map(|c| vec![c]).unwrap_or_else(|| args.pids.clone());
     let mut exit_status: Option<i32> = None;
     loop {
@@ -225,7 +233,10 @@ impl Held {
             // SAFETY: reaping our own child.
             unsafe { libc::waitpid(self.pid as i32, &mut status, 0) };
             return Err(e).with_context(|| {
-                format!("failed to start {}: check the command exists and is executable", self.name)
+                format!(
+                    "failed to start {}: check the command exists and is executable",
+                    self.name
+                )
             });
         }
         Ok(())
@@ -339,7 +350,10 @@ impl<'a> Tracer<'a> {
             Event::Spawn(s) => {
                 // The traced command's own exec (or a -p root's re-exec) is not a spawn: what it
                 // inherited came from fdaudit's caller, the baseline every spawn starts from.
-                if roots.contains(&s.pid) && s.flags.contains(&"no_fork") && !self.seen_root_exec.contains(&s.pid) {
+                if roots.contains(&s.pid)
+                    && s.flags.contains(&"no_fork")
+                    && !self.seen_root_exec.contains(&s.pid)
+                {
                     self.seen_root_exec.push(s.pid);
                     self.root_inherited = s.leaked_fds.clone();
                     return Ok(());
@@ -396,7 +410,15 @@ impl<'a> Tracer<'a> {
         }
         if !summary.read_storms.is_empty() {
             writeln!(out, "\nbyte-at-a-time reads:")?;
-            let mut t = output::table(&["pid", "comm", "fd", "target", "read calls", "bytes/call", "block reads needed"]);
+            let mut t = output::table(&[
+                "pid",
+                "comm",
+                "fd",
+                "target",
+                "read calls",
+                "bytes/call",
+                "block reads needed",
+            ]);
             for s in &summary.read_storms {
                 t.add_row(vec![
                     s.pid.to_string(),
@@ -411,7 +433,11 @@ impl<'a> Tracer<'a> {
             writeln!(out, "{t}")?;
         }
         if !self.root_inherited.is_empty() {
-            let fds: Vec<String> = self.root_inherited.iter().map(|f| format!("{}={}", f.fd, f.target)).collect();
+            let fds: Vec<String> = self
+                .root_inherited
+                .iter()
+                .map(|f| format!("{}={}", f.fd, f.target))
+                .collect();
             eprintln!(
                 "note: the traced command itself inherited {} fd(s) from fdaudit's caller: {} (every spawn that does not close them leaks them too)",
                 fds.len(),
@@ -419,7 +445,9 @@ impl<'a> Tracer<'a> {
             );
         }
         if self.leaks_only {
-            eprintln!("note: --leaks-only: syscalls were not traced, so no close counts or strategies");
+            eprintln!(
+                "note: --leaks-only: syscalls were not traced, so no close counts or strategies"
+            );
         } else {
             eprintln!(
                 "note: probes cost ~{:.0} ns per counted syscall (close() itself ~{:.0} ns untraced); 'untraced' windows subtract it",
@@ -427,10 +455,16 @@ impl<'a> Tracer<'a> {
             );
         }
         if summary.lost_records > 0 {
-            eprintln!("warning: {} records were lost (ring buffer full): some spawns are missing", summary.lost_records);
+            eprintln!(
+                "warning: {} records were lost (ring buffer full): some spawns are missing",
+                summary.lost_records
+            );
         }
         if summary.untracked_forks > 0 {
-            eprintln!("warning: {} forks were not traced (traced-process table full)", summary.untracked_forks);
+            eprintln!(
+                "warning: {} forks were not traced (traced-process table full)",
+                summary.untracked_forks
+            );
         }
         for p in &summary.partial {
             eprintln!("warning: partial data: {p}");

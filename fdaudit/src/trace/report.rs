@@ -21,10 +21,7 @@ pub fn fmt_ns(ns: u64) -> String {
 pub fn spawn_line(s: &Spawn) -> String {
     let mut line = format!(
         "{}[{}] -> {} {}",
-        s.parent_comm,
-        s.parent_pid,
-        s.pid,
-        s.exec_path
+        s.parent_comm, s.parent_pid, s.pid, s.exec_path
     );
     if s.argv.len() > 1 {
         line.push_str(" (");
@@ -56,7 +53,10 @@ pub fn spawn_line(s: &Spawn) -> String {
             counts.push(r.join(" "));
         }
         if s.fcntl_setfd_calls + s.fcntl_getfd_calls > 0 {
-            counts.push(format!("fcntl {}", s.fcntl_setfd_calls + s.fcntl_getfd_calls));
+            counts.push(format!(
+                "fcntl {}",
+                s.fcntl_setfd_calls + s.fcntl_getfd_calls
+            ));
         }
         if s.poll_calls > 0 {
             counts.push(format!("poll {} (nfds {})", s.poll_calls, s.poll_nfds_max));
@@ -76,9 +76,9 @@ pub fn spawn_line(s: &Spawn) -> String {
         let fds: Vec<String> = s
             .leaked_fds
             .iter()
-            .map(|f| format!("{}={}:{}", f.fd, f.kind, f.target))
+            .map(|f| format!("{} {} {}", f.fd, f.kind, f.target))
             .collect();
-        line.push_str(&format!("  LEAKED {}: {}", s.leaked_count, fds.join(" ")));
+        line.push_str(&format!("  LEAKED {}: {}", s.leaked_count, fds.join(", ")));
     }
     if !s.flags.is_empty() {
         line.push_str(&format!("  [{}]", s.flags.join(",")));
@@ -306,7 +306,11 @@ mod tests {
             getdents64_calls: 0,
             procfd_opens: 0,
             dup_calls: 0,
-            strategy: if close >= 64 { Strategy::CloseLoop } else { Strategy::None },
+            strategy: if close >= 64 {
+                Strategy::CloseLoop
+            } else {
+                Strategy::None
+            },
             close_loop_bound: (close >= 64).then_some(close + 3),
             leaked_fds: vec![],
             leaked_count: leaked,
@@ -356,6 +360,9 @@ mod tests {
         assert_eq!(c.totals.spawns_with_leaks, 2);
         let table = summary_table(&g);
         assert!(table.contains("python3"), "{table}");
-        assert!(table.contains("close-loop") || table.contains("none"), "{table}");
+        assert!(
+            table.contains("close-loop") || table.contains("none"),
+            "{table}"
+        );
     }
 }

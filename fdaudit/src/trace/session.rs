@@ -153,7 +153,10 @@ impl Session {
         config.reads = u32::from(opts.reads);
         let close_cost_ns = measure_close_cost(20_000);
         let mut bpf = ebpf::open(&config).context("failed to load the eBPF object")?;
-        for spec in ebpf::PROGRAMS.iter().filter(|p| !(opts.leaks_only && p.syscall)) {
+        let wanted = |p: &&ebpf::ProgramSpec| {
+            !(opts.leaks_only && p.syscall) && (opts.reads || !p.reads_only)
+        };
+        for spec in ebpf::PROGRAMS.iter().filter(wanted) {
             ebpf::load_and_attach(&mut bpf, spec)
                 .with_context(|| format!("failed to start program {}", spec.name))?;
         }
@@ -276,7 +279,10 @@ impl Session {
 
     /// The kernel's own counters, summed over CPUs.
     pub fn stats(&self) -> Result<Stats> {
-        let per_cpu = self.stats.get(&0, 0).context("failed to read the STATS map")?;
+        let per_cpu = self
+            .stats
+            .get(&0, 0)
+            .context("failed to read the STATS map")?;
         let mut s = Stats::default();
         for v in per_cpu.iter() {
             s.lost_records += v.lost_records;
@@ -312,8 +318,9 @@ impl Session {
             .collect()
     }
 
-    /// Forks a child that is traced as if inside a spawn window and times `n` close() calls
-    /// on a closed fd; the difference with the untraced cost is the probes' cost per syscall.
+    /// Measures what the probes add to one close(): a traced child forks a grandchild (so the
+    /// grandchild is in a spawn window exactly as a real one, HOT slot and all) that times
+    /// `n` close() calls on a closed fd; the difference with the untraced cost is the answer.
     fn measure_probe_cost(&mut self, n: u32, untraced_ns: f64) -> Result<f64> {
         let mut go = [0i32; 2];
         let mut back = [0i32; 2];
@@ -326,7 +333,7 @@ impl Session {
             }
         }
         let bad_fd = closed_fd();
-        // SAFETY: the child only makes async-signal-safe calls, then _exit()s.
+        // SAFETY: the children only make async-signal-safe calls, then _exit().
         let pid = unsafe { libc::fork() };
         if pid < 0 {
             return Err(std::io::Error::last_os_error()).context("fork");
@@ -335,16 +342,17 @@ impl Session {
             unsafe {
                 let mut b = 0u8;
                 libc::read(go[0], (&mut b as *mut u8).cast(), 1);
-                let t = time_closes(bad_fd, n);
-                libc::write(back[1], (&t as *const u64).cast(), 8);
+                let g = libc::fork();
+                if g == 0 {
+                    let t = time_closes(bad_fd, n);
+                    libc::write(back[1], (&t as *const u64).cast(), 8);
+                    libc::_exit(0);
+                }
+                libc::waitpid(g, std::ptr::null_mut(), 0);
                 libc::_exit(0);
             }
         }
-        let st = TaskState {
-            in_window: 1,
-            ..Default::default()
-        };
-        let inserted = self.tracked.insert(pid as u32, st, 0);
+        let inserted = self.tracked.insert(pid as u32, TaskState::default(), 0);
         let mut ns = 0u64;
         // SAFETY: plain fd I/O on the pipes we created; waitpid on our child.
         unsafe {
@@ -357,8 +365,7 @@ impl Session {
             libc::waitpid(pid, std::ptr::null_mut(), 0);
         }
         inserted.context("failed to track the calibration child")?;
-        let _ = self.tracked.remove(&(pid as u32));
-        self.drain(); // its exit record
+        self.drain(); // the calibration processes' exit records
         let traced = ns as f64 / f64::from(n);
         Ok((traced - untraced_ns).max(0.0))
     }
@@ -410,25 +417,32 @@ fn closed_fd() -> i32 {
     fd
 }
 
-/// ns spent in `n` close(fd) calls (async-signal-safe).
+/// CPU ns this thread spent in `n` close(fd) calls: the best of three rounds. CPU time, not
+/// wall time, so other load on the machine does not inflate it (async-signal-safe).
 fn time_closes(fd: i32, n: u32) -> u64 {
-    let mut a = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    (0..3).map(|_| time_closes_once(fd, n)).min().unwrap_or(0)
+}
+
+fn time_closes_once(fd: i32, n: u32) -> u64 {
+    let mut a = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     let mut b = a;
     // SAFETY: clock_gettime and close with plain arguments.
     unsafe {
-        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut a);
+        libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut a);
         for _ in 0..n {
             libc::close(fd);
         }
-        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut b);
+        libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut b);
     }
-    ((b.tv_sec - a.tv_sec) as i64 * 1_000_000_000 + (b.tv_nsec - a.tv_nsec) as i64).max(0) as u64
+    ((b.tv_sec - a.tv_sec) * 1_000_000_000 + (b.tv_nsec - a.tv_nsec)).max(0) as u64
 }
 
-/// Untraced cost of one close() on a closed fd (ns): the best of three runs.
+/// Untraced CPU cost of one close() on a closed fd (ns).
 pub fn measure_close_cost(n: u32) -> f64 {
-    let fd = closed_fd();
-    (0..3).map(|_| time_closes(fd, n)).min().unwrap_or(0) as f64 / f64::from(n)
+    time_closes(closed_fd(), n) as f64 / f64::from(n)
 }
 
 fn cstr(b: &[u8]) -> String {
@@ -725,7 +739,12 @@ mod tests {
             f.f_flags = libc::O_RDWR as u32;
         }
         rec.counters.close_range_calls = 5;
-        rec.counters.ranges[0] = CloseRange { first: 3, last: u32::MAX, flags: 4, _pad: 0 };
+        rec.counters.ranges[0] = CloseRange {
+            first: 3,
+            last: u32::MAX,
+            flags: 4,
+            _pad: 0,
+        };
         let s = spawn_from_record(&rec, false, 0.0, |_, _, _, _| None);
         assert_eq!(s.leaked_count, 70);
         assert_eq!(s.leaked_fds.len(), MAX_FDS);
@@ -745,7 +764,10 @@ mod tests {
     #[test]
     fn parent_and_descendants_of_this_process() {
         let me = std::process::id();
-        let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
         assert_eq!(parent_of(child.id()), Some(me));
         assert!(descendants(me).contains(&child.id()));
         child.kill().unwrap();

@@ -85,21 +85,49 @@ mod tests {
 
     #[test]
     fn each_strategy_from_its_signature() {
-        let loop_ = Counts { close_calls: 19_997, close_ebadf: 19_990, ..Default::default() };
+        let loop_ = Counts {
+            close_calls: 19_997,
+            close_ebadf: 19_990,
+            ..Default::default()
+        };
         assert_eq!(classify(&loop_), (Strategy::CloseLoop, Some(20_000)));
-        let range = Counts { close_range_calls: 1, close_calls: 2, ..Default::default() };
+        let range = Counts {
+            close_range_calls: 1,
+            close_calls: 2,
+            ..Default::default()
+        };
         assert_eq!(classify(&range).0, Strategy::CloseRange);
-        let walk = Counts { procfd_opens: 1, getdents64_calls: 2, close_calls: 5, ..Default::default() };
+        let walk = Counts {
+            procfd_opens: 1,
+            getdents64_calls: 2,
+            close_calls: 5,
+            ..Default::default()
+        };
         assert_eq!(classify(&walk).0, Strategy::ProcfdWalk);
-        let poll = Counts { poll_calls: 1, poll_nfds_max: 20_000, close_calls: 4, ..Default::default() };
+        let poll = Counts {
+            poll_calls: 1,
+            poll_nfds_max: 20_000,
+            close_calls: 4,
+            ..Default::default()
+        };
         assert_eq!(classify(&poll).0, Strategy::PollScan);
-        let fcntl = Counts { fcntl_calls: 19_997, ..Default::default() };
+        let fcntl = Counts {
+            fcntl_calls: 19_997,
+            ..Default::default()
+        };
         assert_eq!(classify(&fcntl).0, Strategy::FcntlScan);
-        let targeted = Counts { close_calls: 3, ..Default::default() };
+        let targeted = Counts {
+            close_calls: 3,
+            ..Default::default()
+        };
         assert_eq!(classify(&targeted).0, Strategy::None);
         assert_eq!(classify(&Counts::default()).0, Strategy::None);
         // A small poll (an event loop, not a scan) is not a poll scan.
-        let small_poll = Counts { poll_calls: 3, poll_nfds_max: 2, ..Default::default() };
+        let small_poll = Counts {
+            poll_calls: 3,
+            poll_nfds_max: 2,
+            ..Default::default()
+        };
         assert_eq!(classify(&small_poll).0, Strategy::None);
     }
 }
