@@ -258,6 +258,34 @@ pub fn hold_fds(total: u64) -> Result<Vec<OwnedFd>, SpawnerError> {
     Ok(fds)
 }
 
+/// The CPUs this process may run on.
+pub fn allowed_cpus() -> Result<Vec<usize>, SpawnerError> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity fills it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above, with the set's true size.
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0
+    {
+        return Err(sys_err("sched_getaffinity"));
+    }
+    Ok((0..libc::CPU_SETSIZE as usize)
+        // SAFETY: CPU_ISSET reads the set within its size.
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect())
+}
+
+/// Pins this process (and the children it forks from now on) to `cpu`.
+pub fn pin_to_cpu(cpu: usize) -> Result<(), SpawnerError> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: CPU_SET writes within the set; out-of-range CPUs are ignored.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: sched_setaffinity reads the set with its true size.
+    if unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) } != 0 {
+        return Err(sys_err("sched_setaffinity"));
+    }
+    Ok(())
+}
+
 /// Resolves `cmd` like execvp would: as a path when it has a slash, else through PATH.
 pub fn resolve_command(cmd: &OsStr) -> Result<PathBuf, SpawnerError> {
     if cmd.as_bytes().contains(&b'/') {
@@ -713,6 +741,9 @@ pub struct SpawnerArgs {
     /// closed at start either way, so the table is exactly 0..K.
     #[arg(long)]
     pub open_fds: Option<u64>,
+    /// Pin the spawner (and so its children) to this CPU, for steadier timings.
+    #[arg(long)]
+    pub cpu: Option<usize>,
     /// After setup print `ready <pid>`, then wait for a line on stdin before spawning.
     #[arg(long)]
     pub wait_stdin: bool,
@@ -738,6 +769,9 @@ impl SpawnerArgs {
         }
         if let Some(k) = self.open_fds {
             a.extend(["--open-fds".into(), k.to_string().into()]);
+        }
+        if let Some(c) = self.cpu {
+            a.extend(["--cpu".into(), c.to_string().into()]);
         }
         if self.wait_stdin {
             a.push("--wait-stdin".into());
@@ -770,6 +804,9 @@ pub fn median(v: &mut [u64]) -> u64 {
 /// `fdaudit __spawner`.
 pub fn run(args: SpawnerArgs) -> anyhow::Result<u8> {
     close_inherited_fds().context("failed to close inherited fds")?;
+    if let Some(c) = args.cpu {
+        pin_to_cpu(c).with_context(|| format!("failed to pin to CPU {c}"))?;
+    }
     if let Some(l) = args.nofile {
         set_nofile(l).context("failed to set RLIMIT_NOFILE")?;
     }
@@ -905,6 +942,7 @@ mod tests {
             n: 7,
             nofile: Some(64),
             open_fds: Some(10),
+            cpu: Some(1),
             wait_stdin: true,
             json: true,
             cmd: vec!["/bin/echo".into(), "hi".into()],
@@ -913,7 +951,10 @@ mod tests {
         argv.extend(a.to_args());
         let b = P::try_parse_from(argv).expect("parses").a;
         assert_eq!(b.strategy, a.strategy);
-        assert_eq!((b.n, b.nofile, b.open_fds), (7, Some(64), Some(10)));
+        assert_eq!(
+            (b.n, b.nofile, b.open_fds, b.cpu),
+            (7, Some(64), Some(10), Some(1))
+        );
         assert!(b.wait_stdin && b.json);
         assert_eq!(b.cmd, a.cmd);
     }
