@@ -39,10 +39,10 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',', value_enum)]
     pub strategies: Vec<Strategy>,
     /// Timed spawns per cell.
-    #[arg(short = 'n', long = "spawns", default_value_t = 60)]
+    #[arg(short = 'n', long = "spawns", default_value_t = 200)]
     pub n: u64,
     /// Timed spawns per spawner run (each run adds one warm-up spawn).
-    #[arg(long, default_value_t = 15)]
+    #[arg(long, default_value_t = 20)]
     pub batch: u64,
     /// The program to spawn; arguments for it go after `--`.
     #[arg(long, default_value = "/bin/true")]
@@ -62,9 +62,9 @@ pub struct BenchArgs {
     /// One JSON object per line instead of tables (`"type"`: machine, cell, fit).
     #[arg(long)]
     pub json: bool,
-    /// Draw per-spawn time against NOFILE into this .svg or .png file.
+    /// Draw per-spawn time against NOFILE into this .svg or .png file (repeatable).
     #[arg(long, value_name = "FILE")]
-    pub plot: Option<PathBuf>,
+    pub plot: Vec<PathBuf>,
 }
 
 /// The machine the numbers come from.
@@ -251,7 +251,7 @@ impl Runner {
         let mut c = Command::new(&self.exe);
         c.arg("__spawner")
             .args(self.spawner_args(k, n, true).to_args());
-        tracer.run(c)
+        tracer.run(c, n)
     }
 }
 
@@ -448,7 +448,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
         write!(out, "{}", report::render_published(&fits)).map_err(w)?;
     }
     out.flush().map_err(w)?;
-    if let Some(p) = &args.plot {
+    for p in &args.plot {
         let title = format!(
             "fork+exec of {cmd_text}: per-spawn time vs RLIMIT_NOFILE ({}, {})",
             machine.kernel, machine.libc

@@ -85,8 +85,12 @@ pub struct FitReport {
     pub ns_per_fd: f64,
     /// Half-width of b's 95% confidence interval.
     pub ns_per_fd_ci95: f64,
-    /// b is not significantly above 0: the predictions use the mean cost (a flat model).
+    /// The model predicting beyond the measured limits is flat (the mean cost): true for
+    /// the strategies that make a fixed number of syscalls, false for the loops, which
+    /// make one per possible fd (see [`Strategy::is_loop`]).
     pub flat: bool,
+    /// The data show b > 0 at 95% confidence.
+    pub slope_significant: bool,
     /// a: nanoseconds per spawn at NOFILE 0.
     pub intercept_ns: f64,
     pub r2: f64,
@@ -182,7 +186,7 @@ pub fn fits(cells: &[CellReport]) -> Vec<FitReport> {
         .into_iter()
         .filter_map(|((open_fds, strategy), pts)| {
             let f = LinearFit::fit(&pts)?;
-            let flat = f.is_flat();
+            let flat = !strategy.is_loop();
             Some(FitReport {
                 kind: "fit",
                 strategy,
@@ -190,6 +194,7 @@ pub fn fits(cells: &[CellReport]) -> Vec<FitReport> {
                 ns_per_fd: f.slope,
                 ns_per_fd_ci95: f.slope_ci95(),
                 flat,
+                slope_significant: !f.is_flat(),
                 intercept_ns: f.intercept,
                 r2: f.r2,
                 limits_fitted: f.points,
@@ -309,15 +314,18 @@ pub fn render_fits(fits: &[FitReport]) -> String {
     };
     let _ = writeln!(
         out,
-        "Fitted per-spawn cost = a + b·NOFILE (least squares over {} limits, b ± 95% CI); \
-         model `flat` where b is not significantly above 0 (predicts the mean); columns marked \
-         extrapolated lie beyond the largest NOFILE measured",
+        "Fitted per-spawn cost = a + b·NOFILE (least squares over {} limits, b ± 95% CI; \
+         `b>0` says whether the data show a slope). The model that predicts is linear for the \
+         loops (one syscall per possible fd) and flat (the mean) for the rest (a fixed number \
+         of syscalls); columns marked extrapolated lie beyond the largest NOFILE measured",
         first.limits_fitted
     );
-    let mut header: Vec<String> = ["strategy", "open fds", "b per fd", "a", "R²", "model"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let mut header: Vec<String> = [
+        "strategy", "open fds", "b per fd", "a", "R²", "b>0", "model",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
     for p in &first.predictions {
         let tag = if p.extrapolated {
             " (extrapolated)"
@@ -339,6 +347,7 @@ pub fn render_fits(fits: &[FitReport]) -> String {
                 fmt_ns(f.intercept_ns)
             },
             format!("{:.3}", f.r2),
+            if f.slope_significant { "yes" } else { "no" }.to_string(),
             if f.flat { "flat" } else { "linear" }.to_string(),
         ];
         row.extend(f.predictions.iter().map(|p| fmt_ns(p.ns)));

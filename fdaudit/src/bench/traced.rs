@@ -46,8 +46,9 @@ impl Tracer {
     }
 
     /// Runs `spawner` (a `__spawner … --wait-stdin` command), tracks it once it is ready,
-    /// lets it spawn and returns what the tracer saw for each of its children, in order.
-    pub fn run(&mut self, _spawner: Command) -> Result<Vec<TracedSpawn>, TraceError> {
+    /// lets it make its `spawns` spawns and returns what the tracer saw for each of its
+    /// children, in order.
+    pub fn run(&mut self, _spawner: Command, _spawns: u64) -> Result<Vec<TracedSpawn>, TraceError> {
         Err(TraceError::NotAvailable)
     }
 }
