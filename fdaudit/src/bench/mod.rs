@@ -328,7 +328,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
     };
     bar.set_style(
         indicatif::ProgressStyle::with_template(
-            "{spinner} timing [{bar:30}] {pos}/{len} batches, {elapsed} (eta {eta}) {msg}",
+            "{spinner} timing [{bar:24}] {pos}/{len} eta {eta} {msg}",
         )
         .expect("valid template")
         .progress_chars("=> "),
@@ -363,6 +363,13 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
                 } else {
                     indicatif::ProgressBar::hidden()
                 };
+                bar.set_style(
+                    indicatif::ProgressStyle::with_template(
+                        "{spinner} tracing [{bar:24}] {pos}/{len} cells",
+                    )
+                    .expect("valid template")
+                    .progress_chars("=> "),
+                );
                 for &k in &keys {
                     let t = runner
                         .traced(&mut tracer, k, args.trace_spawns)

@@ -135,7 +135,10 @@ fn draw<DB: DrawingBackend>(
     let y_max = ys.iter().copied().fold(0.0, f64::max) * 1.5;
     for (area, (open, cs)) in areas.iter().zip(by_open) {
         let mut chart = ChartBuilder::on(area)
-            .caption(format!("{open} fds open in the parent"), ("sans-serif", 18))
+            .caption(
+                format!("{open} fds open in the parent (dashed: fitted model, extrapolated)"),
+                ("sans-serif", 17),
+            )
             .margin(12)
             .x_label_area_size(48)
             .y_label_area_size(70)
