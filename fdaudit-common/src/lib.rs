@@ -266,6 +266,13 @@ pub struct ReadStat {
     pub tiny_calls: u64,
     /// inode number of the file read, to name it after the process is gone.
     pub ino: u64,
+    /// Superblock magic of the file read (pipefs, sockfs, ...).
+    pub magic: u64,
+    /// inode->i_mode of the file read.
+    pub mode: u32,
+    pub _pad: u32,
+    /// comm of the reader when the entry was created.
+    pub comm: [u8; 16],
 }
 
 /// Kernel struct offsets (bytes) read from /sys/kernel/btf/vmlinux at load time, plus run

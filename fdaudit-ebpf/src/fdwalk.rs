@@ -40,6 +40,18 @@ pub fn walk_fds(rec: &mut SpawnRecord) {
         words = MAX_FD_WORDS;
         rec.header.flags |= flags::FDTABLE_TRUNCATED;
     }
+    // Stdio first, with constant indices (the verifier wants provable bounds).
+    if let Ok(word0) = read_kernel::<u64>(open_fds) {
+        if word0 & 1 != 0 && fill_fd(&mut rec.stdio[0], fd_array, 0).is_ok() {
+            rec.stdio_mask |= 1;
+        }
+        if word0 & 2 != 0 && fill_fd(&mut rec.stdio[1], fd_array, 1).is_ok() {
+            rec.stdio_mask |= 2;
+        }
+        if word0 & 4 != 0 && fill_fd(&mut rec.stdio[2], fd_array, 2).is_ok() {
+            rec.stdio_mask |= 4;
+        }
+    }
     let mut walk = Walk {
         rec: rec as *mut SpawnRecord,
         open_fds,
@@ -70,10 +82,13 @@ extern "C" fn walk_word(index: u64, ctx: *mut c_void) -> i64 {
     let walk = unsafe { &mut *(ctx as *mut Walk) };
     // SAFETY: the record lives in the SCRATCH map for the whole program run.
     let rec = unsafe { &mut *walk.rec };
-    let Ok(word) = read_kernel::<u64>(walk.open_fds + index * 8) else {
+    let Ok(mut word) = read_kernel::<u64>(walk.open_fds + index * 8) else {
         rec.header.flags |= flags::READ_FAILED;
         return 1;
     };
+    if index == 0 {
+        word &= !7; // stdio was recorded by walk_fds
+    }
     if word == 0 {
         return 0;
     }
@@ -88,15 +103,9 @@ extern "C" fn walk_word(index: u64, ctx: *mut c_void) -> i64 {
     0
 }
 
+/// Records a leaked fd (>= 3).
 #[inline(always)]
 fn record_fd(rec: &mut SpawnRecord, fd_array: u64, fd: u32) {
-    if fd < 3 {
-        let i = (fd & 3) as usize;
-        if i < 3 && fill_fd(&mut rec.stdio[i], fd_array, fd).is_ok() {
-            rec.stdio_mask |= 1 << i;
-        }
-        return;
-    }
     let n = rec.nfds as usize;
     rec.nfds += 1;
     if n >= MAX_FDS {
@@ -144,9 +153,10 @@ fn fill_fd(out: &mut FdInfo, fd_array: u64, fd: u32) -> Result<(), i64> {
     Ok(())
 }
 
-/// Inode number of the current task's `fd`, to name a file after its reader is gone.
+/// (inode number, superblock magic, mode) of the current task's `fd`, to name the file
+/// after its reader is gone.
 #[inline(always)]
-pub fn fd_ino(fd: u32) -> Result<u64, i64> {
+pub fn fd_file(fd: u32) -> Result<(u64, u64, u32), i64> {
     let (fdt, max_fds) = current_fdt()?;
     if fd >= max_fds {
         return Err(-1);
@@ -154,5 +164,9 @@ pub fn fd_ino(fd: u32) -> Result<u64, i64> {
     let fd_array: u64 = read_kernel(fdt + conf!(fdt_fd))?;
     let file: u64 = read_kernel(fd_array + u64::from(fd) * 8)?;
     let inode: u64 = read_kernel(file + conf!(file_inode))?;
-    read_kernel(inode + conf!(inode_ino))
+    let ino = read_kernel(inode + conf!(inode_ino))?;
+    let mode = u32::from(read_kernel::<u16>(inode + conf!(inode_mode))?);
+    let sb: u64 = read_kernel(inode + conf!(inode_sb))?;
+    let magic = read_kernel(sb + conf!(sb_magic))?;
+    Ok((ino, magic, mode))
 }

@@ -362,11 +362,16 @@ fn try_sys_exit(ctx: &RawTracePointContext) -> Result<(), i64> {
         v.bytes += ret as u64;
         v.tiny_calls += tiny;
     } else {
+        let (ino, magic, mode) = fdwalk::fd_file(fd as u32).unwrap_or((0, 0, 0));
         let v = ReadStat {
             calls: 1,
             bytes: ret as u64,
             tiny_calls: tiny,
-            ino: fdwalk::fd_ino(fd as u32).unwrap_or(0),
+            ino,
+            magic,
+            mode,
+            _pad: 0,
+            comm: bpf_get_current_comm().unwrap_or_default(),
         };
         if READS.insert(key, v, 0).is_err() {
             stat_add(&STATS, |s| &mut s.reads_full);

@@ -1,1 +1,217 @@
-//! eBPF loading (stub).
+//! Loading the embedded eBPF object, checking what the machine offers, attaching programs.
+
+use std::path::Path;
+
+use aya::{
+    programs::{ProgramError, RawTracePoint},
+    Ebpf, EbpfError, EbpfLoader,
+};
+use fdaudit_common::{Config, GLOBAL_CONFIG};
+use thiserror::Error;
+
+use crate::btf::{self, Btf, BtfError};
+
+/// A program in the object and the raw tracepoint it attaches to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProgramSpec {
+    pub name: &'static str,
+    pub tracepoint: &'static str,
+    /// A syscall tracepoint: slows every syscall on the machine while attached.
+    pub syscall: bool,
+}
+
+/// Every program in the object, in attach order: the scheduler hooks first, so that a spawn
+/// never has syscall counts without its fork being seen.
+pub const PROGRAMS: [ProgramSpec; 5] = [
+    ProgramSpec { name: "sched_process_fork", tracepoint: "sched_process_fork", syscall: false },
+    ProgramSpec { name: "sched_process_exec", tracepoint: "sched_process_exec", syscall: false },
+    ProgramSpec { name: "sched_process_exit", tracepoint: "sched_process_exit", syscall: false },
+    ProgramSpec { name: "sys_enter", tracepoint: "sys_enter", syscall: true },
+    ProgramSpec { name: "sys_exit", tracepoint: "sys_exit", syscall: true },
+];
+
+/// Linux capability numbers fdaudit cares about.
+pub mod caps {
+    pub const CAP_SYS_PTRACE: u32 = 19;
+    pub const CAP_SYS_ADMIN: u32 = 21;
+    pub const CAP_PERFMON: u32 = 38;
+    pub const CAP_BPF: u32 = 39;
+}
+
+/// Why the programs could not be loaded or attached.
+#[derive(Debug, Error)]
+pub enum LoadError {
+    #[error("this fdaudit was built without its eBPF object (FDAUDIT_SKIP_EBPF=1); rebuild it without that variable")]
+    NoObject,
+    #[error("missing {missing}: tracing needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN); run it with sudo")]
+    NoPrivileges { missing: String },
+    #[error("kernel BTF is not available at {}: fdaudit needs a kernel built with CONFIG_DEBUG_INFO_BTF=y", btf::VMLINUX_BTF)]
+    NoBtf(#[source] BtfError),
+    #[error("the kernel BTF lacks a structure fdaudit reads")]
+    Offsets(#[source] BtfError),
+    #[error("failed to create the BPF maps")]
+    Maps(#[source] EbpfError),
+    #[error("the object has no program {0}")]
+    MissingProgram(&'static str),
+    #[error("the verifier rejected {name}: {summary}")]
+    Verifier {
+        name: &'static str,
+        summary: String,
+        #[source]
+        source: ProgramError,
+    },
+    #[error("failed to attach {name} to raw tracepoint {tracepoint}")]
+    Attach {
+        name: &'static str,
+        tracepoint: &'static str,
+        #[source]
+        source: ProgramError,
+    },
+}
+
+/// Effective capabilities of this process, from /proc/self/status (CapEff).
+pub fn effective_caps() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .unwrap_or(0)
+}
+
+pub fn has_cap(caps: u64, cap: u32) -> bool {
+    caps & (1u64 << cap) != 0
+}
+
+/// The capabilities tracing lacks, named, or None when it has what it needs.
+pub fn missing_trace_caps(caps: u64) -> Option<String> {
+    let admin = has_cap(caps, caps::CAP_SYS_ADMIN);
+    let mut missing = Vec::new();
+    if !admin && !has_cap(caps, caps::CAP_BPF) {
+        missing.push("CAP_BPF");
+    }
+    if !admin && !has_cap(caps, caps::CAP_PERFMON) {
+        missing.push("CAP_PERFMON");
+    }
+    (!missing.is_empty()).then(|| missing.join(" and "))
+}
+
+/// The offsets of the running kernel, from its BTF.
+pub fn kernel_config() -> Result<Config, LoadError> {
+    let btf = Btf::from_sys_fs().map_err(LoadError::NoBtf)?;
+    btf::config_from_btf(&btf).map_err(LoadError::Offsets)
+}
+
+/// Creates the maps of the embedded object with `config` written into its CONFIG global.
+/// Programs are not loaded yet: see [`load_and_attach`].
+pub fn open(config: &Config) -> Result<Ebpf, LoadError> {
+    if crate::EBPF_OBJECT.is_empty() {
+        return Err(LoadError::NoObject);
+    }
+    if let Some(missing) = missing_trace_caps(effective_caps()) {
+        return Err(LoadError::NoPrivileges { missing });
+    }
+    if !Path::new(btf::VMLINUX_BTF).exists() {
+        return Err(LoadError::NoBtf(BtfError::Malformed("file missing")));
+    }
+    EbpfLoader::new()
+        .override_global(GLOBAL_CONFIG, config, true)
+        .load(crate::EBPF_OBJECT)
+        .map_err(|e| match is_eperm(&e) {
+            true => LoadError::NoPrivileges {
+                missing: "permission to create BPF maps (EPERM)".into(),
+            },
+            false => LoadError::Maps(e),
+        })
+}
+
+fn is_eperm(e: &EbpfError) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            return io.raw_os_error() == Some(libc::EPERM);
+        }
+        cur = err.source();
+    }
+    false
+}
+
+/// Loads one program into the kernel (verifier) and attaches it.
+pub fn load_and_attach(ebpf: &mut Ebpf, spec: &ProgramSpec) -> Result<(), LoadError> {
+    let prog: &mut RawTracePoint = ebpf
+        .program_mut(spec.name)
+        .ok_or(LoadError::MissingProgram(spec.name))?
+        .try_into()
+        .map_err(|source| LoadError::Verifier {
+            name: spec.name,
+            summary: "not a raw tracepoint program".into(),
+            source,
+        })?;
+    prog.load().map_err(|source| LoadError::Verifier {
+        name: spec.name,
+        summary: verifier_summary(&source),
+        source,
+    })?;
+    prog.attach(spec.tracepoint)
+        .map_err(|source| LoadError::Attach {
+            name: spec.name,
+            tracepoint: spec.tracepoint,
+            source,
+        })?;
+    Ok(())
+}
+
+/// One line out of a verifier log: the last line that says what went wrong.
+pub fn verifier_summary(e: &ProgramError) -> String {
+    match e {
+        ProgramError::LoadError {
+            io_error,
+            verifier_log,
+        } => {
+            let log = verifier_log.to_string();
+            if let Some(path) = std::env::var_os("FDAUDIT_VERIFIER_LOG") {
+                // Debugging aid: the whole log, where the user asked for it.
+                let _ = std::fs::write(path, &log);
+            }
+            let line = log
+                .lines()
+                .rev()
+                .map(str::trim)
+                .find(|l| {
+                    !l.is_empty()
+                        && !l.starts_with("processed ")
+                        && !l.starts_with("verification time")
+                        && !l.starts_with("stack depth")
+                })
+                .unwrap_or("");
+            if line.is_empty() {
+                io_error.to_string()
+            } else {
+                format!("{line} ({io_error})")
+            }
+        }
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn caps_needed_for_tracing() {
+        assert_eq!(missing_trace_caps(0).as_deref(), Some("CAP_BPF and CAP_PERFMON"));
+        assert_eq!(missing_trace_caps(1 << caps::CAP_SYS_ADMIN), None);
+        assert_eq!(missing_trace_caps((1 << caps::CAP_BPF) | (1 << caps::CAP_PERFMON)), None);
+        assert_eq!(missing_trace_caps(1 << caps::CAP_BPF).as_deref(), Some("CAP_PERFMON"));
+    }
+
+    #[test]
+    fn programs_are_unique_and_sched_first() {
+        let first_syscall = PROGRAMS.iter().position(|p| p.syscall).unwrap();
+        assert!(PROGRAMS[..first_syscall].iter().all(|p| !p.syscall));
+        assert!(PROGRAMS[first_syscall..].iter().all(|p| p.syscall));
+    }
+}

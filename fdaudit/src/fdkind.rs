@@ -96,3 +96,69 @@ pub fn family_name(family: u16) -> &'static str {
         _ => "other",
     }
 }
+
+/// Superblock magics (include/uapi/linux/magic.h) that tell pseudo filesystems apart.
+pub mod magic {
+    pub const PIPEFS: u64 = 0x5049_5045;
+    pub const SOCKFS: u64 = 0x534f_434b;
+    pub const ANON_INODE_FS: u64 = 0x0904_1934;
+    pub const PIDFS: u64 = 0x5049_4446;
+    pub const TMPFS: u64 = 0x0102_1994;
+    pub const HUGETLBFS: u64 = 0x9584_58f6;
+    pub const BPF_FS: u64 = 0xcafe_4a11;
+}
+
+const S_IFMT: u32 = 0o170000;
+
+/// Kind of a file from what the kernel program saw: inode mode, superblock magic, dentry name.
+pub fn from_kernel(mode: u32, sb_magic: u64, name: &str) -> FdKind {
+    match sb_magic {
+        magic::ANON_INODE_FS => return FdKind::from_anon_name(name),
+        magic::PIDFS => return FdKind::Pidfd,
+        magic::PIPEFS => return FdKind::Pipe,
+        magic::SOCKFS => return FdKind::Socket,
+        _ => {}
+    }
+    match mode & S_IFMT {
+        0o100000 if name.starts_with("memfd:") => FdKind::Memfd,
+        0o100000 => FdKind::Regular,
+        0o040000 => FdKind::Directory,
+        0o140000 => FdKind::Socket,
+        0o010000 => FdKind::Fifo,
+        0o020000 | 0o060000 => FdKind::Device,
+        0o120000 => FdKind::Symlink,
+        0 => FdKind::from_anon_name(name),
+        _ => FdKind::Other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_view_classification() {
+        assert_eq!(from_kernel(0o100644, 0xef53, "secret.key"), FdKind::Regular);
+        assert_eq!(from_kernel(0o040755, 0xef53, "etc"), FdKind::Directory);
+        assert_eq!(from_kernel(0o010600, magic::PIPEFS, ""), FdKind::Pipe);
+        assert_eq!(from_kernel(0o010644, 0xef53, "fifo"), FdKind::Fifo);
+        assert_eq!(from_kernel(0o140777, magic::SOCKFS, ""), FdKind::Socket);
+        assert_eq!(from_kernel(0o600, magic::ANON_INODE_FS, "[eventfd]"), FdKind::Eventfd);
+        assert_eq!(from_kernel(0o600, magic::ANON_INODE_FS, "[eventpoll]"), FdKind::Epoll);
+        assert_eq!(from_kernel(0o600, magic::ANON_INODE_FS, "[timerfd]"), FdKind::Timerfd);
+        assert_eq!(from_kernel(0o600, magic::ANON_INODE_FS, "[signalfd]"), FdKind::Signalfd);
+        assert_eq!(from_kernel(0o600, magic::ANON_INODE_FS, "bpf-map"), FdKind::Bpf);
+        assert_eq!(from_kernel(0o600, magic::ANON_INODE_FS, "[io_uring]"), FdKind::AnonInode);
+        assert_eq!(from_kernel(0o100400, magic::PIDFS, "anon_inode:[pidfd]"), FdKind::Pidfd);
+        assert_eq!(from_kernel(0o100777, magic::TMPFS, "memfd:cache"), FdKind::Memfd);
+        assert_eq!(from_kernel(0o020666, 0x1cd1, "null"), FdKind::Device);
+    }
+
+    #[test]
+    fn anon_names_with_and_without_prefix() {
+        assert_eq!(FdKind::from_anon_name("anon_inode:[eventfd]"), FdKind::Eventfd);
+        assert_eq!(FdKind::from_anon_name("anon_inode:inotify"), FdKind::Inotify);
+        assert_eq!(FdKind::from_anon_name("anon_inode:bpf-prog"), FdKind::Bpf);
+        assert_eq!(FdKind::from_anon_name("[perf_event]"), FdKind::Perf);
+    }
+}

@@ -1,9 +1,269 @@
-//! `fdaudit doctor` (stub).
+//! `fdaudit doctor`: can `trace` work here, and if not, what to do.
+//!
+//! Any user gets the kernel, BTF, tracefs, capability and limit checks; root (or a user with
+//! CAP_BPF and CAP_PERFMON) also gets every program loaded, attached and detached again.
+
+use std::path::Path;
+
+use anyhow::Result;
+use serde::Serialize;
+
+use crate::{
+    btf,
+    ebpf::{self, caps},
+    output,
+};
 
 /// Arguments of `fdaudit doctor`.
 #[derive(Debug, clap::Args)]
-pub struct DoctorArgs {}
+pub struct DoctorArgs {
+    /// Print one JSON object per check instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
 
-pub fn run(_args: DoctorArgs) -> anyhow::Result<u8> {
-    anyhow::bail!("`fdaudit doctor` is not implemented yet")
+/// Outcome of one check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Ok,
+    /// Worth knowing, does not stop `trace`.
+    Warn,
+    /// `trace` cannot work until this is fixed.
+    Fail,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Check {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub name: String,
+    pub status: Status,
+    pub detail: String,
+}
+
+fn check(name: impl Into<String>, status: Status, detail: impl Into<String>) -> Check {
+    Check {
+        kind: "check",
+        name: name.into(),
+        status,
+        detail: detail.into(),
+    }
+}
+
+const TRACEFS: &str = "/sys/kernel/tracing";
+
+pub fn run(args: DoctorArgs) -> Result<u8> {
+    let checks = collect();
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        for c in &checks {
+            output::json_line(&mut out, c)?;
+        }
+    } else {
+        let mut t = output::table(&["check", "status", "detail"]);
+        for c in &checks {
+            let status = match c.status {
+                Status::Ok => "ok",
+                Status::Warn => "warn",
+                Status::Fail => "FAIL",
+            };
+            t.add_row(vec![c.name.as_str(), status, c.detail.as_str()]);
+        }
+        use std::io::Write as _;
+        writeln!(out, "{t}")?;
+    }
+    let failed: Vec<&Check> = checks.iter().filter(|c| c.status == Status::Fail).collect();
+    if let Some(first) = failed.first() {
+        eprintln!("error: trace cannot work here: {}: {}", first.name, first.detail);
+        return Ok(1);
+    }
+    Ok(0)
+}
+
+/// Runs every check, in order.
+pub fn collect() -> Vec<Check> {
+    let mut checks = Vec::new();
+    let uname = rustix_uname();
+    checks.push(check("kernel", Status::Ok, uname));
+    if std::env::consts::ARCH != "x86_64" {
+        checks.push(check(
+            "architecture",
+            Status::Fail,
+            format!("{}: the programs read x86_64 syscall registers; only x86_64 is supported", std::env::consts::ARCH),
+        ));
+    }
+
+    let btf_ok = match btf::Btf::from_sys_fs() {
+        Ok(b) => match btf::config_from_btf(&b) {
+            Ok(_) => {
+                checks.push(check("btf", Status::Ok, format!("{} has every offset fdaudit needs", btf::VMLINUX_BTF)));
+                true
+            }
+            Err(e) => {
+                checks.push(check("btf", Status::Fail, format!("{e}: this kernel's layout is not supported")));
+                false
+            }
+        },
+        Err(e) => {
+            checks.push(check(
+                "btf",
+                Status::Fail,
+                format!("{e}: boot a kernel built with CONFIG_DEBUG_INFO_BTF=y"),
+            ));
+            false
+        }
+    };
+
+    let caps = ebpf::effective_caps();
+    let root = unsafe { libc::geteuid() } == 0;
+    checks.push(tracefs_check(root));
+
+    let names = [
+        ("CAP_BPF", caps::CAP_BPF),
+        ("CAP_PERFMON", caps::CAP_PERFMON),
+        ("CAP_SYS_ADMIN", caps::CAP_SYS_ADMIN),
+        ("CAP_SYS_PTRACE", caps::CAP_SYS_PTRACE),
+    ];
+    let held: Vec<&str> = names.iter().filter(|(_, c)| ebpf::has_cap(caps, *c)).map(|(n, _)| *n).collect();
+    let missing = ebpf::missing_trace_caps(caps);
+    checks.push(match &missing {
+        None => check(
+            "capabilities",
+            Status::Ok,
+            format!("held: {}", held.join(", ")),
+        ),
+        Some(m) => check(
+            "capabilities",
+            Status::Fail,
+            format!("missing {m}: tracing needs CAP_BPF and CAP_PERFMON; run with sudo"),
+        ),
+    });
+    if missing.is_none() && !ebpf::has_cap(caps, caps::CAP_SYS_PTRACE) {
+        checks.push(check(
+            "ptrace",
+            Status::Warn,
+            "no CAP_SYS_PTRACE: leaked fd paths of other users' processes may be partial",
+        ));
+    }
+
+    let (soft, hard) = nofile();
+    let detail = format!("soft {soft}, hard {hard}");
+    checks.push(check("rlimit_nofile", Status::Ok, detail));
+
+    if crate::EBPF_OBJECT.is_empty() {
+        checks.push(check(
+            "ebpf_object",
+            Status::Fail,
+            "built without the eBPF object (FDAUDIT_SKIP_EBPF=1): rebuild without that variable",
+        ));
+        return checks;
+    }
+    if missing.is_some() || !btf_ok {
+        checks.push(check(
+            "programs",
+            Status::Fail,
+            "not loaded: needs the capabilities and BTF above",
+        ));
+        return checks;
+    }
+    checks.extend(program_checks());
+    checks
+}
+
+/// Loads and attaches every program, reporting each, then detaches all by dropping them.
+fn program_checks() -> Vec<Check> {
+    let config = match ebpf::kernel_config() {
+        Ok(c) => c,
+        Err(e) => return vec![check("programs", Status::Fail, e.to_string())],
+    };
+    let mut bpf = match ebpf::open(&config) {
+        Ok(b) => b,
+        Err(e) => return vec![check("maps", Status::Fail, one_line(&e))],
+    };
+    let mut out = vec![check("maps", Status::Ok, "created (ring buffer, hash maps, per-CPU arrays)")];
+    for spec in &ebpf::PROGRAMS {
+        out.push(match ebpf::load_and_attach(&mut bpf, spec) {
+            Ok(()) => check(
+                format!("program {}", spec.name),
+                Status::Ok,
+                format!("loaded and attached to raw tracepoint {}", spec.tracepoint),
+            ),
+            Err(e) => check(format!("program {}", spec.name), Status::Fail, one_line(&e)),
+        });
+    }
+    drop(bpf); // closes every link and program fd: nothing stays attached
+    out
+}
+
+fn one_line(e: &ebpf::LoadError) -> String {
+    let mut s = e.to_string();
+    if matches!(e, ebpf::LoadError::Verifier { .. }) {
+        return s; // already carries the verifier's own line
+    }
+    let mut cur = std::error::Error::source(e);
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s.lines().next().unwrap_or_default().to_string()
+}
+
+/// tracefs is not needed by fdaudit's raw tracepoints, but tools users compare with
+/// (perf, bpftrace, strace's friends) want it: as root, mount it when missing.
+fn tracefs_check(root: bool) -> Check {
+    if Path::new(TRACEFS).join("events").exists() {
+        return check("tracefs", Status::Ok, format!("mounted at {TRACEFS}"));
+    }
+    if !root {
+        return check(
+            "tracefs",
+            Status::Warn,
+            format!("not mounted at {TRACEFS} (fdaudit does not need it; as root, doctor mounts it)"),
+        );
+    }
+    match mount_tracefs() {
+        Ok(()) => check("tracefs", Status::Ok, format!("was not mounted: mounted it at {TRACEFS}")),
+        Err(e) => check(
+            "tracefs",
+            Status::Warn,
+            format!("not mounted and mount failed ({e}); fdaudit does not need it"),
+        ),
+    }
+}
+
+pub fn mount_tracefs() -> std::io::Result<()> {
+    let src = c"tracefs";
+    let target = c"/sys/kernel/tracing";
+    // SAFETY: valid NUL-terminated strings; no data argument.
+    let rc = unsafe {
+        libc::mount(src.as_ptr(), target.as_ptr(), src.as_ptr(), 0, std::ptr::null())
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// RLIMIT_NOFILE (soft, hard) of this process.
+pub fn nofile() -> (u64, u64) {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes into the struct we own.
+    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) };
+    (r.rlim_cur, r.rlim_max)
+}
+
+fn rustix_uname() -> String {
+    // SAFETY: uname fills the struct we own; fields are NUL-terminated.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    if unsafe { libc::uname(&mut u) } != 0 {
+        return "unknown".into();
+    }
+    let f = |a: &[libc::c_char]| {
+        let b: Vec<u8> = a.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+        String::from_utf8_lossy(&b).into_owned()
+    };
+    format!("{} {} {}", f(&u.sysname), f(&u.release), f(&u.machine))
 }

@@ -1,0 +1,113 @@
+//! `trace --reads`: byte-at-a-time read storms (the FreeBSD rc.subr `while read` disease).
+
+use serde::Serialize;
+
+use super::session::ReadCount;
+use crate::fdkind::{self, FdKind};
+
+/// A (process, fd) is a storm when it made at least this many read calls...
+pub const STORM_MIN_CALLS: u64 = 64;
+/// ...returning at most this many bytes per call on average.
+pub const STORM_MAX_BYTES_PER_CALL: f64 = 2.0;
+/// The block size a buffered reader would use.
+pub const BLOCK: u64 = 4096;
+
+/// A flagged (process, fd).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ReadStorm {
+    #[serde(rename = "type")]
+    pub record_type: &'static str,
+    pub pid: u32,
+    pub comm: String,
+    pub fd: u32,
+    pub target: String,
+    pub calls: u64,
+    pub bytes: u64,
+    pub bytes_per_call: f64,
+    /// read() calls a reader with a 4 KiB buffer would have made for the same bytes.
+    pub block_calls: u64,
+}
+
+/// Whether these counts are a storm.
+pub fn is_storm(calls: u64, bytes: u64) -> bool {
+    calls >= STORM_MIN_CALLS && (bytes as f64 / calls as f64) <= STORM_MAX_BYTES_PER_CALL
+}
+
+/// Names the file read: a pipe or socket by inode, else what `resolve` finds (the live
+/// /proc link), else the inode number.
+pub fn target_of(c: &ReadCount, resolve: impl Fn(u32, u32, u64) -> Option<String>) -> String {
+    match fdkind::from_kernel(c.mode, c.magic, "") {
+        FdKind::Pipe => format!("pipe:[{}]", c.ino),
+        FdKind::Socket => format!("socket:[{}]", c.ino),
+        _ => resolve(c.pid, c.fd, c.ino).unwrap_or_else(|| format!("inode {}", c.ino)),
+    }
+}
+
+/// Storms among the counts, worst (most calls) first.
+pub fn storms(
+    counts: &[ReadCount],
+    resolve: impl Fn(u32, u32, u64) -> Option<String>,
+) -> Vec<ReadStorm> {
+    let mut out: Vec<ReadStorm> = counts
+        .iter()
+        .filter(|c| is_storm(c.calls, c.bytes))
+        .map(|c| ReadStorm {
+            record_type: "read_storm",
+            pid: c.pid,
+            comm: c.comm.clone(),
+            fd: c.fd,
+            target: target_of(c, &resolve),
+            calls: c.calls,
+            bytes: c.bytes,
+            bytes_per_call: c.bytes as f64 / c.calls as f64,
+            block_calls: c.bytes.div_ceil(BLOCK).max(1),
+        })
+        .collect();
+    out.sort_by(|a, b| b.calls.cmp(&a.calls).then(a.pid.cmp(&b.pid)));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn count(pid: u32, calls: u64, bytes: u64, magic: u64, mode: u32) -> ReadCount {
+        ReadCount {
+            pid,
+            fd: 0,
+            calls,
+            bytes,
+            tiny_calls: calls,
+            ino: 77,
+            magic,
+            mode,
+            comm: "sh".into(),
+        }
+    }
+
+    #[test]
+    fn byte_at_a_time_is_a_storm_block_reads_are_not() {
+        assert!(is_storm(3400, 3400));
+        assert!(is_storm(64, 128));
+        assert!(!is_storm(63, 63));
+        assert!(!is_storm(100, 409_600));
+    }
+
+    #[test]
+    fn storms_are_named_and_sorted() {
+        let counts = vec![
+            count(1, 100, 100, fdkind::magic::PIPEFS, 0o010600),
+            count(2, 3400, 3400, 0xef53, 0o100644),
+            count(3, 10, 40_960, 0xef53, 0o100644),
+        ];
+        let s = storms(&counts, |_, _, _| Some("/etc/environment".into()));
+        assert_eq!(s.len(), 2);
+        assert_eq!(s[0].pid, 2);
+        assert_eq!(s[0].target, "/etc/environment");
+        assert_eq!(s[0].block_calls, 1);
+        assert_eq!(s[1].target, "pipe:[77]");
+        let json = serde_json::to_value(&s[1]).unwrap();
+        assert_eq!(json["type"], "read_storm");
+        assert_eq!(json["calls"], 100);
+    }
+}

@@ -1,0 +1,361 @@
+//! Rendering of trace results: a line per spawn, the summary table, JSON objects.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::session::{Exit, Spawn};
+use crate::output;
+
+/// Formats nanoseconds for people: "812 ns", "2.51 ms", "1.20 s".
+pub fn fmt_ns(ns: u64) -> String {
+    match ns {
+        0..=9_999 => format!("{ns} ns"),
+        10_000..=9_999_999 => format!("{:.2} ms", ns as f64 / 1e6),
+        _ if ns < 10_000_000_000 => format!("{:.1} ms", ns as f64 / 1e6),
+        _ => format!("{:.2} s", ns as f64 / 1e9),
+    }
+}
+
+/// One line for a spawn, as it happens.
+pub fn spawn_line(s: &Spawn) -> String {
+    let mut line = format!(
+        "{}[{}] -> {} {}",
+        s.parent_comm,
+        s.parent_pid,
+        s.pid,
+        s.exec_path
+    );
+    if s.argv.len() > 1 {
+        line.push_str(" (");
+        line.push_str(&s.argv[1..].join(" "));
+        line.push(')');
+    }
+    if s.window_ns > 0 {
+        line.push_str(&format!(
+            "  window {} (untraced ~{})",
+            fmt_ns(s.window_ns),
+            fmt_ns(s.window_corrected_ns)
+        ));
+    }
+    if !s.flags.contains(&"no_syscalls") {
+        line.push_str(&format!("  {}", s.strategy));
+        if let Some(b) = s.close_loop_bound {
+            line.push_str(&format!(" to {b}"));
+        }
+        let mut counts = Vec::new();
+        if s.close_calls > 0 {
+            counts.push(format!("close {} ({} EBADF)", s.close_calls, s.close_ebadf));
+        }
+        if s.close_range_calls > 0 {
+            let r: Vec<String> = s
+                .close_ranges
+                .iter()
+                .map(|[a, b, f]| format!("close_range({a}, {}, {})", bound(*b), range_flags(*f)))
+                .collect();
+            counts.push(r.join(" "));
+        }
+        if s.fcntl_setfd_calls + s.fcntl_getfd_calls > 0 {
+            counts.push(format!("fcntl {}", s.fcntl_setfd_calls + s.fcntl_getfd_calls));
+        }
+        if s.poll_calls > 0 {
+            counts.push(format!("poll {} (nfds {})", s.poll_calls, s.poll_nfds_max));
+        }
+        if s.getdents64_calls > 0 {
+            counts.push(format!("getdents64 {}", s.getdents64_calls));
+        }
+        if s.exec_attempts > 1 {
+            counts.push(format!("exec attempts {}", s.exec_attempts));
+        }
+        if !counts.is_empty() {
+            line.push_str(": ");
+            line.push_str(&counts.join(", "));
+        }
+    }
+    if s.leaked_count > 0 {
+        let fds: Vec<String> = s
+            .leaked_fds
+            .iter()
+            .map(|f| format!("{}={}:{}", f.fd, f.kind, f.target))
+            .collect();
+        line.push_str(&format!("  LEAKED {}: {}", s.leaked_count, fds.join(" ")));
+    }
+    if !s.flags.is_empty() {
+        line.push_str(&format!("  [{}]", s.flags.join(",")));
+    }
+    line
+}
+
+fn bound(b: u32) -> String {
+    if b == u32::MAX {
+        "~0U".into()
+    } else {
+        b.to_string()
+    }
+}
+
+/// close_range() flags by name.
+pub fn range_flags(f: u32) -> String {
+    let mut names = Vec::new();
+    if f & 2 != 0 {
+        names.push("UNSHARE");
+    }
+    if f & 4 != 0 {
+        names.push("CLOEXEC");
+    }
+    if names.is_empty() {
+        "0".into()
+    } else {
+        names.join("|")
+    }
+}
+
+/// Median and the nearest-rank percentile of a list (sorted in place).
+pub fn percentile(v: &mut [u64], p: f64) -> u64 {
+    if v.is_empty() {
+        return 0;
+    }
+    v.sort_unstable();
+    let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
+    v[rank.clamp(1, v.len()) - 1]
+}
+
+/// Totals over a trace.
+#[derive(Debug, Default, Clone, Serialize, PartialEq, Eq)]
+pub struct Totals {
+    pub close_calls: u64,
+    pub close_ebadf: u64,
+    pub close_range_calls: u64,
+    pub fcntl_calls: u64,
+    pub poll_calls: u64,
+    pub getdents64_calls: u64,
+    pub leaked_fds: u64,
+    pub spawns_with_leaks: u64,
+    pub window_ns: u64,
+    pub window_corrected_ns: u64,
+}
+
+/// One row of the summary: spawns grouped by parent and exec path.
+#[derive(Debug, Clone, Serialize)]
+pub struct Group {
+    pub parent_comm: String,
+    pub exec_path: String,
+    pub spawns: u64,
+    pub close_median: u64,
+    pub close_max: u64,
+    pub window_median_ns: u64,
+    pub window_p95_ns: u64,
+    pub strategy: String,
+    pub leaked_fds: u64,
+}
+
+/// The summary JSON object (last line with `--json`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    #[serde(rename = "type")]
+    pub record_type: &'static str,
+    pub spawns: u64,
+    pub lost_records: u64,
+    pub untracked_forks: u64,
+    pub fork_only_children: u64,
+    pub probe_cost_ns: f64,
+    pub close_cost_ns: f64,
+    pub leaks_only: bool,
+    pub totals: Totals,
+    pub groups: Vec<Group>,
+    pub partial: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub read_storms: Vec<super::reads::ReadStorm>,
+}
+
+/// Accumulates spawns for the summary.
+#[derive(Default)]
+pub struct Collector {
+    groups: BTreeMap<(String, String), Vec<Spawn>>,
+    pub totals: Totals,
+    pub spawns: u64,
+    pub fork_only: u64,
+    flag_counts: BTreeMap<&'static str, u64>,
+}
+
+impl Collector {
+    pub fn add(&mut self, s: &Spawn) {
+        self.spawns += 1;
+        let t = &mut self.totals;
+        t.close_calls += u64::from(s.close_calls);
+        t.close_ebadf += u64::from(s.close_ebadf);
+        t.close_range_calls += u64::from(s.close_range_calls);
+        t.fcntl_calls += u64::from(s.fcntl_setfd_calls + s.fcntl_getfd_calls);
+        t.poll_calls += u64::from(s.poll_calls);
+        t.getdents64_calls += u64::from(s.getdents64_calls);
+        t.leaked_fds += u64::from(s.leaked_count);
+        t.spawns_with_leaks += u64::from(s.leaked_count > 0);
+        t.window_ns += s.window_ns;
+        t.window_corrected_ns += s.window_corrected_ns;
+        for f in &s.flags {
+            *self.flag_counts.entry(f).or_default() += 1;
+        }
+        let mut light = s.clone();
+        light.leaked_fds.truncate(8);
+        light.stdio.clear();
+        self.groups
+            .entry((s.parent_comm.clone(), s.exec_path.clone()))
+            .or_default()
+            .push(light);
+    }
+
+    pub fn add_exit(&mut self, e: &Exit) {
+        self.fork_only += u64::from(e.never_execd);
+    }
+
+    pub fn groups(&self) -> Vec<Group> {
+        self.groups
+            .iter()
+            .map(|((parent, path), v)| {
+                let mut closes: Vec<u64> = v.iter().map(|s| u64::from(s.close_calls)).collect();
+                let mut windows: Vec<u64> = v.iter().map(|s| s.window_corrected_ns).collect();
+                let mut strategies: BTreeMap<String, usize> = BTreeMap::new();
+                for s in v {
+                    *strategies.entry(s.strategy.to_string()).or_default() += 1;
+                }
+                let strategy = strategies
+                    .iter()
+                    .max_by_key(|(_, n)| **n)
+                    .map(|(k, _)| k.clone())
+                    .unwrap_or_default();
+                Group {
+                    parent_comm: parent.clone(),
+                    exec_path: path.clone(),
+                    spawns: v.len() as u64,
+                    close_median: percentile(&mut closes, 50.0),
+                    close_max: closes.iter().copied().max().unwrap_or(0),
+                    window_median_ns: percentile(&mut windows, 50.0),
+                    window_p95_ns: percentile(&mut windows, 95.0),
+                    strategy,
+                    leaked_fds: v.iter().map(|s| u64::from(s.leaked_count)).sum(),
+                }
+            })
+            .collect()
+    }
+
+    /// Human notes on partial data.
+    pub fn partial_notes(&self) -> Vec<String> {
+        self.flag_counts
+            .iter()
+            .filter(|(f, _)| **f != "no_syscalls" && **f != "no_fork")
+            .map(|(f, n)| format!("{n} spawn(s) with {f}"))
+            .collect()
+    }
+}
+
+/// The summary table for people.
+pub fn summary_table(groups: &[Group]) -> String {
+    let mut t = output::table(&[
+        "parent",
+        "exec",
+        "spawns",
+        "close/spawn med",
+        "max",
+        "window med",
+        "p95",
+        "strategy",
+        "leaked fds",
+    ]);
+    for g in groups {
+        t.add_row(vec![
+            g.parent_comm.clone(),
+            g.exec_path.clone(),
+            g.spawns.to_string(),
+            g.close_median.to_string(),
+            g.close_max.to_string(),
+            fmt_ns(g.window_median_ns),
+            fmt_ns(g.window_p95_ns),
+            g.strategy.clone(),
+            g.leaked_fds.to_string(),
+        ]);
+    }
+    t.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::strategy::Strategy;
+
+    fn spawn(parent: &str, path: &str, close: u32, window: u64, leaked: u32) -> Spawn {
+        Spawn {
+            record_type: "spawn",
+            parent_pid: 1,
+            parent_comm: parent.into(),
+            pid: 2,
+            exec_tid: None,
+            exec_path: path.into(),
+            argv: vec![path.into(), "-x".into()],
+            exec_ok: true,
+            exec_attempts: 1,
+            window_ns: window,
+            window_corrected_ns: window,
+            close_calls: close,
+            close_ebadf: close.saturating_sub(1),
+            close_range_calls: 0,
+            close_ranges: vec![],
+            fcntl_setfd_calls: 0,
+            fcntl_getfd_calls: 0,
+            poll_calls: 0,
+            poll_nfds_max: 0,
+            getdents64_calls: 0,
+            procfd_opens: 0,
+            dup_calls: 0,
+            strategy: if close >= 64 { Strategy::CloseLoop } else { Strategy::None },
+            close_loop_bound: (close >= 64).then_some(close + 3),
+            leaked_fds: vec![],
+            leaked_count: leaked,
+            stdio: vec![],
+            flags: vec![],
+            exec_ns: 0,
+        }
+    }
+
+    #[test]
+    fn durations_for_people() {
+        assert_eq!(fmt_ns(812), "812 ns");
+        assert_eq!(fmt_ns(2_510_000), "2.51 ms");
+        assert_eq!(fmt_ns(25_100_000), "25.1 ms");
+        assert_eq!(fmt_ns(12_000_000_000), "12.00 s");
+    }
+
+    #[test]
+    fn percentiles_nearest_rank() {
+        let mut v = vec![5, 1, 4, 2, 3];
+        assert_eq!(percentile(&mut v, 50.0), 3);
+        assert_eq!(percentile(&mut v, 95.0), 5);
+        assert_eq!(percentile(&mut [], 50.0), 0);
+    }
+
+    #[test]
+    fn spawn_line_names_strategy_counts_and_leaks() {
+        let s = spawn("python3", "/bin/true", 19_997, 2_500_000, 0);
+        assert_eq!(
+            spawn_line(&s),
+            "python3[1] -> 2 /bin/true (-x)  window 2.50 ms (untraced ~2.50 ms)  close-loop to 20000: close 19997 (19996 EBADF)"
+        );
+    }
+
+    #[test]
+    fn summary_groups_by_parent_and_path() {
+        let mut c = Collector::default();
+        c.add(&spawn("bash", "/bin/true", 3, 1_000_000, 1));
+        c.add(&spawn("bash", "/bin/true", 19_997, 3_000_000, 1));
+        c.add(&spawn("python3", "/bin/ls", 0, 500_000, 0));
+        let g = c.groups();
+        assert_eq!(g.len(), 2);
+        assert_eq!(g[0].spawns, 2);
+        assert_eq!(g[0].close_max, 19_997);
+        assert_eq!(g[0].leaked_fds, 2);
+        assert_eq!(g[0].window_p95_ns, 3_000_000);
+        assert_eq!(c.totals.spawns_with_leaks, 2);
+        let table = summary_table(&g);
+        assert!(table.contains("python3"), "{table}");
+        assert!(table.contains("close-loop") || table.contains("none"), "{table}");
+    }
+}

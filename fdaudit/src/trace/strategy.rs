@@ -1,0 +1,105 @@
+//! Which fd-closing strategy a child's pre-exec syscalls imply.
+
+use serde::Serialize;
+
+/// A sweep touches at least this many fds; fewer calls are targeted closes (pipe ends, ...).
+pub const SWEEP_MIN: u32 = 64;
+
+/// The strategy a child used between fork and exec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Strategy {
+    /// close_range(2): one call, whatever the limit.
+    CloseRange,
+    /// opendir(/proc/self/fd) + getdents64, closing only what is open.
+    ProcfdWalk,
+    /// One poll() over every possible fd, then close the open ones (D's std.process).
+    PollScan,
+    /// fcntl(F_GETFD/F_SETFD) on every fd up to a bound.
+    FcntlScan,
+    /// close() on every fd up to a bound.
+    CloseLoop,
+    /// No sweep: fds not marked close-on-exec cross the exec.
+    None,
+    /// Syscalls were not traced (`--leaks-only`).
+    Unknown,
+}
+
+impl Strategy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Strategy::CloseRange => "close-range",
+            Strategy::ProcfdWalk => "procfd-walk",
+            Strategy::PollScan => "poll-scan",
+            Strategy::FcntlScan => "fcntl-scan",
+            Strategy::CloseLoop => "close-loop",
+            Strategy::None => "none",
+            Strategy::Unknown => "unknown",
+        }
+    }
+}
+
+impl std::fmt::Display for Strategy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The counters the classification looks at.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Counts {
+    pub close_calls: u32,
+    pub close_ebadf: u32,
+    pub close_range_calls: u32,
+    pub fcntl_calls: u32,
+    pub poll_calls: u32,
+    pub poll_nfds_max: u32,
+    pub getdents64_calls: u32,
+    pub procfd_opens: u32,
+}
+
+/// The strategy, and for a close loop its bound (the loop closes 3..bound).
+///
+/// Order matters: a runtime that walks /proc/self/fd closes each open fd after the walk, and
+/// one that polls closes the open ones after the poll, so those come before the close loop;
+/// close_range wins over everything since it is what makes the others unnecessary.
+pub fn classify(c: &Counts) -> (Strategy, Option<u32>) {
+    if c.close_range_calls > 0 {
+        (Strategy::CloseRange, None)
+    } else if c.procfd_opens > 0 && c.getdents64_calls > 0 {
+        (Strategy::ProcfdWalk, None)
+    } else if c.poll_calls > 0 && c.poll_nfds_max >= SWEEP_MIN {
+        (Strategy::PollScan, None)
+    } else if c.fcntl_calls >= SWEEP_MIN {
+        (Strategy::FcntlScan, None)
+    } else if c.close_calls >= SWEEP_MIN {
+        (Strategy::CloseLoop, Some(c.close_calls.saturating_add(3)))
+    } else {
+        (Strategy::None, None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_strategy_from_its_signature() {
+        let loop_ = Counts { close_calls: 19_997, close_ebadf: 19_990, ..Default::default() };
+        assert_eq!(classify(&loop_), (Strategy::CloseLoop, Some(20_000)));
+        let range = Counts { close_range_calls: 1, close_calls: 2, ..Default::default() };
+        assert_eq!(classify(&range).0, Strategy::CloseRange);
+        let walk = Counts { procfd_opens: 1, getdents64_calls: 2, close_calls: 5, ..Default::default() };
+        assert_eq!(classify(&walk).0, Strategy::ProcfdWalk);
+        let poll = Counts { poll_calls: 1, poll_nfds_max: 20_000, close_calls: 4, ..Default::default() };
+        assert_eq!(classify(&poll).0, Strategy::PollScan);
+        let fcntl = Counts { fcntl_calls: 19_997, ..Default::default() };
+        assert_eq!(classify(&fcntl).0, Strategy::FcntlScan);
+        let targeted = Counts { close_calls: 3, ..Default::default() };
+        assert_eq!(classify(&targeted).0, Strategy::None);
+        assert_eq!(classify(&Counts::default()).0, Strategy::None);
+        // A small poll (an event loop, not a scan) is not a poll scan.
+        let small_poll = Counts { poll_calls: 3, poll_nfds_max: 2, ..Default::default() };
+        assert_eq!(classify(&small_poll).0, Strategy::None);
+    }
+}
