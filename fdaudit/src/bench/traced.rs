@@ -1,0 +1,174 @@
+//! The traced pass: runs a spawner under fdaudit's own tracer
+//! ([`crate::trace::session`]) and counts, per spawn, the syscalls the child made between
+//! fork and exec and the fds it leaked.
+
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Context as _};
+
+use crate::trace::session::{Event, Session, SessionOptions, Spawn};
+
+/// What the tracer saw for one spawn of the spawner.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TracedSpawn {
+    pub close_calls: u64,
+    pub close_range_calls: u64,
+    pub fcntl_setfd_calls: u64,
+    pub poll_calls: u64,
+    pub getdents64_calls: u64,
+    /// Fds ≥ 3 the exec'd program got from its parent.
+    pub leaked_fds: u64,
+    pub exec_ok: bool,
+}
+
+impl TracedSpawn {
+    fn from_spawn(s: &Spawn) -> TracedSpawn {
+        TracedSpawn {
+            close_calls: s.close_calls.into(),
+            close_range_calls: s.close_range_calls.into(),
+            fcntl_setfd_calls: s.fcntl_setfd_calls.into(),
+            poll_calls: s.poll_calls.into(),
+            getdents64_calls: s.getdents64_calls.into(),
+            leaked_fds: s.leaked_count.into(),
+            exec_ok: s.exec_ok,
+        }
+    }
+}
+
+/// Why the traced pass cannot run.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    #[error("not root: the traced columns need root (CAP_BPF and CAP_PERFMON)")]
+    NotRoot,
+    #[error("fdaudit's tracer is not available in this build")]
+    NotAvailable,
+    #[error("{0:#}")]
+    Other(#[from] anyhow::Error),
+}
+
+/// How long one traced spawner may take, and how long to keep polling after it exits.
+const RUN_TIMEOUT: Duration = Duration::from_secs(60);
+const DRAIN: Duration = Duration::from_millis(500);
+
+/// A tracing session reused for every cell.
+pub struct Tracer {
+    session: Session,
+}
+
+impl Tracer {
+    /// Loads and attaches the tracer (root only).
+    pub fn start() -> Result<Tracer, TraceError> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return Err(TraceError::NotRoot);
+        }
+        let session =
+            Session::start(&SessionOptions::default()).context("failed to start the tracer")?;
+        Ok(Tracer { session })
+    }
+
+    /// Runs `spawner` (a `__spawner … --wait-stdin` command), tracks it once it is ready,
+    /// lets it make its `spawns` spawns and returns what the tracer saw for each of its
+    /// children, in order.
+    pub fn run(
+        &mut self,
+        mut spawner: Command,
+        spawns: u64,
+    ) -> Result<Vec<TracedSpawn>, TraceError> {
+        let mut child = spawner
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("failed to start the spawner")?;
+        let result = self.follow(&mut child, spawns);
+        if result.is_err() {
+            let _ = child.kill();
+        }
+        let _ = child.wait();
+        result
+    }
+
+    fn follow(
+        &mut self,
+        child: &mut std::process::Child,
+        spawns: u64,
+    ) -> Result<Vec<TracedSpawn>, TraceError> {
+        let mut stdout = BufReader::new(child.stdout.take().context("no spawner stdout")?);
+        let mut line = String::new();
+        stdout
+            .read_line(&mut line)
+            .context("failed to read the spawner's ready line")?;
+        let pid: u32 = line
+            .trim()
+            .strip_prefix("ready ")
+            .and_then(|p| p.parse().ok())
+            .ok_or_else(|| anyhow!("spawner said {line:?}, not `ready <pid>`"))?;
+        self.session
+            .track(pid)
+            .context("failed to track the spawner")?;
+        // Drain the spawner's stdout meanwhile, so a chatty command cannot block it.
+        let drain = std::thread::spawn(move || {
+            let mut rest = Vec::new();
+            let _ = stdout.read_to_end(&mut rest);
+        });
+        child
+            .stdin
+            .take()
+            .context("no spawner stdin")?
+            .write_all(b"go\n")
+            .context("failed to start the spawner")?;
+        let start = Instant::now();
+        let mut seen = Vec::new();
+        let mut exited_at = None;
+        loop {
+            for ev in self
+                .session
+                .poll(Duration::from_millis(50))
+                .context("failed to poll the tracer")?
+            {
+                if let Event::Spawn(s) = ev {
+                    if s.parent_pid == pid {
+                        seen.push(TracedSpawn::from_spawn(&s));
+                    }
+                }
+            }
+            if exited_at.is_none()
+                && child
+                    .try_wait()
+                    .context("failed to wait for the spawner")?
+                    .is_some()
+            {
+                exited_at = Some(Instant::now());
+            }
+            if let Some(t) = exited_at {
+                if seen.len() as u64 >= spawns || t.elapsed() > DRAIN {
+                    break;
+                }
+            }
+            if start.elapsed() > RUN_TIMEOUT {
+                return Err(anyhow!("the traced spawner did not finish in {RUN_TIMEOUT:?}").into());
+            }
+        }
+        let _ = drain.join();
+        let status = child.wait().context("failed to wait for the spawner")?;
+        if !status.success() {
+            let mut err = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                let _ = e.read_to_string(&mut err);
+            }
+            return Err(anyhow!("traced spawner failed ({status}): {}", err.trim()).into());
+        }
+        if seen.len() as u64 != spawns {
+            let lost = self.session.lost_records().unwrap_or(0);
+            return Err(anyhow!(
+                "the tracer saw {} of {spawns} spawns ({lost} records lost)",
+                seen.len()
+            )
+            .into());
+        }
+        Ok(seen)
+    }
+}
