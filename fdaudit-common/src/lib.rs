@@ -29,6 +29,12 @@ pub const PATH_LEN: usize = 256;
 pub const ARGV_LEN: usize = 256;
 /// Bytes of a leaked fd's dentry name kept.
 pub const NAME_LEN: usize = 64;
+/// Leaked fds whose full path the kernel program builds (the first ones found).
+pub const MAX_PATHS: usize = 8;
+/// Path components kept per path (deeper paths are cut at the top and flagged).
+pub const MAX_DEPTH: usize = 16;
+/// Bytes kept per path component.
+pub const COMP_LEN: usize = 48;
 /// Capacity of the TRACKED map.
 pub const MAX_TRACKED: u32 = 32768;
 /// Slots of the HOT array (a power of two; pids up to this never collide).
@@ -74,6 +80,9 @@ pub mod flags {
     pub const FDTABLE_TRUNCATED: u32 = 1 << 5;
     /// Syscall tracepoints were not attached (`--leaks-only`): counters are absent.
     pub const NO_SYSCALLS: u32 = 1 << 6;
+    /// A leaked file's path was deeper than [`super::MAX_DEPTH`] or a component longer than
+    /// [`super::COMP_LEN`]; or more files leaked than [`super::MAX_PATHS`] have paths.
+    pub const PATH_PARTIAL: u32 = 1 << 7;
 }
 
 /// Record kinds on the ring buffer.
@@ -247,6 +256,25 @@ pub struct SpawnRecord {
     /// Stdio fds 0, 1, 2 (valid when the bit in `stdio_mask` is set).
     pub stdio: [FdInfo; 3],
     pub fds: [FdInfo; MAX_FDS],
+    /// Full paths of the first [`MAX_PATHS`] leaked fds (index into `fds` in `FdPath::index`).
+    pub paths: [FdPath; MAX_PATHS],
+    pub npaths: u32,
+    pub _pad2: u32,
+}
+
+/// A leaked fd's path as components from the file up (leaf first), built in the kernel by
+/// walking dentry->d_parent and crossing mounts, so it survives the process exiting.
+#[repr(C)]
+#[derive(Copy, Clone, Debug)]
+pub struct FdPath {
+    /// Index of the fd in [`SpawnRecord::fds`].
+    pub index: u32,
+    /// Components filled in `comps`.
+    pub depth: u32,
+    /// 1 when the walk reached the root; 0 when it was cut (deep path or read failure).
+    pub complete: u32,
+    pub _pad: u32,
+    pub comps: [[u8; COMP_LEN]; MAX_DEPTH],
 }
 
 /// Sent when a traced process's thread group dies.
@@ -345,7 +373,13 @@ pub struct Config {
     pub regs_orig_ax: u32,
     /// `HOT` array size - 1.
     pub hot_mask: u32,
-    pub _pad: u32,
+    pub file_mnt: u32,
+    pub file_pos: u32,
+    pub dentry_parent: u32,
+    pub vfsmount_root: u32,
+    pub mount_mnt: u32,
+    pub mount_parent: u32,
+    pub mount_mountpoint: u32,
     /// fdaudit's own tgid: never tracked.
     pub self_pid: u32,
     /// Non-zero: count reads per fd (`trace --reads`).
@@ -381,7 +415,8 @@ const _: () = {
     assert!(size_of::<FdInfo>() == 16 + 8 + 8 + 8 + NAME_LEN);
     assert!(size_of::<SpawnRecord>().is_multiple_of(8));
     assert!(size_of::<ExitRecord>() == 8 + 8 + 16 + 8 + 16 + size_of::<Counters>());
-    assert!(size_of::<Config>() == 38 * 4);
+    assert!(size_of::<Config>() == 44 * 4);
+    assert!(size_of::<FdPath>() == 16 + COMP_LEN * MAX_DEPTH);
     assert!(size_of::<FdCache>() == 32);
     assert!(size_of::<HotSlot>() == 48);
 };

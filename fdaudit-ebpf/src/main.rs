@@ -78,7 +78,13 @@ static CONFIG: Config = Config {
     regs_dx: 0,
     regs_orig_ax: 0,
     hot_mask: 0,
-    _pad: 0,
+    file_mnt: 0,
+    file_pos: 0,
+    dentry_parent: 0,
+    vfsmount_root: 0,
+    mount_mnt: 0,
+    mount_parent: 0,
+    mount_mountpoint: 0,
     self_pid: 0,
     reads: 0,
     magic: 0,
@@ -347,9 +353,6 @@ fn try_sys_enter(ctx: &RawTracePointContext) -> Result<(), i64> {
         | sysno::POLL
         | sysno::PPOLL
         | sysno::GETDENTS64
-        | sysno::OPEN
-        | sysno::OPENAT
-        | sysno::OPENAT2
         | sysno::EXECVE
         | sysno::EXECVEAT
         | sysno::DUP2
@@ -407,16 +410,14 @@ fn try_sys_enter(ctx: &RawTracePointContext) -> Result<(), i64> {
                 c.poll_nfds_max = nfds;
             }
         }
-        sysno::GETDENTS64 => c.getdents64_calls += 1,
-        sysno::OPEN | sysno::OPENAT | sysno::OPENAT2 => {
+        sysno::GETDENTS64 => {
+            c.getdents64_calls += 1;
+            // A listing of /proc/<pid>/fd (however it was opened: /proc/self/fd, /dev/fd,
+            // /proc/thread-self/fd) that starts at offset 0 is a new fd walk. Checked here
+            // rather than at open(), whose path string may sit in a page not yet faulted in.
             let regs: u64 = ctx.arg(0);
-            let off = if id == sysno::OPEN {
-                conf!(regs_di)
-            } else {
-                conf!(regs_si)
-            };
-            let path: u64 = read_kernel(regs + off)?;
-            if kernel::is_procfd_path(path) {
+            let fd: u64 = read_kernel(regs + conf!(regs_di))?;
+            if fdwalk::is_procfd_listing(fd as u32).unwrap_or(false) {
                 c.procfd_opens += 1;
             }
         }

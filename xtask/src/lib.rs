@@ -102,7 +102,10 @@ pub fn build_ebpf(root: &Path) -> Result<PathBuf> {
     if !status.success() {
         bail!("the eBPF build failed ({status}); is `rustup component add rust-src --toolchain nightly` done? see README");
     }
-    let obj = target_dir.join(BPF_TARGET).join("release").join("fdaudit");
+    let obj = target_dir
+        .join(BPF_TARGET)
+        .join("release")
+        .join("fdaudit-ebpf");
     if !obj.is_file() {
         bail!("the eBPF build succeeded but {} is missing", obj.display());
     }

@@ -131,6 +131,14 @@ pub fn run(args: TraceArgs) -> Result<u8> {
             .track_tree(pid)
             .with_context(|| format!("failed to trace PID {pid}"))?;
     }
+    let what = match child {
+        Some(pid) => format!("command (pid {pid})"),
+        None => format!("{} process tree(s)", args.pids.len()),
+    };
+    eprintln!(
+        "fdaudit: tracing {what}{}; Ctrl-C to stop",
+        if args.leaks_only { " (leaks only)" } else { "" }
+    );
     if let Some(h) = held {
         h.release()?;
     }

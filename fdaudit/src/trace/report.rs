@@ -23,6 +23,9 @@ pub fn spawn_line(s: &Spawn) -> String {
         "{}[{}] -> {} {}",
         s.parent_comm, s.parent_pid, s.pid, s.exec_path
     );
+    if let Some(tid) = s.exec_tid {
+        line.push_str(&format!(" (exec by thread {tid})"));
+    }
     if s.argv.len() > 1 {
         line.push_str(" (");
         line.push_str(&s.argv[1..].join(" "));

@@ -15,8 +15,8 @@ use aya::{
     Ebpf,
 };
 use fdaudit_common::{
-    flags, ExitRecord, FdInfo, ReadKey, ReadStat, RecordHeader, RecordKind, SpawnRecord, Stats,
-    TaskState, MAP_EVENTS, MAP_READS, MAP_STATS, MAP_TRACKED, MAX_FDS,
+    flags, ExitRecord, FdInfo, FdPath, ReadKey, ReadStat, RecordHeader, RecordKind, SpawnRecord,
+    Stats, TaskState, MAP_EVENTS, MAP_READS, MAP_STATS, MAP_TRACKED, MAX_FDS,
 };
 use serde::Serialize;
 
@@ -477,7 +477,31 @@ fn resolve_target(pid: u32, parent: u32, fd: u32, ino: u64) -> Option<String> {
     None
 }
 
-fn leaked_from(info: &FdInfo, pid: u32, parent: u32, resolve: Resolver) -> LeakedFd {
+/// Joins the components of a kernel-built path (leaf first) into "/a/b/c"; a cut walk is
+/// shown with a leading "…".
+pub fn join_path(p: &FdPath) -> String {
+    let depth = (p.depth as usize).min(p.comps.len());
+    let mut s = String::new();
+    if p.complete == 0 {
+        s.push('…');
+    }
+    for c in p.comps[..depth].iter().rev() {
+        s.push('/');
+        s.push_str(&cstr(c));
+    }
+    if s.is_empty() {
+        s.push('/');
+    }
+    s
+}
+
+fn leaked_from(
+    info: &FdInfo,
+    kernel_path: Option<&FdPath>,
+    pid: u32,
+    parent: u32,
+    resolve: Resolver,
+) -> LeakedFd {
     let name = cstr(&info.name);
     let kind = fdkind::from_kernel(info.mode, info.magic, &name);
     let target = match kind {
@@ -493,8 +517,13 @@ fn leaked_from(info: &FdInfo, pid: u32, parent: u32, resolve: Resolver) -> Leake
         | FdKind::Perf
         | FdKind::AnonInode => format!("anon_inode:{name}"),
         FdKind::Pidfd => "anon_inode:[pidfd]".to_string(),
-        _ => resolve(pid, parent, info.fd, info.ino)
-            .unwrap_or_else(|| format!("…/{name} (inode {})", info.ino)),
+        _ => match kernel_path {
+            Some(p) if p.complete != 0 => join_path(p),
+            // A cut or missing path: the live link is better, if the process is still there.
+            kp => resolve(pid, parent, info.fd, info.ino)
+                .or_else(|| kp.map(join_path))
+                .unwrap_or_else(|| format!("…/{name} (inode {})", info.ino)),
+        },
     };
     LeakedFd {
         fd: info.fd,
@@ -517,6 +546,7 @@ pub fn flag_names(bits: u32) -> Vec<&'static str> {
         (flags::NO_FORK, "no_fork"),
         (flags::FDTABLE_TRUNCATED, "fdtable_truncated"),
         (flags::NO_SYSCALLS, "no_syscalls"),
+        (flags::PATH_PARTIAL, "path_partial"),
     ]
     .into_iter()
     .filter(|(b, _)| bits & b != 0)
@@ -558,13 +588,16 @@ pub fn spawn_from_record(
         + u64::from(c.dup_calls);
     let correction = (probe_cost_ns * probed as f64) as u64;
     let shown = (rec.nfds as usize).min(MAX_FDS);
+    let npaths = (rec.npaths as usize).min(rec.paths.len());
+    let path_of = |i: usize| rec.paths[..npaths].iter().find(|p| p.index as usize == i);
     let leaked_fds: Vec<LeakedFd> = rec.fds[..shown]
         .iter()
-        .map(|f| leaked_from(f, rec.pid, rec.parent_pid, resolve))
+        .enumerate()
+        .map(|(i, f)| leaked_from(f, path_of(i), rec.pid, rec.parent_pid, resolve))
         .collect();
     let stdio = (0..3)
         .filter(|i| rec.stdio_mask & (1 << i) != 0)
-        .map(|i| leaked_from(&rec.stdio[i], rec.pid, rec.parent_pid, resolve))
+        .map(|i| leaked_from(&rec.stdio[i], None, rec.pid, rec.parent_pid, resolve))
         .collect();
     let nranges = (c.close_range_calls as usize).min(c.ranges.len());
     let counts = strategy::Counts {
@@ -691,15 +724,19 @@ mod tests {
         rec.fds[0].magic = 0xef53;
         rec.fds[0].ino = 99;
         put(&mut rec.fds[0].name, b"secret.key");
+        rec.npaths = 1;
+        rec.paths[0].index = 0;
+        rec.paths[0].depth = 2;
+        rec.paths[0].complete = 1;
+        put(&mut rec.paths[0].comps[0], b"secret.key");
+        put(&mut rec.paths[0].comps[1], b"etc");
         rec.stdio_mask = 0b101;
         rec.stdio[0].mode = 0o020666;
         rec.stdio[2].mode = 0o010600;
         rec.stdio[2].magic = fdkind::magic::PIPEFS;
         rec.stdio[2].fd = 2;
         rec.stdio[2].ino = 5;
-        let s = spawn_from_record(&rec, false, 100.0, |_, _, fd, _| {
-            (fd == 7).then(|| "/etc/secret.key".to_string())
-        });
+        let s = spawn_from_record(&rec, false, 100.0, |_, _, _, _| None);
         assert_eq!(s.window_ns, 2_500_000);
         // 19_998 probed syscalls at 100 ns each.
         assert_eq!(s.window_corrected_ns, 2_500_000 - 1_999_800);
@@ -718,6 +755,23 @@ mod tests {
         assert_eq!(json["type"], "spawn");
         assert_eq!(json["strategy"], "close-loop");
         assert_eq!(json["leaked_fds"][0]["fd"], 7);
+    }
+
+    #[test]
+    fn kernel_paths_join_leaf_last_and_mark_cuts() {
+        // SAFETY: FdPath is plain integers; all-zero is valid.
+        let mut p: FdPath = unsafe { std::mem::zeroed() };
+        p.depth = 3;
+        p.complete = 1;
+        put(&mut p.comps[0], b"c");
+        put(&mut p.comps[1], b"b");
+        put(&mut p.comps[2], b"a");
+        assert_eq!(join_path(&p), "/a/b/c");
+        p.complete = 0;
+        assert_eq!(join_path(&p), "…/a/b/c");
+        p.depth = 0;
+        p.complete = 1;
+        assert_eq!(join_path(&p), "/");
     }
 
     #[test]
