@@ -175,7 +175,7 @@ extern "C" fn path_step(index: u64, ctx: *mut c_void) -> i64 {
     // SAFETY: the record lives in the SCRATCH map for the whole program run.
     let rec = unsafe { &mut *walk.rec };
     let i = ((index / u64::from(PATH_STEPS)) as usize) & (MAX_PATHS - 1);
-    let first = index % u64::from(PATH_STEPS) == 0;
+    let first = index.is_multiple_of(u64::from(PATH_STEPS));
     let last = index % u64::from(PATH_STEPS) == u64::from(PATH_STEPS) - 1;
     let p = &mut rec.paths[i];
     if first {

@@ -29,6 +29,9 @@ pub enum Command {
     /// Internal: the spawner that `bench` and the tests run (one strategy, N spawns).
     #[command(name = "__spawner", hide = true)]
     Spawner(crate::spawner::SpawnerArgs),
+    /// Internal: the built-in workload of `trace --demo`.
+    #[command(name = "__demo", hide = true)]
+    Demo(crate::demo::DemoArgs),
 }
 
 /// Runs the parsed command line; returns the process exit status.
@@ -39,6 +42,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Bench(a) => bench::run(a),
         Command::Doctor(a) => doctor::run(a),
         Command::Spawner(a) => crate::spawner::run(a),
+        Command::Demo(a) => crate::demo::run(a),
     }
 }
 

@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod btf;
 pub mod cli;
+pub mod demo;
 pub mod doctor;
 pub mod ebpf;
 pub mod fdkind;

@@ -56,6 +56,11 @@ pub struct TraceArgs {
     #[arg(long)]
     pub fail_on_leak: bool,
 
+    /// Trace the built-in workload: a spawner holding a credentials file and a listening
+    /// socket, spawning with a leaking, a close-loop, a poll-scan and a close_range strategy.
+    #[arg(long, conflicts_with_all = ["pids", "command"])]
+    pub demo: bool,
+
     /// Do not print a line per spawn, only the summary.
     #[arg(short, long)]
     pub quiet: bool,
@@ -88,9 +93,13 @@ fn install_signal_handlers() {
     }
 }
 
-pub fn run(args: TraceArgs) -> Result<u8> {
+pub fn run(mut args: TraceArgs) -> Result<u8> {
+    if args.demo {
+        let me = std::env::current_exe().context("failed to find fdaudit's own executable")?;
+        args.command = vec![me.into_os_string(), "__demo".into()];
+    }
     if args.pids.is_empty() && args.command.is_empty() {
-        bail!("nothing to trace: give -p PID or -- CMD ARGS...");
+        bail!("nothing to trace: give -p PID, -- CMD ARGS... or --demo");
     }
     for &pid in &args.pids {
         // SAFETY: signal 0 only checks that the process exists.

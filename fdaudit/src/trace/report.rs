@@ -79,7 +79,10 @@ pub fn spawn_line(s: &Spawn) -> String {
         let fds: Vec<String> = s
             .leaked_fds
             .iter()
-            .map(|f| format!("{} {} {}", f.fd, f.kind, f.target))
+            .map(|f| match (f.family, f.socket_type) {
+                (Some(fam), Some(ty)) => format!("{} {} {fam} {ty} {}", f.fd, f.kind, f.target),
+                _ => format!("{} {} {}", f.fd, f.kind, f.target),
+            })
             .collect();
         line.push_str(&format!("  LEAKED {}: {}", s.leaked_count, fds.join(", ")));
     }
@@ -138,7 +141,7 @@ pub struct Totals {
     pub window_corrected_ns: u64,
 }
 
-/// One row of the summary: spawns grouped by parent and exec path.
+/// One row of the summary: spawns grouped by parent, exec path and strategy.
 #[derive(Debug, Clone, Serialize)]
 pub struct Group {
     pub parent_comm: String,
@@ -174,7 +177,7 @@ pub struct Summary {
 /// Accumulates spawns for the summary.
 #[derive(Default)]
 pub struct Collector {
-    groups: BTreeMap<(String, String), Vec<Spawn>>,
+    groups: BTreeMap<(String, String, String), Vec<Spawn>>,
     pub totals: Totals,
     pub spawns: u64,
     pub fork_only: u64,
@@ -202,7 +205,7 @@ impl Collector {
         light.leaked_fds.truncate(8);
         light.stdio.clear();
         self.groups
-            .entry((s.parent_comm.clone(), s.exec_path.clone()))
+            .entry((s.parent_comm.clone(), s.exec_path.clone(), s.strategy.to_string()))
             .or_default()
             .push(light);
     }
@@ -214,18 +217,9 @@ impl Collector {
     pub fn groups(&self) -> Vec<Group> {
         self.groups
             .iter()
-            .map(|((parent, path), v)| {
+            .map(|((parent, path, strategy), v)| {
                 let mut closes: Vec<u64> = v.iter().map(|s| u64::from(s.close_calls)).collect();
                 let mut windows: Vec<u64> = v.iter().map(|s| s.window_corrected_ns).collect();
-                let mut strategies: BTreeMap<String, usize> = BTreeMap::new();
-                for s in v {
-                    *strategies.entry(s.strategy.to_string()).or_default() += 1;
-                }
-                let strategy = strategies
-                    .iter()
-                    .max_by_key(|(_, n)| **n)
-                    .map(|(k, _)| k.clone())
-                    .unwrap_or_default();
                 Group {
                     parent_comm: parent.clone(),
                     exec_path: path.clone(),
@@ -234,7 +228,7 @@ impl Collector {
                     close_max: closes.iter().copied().max().unwrap_or(0),
                     window_median_ns: percentile(&mut windows, 50.0),
                     window_p95_ns: percentile(&mut windows, 95.0),
-                    strategy,
+                    strategy: strategy.clone(),
                     leaked_fds: v.iter().map(|s| u64::from(s.leaked_count)).sum(),
                 }
             })
@@ -354,12 +348,15 @@ mod tests {
         c.add(&spawn("bash", "/bin/true", 3, 1_000_000, 1));
         c.add(&spawn("bash", "/bin/true", 19_997, 3_000_000, 1));
         c.add(&spawn("python3", "/bin/ls", 0, 500_000, 0));
+        c.add(&spawn("bash", "/bin/true", 19_993, 2_000_000, 0));
         let g = c.groups();
-        assert_eq!(g.len(), 2);
-        assert_eq!(g[0].spawns, 2);
+        assert_eq!(g.len(), 3);
+        assert_eq!((g[0].strategy.as_str(), g[0].spawns), ("close-loop", 2));
         assert_eq!(g[0].close_max, 19_997);
-        assert_eq!(g[0].leaked_fds, 2);
+        assert_eq!(g[0].close_median, 19_993);
+        assert_eq!(g[0].leaked_fds, 1);
         assert_eq!(g[0].window_p95_ns, 3_000_000);
+        assert_eq!((g[1].strategy.as_str(), g[1].spawns), ("none", 1));
         assert_eq!(c.totals.spawns_with_leaks, 2);
         let table = summary_table(&g);
         assert!(table.contains("python3"), "{table}");

@@ -47,6 +47,9 @@ pub struct LeakedFd {
     /// Socket family for sockets ("inet", "unix", ...).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub family: Option<&'static str>,
+    /// Socket type for sockets ("stream", "dgram", ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub socket_type: Option<&'static str>,
     pub ino: u64,
 }
 
@@ -450,6 +453,16 @@ fn cstr(b: &[u8]) -> String {
     escape_bytes(&b[..end])
 }
 
+fn socket_type_name(t: u16) -> &'static str {
+    match i32::from(t) {
+        libc::SOCK_STREAM => "stream",
+        libc::SOCK_DGRAM => "dgram",
+        libc::SOCK_SEQPACKET => "seqpacket",
+        libc::SOCK_RAW => "raw",
+        _ => "other",
+    }
+}
+
 fn access_mode(f_flags: u32) -> &'static str {
     match f_flags as i32 & libc::O_ACCMODE {
         libc::O_RDONLY => "r",
@@ -532,6 +545,8 @@ fn leaked_from(
         access: access_mode(info.f_flags),
         family: (kind == FdKind::Socket && info.family != 0)
             .then(|| fdkind::family_name(info.family)),
+        socket_type: (kind == FdKind::Socket && info.sock_type != 0)
+            .then(|| socket_type_name(info.sock_type)),
         ino: info.ino,
     }
 }
@@ -789,6 +804,7 @@ mod tests {
             f.mode = 0o140777;
             f.magic = fdkind::magic::SOCKFS;
             f.family = libc::AF_INET as u16;
+            f.sock_type = libc::SOCK_STREAM as u16;
             f.ino = 1000 + i as u64;
             f.f_flags = libc::O_RDWR as u32;
         }
@@ -804,6 +820,7 @@ mod tests {
         assert_eq!(s.leaked_fds.len(), MAX_FDS);
         assert_eq!(s.leaked_fds[0].target, "socket:[1000]");
         assert_eq!(s.leaked_fds[0].family, Some("inet"));
+        assert_eq!(s.leaked_fds[0].socket_type, Some("stream"));
         assert_eq!(s.window_ns, 0);
         assert_eq!(s.exec_tid, Some(11));
         assert_eq!(s.strategy, Strategy::CloseRange);
