@@ -26,7 +26,8 @@ pub fn run(_args: DemoArgs) -> Result<u8> {
     let (_, hard) = spawner::nofile_limits().context("failed to read RLIMIT_NOFILE")?;
     spawner::set_nofile(hard).context("failed to raise the soft RLIMIT_NOFILE")?;
 
-    let path = std::env::temp_dir().join(format!("fdaudit-demo-{}-credentials", std::process::id()));
+    let path =
+        std::env::temp_dir().join(format!("fdaudit-demo-{}-credentials", std::process::id()));
     std::fs::write(&path, b"token=not-a-real-secret\n")
         .with_context(|| format!("failed to write {}", path.display()))?;
     let secret = std::fs::File::open(&path).context("failed to open the demo file")?;
@@ -44,7 +45,9 @@ pub fn run(_args: DemoArgs) -> Result<u8> {
     let mut failed = 0;
     for s in DEMO_STRATEGIES {
         let mut sp = Spawner::new(s, &cmd).with_context(|| format!("failed to prepare {s}"))?;
-        let r = sp.spawn_once().with_context(|| format!("failed to spawn with {s}"))?;
+        let r = sp
+            .spawn_once()
+            .with_context(|| format!("failed to spawn with {s}"))?;
         failed += u8::from(!r.success());
     }
     // SAFETY: closing the fd we dup'ed.

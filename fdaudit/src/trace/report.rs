@@ -205,7 +205,11 @@ impl Collector {
         light.leaked_fds.truncate(8);
         light.stdio.clear();
         self.groups
-            .entry((s.parent_comm.clone(), s.exec_path.clone(), s.strategy.to_string()))
+            .entry((
+                s.parent_comm.clone(),
+                s.exec_path.clone(),
+                s.strategy.to_string(),
+            ))
             .or_default()
             .push(light);
     }

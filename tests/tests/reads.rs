@@ -1,0 +1,92 @@
+//! `fdaudit trace --reads`: byte-at-a-time reads are flagged with strace's count, block reads
+//! are not. Root only (eBPF); CI runs it as root.
+
+use std::process::{Command, Stdio};
+
+use fdaudit_tests::{fdaudit, is_root};
+use serde_json::Value;
+
+const ENV: [&str; 4] = [
+    "env",
+    "-i",
+    "PATH=/usr/bin:/bin",
+    "FDAUDIT_TEST=byte-at-a-time-reads",
+];
+const LOOP: &str = "printenv; seq 1 300 | while read l; do :; done";
+
+fn storms(cmd: &[&str]) -> Vec<Value> {
+    let out = Command::new(fdaudit())
+        .args(["trace", "--reads", "--json", "--"])
+        .args(cmd)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run fdaudit trace --reads");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with("{\"type\":\"read_storm\""))
+        .map(|l| serde_json::from_str(l).expect("JSON"))
+        .collect()
+}
+
+/// read() calls on fd 0 that strace sees for the same command.
+fn strace_reads_on_stdin(cmd: &[&str]) -> u64 {
+    let log = std::env::temp_dir().join(format!("fdaudit-reads-{}.strace", std::process::id()));
+    let st = Command::new("strace")
+        .args(["-f", "-qq", "-e", "trace=read", "-o"])
+        .arg(&log)
+        .args(cmd)
+        .stdout(Stdio::null())
+        .stdin(Stdio::null())
+        .status()
+        .expect("strace is installed by .ci/setup");
+    assert!(st.success());
+    let text = std::fs::read_to_string(&log).expect("strace log");
+    let _ = std::fs::remove_file(&log);
+    text.lines().filter(|l| l.contains(" read(0,")).count() as u64
+}
+
+#[test]
+fn while_read_under_dash_and_bash_is_flagged_with_the_strace_count() {
+    if !is_root() {
+        eprintln!("skipping: tracing needs root (CI runs these as root)");
+        return;
+    }
+    for shell in ["dash", "bash"] {
+        let mut cmd: Vec<&str> = ENV.to_vec();
+        cmd.extend([shell, "-c", LOOP]);
+        let flagged = storms(&cmd);
+        let s = flagged
+            .iter()
+            .find(|s| s["fd"] == 0 && s["target"].as_str().unwrap_or("").starts_with("pipe:"))
+            .unwrap_or_else(|| panic!("{shell}: no storm on the pipe: {flagged:?}"));
+        let calls = s["calls"].as_u64().unwrap();
+        let expected = strace_reads_on_stdin(&cmd);
+        let diff = (calls as f64 - expected as f64).abs() / expected as f64;
+        assert!(
+            diff <= 0.05,
+            "{shell}: fdaudit {calls} read calls, strace {expected}"
+        );
+        // seq 1 300 writes 1092 bytes: one read per byte plus the one at end of file.
+        assert!(calls >= 1092, "{shell}: {s}");
+        assert!(s["bytes_per_call"].as_f64().unwrap() <= 1.0);
+    }
+}
+
+#[test]
+fn block_reads_are_not_flagged() {
+    if !is_root() {
+        eprintln!("skipping: tracing needs root (CI runs these as root)");
+        return;
+    }
+    let big = std::env::temp_dir().join(format!("fdaudit-reads-big-{}", std::process::id()));
+    std::fs::write(&big, "line of text\n".repeat(200_000)).unwrap();
+    let script = format!("cat {} | wc -l", big.display());
+    let flagged = storms(&["sh", "-c", &script]);
+    let _ = std::fs::remove_file(&big);
+    assert!(flagged.is_empty(), "{flagged:?}");
+}
