@@ -325,27 +325,6 @@ pub fn sys_enter(ctx: RawTracePointContext) -> i32 {
 
 fn try_sys_enter(ctx: &RawTracePointContext) -> Result<(), i64> {
     let id: i64 = ctx.arg(1);
-    if id == sysno::CLOSE {
-        // Fast path, the one a close loop takes 2^20 times: an array slot, no hashing.
-        let tgid = current_tgid();
-        let Some(slot) = HOT.get_ptr_mut(tgid & conf!(hot_mask) as u32) else {
-            return Ok(());
-        };
-        // SAFETY: pointer from an array lookup, valid for this program run.
-        let slot = unsafe { &mut *slot };
-        if slot.tgid == tgid {
-            slot.close_calls += 1;
-            let regs: u64 = ctx.arg(0);
-            let fd: u64 = read_kernel(regs + conf!(regs_di))?;
-            if !fd_is_open(&mut slot.cache, fd as u32)? {
-                slot.close_ebadf += 1;
-            }
-            return Ok(());
-        }
-        if slot.overflow == 0 {
-            return Ok(()); // nobody in a window hashes here: not traced
-        }
-    }
     match id {
         sysno::CLOSE
         | sysno::CLOSE_RANGE
@@ -359,7 +338,30 @@ fn try_sys_enter(ctx: &RawTracePointContext) -> Result<(), i64> {
         | sysno::DUP3 => {}
         _ => return Ok(()),
     }
-    let Some(st) = TRACKED.get_ptr_mut(current_tgid()) else {
+    // Every count is for a process inside its fork..exec window, and every such process
+    // owns its HOT slot (or marked the slot as overflowed): one array access, no hashing,
+    // tells all other processes on the machine to leave.
+    let tgid = current_tgid();
+    let Some(slot) = HOT.get_ptr_mut(tgid & conf!(hot_mask) as u32) else {
+        return Ok(());
+    };
+    // SAFETY: pointer from an array lookup, valid for this program run.
+    let slot = unsafe { &mut *slot };
+    if slot.tgid == tgid {
+        if id == sysno::CLOSE {
+            // The path a close loop takes 2^20 times.
+            slot.close_calls += 1;
+            let regs: u64 = ctx.arg(0);
+            let fd: u64 = read_kernel(regs + conf!(regs_di))?;
+            if !fd_is_open(&mut slot.cache, fd as u32)? {
+                slot.close_ebadf += 1;
+            }
+            return Ok(());
+        }
+    } else if slot.overflow == 0 {
+        return Ok(()); // nobody in a window hashes here: not traced
+    }
+    let Some(st) = TRACKED.get_ptr_mut(tgid) else {
         return Ok(());
     };
     // SAFETY: pointer from a map lookup, valid for this program run.
