@@ -235,8 +235,16 @@ fn one_line(e: &ebpf::LoadError) -> String {
 /// tracefs is not needed by fdaudit's raw tracepoints, but tools users compare with
 /// (perf, bpftrace, strace's friends) want it: as root, mount it when missing.
 fn tracefs_check(root: bool) -> Check {
-    if Path::new(TRACEFS).join("events").exists() {
-        return check("tracefs", Status::Ok, format!("mounted at {TRACEFS}"));
+    match std::fs::metadata(Path::new(TRACEFS).join("events")) {
+        Ok(_) => return check("tracefs", Status::Ok, format!("mounted at {TRACEFS}")),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            return check(
+                "tracefs",
+                Status::Ok,
+                format!("{TRACEFS} is not readable by this user (fdaudit does not need it)"),
+            )
+        }
+        Err(_) => {}
     }
     if !root {
         return check(
