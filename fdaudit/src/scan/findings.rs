@@ -201,7 +201,7 @@ pub fn nofile(soft: u64, close_ns: f64) -> Option<(Severity, String)> {
         sev,
         format!(
             "NOFILE soft limit {soft}: a close-to-limit loop before exec costs ~{cost_ms:.2} ms per spawn \
-             ({close_ns:.0} ns per close(), measured on this machine)"
+             (at {close_ns:.0} ns per close())"
         ),
     ))
 }

@@ -447,8 +447,15 @@ pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
         eprintln!("scan: pid {pid}: no such process");
     }
     eprintln!(
-        "scan: {} processes, {} fds, {} findings; {} processes not readable (permissions), {} vanished, {} fds vanished; close() costs {:.0} ns here",
-        t.processes, t.fds, n_findings, t.unreadable, t.vanished, t.vanished_fds, close_ns
+        "scan: {} processes, {} fds, {} findings; {} processes not readable (permissions), {} vanished, {} fds vanished; close() cost {:.0} ns ({})",
+        t.processes,
+        t.fds,
+        n_findings,
+        t.unreadable,
+        t.vanished,
+        t.vanished_fds,
+        close_ns,
+        if args.close_cost_ns.is_some() { "given" } else { "measured at start" }
     );
     if t.kcmp_refused > 0 {
         eprintln!(
@@ -461,3 +468,6 @@ pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
         _ => 0,
     })
 }
+
+#[cfg(test)]
+mod tests;
