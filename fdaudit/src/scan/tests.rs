@@ -62,7 +62,8 @@ fn basic_tree_fds_exactly() {
         (server.fd_count, server.max_fd, server.no_cloexec),
         (11, Some(10), 9)
     );
-    let got: Vec<(u32, FdKind, &str, Option<&str>, Option<bool>)> = server
+    type Row<'a> = (u32, FdKind, &'a str, Option<&'a str>, Option<bool>);
+    let got: Vec<Row> = server
         .fds
         .iter()
         .map(|f| (f.fd, f.kind, f.target.as_str(), f.mode, f.cloexec))

@@ -31,26 +31,53 @@ fn main() {
 
     // SAFETY: plain syscalls on NUL-terminated strings and local buffers.
     unsafe {
-        let file = check(libc::open(c"/etc/passwd".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC), "open /etc/passwd");
-        let sock = check(libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0), "create a socket");
+        let file = check(
+            libc::open(c"/etc/passwd".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC),
+            "open /etc/passwd",
+        );
+        let sock = check(
+            libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0),
+            "create a socket",
+        );
         let addr = libc::sockaddr_in {
             sin_family: libc::AF_INET as libc::sa_family_t,
             sin_port: 0,
-            sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes([127, 0, 0, 1]) },
+            sin_addr: libc::in_addr {
+                s_addr: u32::from_ne_bytes([127, 0, 0, 1]),
+            },
             sin_zero: [0; 8],
         };
         let len = std::mem::size_of_val(&addr) as libc::socklen_t;
-        check(libc::bind(sock, (&addr as *const libc::sockaddr_in).cast(), len), "bind");
+        check(
+            libc::bind(sock, (&addr as *const libc::sockaddr_in).cast(), len),
+            "bind",
+        );
         check(libc::listen(sock, 4), "listen");
         let mut bound: libc::sockaddr_in = std::mem::zeroed();
         let mut blen = len;
-        check(libc::getsockname(sock, (&mut bound as *mut libc::sockaddr_in).cast(), &mut blen), "getsockname");
+        check(
+            libc::getsockname(
+                sock,
+                (&mut bound as *mut libc::sockaddr_in).cast(),
+                &mut blen,
+            ),
+            "getsockname",
+        );
         let port = u16::from_be(bound.sin_port);
         let mut p = [0; 2];
         check(libc::pipe(p.as_mut_ptr()), "create a pipe");
-        check(libc::fcntl(p[0], libc::F_SETFD, libc::FD_CLOEXEC), "set FD_CLOEXEC");
-        let memfd = check(libc::memfd_create(c"scan-fixture".as_ptr(), 0), "memfd_create");
-        let dir = check(libc::open(c"/tmp".as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY), "open /tmp");
+        check(
+            libc::fcntl(p[0], libc::F_SETFD, libc::FD_CLOEXEC),
+            "set FD_CLOEXEC",
+        );
+        let memfd = check(
+            libc::memfd_create(c"scan-fixture".as_ptr(), 0),
+            "memfd_create",
+        );
+        let dir = check(
+            libc::open(c"/tmp".as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY),
+            "open /tmp",
+        );
         let base: Vec<String> = baseline.iter().map(u32::to_string).collect();
         let mut out = std::io::stdout().lock();
         writeln!(
