@@ -117,10 +117,19 @@ pub fn looks_secret(path: &[u8]) -> bool {
         b"/etc/ssl/private",
         b"sudoers",
     ];
-    let lower: Vec<u8> = path.iter().map(u8::to_ascii_lowercase).collect();
-    NEEDLES
-        .iter()
-        .any(|n| lower.windows(n.len()).any(|w| w == *n))
+    // Called for every inheritable fd: no allocation, and a first-byte filter before
+    // comparing (needles are lowercase; the path is compared case-insensitively).
+    (0..path.len()).any(|i| {
+        let c = path[i].to_ascii_lowercase();
+        NEEDLES.iter().any(|n| {
+            n[0] == c
+                && path.len() - i >= n.len()
+                && path[i + 1..i + n.len()]
+                    .iter()
+                    .zip(&n[1..])
+                    .all(|(a, b)| a.to_ascii_lowercase() == *b)
+        })
+    })
 }
 
 /// What is known about an inheritable fd when judging it.

@@ -238,7 +238,11 @@ pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
 
     let render = |r: ProcReport| -> Rendered {
         let user = users.lock().unwrap_or_else(|p| p.into_inner()).name(r.uid);
-        let mut bytes = Vec::new();
+        let mut bytes = Vec::with_capacity(if json {
+            512 + 160 * r.fds.len() + 256 * r.findings.len()
+        } else {
+            0
+        });
         let mut row = None;
         if json {
             if !only_findings {

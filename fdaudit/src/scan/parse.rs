@@ -99,25 +99,53 @@ impl FdInfo {
 pub fn parse_fdinfo(data: &[u8]) -> Option<FdInfo> {
     let mut flags = None;
     let mut info = FdInfo::default();
-    for line in data.split(|&b| b == b'\n') {
-        if let Some(v) = line.strip_prefix(b"flags:") {
-            let v = trim(v);
-            if v.is_empty() || !v.iter().all(|b| (b'0'..=b'7').contains(b)) {
-                return None;
+    let mut rest = data;
+    while !rest.is_empty() {
+        let end = rest.iter().position(|&b| b == b'\n');
+        let line = &rest[..end.unwrap_or(rest.len())];
+        rest = end.map_or(&[][..], |e| &rest[e + 1..]);
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
+        };
+        let (key, val) = (&line[..colon], trim(&line[colon + 1..]));
+        match key {
+            b"flags" => {
+                if val.is_empty() || val.len() > 11 {
+                    return None;
+                }
+                let mut v: u32 = 0;
+                for &b in val {
+                    if !(b'0'..=b'7').contains(&b) {
+                        return None;
+                    }
+                    v = v.checked_mul(8)?.checked_add(u32::from(b - b'0'))?;
+                }
+                flags = Some(v);
             }
-            flags = u32::from_str_radix(std::str::from_utf8(v).ok()?, 8).ok();
-            flags?;
-        } else if let Some(v) = line.strip_prefix(b"mnt_id:") {
-            info.mnt_id = first_u32(trim(v));
-        } else if let Some(v) = line.strip_prefix(b"ino:") {
-            info.ino = std::str::from_utf8(trim(v))
-                .ok()
-                .and_then(|s| s.parse().ok());
-            break; // the last line we need
+            b"mnt_id" => info.mnt_id = first_u32(val),
+            b"ino" => {
+                info.ino = parse_u64(val);
+                break; // the last line we need
+            }
+            _ => {}
         }
     }
     info.flags = flags?;
     Some(info)
+}
+
+fn parse_u64(s: &[u8]) -> Option<u64> {
+    if s.is_empty() || s.len() > 20 {
+        return None;
+    }
+    let mut v: u64 = 0;
+    for &b in s {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        v = v.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+    }
+    Some(v)
 }
 
 fn trim(mut s: &[u8]) -> &[u8] {

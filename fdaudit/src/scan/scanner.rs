@@ -405,7 +405,7 @@ impl Scanner<'_> {
             no_cloexec: 0,
             vanished_fds: 0,
             unknown_fds: 0,
-            fds: Vec::new(),
+            fds: Vec::with_capacity(if self.cfg.full_fds { s.fds.len() } else { 0 }),
             findings: Vec::new(),
         };
         if let Some(soft) = nofile.and_then(|l| l.soft) {
@@ -456,7 +456,7 @@ impl Scanner<'_> {
                     let t = tables.get_or_insert_with(|| self.net_tables(pid, raw(&pid_dir)));
                     let target = &s.link[..n];
                     match parse::bracket_inode(target).and_then(|ino| t.by_inode.get(&ino)) {
-                        Some(si) => Some(SockRef::Table(si.clone())),
+                        Some(si) => Some(SockRef::Table(si)),
                         None if self.live => {
                             let path = self.cfg.root.join(format!("{pid}/fd/{fd}"));
                             CString::new(path.as_os_str().as_bytes())
@@ -571,14 +571,14 @@ impl Scanner<'_> {
         kind: FdKind,
         target: &[u8],
         info: Option<parse::FdInfo>,
-        sock: Option<SockRef>,
+        sock: Option<SockRef<'_>>,
     ) -> FdRecord {
         let mut r = FdRecord {
             fd,
             kind,
             family: None,
             proto: None,
-            target: escape_bytes(target),
+            target: escape_target(target),
             mode: info.map(|i| i.access()),
             cloexec: info.map(|i| i.cloexec()),
             local: None,
@@ -758,9 +758,18 @@ impl Scanner<'_> {
     }
 }
 
-enum SockRef {
-    Table(SockInfo),
+enum SockRef<'a> {
+    Table(&'a SockInfo),
     Proto(String),
+}
+
+/// `escape_bytes`, with a fast path for the common all-printable-ASCII target.
+fn escape_target(t: &[u8]) -> String {
+    if t.iter().all(|&b| (0x20..0x7f).contains(&b)) {
+        // All printable ASCII: valid UTF-8, nothing to escape.
+        return String::from_utf8(t.to_vec()).expect("ASCII is UTF-8");
+    }
+    escape_bytes(t)
 }
 
 /// The procfs root as given, for messages.
