@@ -52,28 +52,27 @@ held=$(cat "$work"/ready.* | awk '{s += $3} END {print s}')
 total=$("$FDAUDIT" scan --json 2>/dev/null | tail -n 1 | sed 's/.*"fds":\([0-9]*\).*/\1/')
 echo "state: $NPROC fixture processes holding $held fds; $total fds on the machine; $(nproc) CPUs; kernel $(uname -r)"
 
-now() { echo "${EPOCHREALTIME/./}"; }   # microseconds
-declare -A times
+declare -A wall cpu
 run() { # name cmd...
     local name=$1; shift
-    local t0 t1
-    t0=$(now)
-    "$@" >/dev/null 2>&1 || true
-    t1=$(now)
-    times[$name]+="$(( t1 - t0 )) "
+    /usr/bin/time -f '%e %U %S' -o "$work/time" "$@" >/dev/null 2>&1 || true
+    read -r e u s <"$work/time"
+    wall[$name]+="$e "
+    cpu[$name]+="$(echo "$u + $s" | bc -l) "
 }
 for _ in $(seq 1 "$RUNS"); do
     run fdaudit "$FDAUDIT" scan --json
     run lsof lsof -n -P
     run lsfd lsfd
 done
-median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
-f=$(echo "${times[fdaudit]}" | median)
-l=$(echo "${times[lsof]}" | median)
-d=$(echo "${times[lsfd]}" | median)
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
 rss=$(/usr/bin/time -f %M "$FDAUDIT" scan --json 2>&1 >/dev/null | tail -n 1)
-printf '\n%-28s %10s %10s\n' "command (median of $RUNS)" seconds "vs fdaudit"
-printf '%-28s %10.3f %10s\n' "fdaudit scan --json" "$(echo "$f / 1000000" | bc -l)" "1.00x"
-printf '%-28s %10.3f %9.2fx\n' "lsof -n -P" "$(echo "$l / 1000000" | bc -l)" "$(echo "$l / $f" | bc -l)"
-printf '%-28s %10.3f %9.2fx\n' "lsfd" "$(echo "$d / 1000000" | bc -l)" "$(echo "$d / $f" | bc -l)"
+fw=$(echo "${wall[fdaudit]}" | median); fc=$(echo "${cpu[fdaudit]}" | median)
+printf '\n%-22s %12s %8s %14s %8s\n' "median of $RUNS" "wall (s)" ratio "CPU u+s (s)" ratio
+for t in fdaudit lsof lsfd; do
+    w=$(echo "${wall[$t]}" | median); c=$(echo "${cpu[$t]}" | median)
+    case $t in fdaudit) label="fdaudit scan --json" ;; lsof) label="lsof -n -P" ;; lsfd) label="lsfd" ;; esac
+    printf '%-22s %12.2f %7.2fx %14.2f %7.2fx\n' "$label" "$w" "$(echo "$w / $fw" | bc -l)" "$c" "$(echo "$c / $fc" | bc -l)"
+done
+echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) (other work on the machine slows every tool and hides fdaudit's second thread)"
 echo "fdaudit scan --json peak RSS: ${rss} KiB"

@@ -247,3 +247,48 @@ fn missing_root_is_an_error() {
     .expect_err("a missing root must fail");
     assert!(err.to_string().contains("does-not-exist"), "{err}");
 }
+
+#[test]
+fn human_output_groups_many_alike_findings() {
+    use super::findings::Finding;
+    let f = |fd: u32, sev: Severity, rank: u8| {
+        Finding::new(
+            7,
+            "x",
+            Some(fd),
+            sev,
+            FindingKind::InheritableFd,
+            rank,
+            format!("fd {fd}"),
+        )
+    };
+    let mut v: Vec<Finding> = (10..20).map(|fd| f(fd, Severity::Low, 4)).collect();
+    v.extend((30..33).map(|fd| f(fd, Severity::High, 1)));
+    v.push(Finding::new(
+        7,
+        "x",
+        None,
+        Severity::Medium,
+        FindingKind::NofileLimit,
+        0,
+        "limit".into(),
+    ));
+    let g = super::group_findings(v);
+    let got: Vec<(Option<u32>, Severity)> = g.iter().map(|f| (f.fd, f.severity)).collect();
+    assert_eq!(
+        got,
+        [
+            (Some(30), Severity::High),
+            (Some(31), Severity::High),
+            (Some(32), Severity::High),
+            (None, Severity::Medium),
+            (None, Severity::Low),
+        ]
+    );
+    assert!(
+        g[4].reason
+            .starts_with("10 fds like this (fds 10,11,12,13,14,15,16,17,...), e.g. fd 10: fd 10"),
+        "{}",
+        g[4].reason
+    );
+}
