@@ -191,6 +191,8 @@ struct Scratch {
     file: Vec<u8>,
     fds: Vec<u32>,
     modes: HashMap<(u32, u64), u32>,
+    /// (mnt_id, "socket" | "pipe") learned by `learn_pseudo`.
+    pseudo: Vec<(u32, &'static str)>,
     totals: Totals,
 }
 
@@ -203,6 +205,7 @@ impl Scratch {
             file: Vec::with_capacity(8192),
             fds: Vec::new(),
             modes: HashMap::new(),
+            pseudo: Vec::new(),
             totals: Totals::default(),
         }
     }
@@ -441,14 +444,29 @@ impl Scanner<'_> {
             let needs_link = self.cfg.full_fds || (inheritable && fd >= 3);
             let mut record = None;
             if needs_link {
-                let n = match sys::readlinkat(raw(&fd_dir), name.as_cstr(), &mut s.link) {
-                    Ok(n) => n,
-                    Err(e) if is_vanished(&e) => {
-                        rep.vanished_fds += 1;
-                        continue;
-                    }
-                    Err(e) if is_denied(&e) => return Err(Skip::Denied),
-                    Err(_) => 0,
+                let synthesized = match (self.live, info.and_then(|i| Some((i.mnt_id?, i.ino?)))) {
+                    (true, Some((mnt, ino))) => s.pseudo.iter().find(|p| p.0 == mnt).map(|p| {
+                        use std::io::Write as _;
+                        let mut cur = io::Cursor::new(&mut s.link[..]);
+                        let _ = write!(cur, "{}:[{ino}]", p.1);
+                        cur.position() as usize
+                    }),
+                    _ => None,
+                };
+                let n = match synthesized {
+                    Some(n) => n,
+                    None => match sys::readlinkat(raw(&fd_dir), name.as_cstr(), &mut s.link) {
+                        Ok(n) => {
+                            self.learn_pseudo(&s.link[..n], info, &mut s.pseudo);
+                            n
+                        }
+                        Err(e) if is_vanished(&e) => {
+                            rep.vanished_fds += 1;
+                            continue;
+                        }
+                        Err(e) if is_denied(&e) => return Err(Skip::Denied),
+                        Err(_) => 0,
+                    },
                 };
                 let target = &s.link[..n];
                 let kind = self.kind_of(&fd_dir, &name, target, info, &mut s.modes);
@@ -525,6 +543,34 @@ impl Scanner<'_> {
             .unwrap_or_else(|p| p.into_inner())
             .insert(pid, keys);
         Ok(rep)
+    }
+
+    /// On a live procfs, remembers the mount of sockfs / pipefs from a link text like
+    /// `socket:[N]` whose N is fdinfo's inode: every other fd on that mount has the link
+    /// text `socket:[ino]` (the kernel's d_dname for those filesystems, and those internal
+    /// mounts are never unmounted, so their ids are not reused), so its readlink is skipped.
+    fn learn_pseudo(
+        &self,
+        target: &[u8],
+        info: Option<parse::FdInfo>,
+        pseudo: &mut Vec<(u32, &'static str)>,
+    ) {
+        if !self.live {
+            return;
+        }
+        let Some((mnt, ino)) = info.and_then(|i| Some((i.mnt_id?, i.ino?))) else {
+            return;
+        };
+        let prefix = if target.starts_with(b"socket:[") {
+            "socket"
+        } else if target.starts_with(b"pipe:[") {
+            "pipe"
+        } else {
+            return;
+        };
+        if parse::bracket_inode(target) == Some(ino) && !pseudo.iter().any(|p| p.0 == mnt) {
+            pseudo.push((mnt, prefix));
+        }
     }
 
     /// Kind from the link text; a path is stat'ed (live only, cached by file identity)
