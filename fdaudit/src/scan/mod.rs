@@ -503,6 +503,9 @@ pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
     for pid in &outcome.missing {
         eprintln!("scan: pid {pid}: no such process");
     }
+    for pid in &outcome.unreadable_pids {
+        eprintln!("scan: pid {pid}: fds not readable with these privileges");
+    }
     eprintln!(
         "scan: {} processes, {} fds, {} findings; {} processes not readable (permissions), {} vanished, {} fds vanished; close() cost {:.0} ns ({})",
         t.processes,

@@ -9,12 +9,14 @@ pub struct Status {
     pub ppid: Option<u32>,
     /// Effective uid (second field of `Uid:`).
     pub euid: Option<u32>,
-    /// `Kthread: 1`, or the children of kthreadd on kernels that do not print it.
+    /// `Kthread: 1`; on kernels without that line, no memory (`VmSize`) and a parent of 0
+    /// or 2 (kthreadd) gives a kernel thread.
     pub kthread: bool,
 }
 
 pub fn parse_status(data: &[u8]) -> Status {
     let mut st = Status::default();
+    let (mut kthread_line, mut vm) = (false, false);
     for line in data.split(|&b| b == b'\n') {
         let Some(colon) = line.iter().position(|&b| b == b':') else {
             continue;
@@ -30,9 +32,16 @@ pub fn parse_status(data: &[u8]) -> Status {
                     .nth(1)
                     .and_then(super::sys::parse_u32)
             }
-            b"Kthread" => st.kthread = val == b"1",
+            b"Kthread" => {
+                kthread_line = true;
+                st.kthread = val == b"1";
+            }
+            b"VmSize" => vm = true,
             _ => {}
         }
+    }
+    if !kthread_line && !vm && matches!(st.ppid, Some(0) | Some(2)) && st.name.is_some() {
+        st.kthread = true;
     }
     st
 }
@@ -205,6 +214,9 @@ mod tests {
         );
         assert_eq!(parse_status(b"").name, None);
         assert!(parse_status(b"Kthread:\t1\n").kthread);
+        assert!(parse_status(b"Name:\tkworker/0:1\nPPid:\t2\n").kthread);
+        assert!(!parse_status(b"Name:\tsh\nPPid:\t2\nVmSize:\t100 kB\n").kthread);
+        assert!(!parse_status(b"Name:\tsh\nPPid:\t2\nKthread:\t0\n").kthread);
     }
 
     #[test]

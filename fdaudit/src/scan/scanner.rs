@@ -131,6 +131,8 @@ pub struct Outcome {
     pub shared: Vec<Finding>,
     /// `-p` pids that did not exist.
     pub missing: Vec<u32>,
+    /// `-p` pids whose fds could not be read.
+    pub unreadable_pids: Vec<u32>,
 }
 
 /// For the share check: an fd's file identity.
@@ -247,6 +249,7 @@ pub fn scan<R: Send>(
     let headers = sc.headers(&mut outcome)?;
 
     let next = AtomicUsize::new(0);
+    let denied = Mutex::new(Vec::new());
     let order = Mutex::new((0usize, BTreeMap::<usize, Option<R>>::new(), &mut emit));
     let threads = cfg.threads.clamp(1, headers.len().max(1));
     let worker_totals: Vec<Totals> = std::thread::scope(|s| {
@@ -270,6 +273,9 @@ pub fn scan<R: Send>(
                             }
                             Err(Skip::Denied) => {
                                 scratch.totals.unreadable += 1;
+                                if cfg.pids.is_some() {
+                                    denied.lock().unwrap_or_else(|p| p.into_inner()).push(h.pid);
+                                }
                                 None
                             }
                         };
@@ -300,6 +306,8 @@ pub fn scan<R: Send>(
         o.vanished += t.vanished;
         o.vanished_fds += t.vanished_fds;
     }
+    outcome.unreadable_pids = denied.into_inner().unwrap_or_else(|p| p.into_inner());
+    outcome.unreadable_pids.sort_unstable();
     sc.share_check(&headers, &mut outcome);
     Ok(outcome)
 }
@@ -344,9 +352,7 @@ impl Scanner<'_> {
                 }
             }
             let status = parse::parse_status(&buf);
-            let kthread =
-                status.kthread || status.ppid == Some(2) || (pid == 2 && status.ppid == Some(0));
-            if kthread && self.cfg.pids.is_none() {
+            if status.kthread && self.cfg.pids.is_none() {
                 continue;
             }
             if let Some(uid) = self.cfg.uid {
