@@ -447,3 +447,48 @@ fn fixture_tree_cli() {
     let out = cli(false, &["scan", "/nonexistent-procfs"]);
     assert_eq!(out.status.code(), Some(2), "a missing root is an error");
 }
+
+#[test]
+fn inherited_fd_is_shared_with_parent_kcmp() {
+    // sh opens fd 7 without close-on-exec and starts a child that inherits it.
+    let mut sh = Command::new("sh")
+        .args([
+            "-c",
+            "exec 7</etc/hostname; sleep 30 & echo $!; read _; kill $!",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("failed to start sh");
+    let mut line = String::new();
+    BufReader::new(sh.stdout.take().expect("piped stdout"))
+        .read_line(&mut line)
+        .expect("failed to read the child's pid");
+    let child = line.trim().to_owned();
+    let out = cli(
+        false,
+        &["scan", "--json", "-p", &child, "--close-cost-ns", "1"],
+    );
+    drop(sh.stdin.take());
+    let _ = sh.wait();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines = json_lines(&out);
+    let shared: Vec<&Value> = of_type(&lines, "finding")
+        .into_iter()
+        .filter(|f| f["kind"] == "shared_description" && f["fd"] == 7)
+        .collect();
+    assert_eq!(shared.len(), 1, "{lines:?}");
+    let reason = shared[0]["reason"].as_str().expect("reason");
+    assert!(
+        reason.contains("same open file description as fd 7 of parent"),
+        "{reason}"
+    );
+    assert_eq!(shared[0]["severity"], "low");
+    let summary = of_type(&lines, "summary");
+    assert!(summary[0]["kcmp_calls"].as_u64().expect("kcmp_calls") >= 1);
+}
