@@ -278,6 +278,7 @@ pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
         full_fds: !args.only_findings && (args.json || args.fds || !args.pids.is_empty()),
         close_ns,
         threads,
+        stop: Default::default(),
     };
     let json = args.json;
     let list_fds = cfg.full_fds;
@@ -383,6 +384,7 @@ pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
     let outcome = {
         let out = &mut out;
         let write_err = &mut write_err;
+        let stop = cfg.stop.clone();
         let emit = |mut r: Rendered| {
             if let Some(row) = r.row.take() {
                 rows.push((r.sort, row));
@@ -396,6 +398,7 @@ pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
                 if write_err.is_none() {
                     if let Err(e) = out.write_all(&r.bytes) {
                         *write_err = Some(e);
+                        stop.store(true, std::sync::atomic::Ordering::Relaxed);
                     }
                 }
             } else {

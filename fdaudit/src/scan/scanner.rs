@@ -8,7 +8,7 @@ use std::io;
 use std::os::fd::{OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use serde::Serialize;
@@ -52,6 +52,8 @@ pub struct Config {
     pub close_ns: f64,
     /// Worker threads.
     pub threads: usize,
+    /// Set to stop the workers early (e.g. the reader of the output went away).
+    pub stop: Arc<AtomicBool>,
 }
 
 /// One fd, as listed with `--fds` and in `--json`.
@@ -258,6 +260,9 @@ pub fn scan<R: Send>(
                 s.spawn(|| {
                     let mut scratch = Scratch::new();
                     loop {
+                        if cfg.stop.load(Ordering::Relaxed) {
+                            break;
+                        }
                         let i = next.fetch_add(1, Ordering::Relaxed);
                         let Some(h) = headers.get(i) else { break };
                         let out = match sc.scan_process(h, &mut scratch) {

@@ -27,6 +27,7 @@ fn basic(full_fds: bool, threads: usize) -> Config {
         full_fds,
         close_ns: 100.0,
         threads,
+        stop: Default::default(),
     }
 }
 
