@@ -77,6 +77,49 @@ impl FdKind {
     }
 }
 
+impl FdKind {
+    /// Kind of an fd from its `/proc/PID/fd/N` link target and, when it is known, the
+    /// `st_mode` of the file it refers to. Without a mode, a path is taken for a regular
+    /// file (or a device under `/dev/`): callers stat paths only where they must.
+    pub fn from_link(target: &[u8], mode: Option<u32>) -> FdKind {
+        if target.starts_with(b"socket:[") {
+            return FdKind::Socket;
+        }
+        if target.starts_with(b"pipe:[") {
+            return FdKind::Pipe;
+        }
+        if target.starts_with(b"anon_inode:") {
+            return FdKind::from_anon_name(&String::from_utf8_lossy(target));
+        }
+        if target.starts_with(b"pidfd:") {
+            return FdKind::Pidfd;
+        }
+        if target.starts_with(b"/memfd:") {
+            return FdKind::Memfd;
+        }
+        if !target.starts_with(b"/") {
+            // "net:[4026531833]" and other namespace or pseudo-file names.
+            return FdKind::Other;
+        }
+        match mode.map(|m| m & libc::S_IFMT) {
+            Some(libc::S_IFREG) => FdKind::Regular,
+            Some(libc::S_IFDIR) => FdKind::Directory,
+            Some(libc::S_IFCHR) | Some(libc::S_IFBLK) => FdKind::Device,
+            Some(libc::S_IFIFO) => FdKind::Fifo,
+            Some(libc::S_IFSOCK) => FdKind::Socket,
+            Some(libc::S_IFLNK) => FdKind::Symlink,
+            Some(_) => FdKind::Other,
+            None if target.starts_with(b"/dev/")
+                && !target.starts_with(b"/dev/shm/")
+                && !target.starts_with(b"/dev/mqueue/") =>
+            {
+                FdKind::Device
+            }
+            None => FdKind::Regular,
+        }
+    }
+}
+
 impl std::fmt::Display for FdKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
@@ -190,5 +233,31 @@ mod tests {
         );
         assert_eq!(FdKind::from_anon_name("anon_inode:bpf-prog"), FdKind::Bpf);
         assert_eq!(FdKind::from_anon_name("[perf_event]"), FdKind::Perf);
+    }
+
+    #[test]
+    fn classifies_link_targets() {
+        assert_eq!(FdKind::from_link(b"socket:[123]", None), FdKind::Socket);
+        assert_eq!(FdKind::from_link(b"pipe:[9]", None), FdKind::Pipe);
+        assert_eq!(
+            FdKind::from_link(b"anon_inode:[pidfd]", None),
+            FdKind::Pidfd
+        );
+        assert_eq!(
+            FdKind::from_link(b"anon_inode:[eventfd]", None),
+            FdKind::Eventfd
+        );
+        assert_eq!(FdKind::from_link(b"anon_inode:bpf-map", None), FdKind::Bpf);
+        assert_eq!(
+            FdKind::from_link(b"/memfd:x (deleted)", None),
+            FdKind::Memfd
+        );
+        assert_eq!(FdKind::from_link(b"/dev/null", None), FdKind::Device);
+        assert_eq!(FdKind::from_link(b"/dev/shm/x", None), FdKind::Regular);
+        assert_eq!(
+            FdKind::from_link(b"/tmp", Some(libc::S_IFDIR | 0o755)),
+            FdKind::Directory
+        );
+        assert_eq!(FdKind::from_link(b"net:[4026531833]", None), FdKind::Other);
     }
 }

@@ -1,0 +1,279 @@
+//! Findings: what `scan` flags, and how bad it is.
+
+use serde::Serialize;
+
+use crate::fdkind::FdKind;
+
+/// How bad a finding is; `--fail-on` takes one of these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Info,
+    Low,
+    Medium,
+    High,
+    Critical,
+}
+
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Info => "info",
+            Severity::Low => "low",
+            Severity::Medium => "medium",
+            Severity::High => "high",
+            Severity::Critical => "critical",
+        }
+    }
+}
+
+/// What a finding is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FindingKind {
+    /// An fd >= 3 without close-on-exec.
+    InheritableFd,
+    /// A NOFILE soft limit that makes a close-to-limit loop expensive.
+    NofileLimit,
+    /// An fd that is the same open file description as one in the parent or a child.
+    SharedDescription,
+}
+
+/// One finding, as printed and as emitted in `--json` (`"type":"finding"`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Finding {
+    #[serde(rename = "type")]
+    pub ty: &'static str,
+    pub pid: u32,
+    pub comm: String,
+    /// `null` for findings about the whole process (limits).
+    pub fd: Option<u32>,
+    pub severity: Severity,
+    pub kind: FindingKind,
+    pub reason: String,
+    /// Orders findings of the same severity: lower is worse.
+    #[serde(skip)]
+    pub rank: u8,
+}
+
+impl Finding {
+    pub fn new(
+        pid: u32,
+        comm: &str,
+        fd: Option<u32>,
+        severity: Severity,
+        kind: FindingKind,
+        rank: u8,
+        reason: String,
+    ) -> Finding {
+        Finding {
+            ty: "finding",
+            pid,
+            comm: comm.to_owned(),
+            fd,
+            severity,
+            kind,
+            reason,
+            rank,
+        }
+    }
+
+    /// Worst first, then by pid and fd.
+    pub fn order(a: &Finding, b: &Finding) -> std::cmp::Ordering {
+        b.severity
+            .cmp(&a.severity)
+            .then(a.rank.cmp(&b.rank))
+            .then(a.pid.cmp(&b.pid))
+            .then(a.fd.cmp(&b.fd))
+    }
+}
+
+/// Does this path look like it holds secrets (keys, credentials, password hashes)?
+pub fn looks_secret(path: &[u8]) -> bool {
+    const NEEDLES: &[&[u8]] = &[
+        b"shadow",
+        b"gshadow",
+        b"id_rsa",
+        b"id_dsa",
+        b"id_ecdsa",
+        b"id_ed25519",
+        b"/.ssh/",
+        b".pem",
+        b".key",
+        b".p12",
+        b".pfx",
+        b".keytab",
+        b"private",
+        b"secret",
+        b"credential",
+        b"password",
+        b"passwd-",
+        b"token",
+        b".netrc",
+        b".pgpass",
+        b".aws/",
+        b".kube/config",
+        b".docker/config.json",
+        b"/etc/ssl/private",
+        b"sudoers",
+    ];
+    // Called for every inheritable fd: no allocation, and a first-byte filter before
+    // comparing (needles are lowercase; the path is compared case-insensitively).
+    (0..path.len()).any(|i| {
+        let c = path[i].to_ascii_lowercase();
+        NEEDLES.iter().any(|n| {
+            n[0] == c
+                && path.len() - i >= n.len()
+                && path[i + 1..i + n.len()]
+                    .iter()
+                    .zip(&n[1..])
+                    .all(|(a, b)| a.to_ascii_lowercase() == *b)
+        })
+    })
+}
+
+/// What is known about an inheritable fd when judging it.
+pub struct FdFacts<'a> {
+    pub fd: u32,
+    pub kind: FdKind,
+    /// The link target, escaped for printing.
+    pub target: &'a str,
+    pub raw_target: &'a [u8],
+    pub writable: bool,
+    /// A listening socket (TCP LISTEN or a unix socket that accepts), with its address.
+    pub listening: Option<&'a str>,
+    pub proto: Option<&'a str>,
+}
+
+/// The finding for an inheritable fd >= 3: severity, rank within it, reason.
+pub fn inheritable(f: &FdFacts<'_>) -> (Severity, u8, String) {
+    let what = match (f.kind, f.proto) {
+        (FdKind::Socket, Some(p)) => format!("{p} socket {}", f.target),
+        _ => format!("{} {}", f.kind, f.target),
+    };
+    let tail = "has no close-on-exec: it leaks into every child spawned without closing it";
+    if let Some(addr) = f.listening {
+        let p = f.proto.unwrap_or("socket");
+        return (
+            Severity::Critical,
+            0,
+            format!("listening {p} socket {addr} {tail} (a child can accept its connections)"),
+        );
+    }
+    match f.kind {
+        FdKind::Directory => (
+            Severity::High,
+            1,
+            format!(
+                "directory {} {tail} (a child can openat() anything below it)",
+                f.target
+            ),
+        ),
+        FdKind::Regular | FdKind::Memfd | FdKind::Other if f.writable => {
+            let secret = looks_secret(f.raw_target);
+            (
+                if secret {
+                    Severity::High
+                } else {
+                    Severity::Medium
+                },
+                2,
+                format!(
+                    "writable {what} {tail}{}",
+                    if secret { " (path looks secret)" } else { "" }
+                ),
+            )
+        }
+        _ if f.raw_target.starts_with(b"/") && looks_secret(f.raw_target) => (
+            Severity::Medium,
+            3,
+            format!("{what} looks secret and {tail}"),
+        ),
+        FdKind::Device if f.raw_target == b"/dev/null" => {
+            (Severity::Info, 5, format!("{what} {tail}"))
+        }
+        _ => (Severity::Low, 4, format!("{what} {tail}")),
+    }
+}
+
+/// Severity of a NOFILE soft limit given the measured per-close() cost; `None` when cheap.
+pub fn nofile(soft: u64, close_ns: f64) -> Option<(Severity, String)> {
+    let cost_ms = soft as f64 * close_ns / 1e6;
+    let sev = if cost_ms >= 10.0 || soft >= 1 << 20 {
+        Severity::High
+    } else if cost_ms >= 1.0 || soft >= 65536 {
+        Severity::Medium
+    } else {
+        return None;
+    };
+    Some((
+        sev,
+        format!(
+            "NOFILE soft limit {soft}: a close-to-limit loop before exec costs ~{cost_ms:.2} ms per spawn \
+             (at {close_ns:.0} ns per close())"
+        ),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts<'a>(kind: FdKind, target: &'a str, writable: bool) -> FdFacts<'a> {
+        FdFacts {
+            fd: 5,
+            kind,
+            target,
+            raw_target: target.as_bytes(),
+            writable,
+            listening: None,
+            proto: None,
+        }
+    }
+
+    #[test]
+    fn ranks_worst_first() {
+        let listen = FdFacts {
+            listening: Some("0.0.0.0:80"),
+            proto: Some("tcp"),
+            ..facts(FdKind::Socket, "socket:[1]", true)
+        };
+        let l = inheritable(&listen);
+        let d = inheritable(&facts(FdKind::Directory, "/srv", false));
+        let w = inheritable(&facts(FdKind::Regular, "/var/log/x.log", true));
+        let s = inheritable(&facts(FdKind::Regular, "/etc/shadow", false));
+        let p = inheritable(&facts(FdKind::Pipe, "pipe:[3]", false));
+        let n = inheritable(&facts(FdKind::Device, "/dev/null", true));
+        let mut all = [&l, &d, &w, &s, &p, &n];
+        all.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        assert_eq!(all, [&l, &d, &w, &s, &p, &n]);
+        assert_eq!(l.0, Severity::Critical);
+        assert!(l.2.contains("0.0.0.0:80"), "{}", l.2);
+        assert_eq!(
+            inheritable(&facts(FdKind::Regular, "/root/.ssh/id_ed25519", true)).0,
+            Severity::High
+        );
+    }
+
+    #[test]
+    fn secrets() {
+        assert!(looks_secret(b"/etc/shadow"));
+        assert!(looks_secret(b"/home/a/.ssh/ID_RSA"));
+        assert!(looks_secret(b"/run/secrets/db"));
+        assert!(!looks_secret(b"/etc/passwd"));
+        assert!(!looks_secret(b"/usr/lib/libc.so.6"));
+    }
+
+    #[test]
+    fn nofile_thresholds() {
+        assert_eq!(nofile(1024, 100.0), None);
+        assert_eq!(nofile(65536, 1.0).unwrap().0, Severity::Medium);
+        assert_eq!(nofile(20000, 100.0).unwrap().0, Severity::Medium);
+        let (sev, reason) = nofile(1 << 20, 50.0).unwrap();
+        assert_eq!(sev, Severity::High);
+        assert!(
+            reason.contains("1048576") && reason.contains("52.43 ms"),
+            "{reason}"
+        );
+    }
+}

@@ -1,0 +1,273 @@
+//! Parsers for the procfs text files the scanner reads. They take bytes and never fail
+//! hard: a malformed or truncated file gives `None` fields, not an error.
+
+/// What `scan` uses from `/proc/PID/status`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Status {
+    /// `Name:` (the comm), raw bytes as the kernel printed them (it escapes `\n` and `\\`).
+    pub name: Option<Vec<u8>>,
+    pub ppid: Option<u32>,
+    /// Effective uid (second field of `Uid:`).
+    pub euid: Option<u32>,
+    /// `Kthread: 1`; on kernels without that line, no memory (`VmSize`) and a parent of 0
+    /// or 2 (kthreadd) gives a kernel thread.
+    pub kthread: bool,
+}
+
+pub fn parse_status(data: &[u8]) -> Status {
+    let mut st = Status::default();
+    let (mut kthread_line, mut vm) = (false, false);
+    for line in data.split(|&b| b == b'\n') {
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
+        };
+        let (key, val) = (&line[..colon], trim(&line[colon + 1..]));
+        match key {
+            b"Name" => st.name = Some(val.to_vec()),
+            b"PPid" => st.ppid = first_u32(val),
+            b"Uid" => {
+                st.euid = val
+                    .split(u8::is_ascii_whitespace)
+                    .filter(|s| !s.is_empty())
+                    .nth(1)
+                    .and_then(super::sys::parse_u32)
+            }
+            b"Kthread" => {
+                kthread_line = true;
+                st.kthread = val == b"1";
+            }
+            b"VmSize" => vm = true,
+            _ => {}
+        }
+    }
+    if !kthread_line && !vm && matches!(st.ppid, Some(0) | Some(2)) && st.name.is_some() {
+        st.kthread = true;
+    }
+    st
+}
+
+/// NOFILE limits from `/proc/PID/limits`: `(soft, hard)`, `None` for "unlimited".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NofileLimits {
+    pub soft: Option<u64>,
+    pub hard: Option<u64>,
+}
+
+pub fn parse_limits(data: &[u8]) -> Option<NofileLimits> {
+    let line = data
+        .split(|&b| b == b'\n')
+        .find(|l| l.starts_with(b"Max open files"))?;
+    let mut fields = line[b"Max open files".len()..]
+        .split(u8::is_ascii_whitespace)
+        .filter(|s| !s.is_empty());
+    let soft = limit_value(fields.next()?)?;
+    let hard = limit_value(fields.next()?)?;
+    Some(NofileLimits { soft, hard })
+}
+
+fn limit_value(s: &[u8]) -> Option<Option<u64>> {
+    if s == b"unlimited" {
+        return Some(None);
+    }
+    std::str::from_utf8(s).ok()?.parse().ok().map(Some)
+}
+
+/// What `scan` uses from `/proc/PID/fdinfo/N`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FdInfo {
+    /// `flags:` in octal: access mode, O_CLOEXEC, O_DIRECTORY, O_PATH...
+    pub flags: u32,
+    pub mnt_id: Option<u32>,
+    pub ino: Option<u64>,
+}
+
+impl FdInfo {
+    pub fn cloexec(&self) -> bool {
+        self.flags & libc::O_CLOEXEC as u32 != 0
+    }
+
+    /// Access mode as people read it: "r", "w", "rw" or "path" (O_PATH).
+    pub fn access(&self) -> &'static str {
+        if self.flags & libc::O_PATH as u32 != 0 {
+            return "path";
+        }
+        match self.flags as i32 & libc::O_ACCMODE {
+            libc::O_RDONLY => "r",
+            libc::O_WRONLY => "w",
+            _ => "rw",
+        }
+    }
+
+    pub fn writable(&self) -> bool {
+        matches!(self.access(), "w" | "rw")
+    }
+}
+
+/// Parses an fdinfo file; `None` if it has no readable `flags:` line (truncated or
+/// malformed), since without flags neither close-on-exec nor the access mode is known.
+pub fn parse_fdinfo(data: &[u8]) -> Option<FdInfo> {
+    let mut flags = None;
+    let mut info = FdInfo::default();
+    let mut rest = data;
+    while !rest.is_empty() {
+        let end = rest.iter().position(|&b| b == b'\n');
+        let line = &rest[..end.unwrap_or(rest.len())];
+        rest = end.map_or(&[][..], |e| &rest[e + 1..]);
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
+        };
+        let (key, val) = (&line[..colon], trim(&line[colon + 1..]));
+        match key {
+            b"flags" => {
+                if val.is_empty() || val.len() > 11 {
+                    return None;
+                }
+                let mut v: u32 = 0;
+                for &b in val {
+                    if !(b'0'..=b'7').contains(&b) {
+                        return None;
+                    }
+                    v = v.checked_mul(8)?.checked_add(u32::from(b - b'0'))?;
+                }
+                flags = Some(v);
+            }
+            b"mnt_id" => info.mnt_id = first_u32(val),
+            b"ino" => {
+                info.ino = parse_u64(val);
+                break; // the last line we need
+            }
+            _ => {}
+        }
+    }
+    info.flags = flags?;
+    Some(info)
+}
+
+fn parse_u64(s: &[u8]) -> Option<u64> {
+    if s.is_empty() || s.len() > 20 {
+        return None;
+    }
+    let mut v: u64 = 0;
+    for &b in s {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        v = v.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+    }
+    Some(v)
+}
+
+fn trim(mut s: &[u8]) -> &[u8] {
+    while let [first, rest @ ..] = s {
+        if first.is_ascii_whitespace() {
+            s = rest;
+        } else {
+            break;
+        }
+    }
+    while let [rest @ .., last] = s {
+        if last.is_ascii_whitespace() {
+            s = rest;
+        } else {
+            break;
+        }
+    }
+    s
+}
+
+fn first_u32(s: &[u8]) -> Option<u32> {
+    let end = s
+        .iter()
+        .position(|b| !b.is_ascii_digit())
+        .unwrap_or(s.len());
+    super::sys::parse_u32(&s[..end])
+}
+
+/// The number in `socket:[N]` / `pipe:[N]` / `net:[N]` link texts.
+pub fn bracket_inode(target: &[u8]) -> Option<u64> {
+    let open = target.iter().position(|&b| b == b'[')?;
+    let rest = &target[open + 1..];
+    let close = rest.iter().position(|&b| b == b']')?;
+    std::str::from_utf8(&rest[..close]).ok()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_fields() {
+        let st = parse_status(
+            b"Name:\tsleep\nUmask:\t0022\nState:\tS\nPPid:\t12\nUid:\t1000\t1001\t1000\t1000\nKthread:\t0\n",
+        );
+        assert_eq!(st.name.as_deref(), Some(&b"sleep"[..]));
+        assert_eq!(st.ppid, Some(12));
+        assert_eq!(st.euid, Some(1001));
+        assert!(!st.kthread);
+        assert_eq!(
+            parse_status(b"Name:\tx\nPPid:\tgarbage\nUid:\t1\n").ppid,
+            None
+        );
+        assert_eq!(
+            parse_status(b"Name:\tx\nPPid:\tgarbage\nUid:\t1\n").euid,
+            None
+        );
+        assert_eq!(parse_status(b"").name, None);
+        assert!(parse_status(b"Kthread:\t1\n").kthread);
+        assert!(parse_status(b"Name:\tkworker/0:1\nPPid:\t2\n").kthread);
+        assert!(!parse_status(b"Name:\tsh\nPPid:\t2\nVmSize:\t100 kB\n").kthread);
+        assert!(!parse_status(b"Name:\tsh\nPPid:\t2\nKthread:\t0\n").kthread);
+    }
+
+    #[test]
+    fn limits() {
+        let l = b"Limit                     Soft Limit           Hard Limit           Units     \n\
+Max processes             96364                96364                processes \n\
+Max open files            1024                 524288               files     \n";
+        assert_eq!(
+            parse_limits(l),
+            Some(NofileLimits {
+                soft: Some(1024),
+                hard: Some(524288)
+            })
+        );
+        assert_eq!(
+            parse_limits(b"Max open files  unlimited unlimited files\n"),
+            Some(NofileLimits {
+                soft: None,
+                hard: None
+            })
+        );
+        assert_eq!(parse_limits(b"Max open files            1024"), None);
+        assert_eq!(parse_limits(b"Max open files  12x 13 files\n"), None);
+        assert_eq!(parse_limits(b""), None);
+    }
+
+    #[test]
+    fn fdinfo() {
+        let i = parse_fdinfo(b"pos:\t0\nflags:\t02100002\nmnt_id:\t27\nino:\t246951\n").unwrap();
+        assert!(i.cloexec());
+        assert_eq!(i.access(), "rw");
+        assert_eq!(i.mnt_id, Some(27));
+        assert_eq!(i.ino, Some(246951));
+        let i = parse_fdinfo(b"pos:\t0\nflags:\t01\n").unwrap();
+        assert!(!i.cloexec());
+        assert_eq!(i.access(), "w");
+        assert_eq!(i.ino, None);
+        assert_eq!(parse_fdinfo(b"pos:\t0\nfla"), None);
+        assert_eq!(parse_fdinfo(b"pos:\t0\nflags:\t09\n"), None);
+        assert_eq!(parse_fdinfo(b"flags:\t\n"), None);
+        assert_eq!(
+            parse_fdinfo(b"flags:\t010000000\n").unwrap().access(),
+            "path"
+        );
+    }
+
+    #[test]
+    fn inodes_in_brackets() {
+        assert_eq!(bracket_inode(b"socket:[12345]"), Some(12345));
+        assert_eq!(bracket_inode(b"net:[4026531833]"), Some(4026531833));
+        assert_eq!(bracket_inode(b"socket:[12"), None);
+        assert_eq!(bracket_inode(b"/tmp"), None);
+    }
+}
