@@ -83,6 +83,9 @@ pub mod flags {
     /// A leaked file's path was deeper than [`super::MAX_DEPTH`] or a component longer than
     /// [`super::COMP_LEN`]; or more files leaked than [`super::MAX_PATHS`] have paths.
     pub const PATH_PARTIAL: u32 = 1 << 7;
+    /// The window started at this process's previous exec, not at a fork: an exec chain
+    /// (a spawn helper such as Java's jspawnhelper, a shell's `exec`, `env CMD`).
+    pub const REEXEC: u32 = 1 << 8;
 }
 
 /// Record kinds on the ring buffer.
@@ -174,13 +177,14 @@ pub struct HotSlot {
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default)]
 pub struct TaskState {
-    /// bpf_ktime_get_ns() at fork; 0 when the fork was not seen.
+    /// bpf_ktime_get_ns() at the start of the current window: the fork, or the previous
+    /// exec of an exec chain; 0 when not seen.
     pub fork_ns: u64,
     pub parent_pid: u32,
-    /// 1 between fork and the first successful exec; counters only grow then.
+    /// 1 once the start of the window was seen (a fork or an exec); counters only grow then.
     pub in_window: u32,
-    /// Syscall id awaiting its sys_exit (close), or u32::MAX.
-    pub pending: u32,
+    /// Successful execs seen for this process.
+    pub execs: u32,
     pub flags: u32,
     pub parent_comm: [u8; 16],
     pub counters: Counters,
@@ -287,7 +291,7 @@ pub struct ExitRecord {
     pub fork_ns: u64,
     pub exit_ns: u64,
     /// 1 when the process exited without ever exec'ing (a fork-only child).
-    pub in_window: u32,
+    pub never_execd: u32,
     pub exit_code: u32,
     pub comm: [u8; 16],
     pub counters: Counters,

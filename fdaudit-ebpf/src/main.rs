@@ -125,27 +125,33 @@ fn try_sched_process_fork(ctx: &RawTracePointContext) -> Result<(), i64> {
     st.parent_comm = bpf_get_current_comm().unwrap_or_default();
     // copy_process() has given the child its own fd table by now: cache where it is.
     st.cache = fd_cache_of(child).unwrap_or_default();
-    // Claim the child's HOT slot so its close() calls skip the hash lookup.
-    if let Some(slot) = HOT.get_ptr_mut(child_tgid & conf!(hot_mask) as u32) {
-        // SAFETY: pointer from an array lookup, valid for this program run.
-        let slot = unsafe { &mut *slot };
-        if slot.tgid == 0 {
-            *slot = HotSlot {
-                tgid: child_tgid,
-                overflow: slot.overflow,
-                close_calls: 0,
-                close_ebadf: 0,
-                cache: st.cache,
-            };
-        } else {
-            slot.overflow = 1;
-        }
-    }
+    claim_hot(child_tgid, &st.cache);
     if TRACKED.insert(child_tgid, st, 0).is_err() {
         stat_add(&STATS, |s| &mut s.tracked_full);
         release_hot(child_tgid);
     }
     Ok(())
+}
+
+/// Claims `tgid`'s HOT slot so its syscalls skip the hash lookup; when another process in a
+/// window holds it, marks it overflowed so both are counted through TRACKED instead.
+#[inline(always)]
+fn claim_hot(tgid: u32, cache: &FdCache) {
+    if let Some(slot) = HOT.get_ptr_mut(tgid & conf!(hot_mask) as u32) {
+        // SAFETY: pointer from an array lookup, valid for this program run.
+        let slot = unsafe { &mut *slot };
+        if slot.tgid == 0 {
+            *slot = HotSlot {
+                tgid,
+                overflow: slot.overflow,
+                close_calls: 0,
+                close_ebadf: 0,
+                cache: *cache,
+            };
+        } else if slot.tgid != tgid {
+            slot.overflow = 1;
+        }
+    }
 }
 
 /// The fd table of `task` (a task_struct address).
@@ -237,6 +243,8 @@ fn try_sched_process_exec(ctx: &RawTracePointContext) -> Result<(), i64> {
     };
     if st.in_window == 0 {
         rec.header.flags |= flags::NO_FORK;
+    } else if st.execs > 0 {
+        rec.header.flags |= flags::REEXEC;
     }
     rec.pid = tgid;
     rec.old_pid = old_pid as u32;
@@ -257,11 +265,16 @@ fn try_sched_process_exec(ctx: &RawTracePointContext) -> Result<(), i64> {
         stat_add(&STATS, |s| &mut s.lost_records);
     }
 
-    // The process stays traced (its own children are spawns too) but its window is over.
-    st.in_window = 0;
-    st.fork_ns = 0;
+    // The process stays traced: its children are spawns too, and what the new image does
+    // before exec'ing again (a spawn helper's close loop, a shell's `exec`) opens a new window.
+    st.in_window = 1;
+    st.execs += 1;
+    st.fork_ns = now;
     st.flags = 0;
     st.counters = Default::default();
+    // begin_new_exec() may have given the process a new fd table (unshare_files()).
+    st.cache = fd_cache_of(kernel::current_task()).unwrap_or_default();
+    claim_hot(tgid, &st.cache);
     Ok(())
 }
 
@@ -299,7 +312,7 @@ fn try_sched_process_exit() -> Result<(), i64> {
             parent_pid: st.parent_pid,
             fork_ns: st.fork_ns,
             exit_ns: unsafe { bpf_ktime_get_ns() },
-            in_window: st.in_window,
+            never_execd: u32::from(st.execs == 0 && st.in_window != 0),
             exit_code: exit_code as u32,
             comm: bpf_get_current_comm().unwrap_or_default(),
             counters,

@@ -11,12 +11,27 @@ fn root_loads_and_attaches_every_program() {
         eprintln!("skipping: loading programs needs root (CI runs this as root)");
         return;
     }
-    let out = Command::new(fdaudit()).args(["doctor", "--json"]).output().unwrap();
+    let out = Command::new(fdaudit())
+        .args(["doctor", "--json"])
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    let checks: Vec<serde_json::Value> =
-        stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    for prog in ["sched_process_fork", "sched_process_exec", "sched_process_exit", "sys_enter", "sys_exit"] {
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let checks: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for prog in [
+        "sched_process_fork",
+        "sched_process_exec",
+        "sched_process_exit",
+        "sys_enter",
+        "sys_exit",
+    ] {
         let c = checks
             .iter()
             .find(|c| c["name"] == format!("program {prog}"))

@@ -275,6 +275,37 @@ fn vfork_thread_exec_failed_exec_and_grandchild() {
 }
 
 #[test]
+fn exec_chain_counts_the_helper_and_leaks_at_the_last_exec() {
+    let Some(_g) = guard() else { return };
+    let secret = secret_file();
+    let cmd = fixture(&["chain", secret.as_str()]);
+    let (spawns, summary, out) = trace(&["--fail-on-leak"], &as_strs(&cmd));
+    assert_eq!(out.status.code(), Some(0), "the last image leaked nothing");
+    assert_eq!(spawns.len(), 2, "{spawns:?}");
+    let (helper, fin) = (&spawns[0], &spawns[1]);
+    assert_eq!(helper["leaked_fds"][0]["fd"], 7, "{helper}");
+    assert_eq!(fin["exec_path"], "/bin/true");
+    assert_eq!(fin["pid"], helper["pid"]);
+    assert!(
+        fin["flags"]
+            .as_array()
+            .unwrap()
+            .contains(&Value::from("reexec")),
+        "{fin}"
+    );
+    assert_eq!(
+        u(&fin["close_range_calls"]),
+        1,
+        "the helper's close_range: {fin}"
+    );
+    assert_eq!(fin["strategy"], "close-range");
+    assert_eq!(u(&fin["leaked_count"]), 0);
+    assert!(u(&fin["window_ns"]) > 0);
+    assert_eq!(u(&summary["totals"]["spawns_with_leaks"]), 0);
+    assert_eq!(u(&summary["totals"]["transient_leaked_fds"]), 1);
+}
+
+#[test]
 fn exit_status_is_the_commands() {
     let Some(_g) = guard() else { return };
     let (_, _, out) = trace(&[], &["sh", "-c", "exit 7"]);

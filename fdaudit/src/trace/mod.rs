@@ -187,7 +187,7 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
         Vec::new()
     };
     drop(session); // detach before printing the summary
-    let leaked = tracer.collector.totals.spawns_with_leaks > 0;
+    let leaked = tracer.collector.totals().spawns_with_leaks > 0;
     tracer.finish(stats, storms)?;
 
     if SIGNALLED.load(Ordering::SeqCst) != 0 && exit_status.is_none() {
@@ -400,7 +400,7 @@ impl<'a> Tracer<'a> {
             probe_cost_ns: self.probe_cost_ns,
             close_cost_ns: self.close_cost_ns,
             leaks_only: self.leaks_only,
-            totals: self.collector.totals.clone(),
+            totals: self.collector.totals(),
             groups,
             partial: self.collector.partial_notes(),
             read_storms: storms,
@@ -422,6 +422,13 @@ impl<'a> Tracer<'a> {
             summary.totals.close_calls,
             summary.totals.close_range_calls
         )?;
+        if summary.totals.transient_leaked_fds > 0 {
+            writeln!(
+                out,
+                "({} more fds crossed into images that exec'd again, e.g. a spawn helper; not counted as leaks)",
+                summary.totals.transient_leaked_fds
+            )?;
+        }
         if !summary.groups.is_empty() {
             writeln!(out, "{}", report::summary_table(&summary.groups))?;
         }

@@ -1,6 +1,6 @@
 //! Rendering of trace results: a line per spawn, the summary table, JSON objects.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
@@ -135,8 +135,13 @@ pub struct Totals {
     pub fcntl_calls: u64,
     pub poll_calls: u64,
     pub getdents64_calls: u64,
+    /// fds leaked at each process's last exec (what reached the image that runs).
     pub leaked_fds: u64,
+    /// Processes whose last exec leaked an fd: what `--fail-on-leak` fails on.
     pub spawns_with_leaks: u64,
+    /// fds that crossed an exec into an image that exec'd again (a spawn helper such as
+    /// jspawnhelper, a shell's `exec`): reported per record, not counted as leaks above.
+    pub transient_leaked_fds: u64,
     pub window_ns: u64,
     pub window_corrected_ns: u64,
 }
@@ -174,11 +179,21 @@ pub struct Summary {
     pub read_storms: Vec<super::reads::ReadStorm>,
 }
 
+/// What a group keeps per spawn: the numbers its percentiles need.
+#[derive(Default)]
+struct Acc {
+    closes: Vec<u64>,
+    windows: Vec<u64>,
+    leaked: u64,
+}
+
 /// Accumulates spawns for the summary.
 #[derive(Default)]
 pub struct Collector {
-    groups: BTreeMap<(String, String, String), Vec<Spawn>>,
-    pub totals: Totals,
+    groups: BTreeMap<(String, String, String), Acc>,
+    /// pid -> fds leaked at its latest exec.
+    last_leaks: HashMap<u32, u32>,
+    totals: Totals,
     pub spawns: u64,
     pub fork_only: u64,
     flag_counts: BTreeMap<&'static str, u64>,
@@ -194,46 +209,57 @@ impl Collector {
         t.fcntl_calls += u64::from(s.fcntl_setfd_calls + s.fcntl_getfd_calls);
         t.poll_calls += u64::from(s.poll_calls);
         t.getdents64_calls += u64::from(s.getdents64_calls);
-        t.leaked_fds += u64::from(s.leaked_count);
-        t.spawns_with_leaks += u64::from(s.leaked_count > 0);
         t.window_ns += s.window_ns;
         t.window_corrected_ns += s.window_corrected_ns;
+        // An exec of the same process supersedes the previous one: its fds went to an image
+        // that exec'd again, and what matters is what the last image got.
+        if let Some(prev) = self.last_leaks.insert(s.pid, s.leaked_count) {
+            t.transient_leaked_fds += u64::from(prev);
+        }
         for f in &s.flags {
             *self.flag_counts.entry(f).or_default() += 1;
         }
-        let mut light = s.clone();
-        light.leaked_fds.truncate(8);
-        light.stdio.clear();
-        self.groups
+        let acc = self
+            .groups
             .entry((
                 s.parent_comm.clone(),
                 s.exec_path.clone(),
                 s.strategy.to_string(),
             ))
-            .or_default()
-            .push(light);
+            .or_default();
+        acc.closes.push(u64::from(s.close_calls));
+        acc.windows.push(s.window_corrected_ns);
+        acc.leaked += u64::from(s.leaked_count);
     }
 
     pub fn add_exit(&mut self, e: &Exit) {
         self.fork_only += u64::from(e.never_execd);
     }
 
+    /// The totals, with leaks counted at each process's last exec.
+    pub fn totals(&self) -> Totals {
+        let mut t = self.totals.clone();
+        t.leaked_fds = self.last_leaks.values().map(|&n| u64::from(n)).sum();
+        t.spawns_with_leaks = self.last_leaks.values().filter(|&&n| n > 0).count() as u64;
+        t
+    }
+
     pub fn groups(&self) -> Vec<Group> {
         self.groups
             .iter()
-            .map(|((parent, path, strategy), v)| {
-                let mut closes: Vec<u64> = v.iter().map(|s| u64::from(s.close_calls)).collect();
-                let mut windows: Vec<u64> = v.iter().map(|s| s.window_corrected_ns).collect();
+            .map(|((parent, path, strategy), acc)| {
+                let mut closes = acc.closes.clone();
+                let mut windows = acc.windows.clone();
                 Group {
                     parent_comm: parent.clone(),
                     exec_path: path.clone(),
-                    spawns: v.len() as u64,
+                    spawns: closes.len() as u64,
                     close_median: percentile(&mut closes, 50.0),
                     close_max: closes.iter().copied().max().unwrap_or(0),
                     window_median_ns: percentile(&mut windows, 50.0),
                     window_p95_ns: percentile(&mut windows, 95.0),
                     strategy: strategy.clone(),
-                    leaked_fds: v.iter().map(|s| u64::from(s.leaked_count)).sum(),
+                    leaked_fds: acc.leaked,
                 }
             })
             .collect()
@@ -243,7 +269,7 @@ impl Collector {
     pub fn partial_notes(&self) -> Vec<String> {
         self.flag_counts
             .iter()
-            .filter(|(f, _)| **f != "no_syscalls" && **f != "no_fork")
+            .filter(|(f, _)| !matches!(**f, "no_syscalls" | "no_fork" | "reexec"))
             .map(|(f, n)| format!("{n} spawn(s) with {f}"))
             .collect()
     }
@@ -347,6 +373,26 @@ mod tests {
     }
 
     #[test]
+    fn exec_chain_leaks_count_at_the_last_exec() {
+        let mut c = Collector::default();
+        let mut helper = spawn("java", "/usr/lib/jvm/lib/jspawnhelper", 0, 1_000, 14);
+        helper.pid = 40;
+        let mut fin = spawn("java", "/bin/true", 15, 2_000, 0);
+        fin.pid = 40;
+        fin.flags = vec!["reexec"];
+        let mut other = spawn("bash", "/bin/cat", 0, 1_000, 1);
+        other.pid = 41;
+        c.add(&helper);
+        c.add(&fin);
+        c.add(&other);
+        let t = c.totals();
+        assert_eq!(
+            (t.spawns_with_leaks, t.leaked_fds, t.transient_leaked_fds),
+            (1, 1, 14)
+        );
+    }
+
+    #[test]
     fn summary_groups_by_parent_and_path() {
         let mut c = Collector::default();
         c.add(&spawn("bash", "/bin/true", 3, 1_000_000, 1));
@@ -361,7 +407,9 @@ mod tests {
         assert_eq!(g[0].leaked_fds, 1);
         assert_eq!(g[0].window_p95_ns, 3_000_000);
         assert_eq!((g[1].strategy.as_str(), g[1].spawns), ("none", 1));
-        assert_eq!(c.totals.spawns_with_leaks, 2);
+        // Both bash spawns were pid 2 in this test: the second exec supersedes the first.
+        assert_eq!(c.totals().spawns_with_leaks, 0);
+        assert_eq!(c.totals().transient_leaked_fds, 2);
         let table = summary_table(&g);
         assert!(table.contains("python3"), "{table}");
         assert!(

@@ -94,7 +94,8 @@ pub struct Spawn {
     /// Redirected or inherited stdio (fds 0-2), shown apart from leaks.
     pub stdio: Vec<LeakedFd>,
     /// Partial-data markers: fds_truncated, read_failed, argv_truncated, ranges_truncated,
-    /// no_fork, fdtable_truncated, no_syscalls.
+    /// no_fork, fdtable_truncated, no_syscalls, path_partial; and `reexec` (the window
+    /// started at this process's previous exec: an exec chain).
     pub flags: Vec<&'static str>,
     /// Kernel timestamp of the exec (CLOCK_MONOTONIC ns).
     #[serde(skip)]
@@ -400,7 +401,7 @@ fn decode(bytes: &[u8], leaks_only: bool, probe_cost_ns: f64) -> Option<Event> {
                 pid: rec.pid,
                 parent_pid: rec.parent_pid,
                 comm: cstr(&rec.comm),
-                never_execd: rec.in_window != 0,
+                never_execd: rec.never_execd != 0,
                 exit_code: rec.exit_code as i32,
                 close_calls: rec.counters.close_calls,
             }))
@@ -562,6 +563,7 @@ pub fn flag_names(bits: u32) -> Vec<&'static str> {
         (flags::FDTABLE_TRUNCATED, "fdtable_truncated"),
         (flags::NO_SYSCALLS, "no_syscalls"),
         (flags::PATH_PARTIAL, "path_partial"),
+        (flags::REEXEC, "reexec"),
     ]
     .into_iter()
     .filter(|(b, _)| bits & b != 0)

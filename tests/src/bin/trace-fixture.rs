@@ -9,6 +9,9 @@
 //! - `grandchild`: fork(); the child forks a grandchild that execs /bin/true, waits, exits.
 //! - `wait-then-spawn PATH`: opens PATH as fd 7, prints `ready PID`, waits for a line on
 //!   stdin, then fork()+execve(/bin/true) (for `trace -p`).
+//! - `chain PATH`: opens PATH as fd 7, fork()s, and the child execs this fixture as
+//!   `chain-helper`, a spawn helper that close_range()s (on start, like every mode) and
+//!   execs /bin/true: fd 7 crosses the first exec but not the second.
 //! - `read-bytes N`: reads N bytes of a pipe it wrote itself, one byte per read() on fd 9
 //!   (N + 1 read calls with the one that sees end of file).
 
@@ -143,6 +146,22 @@ fn main() {
                 exec_true();
             }
         }
+        "chain" => {
+            open_as(args.get(2).expect("chain PATH"), 7);
+            let me = std::fs::read_link("/proc/self/exe").expect("own exe");
+            let me = CString::new(me.as_os_str().as_encoded_bytes()).expect("no NUL");
+            let helper = cstr("chain-helper");
+            let argv = [me.as_ptr(), helper.as_ptr(), std::ptr::null()];
+            let envp = [std::ptr::null()];
+            // SAFETY: fork in a single-threaded process; the child only execs.
+            if unsafe { libc::fork() } == 0 {
+                unsafe {
+                    libc::execve(me.as_ptr(), argv.as_ptr(), envp.as_ptr());
+                    libc::_exit(127);
+                }
+            }
+        }
+        "chain-helper" => exec_true(),
         "read-bytes" => {
             let n: usize = args
                 .get(2)
