@@ -1,6 +1,6 @@
 //! Live tests of `fdaudit scan`: a fixture process (src/bin/scan-fixture.rs) holds fds of
-//! known kinds and the real command line (src/bin/scan-fixture-cli.rs, fdaudit's own entry
-//! point) must report them exactly. The environment may leak fds into the fixture, so the
+//! known kinds and the real command line (the workspace's fdaudit binary) must report them
+//! exactly. The environment may leak fds into the fixture, so the
 //! fixture reports its baseline and the checks compare against it.
 //!
 //! The `setpriv` tests (run as uid 65534) need root and util-linux's setpriv; without root
@@ -13,7 +13,6 @@ use std::process::{Child, ChildStdin, Command, Output, Stdio};
 
 use serde_json::Value;
 
-const CLI: &str = env!("CARGO_BIN_EXE_scan-fixture-cli");
 const FIXTURE: &str = env!("CARGO_BIN_EXE_scan-fixture");
 
 fn is_root() -> bool {
@@ -94,15 +93,15 @@ impl Drop for Fixture {
 fn cli(as_nobody: bool, args: &[&str]) -> Output {
     let mut cmd = if as_nobody {
         let mut c = Command::new("setpriv");
-        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", CLI]);
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"]).arg(fdaudit_tests::fdaudit());
         c
     } else {
-        Command::new(CLI)
+        Command::new(fdaudit_tests::fdaudit())
     };
     cmd.args(args)
         .stdin(Stdio::null())
         .output()
-        .unwrap_or_else(|e| panic!("failed to run {CLI}: {e}"))
+        .unwrap_or_else(|e| panic!("failed to run fdaudit: {e}"))
 }
 
 fn json_lines(out: &Output) -> Vec<Value> {
