@@ -10,6 +10,7 @@ pub mod fdkind;
 pub mod output;
 pub mod scan;
 pub mod spawner;
+pub mod stats;
 pub mod trace;
 
 /// The eBPF object built by build.rs (empty when built with FDAUDIT_SKIP_EBPF=1).

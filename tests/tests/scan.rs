@@ -93,7 +93,8 @@ impl Drop for Fixture {
 fn cli(as_nobody: bool, args: &[&str]) -> Output {
     let mut cmd = if as_nobody {
         let mut c = Command::new("setpriv");
-        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"]).arg(fdaudit_tests::fdaudit());
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(fdaudit_tests::fdaudit());
         c
     } else {
         Command::new(fdaudit_tests::fdaudit())

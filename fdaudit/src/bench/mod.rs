@@ -10,9 +10,9 @@
 
 pub mod plot;
 pub mod report;
-pub mod stats;
 pub mod traced;
 
+use crate::stats;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::io::{IsTerminal as _, Write as _};

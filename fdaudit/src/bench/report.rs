@@ -5,8 +5,9 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::stats::LinearFit;
+use crate::output::fmt_ns;
 use crate::spawner::Strategy;
+use crate::stats::LinearFit;
 
 /// NOFILE values the fit predicts the per-spawn cost at.
 pub const PREDICT_AT: [u64; 3] = [65536, 524288, 1048576];
@@ -213,26 +214,6 @@ pub fn fits(cells: &[CellReport]) -> Vec<FitReport> {
             })
         })
         .collect()
-}
-
-/// A duration for people: ns, µs, ms or s with three significant digits.
-pub fn fmt_ns(ns: f64) -> String {
-    let (v, unit) = if ns < 1e3 {
-        (ns, "ns")
-    } else if ns < 1e6 {
-        (ns / 1e3, "µs")
-    } else if ns < 1e9 {
-        (ns / 1e6, "ms")
-    } else {
-        (ns / 1e9, "s")
-    };
-    if v >= 100.0 {
-        format!("{v:.0} {unit}")
-    } else if v >= 10.0 {
-        format!("{v:.1} {unit}")
-    } else {
-        format!("{v:.2} {unit}")
-    }
 }
 
 fn opt(v: Option<u64>) -> String {

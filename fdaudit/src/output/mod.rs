@@ -20,6 +20,26 @@ pub fn json_line<W: Write, T: Serialize>(out: &mut W, value: &T) -> std::io::Res
     out.write_all(b"\n")
 }
 
+/// A duration for people: ns, µs, ms or s with three significant digits.
+pub fn fmt_ns(ns: f64) -> String {
+    let (v, unit) = if ns < 1e3 {
+        (ns, "ns")
+    } else if ns < 1e6 {
+        (ns / 1e3, "µs")
+    } else if ns < 1e9 {
+        (ns / 1e6, "ms")
+    } else {
+        (ns / 1e9, "s")
+    };
+    if v >= 100.0 {
+        format!("{v:.0} {unit}")
+    } else if v >= 10.0 {
+        format!("{v:.1} {unit}")
+    } else {
+        format!("{v:.2} {unit}")
+    }
+}
+
 /// Escapes control characters and invalid UTF-8 so a path or command line is safe to print.
 pub fn escape_bytes(bytes: &[u8]) -> String {
     let mut s = String::with_capacity(bytes.len());
@@ -40,6 +60,15 @@ pub fn escape_bytes(bytes: &[u8]) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn durations_with_three_significant_digits() {
+        assert_eq!(super::fmt_ns(512.0), "512 ns");
+        assert_eq!(super::fmt_ns(1_530_000.0), "1.53 ms");
+        assert_eq!(super::fmt_ns(25_100_000.0), "25.1 ms");
+        assert_eq!(super::fmt_ns(11_630_000_000.0), "11.6 s");
+        assert_eq!(super::fmt_ns(80_000.0), "80.0 µs");
+    }
+
     #[test]
     fn escapes_control_and_invalid_bytes() {
         assert_eq!(super::escape_bytes(b"a\tb\n\xff/c"), "a\\tb\\n\\xff/c");

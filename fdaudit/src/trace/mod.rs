@@ -434,27 +434,7 @@ impl<'a> Tracer<'a> {
         }
         if !summary.read_storms.is_empty() {
             writeln!(out, "\nbyte-at-a-time reads:")?;
-            let mut t = output::table(&[
-                "pid",
-                "comm",
-                "fd",
-                "target",
-                "read calls",
-                "bytes/call",
-                "block reads needed",
-            ]);
-            for s in &summary.read_storms {
-                t.add_row(vec![
-                    s.pid.to_string(),
-                    s.comm.clone(),
-                    s.fd.to_string(),
-                    s.target.clone(),
-                    s.calls.to_string(),
-                    format!("{:.2}", s.bytes_per_call),
-                    s.block_calls.to_string(),
-                ]);
-            }
-            writeln!(out, "{t}")?;
+            writeln!(out, "{}", reads::storm_table(&summary.read_storms))?;
         }
         if !self.root_inherited.is_empty() {
             let fds: Vec<String> = self

@@ -67,6 +67,31 @@ pub fn storms(
     out
 }
 
+/// The storms as a table for people.
+pub fn storm_table(storms: &[ReadStorm]) -> String {
+    let mut t = crate::output::table(&[
+        "pid",
+        "comm",
+        "fd",
+        "target",
+        "read calls",
+        "bytes/call",
+        "block reads needed",
+    ]);
+    for s in storms {
+        t.add_row(vec![
+            s.pid.to_string(),
+            s.comm.clone(),
+            s.fd.to_string(),
+            s.target.clone(),
+            s.calls.to_string(),
+            format!("{:.2}", s.bytes_per_call),
+            s.block_calls.to_string(),
+        ]);
+    }
+    t.to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -106,6 +131,11 @@ mod tests {
         assert_eq!(s[0].target, "/etc/environment");
         assert_eq!(s[0].block_calls, 1);
         assert_eq!(s[1].target, "pipe:[77]");
+        let table = storm_table(&s);
+        assert!(
+            table.contains("pipe:[77]") && table.contains("3400"),
+            "{table}"
+        );
         let json = serde_json::to_value(&s[1]).unwrap();
         assert_eq!(json["type"], "read_storm");
         assert_eq!(json["calls"], 100);

@@ -5,17 +5,10 @@ use std::collections::{BTreeMap, HashMap};
 use serde::Serialize;
 
 use super::session::{Exit, Spawn};
-use crate::output;
-
-/// Formats nanoseconds for people: "812 ns", "2.51 ms", "1.20 s".
-pub fn fmt_ns(ns: u64) -> String {
-    match ns {
-        0..=9_999 => format!("{ns} ns"),
-        10_000..=9_999_999 => format!("{:.2} ms", ns as f64 / 1e6),
-        _ if ns < 10_000_000_000 => format!("{:.1} ms", ns as f64 / 1e6),
-        _ => format!("{:.2} s", ns as f64 / 1e9),
-    }
-}
+use crate::{
+    output::{self, fmt_ns},
+    stats,
+};
 
 /// One line for a spawn, as it happens.
 pub fn spawn_line(s: &Spawn) -> String {
@@ -34,8 +27,8 @@ pub fn spawn_line(s: &Spawn) -> String {
     if s.window_ns > 0 {
         line.push_str(&format!(
             "  window {} (untraced ~{})",
-            fmt_ns(s.window_ns),
-            fmt_ns(s.window_corrected_ns)
+            fmt_ns(s.window_ns as f64),
+            fmt_ns(s.window_corrected_ns as f64)
         ));
     }
     if !s.flags.contains(&"no_syscalls") {
@@ -114,16 +107,6 @@ pub fn range_flags(f: u32) -> String {
     } else {
         names.join("|")
     }
-}
-
-/// Median and the nearest-rank percentile of a list (sorted in place).
-pub fn percentile(v: &mut [u64], p: f64) -> u64 {
-    if v.is_empty() {
-        return 0;
-    }
-    v.sort_unstable();
-    let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
-    v[rank.clamp(1, v.len()) - 1]
 }
 
 /// Totals over a trace.
@@ -247,20 +230,16 @@ impl Collector {
     pub fn groups(&self) -> Vec<Group> {
         self.groups
             .iter()
-            .map(|((parent, path, strategy), acc)| {
-                let mut closes = acc.closes.clone();
-                let mut windows = acc.windows.clone();
-                Group {
-                    parent_comm: parent.clone(),
-                    exec_path: path.clone(),
-                    spawns: closes.len() as u64,
-                    close_median: percentile(&mut closes, 50.0),
-                    close_max: closes.iter().copied().max().unwrap_or(0),
-                    window_median_ns: percentile(&mut windows, 50.0),
-                    window_p95_ns: percentile(&mut windows, 95.0),
-                    strategy: strategy.clone(),
-                    leaked_fds: acc.leaked,
-                }
+            .map(|((parent, path, strategy), acc)| Group {
+                parent_comm: parent.clone(),
+                exec_path: path.clone(),
+                spawns: acc.closes.len() as u64,
+                close_median: stats::median(&acc.closes).unwrap_or(0),
+                close_max: acc.closes.iter().copied().max().unwrap_or(0),
+                window_median_ns: stats::median(&acc.windows).unwrap_or(0),
+                window_p95_ns: stats::percentile(&acc.windows, 95.0).unwrap_or(0),
+                strategy: strategy.clone(),
+                leaked_fds: acc.leaked,
             })
             .collect()
     }
@@ -295,8 +274,8 @@ pub fn summary_table(groups: &[Group]) -> String {
             g.spawns.to_string(),
             g.close_median.to_string(),
             g.close_max.to_string(),
-            fmt_ns(g.window_median_ns),
-            fmt_ns(g.window_p95_ns),
+            fmt_ns(g.window_median_ns as f64),
+            fmt_ns(g.window_p95_ns as f64),
             g.strategy.clone(),
             g.leaked_fds.to_string(),
         ]);
@@ -348,22 +327,6 @@ mod tests {
     }
 
     #[test]
-    fn durations_for_people() {
-        assert_eq!(fmt_ns(812), "812 ns");
-        assert_eq!(fmt_ns(2_510_000), "2.51 ms");
-        assert_eq!(fmt_ns(25_100_000), "25.1 ms");
-        assert_eq!(fmt_ns(12_000_000_000), "12.00 s");
-    }
-
-    #[test]
-    fn percentiles_nearest_rank() {
-        let mut v = vec![5, 1, 4, 2, 3];
-        assert_eq!(percentile(&mut v, 50.0), 3);
-        assert_eq!(percentile(&mut v, 95.0), 5);
-        assert_eq!(percentile(&mut [], 50.0), 0);
-    }
-
-    #[test]
     fn spawn_line_names_strategy_counts_and_leaks() {
         let s = spawn("python3", "/bin/true", 19_997, 2_500_000, 0);
         assert_eq!(
@@ -403,7 +366,7 @@ mod tests {
         assert_eq!(g.len(), 3);
         assert_eq!((g[0].strategy.as_str(), g[0].spawns), ("close-loop", 2));
         assert_eq!(g[0].close_max, 19_997);
-        assert_eq!(g[0].close_median, 19_993);
+        assert_eq!(g[0].close_median, 19_995, "mean of the two middle values");
         assert_eq!(g[0].leaked_fds, 1);
         assert_eq!(g[0].window_p95_ns, 3_000_000);
         assert_eq!((g[1].strategy.as_str(), g[1].spawns), ("none", 1));

@@ -1,4 +1,4 @@
-//! Statistics of the bench: medians, percentiles and the linear cost fit.
+//! Statistics shared by `bench` and `trace`: medians, percentiles, the linear cost fit.
 
 /// The `p`-th percentile (0 < p ≤ 100) of `v` by the nearest-rank method; `None` if empty.
 pub fn percentile(v: &[u64], p: f64) -> Option<u64> {
