@@ -177,7 +177,7 @@ fn fd_cache_of(task: u64) -> Result<FdCache, i64> {
 /// 64 beyond it.
 #[inline(always)]
 fn fd_is_open(cache: &mut FdCache, fd: u32) -> Result<bool, i64> {
-    if fd >= cache.max_fds && fd % 64 != 0 {
+    if fd >= cache.max_fds && !fd.is_multiple_of(64) {
         return Ok(false);
     }
     let fdt: u64 = read_kernel(cache.files + conf!(files_fdt))?;
