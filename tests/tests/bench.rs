@@ -3,8 +3,9 @@
 
 use std::collections::BTreeSet;
 use std::io::{BufRead as _, BufReader, Write as _};
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
+
+use fdaudit_tests::fdaudit;
 
 const STRATEGIES: [&str; 10] = [
     "none",
@@ -18,22 +19,6 @@ const STRATEGIES: [&str; 10] = [
     "posix-spawn",
     "posix-spawn-closefrom",
 ];
-
-/// The `fdaudit` binary next to this test's directory (built by `cargo test --workspace`).
-fn fdaudit() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let dir = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .expect("test binary lives in target/<profile>/deps");
-    let bin = dir.join("fdaudit");
-    assert!(
-        bin.exists(),
-        "{} not found: run `cargo build -p fdaudit` (or `cargo test --workspace`) first",
-        bin.display()
-    );
-    bin
-}
 
 fn spawner(args: &[&str]) -> std::process::Output {
     let out = Command::new(fdaudit())

@@ -1,23 +1,9 @@
 //! `fdaudit bench` on a small matrix: every cell is reported with sane statistics, the fit
 //! and the plot come out, and as root the traced counts match what each strategy does.
 
-use std::path::PathBuf;
 use std::process::Command;
 
-fn fdaudit() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let bin = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .expect("test binary lives in target/<profile>/deps")
-        .join("fdaudit");
-    assert!(
-        bin.exists(),
-        "{} not found: run `cargo build -p fdaudit` (or `cargo test --workspace`) first",
-        bin.display()
-    );
-    bin
-}
+use fdaudit_tests::fdaudit;
 
 #[test]
 fn small_matrix_reports_every_cell_and_traces_as_root() {
