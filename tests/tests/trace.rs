@@ -306,6 +306,16 @@ fn exec_chain_counts_the_helper_and_leaks_at_the_last_exec() {
 }
 
 #[test]
+fn a_child_whose_every_exec_fails_is_a_failed_spawn() {
+    let Some(_g) = guard() else { return };
+    let (spawns, _, _) = trace(&[], &["sh", "-c", "/nonexistent/fdaudit-test; true"]);
+    assert_eq!(spawns.len(), 1, "{spawns:?}");
+    assert_eq!(spawns[0]["exec_ok"], false);
+    assert_eq!(u(&spawns[0]["exec_attempts"]), 1);
+    assert_eq!(spawns[0]["parent_comm"], "sh");
+}
+
+#[test]
 fn exit_status_is_the_commands() {
     let Some(_g) = guard() else { return };
     let (_, _, out) = trace(&[], &["sh", "-c", "exit 7"]);

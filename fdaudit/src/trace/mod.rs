@@ -340,7 +340,6 @@ pub fn exit_code(status: i32) -> u8 {
 struct Tracer<'a> {
     args: &'a TraceArgs,
     collector: Collector,
-    start_ns: Option<u64>,
     root_inherited: Vec<session::LeakedFd>,
     seen_root_exec: Vec<u32>,
     probe_cost_ns: f64,
@@ -353,7 +352,6 @@ impl<'a> Tracer<'a> {
         Tracer {
             args,
             collector: Collector::default(),
-            start_ns: None,
             root_inherited: Vec::new(),
             seen_root_exec: Vec::new(),
             probe_cost_ns: s.probe_cost_ns(),
@@ -375,15 +373,24 @@ impl<'a> Tracer<'a> {
                     self.root_inherited = s.leaked_fds.clone();
                     return Ok(());
                 }
-                self.start_ns.get_or_insert(s.exec_ns);
-                self.collector.add(&s);
-                if self.args.json {
-                    output::json_line(&mut std::io::stdout().lock(), &*s)?;
-                } else if !self.args.quiet {
-                    writeln!(std::io::stdout().lock(), "{}", report::spawn_line(&s))?;
+                self.report_spawn(&s)?;
+            }
+            Event::Exit(mut e) => {
+                self.collector.add_exit(&e);
+                if let Some(s) = e.failed_spawn.take() {
+                    self.report_spawn(&s)?;
                 }
             }
-            Event::Exit(e) => self.collector.add_exit(&e),
+        }
+        Ok(())
+    }
+
+    fn report_spawn(&mut self, s: &session::Spawn) -> Result<()> {
+        self.collector.add(s);
+        if self.args.json {
+            output::json_line(&mut std::io::stdout().lock(), s)?;
+        } else if !self.args.quiet {
+            writeln!(std::io::stdout().lock(), "{}", report::spawn_line(s))?;
         }
         Ok(())
     }
@@ -396,6 +403,7 @@ impl<'a> Tracer<'a> {
             spawns: self.collector.spawns,
             lost_records: stats.lost_records,
             untracked_forks: stats.tracked_full,
+            read_table_full: stats.reads_full,
             fork_only_children: self.collector.fork_only,
             probe_cost_ns: self.probe_cost_ns,
             close_cost_ns: self.close_cost_ns,
@@ -462,6 +470,13 @@ impl<'a> Tracer<'a> {
             eprintln!(
                 "warning: {} records were lost (ring buffer full): some spawns are missing",
                 summary.lost_records
+            );
+        }
+        if summary.read_table_full > 0 {
+            eprintln!(
+                "warning: {} reads were not counted: the per-(process, fd) table ({} entries) was full",
+                summary.read_table_full,
+                fdaudit_common::MAX_READS
             );
         }
         if summary.untracked_forks > 0 {

@@ -12,10 +12,17 @@ use crate::{
 
 /// One line for a spawn, as it happens.
 pub fn spawn_line(s: &Spawn) -> String {
-    let mut line = format!(
-        "{}[{}] -> {} {}",
-        s.parent_comm, s.parent_pid, s.pid, s.exec_path
-    );
+    let mut line = if s.exec_ok {
+        format!(
+            "{}[{}] -> {} {}",
+            s.parent_comm, s.parent_pid, s.pid, s.exec_path
+        )
+    } else {
+        format!(
+            "{}[{}] -> {} EXEC FAILED ({} attempts), exited",
+            s.parent_comm, s.parent_pid, s.pid, s.exec_attempts
+        )
+    };
     if let Some(tid) = s.exec_tid {
         line.push_str(&format!(" (exec by thread {tid})"));
     }
@@ -151,6 +158,8 @@ pub struct Summary {
     pub spawns: u64,
     pub lost_records: u64,
     pub untracked_forks: u64,
+    /// (process, fd) read counters not kept because the kernel's table was full (`--reads`).
+    pub read_table_full: u64,
     pub fork_only_children: u64,
     pub probe_cost_ns: f64,
     pub close_cost_ns: f64,

@@ -112,6 +112,8 @@ pub struct Exit {
     pub never_execd: bool,
     pub exit_code: i32,
     pub close_calls: u32,
+    /// It tried to exec and every attempt failed: reported as a spawn with `exec_ok: false`.
+    pub failed_spawn: Option<Box<Spawn>>,
 }
 
 #[derive(Debug, Clone)]
@@ -404,6 +406,7 @@ fn decode(bytes: &[u8], leaks_only: bool, probe_cost_ns: f64) -> Option<Event> {
                 never_execd: rec.never_execd != 0,
                 exit_code: rec.exit_code as i32,
                 close_calls: rec.counters.close_calls,
+                failed_spawn: failed_spawn_from_exit(&rec, leaks_only, probe_cost_ns).map(Box::new),
             }))
         }
         _ => None,
@@ -578,7 +581,6 @@ pub fn spawn_from_record(
     probe_cost_ns: f64,
     resolve: Resolver,
 ) -> Spawn {
-    let c = &rec.counters;
     let mut bits = rec.header.flags;
     if leaks_only {
         bits |= flags::NO_SYSCALLS;
@@ -594,16 +596,6 @@ pub fn spawn_from_record(
     } else {
         0
     };
-    let probed = u64::from(c.close_calls)
-        + u64::from(c.close_range_calls)
-        + u64::from(c.fcntl_setfd_calls)
-        + u64::from(c.fcntl_getfd_calls)
-        + u64::from(c.poll_calls)
-        + u64::from(c.getdents64_calls)
-        + u64::from(c.procfd_opens)
-        + u64::from(c.exec_attempts)
-        + u64::from(c.dup_calls);
-    let correction = (probe_cost_ns * probed as f64) as u64;
     let shown = (rec.nfds as usize).min(MAX_FDS);
     let npaths = (rec.npaths as usize).min(rec.paths.len());
     let path_of = |i: usize| rec.paths[..npaths].iter().find(|p| p.index as usize == i);
@@ -616,6 +608,79 @@ pub fn spawn_from_record(
         .filter(|i| rec.stdio_mask & (1 << i) != 0)
         .map(|i| leaked_from(&rec.stdio[i], None, rec.pid, rec.parent_pid, resolve))
         .collect();
+    Spawn {
+        exec_tid: (rec.old_pid != rec.pid).then_some(rec.old_pid),
+        exec_path: cstr(&rec.filename),
+        argv,
+        leaked_count: rec.nfds,
+        leaked_fds,
+        stdio,
+        flags: flag_names(bits),
+        exec_ns: rec.exec_ns,
+        ..window_spawn(
+            rec.pid,
+            rec.parent_pid,
+            cstr(&rec.parent_comm),
+            &rec.counters,
+            window_ns,
+            leaks_only,
+            probe_cost_ns,
+        )
+    }
+}
+
+/// A child that exec'd and never succeeded: it exited with `exec_attempts` failed execs.
+/// Reported as a spawn with `exec_ok: false` (no image, so no path and no leaks).
+pub fn failed_spawn_from_exit(
+    rec: &ExitRecord,
+    leaks_only: bool,
+    probe_cost_ns: f64,
+) -> Option<Spawn> {
+    if rec.never_execd == 0 || rec.counters.exec_attempts == 0 {
+        return None;
+    }
+    let window_ns = if rec.fork_ns != 0 {
+        rec.exit_ns.saturating_sub(rec.fork_ns)
+    } else {
+        0
+    };
+    // Never exec'd: its comm is still its parent's.
+    let comm = cstr(&rec.comm);
+    let mut s = window_spawn(
+        rec.pid,
+        rec.parent_pid,
+        comm,
+        &rec.counters,
+        window_ns,
+        leaks_only,
+        probe_cost_ns,
+    );
+    s.exec_ok = false;
+    s.exec_attempts = rec.counters.exec_attempts;
+    s.exec_ns = rec.exit_ns;
+    Some(s)
+}
+
+/// The parts of a [`Spawn`] that come from the window's counters.
+fn window_spawn(
+    pid: u32,
+    parent_pid: u32,
+    parent_comm: String,
+    c: &fdaudit_common::Counters,
+    window_ns: u64,
+    leaks_only: bool,
+    probe_cost_ns: f64,
+) -> Spawn {
+    let probed = u64::from(c.close_calls)
+        + u64::from(c.close_range_calls)
+        + u64::from(c.fcntl_setfd_calls)
+        + u64::from(c.fcntl_getfd_calls)
+        + u64::from(c.poll_calls)
+        + u64::from(c.getdents64_calls)
+        + u64::from(c.procfd_opens)
+        + u64::from(c.exec_attempts)
+        + u64::from(c.dup_calls);
+    let correction = (probe_cost_ns * probed as f64) as u64;
     let nranges = (c.close_range_calls as usize).min(c.ranges.len());
     let counts = strategy::Counts {
         close_calls: c.close_calls,
@@ -634,12 +699,12 @@ pub fn spawn_from_record(
     };
     Spawn {
         record_type: "spawn",
-        parent_pid: rec.parent_pid,
-        parent_comm: cstr(&rec.parent_comm),
-        pid: rec.pid,
-        exec_tid: (rec.old_pid != rec.pid).then_some(rec.old_pid),
-        exec_path: cstr(&rec.filename),
-        argv,
+        parent_pid,
+        parent_comm,
+        pid,
+        exec_tid: None,
+        exec_path: String::new(),
+        argv: Vec::new(),
         exec_ok: true,
         exec_attempts: c.exec_attempts.max(1),
         window_ns,
@@ -660,11 +725,15 @@ pub fn spawn_from_record(
         dup_calls: c.dup_calls,
         strategy,
         close_loop_bound,
-        leaked_count: rec.nfds,
-        leaked_fds,
-        stdio,
-        flags: flag_names(bits),
-        exec_ns: rec.exec_ns,
+        leaked_count: 0,
+        leaked_fds: Vec::new(),
+        stdio: Vec::new(),
+        flags: if leaks_only {
+            vec!["no_syscalls"]
+        } else {
+            Vec::new()
+        },
+        exec_ns: 0,
     }
 }
 
