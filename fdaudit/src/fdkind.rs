@@ -181,44 +181,26 @@ mod tests {
 
     #[test]
     fn kernel_view_classification() {
-        assert_eq!(from_kernel(0o100644, 0xef53, "secret.key"), FdKind::Regular);
-        assert_eq!(from_kernel(0o040755, 0xef53, "etc"), FdKind::Directory);
-        assert_eq!(from_kernel(0o010600, magic::PIPEFS, ""), FdKind::Pipe);
-        assert_eq!(from_kernel(0o010644, 0xef53, "fifo"), FdKind::Fifo);
-        assert_eq!(from_kernel(0o140777, magic::SOCKFS, ""), FdKind::Socket);
-        assert_eq!(
-            from_kernel(0o600, magic::ANON_INODE_FS, "[eventfd]"),
-            FdKind::Eventfd
-        );
-        assert_eq!(
-            from_kernel(0o600, magic::ANON_INODE_FS, "[eventpoll]"),
-            FdKind::Epoll
-        );
-        assert_eq!(
-            from_kernel(0o600, magic::ANON_INODE_FS, "[timerfd]"),
-            FdKind::Timerfd
-        );
-        assert_eq!(
-            from_kernel(0o600, magic::ANON_INODE_FS, "[signalfd]"),
-            FdKind::Signalfd
-        );
-        assert_eq!(
-            from_kernel(0o600, magic::ANON_INODE_FS, "bpf-map"),
-            FdKind::Bpf
-        );
-        assert_eq!(
-            from_kernel(0o600, magic::ANON_INODE_FS, "[io_uring]"),
-            FdKind::AnonInode
-        );
-        assert_eq!(
-            from_kernel(0o100400, magic::PIDFS, "anon_inode:[pidfd]"),
-            FdKind::Pidfd
-        );
-        assert_eq!(
-            from_kernel(0o100777, magic::TMPFS, "memfd:cache"),
-            FdKind::Memfd
-        );
-        assert_eq!(from_kernel(0o020666, 0x1cd1, "null"), FdKind::Device);
+        let anon = magic::ANON_INODE_FS;
+        let cases: &[(u32, u64, &str, FdKind)] = &[
+            (0o100644, 0xef53, "secret.key", FdKind::Regular),
+            (0o040755, 0xef53, "etc", FdKind::Directory),
+            (0o010600, magic::PIPEFS, "", FdKind::Pipe),
+            (0o010644, 0xef53, "fifo", FdKind::Fifo),
+            (0o140777, magic::SOCKFS, "", FdKind::Socket),
+            (0o600, anon, "[eventfd]", FdKind::Eventfd),
+            (0o600, anon, "[eventpoll]", FdKind::Epoll),
+            (0o600, anon, "[timerfd]", FdKind::Timerfd),
+            (0o600, anon, "[signalfd]", FdKind::Signalfd),
+            (0o600, anon, "bpf-map", FdKind::Bpf),
+            (0o600, anon, "[io_uring]", FdKind::AnonInode),
+            (0o100400, magic::PIDFS, "anon_inode:[pidfd]", FdKind::Pidfd),
+            (0o100777, magic::TMPFS, "memfd:cache", FdKind::Memfd),
+            (0o020666, 0x1cd1, "null", FdKind::Device),
+        ];
+        for &(mode, sb, name, want) in cases {
+            assert_eq!(from_kernel(mode, sb, name), want, "{mode:o} {sb:#x} {name}");
+        }
     }
 
     #[test]
