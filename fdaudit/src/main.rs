@@ -3,16 +3,18 @@
 use std::process::ExitCode;
 
 use clap::Parser as _;
-use fdaudit::cli::Cli;
+use fdaudit::{cli::Cli, diag, output::is_broken_pipe};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match fdaudit::cli::run(cli) {
         Ok(code) => ExitCode::from(code),
+        // The reader of our output went away (`fdaudit ... | head`): nothing to say.
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
+            diag!("error: {e}");
             for cause in e.chain().skip(1) {
-                eprintln!("caused by: {cause}");
+                diag!("caused by: {cause}");
             }
             ExitCode::from(fdaudit::cli::EXIT_ERROR)
         }

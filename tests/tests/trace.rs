@@ -338,6 +338,46 @@ fn leaks_only_reports_leaks_without_syscall_counts() {
         .unwrap()
         .contains(&Value::from("no_syscalls")));
     assert_eq!(summary["leaks_only"], true);
+
+    // While it runs, no syscall program is in the kernel: only the scheduler hooks.
+    let before = settled_programs();
+    let mut tracer = Command::new(fdaudit())
+        .args(["trace", "--leaks-only", "--", "sleep", "3"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_attached(&mut BufReader::new(tracer.stderr.take().unwrap()));
+    let during = loaded_programs();
+    assert!(tracer.wait().unwrap().success());
+    let added: Vec<&String> = during.iter().filter(|p| !before.contains(p)).collect();
+    assert!(
+        added.iter().any(|p| p.starts_with("sched_process_ex")),
+        "{during:?}"
+    );
+    assert!(
+        !added.iter().any(|p| p.starts_with("sys_")),
+        "syscall programs attached: {added:?}"
+    );
+}
+
+#[test]
+fn a_pid_that_exits_while_traced_ends_the_trace_cleanly() {
+    let Some(_g) = guard() else { return };
+    let mut target = Command::new("sleep").arg("1").spawn().unwrap();
+    let out = Command::new(fdaudit())
+        .args(["trace", "--json", "-p", &target.id().to_string()])
+        .output()
+        .unwrap();
+    let _ = target.wait();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last = stdout.lines().last().unwrap_or("");
+    assert!(last.starts_with("{\"type\":\"summary\""), "{stdout}");
 }
 
 /// Reads the tracer's stderr until it says it is attached.

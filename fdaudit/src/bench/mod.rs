@@ -281,7 +281,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
     for &nofile in &limits {
         for &k in &open_fds {
             if k < 3 || k + 1 > nofile {
-                eprintln!("note: skipping {k} open fds at NOFILE {nofile} (need 3 ≤ fds < NOFILE)");
+                crate::diag!(
+                    "note: skipping {k} open fds at NOFILE {nofile} (need 3 ≤ fds < NOFILE)"
+                );
                 continue;
             }
             keys.extend(strategies.iter().map(|&strategy| Key {
@@ -384,7 +386,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
                 }
                 bar.finish_and_clear();
             }
-            Err(e) => eprintln!("note: traced columns skipped: {e}"),
+            Err(e) => crate::diag!("note: traced columns skipped: {e}"),
         }
     }
 
@@ -462,7 +464,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
         );
         plot::plot(p, &cells, &fits, &title)
             .with_context(|| format!("failed to draw {}", p.display()))?;
-        eprintln!("plot written to {}", p.display());
+        crate::diag!("plot written to {}", p.display());
     }
     let failed: u64 = cells.iter().map(|c| c.failures).sum();
     let mismatches: Vec<String> = cells
@@ -477,10 +479,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
         })
         .collect();
     for m in &mismatches {
-        eprintln!("trace check failed: {m}");
+        crate::diag!("trace check failed: {m}");
     }
     if failed > 0 {
-        eprintln!("warning: {failed} spawns did not exit 0");
+        crate::diag!("warning: {failed} spawns did not exit 0");
     }
     Ok(if failed > 0 || !mismatches.is_empty() {
         1

@@ -75,9 +75,10 @@ pub fn run(args: DoctorArgs) -> Result<u8> {
     }
     let failed: Vec<&Check> = checks.iter().filter(|c| c.status == Status::Fail).collect();
     if let Some(first) = failed.first() {
-        eprintln!(
+        crate::diag!(
             "error: trace cannot work here: {}: {}",
-            first.name, first.detail
+            first.name,
+            first.detail
         );
         return Ok(1);
     }

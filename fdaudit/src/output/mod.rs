@@ -5,6 +5,24 @@ use std::io::Write;
 use comfy_table::{presets, ContentArrangement, Table};
 use serde::Serialize;
 
+/// Prints a diagnostic line on stderr. Unlike `eprintln!` it never panics: a closed or full
+/// stderr must not turn a finished trace into a crash.
+#[macro_export]
+macro_rules! diag {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
+/// Whether an error is a write to a closed pipe (`fdaudit ... | head`): not worth reporting.
+pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
 /// A table for people: no borders, header row, wrapped to the terminal when there is one.
 pub fn table(header: &[&str]) -> Table {
     let mut t = Table::new();

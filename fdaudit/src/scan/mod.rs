@@ -504,12 +504,12 @@ pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
 
     let t = &outcome.totals;
     for pid in &outcome.missing {
-        eprintln!("scan: pid {pid}: no such process");
+        crate::diag!("scan: pid {pid}: no such process");
     }
     for pid in &outcome.unreadable_pids {
-        eprintln!("scan: pid {pid}: fds not readable with these privileges");
+        crate::diag!("scan: pid {pid}: fds not readable with these privileges");
     }
-    eprintln!(
+    crate::diag!(
         "scan: {} processes, {} fds, {} findings; {} processes not readable (permissions), {} vanished, {} fds vanished; close() cost {:.0} ns ({})",
         t.processes,
         t.fds,
@@ -521,7 +521,7 @@ pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
         if args.close_cost_ns.is_some() { "given" } else { "measured at start" }
     );
     if t.kcmp_refused > 0 {
-        eprintln!(
+        crate::diag!(
             "scan: {} parent/child pairs not compared (kcmp not permitted)",
             t.kcmp_refused
         );

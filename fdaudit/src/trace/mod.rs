@@ -144,7 +144,7 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
         Some(pid) => format!("command (pid {pid})"),
         None => format!("{} process tree(s)", args.pids.len()),
     };
-    eprintln!(
+    crate::diag!(
         "fdaudit: tracing {what}{}; Ctrl-C to stop",
         if args.leaks_only { " (leaks only)" } else { "" }
     );
@@ -195,7 +195,7 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
     }
     let mut code = exit_status.map(exit_code).unwrap_or(0);
     if args.fail_on_leak && leaked && code == 0 {
-        eprintln!("fdaudit: spawns leaked fds (--fail-on-leak)");
+        crate::diag!("fdaudit: spawns leaked fds (--fail-on-leak)");
         code = EXIT_LEAK;
     }
     Ok(code)
@@ -450,43 +450,43 @@ impl<'a> Tracer<'a> {
                 .iter()
                 .map(|f| format!("{}={}", f.fd, f.target))
                 .collect();
-            eprintln!(
+            crate::diag!(
                 "note: the traced command itself inherited {} fd(s) from fdaudit's caller: {} (every spawn that does not close them leaks them too)",
                 fds.len(),
                 fds.join(" ")
             );
         }
         if self.leaks_only {
-            eprintln!(
+            crate::diag!(
                 "note: --leaks-only: syscalls were not traced, so no close counts or strategies"
             );
         } else {
-            eprintln!(
+            crate::diag!(
                 "note: probes cost ~{:.0} ns per counted syscall (close() itself ~{:.0} ns untraced); 'untraced' windows subtract it",
                 self.probe_cost_ns, self.close_cost_ns
             );
         }
         if summary.lost_records > 0 {
-            eprintln!(
+            crate::diag!(
                 "warning: {} records were lost (ring buffer full): some spawns are missing",
                 summary.lost_records
             );
         }
         if summary.read_table_full > 0 {
-            eprintln!(
+            crate::diag!(
                 "warning: {} reads were not counted: the per-(process, fd) table ({} entries) was full",
                 summary.read_table_full,
                 fdaudit_common::MAX_READS
             );
         }
         if summary.untracked_forks > 0 {
-            eprintln!(
+            crate::diag!(
                 "warning: {} forks were not traced (traced-process table full)",
                 summary.untracked_forks
             );
         }
         for p in &summary.partial {
-            eprintln!("warning: partial data: {p}");
+            crate::diag!("warning: partial data: {p}");
         }
         Ok(())
     }
