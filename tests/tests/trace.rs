@@ -515,7 +515,7 @@ fn bad_input_gives_one_line_and_leaves_nothing_attached() {
 
     // Ctrl-C while tracing: a clean summary, status 130.
     let mut tracer = Command::new(fdaudit())
-        .args(["trace", "--json", "--", "sleep", "30"])
+        .args(["trace", "--json", "--", "sleep", "31.4159"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -531,7 +531,8 @@ fn bad_input_gives_one_line_and_leaves_nothing_attached() {
         .unwrap_or("")
         .to_string();
     assert!(last.contains("\"type\":\"summary\""), "{last}");
-    let _ = Command::new("pkill").args(["-f", "sleep 30"]).status();
+    // The command got no SIGINT (only fdaudit did): end it.
+    let _ = Command::new("pkill").args(["-x", "-f", "sleep 31.4159"]).status();
 
     assert_eq!(settled_programs(), before, "programs left attached");
 }
