@@ -515,7 +515,15 @@ fn bad_input_gives_one_line_and_leaves_nothing_attached() {
 
     // Ctrl-C while tracing: a clean summary, status 130.
     let mut tracer = Command::new(fdaudit())
-        .args(["trace", "--json", "--", "sleep", "31.4159"])
+        // The command must not hold the test's stdout pipe open past fdaudit's exit.
+        .args([
+            "trace",
+            "--json",
+            "--",
+            "sh",
+            "-c",
+            "exec sleep 31.4159 >/dev/null 2>&1",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -532,7 +540,9 @@ fn bad_input_gives_one_line_and_leaves_nothing_attached() {
         .to_string();
     assert!(last.contains("\"type\":\"summary\""), "{last}");
     // The command got no SIGINT (only fdaudit did): end it.
-    let _ = Command::new("pkill").args(["-x", "-f", "sleep 31.4159"]).status();
+    let _ = Command::new("pkill")
+        .args(["-x", "-f", "sleep 31.4159"])
+        .status();
 
     assert_eq!(settled_programs(), before, "programs left attached");
 }
