@@ -50,3 +50,48 @@ pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
 }
+
+/// A libc return value, or a panic naming what failed and errno (fixtures only).
+pub fn check(ret: libc::c_int, what: &str) -> libc::c_int {
+    if ret < 0 {
+        panic!("failed to {what}: {}", std::io::Error::last_os_error());
+    }
+    ret
+}
+
+/// A TCP socket listening on 127.0.0.1 at an ephemeral port, without close-on-exec:
+/// (fd, port).
+pub fn listen_loopback(backlog: libc::c_int) -> (libc::c_int, u16) {
+    // SAFETY: plain socket syscalls on a local sockaddr_in.
+    unsafe {
+        let sock = check(
+            libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0),
+            "create a socket",
+        );
+        let addr = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: 0,
+            sin_addr: libc::in_addr {
+                s_addr: u32::from_ne_bytes([127, 0, 0, 1]),
+            },
+            sin_zero: [0; 8],
+        };
+        let len = std::mem::size_of_val(&addr) as libc::socklen_t;
+        check(
+            libc::bind(sock, (&addr as *const libc::sockaddr_in).cast(), len),
+            "bind",
+        );
+        check(libc::listen(sock, backlog), "listen");
+        let mut bound: libc::sockaddr_in = std::mem::zeroed();
+        let mut blen = len;
+        check(
+            libc::getsockname(
+                sock,
+                (&mut bound as *mut libc::sockaddr_in).cast(),
+                &mut blen,
+            ),
+            "getsockname",
+        );
+        (sock, u16::from_be(bound.sin_port))
+    }
+}

@@ -6,12 +6,7 @@
 
 use std::io::{Read as _, Write as _};
 
-fn check(ret: libc::c_int, what: &str) -> libc::c_int {
-    if ret < 0 {
-        panic!("failed to {what}: {}", std::io::Error::last_os_error());
-    }
-    ret
-}
+use fdaudit_tests::{check, listen_loopback};
 
 fn main() {
     let n: usize = std::env::args()
@@ -70,33 +65,16 @@ fn main() {
                 fds.extend(p);
             }
             _ => {
-                // SAFETY: plain socket(2); bind/listen on 127.0.0.1:0 for every other one.
-                let s = check(
-                    unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) },
-                    "create a socket",
-                );
-                if i.is_multiple_of(2) {
-                    let addr = libc::sockaddr_in {
-                        sin_family: libc::AF_INET as libc::sa_family_t,
-                        sin_port: 0,
-                        sin_addr: libc::in_addr {
-                            s_addr: u32::from_ne_bytes([127, 0, 0, 1]),
-                        },
-                        sin_zero: [0; 8],
-                    };
-                    // SAFETY: addr is a valid sockaddr_in.
-                    unsafe {
-                        check(
-                            libc::bind(
-                                s,
-                                (&addr as *const libc::sockaddr_in).cast(),
-                                std::mem::size_of_val(&addr) as u32,
-                            ),
-                            "bind",
-                        );
-                        check(libc::listen(s, 1), "listen");
-                    }
-                }
+                // Every other one listens on 127.0.0.1:0; the rest stay unbound.
+                let s = if i.is_multiple_of(2) {
+                    listen_loopback(1).0
+                } else {
+                    // SAFETY: plain socket(2).
+                    check(
+                        unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) },
+                        "create a socket",
+                    )
+                };
                 fds.push(s);
             }
         }

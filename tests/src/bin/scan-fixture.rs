@@ -12,12 +12,7 @@
 
 use std::io::{Read as _, Write as _};
 
-fn check(ret: libc::c_int, what: &str) -> libc::c_int {
-    if ret < 0 {
-        panic!("failed to {what}: {}", std::io::Error::last_os_error());
-    }
-    ret
-}
+use fdaudit_tests::{check, listen_loopback};
 
 fn main() {
     let mut baseline: Vec<u32> = std::fs::read_dir("/proc/self/fd")
@@ -35,35 +30,7 @@ fn main() {
             libc::open(c"/etc/passwd".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC),
             "open /etc/passwd",
         );
-        let sock = check(
-            libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0),
-            "create a socket",
-        );
-        let addr = libc::sockaddr_in {
-            sin_family: libc::AF_INET as libc::sa_family_t,
-            sin_port: 0,
-            sin_addr: libc::in_addr {
-                s_addr: u32::from_ne_bytes([127, 0, 0, 1]),
-            },
-            sin_zero: [0; 8],
-        };
-        let len = std::mem::size_of_val(&addr) as libc::socklen_t;
-        check(
-            libc::bind(sock, (&addr as *const libc::sockaddr_in).cast(), len),
-            "bind",
-        );
-        check(libc::listen(sock, 4), "listen");
-        let mut bound: libc::sockaddr_in = std::mem::zeroed();
-        let mut blen = len;
-        check(
-            libc::getsockname(
-                sock,
-                (&mut bound as *mut libc::sockaddr_in).cast(),
-                &mut blen,
-            ),
-            "getsockname",
-        );
-        let port = u16::from_be(bound.sin_port);
+        let (sock, port) = listen_loopback(4);
         let mut p = [0; 2];
         check(libc::pipe(p.as_mut_ptr()), "create a pipe");
         check(
