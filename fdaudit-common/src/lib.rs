@@ -384,8 +384,6 @@ pub struct Config {
     pub mount_mnt: u32,
     pub mount_parent: u32,
     pub mount_mountpoint: u32,
-    /// fdaudit's own tgid: never tracked.
-    pub self_pid: u32,
     /// Non-zero: count reads per fd (`trace --reads`).
     pub reads: u32,
     /// Set to the struct size; a zero here means the loader forgot to set the config.
@@ -419,7 +417,7 @@ const _: () = {
     assert!(size_of::<FdInfo>() == 16 + 8 + 8 + 8 + NAME_LEN);
     assert!(size_of::<SpawnRecord>().is_multiple_of(8));
     assert!(size_of::<ExitRecord>() == 8 + 8 + 16 + 8 + 16 + size_of::<Counters>());
-    assert!(size_of::<Config>() == 44 * 4);
+    assert!(size_of::<Config>() == 43 * 4);
     assert!(size_of::<FdPath>() == 16 + COMP_LEN * MAX_DEPTH);
     assert!(size_of::<FdCache>() == 32);
     assert!(size_of::<HotSlot>() == 48);

@@ -85,7 +85,6 @@ static CONFIG: Config = Config {
     mount_mnt: 0,
     mount_parent: 0,
     mount_mountpoint: 0,
-    self_pid: 0,
     reads: 0,
     magic: 0,
 };

@@ -333,7 +333,6 @@ pub fn config_from_btf(btf: &Btf) -> Result<Config, BtfError> {
         mount_mnt: o("mount", "mnt")?,
         mount_parent: o("mount", "mnt_parent")?,
         mount_mountpoint: o("mount", "mnt_mountpoint")?,
-        self_pid: std::process::id(),
         reads: 0,
         magic: CONFIG_MAGIC,
     })

@@ -233,7 +233,8 @@ impl Session {
         // by the second (forks after the insert are seen by the fork program).
         for _ in 0..2 {
             for d in descendants(pid) {
-                if !added.contains(&d) {
+                // fdaudit itself may be in the tree (`-p 1`): it is never traced.
+                if d != std::process::id() && !added.contains(&d) {
                     let st = TaskState {
                         parent_pid: parent_of(d).unwrap_or(0),
                         ..Default::default()
