@@ -10,8 +10,8 @@
 //! # `__spawner --json` output
 //! One JSON object per line, written after the last spawn (so printing never lands inside
 //! a timed spawn): first one [`SpawnTime`] (`"type":"spawn_time"`) per spawn in order, then
-//! one [`SpawnSummary`] (`"type":"summary"`). Output of the children themselves goes to the
-//! same stdout, so a reader skips lines that are not such objects.
+//! one [`SpawnSummary`] (`"type":"summary"`), after an empty line. Output of the children
+//! themselves goes to the same stdout, so a reader skips lines that are not such objects.
 
 use std::ffi::{CString, OsStr, OsString};
 use std::io::{BufRead as _, Write as _};
@@ -838,6 +838,8 @@ pub fn run(args: SpawnerArgs) -> anyhow::Result<u8> {
     let mut ns: Vec<u64> = times.iter().map(|r| r.ns).collect();
     let mut out = std::io::stdout().lock();
     if args.json {
+        // A child's output without a final newline must not glue onto the first object.
+        writeln!(out).context("failed to write to stdout")?;
         for r in &times {
             let t = SpawnTime {
                 kind: "spawn_time".into(),

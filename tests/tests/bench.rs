@@ -50,8 +50,10 @@ fn every_strategy_spawns_true() {
             "--json",
         ]);
         let stdout = String::from_utf8(out.stdout).expect("utf-8 output");
+        // The JSON block starts after an empty line (see spawner.rs).
         let objs: Vec<serde_json::Value> = stdout
             .lines()
+            .filter(|l| !l.is_empty())
             .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{s}: bad line {l:?}: {e}")))
             .collect();
         let times: Vec<_> = objs.iter().filter(|o| o["type"] == "spawn_time").collect();
@@ -163,7 +165,11 @@ fn wait_stdin_waits_for_a_line() {
         .expect("stdin")
         .write_all(b"go\n")
         .expect("write go");
-    let rest: Vec<String> = stdout.lines().map(|l| l.expect("line")).collect();
+    let rest: Vec<String> = stdout
+        .lines()
+        .map(|l| l.expect("line"))
+        .filter(|l| !l.is_empty())
+        .collect();
     assert!(child.wait().expect("wait").success(), "spawner failed");
     assert_eq!(
         rest.len(),

@@ -441,7 +441,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
             "fdaudit bench: {} timed spawns of `{cmd_text}` per cell (batches of {}, each after a \
              warm-up spawn, cells interleaved), {}; per-spawn wall time fork/posix_spawn → waitpid",
             args.n,
-            args.batch,
+            args.batch.min(args.n),
             cpu.map_or_else(
                 || "unpinned".to_string(),
                 |c| format!("spawner and children pinned to CPU {c}")

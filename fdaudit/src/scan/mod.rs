@@ -202,7 +202,8 @@ fn sort_value(key: SortKey, r: &ProcReport) -> u64 {
         SortKey::Pid => 0,
         SortKey::Fds => u64::from(r.fd_count),
         SortKey::Inheritable => u64::from(r.no_cloexec),
-        SortKey::Nofile => r.nofile.and_then(|l| l.soft).unwrap_or(u64::MAX),
+        // Unreadable limits sort lowest; a soft limit of "unlimited" highest.
+        SortKey::Nofile => r.nofile.map_or(0, |l| l.soft.unwrap_or(u64::MAX)),
         SortKey::Severity => r.worst().map_or(0, |s| s as u64 + 1),
     }
 }
@@ -389,10 +390,7 @@ pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
             if let Some(row) = r.row.take() {
                 rows.push((r.sort, row));
             }
-            for f in &r.findings {
-                worst = worst.max(Some(f.severity));
-            }
-            n_findings += r.findings.len();
+            // Counted before rendering (render_counting): people see alike findings grouped.
             human_findings.append(&mut r.findings);
             if streaming {
                 if write_err.is_none() {
@@ -408,7 +406,7 @@ pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
         // JSON findings are rendered to bytes on the workers; count them there.
         let json_worst = std::sync::Mutex::new((None::<Severity>, 0usize));
         let render_counting = |r: ProcReport| {
-            if json {
+            {
                 let mut g = json_worst.lock().unwrap_or_else(|p| p.into_inner());
                 g.0 = g.0.max(r.worst());
                 g.1 += r.findings.len();

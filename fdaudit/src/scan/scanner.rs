@@ -337,6 +337,10 @@ impl Scanner<'_> {
         };
         pids.sort_unstable();
         pids.dedup();
+        if self.live && self.cfg.pids.is_none() {
+            // fdaudit itself: its own transient procfs fds are not worth reporting.
+            pids.retain(|&p| p != std::process::id());
+        }
         let mut out = Vec::with_capacity(pids.len());
         let mut buf = Vec::with_capacity(4096);
         for pid in pids {
@@ -380,15 +384,25 @@ impl Scanner<'_> {
             let mut m = self.net.lock().unwrap_or_else(|p| p.into_inner());
             m.entry(key).or_default().clone()
         };
-        cell.get_or_init(|| {
-            let dir = sys::open_dir_path(pid_dir, c"net")
-                .or_else(|_| sys::open_dir_path(raw(&self.root), c"net"));
-            Arc::new(match dir {
-                Ok(d) => NetTables::load(raw(&d)),
-                Err(_) => NetTables::default(),
-            })
-        })
-        .clone()
+        if let Some(t) = cell.get() {
+            return t.clone();
+        }
+        // On a live procfs, root/net is the scanner's own namespace: never a stand-in for
+        // another process's (it may have exited between the ns/net read and this open). A
+        // failure is not cached: the next process of that namespace tries again.
+        let dir = sys::open_dir_path(pid_dir, c"net").or_else(|e| {
+            if self.live {
+                Err(e)
+            } else {
+                sys::open_dir_path(raw(&self.root), c"net")
+            }
+        });
+        match dir {
+            Ok(d) => cell
+                .get_or_init(|| Arc::new(NetTables::load(raw(&d))))
+                .clone(),
+            Err(_) => Arc::new(NetTables::default()),
+        }
     }
 
     fn scan_process(&self, h: &Header, s: &mut Scratch) -> Result<ProcReport, Skip> {
@@ -598,7 +612,12 @@ impl Scanner<'_> {
         if !matches!(base, FdKind::Regular | FdKind::Device) {
             return base;
         }
-        if info.is_some_and(|i| i.flags & libc::O_DIRECTORY as u32 != 0) {
+        // O_DIRECTORY in fdinfo means a directory, except that O_TMPFILE files carry it too
+        // (O_TMPFILE = __O_TMPFILE | O_DIRECTORY): those fall through to the stat.
+        const O_TMPFILE_BIT: u32 = 0o20000000;
+        if info.is_some_and(|i| {
+            i.flags & libc::O_DIRECTORY as u32 != 0 && i.flags & O_TMPFILE_BIT == 0
+        }) {
             return FdKind::Directory;
         }
         if !self.live {
@@ -660,7 +679,11 @@ impl Scanner<'_> {
                     "vsock" => "vsock",
                     _ => "other",
                 });
-                r.proto = Some(p);
+                // The family says v4 or v6; the protocol is named as in the net tables.
+                r.proto = Some(match p.strip_suffix("v6") {
+                    Some(base) if r.family == Some("inet6") => base.to_owned(),
+                    _ => p,
+                });
             }
             None => {}
         }
