@@ -705,7 +705,8 @@ pub struct SpawnSummary {
     pub median_ns: u64,
 }
 
-fn exit_code(status: c_int) -> i32 {
+/// A shell-like exit status from a wait status: the code, 128+signal, or -1.
+pub(crate) fn exit_code(status: c_int) -> i32 {
     if libc::WIFEXITED(status) {
         libc::WEXITSTATUS(status)
     } else if libc::WIFSIGNALED(status) {

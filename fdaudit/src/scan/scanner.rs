@@ -146,6 +146,18 @@ struct Key {
     fd: u32,
 }
 
+impl Key {
+    /// The identity of `fd` from its fdinfo, when it names the mount and inode.
+    fn of(i: &parse::FdInfo, fd: u32) -> Option<Key> {
+        Some(Key {
+            mnt: i.mnt_id?,
+            ino: i.ino?,
+            flags: i.flags,
+            fd,
+        })
+    }
+}
+
 struct Header {
     pid: u32,
     status: Status,
@@ -522,15 +534,8 @@ impl Scanner<'_> {
                 None => rep.unknown_fds += 1,
                 Some(true) => {}
             }
-            if let Some(i) = info {
-                if let (Some(mnt), Some(ino)) = (i.mnt_id, i.ino) {
-                    keys.push(Key {
-                        mnt,
-                        ino,
-                        flags: i.flags,
-                        fd,
-                    });
-                }
+            if let Some(k) = info.as_ref().and_then(|i| Key::of(i, fd)) {
+                keys.push(k);
             }
             if let Some(r) = record {
                 if inheritable && fd >= 3 {
@@ -704,15 +709,8 @@ impl Scanner<'_> {
             let Ok(n) = sys::read_head_at(raw(&fdinfo_dir), name.as_cstr(), &mut s.info) else {
                 continue;
             };
-            if let Some(i) = parse::parse_fdinfo(&s.info[..n]) {
-                if let (Some(mnt), Some(ino)) = (i.mnt_id, i.ino) {
-                    keys.push(Key {
-                        mnt,
-                        ino,
-                        flags: i.flags,
-                        fd,
-                    });
-                }
+            if let Some(k) = parse::parse_fdinfo(&s.info[..n]).and_then(|i| Key::of(&i, fd)) {
+                keys.push(k);
             }
         }
         keys.sort_unstable();

@@ -182,7 +182,7 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
     }
     let stats = session.stats()?;
     let storms = if args.reads {
-        reads::storms(&session.read_counts(), resolve_fd)
+        reads::storms(&session.read_counts(), session::proc_fd_target)
     } else {
         Vec::new()
     };
@@ -210,16 +210,6 @@ fn alive(pid: u32) -> bool {
             .is_some_and(|st| st != "Z" && st != "X"),
         Err(_) => false,
     }
-}
-
-fn resolve_fd(pid: u32, fd: u32, ino: u64) -> Option<String> {
-    use std::os::unix::fs::MetadataExt as _;
-    let link = format!("/proc/{pid}/fd/{fd}");
-    let md = std::fs::metadata(&link).ok()?;
-    (md.ino() == ino)
-        .then(|| std::fs::read_link(&link).ok())
-        .flatten()
-        .map(|t| output::escape_bytes(t.as_os_str().as_encoded_bytes()))
 }
 
 /// The command, forked and held before exec until the programs are attached.
@@ -327,13 +317,7 @@ fn try_wait(pid: u32) -> Result<Option<i32>> {
 
 /// A shell-like exit status from a wait status: the code, or 128+signal.
 pub fn exit_code(status: i32) -> u8 {
-    if libc::WIFEXITED(status) {
-        libc::WEXITSTATUS(status) as u8
-    } else if libc::WIFSIGNALED(status) {
-        128u8.wrapping_add(libc::WTERMSIG(status) as u8)
-    } else {
-        1
-    }
+    u8::try_from(crate::spawner::exit_code(status)).unwrap_or(1)
 }
 
 /// Per-event handling and final output.

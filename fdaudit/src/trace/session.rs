@@ -481,18 +481,20 @@ fn access_mode(f_flags: u32) -> &'static str {
 pub type Resolver = fn(pid: u32, parent: u32, fd: u32, ino: u64) -> Option<String>;
 
 fn resolve_target(pid: u32, parent: u32, fd: u32, ino: u64) -> Option<String> {
+    [pid, parent]
+        .into_iter()
+        .find_map(|p| proc_fd_target(p, fd, ino))
+}
+
+/// The target of /proc/PID/fd/FD, when that fd still refers to inode `ino` (escaped).
+pub fn proc_fd_target(pid: u32, fd: u32, ino: u64) -> Option<String> {
     use std::os::unix::fs::MetadataExt as _;
-    for p in [pid, parent] {
-        let link = format!("/proc/{p}/fd/{fd}");
-        if let Ok(md) = std::fs::metadata(&link) {
-            if md.ino() == ino {
-                if let Ok(t) = std::fs::read_link(&link) {
-                    return Some(escape_bytes(t.as_os_str().as_encoded_bytes()));
-                }
-            }
-        }
-    }
-    None
+    let link = format!("/proc/{pid}/fd/{fd}");
+    let md = std::fs::metadata(&link).ok()?;
+    (md.ino() == ino)
+        .then(|| std::fs::read_link(&link).ok())
+        .flatten()
+        .map(|t| escape_bytes(t.as_os_str().as_encoded_bytes()))
 }
 
 /// Joins the components of a kernel-built path (leaf first) into "/a/b/c"; a cut walk is
