@@ -22,9 +22,10 @@ use std::process::{Command, Stdio};
 use anyhow::{bail, Context as _};
 use serde::Serialize;
 
-use crate::spawner::{self, SpawnTime, SpawnerArgs, Strategy};
+use crate::spawner::{CloseMethod, SpawnTime, SpawnerArgs};
+use crate::sys;
 use report::{CellReport, FitReport};
-use traced::{TraceError, TracedSpawn, Tracer};
+use traced::{BenchTracer, TraceError, TracedSpawn};
 
 /// Arguments of `fdaudit bench`.
 #[derive(Debug, clap::Args)]
@@ -37,7 +38,7 @@ pub struct BenchArgs {
     pub open_fds: Vec<u64>,
     /// Strategies to measure (comma separated; default all).
     #[arg(long, value_delimiter = ',', value_enum)]
-    pub strategies: Vec<Strategy>,
+    pub strategies: Vec<CloseMethod>,
     /// Timed spawns per cell.
     #[arg(short = 'n', long = "spawns", default_value_t = 200)]
     pub n: u64,
@@ -94,20 +95,7 @@ impl Machine {
                     .map(|(_, v)| v.trim().to_string())
             })
             .unwrap_or_else(|| "unknown CPU".into());
-        // SAFETY: uname fills the struct we pass.
-        let mut u: libc::utsname = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
-        let kernel = if unsafe { libc::uname(&mut u) } == 0 {
-            let f = |b: &[libc::c_char]| {
-                // SAFETY: uname NUL-terminates each field.
-                unsafe { std::ffi::CStr::from_ptr(b.as_ptr()) }
-                    .to_string_lossy()
-                    .into_owned()
-            };
-            format!("{} {} {}", f(&u.sysname), f(&u.release), f(&u.machine))
-        } else {
-            "unknown kernel".into()
-        };
+        let kernel = sys::uname().unwrap_or_else(|| "unknown kernel".into());
         extern "C" {
             fn gnu_get_libc_version() -> *const libc::c_char;
         }
@@ -159,7 +147,7 @@ pub fn parse_limits(raw: &[String], hard: u64) -> anyhow::Result<Vec<u64>> {
 
 /// The hard RLIMIT_NOFILE, capped at the kernel's fs.nr_open when unlimited.
 fn hard_limit() -> anyhow::Result<u64> {
-    let (_, hard) = spawner::nofile_limits().context("failed to read RLIMIT_NOFILE")?;
+    let (_, hard) = sys::nofile().context("failed to read RLIMIT_NOFILE")?;
     let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
         .ok()
         .and_then(|s| s.trim().parse::<u64>().ok())
@@ -171,7 +159,7 @@ fn hard_limit() -> anyhow::Result<u64> {
 struct Key {
     nofile: u64,
     open_fds: u64,
-    strategy: Strategy,
+    strategy: CloseMethod,
 }
 
 #[derive(Debug, Default)]
@@ -221,7 +209,7 @@ impl Runner {
             .stderr(Stdio::piped())
             .output()
             .context("failed to run fdaudit __spawner")?;
-        if out.status.code() == Some(crate::cli::EXIT_ERROR.into()) || out.status.code().is_none() {
+        if out.status.code() == Some(crate::exit::ERROR.into()) || out.status.code().is_none() {
             bail!(
                 "__spawner for {} at NOFILE {} with {} fds failed ({}): {}",
                 k.strategy,
@@ -247,7 +235,12 @@ impl Runner {
         Ok(times)
     }
 
-    fn traced(&self, tracer: &mut Tracer, k: Key, n: u64) -> Result<Vec<TracedSpawn>, TraceError> {
+    fn traced(
+        &self,
+        tracer: &mut BenchTracer,
+        k: Key,
+        n: u64,
+    ) -> Result<Vec<TracedSpawn>, TraceError> {
         let mut c = Command::new(&self.exe);
         c.arg("__spawner")
             .args(self.spawner_args(k, n, true).to_args());
@@ -270,7 +263,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
     open_fds.sort_unstable();
     open_fds.dedup();
     let strategies = if args.strategies.is_empty() {
-        Strategy::ALL.to_vec()
+        CloseMethod::ALL.to_vec()
     } else {
         let mut s = args.strategies.clone();
         s.sort();
@@ -303,7 +296,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
     } else if args.cpu.is_some() {
         args.cpu
     } else {
-        spawner::allowed_cpus()
+        sys::allowed_cpus()
             .context("failed to read the CPU affinity")?
             .last()
             .copied()
@@ -358,7 +351,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
 
     // Traced pass (root only), separate so tracing does not slow the timed spawns.
     if args.trace_spawns > 0 {
-        match Tracer::start() {
+        match BenchTracer::start() {
             Ok(mut tracer) => {
                 let bar = if std::io::stderr().is_terminal() {
                     indicatif::ProgressBar::new(keys.len() as u64)
@@ -405,11 +398,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
                 median_ns: stats::median(&s.times).unwrap_or(0),
                 p95_ns: stats::percentile(&s.times, 95.0).unwrap_or(0),
                 close_range_speedup: None,
-                close_calls_per_spawn: m(|t| t.close_calls),
-                close_range_calls_per_spawn: m(|t| t.close_range_calls),
-                fcntl_setfd_calls_per_spawn: m(|t| t.fcntl_setfd_calls),
-                poll_calls_per_spawn: m(|t| t.poll_calls),
-                getdents64_calls_per_spawn: m(|t| t.getdents64_calls),
+                close_calls_per_spawn: m(|t| t.calls.close_calls),
+                close_range_calls_per_spawn: m(|t| t.calls.close_range_calls),
+                fcntl_setfd_calls_per_spawn: m(|t| t.calls.fcntl_setfd_calls),
+                poll_calls_per_spawn: m(|t| t.calls.poll_calls),
+                getdents64_calls_per_spawn: m(|t| t.calls.getdents64_calls),
                 leaked_fds_per_spawn: m(|t| t.leaked_fds),
                 traced_spawns: s.traced.len() as u64,
                 trace_check: None,

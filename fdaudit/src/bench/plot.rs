@@ -9,7 +9,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use super::report::{CellReport, FitReport, PREDICT_AT, PUBLISHED};
-use crate::spawner::Strategy;
+use crate::spawner::CloseMethod;
 
 /// Errors while drawing the plot.
 #[derive(Debug, thiserror::Error)]
@@ -50,7 +50,7 @@ fn register_font() -> Result<(), PlotError> {
     .map_err(PlotError::NoFont)
 }
 
-fn color(s: Strategy) -> RGBColor {
+fn color(s: CloseMethod) -> RGBColor {
     const C: [RGBColor; 10] = [
         RGBColor(127, 127, 127), // none
         RGBColor(214, 39, 40),   // close-loop
@@ -63,7 +63,7 @@ fn color(s: Strategy) -> RGBColor {
         RGBColor(188, 189, 34),  // posix-spawn
         RGBColor(227, 119, 194), // posix-spawn-closefrom
     ];
-    let i = Strategy::ALL.iter().position(|&x| x == s).unwrap_or(0);
+    let i = CloseMethod::ALL.iter().position(|&x| x == s).unwrap_or(0);
     C[i]
 }
 
@@ -160,7 +160,7 @@ fn draw<DB: DrawingBackend>(
             .axis_desc_style(("sans-serif", 15))
             .draw()
             .map_err(e)?;
-        let mut strategies: Vec<Strategy> = cs.iter().map(|c| c.strategy).collect();
+        let mut strategies: Vec<CloseMethod> = cs.iter().map(|c| c.strategy).collect();
         strategies.sort();
         strategies.dedup();
         for s in strategies {

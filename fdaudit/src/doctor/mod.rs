@@ -88,7 +88,7 @@ pub fn run(args: DoctorArgs) -> Result<u8> {
 /// Runs every check, in order.
 pub fn collect() -> Vec<Check> {
     let mut checks = Vec::new();
-    let uname = rustix_uname();
+    let uname = crate::sys::uname().unwrap_or_else(|| "unknown".into());
     checks.push(check("kernel", Status::Ok, uname));
     if std::env::consts::ARCH != "x86_64" {
         checks.push(check(
@@ -166,7 +166,7 @@ pub fn collect() -> Vec<Check> {
         ));
     }
 
-    let (soft, hard) = nofile();
+    let (soft, hard) = crate::sys::nofile().unwrap_or((0, 0));
     let detail = format!("soft {soft}, hard {hard}");
     checks.push(check("rlimit_nofile", Status::Ok, detail));
 
@@ -288,32 +288,4 @@ pub fn mount_tracefs() -> std::io::Result<()> {
     } else {
         Err(std::io::Error::last_os_error())
     }
-}
-
-/// RLIMIT_NOFILE (soft, hard) of this process.
-pub fn nofile() -> (u64, u64) {
-    let mut r = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes into the struct we own.
-    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) };
-    (r.rlim_cur, r.rlim_max)
-}
-
-fn rustix_uname() -> String {
-    // SAFETY: uname fills the struct we own; fields are NUL-terminated.
-    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
-    if unsafe { libc::uname(&mut u) } != 0 {
-        return "unknown".into();
-    }
-    let f = |a: &[libc::c_char]| {
-        let b: Vec<u8> = a
-            .iter()
-            .take_while(|&&c| c != 0)
-            .map(|&c| c as u8)
-            .collect();
-        String::from_utf8_lossy(&b).into_owned()
-    };
-    format!("{} {} {}", f(&u.sysname), f(&u.release), f(&u.machine))
 }

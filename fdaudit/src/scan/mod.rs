@@ -8,7 +8,6 @@ pub mod findings;
 pub mod net;
 pub mod parse;
 pub mod scanner;
-mod sys;
 
 use std::collections::HashMap;
 use std::ffi::CString;

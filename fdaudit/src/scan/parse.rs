@@ -30,7 +30,7 @@ pub fn parse_status(data: &[u8]) -> Status {
                     .split(u8::is_ascii_whitespace)
                     .filter(|s| !s.is_empty())
                     .nth(1)
-                    .and_then(super::sys::parse_u32)
+                    .and_then(crate::procfs_util::at::parse_u32)
             }
             b"Kthread" => {
                 kthread_line = true;
@@ -180,7 +180,7 @@ fn first_u32(s: &[u8]) -> Option<u32> {
         .iter()
         .position(|b| !b.is_ascii_digit())
         .unwrap_or(s.len());
-    super::sys::parse_u32(&s[..end])
+    crate::procfs_util::at::parse_u32(&s[..end])
 }
 
 /// The number in `socket:[N]` / `pipe:[N]` / `net:[N]` link texts.

@@ -16,9 +16,9 @@ use serde::Serialize;
 use super::findings::{self, FdFacts, Finding, FindingKind, Severity};
 use super::net::{NetTables, SockInfo};
 use super::parse::{self, NofileLimits, Status};
-use super::sys::{self, raw, NumName};
 use crate::fdkind::FdKind;
 use crate::output::escape_bytes;
+use crate::procfs_util::at::{self, raw, NumName};
 
 /// Errors that stop a scan before it starts (everything later is skipped and counted).
 #[derive(Debug, thiserror::Error)]
@@ -230,8 +230,8 @@ impl Scratch {
 /// Is `root` the procfs of this process's pid namespace?
 fn is_live(root: RawFd) -> bool {
     let mut buf = [0u8; 32];
-    match sys::readlinkat(root, c"self", &mut buf) {
-        Ok(n) => sys::parse_u32(&buf[..n]) == Some(std::process::id()),
+    match at::readlinkat(root, c"self", &mut buf) {
+        Ok(n) => at::parse_u32(&buf[..n]) == Some(std::process::id()),
         Err(_) => false,
     }
 }
@@ -247,7 +247,7 @@ pub fn scan<R: Send>(
         path: cfg.root.clone(),
         source: io::Error::new(io::ErrorKind::InvalidInput, e),
     })?;
-    let root = sys::open_dir_path(libc::AT_FDCWD, &c_root).map_err(|source| ScanError::Root {
+    let root = at::open_dir_path(libc::AT_FDCWD, &c_root).map_err(|source| ScanError::Root {
         path: cfg.root.clone(),
         source,
     })?;
@@ -335,11 +335,11 @@ impl Scanner<'_> {
         let mut pids = match &self.cfg.pids {
             Some(p) => p.clone(),
             None => {
-                let dir = sys::openat(raw(&self.root), c".", libc::O_RDONLY | libc::O_DIRECTORY)
+                let dir = at::openat(raw(&self.root), c".", libc::O_RDONLY | libc::O_DIRECTORY)
                     .and_then(|d| {
                         let mut buf = vec![0u8; 64 * 1024];
                         let mut v = Vec::new();
-                        sys::list_numeric(raw(&d), &mut buf, &mut v).map(|()| v)
+                        at::list_numeric(raw(&d), &mut buf, &mut v).map(|()| v)
                     });
                 dir.map_err(|source| ScanError::List {
                     path: self.cfg.root.clone(),
@@ -357,7 +357,7 @@ impl Scanner<'_> {
         let mut buf = Vec::with_capacity(4096);
         for pid in pids {
             let path = CString::new(format!("{pid}/status")).expect("no NUL in a number");
-            match sys::read_file_at(raw(&self.root), &path, &mut buf) {
+            match at::read_file_at(raw(&self.root), &path, &mut buf) {
                 Ok(()) => {}
                 Err(e) if is_vanished(&e) => {
                     if self.cfg.pids.is_some() {
@@ -388,7 +388,7 @@ impl Scanner<'_> {
 
     fn net_tables(&self, pid: u32, pid_dir: RawFd) -> Arc<NetTables> {
         let mut link = [0u8; 64];
-        let key = match sys::readlinkat(pid_dir, c"ns/net", &mut link) {
+        let key = match at::readlinkat(pid_dir, c"ns/net", &mut link) {
             Ok(n) => parse::bracket_inode(&link[..n]).map_or(NsKey::Pid(pid), NsKey::Ns),
             Err(_) => NsKey::Pid(pid),
         };
@@ -402,11 +402,11 @@ impl Scanner<'_> {
         // On a live procfs, root/net is the scanner's own namespace: never a stand-in for
         // another process's (it may have exited between the ns/net read and this open). A
         // failure is not cached: the next process of that namespace tries again.
-        let dir = sys::open_dir_path(pid_dir, c"net").or_else(|e| {
+        let dir = at::open_dir_path(pid_dir, c"net").or_else(|e| {
             if self.live {
                 Err(e)
             } else {
-                sys::open_dir_path(raw(&self.root), c"net")
+                at::open_dir_path(raw(&self.root), c"net")
             }
         });
         match dir {
@@ -421,14 +421,14 @@ impl Scanner<'_> {
         let pid = h.pid;
         let pname = NumName::new(u64::from(pid));
         let pid_dir =
-            sys::open_dir_path(raw(&self.root), pname.as_cstr()).map_err(|e| skip_for(&e))?;
-        let fd_dir = sys::openat(raw(&pid_dir), c"fd", libc::O_RDONLY | libc::O_DIRECTORY)
+            at::open_dir_path(raw(&self.root), pname.as_cstr()).map_err(|e| skip_for(&e))?;
+        let fd_dir = at::openat(raw(&pid_dir), c"fd", libc::O_RDONLY | libc::O_DIRECTORY)
             .map_err(|e| skip_for(&e))?;
         s.fds.clear();
-        sys::list_numeric(raw(&fd_dir), &mut s.dents, &mut s.fds).map_err(|e| skip_for(&e))?;
+        at::list_numeric(raw(&fd_dir), &mut s.dents, &mut s.fds).map_err(|e| skip_for(&e))?;
         s.fds.sort_unstable();
-        let fdinfo_dir = sys::open_dir_path(raw(&pid_dir), c"fdinfo").map_err(|e| skip_for(&e))?;
-        let nofile = match sys::read_file_at(raw(&pid_dir), c"limits", &mut s.file) {
+        let fdinfo_dir = at::open_dir_path(raw(&pid_dir), c"fdinfo").map_err(|e| skip_for(&e))?;
+        let nofile = match at::read_file_at(raw(&pid_dir), c"limits", &mut s.file) {
             Ok(()) => parse::parse_limits(&s.file),
             Err(e) if is_vanished(&e) => return Err(Skip::Vanished),
             Err(_) => None,
@@ -466,7 +466,7 @@ impl Scanner<'_> {
         let fds = std::mem::take(&mut s.fds);
         for &fd in &fds {
             let name = NumName::new(u64::from(fd));
-            let info = match sys::read_head_at(raw(&fdinfo_dir), name.as_cstr(), &mut s.info) {
+            let info = match at::read_head_at(raw(&fdinfo_dir), name.as_cstr(), &mut s.info) {
                 Ok(n) => parse::parse_fdinfo(&s.info[..n]),
                 Err(e) if is_vanished(&e) => {
                     rep.vanished_fds += 1;
@@ -492,7 +492,7 @@ impl Scanner<'_> {
                 };
                 let n = match synthesized {
                     Some(n) => n,
-                    None => match sys::readlinkat(raw(&fd_dir), name.as_cstr(), &mut s.link) {
+                    None => match at::readlinkat(raw(&fd_dir), name.as_cstr(), &mut s.link) {
                         Ok(n) => {
                             self.learn_pseudo(&s.link[..n], info, &mut s.pseudo);
                             n
@@ -632,7 +632,7 @@ impl Scanner<'_> {
         if let Some(m) = key.and_then(|k| modes.get(&k)) {
             return FdKind::from_link(target, Some(*m));
         }
-        match sys::stat_mode_at(raw(fd_dir), name.as_cstr()) {
+        match at::stat_mode_at(raw(fd_dir), name.as_cstr()) {
             Ok(mode) => {
                 if let Some(k) = key {
                     if modes.len() > 100_000 {
@@ -698,15 +698,15 @@ impl Scanner<'_> {
     /// Keys of a process outside the scanned set (a `-p` process's parent or child).
     fn load_keys(&self, pid: u32, s: &mut Scratch) -> Option<Vec<Key>> {
         let pname = NumName::new(u64::from(pid));
-        let pid_dir = sys::open_dir_path(raw(&self.root), pname.as_cstr()).ok()?;
-        let fd_dir = sys::openat(raw(&pid_dir), c"fd", libc::O_RDONLY | libc::O_DIRECTORY).ok()?;
+        let pid_dir = at::open_dir_path(raw(&self.root), pname.as_cstr()).ok()?;
+        let fd_dir = at::openat(raw(&pid_dir), c"fd", libc::O_RDONLY | libc::O_DIRECTORY).ok()?;
         s.fds.clear();
-        sys::list_numeric(raw(&fd_dir), &mut s.dents, &mut s.fds).ok()?;
-        let fdinfo_dir = sys::open_dir_path(raw(&pid_dir), c"fdinfo").ok()?;
+        at::list_numeric(raw(&fd_dir), &mut s.dents, &mut s.fds).ok()?;
+        let fdinfo_dir = at::open_dir_path(raw(&pid_dir), c"fdinfo").ok()?;
         let mut keys = Vec::new();
         for &fd in &s.fds {
             let name = NumName::new(u64::from(fd));
-            let Ok(n) = sys::read_head_at(raw(&fdinfo_dir), name.as_cstr(), &mut s.info) else {
+            let Ok(n) = at::read_head_at(raw(&fdinfo_dir), name.as_cstr(), &mut s.info) else {
                 continue;
             };
             if let Some(k) = parse::parse_fdinfo(&s.info[..n]).and_then(|i| Key::of(&i, fd)) {
@@ -723,7 +723,7 @@ impl Scanner<'_> {
         }
         let mut buf = Vec::new();
         let path = CString::new(format!("{pid}/status")).expect("no NUL in a number");
-        match sys::read_file_at(raw(&self.root), &path, &mut buf) {
+        match at::read_file_at(raw(&self.root), &path, &mut buf) {
             Ok(()) => escape_bytes(parse::parse_status(&buf).name.as_deref().unwrap_or(b"?")),
             Err(_) => "?".into(),
         }
@@ -747,11 +747,8 @@ impl Scanner<'_> {
                 // Children outside the selection, from task/PID/children where the kernel has it.
                 let mut buf = Vec::new();
                 let path = CString::new(format!("{0}/task/{0}/children", h.pid)).expect("no NUL");
-                if sys::read_file_at(raw(&self.root), &path, &mut buf).is_ok() {
-                    for c in buf
-                        .split(u8::is_ascii_whitespace)
-                        .filter_map(sys::parse_u32)
-                    {
+                if at::read_file_at(raw(&self.root), &path, &mut buf).is_ok() {
+                    for c in buf.split(u8::is_ascii_whitespace).filter_map(at::parse_u32) {
                         if !by_pid.contains_key(&c) {
                             pairs.push((c, h.pid));
                         }
@@ -782,7 +779,7 @@ impl Scanner<'_> {
                 {
                     let verified = if self.live {
                         outcome.totals.kcmp_calls += 1;
-                        match sys::kcmp_file(child, parent, c.fd, p.fd) {
+                        match at::kcmp_file(child, parent, c.fd, p.fd) {
                             Ok(true) => true,
                             Ok(false) => continue,
                             Err(e)

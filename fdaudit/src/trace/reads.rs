@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use super::session::ReadCount;
+use super::decode::ReadCount;
 use crate::fdkind::{self, FdKind};
 
 /// A (process, fd) is a storm when it made at least this many read calls...
@@ -15,8 +15,6 @@ pub const BLOCK: u64 = 4096;
 /// A flagged (process, fd).
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ReadStorm {
-    #[serde(rename = "type")]
-    pub record_type: &'static str,
     pub pid: u32,
     pub comm: String,
     pub fd: u32,
@@ -52,7 +50,6 @@ pub fn storms(
         .iter()
         .filter(|c| is_storm(c.calls, c.bytes))
         .map(|c| ReadStorm {
-            record_type: "read_storm",
             pid: c.pid,
             comm: c.comm.clone(),
             fd: c.fd,
@@ -136,7 +133,7 @@ mod tests {
             table.contains("pipe:[77]") && table.contains("3400"),
             "{table}"
         );
-        let json = serde_json::to_value(&s[1]).unwrap();
+        let json = serde_json::to_value(super::super::TraceRecord::ReadStorm(s[1].clone())).unwrap();
         assert_eq!(json["type"], "read_storm");
         assert_eq!(json["calls"], 100);
     }
