@@ -133,7 +133,8 @@ mod tests {
             table.contains("pipe:[77]") && table.contains("3400"),
             "{table}"
         );
-        let json = serde_json::to_value(super::super::TraceRecord::ReadStorm(s[1].clone())).unwrap();
+        let json =
+            serde_json::to_value(super::super::TraceRecord::ReadStorm(s[1].clone())).unwrap();
         assert_eq!(json["type"], "read_storm");
         assert_eq!(json["calls"], 100);
     }
