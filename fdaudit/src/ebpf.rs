@@ -253,7 +253,11 @@ mod tests {
         tracepoints.sort_unstable();
         tracepoints.dedup();
         assert_eq!(names.len(), PROGRAMS.len(), "two programs share a name");
-        assert_eq!(tracepoints.len(), PROGRAMS.len(), "two programs share a tracepoint");
+        assert_eq!(
+            tracepoints.len(),
+            PROGRAMS.len(),
+            "two programs share a tracepoint"
+        );
         let first_syscall = PROGRAMS.iter().position(|p| p.syscall).unwrap();
         assert!(PROGRAMS[..first_syscall].iter().all(|p| !p.syscall));
         assert!(PROGRAMS[first_syscall..].iter().all(|p| p.syscall));

@@ -11,14 +11,10 @@ use std::io::{BufRead as _, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Output, Stdio};
 
+use fdaudit_tests::require_root;
 use serde_json::Value;
 
 const FIXTURE: &str = env!("CARGO_BIN_EXE_scan-fixture");
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
 
 /// A running scan-fixture and the fds it announced.
 struct Fixture {
@@ -289,20 +285,16 @@ fn live_fixture_exact_fds() {
 }
 
 #[test]
+#[ignore = "needs root (setpriv to nobody)"]
 fn live_fixture_exact_fds_as_nobody() {
-    if !is_root() {
-        eprintln!("skipped: needs root to setpriv to uid 65534");
-        return;
-    }
+    require_root();
     check_fixture_scan(true);
 }
 
 #[test]
+#[ignore = "needs root (setpriv to nobody)"]
 fn whole_proc_as_nobody_counts_unreadable() {
-    if !is_root() {
-        eprintln!("skipped: needs root to setpriv to uid 65534");
-        return;
-    }
+    require_root();
     let out = cli(true, &["scan", "--json", "--close-cost-ns", "1"]);
     assert_eq!(
         out.status.code(),
