@@ -156,7 +156,7 @@ fn hard_limit() -> anyhow::Result<u64> {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-struct Key {
+struct CellKey {
     nofile: u64,
     open_fds: u64,
     strategy: CloseMethod,
@@ -187,7 +187,7 @@ struct Runner {
 }
 
 impl Runner {
-    fn spawner_args(&self, k: Key, n: u64, wait_stdin: bool) -> SpawnerArgs {
+    fn spawner_args(&self, k: CellKey, n: u64, wait_stdin: bool) -> SpawnerArgs {
         SpawnerArgs {
             strategy: k.strategy,
             n,
@@ -201,7 +201,7 @@ impl Runner {
     }
 
     /// Runs one batch of `n` spawns; returns each spawn's (ns, exit code).
-    fn batch(&self, k: Key, n: u64) -> anyhow::Result<Vec<(u64, i32)>> {
+    fn batch(&self, k: CellKey, n: u64) -> anyhow::Result<Vec<(u64, i32)>> {
         let out = Command::new(&self.exe)
             .arg("__spawner")
             .args(self.spawner_args(k, n, false).to_args())
@@ -238,7 +238,7 @@ impl Runner {
     fn traced(
         &self,
         tracer: &mut BenchTracer,
-        k: Key,
+        k: CellKey,
         n: u64,
     ) -> Result<Vec<TracedSpawn>, TraceError> {
         let mut c = Command::new(&self.exe);
@@ -279,7 +279,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
                 );
                 continue;
             }
-            keys.extend(strategies.iter().map(|&strategy| Key {
+            keys.extend(strategies.iter().map(|&strategy| CellKey {
                 nofile,
                 open_fds: k,
                 strategy,
@@ -328,7 +328,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
         .expect("valid template")
         .progress_chars("=> "),
     );
-    let mut samples: BTreeMap<Key, Samples> =
+    let mut samples: BTreeMap<CellKey, Samples> =
         keys.iter().map(|&k| (k, Samples::default())).collect();
     let mut order = keys.clone();
     for round in 0..rounds {

@@ -20,7 +20,7 @@ use serde::Serialize;
 
 use crate::output::{escape_bytes, json_line, table};
 pub use findings::{Finding, Severity};
-pub use scanner::{scan, Config, FdRecord, Outcome, ProcReport, Totals};
+pub use scanner::{scan, ScanOptions, FdRecord, Outcome, ProcReport, ScanTotals};
 
 /// Exit status when `--fail-on` finds a finding at or above its severity.
 pub const EXIT_FINDINGS: u8 = 1;
@@ -182,7 +182,7 @@ struct SummaryJson<'a> {
     ty: &'static str,
     procfs_root: String,
     #[serde(flatten)]
-    totals: &'a Totals,
+    totals: &'a ScanTotals,
     close_ns: f64,
     findings: usize,
 }
@@ -271,7 +271,7 @@ pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
             .map_or(2, |n| n.get())
             .min(8)
     });
-    let cfg = Config {
+    let cfg = ScanOptions {
         root: args.procfs_root.clone(),
         pids: (!args.pids.is_empty()).then(|| args.pids.clone()),
         uid,

@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use super::findings::{self, FdFacts, Finding, FindingKind, Severity};
 use super::net::{NetTables, SockInfo};
-use super::parse::{self, NofileLimits, Status};
+use super::parse::{self, NofileLimits, ProcStatus};
 use crate::fdkind::FdKind;
 use crate::output::escape_bytes;
 use crate::procfs_util::at::{self, raw, NumName};
@@ -39,7 +39,7 @@ pub enum ScanError {
 
 /// What to scan and how much to collect.
 #[derive(Debug, Clone)]
-pub struct Config {
+pub struct ScanOptions {
     pub root: PathBuf,
     /// Only these pids (`-p`); `None` for every process.
     pub pids: Option<Vec<u32>>,
@@ -98,7 +98,7 @@ pub struct ProcReport {
     pub vanished_fds: u32,
     /// Fds whose fdinfo was malformed or unreadable (close-on-exec unknown).
     pub unknown_fds: u32,
-    /// Empty unless `Config::full_fds`.
+    /// Empty unless `ScanOptions::full_fds`.
     pub fds: Vec<FdRecord>,
     /// This process's findings, worst first (shared-description findings come at the end
     /// of the scan, in `Outcome::shared`).
@@ -111,9 +111,9 @@ impl ProcReport {
     }
 }
 
-/// Totals of a scan.
+/// ScanTotals of a scan.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct Totals {
+pub struct ScanTotals {
     pub processes: u64,
     pub fds: u64,
     /// Processes whose fds could not be read (permissions).
@@ -129,7 +129,7 @@ pub struct Totals {
 /// The end of a scan: totals and the parent/child share findings.
 #[derive(Debug, Default)]
 pub struct Outcome {
-    pub totals: Totals,
+    pub totals: ScanTotals,
     pub shared: Vec<Finding>,
     /// `-p` pids that did not exist.
     pub missing: Vec<u32>,
@@ -139,17 +139,17 @@ pub struct Outcome {
 
 /// For the share check: an fd's file identity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-struct Key {
+struct ShareKey {
     mnt: u32,
     ino: u64,
     flags: u32,
     fd: u32,
 }
 
-impl Key {
+impl ShareKey {
     /// The identity of `fd` from its fdinfo, when it names the mount and inode.
-    fn of(i: &parse::FdInfo, fd: u32) -> Option<Key> {
-        Some(Key {
+    fn of(i: &parse::FdinfoEntry, fd: u32) -> Option<ShareKey> {
+        Some(ShareKey {
             mnt: i.mnt_id?,
             ino: i.ino?,
             flags: i.flags,
@@ -160,7 +160,7 @@ impl Key {
 
 struct Header {
     pid: u32,
-    status: Status,
+    status: ProcStatus,
 }
 
 enum Skip {
@@ -191,12 +191,12 @@ enum NsKey {
 }
 
 struct Scanner<'a> {
-    cfg: &'a Config,
+    cfg: &'a ScanOptions,
     root: OwnedFd,
     /// `root` is this process's own /proc: kcmp, stat and xattrs on live fds are meaningful.
     live: bool,
     net: Mutex<HashMap<NsKey, Arc<OnceLock<Arc<NetTables>>>>>,
-    keys: Mutex<HashMap<u32, Vec<Key>>>,
+    keys: Mutex<HashMap<u32, Vec<ShareKey>>>,
 }
 
 /// Per-worker buffers, reused for every process and fd.
@@ -209,7 +209,7 @@ struct Scratch {
     modes: HashMap<(u32, u64), u32>,
     /// (mnt_id, "socket" | "pipe") learned by `learn_pseudo`.
     pseudo: Vec<(u32, &'static str)>,
-    totals: Totals,
+    totals: ScanTotals,
 }
 
 impl Scratch {
@@ -222,7 +222,7 @@ impl Scratch {
             fds: Vec::new(),
             modes: HashMap::new(),
             pseudo: Vec::new(),
-            totals: Totals::default(),
+            totals: ScanTotals::default(),
         }
     }
 }
@@ -239,7 +239,7 @@ fn is_live(root: RawFd) -> bool {
 /// Scans `cfg.root`. `render` runs on the worker threads for each process report; `emit`
 /// gets the rendered results one at a time, in pid order, as soon as they are ready.
 pub fn scan<R: Send>(
-    cfg: &Config,
+    cfg: &ScanOptions,
     render: impl Fn(ProcReport) -> R + Sync,
     mut emit: impl FnMut(R) + Send,
 ) -> Result<Outcome, ScanError> {
@@ -266,7 +266,7 @@ pub fn scan<R: Send>(
     let denied = Mutex::new(Vec::new());
     let order = Mutex::new((0usize, BTreeMap::<usize, Option<R>>::new(), &mut emit));
     let threads = cfg.threads.clamp(1, headers.len().max(1));
-    let worker_totals: Vec<Totals> = std::thread::scope(|s| {
+    let worker_totals: Vec<ScanTotals> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|_| {
                 s.spawn(|| {
@@ -534,7 +534,7 @@ impl Scanner<'_> {
                 None => rep.unknown_fds += 1,
                 Some(true) => {}
             }
-            if let Some(k) = info.as_ref().and_then(|i| Key::of(i, fd)) {
+            if let Some(k) = info.as_ref().and_then(|i| ShareKey::of(i, fd)) {
                 keys.push(k);
             }
             if let Some(r) = record {
@@ -582,7 +582,7 @@ impl Scanner<'_> {
     fn learn_pseudo(
         &self,
         target: &[u8],
-        info: Option<parse::FdInfo>,
+        info: Option<parse::FdinfoEntry>,
         pseudo: &mut Vec<(u32, &'static str)>,
     ) {
         if !self.live {
@@ -610,7 +610,7 @@ impl Scanner<'_> {
         fd_dir: &OwnedFd,
         name: &NumName,
         target: &[u8],
-        info: Option<parse::FdInfo>,
+        info: Option<parse::FdinfoEntry>,
         modes: &mut HashMap<(u32, u64), u32>,
     ) -> FdKind {
         let base = FdKind::from_link(target, None);
@@ -651,7 +651,7 @@ impl Scanner<'_> {
         fd: u32,
         kind: FdKind,
         target: &[u8],
-        info: Option<parse::FdInfo>,
+        info: Option<parse::FdinfoEntry>,
         sock: Option<SockRef<'_>>,
     ) -> FdRecord {
         let mut r = FdRecord {
@@ -696,7 +696,7 @@ impl Scanner<'_> {
     }
 
     /// Keys of a process outside the scanned set (a `-p` process's parent or child).
-    fn load_keys(&self, pid: u32, s: &mut Scratch) -> Option<Vec<Key>> {
+    fn load_keys(&self, pid: u32, s: &mut Scratch) -> Option<Vec<ShareKey>> {
         let pname = NumName::new(u64::from(pid));
         let pid_dir = at::open_dir_path(raw(&self.root), pname.as_cstr()).ok()?;
         let fd_dir = at::openat(raw(&pid_dir), c"fd", libc::O_RDONLY | libc::O_DIRECTORY).ok()?;
@@ -709,7 +709,7 @@ impl Scanner<'_> {
             let Ok(n) = at::read_head_at(raw(&fdinfo_dir), name.as_cstr(), &mut s.info) else {
                 continue;
             };
-            if let Some(k) = parse::parse_fdinfo(&s.info[..n]).and_then(|i| Key::of(&i, fd)) {
+            if let Some(k) = parse::parse_fdinfo(&s.info[..n]).and_then(|i| ShareKey::of(&i, fd)) {
                 keys.push(k);
             }
         }
