@@ -1,14 +1,26 @@
-//! Every exit status fdaudit returns, in one place.
+//! Every exit status fdaudit returns, in one place (README's "Exit status" table lists them).
+//!
+//! | status | scan | trace | bench | doctor |
+//! |---|---|---|---|---|
+//! | 0 | no finding at or above `--fail-on` | CMD exited 0, nothing to fail on (`-p`: the traced processes ended or the duration passed) | every spawn exited 0, traced counts checked | trace can work here |
+//! | 1 | - | - | a spawn failed, or a traced count did not match | a check failed: trace cannot work |
+//! | 2 | error | error (bad input before anything starts, no privileges, closed or full output) | error | error |
+//! | 3 | `--fail-on`: a finding at or above it | `--fail-on-leak`: a spawn leaked an fd (only when CMD exited 0) | - | - |
+//! | N | - | `-- CMD`: CMD's own status, 128+signal when killed (127 not found, 126 not executable) | - | - |
+//! | 130 | - | Ctrl-C / SIGTERM / SIGHUP before CMD exited | - | - |
 
 /// Success, or `--fail-on`/`--fail-on-leak` had nothing to fail on.
 pub const OK: u8 = 0;
-/// `scan --fail-on`: a finding at or above the severity exists. Also `doctor`: tracing
-/// cannot work here; and `__spawner`: a child did not exit 0.
-pub const FINDINGS: u8 = 1;
-/// An error fdaudit reports (bad input, missing privileges, kernel refusal).
+/// `doctor`: tracing cannot work here; `bench`: a spawn failed or a traced count did not
+/// match; `__spawner`: a child did not exit 0.
+pub const FAILED: u8 = 1;
+/// An error fdaudit reports (bad input, missing privileges, kernel refusal, lost output).
 pub const ERROR: u8 = 2;
-/// `trace --fail-on-leak`: a spawn leaked an fd.
-pub const LEAK: u8 = 3;
+/// A CI policy was violated: `scan --fail-on` found a finding at or above the severity;
+/// `trace --fail-on-leak` saw a spawn leak an fd (and CMD itself exited 0).
+pub const POLICY: u8 = 3;
+/// `trace -- CMD`: the command was found but is not executable (as a shell says).
+pub const NOT_EXECUTABLE: u8 = 126;
 /// `trace -- CMD`: the command could not be exec'd (as a shell says).
 pub const NOT_EXECUTED: u8 = 127;
 /// `trace` after Ctrl-C / SIGTERM / SIGHUP.

@@ -3,19 +3,22 @@
 use std::process::ExitCode;
 
 use clap::Parser as _;
-use fdaudit::{cli::Cli, diag, output::is_broken_pipe};
+use fdaudit::{
+    cli::Cli,
+    output::{is_broken_pipe, stream},
+};
 
 fn main() -> ExitCode {
+    // Before anything is opened: a closed stdout must not be reused by a file fdaudit opens.
+    stream::guard_std_fds();
     let cli = Cli::parse();
-    match fdaudit::cli::run(cli) {
+    match fdaudit::cli::run(cli).and_then(|code| stream::finish().map(|()| code)) {
         Ok(code) => ExitCode::from(code),
-        // The reader of our output went away (`fdaudit ... | head`): nothing to say.
-        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        // The reader went away (`fdaudit ... | head`): the output is incomplete, so not 0,
+        // but there is no one to tell.
+        Err(e) if is_broken_pipe(&e) => ExitCode::from(fdaudit::exit::ERROR),
         Err(e) => {
-            diag!("error: {e}");
-            for cause in e.chain().skip(1) {
-                diag!("caused by: {cause}");
-            }
+            stream::report_error(&e);
             ExitCode::from(fdaudit::exit::ERROR)
         }
     }

@@ -67,6 +67,39 @@ pub fn set_nofile(soft: u64) -> Result<(), SysError> {
     Ok(())
 }
 
+/// The symbolic name of an errno an exec or an open can return ("ENOENT"). A short table
+/// rather than a dependency (nix) for one lookup; `None` for others (print the number).
+pub fn errno_name(errno: c_int) -> Option<&'static str> {
+    Some(match errno {
+        libc::EPERM => "EPERM",
+        libc::ENOENT => "ENOENT",
+        libc::EIO => "EIO",
+        libc::E2BIG => "E2BIG",
+        libc::ENOEXEC => "ENOEXEC",
+        libc::EBADF => "EBADF",
+        libc::EAGAIN => "EAGAIN",
+        libc::ENOMEM => "ENOMEM",
+        libc::EACCES => "EACCES",
+        libc::EFAULT => "EFAULT",
+        libc::EBUSY => "EBUSY",
+        libc::EEXIST => "EEXIST",
+        libc::ENOTDIR => "ENOTDIR",
+        libc::EISDIR => "EISDIR",
+        libc::EINVAL => "EINVAL",
+        libc::ENFILE => "ENFILE",
+        libc::EMFILE => "EMFILE",
+        libc::ETXTBSY => "ETXTBSY",
+        libc::ENOSPC => "ENOSPC",
+        libc::EROFS => "EROFS",
+        libc::ENAMETOOLONG => "ENAMETOOLONG",
+        libc::ELOOP => "ELOOP",
+        libc::ELIBBAD => "ELIBBAD",
+        libc::EINTR => "EINTR",
+        libc::ESRCH => "ESRCH",
+        _ => return None,
+    })
+}
+
 /// "sysname release machine" from uname(2), e.g. "Linux 6.1.0-18-amd64 x86_64".
 pub fn uname() -> Option<String> {
     // SAFETY: a zeroed utsname is valid storage; uname fills it.

@@ -5,6 +5,11 @@ use std::io::Write;
 use comfy_table::{presets, ContentArrangement, Table};
 use serde::Serialize;
 
+pub mod stream;
+pub mod text;
+
+pub use text::{escape, escape_bytes};
+
 /// Prints a diagnostic line on stderr. Unlike `eprintln!` it never panics: a closed or full
 /// stderr must not turn a finished trace into a crash.
 #[macro_export]
@@ -38,6 +43,12 @@ pub fn json_line<W: Write, T: Serialize>(out: &mut W, value: &T) -> std::io::Res
     out.write_all(b"\n")
 }
 
+/// `x` rounded to `digits` decimals: JSON shows `104.534`, not `104.53425000000001`.
+pub fn round(x: f64, digits: i32) -> f64 {
+    let m = 10f64.powi(digits);
+    (x * m).round() / m
+}
+
 /// A duration for people: ns, µs, ms or s with three significant digits.
 pub fn fmt_ns(ns: f64) -> String {
     let (v, unit) = if ns < 1e3 {
@@ -58,24 +69,6 @@ pub fn fmt_ns(ns: f64) -> String {
     }
 }
 
-/// Escapes control characters and invalid UTF-8 so a path or command line is safe to print.
-pub fn escape_bytes(bytes: &[u8]) -> String {
-    let mut s = String::with_capacity(bytes.len());
-    for chunk in bytes.utf8_chunks() {
-        for c in chunk.valid().chars() {
-            if c.is_control() {
-                s.extend(c.escape_default());
-            } else {
-                s.push(c);
-            }
-        }
-        for b in chunk.invalid() {
-            s.push_str(&format!("\\x{b:02x}"));
-        }
-    }
-    s
-}
-
 #[cfg(test)]
 mod tests {
     #[test]
@@ -85,11 +78,5 @@ mod tests {
         assert_eq!(super::fmt_ns(25_100_000.0), "25.1 ms");
         assert_eq!(super::fmt_ns(11_630_000_000.0), "11.6 s");
         assert_eq!(super::fmt_ns(80_000.0), "80.0 µs");
-    }
-
-    #[test]
-    fn escapes_control_and_invalid_bytes() {
-        assert_eq!(super::escape_bytes(b"a\tb\n\xff/c"), "a\\tb\\n\\xff/c");
-        assert_eq!(super::escape_bytes("é".as_bytes()), "é");
     }
 }

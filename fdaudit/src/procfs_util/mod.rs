@@ -10,8 +10,6 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::output::escape_bytes;
-
 /// Parent pid of `pid` from /proc/PID/stat.
 pub fn parent_of(pid: u32) -> Option<u32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -59,14 +57,14 @@ pub fn descendants(root: u32) -> Vec<u32> {
 }
 
 /// The target of /proc/PID/fd/FD, when that fd still refers to inode `ino` (escaped).
-pub fn fd_target(pid: u32, fd: u32, ino: u64) -> Option<String> {
+pub fn fd_target(pid: u32, fd: u32, ino: u64) -> Option<Vec<u8>> {
     use std::os::unix::fs::MetadataExt as _;
     let link = format!("/proc/{pid}/fd/{fd}");
     let md = std::fs::metadata(&link).ok()?;
     (md.ino() == ino)
         .then(|| std::fs::read_link(&link).ok())
         .flatten()
-        .map(|t| escape_bytes(t.as_os_str().as_encoded_bytes()))
+        .map(|t| t.into_os_string().into_encoded_bytes())
 }
 
 #[cfg(test)]
@@ -87,7 +85,7 @@ mod tests {
         let null = std::fs::File::open("/dev/null").unwrap();
         let fd = std::os::fd::AsRawFd::as_raw_fd(&null) as u32;
         let ino = null.metadata().unwrap().ino();
-        assert_eq!(fd_target(me, fd, ino).as_deref(), Some("/dev/null"));
+        assert_eq!(fd_target(me, fd, ino).as_deref(), Some(&b"/dev/null"[..]));
         assert_eq!(
             fd_target(me, fd, ino + 1),
             None,

@@ -12,12 +12,14 @@ pub struct Held {
     pub pid: u32,
     release_fd: i32,
     error_fd: i32,
-    name: String,
+    /// The command's name as given (argv[0]), escaped for messages.
+    pub name: String,
 }
 
 impl Held {
-    /// Lets the command exec; fails when the exec itself failed (no such file, ...).
-    pub fn release(self) -> Result<()> {
+    /// Lets the command exec. `Ok(Err(errno))` when the exec itself failed (no such file,
+    /// ...): the child has then been reaped.
+    pub fn release(self) -> Result<Result<(), i32>> {
         // SAFETY: writing one byte to the pipe we own, then closing it.
         let rc = unsafe { libc::write(self.release_fd, [0u8].as_ptr().cast(), 1) };
         unsafe { libc::close(self.release_fd) };
@@ -30,18 +32,12 @@ impl Held {
         let n = unsafe { libc::read(self.error_fd, errno.as_mut_ptr().cast(), 4) };
         unsafe { libc::close(self.error_fd) };
         if n == 4 {
-            let e = std::io::Error::from_raw_os_error(i32::from_ne_bytes(errno));
             let mut status = 0;
             // SAFETY: reaping our own child.
             unsafe { libc::waitpid(self.pid as i32, &mut status, 0) };
-            return Err(e).with_context(|| {
-                format!(
-                    "failed to start {}: check the command exists and is executable",
-                    self.name
-                )
-            });
+            return Ok(Err(i32::from_ne_bytes(errno)));
         }
-        Ok(())
+        Ok(Ok(()))
     }
 }
 
@@ -95,7 +91,7 @@ pub fn start_held(cmd: &[OsString]) -> Result<Held> {
         pid: pid as u32,
         release_fd: hold[1],
         error_fd: err[0],
-        name: cmd[0].to_string_lossy().into_owned(),
+        name: crate::output::escape_bytes(cmd[0].as_bytes()),
     })
 }
 

@@ -14,40 +14,64 @@ use super::{
 };
 use crate::{
     fdkind::{self, FdKind},
-    output::escape_bytes,
+    lossless_field,
+    output::text::Lossless,
     procfs_util,
 };
+
+lossless_field!(TargetField, "target");
+lossless_field!(ParentCommField, "parent_comm");
+lossless_field!(ExecPathField, "exec_path");
+lossless_field!(ArgvField, "argv");
+
+/// A path or name as the kernel gave it: bytes (JSON: lossy string and `_b64` when needed).
+pub type Target = Lossless<Vec<u8>, TargetField>;
 
 /// A leaked fd: open in the new image right after exec, fd >= 3.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct LeakedFd {
     pub fd: u32,
     pub kind: FdKind,
-    pub target: String,
-    /// O_RDONLY / O_WRONLY / O_RDWR.
+    #[serde(flatten)]
+    pub target: Target,
+    /// O_RDONLY / O_WRONLY / O_RDWR: "r", "w", "rw".
     pub access: &'static str,
-    /// Socket family for sockets ("inet", "unix", ...).
+    /// Socket family for sockets ("inet", "inet6", "unix", ...), as in `scan`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub family: Option<&'static str>,
-    /// Socket type for sockets ("stream", "dgram", ...).
+    /// Socket protocol for sockets, as in `scan`: "tcp", "udp", "raw" for inet and inet6
+    /// (from the socket type: an inet stream socket is "tcp"), else the socket type
+    /// ("stream", "dgram", "seqpacket").
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub socket_type: Option<&'static str>,
+    pub protocol: Option<&'static str>,
     pub ino: u64,
 }
 
 /// One spawn: a traced child that completed an exec (`"type":"spawn"` in JSON).
 #[derive(Debug, Clone, Serialize)]
 pub struct Spawn {
+    /// ns from the header record to the exec (to the exit for a failed exec).
+    pub time_ns: u64,
     pub parent_pid: u32,
-    pub parent_comm: String,
+    #[serde(flatten)]
+    pub parent_comm: Lossless<Vec<u8>, ParentCommField>,
     pub pid: u32,
     /// Thread id that called exec, when it was not the main thread.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exec_tid: Option<u32>,
-    pub exec_path: String,
-    pub argv: Vec<String>,
+    #[serde(flatten)]
+    pub exec_path: Lossless<Vec<u8>, ExecPathField>,
+    /// Every argument, empty ones included.
+    #[serde(flatten)]
+    pub argv: Lossless<Vec<Vec<u8>>, ArgvField>,
     pub exec_ok: bool,
     pub exec_attempts: u32,
+    /// For a failed exec: the errno the exec returned (2 for ENOENT), when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exec_errno: Option<i32>,
+    /// `exec_errno` by name ("ENOENT").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exec_error: Option<&'static str>,
     /// fork to exec, nanoseconds, as measured (probes included). 0 when the fork was not seen.
     pub window_ns: u64,
     /// `window_ns` less the probes' own cost per counted syscall: the untraced estimate
@@ -92,7 +116,7 @@ impl Spawn {
 pub struct Exit {
     pub pid: u32,
     pub parent_pid: u32,
-    pub comm: String,
+    pub comm: Vec<u8>,
     /// It forked and exited without exec'ing.
     pub never_execd: bool,
     pub exit_code: i32,
@@ -118,7 +142,7 @@ pub struct ReadCount {
     pub ino: u64,
     pub magic: u64,
     pub mode: u32,
-    pub comm: String,
+    pub comm: Vec<u8>,
 }
 /// Decodes one ring-buffer record.
 pub fn decode(bytes: &[u8], leaks_only: bool) -> Option<Event> {
@@ -155,17 +179,23 @@ pub fn decode(bytes: &[u8], leaks_only: bool) -> Option<Event> {
     }
 }
 
-pub fn cstr(b: &[u8]) -> String {
+/// The bytes of a NUL-terminated kernel string.
+pub fn cstr(b: &[u8]) -> Vec<u8> {
     let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
-    escape_bytes(&b[..end])
+    b[..end].to_vec()
 }
 
-fn socket_type_name(t: u16) -> &'static str {
-    match i32::from(t) {
-        libc::SOCK_STREAM => "stream",
-        libc::SOCK_DGRAM => "dgram",
-        libc::SOCK_SEQPACKET => "seqpacket",
-        libc::SOCK_RAW => "raw",
+/// The protocol name `scan` uses for the same socket: inet sockets by transport, others by
+/// type.
+fn protocol_name(family: u16, t: u16) -> &'static str {
+    let inet = matches!(i32::from(family), libc::AF_INET | libc::AF_INET6);
+    match (inet, i32::from(t)) {
+        (true, libc::SOCK_STREAM) => "tcp",
+        (true, libc::SOCK_DGRAM) => "udp",
+        (_, libc::SOCK_RAW) => "raw",
+        (_, libc::SOCK_STREAM) => "stream",
+        (_, libc::SOCK_DGRAM) => "dgram",
+        (_, libc::SOCK_SEQPACKET) => "seqpacket",
         _ => "other",
     }
 }
@@ -180,9 +210,9 @@ fn access_mode(f_flags: u32) -> &'static str {
 
 /// Resolves the target of a leaked fd: the live link in the child, else in the parent when it
 /// is the same inode, else what the kernel saw (pseudo-files are named from the inode).
-pub type Resolver = fn(pid: u32, parent: u32, fd: u32, ino: u64) -> Option<String>;
+pub type Resolver = fn(pid: u32, parent: u32, fd: u32, ino: u64) -> Option<Vec<u8>>;
 
-fn resolve_target(pid: u32, parent: u32, fd: u32, ino: u64) -> Option<String> {
+fn resolve_target(pid: u32, parent: u32, fd: u32, ino: u64) -> Option<Vec<u8>> {
     [pid, parent]
         .into_iter()
         .find_map(|p| procfs_util::fd_target(p, fd, ino))
@@ -190,18 +220,18 @@ fn resolve_target(pid: u32, parent: u32, fd: u32, ino: u64) -> Option<String> {
 
 /// Joins the components of a kernel-built path (leaf first) into "/a/b/c"; a cut walk is
 /// shown with a leading "…".
-pub fn join_path(p: &FdPath) -> String {
+pub fn join_path(p: &FdPath) -> Vec<u8> {
     let depth = (p.depth as usize).min(p.comps.len());
-    let mut s = String::new();
+    let mut s = Vec::new();
     if p.complete == 0 {
-        s.push('…');
+        s.extend_from_slice("…".as_bytes());
     }
     for c in p.comps[..depth].iter().rev() {
-        s.push('/');
-        s.push_str(&cstr(c));
+        s.push(b'/');
+        s.extend_from_slice(&cstr(c));
     }
     if s.is_empty() {
-        s.push('/');
+        s.push(b'/');
     }
     s
 }
@@ -214,10 +244,11 @@ fn leaked_from(
     resolve: Resolver,
 ) -> LeakedFd {
     let name = cstr(&info.name);
-    let kind = fdkind::from_kernel(info.mode, info.magic, &name);
-    let target = match kind {
-        FdKind::Socket => format!("socket:[{}]", info.ino),
-        FdKind::Pipe => format!("pipe:[{}]", info.ino),
+    let name_text = String::from_utf8_lossy(&name);
+    let kind = fdkind::from_kernel(info.mode, info.magic, &name_text);
+    let target: Vec<u8> = match kind {
+        FdKind::Socket => format!("socket:[{}]", info.ino).into_bytes(),
+        FdKind::Pipe => format!("pipe:[{}]", info.ino).into_bytes(),
         FdKind::Eventfd
         | FdKind::Epoll
         | FdKind::Timerfd
@@ -226,27 +257,43 @@ fn leaked_from(
         | FdKind::Fanotify
         | FdKind::Bpf
         | FdKind::Perf
-        | FdKind::AnonInode => format!("anon_inode:{name}"),
-        FdKind::Pidfd => "anon_inode:[pidfd]".to_string(),
+        | FdKind::AnonInode => [b"anon_inode:".as_slice(), &name].concat(),
+        FdKind::Pidfd => b"anon_inode:[pidfd]".to_vec(),
         _ => match kernel_path {
             Some(p) if p.complete != 0 => join_path(p),
             // A cut or missing path: the live link is better, if the process is still there.
             kp => resolve(pid, parent, info.fd, info.ino)
                 .or_else(|| kp.map(join_path))
-                .unwrap_or_else(|| format!("…/{name} (inode {})", info.ino)),
+                .unwrap_or_else(|| {
+                    let mut t = "…/".as_bytes().to_vec();
+                    t.extend_from_slice(&name);
+                    t.extend_from_slice(format!(" (inode {})", info.ino).as_bytes());
+                    t
+                }),
         },
     };
     LeakedFd {
         fd: info.fd,
         kind,
-        target,
+        target: Lossless::new(target),
         access: access_mode(info.f_flags),
         family: (kind == FdKind::Socket && info.family != 0)
             .then(|| fdkind::family_name(info.family)),
-        socket_type: (kind == FdKind::Socket && info.sock_type != 0)
-            .then(|| socket_type_name(info.sock_type)),
+        protocol: (kind == FdKind::Socket && info.sock_type != 0)
+            .then(|| protocol_name(info.family, info.sock_type)),
         ino: info.ino,
     }
+}
+
+/// The arguments of a NUL-separated argv block (`a\0\0b\0` is `["a", "", "b"]`): every
+/// element is NUL-terminated, so only the block's final terminator is dropped; a block cut
+/// short (`argv_truncated`) keeps its unterminated last piece.
+pub fn split_argv(block: &[u8]) -> Vec<Vec<u8>> {
+    if block.is_empty() {
+        return Vec::new();
+    }
+    let body = block.strip_suffix(&[0]).unwrap_or(block);
+    body.split(|&b| b == 0).map(<[u8]>::to_vec).collect()
 }
 
 /// Turns a kernel record into a [`Spawn`]. Pure but for `resolve` (unit tested with a stub).
@@ -256,11 +303,7 @@ pub fn spawn_from_record(rec: &SpawnRecord, leaks_only: bool, resolve: Resolver)
         flags |= SpawnFlags::NO_SYSCALLS;
     }
     let argv_len = (rec.argv_len as usize).min(rec.argv.len());
-    let argv: Vec<String> = rec.argv[..argv_len]
-        .split(|&b| b == 0)
-        .filter(|s| !s.is_empty())
-        .map(escape_bytes)
-        .collect();
+    let argv = split_argv(&rec.argv[..argv_len]);
     let window_ns = if rec.fork_ns != 0 && rec.exec_ns > rec.fork_ns {
         rec.exec_ns - rec.fork_ns
     } else {
@@ -280,8 +323,8 @@ pub fn spawn_from_record(rec: &SpawnRecord, leaks_only: bool, resolve: Resolver)
         .collect();
     Spawn {
         exec_tid: (rec.old_pid != rec.pid).then_some(rec.old_pid),
-        exec_path: cstr(&rec.filename),
-        argv,
+        exec_path: Lossless::new(cstr(&rec.filename)),
+        argv: Lossless::new(argv),
         leaked_count: rec.nfds,
         leaked_fds,
         stdio,
@@ -329,7 +372,7 @@ pub fn failed_spawn_from_exit(rec: &ExitRecord, leaks_only: bool) -> Option<Spaw
 fn window_spawn(
     pid: u32,
     parent_pid: u32,
-    parent_comm: String,
+    parent_comm: Vec<u8>,
     c: &Counters,
     window_ns: u64,
     leaks_only: bool,
@@ -342,14 +385,17 @@ fn window_spawn(
         strategy::classify(&calls)
     };
     Spawn {
+        time_ns: 0,
         parent_pid,
-        parent_comm,
+        parent_comm: Lossless::new(parent_comm),
         pid,
         exec_tid: None,
-        exec_path: String::new(),
-        argv: Vec::new(),
+        exec_path: Lossless::default(),
+        argv: Lossless::default(),
         exec_ok: true,
         exec_attempts: c.exec_attempts.max(1),
+        exec_errno: None,
+        exec_error: None,
         window_ns,
         window_corrected_ns: window_ns,
         calls,
@@ -432,15 +478,15 @@ mod tests {
         assert_eq!(s.window_ns, 2_500_000);
         // 19_998 probed syscalls at 100 ns each.
         assert_eq!(s.window_corrected_ns, 2_500_000 - 1_999_800);
-        assert_eq!(s.argv, ["true", "--x"]);
+        assert_eq!(*s.argv, [b"true".to_vec(), b"--x".to_vec()]);
         assert_eq!(s.strategy, Strategy::CloseLoop);
         assert_eq!(s.close_loop_bound, Some(20_000));
         assert_eq!(s.leaked_fds.len(), 1);
         assert_eq!(s.leaked_fds[0].kind, FdKind::Regular);
-        assert_eq!(s.leaked_fds[0].target, "/etc/secret.key");
+        assert_eq!(s.leaked_fds[0].target.lossy(), "/etc/secret.key");
         assert_eq!(s.leaked_fds[0].access, "r");
         assert_eq!(s.stdio.len(), 2);
-        assert_eq!(s.stdio[1].target, "pipe:[5]");
+        assert_eq!(s.stdio[1].target.lossy(), "pipe:[5]");
         assert!(s.flags.is_empty());
         assert_eq!(s.calls.close_calls, 19_997);
         assert_eq!(s.exec_tid, None);
@@ -448,6 +494,17 @@ mod tests {
         assert_eq!(json["type"], "spawn");
         assert_eq!(json["strategy"], "close-loop");
         assert_eq!(json["leaked_fds"][0]["fd"], 7);
+    }
+
+    #[test]
+    fn argv_keeps_empty_elements() {
+        assert_eq!(
+            split_argv(b"/bin/true\0\0x\0"),
+            [b"/bin/true".to_vec(), Vec::new(), b"x".to_vec()]
+        );
+        assert_eq!(split_argv(b"a\0\0"), [b"a".to_vec(), Vec::new()]);
+        assert_eq!(split_argv(b"cut-shor"), [b"cut-shor".to_vec()]);
+        assert!(split_argv(b"").is_empty());
     }
 
     #[test]
@@ -459,12 +516,12 @@ mod tests {
         put(&mut p.comps[0], b"c");
         put(&mut p.comps[1], b"b");
         put(&mut p.comps[2], b"a");
-        assert_eq!(join_path(&p), "/a/b/c");
+        assert_eq!(join_path(&p), b"/a/b/c");
         p.complete = 0;
-        assert_eq!(join_path(&p), "…/a/b/c");
+        assert_eq!(join_path(&p), "…/a/b/c".as_bytes());
         p.depth = 0;
         p.complete = 1;
-        assert_eq!(join_path(&p), "/");
+        assert_eq!(join_path(&p), b"/");
     }
 
     #[test]
@@ -496,9 +553,9 @@ mod tests {
         let s = spawn_from_record(&rec, false, |_, _, _, _| None);
         assert_eq!(s.leaked_count, 70);
         assert_eq!(s.leaked_fds.len(), MAX_FDS);
-        assert_eq!(s.leaked_fds[0].target, "socket:[1000]");
+        assert_eq!(s.leaked_fds[0].target.lossy(), "socket:[1000]");
         assert_eq!(s.leaked_fds[0].family, Some("inet"));
-        assert_eq!(s.leaked_fds[0].socket_type, Some("stream"));
+        assert_eq!(s.leaked_fds[0].protocol, Some("tcp"));
         assert_eq!(s.window_ns, 0);
         assert_eq!(s.exec_tid, Some(11));
         assert_eq!(s.strategy, Strategy::CloseRange);

@@ -13,15 +13,20 @@ pub mod strategy;
 
 use std::{
     ffi::OsString,
+    path::PathBuf,
     sync::atomic::{AtomicI32, Ordering},
     time::{Duration, Instant},
 };
 
 use anyhow::{bail, Context as _, Result};
 
-use crate::{exit, procfs_util};
+use crate::{
+    exit,
+    output::stream::{self, Dest, StdStream},
+    procfs_util,
+};
 use child::{start_held, try_wait};
-use report::Reporter;
+use report::{Ending, ExitReason, Reporter};
 use session::{Session, SessionOptions};
 
 /// Every JSON object `trace --json` prints, one per line, tagged by `"type"`.
@@ -36,8 +41,10 @@ pub enum TraceRecord {
 /// Arguments of `fdaudit trace`.
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Exit status: the command's own status with `-- CMD` (128+N when killed by \
-signal N), else 0; 3 with --fail-on-leak when a spawn leaked an fd; 2 on an error; 130 \
+    after_help = "Records go to -o FILE; without it, to stderr with -- CMD or --demo (CMD keeps \
+stdout and stderr as given, as under strace), to stdout with -p.\n\nExit status: the command's \
+own status with -- CMD (128+N when killed by signal N, 127 when it could not be exec'd), else \
+0; 3 with --fail-on-leak when a spawn leaked an fd and the command exited 0; 2 on an error; 130 \
 after Ctrl-C."
 )]
 pub struct TraceArgs {
@@ -50,13 +57,18 @@ pub struct TraceArgs {
     )]
     pub pids: Vec<u32>,
 
-    /// Stop after this many seconds (e.g. 30, 1.5).
-    #[arg(long, value_name = "SECONDS")]
-    pub duration: Option<f64>,
+    /// Stop tracing after this many seconds (e.g. 30, 1.5); a command still running is
+    /// then waited for, untraced.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
 
     /// Print one JSON object per line instead of text.
     #[arg(long)]
     pub json: bool,
+
+    /// Write the records (text or JSON) to this file instead of stderr (-- CMD) or stdout (-p).
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
 
     /// Attach only the scheduler tracepoints: leaked fds, no syscall counts, near-zero cost.
     #[arg(long, conflicts_with = "reads")]
@@ -66,9 +78,19 @@ pub struct TraceArgs {
     #[arg(long)]
     pub reads: bool,
 
-    /// Exit with status 3 when any spawn leaked an fd (for CI).
+    /// Exit with status 3 when a spawn leaked an fd and the command itself exited 0 (for CI).
+    /// fds the traced command inherited from fdaudit's caller do not count (see --no-baseline).
     #[arg(long)]
     pub fail_on_leak: bool,
+
+    /// With --fail-on-leak: do not count leaks of this fd number (repeatable).
+    #[arg(long = "ignore-fd", value_name = "FD")]
+    pub ignore_fds: Vec<u32>,
+
+    /// With --fail-on-leak: also count the fds the traced command inherited from
+    /// fdaudit's caller.
+    #[arg(long)]
+    pub no_baseline: bool,
 
     /// Trace the built-in workload: a spawner holding a credentials file and a listening
     /// socket, spawning with a leaking, a close-loop, a poll-scan and a close_range strategy.
@@ -82,6 +104,21 @@ pub struct TraceArgs {
     /// The command to start and trace from its first instruction.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<OsString>,
+}
+
+/// `--duration`: a finite number of seconds above 0 that fits a `Duration`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let secs: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds (e.g. 30 or 1.5)"))?;
+    if !secs.is_finite() || secs <= 0.0 {
+        return Err(format!("{s:?}: give a finite number of seconds above 0"));
+    }
+    Duration::try_from_secs_f64(secs)
+        .ok()
+        .filter(|d| !d.is_zero() && Instant::now().checked_add(*d).is_some())
+        .ok_or_else(|| format!("{s:?} seconds is out of range"))
 }
 
 static SIGNALLED: AtomicI32 = AtomicI32::new(0);
@@ -102,15 +139,50 @@ fn install_signal_handlers() {
     }
 }
 
-pub fn run(mut args: TraceArgs) -> Result<u8> {
-    if args.demo {
-        let me = std::env::current_exe().context("failed to find fdaudit's own executable")?;
-        args.command = vec![me.into_os_string(), "__demo".into()];
+/// What /proc says about a `-p` target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PidKind {
+    Process,
+    /// A thread id that is not its process's leader: the process is `tgid`.
+    Thread { tgid: u32 },
+    Zombie,
+    KernelThread,
+}
+
+/// Classifies a `-p` target from /proc/PID/stat (state, flags) and /proc/PID/status (Tgid).
+pub fn pid_kind(pid: u32) -> Option<PidKind> {
+    const PF_KTHREAD: u64 = 0x0020_0000;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    let fields: Vec<&str> = rest.split(' ').collect();
+    // After "pid (comm) ": state is field 3 of stat(5), flags field 9.
+    let state = *fields.first()?;
+    let flags: u64 = fields.get(6)?.parse().ok()?;
+    if flags & PF_KTHREAD != 0 {
+        return Some(PidKind::KernelThread);
     }
-    if args.pids.is_empty() && args.command.is_empty() {
-        bail!("nothing to trace: give -p PID, -- CMD ARGS... or --demo");
+    if state == "Z" || state == "X" {
+        return Some(PidKind::Zombie);
     }
-    for &pid in &args.pids {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let tgid: u32 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(if tgid != pid {
+        PidKind::Thread { tgid }
+    } else {
+        PidKind::Process
+    })
+}
+
+/// Checks the `-p` targets before anything starts: an error for a missing process or a
+/// kernel thread; a warning for a zombie; a thread id becomes its process.
+fn check_pids(pids: &[u32]) -> Result<Vec<u32>> {
+    let mut out = Vec::new();
+    for &pid in pids {
         // SAFETY: signal 0 only checks that the process exists.
         if pid == 0
             || unsafe { libc::kill(pid as i32, 0) } != 0
@@ -118,7 +190,86 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
         {
             bail!("no process with PID {pid}: check it with `ps -p {pid}`");
         }
+        match pid_kind(pid) {
+            Some(PidKind::KernelThread) => bail!(
+                "PID {pid} is a kernel thread: it never spawns programs, so there is nothing to trace"
+            ),
+            Some(PidKind::Zombie) => stream::note(
+                stream::Level::Warning,
+                &format!(
+                    "PID {pid} is a zombie (it has exited and waits to be reaped): only its living descendants can be traced"
+                ),
+            ),
+            Some(PidKind::Thread { tgid }) => {
+                stream::note(
+                    stream::Level::Warning,
+                    &format!("PID {pid} is a thread of process {tgid}: tracing process {tgid}"),
+                );
+                if !out.contains(&tgid) {
+                    out.push(tgid);
+                }
+                continue;
+            }
+            Some(PidKind::Process) | None => {}
+        }
+        if !out.contains(&pid) {
+            out.push(pid);
+        }
     }
+    Ok(out)
+}
+
+/// The exec errno of a command that could not start: the human message and exit status.
+fn exec_failure(name: &str, errno: i32) -> (String, u8) {
+    let err = std::io::Error::from_raw_os_error(errno);
+    let code = if errno == libc::ENOENT {
+        exit::NOT_EXECUTED
+    } else {
+        exit::NOT_EXECUTABLE
+    };
+    (
+        format!(
+            "failed to exec {name}: {} ({}): check the command exists and is executable",
+            crate::sys::errno_name(errno).unwrap_or("?"),
+            err.kind()
+        ),
+        code,
+    )
+}
+
+/// Waits for the command until it exits; a signal to fdaudit (Ctrl-C) stops the wait.
+fn wait_for_command(pid: u32) -> Result<Option<i32>> {
+    loop {
+        if let Some(st) = try_wait(pid)? {
+            return Ok(Some(st));
+        }
+        if SIGNALLED.load(Ordering::SeqCst) != 0 {
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+pub fn run(mut args: TraceArgs) -> Result<u8> {
+    if args.demo {
+        let me = std::env::current_exe().context("failed to find fdaudit's own executable")?;
+        args.command = vec![me.into_os_string(), "__demo".into()];
+    }
+    // With a command, stdout and stderr are the command's; fdaudit writes where strace does.
+    let default = if args.command.is_empty() {
+        StdStream::Stdout
+    } else {
+        StdStream::Stderr
+    };
+    stream::open(
+        Dest::new(args.output.as_deref(), default),
+        args.json,
+        "trace",
+    )?;
+    if args.pids.is_empty() && args.command.is_empty() {
+        bail!("nothing to trace: give -p PID, -- CMD ARGS... or --demo");
+    }
+    let pids = check_pids(&args.pids)?;
     let opts = SessionOptions {
         leaks_only: args.leaks_only,
         reads: args.reads,
@@ -144,28 +295,36 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
     if let Some(pid) = child {
         session.track(pid).map_err(kill_held)?;
     }
-    for &pid in &args.pids {
+    for &pid in &pids {
         session
             .track_tree(pid)
             .with_context(|| format!("failed to trace PID {pid}"))?;
     }
     let what = match child {
         Some(pid) => format!("command (pid {pid})"),
-        None => format!("{} process tree(s)", args.pids.len()),
+        None => format!("{} process tree(s)", pids.len()),
     };
-    crate::diag!(
-        "fdaudit: tracing {what}{}; Ctrl-C to stop",
-        if args.leaks_only { " (leaks only)" } else { "" }
+    stream::note(
+        stream::Level::Note,
+        &format!(
+            "tracing {what}{}; Ctrl-C to stop",
+            if args.leaks_only { " (leaks only)" } else { "" }
+        ),
     );
     if let Some(h) = held {
-        h.release()?;
+        let name = h.name.clone();
+        if let Err(errno) = h.release()? {
+            drop(session);
+            let (msg, code) = exec_failure(&name, errno);
+            stream::report_error(&anyhow::anyhow!(msg));
+            return Ok(code);
+        }
     }
     let mut reporter = Reporter::new(&args, &session);
-    let deadline = args
-        .duration
-        .map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
-    let root_pids: Vec<u32> = child.map(|c| vec![c]).unwrap_or_else(|| args.pids.clone());
+    let deadline = args.duration.map(|d| Instant::now() + d);
+    let root_pids: Vec<u32> = child.map(|c| vec![c]).unwrap_or_else(|| pids.clone());
     let mut exit_status: Option<i32> = None;
+    let mut timed_out = false;
     loop {
         for ev in session.poll(Duration::from_millis(100))? {
             reporter.handle(ev, &root_pids)?;
@@ -174,6 +333,7 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
             break;
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
+            timed_out = true;
             break;
         }
         if let Some(pid) = child {
@@ -195,17 +355,46 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
     } else {
         Vec::new()
     };
-    drop(session); // detach before printing the summary
-    let leaked = reporter.leaked();
-    reporter.finish(stats, storms)?;
-
-    if SIGNALLED.load(Ordering::SeqCst) != 0 && exit_status.is_none() {
-        return Ok(exit::INTERRUPTED);
+    drop(session); // detach before waiting or printing the summary
+    if let (true, Some(pid)) = (timed_out, child) {
+        stream::note(
+            stream::Level::Note,
+            &format!(
+                "--duration ended: probes detached; waiting for the command (pid {pid}) to exit, untraced"
+            ),
+        );
+        exit_status = wait_for_command(pid)?;
     }
-    let mut code = exit_status.map(exit::from_wait_status).unwrap_or(exit::OK);
-    if args.fail_on_leak && leaked && code == 0 {
-        crate::diag!("fdaudit: spawns leaked fds (--fail-on-leak)");
-        code = exit::LEAK;
+    let command_status = exit_status.map(exit::from_wait_status);
+    let interrupted = SIGNALLED.load(Ordering::SeqCst) != 0 && exit_status.is_none();
+    let leak = args.fail_on_leak && reporter.leaked();
+    let (exit_code, exit_reason) = match command_status {
+        _ if interrupted => (exit::INTERRUPTED, ExitReason::Interrupted),
+        Some(0) | None if leak => (exit::POLICY, ExitReason::Leak),
+        Some(c) => (c, ExitReason::Command),
+        None => (exit::OK, ExitReason::Ok),
+    };
+    if leak && exit_reason == ExitReason::Command {
+        stream::note(
+            stream::Level::Note,
+            &format!(
+                "spawns leaked fds (--fail-on-leak), but the command itself failed: exiting with its status {exit_code}"
+            ),
+        );
+    } else if exit_reason == ExitReason::Leak {
+        stream::note(
+            stream::Level::Note,
+            &format!("spawns leaked fds (--fail-on-leak): exit status {}", exit::POLICY),
+        );
     }
-    Ok(code)
+    reporter.finish(
+        stats,
+        storms,
+        Ending {
+            command_status,
+            exit_code,
+            exit_reason,
+        },
+    )?;
+    Ok(exit_code)
 }

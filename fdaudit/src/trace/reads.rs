@@ -2,8 +2,14 @@
 
 use serde::Serialize;
 
-use super::decode::ReadCount;
-use crate::fdkind::{self, FdKind};
+use super::decode::{ReadCount, Target};
+use crate::{
+    fdkind::{self, FdKind},
+    lossless_field,
+    output::text::Lossless,
+};
+
+lossless_field!(CommField, "comm");
 
 /// A (process, fd) is a storm when it made at least this many read calls...
 pub const STORM_MIN_CALLS: u64 = 64;
@@ -16,11 +22,14 @@ pub const BLOCK: u64 = 4096;
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ReadStorm {
     pub pid: u32,
-    pub comm: String,
+    #[serde(flatten)]
+    pub comm: Lossless<Vec<u8>, CommField>,
     pub fd: u32,
-    pub target: String,
+    #[serde(flatten)]
+    pub target: Target,
     pub calls: u64,
     pub bytes: u64,
+    /// `bytes / calls`, to 3 decimals.
     pub bytes_per_call: f64,
     /// read() calls a reader with a 4 KiB buffer would have made for the same bytes.
     pub block_calls: u64,
@@ -33,30 +42,31 @@ pub fn is_storm(calls: u64, bytes: u64) -> bool {
 
 /// Names the file read: a pipe or socket by inode, else what `resolve` finds (the live
 /// /proc link), else the inode number.
-pub fn target_of(c: &ReadCount, resolve: impl Fn(u32, u32, u64) -> Option<String>) -> String {
+pub fn target_of(c: &ReadCount, resolve: impl Fn(u32, u32, u64) -> Option<Vec<u8>>) -> Vec<u8> {
     match fdkind::from_kernel(c.mode, c.magic, "") {
-        FdKind::Pipe => format!("pipe:[{}]", c.ino),
-        FdKind::Socket => format!("socket:[{}]", c.ino),
-        _ => resolve(c.pid, c.fd, c.ino).unwrap_or_else(|| format!("inode {}", c.ino)),
+        FdKind::Pipe => format!("pipe:[{}]", c.ino).into_bytes(),
+        FdKind::Socket => format!("socket:[{}]", c.ino).into_bytes(),
+        _ => resolve(c.pid, c.fd, c.ino)
+            .unwrap_or_else(|| format!("inode {}", c.ino).into_bytes()),
     }
 }
 
 /// Storms among the counts, worst (most calls) first.
 pub fn storms(
     counts: &[ReadCount],
-    resolve: impl Fn(u32, u32, u64) -> Option<String>,
+    resolve: impl Fn(u32, u32, u64) -> Option<Vec<u8>>,
 ) -> Vec<ReadStorm> {
     let mut out: Vec<ReadStorm> = counts
         .iter()
         .filter(|c| is_storm(c.calls, c.bytes))
         .map(|c| ReadStorm {
             pid: c.pid,
-            comm: c.comm.clone(),
+            comm: Lossless::new(c.comm.clone()),
             fd: c.fd,
-            target: target_of(c, &resolve),
+            target: Lossless::new(target_of(c, &resolve)),
             calls: c.calls,
             bytes: c.bytes,
-            bytes_per_call: c.bytes as f64 / c.calls as f64,
+            bytes_per_call: crate::output::round(c.bytes as f64 / c.calls as f64, 3),
             block_calls: c.bytes.div_ceil(BLOCK).max(1),
         })
         .collect();
@@ -78,9 +88,9 @@ pub fn storm_table(storms: &[ReadStorm]) -> String {
     for s in storms {
         t.add_row(vec![
             s.pid.to_string(),
-            s.comm.clone(),
+            s.comm.escaped(),
             s.fd.to_string(),
-            s.target.clone(),
+            s.target.escaped(),
             s.calls.to_string(),
             format!("{:.2}", s.bytes_per_call),
             s.block_calls.to_string(),
@@ -122,12 +132,12 @@ mod tests {
             count(2, 3400, 3400, 0xef53, 0o100644),
             count(3, 10, 40_960, 0xef53, 0o100644),
         ];
-        let s = storms(&counts, |_, _, _| Some("/etc/environment".into()));
+        let s = storms(&counts, |_, _, _| Some(b"/etc/environment".to_vec()));
         assert_eq!(s.len(), 2);
         assert_eq!(s[0].pid, 2);
-        assert_eq!(s[0].target, "/etc/environment");
+        assert_eq!(s[0].target.lossy(), "/etc/environment");
         assert_eq!(s[0].block_calls, 1);
-        assert_eq!(s[1].target, "pipe:[77]");
+        assert_eq!(s[1].target.lossy(), "pipe:[77]");
         let table = storm_table(&s);
         assert!(
             table.contains("pipe:[77]") && table.contains("3400"),

@@ -4,8 +4,6 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
-use std::io::Write as _;
-
 use anyhow::Result;
 
 use super::{
@@ -17,29 +15,56 @@ use super::{
     TraceArgs, TraceRecord,
 };
 use crate::{
-    output::{self, fmt_ns},
+    lossless_field,
+    output::{self, fmt_ns, stream, text::Lossless},
     stats,
 };
 
+lossless_field!(GroupExecPath, "exec_path");
+lossless_field!(GroupParentComm, "parent_comm");
+
 /// One line for a spawn, as it happens.
 pub fn spawn_line(s: &Spawn) -> String {
+    let parent = s.parent_comm.escaped();
     let mut line = if s.exec_ok {
         format!(
-            "{}[{}] -> {} {}",
-            s.parent_comm, s.parent_pid, s.pid, s.exec_path
+            "{parent}[{}] -> {} {}",
+            s.parent_pid,
+            s.pid,
+            s.exec_path.escaped()
         )
     } else {
+        let path = if s.exec_path.is_empty() {
+            String::new()
+        } else {
+            format!(" {}", s.exec_path.escaped())
+        };
+        let errno = match (s.exec_error, s.exec_errno) {
+            (Some(name), _) => format!(": {name}"),
+            (None, Some(n)) => format!(": errno {n}"),
+            (None, None) => String::new(),
+        };
         format!(
-            "{}[{}] -> {} EXEC FAILED ({} attempts), exited",
-            s.parent_comm, s.parent_pid, s.pid, s.exec_attempts
+            "{parent}[{}] -> {} EXEC FAILED{path}{errno} ({} attempts), exited",
+            s.parent_pid, s.pid, s.exec_attempts
         )
     };
     if let Some(tid) = s.exec_tid {
         line.push_str(&format!(" (exec by thread {tid})"));
     }
     if s.argv.len() > 1 {
+        let args: Vec<String> = s.argv[1..]
+            .iter()
+            .map(|a| {
+                if a.is_empty() {
+                    "''".to_owned()
+                } else {
+                    output::escape_bytes(a)
+                }
+            })
+            .collect();
         line.push_str(" (");
-        line.push_str(&s.argv[1..].join(" "));
+        line.push_str(&args.join(" "));
         line.push(')');
     }
     if s.window_ns > 0 {
@@ -88,9 +113,11 @@ pub fn spawn_line(s: &Spawn) -> String {
         let fds: Vec<String> = s
             .leaked_fds
             .iter()
-            .map(|f| match (f.family, f.socket_type) {
-                (Some(fam), Some(ty)) => format!("{} {} {fam} {ty} {}", f.fd, f.kind, f.target),
-                _ => format!("{} {} {}", f.fd, f.kind, f.target),
+            .map(|f| match (f.family, f.protocol) {
+                (Some(fam), Some(p)) => {
+                    format!("{} {} {fam} {p} {}", f.fd, f.kind, f.target.escaped())
+                }
+                _ => format!("{} {} {}", f.fd, f.kind, f.target.escaped()),
             })
             .collect();
         line.push_str(&format!("  LEAKED {}: {}", s.leaked_count, fds.join(", ")));
@@ -138,8 +165,12 @@ pub struct TraceTotals {
     pub fcntl_calls: u64,
     /// fds leaked at each process's last exec (what reached the image that runs).
     pub leaked_fds: u64,
-    /// Processes whose last exec leaked an fd: what `--fail-on-leak` fails on.
+    /// Processes whose last exec leaked an fd.
     pub spawns_with_leaks: u64,
+    /// Of those, the ones that leaked an fd other than what the traced command itself
+    /// inherited (unless `--no-baseline`) and the `--ignore-fd` ones: what `--fail-on-leak`
+    /// fails on.
+    pub spawns_with_new_leaks: u64,
     /// fds that crossed an exec into an image that exec'd again (a spawn helper such as
     /// jspawnhelper, a shell's `exec`): reported per record, not counted as leaks above.
     pub transient_leaked_fds: u64,
@@ -150,8 +181,10 @@ pub struct TraceTotals {
 /// One row of the summary: spawns grouped by parent, exec path and strategy.
 #[derive(Debug, Clone, Serialize)]
 pub struct Group {
-    pub parent_comm: String,
-    pub exec_path: String,
+    #[serde(flatten)]
+    pub parent_comm: Lossless<Vec<u8>, GroupParentComm>,
+    #[serde(flatten)]
+    pub exec_path: Lossless<Vec<u8>, GroupExecPath>,
     pub spawns: u64,
     pub close_median: u64,
     pub close_max: u64,
@@ -170,9 +203,21 @@ pub struct Summary {
     /// (process, fd) read counters not kept because the kernel's table was full (`--reads`).
     pub read_table_full: u64,
     pub fork_only_children: u64,
-    pub probe_cost_ns: f64,
-    pub close_cost_ns: f64,
+    /// The probes' measured cost per counted syscall (what `window_corrected_ns` subtracts).
+    pub probe_cost_ns: u64,
+    /// One close() of a closed fd, untraced, measured at start.
+    pub close_cost_ns: u64,
     pub leaks_only: bool,
+    /// The fds the traced command inherited from fdaudit's caller (the baseline).
+    pub inherited_fds: Vec<LeakedFd>,
+    /// The command's own exit status (shell-like: 128+N when killed by signal N); null
+    /// with `-p` or when it had not exited.
+    pub command_status: Option<u8>,
+    /// fdaudit's exit status.
+    pub exit_code: u8,
+    /// Why fdaudit exits with `exit_code`: "command" (CMD's own status), "leak"
+    /// (`--fail-on-leak`, CMD exited 0), "interrupted", or "ok".
+    pub exit_reason: ExitReason,
     pub totals: TraceTotals,
     pub groups: Vec<Group>,
     pub partial: Vec<String>,
@@ -188,6 +233,42 @@ fn tagged_storms<S: serde::Serializer>(v: &[reads::ReadStorm], s: S) -> Result<S
     s.collect_seq(v.iter().cloned().map(TraceRecord::ReadStorm))
 }
 
+/// Why `trace` exits with its status (the summary's `exit_reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExitReason {
+    /// Nothing to report: 0.
+    Ok,
+    /// CMD's own exit status (0 included when nothing failed the policy).
+    Command,
+    /// `--fail-on-leak` and a spawn leaked an fd while CMD exited 0.
+    Leak,
+    /// Ctrl-C, SIGTERM or SIGHUP before CMD exited.
+    Interrupted,
+}
+
+/// Which leaked fds `--fail-on-leak` ignores.
+#[derive(Debug, Clone, Default)]
+pub struct LeakPolicy {
+    /// fds the traced command inherited: (fd, inode). Empty with `--no-baseline`.
+    pub baseline: Vec<(u32, u64)>,
+    /// `--ignore-fd`.
+    pub ignore_fds: Vec<u32>,
+}
+
+impl LeakPolicy {
+    /// The leaked fds of a spawn that count against the policy. fds beyond the record's list
+    /// (`fds_truncated`) count: they cannot be shown to be inherited.
+    pub fn new_leaks(&self, s: &Spawn) -> u64 {
+        let listed = s
+            .leaked_fds
+            .iter()
+            .filter(|f| !self.ignore_fds.contains(&f.fd) && !self.baseline.contains(&(f.fd, f.ino)))
+            .count() as u64;
+        listed + u64::from(s.leaked_count).saturating_sub(s.leaked_fds.len() as u64)
+    }
+}
+
 /// What a group keeps per spawn: the numbers its percentiles need.
 #[derive(Default)]
 struct Acc {
@@ -199,9 +280,10 @@ struct Acc {
 /// Accumulates spawns for the summary.
 #[derive(Default)]
 pub struct Collector {
-    groups: BTreeMap<(String, String, String), Acc>,
-    /// pid -> fds leaked at its latest exec.
-    last_leaks: HashMap<u32, u32>,
+    groups: BTreeMap<(Vec<u8>, Vec<u8>, String), Acc>,
+    /// pid -> (fds leaked, of them counting against the policy) at its latest exec.
+    last_leaks: HashMap<u32, (u32, u64)>,
+    pub policy: LeakPolicy,
     totals: TraceTotals,
     pub spawns: u64,
     pub fork_only: u64,
@@ -218,7 +300,8 @@ impl Collector {
         t.window_corrected_ns += s.window_corrected_ns;
         // An exec of the same process supersedes the previous one: its fds went to an image
         // that exec'd again, and what matters is what the last image got.
-        if let Some(prev) = self.last_leaks.insert(s.pid, s.leaked_count) {
+        let new = self.policy.new_leaks(s);
+        if let Some((prev, _)) = self.last_leaks.insert(s.pid, (s.leaked_count, new)) {
             t.transient_leaked_fds += u64::from(prev);
         }
         for f in s.flags.partial().names() {
@@ -227,8 +310,8 @@ impl Collector {
         let acc = self
             .groups
             .entry((
-                s.parent_comm.clone(),
-                s.exec_path.clone(),
+                s.parent_comm.raw.clone(),
+                s.exec_path.raw.clone(),
                 s.strategy.to_string(),
             ))
             .or_default();
@@ -244,8 +327,10 @@ impl Collector {
     /// The totals, with leaks counted at each process's last exec.
     pub fn totals(&self) -> TraceTotals {
         let mut t = self.totals.clone();
-        t.leaked_fds = self.last_leaks.values().map(|&n| u64::from(n)).sum();
-        t.spawns_with_leaks = self.last_leaks.values().filter(|&&n| n > 0).count() as u64;
+        t.leaked_fds = self.last_leaks.values().map(|&(n, _)| u64::from(n)).sum();
+        t.spawns_with_leaks = self.last_leaks.values().filter(|&&(n, _)| n > 0).count() as u64;
+        t.spawns_with_new_leaks =
+            self.last_leaks.values().filter(|&&(_, n)| n > 0).count() as u64;
         t
     }
 
@@ -253,8 +338,8 @@ impl Collector {
         self.groups
             .iter()
             .map(|((parent, path, strategy), acc)| Group {
-                parent_comm: parent.clone(),
-                exec_path: path.clone(),
+                parent_comm: Lossless::new(parent.clone()),
+                exec_path: Lossless::new(path.clone()),
                 spawns: acc.closes.len() as u64,
                 close_median: stats::median(&acc.closes).unwrap_or(0),
                 close_max: acc.closes.iter().copied().max().unwrap_or(0),
@@ -290,8 +375,8 @@ pub fn summary_table(groups: &[Group]) -> String {
     ]);
     for g in groups {
         t.add_row(vec![
-            g.parent_comm.clone(),
-            g.exec_path.clone(),
+            g.parent_comm.escaped(),
+            g.exec_path.escaped(),
             g.spawns.to_string(),
             g.close_median.to_string(),
             g.close_max.to_string(),
@@ -304,8 +389,8 @@ pub fn summary_table(groups: &[Group]) -> String {
     t.to_string()
 }
 
-/// Per-event handling and final output of `trace`: a line (or JSON object) per spawn as it
-/// comes, the summary at the end.
+/// Per-event handling and final output of `trace`: a line (or JSON record) per spawn as it
+/// comes, the summary at the end, all on the records stream ([`stream`]).
 pub struct Reporter<'a> {
     args: &'a TraceArgs,
     collector: Collector,
@@ -316,11 +401,26 @@ pub struct Reporter<'a> {
     leaks_only: bool,
 }
 
+/// How the run ended, for the summary.
+#[derive(Debug, Clone, Copy)]
+pub struct Ending {
+    pub command_status: Option<u8>,
+    pub exit_code: u8,
+    pub exit_reason: ExitReason,
+}
+
 impl<'a> Reporter<'a> {
     pub fn new(args: &'a TraceArgs, s: &Session) -> Self {
+        let collector = Collector {
+            policy: LeakPolicy {
+                baseline: Vec::new(),
+                ignore_fds: args.ignore_fds.clone(),
+            },
+            ..Collector::default()
+        };
         Reporter {
             args,
-            collector: Collector::default(),
+            collector,
             root_inherited: Vec::new(),
             seen_root_exec: Vec::new(),
             probe_cost_ns: s.probe_cost_ns(),
@@ -339,7 +439,7 @@ impl<'a> Reporter<'a> {
                     && !self.seen_root_exec.contains(&s.pid)
                 {
                     self.seen_root_exec.push(s.pid);
-                    self.root_inherited = s.leaked_fds.clone();
+                    self.set_baseline(&s.leaked_fds);
                     return Ok(());
                 }
                 self.report_spawn(s)?;
@@ -354,35 +454,77 @@ impl<'a> Reporter<'a> {
         Ok(())
     }
 
+    /// Records what the traced command inherited, says so once, and (unless
+    /// `--no-baseline`) keeps `--fail-on-leak` from counting it.
+    fn set_baseline(&mut self, fds: &[LeakedFd]) {
+        self.root_inherited.extend(fds.iter().cloned());
+        if !self.args.no_baseline {
+            self.collector
+                .policy
+                .baseline
+                .extend(fds.iter().map(|f| (f.fd, f.ino)));
+        }
+        if fds.is_empty() {
+            return;
+        }
+        let list: Vec<String> = fds
+            .iter()
+            .map(|f| format!("{}={}", f.fd, f.target.escaped()))
+            .collect();
+        stream::note(
+            stream::Level::Note,
+            &format!(
+                "the traced command itself inherited {} fd(s) from fdaudit's caller: {} (every spawn that does not close them leaks them too; {})",
+                list.len(),
+                list.join(" "),
+                if self.args.no_baseline {
+                    "--no-baseline: --fail-on-leak counts them"
+                } else {
+                    "--fail-on-leak does not count them, --no-baseline does"
+                }
+            ),
+        );
+    }
+
     fn report_spawn(&mut self, mut s: Box<Spawn>) -> Result<()> {
+        s.time_ns = stream::since_header(s.exec_ns);
         s.correct_for_probes(self.probe_cost_ns);
         self.collector.add(&s);
         if self.args.json {
-            output::json_line(&mut std::io::stdout().lock(), &TraceRecord::Spawn(s))?;
+            stream::record(&TraceRecord::Spawn(s))?;
         } else if !self.args.quiet {
-            writeln!(std::io::stdout().lock(), "{}", spawn_line(&s))?;
+            stream::text(&format!("{}\n", spawn_line(&s)))?;
         }
         Ok(())
     }
 
-    /// Whether a process's last exec leaked an fd (what `--fail-on-leak` fails on).
+    /// Whether a process's last exec leaked an fd that the policy counts (what
+    /// `--fail-on-leak` fails on).
     pub fn leaked(&self) -> bool {
-        self.collector.totals().spawns_with_leaks > 0
+        self.collector.totals().spawns_with_new_leaks > 0
     }
 
-    /// Prints the summary (JSON: the read storms and the summary object; text: the totals
-    /// line, the table, the storms) and the notes on stderr.
-    pub fn finish(self, stats: fdaudit_common::Stats, storms: Vec<reads::ReadStorm>) -> Result<()> {
-        let mut out = std::io::stdout().lock();
+    /// Writes the summary (JSON: the read storms and the summary record; text: the totals
+    /// line, the table, the storms) and the notes.
+    pub fn finish(
+        self,
+        stats: fdaudit_common::Stats,
+        storms: Vec<reads::ReadStorm>,
+        ending: Ending,
+    ) -> Result<()> {
         let summary = Summary {
             spawns: self.collector.spawns,
             lost_records: stats.lost_records,
             untracked_forks: stats.tracked_full,
             read_table_full: stats.reads_full,
             fork_only_children: self.collector.fork_only,
-            probe_cost_ns: self.probe_cost_ns,
-            close_cost_ns: self.close_cost_ns,
+            probe_cost_ns: self.probe_cost_ns.round() as u64,
+            close_cost_ns: self.close_cost_ns.round() as u64,
             leaks_only: self.leaks_only,
+            inherited_fds: self.root_inherited.clone(),
+            command_status: ending.command_status,
+            exit_code: ending.exit_code,
+            exit_reason: ending.exit_reason,
             totals: self.collector.totals(),
             groups: self.collector.groups(),
             partial: self.collector.partial_notes(),
@@ -390,38 +532,34 @@ impl<'a> Reporter<'a> {
         };
         if self.args.json {
             for s in &summary.read_storms {
-                output::json_line(&mut out, &TraceRecord::ReadStorm(s.clone()))?;
+                stream::record(&TraceRecord::ReadStorm(s.clone()))?;
             }
-            output::json_line(&mut out, &TraceRecord::Summary(Box::new(summary)))?;
-            return Ok(());
+        } else {
+            let mut text = Vec::new();
+            summary_text(&mut text, &summary)?;
+            stream::text(&String::from_utf8_lossy(&text))?;
         }
-        summary_text(&mut out, &summary)?;
         self.notes(&summary);
+        if self.args.json {
+            stream::record(&TraceRecord::Summary(Box::new(summary)))?;
+        }
         Ok(())
     }
 
-    /// The notes and warnings after the summary, on stderr.
+    /// The notes and warnings after the summary.
     fn notes(&self, summary: &Summary) {
-        if !self.root_inherited.is_empty() {
-            let fds: Vec<String> = self
-                .root_inherited
-                .iter()
-                .map(|f| format!("{}={}", f.fd, f.target))
-                .collect();
-            crate::diag!(
-                "note: the traced command itself inherited {} fd(s) from fdaudit's caller: {} (every spawn that does not close them leaks them too)",
-                fds.len(),
-                fds.join(" ")
-            );
-        }
         if self.leaks_only {
-            crate::diag!(
-                "note: --leaks-only: syscalls were not traced, so no close counts or strategies"
+            stream::note(
+                stream::Level::Note,
+                "--leaks-only: syscalls were not traced, so no close counts or strategies",
             );
         } else {
-            crate::diag!(
-                "note: probes cost ~{:.0} ns per counted syscall (close() itself ~{:.0} ns untraced); 'untraced' windows subtract it",
-                self.probe_cost_ns, self.close_cost_ns
+            stream::note(
+                stream::Level::Note,
+                &format!(
+                    "probes cost ~{} ns per counted syscall (close() itself ~{} ns untraced); 'untraced' windows subtract it",
+                    summary.probe_cost_ns, summary.close_cost_ns
+                ),
             );
         }
         summary_warnings(summary);
@@ -460,27 +598,28 @@ fn summary_text(out: &mut impl std::io::Write, summary: &Summary) -> std::io::Re
 
 /// Warnings about data the kernel side could not keep, on stderr.
 fn summary_warnings(summary: &Summary) {
+    let warn = |m: String| stream::note(stream::Level::Warning, &m);
     if summary.lost_records > 0 {
-        crate::diag!(
-            "warning: {} records were lost (ring buffer full): some spawns are missing",
+        warn(format!(
+            "{} records were lost (ring buffer full): some spawns are missing",
             summary.lost_records
-        );
+        ));
     }
     if summary.read_table_full > 0 {
-        crate::diag!(
-            "warning: {} reads were not counted: the per-(process, fd) table ({} entries) was full",
+        warn(format!(
+            "{} reads were not counted: the per-(process, fd) table ({} entries) was full",
             summary.read_table_full,
             fdaudit_common::MAX_READS
-        );
+        ));
     }
     if summary.untracked_forks > 0 {
-        crate::diag!(
-            "warning: {} forks were not traced (traced-process table full)",
+        warn(format!(
+            "{} forks were not traced (traced-process table full)",
             summary.untracked_forks
-        );
+        ));
     }
     for p in &summary.partial {
-        crate::diag!("warning: partial data: {p}");
+        warn(format!("partial data: {p}"));
     }
 }
 
@@ -496,7 +635,10 @@ mod tests {
             pid: 2,
             exec_tid: None,
             exec_path: path.into(),
-            argv: vec![path.into(), "-x".into()],
+            argv: Lossless::new(vec![path.into(), b"-x".to_vec()]),
+            exec_errno: None,
+            exec_error: None,
+            time_ns: 0,
             exec_ok: true,
             exec_attempts: 1,
             window_ns: window,
