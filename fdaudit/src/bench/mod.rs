@@ -22,6 +22,7 @@ use std::process::{Command, Stdio};
 use anyhow::{bail, Context as _};
 use serde::Serialize;
 
+use crate::output::stream::{self, Dest, StdStream};
 use crate::spawner::{CloseMethod, SpawnTime, SpawnerArgs};
 use crate::sys;
 use report::{CellReport, FitReport};
@@ -60,9 +61,12 @@ pub struct BenchArgs {
     /// Spawns per cell in the traced pass (root only; 0 skips it).
     #[arg(long, default_value_t = 3)]
     pub trace_spawns: u64,
-    /// One JSON object per line instead of tables (`"type"`: machine, cell, fit).
+    /// One JSON object per line instead of tables (`"type"`: header, machine, cell, fit).
     #[arg(long)]
     pub json: bool,
+    /// Write the results (text or JSON) to this file instead of stdout.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
     /// Draw per-spawn time against NOFILE into this .svg or .png file (repeatable).
     #[arg(long, value_name = "FILE")]
     pub plot: Vec<PathBuf>,
@@ -79,7 +83,6 @@ pub struct Machine {
     pub kernel: String,
     pub libc: String,
     pub hard_nofile: u64,
-    pub command: String,
     /// The CPU spawners and children were pinned to, if any.
     pub pinned_cpu: Option<usize>,
 }
@@ -108,7 +111,6 @@ impl Machine {
             kernel,
             libc: format!("glibc {}", glibc.to_string_lossy()),
             hard_nofile: hard,
-            command: std::env::args().collect::<Vec<_>>().join(" "),
             pinned_cpu,
         }
     }
@@ -254,6 +256,11 @@ fn median_of(v: &[TracedSpawn], f: impl Fn(&TracedSpawn) -> u64) -> Option<u64> 
 
 /// `fdaudit bench`.
 pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
+    stream::open(
+        Dest::new(args.output.as_deref(), StdStream::Stdout),
+        args.json,
+        "bench",
+    )?;
     if args.n == 0 || args.batch == 0 {
         bail!("-n and --batch must be at least 1");
     }
@@ -274,8 +281,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
     for &nofile in &limits {
         for &k in &open_fds {
             if k < 3 || k + 1 > nofile {
-                crate::diag!(
-                    "note: skipping {k} open fds at NOFILE {nofile} (need 3 ≤ fds < NOFILE)"
+                stream::note(
+                    stream::Level::Note,
+                    &format!("skipping {k} open fds at NOFILE {nofile} (need 3 ≤ fds < NOFILE)"),
                 );
                 continue;
             }
@@ -379,7 +387,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
                 }
                 bar.finish_and_clear();
             }
-            Err(e) => crate::diag!("note: traced columns skipped: {e}"),
+            Err(e) => stream::note(
+                stream::Level::Note,
+                &format!("traced columns skipped: {e}"),
+            ),
         }
     }
 
@@ -418,15 +429,15 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
         Vec::new()
     };
 
-    let mut out = std::io::stdout().lock();
-    let w = |e: std::io::Error| anyhow::Error::new(e).context("failed to write to stdout");
+    let mut out = stream::Out;
+    let w = |e: std::io::Error| anyhow::Error::new(e).context("failed to write the results");
     if args.json {
-        crate::output::json_line(&mut out, &machine).map_err(w)?;
+        stream::record(&machine)?;
         for c in &cells {
-            crate::output::json_line(&mut out, c).map_err(w)?;
+            stream::record(c)?;
         }
         for f in &fits {
-            crate::output::json_line(&mut out, f).map_err(w)?;
+            stream::record(f)?;
         }
     } else {
         writeln!(
@@ -457,7 +468,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
         );
         plot::plot(p, &cells, &fits, &title)
             .with_context(|| format!("failed to draw {}", p.display()))?;
-        crate::diag!("plot written to {}", p.display());
+        stream::note(
+            stream::Level::Note,
+            &format!("plot written to {}", crate::output::text::escape_path(p)),
+        );
     }
     let failed: u64 = cells.iter().map(|c| c.failures).sum();
     let mismatches: Vec<String> = cells
@@ -472,15 +486,18 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
         })
         .collect();
     for m in &mismatches {
-        crate::diag!("trace check failed: {m}");
+        stream::note(stream::Level::Warning, &format!("trace check failed: {m}"));
     }
     if failed > 0 {
-        crate::diag!("warning: {failed} spawns did not exit 0");
+        stream::note(
+            stream::Level::Warning,
+            &format!("{failed} spawns did not exit 0"),
+        );
     }
     Ok(if failed > 0 || !mismatches.is_empty() {
-        1
+        crate::exit::FAILED
     } else {
-        0
+        crate::exit::OK
     })
 }
 

@@ -59,7 +59,8 @@ pub struct CellReport {
     pub failures: u64,
     pub median_ns: u64,
     pub p95_ns: u64,
-    /// This cell's median over close-range's at the same NOFILE and open fds.
+    /// This cell's median over close-range's at the same NOFILE and open fds (2 decimals).
+    #[serde(serialize_with = "crate::output::round2_opt")]
     pub close_range_speedup: Option<f64>,
     /// Medians over the traced spawns (absent when not traced).
     pub close_calls_per_spawn: Option<u64>,
@@ -82,9 +83,11 @@ pub struct FitReport {
     pub kind: &'static str,
     pub strategy: CloseMethod,
     pub open_fds: u64,
-    /// b: nanoseconds per unit of NOFILE.
+    /// b: nanoseconds per unit of NOFILE (3 decimals).
+    #[serde(serialize_with = "crate::output::round3")]
     pub ns_per_fd: f64,
-    /// Half-width of b's 95% confidence interval.
+    /// Half-width of b's 95% confidence interval (3 decimals).
+    #[serde(serialize_with = "crate::output::round3")]
     pub ns_per_fd_ci95: f64,
     /// The model predicting beyond the measured limits is flat (the mean cost): true for
     /// the strategies that make a fixed number of syscalls, false for the loops, which
@@ -92,8 +95,11 @@ pub struct FitReport {
     pub flat: bool,
     /// The data show b > 0 at 95% confidence.
     pub slope_significant: bool,
-    /// a: nanoseconds per spawn at NOFILE 0.
+    /// a: nanoseconds per spawn at NOFILE 0 (whole ns).
+    #[serde(serialize_with = "crate::output::round_ns")]
     pub intercept_ns: f64,
+    /// Coefficient of determination (3 decimals).
+    #[serde(serialize_with = "crate::output::round3")]
     pub r2: f64,
     pub limits_fitted: usize,
     pub predictions: Vec<Prediction>,
@@ -103,6 +109,8 @@ pub struct FitReport {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Prediction {
     pub nofile: u64,
+    /// Fitted ns per spawn (whole ns).
+    #[serde(serialize_with = "crate::output::round_ns")]
     pub ns: f64,
     /// Beyond the NOFILE values measured.
     pub extrapolated: bool,

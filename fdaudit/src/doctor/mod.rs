@@ -11,7 +11,10 @@ use serde::Serialize;
 use crate::{
     btf,
     ebpf::{self, caps},
-    output,
+    output::{
+        self,
+        stream::{self, Dest, StdStream},
+    },
 };
 
 /// Arguments of `fdaudit doctor`.
@@ -20,6 +23,9 @@ pub struct DoctorArgs {
     /// Print one JSON object per check instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Write the checks (text or JSON) to this file instead of stdout.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<std::path::PathBuf>,
 }
 
 /// Outcome of one check.
@@ -54,11 +60,15 @@ fn check(name: impl Into<String>, status: Status, detail: impl Into<String>) -> 
 const TRACEFS: &str = "/sys/kernel/tracing";
 
 pub fn run(args: DoctorArgs) -> Result<u8> {
+    stream::open(
+        Dest::new(args.output.as_deref(), StdStream::Stdout),
+        args.json,
+        "doctor",
+    )?;
     let checks = collect();
-    let mut out = std::io::stdout().lock();
     if args.json {
         for c in &checks {
-            output::json_line(&mut out, c)?;
+            stream::record(c)?;
         }
     } else {
         let mut t = output::table(&["check", "status", "detail"]);
@@ -70,19 +80,19 @@ pub fn run(args: DoctorArgs) -> Result<u8> {
             };
             t.add_row(vec![c.name.as_str(), status, c.detail.as_str()]);
         }
-        use std::io::Write as _;
-        writeln!(out, "{t}")?;
+        stream::text(&format!("{t}\n"))?;
     }
     let failed: Vec<&Check> = checks.iter().filter(|c| c.status == Status::Fail).collect();
     if let Some(first) = failed.first() {
-        crate::diag!(
-            "error: trace cannot work here: {}: {}",
-            first.name,
-            first.detail
-        );
-        return Ok(1);
+        let msg = format!("trace cannot work here: {}: {}", first.name, first.detail);
+        if args.json {
+            stream::note(stream::Level::Warning, &msg);
+        } else {
+            crate::diag!("error: {}", output::escape(&msg));
+        }
+        return Ok(crate::exit::FAILED);
     }
-    Ok(0)
+    Ok(crate::exit::OK)
 }
 
 /// Runs every check, in order.

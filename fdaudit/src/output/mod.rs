@@ -49,6 +49,29 @@ pub fn round(x: f64, digits: i32) -> f64 {
     (x * m).round() / m
 }
 
+/// Serialises an `f64` to 2 decimals (`#[serde(serialize_with = "output::round2")]`).
+pub fn round2<S: serde::Serializer>(x: &f64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(round(*x, 2))
+}
+
+/// Serialises an `f64` to 3 decimals.
+pub fn round3<S: serde::Serializer>(x: &f64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(round(*x, 3))
+}
+
+/// Serialises an `f64` of nanoseconds as a whole number.
+pub fn round_ns<S: serde::Serializer>(x: &f64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_i64(x.round() as i64)
+}
+
+/// Serialises an `Option<f64>` to 2 decimals.
+pub fn round2_opt<S: serde::Serializer>(x: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
+    match x {
+        Some(v) => s.serialize_some(&round(*v, 2)),
+        None => s.serialize_none(),
+    }
+}
+
 /// A duration for people: ns, µs, ms or s with three significant digits.
 pub fn fmt_ns(ns: f64) -> String {
     let (v, unit) = if ns < 1e3 {

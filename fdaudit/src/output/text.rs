@@ -87,6 +87,14 @@ macro_rules! lossless_field {
     };
 }
 
+/// Field names shared by several records (same concept, same name everywhere).
+pub mod fields {
+    crate::lossless_field!(Target, "target");
+    crate::lossless_field!(Comm, "comm");
+    crate::lossless_field!(Local, "local");
+    crate::lossless_field!(Remote, "remote");
+}
+
 /// Bytes (or a list of byte strings) that serialise losslessly: used with
 /// `#[serde(flatten)]`, it writes `"<name>": <lossy string>` and, only when the bytes are
 /// not UTF-8, `"<name>_b64": <base64>` (for a list, every element encoded, so the arrays

@@ -2,7 +2,10 @@
 
 use serde::Serialize;
 
-use crate::fdkind::FdKind;
+use crate::{
+    fdkind::FdKind,
+    output::text::{fields, Lossless},
+};
 
 /// How bad a finding is; `--fail-on` takes one of these.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, clap::ValueEnum)]
@@ -45,7 +48,8 @@ pub struct Finding {
     #[serde(rename = "type")]
     pub ty: &'static str,
     pub pid: u32,
-    pub comm: String,
+    #[serde(flatten)]
+    pub comm: Lossless<Vec<u8>, fields::Comm>,
     /// `null` for findings about the whole process (limits).
     pub fd: Option<u32>,
     pub severity: Severity,
@@ -59,7 +63,7 @@ pub struct Finding {
 impl Finding {
     pub fn new(
         pid: u32,
-        comm: &str,
+        comm: &[u8],
         fd: Option<u32>,
         severity: Severity,
         kind: FindingKind,
@@ -69,7 +73,7 @@ impl Finding {
         Finding {
             ty: "finding",
             pid,
-            comm: comm.to_owned(),
+            comm: Lossless::new(comm.to_vec()),
             fd,
             severity,
             kind,
@@ -136,7 +140,8 @@ pub fn looks_secret(path: &[u8]) -> bool {
 pub struct FdFacts<'a> {
     pub fd: u32,
     pub kind: FdKind,
-    /// The link target, escaped for printing.
+    /// The link target (lossy UTF-8: reasons carry real characters; people get them
+    /// escaped when printed).
     pub target: &'a str,
     pub raw_target: &'a [u8],
     pub writable: bool,
@@ -196,7 +201,16 @@ pub fn inheritable(f: &FdFacts<'_>) -> (Severity, u8, String) {
     }
 }
 
-/// Severity of a NOFILE soft limit given the measured per-close() cost; `None` when cheap.
+/// The cost model's price of one close() of an unopened fd in a close-to-limit loop, ns.
+///
+/// Fixed so that `--fail-on` gives the same answer under any load: a figure measured at run
+/// time varied 5x on a busy machine. 250 ns sits between the published SBCL figure (11.63 s
+/// for 100 spawns at NOFILE 524288: 222 ns per fd) and `fdaudit bench`'s close-loop fit on
+/// a 2-vCPU VM with kernel 6.18 (292 ns per fd, README). `--close-cost-ns` overrides it.
+pub const DEFAULT_CLOSE_COST_NS: u64 = 250;
+
+/// Severity of a NOFILE soft limit at `close_ns` per close() (the cost model); `None` when
+/// cheap.
 pub fn nofile(soft: u64, close_ns: f64) -> Option<(Severity, String)> {
     let cost_ms = soft as f64 * close_ns / 1e6;
     let sev = if cost_ms >= 10.0 || soft >= 1 << 20 {

@@ -12,18 +12,20 @@ pub mod scanner;
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::io::{self, Write};
-use std::path::PathBuf;
-use std::time::Instant;
+use std::path::{Path, PathBuf};
 
-use anyhow::Context as _;
+use anyhow::{bail, Context as _};
 use serde::Serialize;
 
-use crate::output::{escape_bytes, json_line, table};
-pub use findings::{Finding, Severity};
+use crate::exit;
+use crate::output::{
+    escape, escape_bytes, json_line,
+    stream::{self, Dest, StdStream},
+    table,
+    text::{fields, Lossless},
+};
+pub use findings::{Finding, Severity, DEFAULT_CLOSE_COST_NS};
 pub use scanner::{scan, ScanOptions, FdRecord, Outcome, ProcReport, ScanTotals};
-
-/// Exit status when `--fail-on` finds a finding at or above its severity.
-pub const EXIT_FINDINGS: u8 = 1;
 
 /// Arguments of `fdaudit scan`.
 #[derive(Debug, clap::Args)]
@@ -43,18 +45,23 @@ pub struct ScanArgs {
     /// Print only the findings.
     #[arg(long)]
     pub only_findings: bool,
-    /// One JSON object per line: "process", "finding" and a final "summary" object.
+    /// One JSON object per line: "header", "process", "finding" and a final "summary".
     #[arg(long)]
     pub json: bool,
-    /// Exit with status 1 when a finding at or above this severity exists (for CI).
+    /// Write the output (text or JSON) to this file instead of stdout.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Exit with status 3 when a finding at or above this severity exists (for CI).
     #[arg(long, value_enum, value_name = "SEVERITY")]
     pub fail_on: Option<Severity>,
     /// Order of the processes (anything but pid buffers the whole output).
     #[arg(long, value_enum, default_value_t = SortKey::Pid)]
     pub sort: SortKey,
-    /// Use this per-close() cost in nanoseconds instead of measuring it at start.
-    #[arg(long, value_name = "NS")]
-    pub close_cost_ns: Option<f64>,
+    /// The cost model's price of one close() in a close-to-limit loop, in ns: NOFILE
+    /// findings are rated from it, never from a timing taken during the run.
+    #[arg(long, value_name = "NS", default_value_t = DEFAULT_CLOSE_COST_NS,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub close_cost_ns: u64,
     /// Worker threads [default: available CPUs, at most 8].
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
@@ -75,34 +82,57 @@ pub enum SortKey {
     Severity,
 }
 
-/// Measures what one close() of an unopened fd below the soft limit costs, in ns: the
-/// price of each iteration of a close-to-limit loop on this machine.
-pub fn measure_close_ns() -> f64 {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: lim is a valid out-pointer.
-    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
-    let top = (lim.rlim_cur.min(1 << 20) as i32).max(64);
-    // An fd number below the limit that is not open (F_GETFD says EBADF).
-    // SAFETY: fcntl(F_GETFD) only queries.
-    let fd = (3..top)
-        .rev()
-        .find(|&fd| unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1)
-        .unwrap_or(top - 1);
-    // 2 x 10,000 calls, best round: a few ms, and robust to one preempted round.
-    const N: u32 = 10_000;
-    let mut best = f64::MAX;
-    for _ in 0..2 {
-        let t = Instant::now();
-        for _ in 0..N {
-            // SAFETY: fd is not open; close() fails with EBADF and changes nothing.
-            unsafe { libc::close(fd) };
+/// Whether `root` looks like a procfs: a mounted proc filesystem, or (a fixture or a copy)
+/// a directory with at least one numeric entry that has a `status` file.
+pub fn looks_like_procfs(root: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt as _;
+    const PROC_SUPER_MAGIC: i64 = 0x9fa0;
+    if let Ok(c) = CString::new(root.as_os_str().as_bytes()) {
+        let mut sfs = std::mem::MaybeUninit::<libc::statfs>::uninit();
+        // SAFETY: c is a valid path and sfs valid storage; read only on success.
+        if unsafe { libc::statfs(c.as_ptr(), sfs.as_mut_ptr()) } == 0
+            && unsafe { sfs.assume_init() }.f_type == PROC_SUPER_MAGIC
+        {
+            return true;
         }
-        best = best.min(t.elapsed().as_nanos() as f64 / f64::from(N));
     }
-    best
+    std::fs::read_dir(root).is_ok_and(|d| {
+        d.filter_map(Result::ok).any(|e| {
+            e.file_name().as_bytes().iter().all(u8::is_ascii_digit)
+                && e.path().join("status").is_file()
+        })
+    })
+}
+
+/// Checks the input before scanning: the root is a procfs, and every `-p` process exists
+/// and has readable fds. Each failure is one error (exit 2), not a silent "no findings".
+fn check_input(args: &ScanArgs) -> anyhow::Result<()> {
+    let root = &args.procfs_root;
+    let shown = scanner::display_root(root);
+    if !root.is_dir() {
+        bail!("{shown} is not a directory: give a procfs root such as /proc");
+    }
+    if !looks_like_procfs(root) {
+        bail!("{shown} is not a procfs (no process directories in it): give /proc or a copy of one");
+    }
+    for &pid in &args.pids {
+        let dir = root.join(pid.to_string());
+        if !dir.join("status").exists() {
+            bail!("no process with PID {pid} in {shown}: check it with `ps -p {pid}`");
+        }
+        if let Err(e) = std::fs::read_dir(dir.join("fd")) {
+            if e.kind() == std::io::ErrorKind::PermissionDenied {
+                bail!(
+                    "cannot read the fds of PID {pid} with these privileges: run fdaudit as its user or as root"
+                );
+            }
+            if e.kind() == std::io::ErrorKind::NotFound {
+                bail!("no process with PID {pid} in {shown} (it has exited)");
+            }
+            return Err(e).with_context(|| format!("failed to read the fds of PID {pid}"));
+        }
+    }
+    Ok(())
 }
 
 fn uid_of(user: &str) -> anyhow::Result<u32> {
@@ -152,7 +182,7 @@ impl Users {
                 }
                 // SAFETY: res non-null: pw filled, pw_name points into buf.
                 let name = unsafe { std::ffi::CStr::from_ptr(pw.assume_init().pw_name) };
-                escape_bytes(name.to_bytes())
+                name.to_string_lossy().into_owned()
             })
             .clone()
     }
@@ -165,7 +195,8 @@ struct ProcessJson<'a> {
     ty: &'static str,
     pid: u32,
     ppid: Option<u32>,
-    comm: &'a str,
+    #[serde(flatten)]
+    comm: Lossless<Vec<u8>, fields::Comm>,
     uid: Option<u32>,
     user: &'a str,
     nofile_soft: Option<u64>,
@@ -180,12 +211,22 @@ struct ProcessJson<'a> {
 struct SummaryJson<'a> {
     #[serde(rename = "type")]
     ty: &'static str,
-    procfs_root: String,
+    #[serde(flatten)]
+    procfs_root: Lossless<Vec<u8>, RootField>,
     #[serde(flatten)]
     totals: &'a ScanTotals,
-    close_ns: f64,
+    /// The cost model's ns per close() that NOFILE findings were rated with.
+    close_cost_ns: u64,
     findings: usize,
+    /// The worst finding's severity, if any.
+    worst: Option<Severity>,
+    /// `--fail-on`, if given.
+    fail_on: Option<Severity>,
+    /// fdaudit's exit status: 3 when `--fail-on` was met, else 0.
+    exit_code: u8,
 }
+
+crate::lossless_field!(RootField, "procfs_root");
 
 /// One process as the writer thread receives it.
 struct Rendered {
@@ -264,8 +305,14 @@ fn limit_text(v: Option<Option<u64>>) -> String {
 }
 
 pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
+    stream::open(
+        Dest::new(args.output.as_deref(), StdStream::Stdout),
+        args.json,
+        "scan",
+    )?;
+    check_input(&args)?;
     let uid = args.user.as_deref().map(uid_of).transpose()?;
-    let close_ns = args.close_cost_ns.unwrap_or_else(measure_close_ns);
+    let close_ns = args.close_cost_ns as f64;
     let threads = args.threads.unwrap_or_else(|| {
         std::thread::available_parallelism()
             .map_or(2, |n| n.get())
@@ -300,7 +347,7 @@ pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
                     ty: "process",
                     pid: r.pid,
                     ppid: r.ppid,
-                    comm: &r.comm,
+                    comm: Lossless::new(r.comm.clone()),
                     uid: r.uid,
                     user: &user,
                     nofile_soft: r.nofile.and_then(|l| l.soft),
@@ -323,9 +370,9 @@ pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
                         (Some(fam), Some(p)) => format!("{} {fam}/{p}", f.kind),
                         _ => f.kind.to_string(),
                     };
-                    let mut addr = f.local.clone().unwrap_or_default();
+                    let mut addr = f.local.as_ref().map(|l| l.escaped()).unwrap_or_default();
                     if let Some(rem) = &f.remote {
-                        addr = format!("{addr} -> {rem}");
+                        addr = format!("{addr} -> {}", rem.escaped());
                     }
                     if f.listening {
                         addr.push_str(" (listening)");
@@ -333,7 +380,7 @@ pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
                     t.add_row(vec![
                         f.fd.to_string(),
                         kind,
-                        f.target.clone(),
+                        f.target.escaped(),
                         f.mode.unwrap_or("?").to_owned(),
                         f.cloexec
                             .map_or("?", |c| if c { "yes" } else { "NO" })
@@ -344,14 +391,17 @@ pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
                 let _ = writeln!(
                     bytes,
                     "pid {} ({}) user {}: {} fds",
-                    r.pid, r.comm, user, r.fd_count
+                    r.pid,
+                    escape_bytes(&r.comm),
+                    escape(&user),
+                    r.fd_count
                 );
                 let _ = writeln!(bytes, "{t}\n");
             }
             row = Some(vec![
                 r.pid.to_string(),
-                r.comm.clone(),
-                user,
+                escape_bytes(&r.comm),
+                escape(&user),
                 limit_text(r.nofile.map(|l| l.soft)),
                 limit_text(r.nofile.map(|l| l.hard)),
                 r.fd_count.to_string(),
@@ -371,8 +421,7 @@ pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
         }
     };
 
-    let stdout = io::stdout();
-    let mut out = io::BufWriter::with_capacity(256 * 1024, stdout);
+    let mut out = io::BufWriter::with_capacity(256 * 1024, stream::Out);
     let mut write_err: Option<io::Error> = None;
     let mut buffered: Vec<Rendered> = Vec::new();
     let mut rows: Vec<((u64, u32), Vec<String>)> = Vec::new();
@@ -433,6 +482,41 @@ pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
     }
     n_findings += outcome.shared.len();
 
+    // Decided before the summary is written, so the summary can say it. A `-p` process that
+    // exited or turned unreadable during the scan is an error, as it is before it.
+    let exit_code = match (args.fail_on, worst) {
+        (Some(min), Some(w)) if w >= min => exit::POLICY,
+        _ => exit::OK,
+    };
+    let lost_pid = outcome
+        .missing
+        .first()
+        .map(|p| format!("no process with PID {p}: it exited during the scan"))
+        .or_else(|| {
+            outcome.unreadable_pids.first().map(|p| {
+                format!(
+                    "cannot read the fds of PID {p} with these privileges: run fdaudit as its user or as root"
+                )
+            })
+        });
+    let t = &outcome.totals;
+    let mut notes = vec![format!(
+        "scan: {} processes, {} fds, {} findings; {} processes not readable (permissions), {} vanished, {} fds vanished; NOFILE rated at {} ns per close() (cost model; --close-cost-ns to change)",
+        t.processes,
+        t.fds,
+        n_findings,
+        t.unreadable,
+        t.vanished,
+        t.vanished_fds,
+        args.close_cost_ns,
+    )];
+    if t.kcmp_refused > 0 {
+        notes.push(format!(
+            "scan: {} parent/child pairs not compared (kcmp not permitted)",
+            t.kcmp_refused
+        ));
+    }
+
     let res: io::Result<()> = (|| {
         if let Some(e) = write_err.take() {
             return Err(e);
@@ -441,14 +525,27 @@ pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
             for f in &outcome.shared {
                 json_line(&mut out, f)?;
             }
+            out.flush()?;
+            for n in &notes {
+                stream::note(stream::Level::Note, n);
+            }
             json_line(
                 &mut out,
                 &SummaryJson {
                     ty: "summary",
-                    procfs_root: scanner::display_root(&cfg.root),
+                    procfs_root: Lossless::new(
+                        cfg.root.as_os_str().as_encoded_bytes().to_vec(),
+                    ),
                     totals: &outcome.totals,
-                    close_ns,
+                    close_cost_ns: args.close_cost_ns,
                     findings: n_findings,
+                    worst,
+                    fail_on: args.fail_on,
+                    exit_code: if lost_pid.is_some() {
+                        exit::ERROR
+                    } else {
+                        exit_code
+                    },
                 },
             )?;
         } else {
@@ -483,9 +580,9 @@ pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
                     t.add_row(vec![
                         f.severity.as_str().to_owned(),
                         f.pid.to_string(),
-                        f.comm.clone(),
+                        f.comm.escaped(),
                         f.fd.map_or("-".into(), |fd| fd.to_string()),
-                        f.reason.clone(),
+                        escape(&f.reason),
                     ]);
                 }
                 writeln!(out, "{t}")?;
@@ -493,40 +590,22 @@ pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
         }
         out.flush()
     })();
-    match res {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {}
-        Err(e) => return Err(e).context("failed to write the scan output"),
+    res.map_err(|e| {
+        let to = args
+            .output
+            .as_deref()
+            .map_or_else(|| "stdout".to_owned(), crate::output::text::escape_path);
+        anyhow::Error::new(e).context(format!("failed to write the scan output to {to}"))
+    })?;
+    if !json {
+        for n in &notes {
+            crate::diag!("{}", escape(n));
+        }
     }
-
-    let t = &outcome.totals;
-    for pid in &outcome.missing {
-        crate::diag!("scan: pid {pid}: no such process");
+    if let Some(msg) = lost_pid {
+        bail!(msg);
     }
-    for pid in &outcome.unreadable_pids {
-        crate::diag!("scan: pid {pid}: fds not readable with these privileges");
-    }
-    crate::diag!(
-        "scan: {} processes, {} fds, {} findings; {} processes not readable (permissions), {} vanished, {} fds vanished; close() cost {:.0} ns ({})",
-        t.processes,
-        t.fds,
-        n_findings,
-        t.unreadable,
-        t.vanished,
-        t.vanished_fds,
-        close_ns,
-        if args.close_cost_ns.is_some() { "given" } else { "measured at start" }
-    );
-    if t.kcmp_refused > 0 {
-        crate::diag!(
-            "scan: {} parent/child pairs not compared (kcmp not permitted)",
-            t.kcmp_refused
-        );
-    }
-    Ok(match (args.fail_on, worst) {
-        (Some(min), Some(w)) if w >= min => EXIT_FINDINGS,
-        _ => 0,
-    })
+    Ok(exit_code)
 }
 
 #[cfg(test)]

@@ -17,10 +17,19 @@ pub enum Addr {
 }
 
 impl Addr {
+    /// For people: a unix path escaped.
     pub fn render(&self) -> String {
         match self {
             Addr::Inet(a) => a.to_string(),
             Addr::Unix(p) => crate::output::escape_bytes(p),
+        }
+    }
+
+    /// The exact bytes (for JSON).
+    pub fn bytes(&self) -> Vec<u8> {
+        match self {
+            Addr::Inet(a) => a.to_string().into_bytes(),
+            Addr::Unix(p) => p.to_vec(),
         }
     }
 }

@@ -17,7 +17,10 @@ use super::findings::{self, FdFacts, Finding, FindingKind, Severity};
 use super::net::{NetTables, SockInfo};
 use super::parse::{self, NofileLimits, ProcStatus};
 use crate::fdkind::FdKind;
-use crate::output::escape_bytes;
+use crate::output::{
+    escape_bytes,
+    text::{fields, Lossless},
+};
 use crate::procfs_util::at::{self, raw, NumName};
 
 /// Errors that stop a scan before it starts (everything later is skipped and counted).
@@ -64,19 +67,22 @@ pub struct FdRecord {
     /// Socket address family ("inet", "inet6", "unix", "netlink", ...).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub family: Option<&'static str>,
-    /// Socket protocol ("tcp", "udp", "stream", "dgram", ...).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// Socket protocol ("tcp", "udp", "stream", "dgram", ...); `protocol` in JSON, as in
+    /// `trace`.
+    #[serde(skip_serializing_if = "Option::is_none", rename = "protocol")]
     pub proto: Option<String>,
-    /// The link target, control characters escaped.
-    pub target: String,
+    /// The link target: exact bytes.
+    #[serde(flatten)]
+    pub target: Lossless<Vec<u8>, fields::Target>,
     /// Access mode: "r", "w", "rw", "path"; `null` when fdinfo was unreadable.
+    #[serde(rename = "access")]
     pub mode: Option<&'static str>,
     /// From fdinfo `flags`; `null` when fdinfo was unreadable or malformed.
     pub cloexec: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub local: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub remote: Option<String>,
+    #[serde(flatten)]
+    pub local: Option<Lossless<Vec<u8>, fields::Local>>,
+    #[serde(flatten)]
+    pub remote: Option<Lossless<Vec<u8>, fields::Remote>>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub listening: bool,
 }
@@ -86,7 +92,8 @@ pub struct FdRecord {
 pub struct ProcReport {
     pub pid: u32,
     pub ppid: Option<u32>,
-    pub comm: String,
+    /// The exact bytes of the process name.
+    pub comm: Vec<u8>,
     pub uid: Option<u32>,
     pub nofile: Option<NofileLimits>,
     /// Open fds seen (vanished ones not counted).
@@ -433,7 +440,7 @@ impl Scanner<'_> {
             Err(e) if is_vanished(&e) => return Err(Skip::Vanished),
             Err(_) => None,
         };
-        let comm = escape_bytes(h.status.name.as_deref().unwrap_or(b"?"));
+        let comm = h.status.name.as_deref().unwrap_or(b"?").to_vec();
         let mut rep = ProcReport {
             pid,
             ppid: h.status.ppid,
@@ -539,13 +546,19 @@ impl Scanner<'_> {
             }
             if let Some(r) = record {
                 if inheritable && fd >= 3 {
+                    let target_text = r.target.lossy();
+                    let listen_text = r.listening.then(|| {
+                        r.local
+                            .as_ref()
+                            .map_or_else(|| target_text.clone(), |l| l.lossy())
+                    });
                     let facts = FdFacts {
                         fd,
                         kind: r.kind,
-                        target: &r.target,
-                        raw_target: r.target.as_bytes(),
+                        target: &target_text,
+                        raw_target: &r.target,
                         writable: info.is_some_and(|i| i.writable()),
-                        listening: r.listening.then(|| r.local.as_deref().unwrap_or(&r.target)),
+                        listening: listen_text.as_deref(),
                         proto: r.proto.as_deref(),
                     };
                     let (sev, rank, reason) = findings::inheritable(&facts);
@@ -659,7 +672,7 @@ impl Scanner<'_> {
             kind,
             family: None,
             proto: None,
-            target: escape_target(target),
+            target: Lossless::new(target.to_vec()),
             mode: info.map(|i| i.access()),
             cloexec: info.map(|i| i.cloexec()),
             local: None,
@@ -670,8 +683,8 @@ impl Scanner<'_> {
             Some(SockRef::Table(si)) => {
                 r.family = Some(si.family);
                 r.proto = Some(si.proto.to_owned());
-                r.local = si.local.as_ref().map(|a| a.render());
-                r.remote = si.remote.as_ref().map(|a| a.render());
+                r.local = si.local.as_ref().map(|a| Lossless::new(a.bytes()));
+                r.remote = si.remote.as_ref().map(|a| Lossless::new(a.bytes()));
                 r.listening = si.listening;
             }
             Some(SockRef::Proto(p)) => {
@@ -717,15 +730,19 @@ impl Scanner<'_> {
         Some(keys)
     }
 
-    fn comm_of(&self, pid: u32, headers: &HashMap<u32, &Header>) -> String {
+    fn comm_of(&self, pid: u32, headers: &HashMap<u32, &Header>) -> Vec<u8> {
         if let Some(h) = headers.get(&pid) {
-            return escape_bytes(h.status.name.as_deref().unwrap_or(b"?"));
+            return h.status.name.as_deref().unwrap_or(b"?").to_vec();
         }
         let mut buf = Vec::new();
         let path = CString::new(format!("{pid}/status")).expect("no NUL in a number");
         match at::read_file_at(raw(&self.root), &path, &mut buf) {
-            Ok(()) => escape_bytes(parse::parse_status(&buf).name.as_deref().unwrap_or(b"?")),
-            Err(_) => "?".into(),
+            Ok(()) => parse::parse_status(&buf)
+                .name
+                .as_deref()
+                .unwrap_or(b"?")
+                .to_vec(),
+            Err(_) => b"?".to_vec(),
         }
     }
 
@@ -821,8 +838,10 @@ impl Scanner<'_> {
                         FindingKind::SharedDescription,
                         6,
                         format!(
-                            "fd {} {how} fd {} of parent {parent} ({pc}): inherited",
-                            c.fd, p.fd
+                            "fd {} {how} fd {} of parent {parent} ({}): inherited",
+                            c.fd,
+                            p.fd,
+                            String::from_utf8_lossy(&pc)
                         ),
                     ));
                     continue 'fds;
@@ -836,15 +855,6 @@ impl Scanner<'_> {
 enum SockRef<'a> {
     Table(&'a SockInfo),
     Proto(String),
-}
-
-/// `escape_bytes`, with a fast path for the common all-printable-ASCII target.
-fn escape_target(t: &[u8]) -> String {
-    if t.iter().all(|&b| (0x20..0x7f).contains(&b)) {
-        // All printable ASCII: valid UTF-8, nothing to escape.
-        return String::from_utf8(t.to_vec()).expect("ASCII is UTF-8");
-    }
-    escape_bytes(t)
 }
 
 /// The procfs root as given, for messages.

@@ -13,6 +13,15 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// Bytes the fixtures hold as UTF-8, as a string.
+fn u(b: &[u8]) -> &str {
+    std::str::from_utf8(b).expect("fixture text is UTF-8")
+}
+
+fn opt<F>(l: &Option<crate::output::text::Lossless<Vec<u8>, F>>) -> Option<&str> {
+    l.as_ref().map(|l| u(l))
+}
+
 fn run(cfg: ScanOptions) -> (Vec<ProcReport>, Outcome) {
     let mut reports = Vec::new();
     let outcome = scan(&cfg, |r| r, |r| reports.push(r)).expect("fixture scan failed");
@@ -54,7 +63,7 @@ fn basic_tree_processes_in_pid_order() {
 fn basic_tree_fds_exactly() {
     let (reports, _) = run(basic(true, 2));
     let server = &reports[0];
-    assert_eq!(server.comm, "server");
+    assert_eq!(server.comm, b"server");
     assert_eq!(server.ppid, Some(1));
     assert_eq!(server.uid, Some(0));
     let lim = server.nofile.expect("limits parsed");
@@ -67,7 +76,7 @@ fn basic_tree_fds_exactly() {
     let got: Vec<Row> = server
         .fds
         .iter()
-        .map(|f| (f.fd, f.kind, f.target.as_str(), f.mode, f.cloexec))
+        .map(|f| (f.fd, f.kind, u(&f.target), f.mode, f.cloexec))
         .collect();
     assert_eq!(
         got,
@@ -115,7 +124,7 @@ fn basic_tree_fds_exactly() {
         (Some("inet"), Some("tcp"))
     );
     assert_eq!(
-        (s3.local.as_deref(), s3.remote.as_deref(), s3.listening),
+        (opt(&s3.local), opt(&s3.remote), s3.listening),
         (Some("127.0.0.1:8080"), None, true)
     );
     let s7 = &server.fds[7];
@@ -123,14 +132,14 @@ fn basic_tree_fds_exactly() {
         (
             s7.family,
             s7.proto.as_deref(),
-            s7.local.as_deref(),
+            opt(&s7.local),
             s7.listening
         ),
         (Some("unix"), Some("stream"), Some("@app"), true)
     );
     let s10 = &server.fds[10];
     assert_eq!(
-        (s10.local.as_deref(), s10.remote.as_deref(), s10.listening),
+        (opt(&s10.local), opt(&s10.remote), s10.listening),
         (Some("127.0.0.1:40000"), Some("127.0.0.1:8080"), false)
     );
 }
@@ -140,7 +149,7 @@ fn malformed_truncated_and_vanished_entries() {
     let (reports, _) = run(basic(true, 1));
     let worker = &reports[1];
     assert_eq!(
-        (worker.pid, worker.comm.as_str(), worker.uid),
+        (worker.pid, u(&worker.comm), worker.uid),
         (200, "worker", Some(65534))
     );
     let fds: Vec<u32> = worker.fds.iter().map(|f| f.fd).collect();
@@ -150,8 +159,8 @@ fn malformed_truncated_and_vanished_entries() {
     assert_eq!(worker.unknown_fds, 2);
     let f6 = &worker.fds[5];
     assert_eq!(
-        (f6.target.as_str(), f6.cloexec, f6.mode),
-        ("/tmp/odd\\nname", None, None)
+        (u(&f6.target), f6.cloexec, f6.mode),
+        ("/tmp/odd\nname", None, None)
     );
     let f7 = &worker.fds[6];
     assert_eq!(
@@ -166,7 +175,7 @@ fn malformed_truncated_and_vanished_entries() {
     // Truncated status and limits: reported, with what could be parsed.
     let bro = &reports[2];
     assert_eq!(
-        (bro.pid, bro.comm.as_str(), bro.ppid, bro.uid, bro.nofile),
+        (bro.pid, u(&bro.comm), bro.ppid, bro.uid, bro.nofile),
         (400, "bro", None, None, None)
     );
     assert_eq!((bro.fd_count, bro.max_fd), (0, None));
@@ -255,7 +264,7 @@ fn human_output_groups_many_alike_findings() {
     let f = |fd: u32, sev: Severity, rank: u8| {
         Finding::new(
             7,
-            "x",
+            b"x",
             Some(fd),
             sev,
             FindingKind::InheritableFd,
@@ -267,7 +276,7 @@ fn human_output_groups_many_alike_findings() {
     v.extend((30..33).map(|fd| f(fd, Severity::High, 1)));
     v.push(Finding::new(
         7,
-        "x",
+        b"x",
         None,
         Severity::Medium,
         FindingKind::NofileLimit,
