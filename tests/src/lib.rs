@@ -1,6 +1,9 @@
 //! Shared helpers for fdaudit's integration tests.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use serde_json::Value;
 
 /// A binary built into the same target directory as the running test (`fdaudit`, fixtures).
 /// `cargo test --workspace` builds every bin of the workspace before running tests.
@@ -103,4 +106,86 @@ pub fn listen_loopback(backlog: libc::c_int) -> (libc::c_int, u16) {
         );
         (sock, u16::from_be(bound.sin_port))
     }
+}
+
+/// The JSON Schema every record fdaudit writes must satisfy (docs/fdaudit.schema.json).
+pub fn schema() -> &'static jsonschema::Validator {
+    static V: OnceLock<jsonschema::Validator> = OnceLock::new();
+    V.get_or_init(|| {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/fdaudit.schema.json");
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("failed to read {}: {e}", path.display()));
+        let schema: Value = serde_json::from_str(&text).expect("the schema is JSON");
+        jsonschema::validator_for(&schema)
+            .unwrap_or_else(|e| panic!("{} is not a valid JSON Schema: {e}", path.display()))
+    })
+}
+
+/// Checks one record against the schema, and that its numbers carry no float noise
+/// (at most 3 decimals: `104.534`, never `104.53425000000001`).
+pub fn check_record(v: &Value) {
+    let errors: Vec<String> = schema()
+        .iter_errors(v)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "record does not match docs/fdaudit.schema.json:\n{v}\n{}",
+        errors.join("\n")
+    );
+    fn no_noise(v: &Value, line: &Value) {
+        match v {
+            Value::Number(n) if n.is_f64() => {
+                let x = n.as_f64().expect("f64");
+                assert!(
+                    ((x * 1000.0).round() / 1000.0 - x).abs() == 0.0,
+                    "float noise ({x}) in {line}"
+                );
+            }
+            Value::Array(a) => a.iter().for_each(|x| no_noise(x, line)),
+            Value::Object(o) => o.values().for_each(|x| no_noise(x, line)),
+            _ => {}
+        }
+    }
+    no_noise(v, v);
+}
+
+/// Every line of a JSON records stream, parsed and checked against the schema: each is an
+/// object with a "type", the first is the header. Panics naming the line otherwise.
+pub fn records(text: &str) -> Vec<Value> {
+    let out: Vec<Value> = text
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l)
+                .unwrap_or_else(|e| panic!("a line of the stream is not JSON ({e}): {l:?}\n{text}"));
+            check_record(&v);
+            v
+        })
+        .collect();
+    assert_eq!(
+        out.first().map(|h| h["type"].clone()),
+        Some(Value::from("header")),
+        "the first record is the header:\n{text}"
+    );
+    out
+}
+
+/// The records of a given type.
+pub fn of_type<'a>(records: &'a [Value], ty: &str) -> Vec<&'a Value> {
+    records.iter().filter(|r| r["type"] == ty).collect()
+}
+
+/// A fresh path in the temporary directory for this test process (`-o` files).
+pub fn temp_path(name: &str) -> PathBuf {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    std::env::temp_dir().join(format!("fdaudit-test-{}-{n}-{name}", std::process::id()))
+}
+
+/// Decodes a base64 `_b64` field.
+pub fn b64(s: &str) -> Vec<u8> {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD
+        .decode(s)
+        .unwrap_or_else(|e| panic!("bad base64 {s:?}: {e}"))
 }
