@@ -8,8 +8,13 @@ use fdaudit::{
     output::{is_broken_pipe, stream},
 };
 
+/// Runs before the Rust runtime, which fills closed fds 0-2 with /dev/null: see
+/// [`stream::probe_std_fds`].
+#[used]
+#[unsafe(link_section = ".init_array")]
+static PROBE_STD_FDS: extern "C" fn() = stream::probe_std_fds;
+
 fn main() -> ExitCode {
-    // Before anything is opened: a closed stdout must not be reused by a file fdaudit opens.
     stream::guard_std_fds();
     let cli = Cli::parse();
     match fdaudit::cli::run(cli).and_then(|code| stream::finish().map(|()| code)) {

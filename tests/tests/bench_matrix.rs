@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use fdaudit_tests::{fdaudit, require_root};
+use fdaudit_tests::{fdaudit, records, require_root};
 use serde_json::Value;
 
 /// Runs `fdaudit bench --json` on the 3 limits × 2 open-fd counts × 3 strategies matrix.
@@ -32,11 +32,7 @@ fn bench(extra: &[&str]) -> Vec<Value> {
         "bench failed: {}\nstderr: {stderr}",
         out.status
     );
-    String::from_utf8(out.stdout)
-        .expect("utf-8 output")
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l:?}: {e}")))
-        .collect()
+    records(&String::from_utf8(out.stdout).expect("utf-8 output"))
 }
 
 /// The traced columns of a cell: the median per spawn of each counter.
@@ -82,12 +78,10 @@ fn small_matrix_reports_every_cell() {
         out.status
     );
     let stdout = String::from_utf8(out.stdout).expect("utf-8 output");
-    let objs: Vec<serde_json::Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l:?}: {e}")))
-        .collect();
-    let machine = objs.first().expect("a machine line");
-    assert_eq!(machine["type"], "machine", "first line names the machine");
+    let objs = records(&stdout);
+    assert_eq!(objs[0]["command"], "bench");
+    let machine = &objs[1];
+    assert_eq!(machine["type"], "machine", "after the header, the machine");
     assert!(
         machine["kernel"]
             .as_str()

@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use fdaudit_tests::{fdaudit, require_root};
+use fdaudit_tests::{fdaudit, records, require_root};
 
 #[test]
 #[ignore = "needs root and BTF"]
@@ -19,9 +19,9 @@ fn root_loads_and_attaches_every_program() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let checks: Vec<serde_json::Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
+    let checks: Vec<serde_json::Value> = records(&stdout)
+        .into_iter()
+        .filter(|r| r["type"] == "check")
         .collect();
     for prog in [
         "sched_process_fork",

@@ -3,7 +3,7 @@
 
 use std::process::{Command, Stdio};
 
-use fdaudit_tests::{fdaudit, require_root};
+use fdaudit_tests::{fdaudit, records, require_root, temp_path};
 use serde_json::Value;
 
 const ENV: [&str; 4] = [
@@ -15,8 +15,11 @@ const ENV: [&str; 4] = [
 const LOOP: &str = "printenv; seq 1 300 | while read l; do :; done";
 
 fn storms(cmd: &[&str]) -> Vec<Value> {
+    let file = temp_path("reads.jsonl");
     let out = Command::new(fdaudit())
-        .args(["trace", "--reads", "--json", "--"])
+        .args(["trace", "--reads", "--json", "-o"])
+        .arg(&file)
+        .arg("--")
         .args(cmd)
         .stdin(Stdio::null())
         .output()
@@ -26,10 +29,11 @@ fn storms(cmd: &[&str]) -> Vec<Value> {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.starts_with("{\"type\":\"read_storm\""))
-        .map(|l| serde_json::from_str(l).expect("JSON"))
+    let text = std::fs::read_to_string(&file).expect("the -o file");
+    let _ = std::fs::remove_file(&file);
+    records(&text)
+        .into_iter()
+        .filter(|r| r["type"] == "read_storm")
         .collect()
 }
 

@@ -6,7 +6,7 @@ use std::io::{BufRead as _, BufReader, Write as _};
 use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;
 
-use fdaudit_tests::{fdaudit, is_root, target_bin};
+use fdaudit_tests::{fdaudit, is_root, records, target_bin, temp_path};
 use serde_json::Value;
 
 /// The tests load programs and time syscalls: one at a time.
@@ -22,24 +22,35 @@ fn guard() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Runs `fdaudit trace --json [extra] -- cmd...`; returns (spawn objects, summary, output).
-fn trace(extra: &[&str], cmd: &[&str]) -> (Vec<Value>, Value, Output) {
+/// Runs `fdaudit trace --json -o FILE [extra] -- cmd...`; returns every record of FILE
+/// (checked against the schema: the first is the header) and the output.
+fn trace_records(extra: &[&str], cmd: &[&str]) -> (Vec<Value>, Output) {
+    let file = temp_path("trace.jsonl");
     let out = Command::new(fdaudit())
         .arg("trace")
         .arg("--json")
+        .arg("-o")
+        .arg(&file)
         .args(extra)
         .arg("--")
         .args(cmd)
         .stdin(Stdio::null())
         .output()
         .expect("run fdaudit trace");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    // The traced command shares stdout: its own lines are not JSON objects.
-    let objs: Vec<Value> = stdout
-        .lines()
-        .filter(|l| l.starts_with("{\"type\":"))
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l:?}: {e}")))
-        .collect();
+    let text = std::fs::read_to_string(&file).unwrap_or_else(|e| {
+        panic!(
+            "no -o file ({e}); status {}; stderr: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let _ = std::fs::remove_file(&file);
+    (records(&text), out)
+}
+
+/// As [`trace_records`]: (spawn records, the summary, output).
+fn trace(extra: &[&str], cmd: &[&str]) -> (Vec<Value>, Value, Output) {
+    let (objs, out) = trace_records(extra, cmd);
     let summary = objs
         .iter()
         .rev()
@@ -294,17 +305,24 @@ fn vfork_thread_exec_failed_exec_and_grandchild() {
     assert_eq!(u(&spawns[0]["exec_attempts"]), 2);
     assert_eq!(spawns[0]["exec_path"], "/bin/true");
 
-    let (spawns, summary, out) = trace(&[], &as_strs(&fixture(&["grandchild"])));
+    let (recs, out) = trace_records(&[], &as_strs(&fixture(&["grandchild"])));
     assert!(out.status.success());
+    let spawns: Vec<&Value> = recs.iter().filter(|r| r["type"] == "spawn").collect();
+    let summary = recs.last().unwrap();
     assert_eq!(spawns.len(), 1, "{spawns:?}");
     // The exec'ing process is a grandchild: its parent is the fixture's fork-only child,
-    // not the fixture itself (the traced command, whose pid fdaudit announces).
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let root: u64 = stderr
-        .split_once("tracing command (pid ")
-        .and_then(|(_, r)| r.split(')').next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no command pid in {stderr}"));
+    // not the fixture itself (the traced command, whose pid fdaudit announces in a note).
+    let root: u64 = recs
+        .iter()
+        .filter(|r| r["type"] == "note")
+        .find_map(|r| {
+            r["message"]
+                .as_str()?
+                .split_once("tracing command (pid ")
+                .and_then(|(_, r)| r.split(')').next())
+                .and_then(|p| p.parse().ok())
+        })
+        .unwrap_or_else(|| panic!("no command pid in {recs:?}"));
     let parent = u(&spawns[0]["parent_pid"]);
     assert_ne!(
         parent, root,
@@ -426,12 +444,14 @@ fn a_pid_that_exits_while_traced_ends_the_trace_cleanly() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let last = stdout.lines().last().unwrap_or("");
-    assert!(last.starts_with("{\"type\":\"summary\""), "{stdout}");
+    // With -p the records go to stdout.
+    let recs = records(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(recs.last().unwrap()["type"], "summary");
+    assert_eq!(recs.last().unwrap()["exit_reason"], "ok");
 }
 
-/// Reads the tracer's stderr until it says it is attached.
+/// Reads the tracer's stderr until it says it is attached (its "tracing ..." note, a line
+/// or a JSON record).
 fn wait_attached(stderr: &mut impl std::io::BufRead) {
     let mut line = String::new();
     loop {
@@ -440,10 +460,22 @@ fn wait_attached(stderr: &mut impl std::io::BufRead) {
             stderr.read_line(&mut line).expect("read stderr") > 0,
             "tracer ended early"
         );
-        if line.contains("fdaudit: tracing") {
+        if line.contains("tracing ") && line.contains("Ctrl-C to stop") {
             return;
         }
     }
+}
+
+/// Waits until the tracer's `-o` file holds its "tracing ..." note.
+fn wait_attached_file(path: &std::path::Path) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::time::Instant::now() < deadline {
+        if std::fs::read_to_string(path).is_ok_and(|t| t.contains("Ctrl-C to stop")) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    panic!("the tracer never said it was attached in {}", path.display());
 }
 
 #[test]
@@ -479,9 +511,8 @@ fn attach_to_a_running_parent_with_p() {
     let out = tracer.wait_with_output().unwrap();
     assert!(out.status.success(), "tracer: {}", out.status);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let spawns: Vec<Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+    let spawns: Vec<Value> = records(&stdout)
+        .into_iter()
         .filter(|o| o["type"] == "spawn")
         .collect();
     assert_eq!(spawns.len(), 1, "{stdout}");
@@ -549,12 +580,17 @@ fn bad_input_gives_one_line_and_leaves_nothing_attached() {
     );
     assert_eq!(err.lines().count(), 1, "{err}");
 
+    // A command that cannot be exec'd: as a shell says, 127 for ENOENT, with path and errno.
     let out = Command::new(fdaudit())
         .args(["trace", "--", "/nonexistent/cmd"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("failed to start /nonexistent/cmd"));
+    assert_eq!(out.status.code(), Some(127));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("error: failed to exec /nonexistent/cmd: ENOENT"),
+        "{err}"
+    );
 
     let out = Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
@@ -567,31 +603,25 @@ fn bad_input_gives_one_line_and_leaves_nothing_attached() {
     assert!(err.contains("CAP_BPF") && err.contains("sudo"), "{err}");
 
     // Ctrl-C while tracing: a clean summary, status 130.
+    let file = temp_path("ctrl-c.jsonl");
     let mut tracer = Command::new(fdaudit())
-        // The command must not hold the test's stdout pipe open past fdaudit's exit.
-        .args([
-            "trace",
-            "--json",
-            "--",
-            "sh",
-            "-c",
-            "exec sleep 31.4159 >/dev/null 2>&1",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .args(["trace", "--json", "-o"])
+        .arg(&file)
+        .args(["--", "sh", "-c", "exec sleep 31.4159 >/dev/null 2>&1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    wait_attached(&mut BufReader::new(tracer.stderr.take().unwrap()));
+    wait_attached_file(&file);
     // SAFETY: signalling our own child.
     unsafe { libc::kill(tracer.id() as i32, libc::SIGINT) };
-    let out = tracer.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(130));
-    let last = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .last()
-        .unwrap_or("")
-        .to_string();
-    assert!(last.contains("\"type\":\"summary\""), "{last}");
+    assert_eq!(tracer.wait().unwrap().code(), Some(130));
+    let recs = records(&std::fs::read_to_string(&file).unwrap());
+    let _ = std::fs::remove_file(&file);
+    let last = recs.last().unwrap();
+    assert_eq!(last["type"], "summary", "{last}");
+    assert_eq!(last["exit_reason"], "interrupted", "{last}");
+    assert_eq!(last["exit_code"], 130, "{last}");
     // The command got no SIGINT (only fdaudit did): end it.
     let _ = Command::new("pkill")
         .args(["-x", "-f", "sleep 31.4159"])

@@ -85,22 +85,26 @@ static STD_CLOSED: [AtomicBool; 3] = [
     AtomicBool::new(false),
 ];
 
-/// Fills closed fds 0-2 with /dev/null (close-on-exec), so that nothing fdaudit opens later
-/// becomes its "stdout", and remembers which were closed: writing records to a closed stream
-/// is an error, not a silent loss. A traced command still gets them closed (close-on-exec).
-pub fn guard_std_fds() {
+/// Records which of fds 0-2 are closed. Must run before the Rust runtime starts: it fills a
+/// closed one with /dev/null, after which a closed stdout looks like a good one and every
+/// record written to it is silently lost. The binary calls it from `.init_array`.
+pub extern "C" fn probe_std_fds() {
     for fd in 0..3 {
         // SAFETY: F_GETFD only queries.
         if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
             STD_CLOSED[fd as usize].store(true, Ordering::Relaxed);
-            // SAFETY: open() on a static path; it returns the lowest free fd, which is `fd`
-            // as the lower ones are open (checked in order).
-            unsafe {
-                libc::open(
-                    c"/dev/null".as_ptr(),
-                    libc::O_RDWR | libc::O_CLOEXEC,
-                )
-            };
+        }
+    }
+}
+
+/// Makes the /dev/null the runtime put on a closed fd 0-2 close-on-exec, so a traced command
+/// still finds that fd closed, as fdaudit's caller left it. Writing records to a closed
+/// stream is then an error (EBADF), not a silent loss.
+pub fn guard_std_fds() {
+    for fd in 0..3 {
+        if STD_CLOSED[fd as usize].load(Ordering::Relaxed) {
+            // SAFETY: fd is open (the runtime's /dev/null); F_SETFD changes only its flag.
+            unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
         }
     }
 }
