@@ -363,7 +363,8 @@ fn leaked_names_round_trip_exactly_and_argv_keeps_empty_elements() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Runs fdaudit with fd 9 open (not close-on-exec), as a CI runner or a shell might hand it.
+/// Runs fdaudit with fd 9 open (not close-on-exec), as a CI runner or a shell might hand it,
+/// and no other fd above 2 (whatever the test harness inherited is closed).
 fn trace_with_inherited_fd(args: &[&str]) -> Output {
     let extra = std::fs::File::open("/etc/hostname").expect("/etc/hostname");
     let fd = std::os::fd::AsRawFd::as_raw_fd(&extra);
@@ -374,6 +375,9 @@ fn trace_with_inherited_fd(args: &[&str]) -> Output {
         cmd.pre_exec(move || {
             if libc::dup2(fd, 9) < 0 {
                 return Err(std::io::Error::last_os_error());
+            }
+            for other in (3..4096).filter(|&f| f != 9) {
+                libc::close(other);
             }
             Ok(())
         });
@@ -394,7 +398,7 @@ fn fail_on_leak_ignores_what_fdaudits_caller_passed() {
     // sh exec's /bin/true with fd 9 still open: inherited, not a leak of the command's.
     let (c, e) = code(&["trace", "--fail-on-leak", "--", "sh", "-c", "/bin/true; true"]);
     assert_eq!(c, Some(0), "{e}");
-    assert!(e.contains("inherited 1 fd(s)"), "the baseline note: {e}");
+    assert!(e.contains("inherited 1 fd(s) from fdaudit's caller: 9=/etc/hostname"), "the baseline note: {e}");
     let (c, e) = code(&[
         "trace",
         "--fail-on-leak",
