@@ -16,6 +16,12 @@ pub const MAP_STATS: &str = "STATS";
 pub const MAP_READS: &str = "READS";
 /// Array of [`HotSlot`] indexed by `tgid & Config::hot_mask`: the close() fast path.
 pub const MAP_HOT: &str = "HOT";
+/// tgid -> [`ExecFailure`]: the last failed exec of a traced process (path and errno),
+/// written by the optional `exec_exit` fexit programs.
+pub const MAP_EXEC_FAILS: &str = "EXEC_FAILS";
+/// Per-CPU scratch [`ExecFailure`] the fexit programs fill before the insert (the eBPF stack
+/// is too small for it).
+pub const MAP_EXEC_SCRATCH: &str = "EXEC_SCRATCH";
 /// Name of the global holding the [`Config`].
 pub const GLOBAL_CONFIG: &str = "CONFIG";
 
@@ -323,6 +329,22 @@ pub struct Stats {
     pub _reserved: u64,
 }
 
+/// Bytes of the path of a failed exec kept in [`ExecFailure`] (longer ones are cut).
+pub const EXEC_PATH_LEN: usize = 256;
+/// Entries of [`MAP_EXEC_FAILS`] (an LRU map: stale entries age out).
+pub const MAX_EXEC_FAILS: u32 = 4096;
+
+/// Value of [`MAP_EXEC_FAILS`]: a traced process's last exec that returned an error.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct ExecFailure {
+    /// The exec syscall's return value, negated (2 for ENOENT).
+    pub errno: i32,
+    pub _pad: u32,
+    /// The path given to execve/execveat, NUL-terminated (cut at [`EXEC_PATH_LEN`]).
+    pub path: [u8; EXEC_PATH_LEN],
+}
+
 /// Key of [`MAP_READS`].
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -487,6 +509,7 @@ mod pod {
     unsafe impl aya::Pod for super::Counters {}
     unsafe impl aya::Pod for super::HotSlot {}
     unsafe impl aya::Pod for super::FdCache {}
+    unsafe impl aya::Pod for super::ExecFailure {}
 }
 
 // Layout guards: no implicit padding anywhere.
@@ -503,6 +526,7 @@ const _: () = {
     assert!(size_of::<FdPath>() == 16 + COMP_LEN * MAX_DEPTH);
     assert!(size_of::<FdCache>() == 32);
     assert!(size_of::<HotSlot>() == 48);
+    assert!(size_of::<ExecFailure>() == 8 + EXEC_PATH_LEN);
     assert!(same_name(MAP_EVENTS, "EVENTS") && !same_name(MAP_EVENTS, "EVENT"));
 };
 

@@ -1,6 +1,7 @@
 //! fdaudit's eBPF programs. Built for bpfel-unknown-none by `xtask::build_ebpf`.
 //!
-//! Every hook is a raw tracepoint: no tracefs, no kprobes, attachable under lockdown.
+//! Every hook is a raw tracepoint (no tracefs, no kprobes), but for two optional fexit
+//! programs on the exec syscalls that record why an exec failed.
 //! Per-process counters live in the TRACKED hash map, keyed by tgid; one record goes to the
 //! ring buffer per exec and per exit of a traced process, never one per syscall.
 //! Kernel struct offsets come from BTF at load time through the CONFIG global.
@@ -19,15 +20,20 @@ macro_rules! map_named {
 }
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
-    macros::{map, raw_tracepoint},
-    maps::{Array, HashMap, PerCpuArray, RingBuf},
-    programs::RawTracePointContext,
+    helpers::{
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns,
+        bpf_probe_read_user_str_bytes,
+    },
+    macros::{fexit, map, raw_tracepoint},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
+    programs::{FExitContext, RawTracePointContext},
 };
 use fdaudit_common::{
-    flags, sysno, Config, Counters, ExitRecord, FdCache, HotSlot, ReadKey, ReadStat, RecordHeader,
-    RecordKind, SpawnRecord, Stats, TaskState, CONFIG_MAGIC, GLOBAL_CONFIG, HOT_SLOTS, MAP_EVENTS,
-    MAP_HOT, MAP_READS, MAP_SCRATCH, MAP_STATS, MAP_TRACKED, MAX_RANGES, MAX_READS, MAX_TRACKED,
+    flags, sysno, Config, Counters, ExecFailure, ExitRecord, FdCache, HotSlot, ReadKey, ReadStat,
+    RecordHeader, RecordKind, SpawnRecord, Stats, TaskState, CONFIG_MAGIC,
+    GLOBAL_CONFIG, HOT_SLOTS, MAP_EVENTS, MAP_EXEC_FAILS, MAP_HOT, MAP_READS, MAP_SCRATCH,
+    MAP_EXEC_SCRATCH, MAP_STATS, MAP_TRACKED, MAX_EXEC_FAILS, MAX_RANGES, MAX_READS,
+    MAX_TRACKED,
 };
 use kernel::{conf, read_kernel, stat_add};
 
@@ -56,6 +62,14 @@ map_named!(HOT, MAP_HOT);
 #[map]
 static READS: HashMap<ReadKey, ReadStat> = HashMap::with_max_entries(MAX_READS, 0);
 map_named!(READS, MAP_READS);
+
+#[map]
+static EXEC_FAILS: LruHashMap<u32, ExecFailure> = LruHashMap::with_max_entries(MAX_EXEC_FAILS, 0);
+map_named!(EXEC_FAILS, MAP_EXEC_FAILS);
+
+#[map]
+static EXEC_SCRATCH: PerCpuArray<ExecFailure> = PerCpuArray::with_max_entries(1, 0);
+map_named!(EXEC_SCRATCH, MAP_EXEC_SCRATCH);
 
 /// Offsets and options, written by the loader (`EbpfLoader::override_global`).
 #[unsafe(no_mangle)]
@@ -485,6 +499,52 @@ fn try_sys_exit(ctx: &RawTracePointContext) -> Result<(), i64> {
             stat_add(&STATS, |s| &mut s.reads_full);
         }
     }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// fexit on the exec syscall wrappers: __x64_sys_execve(const struct pt_regs *regs) and
+// __x64_sys_execveat(regs) (CONFIG_ARCH_HAS_SYSCALL_WRAPPER, x86_64 since 4.17; fexit needs
+// BPF trampolines, x86_64 since 5.5). Argument 0 is the wrapper's pt_regs, argument 1 the
+// return value. They run once per exec on the machine and never on any other syscall: the
+// errno of a failed exec without a sys_exit hook, which would slow every syscall of every
+// process. Optional: without them, failed execs are reported without errno and path.
+#[fexit(function = "__x64_sys_execve")]
+pub fn execve_exit(ctx: FExitContext) -> i32 {
+    let _ = try_exec_exit(&ctx, false);
+    0
+}
+
+#[fexit(function = "__x64_sys_execveat")]
+pub fn execveat_exit(ctx: FExitContext) -> i32 {
+    let _ = try_exec_exit(&ctx, true);
+    0
+}
+
+fn try_exec_exit(ctx: &FExitContext, at: bool) -> Result<(), i64> {
+    let ret: i64 = ctx.arg(1);
+    if ret >= 0 || !configured() {
+        return Ok(());
+    }
+    let tgid = current_tgid();
+    if TRACKED.get_ptr(tgid).is_none() {
+        return Ok(());
+    }
+    let regs: u64 = ctx.arg(0);
+    // execve(filename, ...) / execveat(dirfd, filename, ...).
+    let off = if at { conf!(regs_si) } else { conf!(regs_di) };
+    let name: u64 = read_kernel(regs + off)?;
+    let Some(v) = EXEC_SCRATCH.get_ptr_mut(0) else {
+        return Ok(());
+    };
+    // SAFETY: pointer from a per-CPU array lookup, valid for this program run.
+    let v = unsafe { &mut *v };
+    v.errno = (-ret) as i32;
+    v.path[0] = 0;
+    // SAFETY: the helper bounds the read by the buffer and tolerates bad addresses; the
+    // caller's memory is intact, as the exec failed.
+    let _ = unsafe { bpf_probe_read_user_str_bytes(name as *const u8, &mut v.path) };
+    EXEC_FAILS.insert(tgid, &*v, 0)?;
     Ok(())
 }
 

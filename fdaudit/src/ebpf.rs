@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use aya::{
-    programs::{ProgramError, RawTracePoint},
+    programs::{FExit, ProgramError, RawTracePoint},
     Ebpf, EbpfError, EbpfLoader,
 };
 use fdaudit_common::{Config, GLOBAL_CONFIG};
@@ -57,6 +57,42 @@ pub const PROGRAMS: [ProgramSpec; 5] = [
     },
 ];
 
+/// The optional fexit programs on the exec syscalls, with the kernel function each attaches
+/// to: they record a failed exec's errno and path ([`fdaudit_common::MAP_EXEC_FAILS`]). They
+/// cost nothing on other syscalls (unlike a `sys_exit` hook) and about a trampoline call per
+/// exec; a kernel without BPF trampolines (before 5.5) runs without them.
+pub const EXEC_EXIT_PROGRAMS: [(&str, &str); 2] = [
+    ("execve_exit", "__x64_sys_execve"),
+    ("execveat_exit", "__x64_sys_execveat"),
+];
+
+/// Loads and attaches [`EXEC_EXIT_PROGRAMS`] (`btf`: the kernel's, as aya parses it).
+pub fn attach_exec_exit(ebpf: &mut Ebpf, btf: &aya::Btf) -> Result<(), LoadError> {
+    for (name, function) in EXEC_EXIT_PROGRAMS {
+        let prog: &mut FExit = ebpf
+            .program_mut(name)
+            .ok_or(LoadError::MissingProgram(name))?
+            .try_into()
+            .map_err(|source| LoadError::Verifier {
+                name,
+                summary: "not an fexit program".into(),
+                source,
+            })?;
+        prog.load(function, btf)
+            .map_err(|source| LoadError::Verifier {
+                name,
+                summary: verifier_summary(&source),
+                source,
+            })?;
+        prog.attach().map_err(|source| LoadError::AttachFunction {
+            name,
+            function,
+            source,
+        })?;
+    }
+    Ok(())
+}
+
 /// Linux capability numbers fdaudit cares about.
 pub mod caps {
     pub const CAP_SYS_PTRACE: u32 = 19;
@@ -91,6 +127,13 @@ pub enum LoadError {
     Attach {
         name: &'static str,
         tracepoint: &'static str,
+        #[source]
+        source: ProgramError,
+    },
+    #[error("failed to attach {name} at the exit of {function} (fexit)")]
+    AttachFunction {
+        name: &'static str,
+        function: &'static str,
         #[source]
         source: ProgramError,
     },

@@ -1,13 +1,6 @@
-//! Every exit status fdaudit returns, in one place (README's "Exit status" table lists them).
-//!
-//! | status | scan | trace | bench | doctor |
-//! |---|---|---|---|---|
-//! | 0 | no finding at or above `--fail-on` | CMD exited 0, nothing to fail on (`-p`: the traced processes ended or the duration passed) | every spawn exited 0, traced counts checked | trace can work here |
-//! | 1 | - | - | a spawn failed, or a traced count did not match | a check failed: trace cannot work |
-//! | 2 | error | error (bad input before anything starts, no privileges, closed or full output) | error | error |
-//! | 3 | `--fail-on`: a finding at or above it | `--fail-on-leak`: a spawn leaked an fd (only when CMD exited 0) | - | - |
-//! | N | - | `-- CMD`: CMD's own status, 128+signal when killed (127 not found, 126 not executable) | - | - |
-//! | 130 | - | Ctrl-C / SIGTERM / SIGHUP before CMD exited | - | - |
+//! Every exit status fdaudit returns, in one place (README's "Exit status" table lists them
+//! per subcommand). `scan --fail-on` and `trace --fail-on-leak` share [`POLICY`]; with
+//! `trace -- CMD` the command's own status wins over the leak verdict unless it is 0.
 
 /// Success, or `--fail-on`/`--fail-on-leak` had nothing to fail on.
 pub const OK: u8 = 0;

@@ -497,3 +497,31 @@ fn pid_of_a_zombie_or_a_thread_gets_a_warning() {
         "{err}"
     );
 }
+
+#[test]
+#[ignore = "needs root and BTF"]
+fn a_failed_exec_shows_its_path_and_errno() {
+    let _g = guard();
+    let script = "/nonexistent/cmd; true";
+    let f = temp_path("failed.jsonl");
+    let o = run(&["trace", "--json", "-o", f.to_str().unwrap(), "--", "sh", "-c", script]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let recs = file_records(&f);
+    let failed: Vec<&Value> = of_type(&recs, "spawn")
+        .into_iter()
+        .filter(|s| s["exec_ok"] == false)
+        .collect();
+    assert_eq!(failed.len(), 1, "{recs:?}");
+    let s = failed[0];
+    assert_eq!(
+        (&s["exec_errno"], &s["exec_error"], &s["exec_path"]),
+        (&Value::from(2), &Value::from("ENOENT"), &Value::from("/nonexistent/cmd")),
+        "{s}"
+    );
+    let o = run(&["trace", "--", "sh", "-c", script]);
+    let err = stderr(&o);
+    assert!(
+        err.contains("EXEC FAILED /nonexistent/cmd: ENOENT (1 attempts)"),
+        "{err}"
+    );
+}

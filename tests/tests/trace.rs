@@ -452,16 +452,18 @@ fn a_pid_that_exits_while_traced_ends_the_trace_cleanly() {
 
 /// Reads the tracer's stderr until it says it is attached (its "tracing ..." note, a line
 /// or a JSON record).
-fn wait_attached(stderr: &mut impl std::io::BufRead) {
-    let mut line = String::new();
+/// Returns what it read.
+fn wait_attached(stream: &mut impl std::io::BufRead) -> String {
+    let mut seen = String::new();
     loop {
-        line.clear();
+        let mut line = String::new();
         assert!(
-            stderr.read_line(&mut line).expect("read stderr") > 0,
-            "tracer ended early"
+            stream.read_line(&mut line).expect("read the tracer's output") > 0,
+            "tracer ended early: {seen}"
         );
+        seen.push_str(&line);
         if line.contains("tracing ") && line.contains("Ctrl-C to stop") {
-            return;
+            return seen;
         }
     }
 }
@@ -499,18 +501,20 @@ fn attach_to_a_running_parent_with_p() {
         .unwrap()
         .parse()
         .unwrap();
+    // With -p and --json every record, the "tracing ..." note included, is on stdout.
     let mut tracer = Command::new(fdaudit())
         .args(["trace", "--json", "-p", &pid.to_string()])
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::null())
         .spawn()
         .expect("start tracer");
-    wait_attached(&mut BufReader::new(tracer.stderr.take().unwrap()));
+    let mut reader = BufReader::new(tracer.stdout.take().unwrap());
+    let mut stdout = wait_attached(&mut reader);
     fx.stdin.take().unwrap().write_all(b"go\n").unwrap();
     assert!(fx.wait().unwrap().success());
-    let out = tracer.wait_with_output().unwrap();
-    assert!(out.status.success(), "tracer: {}", out.status);
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    std::io::Read::read_to_string(&mut reader, &mut stdout).unwrap();
+    let status = tracer.wait().unwrap();
+    assert!(status.success(), "tracer: {status}");
     let spawns: Vec<Value> = records(&stdout)
         .into_iter()
         .filter(|o| o["type"] == "spawn")

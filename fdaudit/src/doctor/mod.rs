@@ -225,6 +225,24 @@ fn program_checks() -> Vec<Check> {
             Err(e) => check(format!("program {}", spec.name), Status::Fail, one_line(&e)),
         });
     }
+    // Optional: without them a failed exec is reported without its errno and path.
+    let fexit = aya::Btf::from_sys_fs()
+        .map_err(|e| e.to_string())
+        .and_then(|b| ebpf::attach_exec_exit(&mut bpf, &b).map_err(|e| one_line(&e)));
+    for (name, function) in ebpf::EXEC_EXIT_PROGRAMS {
+        out.push(match &fexit {
+            Ok(()) => check(
+                format!("program {name}"),
+                Status::Ok,
+                format!("loaded and attached at the exit of {function} (fexit)"),
+            ),
+            Err(e) => check(
+                format!("program {name}"),
+                Status::Warn,
+                format!("{e}: failed execs are reported without errno and path"),
+            ),
+        });
+    }
     drop(bpf); // closes every link and program fd: nothing stays attached
     out
 }

@@ -12,7 +12,8 @@ use aya::{
     Ebpf,
 };
 use fdaudit_common::{
-    ReadKey, ReadStat, Stats, TaskState, MAP_EVENTS, MAP_READS, MAP_STATS, MAP_TRACKED,
+    ExecFailure, ReadKey, ReadStat, Stats, TaskState, MAP_EVENTS, MAP_EXEC_FAILS, MAP_READS,
+    MAP_STATS, MAP_TRACKED,
 };
 
 use super::{
@@ -36,6 +37,8 @@ pub struct Session {
     pub(super) tracked: HashMap<MapData, u32, TaskState>,
     stats: PerCpuArray<MapData, Stats>,
     reads: Option<HashMap<MapData, ReadKey, ReadStat>>,
+    /// Failed execs' errno and path, when the fexit programs could be attached.
+    exec_fails: Option<HashMap<MapData, u32, ExecFailure>>,
     /// Keeps programs and links alive.
     _bpf: Ebpf,
     leaks_only: bool,
@@ -59,6 +62,12 @@ impl Session {
             ebpf::load_and_attach(&mut bpf, spec)
                 .with_context(|| format!("failed to start program {}", spec.name))?;
         }
+        // Optional (see ebpf::EXEC_EXIT_PROGRAMS); needless with --leaks-only, which does not
+        // count exec attempts and so reports no failed exec.
+        let exec_fails_ok = !opts.leaks_only
+            && aya::Btf::from_sys_fs()
+                .ok()
+                .is_some_and(|btf| ebpf::attach_exec_exit(&mut bpf, &btf).is_ok());
         let take = |bpf: &mut Ebpf, name: &str| {
             bpf.take_map(name)
                 .with_context(|| format!("the eBPF object has no map {name}"))
@@ -71,11 +80,17 @@ impl Session {
         } else {
             None
         };
+        let exec_fails = if exec_fails_ok {
+            Some(HashMap::try_from(take(&mut bpf, MAP_EXEC_FAILS)?)?)
+        } else {
+            None
+        };
         let mut session = Session {
             events,
             tracked,
             stats,
             reads,
+            exec_fails,
             _bpf: bpf,
             leaks_only: opts.leaks_only,
             probe_cost_ns: 0.0,
@@ -168,7 +183,34 @@ impl Session {
                 out.push(ev);
             }
         }
+        for ev in &mut out {
+            self.add_exec_failure(ev);
+        }
         out
+    }
+
+    /// Gives a failed exec its errno and path (from the fexit programs' map) and drops a
+    /// failure that a later exec of the same process superseded.
+    fn add_exec_failure(&mut self, ev: &mut Event) {
+        let Some(map) = self.exec_fails.as_mut() else {
+            return;
+        };
+        match ev {
+            Event::Exit(e) => {
+                if let Some(s) = e.failed_spawn.as_mut() {
+                    if let Ok(f) = map.get(&s.pid, 0) {
+                        s.exec_errno = Some(f.errno);
+                        s.exec_error = sys::errno_name(f.errno);
+                        s.exec_path = crate::output::text::Lossless::new(decode::cstr(&f.path));
+                        let _ = map.remove(&s.pid);
+                    }
+                }
+            }
+            Event::Spawn(s) if s.exec_attempts > 1 => {
+                let _ = map.remove(&s.pid);
+            }
+            Event::Spawn(_) => {}
+        }
     }
 
     /// The kernel's own counters, summed over CPUs.
