@@ -544,6 +544,8 @@ fn try_exec_exit(ctx: &FExitContext, at: bool) -> Result<(), i64> {
     // SAFETY: the helper bounds the read by the buffer and tolerates bad addresses; the
     // caller's memory is intact, as the exec failed.
     let _ = unsafe { bpf_probe_read_user_str_bytes(name as *const u8, &mut v.path) };
+    // By reference: a copy of the value would not fit on the eBPF stack.
+    #[allow(clippy::needless_borrows_for_generic_args)]
     EXEC_FAILS.insert(tgid, &*v, 0)?;
     Ok(())
 }
