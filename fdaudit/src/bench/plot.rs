@@ -152,36 +152,7 @@ fn draw<DB: DrawingBackend>(
         strategies.sort();
         strategies.dedup();
         for s in strategies {
-            let col = color(s);
-            let mut pts: Vec<(f64, f64)> = cs
-                .iter()
-                .filter(|c| c.strategy == s && c.median_ns > 0)
-                .map(|c| (c.nofile as f64, c.median_ns as f64 / 1e6))
-                .collect();
-            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-            chart
-                .draw_series(LineSeries::new(pts.clone(), col.stroke_width(2)))
-                .map_err(e)?
-                .label(s.name())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(2))
-                });
-            chart
-                .draw_series(pts.iter().map(|&p| Circle::new(p, 3, col.filled())))
-                .map_err(e)?;
-            if let (Some(f), Some(&last)) = (
-                fits.iter().find(|f| f.strategy == s && f.open_fds == open),
-                pts.last(),
-            ) {
-                chart
-                    .draw_series(DashedLineSeries::new(
-                        extrapolation(f, last),
-                        6,
-                        4,
-                        col.stroke_width(1),
-                    ))
-                    .map_err(e)?;
-            }
+            draw_method(&mut chart, &cs, fits, s, open)?;
         }
         draw_published(&mut chart)?;
         chart
@@ -231,6 +202,46 @@ fn extrapolation(f: &FitReport, last: (f64, f64)) -> Vec<(f64, f64)> {
             .map(|p| (p.nofile as f64, p.ns / 1e6)),
     );
     ext
+}
+
+/// One method's measured medians (a line with points) and its fit's extrapolation.
+fn draw_method<DB: DrawingBackend>(
+    chart: &mut ChartContext<'_, DB, Cartesian2d<LogCoord<f64>, LogCoord<f64>>>,
+    cs: &[&CellReport],
+    fits: &[FitReport],
+    s: CloseMethod,
+    open: u64,
+) -> Result<(), PlotError> {
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| PlotError::Draw(e.to_string());
+    let col = color(s);
+    let mut pts: Vec<(f64, f64)> = cs
+        .iter()
+        .filter(|c| c.strategy == s && c.median_ns > 0)
+        .map(|c| (c.nofile as f64, c.median_ns as f64 / 1e6))
+        .collect();
+    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    chart
+        .draw_series(LineSeries::new(pts.clone(), col.stroke_width(2)))
+        .map_err(err)?
+        .label(s.name())
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(2)));
+    chart
+        .draw_series(pts.iter().map(|&p| Circle::new(p, 3, col.filled())))
+        .map_err(err)?;
+    if let (Some(f), Some(&last)) = (
+        fits.iter().find(|f| f.strategy == s && f.open_fds == open),
+        pts.last(),
+    ) {
+        chart
+            .draw_series(DashedLineSeries::new(
+                extrapolation(f, last),
+                6,
+                4,
+                col.stroke_width(1),
+            ))
+            .map_err(err)?;
+    }
+    Ok(())
 }
 
 /// The published measurements (SBCL, D), as crosses.
