@@ -45,8 +45,6 @@ pub enum FindingKind {
 /// One finding, as printed and as emitted in `--json` (`"type":"finding"`).
 #[derive(Debug, Clone, Serialize)]
 pub struct Finding {
-    #[serde(rename = "type")]
-    pub ty: &'static str,
     pub pid: u32,
     #[serde(flatten)]
     pub comm: Lossless<Vec<u8>, fields::Comm>,
@@ -71,7 +69,6 @@ impl Finding {
         reason: String,
     ) -> Finding {
         Finding {
-            ty: "finding",
             pid,
             comm: Lossless::new(comm.to_vec()),
             fd,

@@ -178,9 +178,14 @@ pub fn pid_kind(pid: u32) -> Option<PidKind> {
     })
 }
 
-/// Checks the `-p` targets before anything starts: an error for a missing process or a
-/// kernel thread; a warning for a zombie; a thread id becomes its process.
-fn check_pids(pids: &[u32]) -> Result<Vec<u32>> {
+/// Something to trace, and the `-p` targets checked before anything starts: an error for a
+/// missing process or a kernel thread; a warning for a zombie; a thread id becomes its
+/// process.
+fn check_targets(args: &TraceArgs) -> Result<Vec<u32>> {
+    if args.pids.is_empty() && args.command.is_empty() {
+        bail!("nothing to trace: give -p PID, -- CMD ARGS... or --demo");
+    }
+    let pids = &args.pids;
     let mut out = Vec::new();
     for &pid in pids {
         // SAFETY: signal 0 only checks that the process exists.
@@ -266,89 +271,16 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
         args.json,
         "trace",
     )?;
-    if args.pids.is_empty() && args.command.is_empty() {
-        bail!("nothing to trace: give -p PID, -- CMD ARGS... or --demo");
-    }
-    let pids = check_pids(&args.pids)?;
-    let opts = SessionOptions {
-        leaks_only: args.leaks_only,
-        reads: args.reads,
-    };
+    let pids = check_targets(&args)?;
     install_signal_handlers();
-    let held = if args.command.is_empty() {
-        None
-    } else {
-        Some(start_held(&args.command)?)
+    let (mut session, child) = match attach(&args, &pids)? {
+        Attached::Tracing(session, child) => (session, child),
+        Attached::NotExecuted(code) => return Ok(code),
     };
-    let child = held.as_ref().map(|h| h.pid);
-    let kill_held = |e: anyhow::Error| {
-        if let Some(pid) = child {
-            // SAFETY: killing and reaping our own child, which has not exec'd yet.
-            unsafe {
-                libc::kill(pid as i32, libc::SIGKILL);
-                libc::waitpid(pid as i32, std::ptr::null_mut(), 0);
-            }
-        }
-        e
-    };
-    let mut session = Session::start(&opts).map_err(kill_held)?;
-    if let Some(pid) = child {
-        session.track(pid).map_err(kill_held)?;
-    }
-    for &pid in &pids {
-        session
-            .track_tree(pid)
-            .with_context(|| format!("failed to trace PID {pid}"))?;
-    }
-    let what = match child {
-        Some(pid) => format!("command (pid {pid})"),
-        None => format!("{} process tree(s)", pids.len()),
-    };
-    stream::note(
-        stream::Level::Note,
-        &format!(
-            "tracing {what}{}; Ctrl-C to stop",
-            if args.leaks_only { " (leaks only)" } else { "" }
-        ),
-    );
-    if let Some(h) = held {
-        let name = h.name.clone();
-        if let Err(errno) = h.release()? {
-            drop(session);
-            let (msg, code) = exec_failure(&name, errno);
-            stream::report_error(&anyhow::anyhow!(msg));
-            return Ok(code);
-        }
-    }
     let mut reporter = Reporter::new(&args, &session);
-    let deadline = args.duration.map(|d| Instant::now() + d);
     let root_pids: Vec<u32> = child.map(|c| vec![c]).unwrap_or_else(|| pids.clone());
-    let mut exit_status: Option<i32> = None;
-    let mut timed_out = false;
-    loop {
-        for ev in session.poll(Duration::from_millis(100))? {
-            reporter.handle(ev, &root_pids)?;
-        }
-        if SIGNALLED.load(Ordering::SeqCst) != 0 {
-            break;
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            timed_out = true;
-            break;
-        }
-        if let Some(pid) = child {
-            if let Some(st) = try_wait(pid)? {
-                exit_status = Some(st);
-                break;
-            }
-        } else if root_pids.iter().all(|&p| !procfs_util::alive(p)) {
-            break;
-        }
-    }
-    // Records written before the end are still in the ring buffer: take them all.
-    for ev in session.poll(Duration::from_millis(20))? {
-        reporter.handle(ev, &root_pids)?;
-    }
+    let (mut exit_status, timed_out) =
+        follow(&args, &mut session, &mut reporter, child, &root_pids)?;
     let stats = session.stats()?;
     let storms = if args.reads {
         reads::storms(&session.read_counts(), procfs_util::fd_target)
@@ -365,6 +297,14 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
         );
         exit_status = wait_for_command(pid)?;
     }
+    let ending = ending(&args, &reporter, exit_status);
+    reporter.finish(stats, storms, ending)?;
+    Ok(ending.exit_code)
+}
+
+/// fdaudit's exit status and why: CMD's own status, unless it exited 0 and
+/// `--fail-on-leak` has a leak to fail on; 130 after a signal before CMD exited.
+fn ending(args: &TraceArgs, reporter: &Reporter, exit_status: Option<i32>) -> Ending {
     let command_status = exit_status.map(exit::from_wait_status);
     let interrupted = SIGNALLED.load(Ordering::SeqCst) != 0 && exit_status.is_none();
     let leak = args.fail_on_leak && reporter.leaked();
@@ -387,14 +327,110 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
             &format!("spawns leaked fds (--fail-on-leak): exit status {}", exit::POLICY),
         );
     }
-    reporter.finish(
-        stats,
-        storms,
-        Ending {
-            command_status,
-            exit_code,
-            exit_reason,
-        },
-    )?;
-    Ok(exit_code)
+    Ending {
+        command_status,
+        exit_code,
+        exit_reason,
+    }
+}
+
+/// What [`attach`] leaves: a session following the roots, or the status of a command that
+/// could not be exec'd (said on the records stream).
+enum Attached {
+    Tracing(Session, Option<u32>),
+    NotExecuted(u8),
+}
+
+/// Starts the held command (if any), loads and attaches the programs, tracks the roots and
+/// releases the command.
+fn attach(args: &TraceArgs, pids: &[u32]) -> Result<Attached> {
+    let opts = SessionOptions {
+        leaks_only: args.leaks_only,
+        reads: args.reads,
+    };
+    let held = if args.command.is_empty() {
+        None
+    } else {
+        Some(start_held(&args.command)?)
+    };
+    let child = held.as_ref().map(|h| h.pid);
+    let kill_held = |e: anyhow::Error| {
+        if let Some(pid) = child {
+            // SAFETY: killing and reaping our own child, which has not exec'd yet.
+            unsafe {
+                libc::kill(pid as i32, libc::SIGKILL);
+                libc::waitpid(pid as i32, std::ptr::null_mut(), 0);
+            }
+        }
+        e
+    };
+    let mut session = Session::start(&opts).map_err(kill_held)?;
+    if let Some(pid) = child {
+        session.track(pid).map_err(kill_held)?;
+    }
+    for &pid in pids {
+        session
+            .track_tree(pid)
+            .with_context(|| format!("failed to trace PID {pid}"))?;
+    }
+    let what = match child {
+        Some(pid) => format!("command (pid {pid})"),
+        None => format!("{} process tree(s)", pids.len()),
+    };
+    stream::note(
+        stream::Level::Note,
+        &format!(
+            "tracing {what}{}; Ctrl-C to stop",
+            if args.leaks_only { " (leaks only)" } else { "" }
+        ),
+    );
+    if let Some(h) = held {
+        let name = h.name.clone();
+        if let Err(errno) = h.release()? {
+            drop(session);
+            let (msg, code) = exec_failure(&name, errno);
+            stream::report_error(&anyhow::anyhow!(msg));
+            return Ok(Attached::NotExecuted(code));
+        }
+    }
+    Ok(Attached::Tracing(session, child))
+}
+
+/// Reports records until the command exits (its wait status), every `-p` root is gone,
+/// the duration ends (`true`) or a signal comes; then drains what is left.
+fn follow(
+    args: &TraceArgs,
+    session: &mut Session,
+    reporter: &mut Reporter,
+    child: Option<u32>,
+    root_pids: &[u32],
+) -> Result<(Option<i32>, bool)> {
+    let deadline = args.duration.map(|d| Instant::now() + d);
+    let mut exit_status: Option<i32> = None;
+    let mut timed_out = false;
+    loop {
+        for ev in session.poll(Duration::from_millis(100))? {
+            reporter.handle(ev, root_pids)?;
+        }
+        if SIGNALLED.load(Ordering::SeqCst) != 0 {
+            break;
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            timed_out = true;
+            break;
+        }
+        if let Some(pid) = child {
+            if let Some(st) = try_wait(pid)? {
+                exit_status = Some(st);
+                break;
+            }
+        } else if root_pids.iter().all(|&p| !procfs_util::alive(p)) {
+            break;
+        }
+    }
+    // Records written before the end are still in the ring buffer: take them all.
+    for ev in session.poll(Duration::from_millis(20))? {
+        reporter.handle(ev, root_pids)?;
+    }
+    Ok((exit_status, timed_out))
 }
