@@ -17,8 +17,10 @@ pub const MAP_READS: &str = "READS";
 /// Array of [`HotSlot`] indexed by `tgid & Config::hot_mask`: the close() fast path.
 pub const MAP_HOT: &str = "HOT";
 /// tgid -> [`ExecFailure`]: the last failed exec of a traced process (path and errno),
-/// written by the optional `exec_exit` fexit programs.
+/// written by the optional `exec_exit` programs (syscall tracepoints).
 pub const MAP_EXEC_FAILS: &str = "EXEC_FAILS";
+/// tgid -> user pointer to the path of the exec in progress (set at sys_enter in a window).
+pub const MAP_EXEC_PENDING: &str = "EXEC_PENDING";
 /// Per-CPU scratch [`ExecFailure`] the fexit programs fill before the insert (the eBPF stack
 /// is too small for it).
 pub const MAP_EXEC_SCRATCH: &str = "EXEC_SCRATCH";

@@ -1,7 +1,7 @@
 //! fdaudit's eBPF programs. Built for bpfel-unknown-none by `xtask::build_ebpf`.
 //!
-//! Every hook is a raw tracepoint (no tracefs, no kprobes), but for two optional fexit
-//! programs on the exec syscalls that record why an exec failed.
+//! Every hook is a raw tracepoint (no kprobes), but for two optional syscall tracepoints on
+//! the exec syscalls' exit that record why an exec failed.
 //! Per-process counters live in the TRACKED hash map, keyed by tgid; one record goes to the
 //! ring buffer per exec and per exit of a traced process, never one per syscall.
 //! Kernel struct offsets come from BTF at load time through the CONFIG global.
@@ -24,15 +24,15 @@ use aya_ebpf::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns,
         bpf_probe_read_user_str_bytes,
     },
-    macros::{fexit, map, raw_tracepoint},
+    macros::{map, raw_tracepoint, tracepoint},
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
-    programs::{FExitContext, RawTracePointContext},
+    programs::{RawTracePointContext, TracePointContext},
 };
 use fdaudit_common::{
     flags, sysno, Config, Counters, ExecFailure, ExitRecord, FdCache, HotSlot, ReadKey, ReadStat,
     RecordHeader, RecordKind, SpawnRecord, Stats, TaskState, CONFIG_MAGIC,
     GLOBAL_CONFIG, HOT_SLOTS, MAP_EVENTS, MAP_EXEC_FAILS, MAP_HOT, MAP_READS, MAP_SCRATCH,
-    MAP_EXEC_SCRATCH, MAP_STATS, MAP_TRACKED, MAX_EXEC_FAILS, MAX_RANGES, MAX_READS,
+    MAP_EXEC_PENDING, MAP_EXEC_SCRATCH, MAP_STATS, MAP_TRACKED, MAX_EXEC_FAILS, MAX_RANGES, MAX_READS,
     MAX_TRACKED,
 };
 use kernel::{conf, read_kernel, stat_add};
@@ -70,6 +70,10 @@ map_named!(EXEC_FAILS, MAP_EXEC_FAILS);
 #[map]
 static EXEC_SCRATCH: PerCpuArray<ExecFailure> = PerCpuArray::with_max_entries(1, 0);
 map_named!(EXEC_SCRATCH, MAP_EXEC_SCRATCH);
+
+#[map]
+static EXEC_PENDING: LruHashMap<u32, u64> = LruHashMap::with_max_entries(MAX_EXEC_FAILS, 0);
+map_named!(EXEC_PENDING, MAP_EXEC_PENDING);
 
 /// Offsets and options, written by the loader (`EbpfLoader::override_global`).
 #[unsafe(no_mangle)]
@@ -448,7 +452,20 @@ fn count_in_window(st: &mut TaskState, id: i64, ctx: &RawTracePointContext) -> R
                 c.procfd_opens += 1;
             }
         }
-        sysno::EXECVE | sysno::EXECVEAT => c.exec_attempts += 1,
+        sysno::EXECVE | sysno::EXECVEAT => {
+            c.exec_attempts += 1;
+            // The path, should this exec fail (exec_exit): execve(filename, ...),
+            // execveat(dirfd, filename, ...). Only the pointer: read only on failure.
+            let regs: u64 = ctx.arg(0);
+            let off = if id == sysno::EXECVEAT {
+                conf!(regs_si)
+            } else {
+                conf!(regs_di)
+            };
+            if let Ok(p) = read_kernel::<u64>(regs + off) {
+                let _ = EXEC_PENDING.insert(current_tgid(), p, 0);
+            }
+        }
         sysno::DUP2 | sysno::DUP3 => c.dup_calls += 1,
         _ => {}
     }
@@ -511,37 +528,39 @@ fn try_sys_exit(ctx: &RawTracePointContext) -> Result<(), i64> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// fexit on the exec syscall wrappers: __x64_sys_execve(const struct pt_regs *regs) and
-// __x64_sys_execveat(regs) (CONFIG_ARCH_HAS_SYSCALL_WRAPPER, x86_64 since 4.17; fexit needs
-// BPF trampolines, x86_64 since 5.5). Argument 0 is the wrapper's pt_regs, argument 1 the
-// return value. They run once per exec on the machine and never on any other syscall: the
-// errno of a failed exec without a sys_exit hook, which would slow every syscall of every
-// process. Optional: without them, failed execs are reported without errno and path.
-#[fexit(function = "__x64_sys_execve")]
-pub fn execve_exit(ctx: FExitContext) -> i32 {
-    let _ = try_exec_exit(&ctx, false);
+// syscalls/sys_exit_execve and syscalls/sys_exit_execveat (CONFIG_FTRACE_SYSCALLS, tracefs):
+// format: 8 bytes of common fields, int __syscall_nr at 8, long ret at 16. Only execve exits
+// run these programs; every other syscall pays the syscall tracepoint's bit test for
+// "is this one enabled" (the slow path itself is already taken for sys_enter). A failed
+// exec of a traced process leaves its errno and the path count_in_window noted at entry in
+// EXEC_FAILS. Optional: without them, failed execs are reported without errno and path.
+#[tracepoint(category = "syscalls", name = "sys_exit_execve")]
+pub fn exec_exit(ctx: TracePointContext) -> u32 {
+    let _ = try_exec_exit(&ctx);
     0
 }
 
-#[fexit(function = "__x64_sys_execveat")]
-pub fn execveat_exit(ctx: FExitContext) -> i32 {
-    let _ = try_exec_exit(&ctx, true);
+#[tracepoint(category = "syscalls", name = "sys_exit_execveat")]
+pub fn execat_exit(ctx: TracePointContext) -> u32 {
+    let _ = try_exec_exit(&ctx);
     0
 }
 
-fn try_exec_exit(ctx: &FExitContext, at: bool) -> Result<(), i64> {
-    let ret: i64 = ctx.arg(1);
-    if ret >= 0 || !configured() {
+fn try_exec_exit(ctx: &TracePointContext) -> Result<(), i64> {
+    if !configured() {
         return Ok(());
     }
     let tgid = current_tgid();
-    if TRACKED.get_ptr(tgid).is_none() {
+    // SAFETY: a copy of the value out of a map lookup.
+    let Some(name) = (unsafe { EXEC_PENDING.get(&tgid) }).copied() else {
+        return Ok(());
+    };
+    let _ = EXEC_PENDING.remove(&tgid);
+    // SAFETY: offset 16 is `long ret` in this tracepoint's format.
+    let ret: i64 = unsafe { ctx.read_at(16) }.map_err(i64::from)?;
+    if ret >= 0 {
         return Ok(());
     }
-    let regs: u64 = ctx.arg(0);
-    // execve(filename, ...) / execveat(dirfd, filename, ...).
-    let off = if at { conf!(regs_si) } else { conf!(regs_di) };
-    let name: u64 = read_kernel(regs + off)?;
     let Some(v) = EXEC_SCRATCH.get_ptr_mut(0) else {
         return Ok(());
     };

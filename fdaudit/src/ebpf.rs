@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use aya::{
-    programs::{FExit, ProgramError, RawTracePoint},
+    programs::{ProgramError, RawTracePoint, TracePoint},
     Ebpf, EbpfError, EbpfLoader,
 };
 use fdaudit_common::{Config, GLOBAL_CONFIG};
@@ -57,38 +57,39 @@ pub const PROGRAMS: [ProgramSpec; 5] = [
     },
 ];
 
-/// The optional fexit programs on the exec syscalls, with the kernel function each attaches
-/// to: they record a failed exec's errno and path ([`fdaudit_common::MAP_EXEC_FAILS`]). They
-/// cost nothing on other syscalls (unlike a `sys_exit` hook) and about a trampoline call per
-/// exec; a kernel without BPF trampolines (before 5.5) runs without them.
+/// The optional programs on the exec syscalls' exit tracepoints (syscalls category), with
+/// the tracepoint each attaches to: they record a failed exec's errno and path
+/// ([`fdaudit_common::MAP_EXEC_FAILS`]). Only execve exits run them; other syscalls pay the
+/// syscall tracepoint's "is it enabled" bit test. Without tracefs or
+/// CONFIG_FTRACE_SYSCALLS, trace runs without them.
 pub const EXEC_EXIT_PROGRAMS: [(&str, &str); 2] = [
-    ("execve_exit", "__x64_sys_execve"),
-    ("execveat_exit", "__x64_sys_execveat"),
+    ("exec_exit", "sys_exit_execve"),
+    ("execat_exit", "sys_exit_execveat"),
 ];
 
-/// Loads and attaches [`EXEC_EXIT_PROGRAMS`] (`btf`: the kernel's, as aya parses it).
-pub fn attach_exec_exit(ebpf: &mut Ebpf, btf: &aya::Btf) -> Result<(), LoadError> {
-    for (name, function) in EXEC_EXIT_PROGRAMS {
-        let prog: &mut FExit = ebpf
+/// Loads and attaches [`EXEC_EXIT_PROGRAMS`].
+pub fn attach_exec_exit(ebpf: &mut Ebpf) -> Result<(), LoadError> {
+    for (name, tracepoint) in EXEC_EXIT_PROGRAMS {
+        let prog: &mut TracePoint = ebpf
             .program_mut(name)
             .ok_or(LoadError::MissingProgram(name))?
             .try_into()
             .map_err(|source| LoadError::Verifier {
                 name,
-                summary: "not an fexit program".into(),
+                summary: "not a tracepoint program".into(),
                 source,
             })?;
-        prog.load(function, btf)
-            .map_err(|source| LoadError::Verifier {
-                name,
-                summary: verifier_summary(&source),
-                source,
-            })?;
-        prog.attach().map_err(|source| LoadError::AttachFunction {
+        prog.load().map_err(|source| LoadError::Verifier {
             name,
-            function,
+            summary: verifier_summary(&source),
             source,
         })?;
+        prog.attach("syscalls", tracepoint)
+            .map_err(|source| LoadError::AttachTracepoint {
+                name,
+                tracepoint,
+                source,
+            })?;
     }
     Ok(())
 }
@@ -130,10 +131,10 @@ pub enum LoadError {
         #[source]
         source: ProgramError,
     },
-    #[error("failed to attach {name} at the exit of {function} (fexit)")]
-    AttachFunction {
+    #[error("failed to attach {name} to tracepoint syscalls/{tracepoint}")]
+    AttachTracepoint {
         name: &'static str,
-        function: &'static str,
+        tracepoint: &'static str,
         #[source]
         source: ProgramError,
     },

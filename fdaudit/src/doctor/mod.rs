@@ -238,15 +238,13 @@ fn program_checks() -> Vec<Check> {
         });
     }
     // Optional: without them a failed exec is reported without its errno and path.
-    let fexit = aya::Btf::from_sys_fs()
-        .map_err(|e| e.to_string())
-        .and_then(|b| ebpf::attach_exec_exit(&mut bpf, &b).map_err(|e| one_line(&e)));
-    for (name, function) in ebpf::EXEC_EXIT_PROGRAMS {
-        out.push(match &fexit {
+    let exec_exit = ebpf::attach_exec_exit(&mut bpf).map_err(|e| one_line(&e));
+    for (name, tracepoint) in ebpf::EXEC_EXIT_PROGRAMS {
+        out.push(match &exec_exit {
             Ok(()) => check(
                 format!("program {name}"),
                 Status::Ok,
-                format!("loaded and attached at the exit of {function} (fexit)"),
+                format!("loaded and attached to tracepoint syscalls/{tracepoint}"),
             ),
             Err(e) => check(
                 format!("program {name}"),

@@ -274,7 +274,7 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
     let pids = check_targets(&args)?;
     install_signal_handlers();
     let (mut session, child) = match attach(&args, &pids)? {
-        Attached::Tracing(session, child) => (session, child),
+        Attached::Tracing(session, child) => (*session, child),
         Attached::NotExecuted(code) => return Ok(code),
     };
     let mut reporter = Reporter::new(&args, &session);
@@ -337,7 +337,7 @@ fn ending(args: &TraceArgs, reporter: &Reporter, exit_status: Option<i32>) -> En
 /// What [`attach`] leaves: a session following the roots, or the status of a command that
 /// could not be exec'd (said on the records stream).
 enum Attached {
-    Tracing(Session, Option<u32>),
+    Tracing(Box<Session>, Option<u32>),
     NotExecuted(u8),
 }
 
@@ -393,7 +393,7 @@ fn attach(args: &TraceArgs, pids: &[u32]) -> Result<Attached> {
             return Ok(Attached::NotExecuted(code));
         }
     }
-    Ok(Attached::Tracing(session, child))
+    Ok(Attached::Tracing(Box::new(session), child))
 }
 
 /// Reports records until the command exits (its wait status), every `-p` root is gone,

@@ -37,7 +37,7 @@ pub struct Session {
     pub(super) tracked: HashMap<MapData, u32, TaskState>,
     stats: PerCpuArray<MapData, Stats>,
     reads: Option<HashMap<MapData, ReadKey, ReadStat>>,
-    /// Failed execs' errno and path, when the fexit programs could be attached.
+    /// Failed execs' errno and path, when the exec_exit programs could be attached.
     exec_fails: Option<HashMap<MapData, u32, ExecFailure>>,
     /// Keeps programs and links alive.
     _bpf: Ebpf,
@@ -64,10 +64,7 @@ impl Session {
         }
         // Optional (see ebpf::EXEC_EXIT_PROGRAMS); needless with --leaks-only, which does not
         // count exec attempts and so reports no failed exec.
-        let exec_fails_ok = !opts.leaks_only
-            && aya::Btf::from_sys_fs()
-                .ok()
-                .is_some_and(|btf| ebpf::attach_exec_exit(&mut bpf, &btf).is_ok());
+        let exec_fails_ok = !opts.leaks_only && ebpf::attach_exec_exit(&mut bpf).is_ok();
         let take = |bpf: &mut Ebpf, name: &str| {
             bpf.take_map(name)
                 .with_context(|| format!("the eBPF object has no map {name}"))
@@ -189,7 +186,7 @@ impl Session {
         out
     }
 
-    /// Gives a failed exec its errno and path (from the fexit programs' map) and drops a
+    /// Gives a failed exec its errno and path (from the exec_exit programs' map) and drops a
     /// failure that a later exec of the same process superseded.
     fn add_exec_failure(&mut self, ev: &mut Event) {
         let Some(map) = self.exec_fails.as_mut() else {
