@@ -7,6 +7,7 @@ Rounds are interleaved so drift hits every mode alike; the figure per mode is th
 rounds of the spawner's own time for its N spawns (fdaudit's start-up is not counted).
 
 Usage: python3 bench/trace/overhead.py [--rounds 7] [--spawns 100] [--fdaudit target/release/fdaudit]
+       [--compare-exec-exit]
 Run as root on a quiet machine.
 """
 import argparse
@@ -20,8 +21,9 @@ import sys
 import time
 
 
-def spawner_total_ns(cmd):
-    out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=True, text=True).stdout
+def spawner_total_ns(cmd, env=None):
+    out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=True, text=True,
+                         env=env).stdout
     times = [json.loads(l)["ns"] for l in out.splitlines() if l.startswith('{"type":"spawn_time"')]
     if not times:
         sys.exit(f"no spawn times from {cmd}")
@@ -40,6 +42,8 @@ def main():
     ap.add_argument("--spawns", type=int, default=100)
     ap.add_argument("--fdaudit", default="target/release/fdaudit")
     ap.add_argument("--read-bytes", type=int, default=200_000)
+    ap.add_argument("--compare-exec-exit", action="store_true",
+                    help="also run `trace` without the exec-exit tracepoints (FDAUDIT_EXEC_EXIT=0)")
     a = ap.parse_args()
     fd = os.path.abspath(a.fdaudit)
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
@@ -50,6 +54,10 @@ def main():
         "trace --leaks-only": [fd, "trace", "-q", "--leaks-only", "--"] + spawner,
         "trace --reads": [fd, "trace", "-q", "--reads", "--"] + spawner,
     }
+    envs = {}
+    if a.compare_exec_exit:
+        modes["trace, no exec-exit tracepoints"] = modes["trace"]
+        envs["trace, no exec-exit tracepoints"] = dict(os.environ, FDAUDIT_EXEC_EXIT="0")
     reader = ["dd", "if=/dev/zero", "of=/dev/null", "bs=1", f"count={a.read_bytes}", "status=none"]
     read_modes = {
         "reads untraced": reader,
@@ -58,7 +66,7 @@ def main():
     res = {m: [] for m in list(modes) + list(read_modes)}
     for r in range(a.rounds):
         for m, cmd in modes.items():
-            ns, n = spawner_total_ns(cmd)
+            ns, n = spawner_total_ns(cmd, envs.get(m))
             assert n == a.spawns
             res[m].append(ns)
         for m, cmd in read_modes.items():

@@ -240,9 +240,12 @@ fn leaks_only_reports_leaks_without_syscall_counts() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    wait_attached(&mut BufReader::new(tracer.stderr.take().unwrap()));
+    // The records (text here) go to stderr with -- CMD: keep reading them to the end.
+    let mut reader = BufReader::new(tracer.stderr.take().unwrap());
+    let mut seen = wait_attached(&mut reader);
     let during = loaded_programs();
-    assert!(tracer.wait().unwrap().success());
+    std::io::Read::read_to_string(&mut reader, &mut seen).unwrap();
+    assert!(tracer.wait().unwrap().success(), "{seen}");
     let added: Vec<&String> = during.iter().filter(|p| !before.contains(p)).collect();
     assert!(
         added.iter().any(|p| p.starts_with("sched_process_ex")),

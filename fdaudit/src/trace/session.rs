@@ -64,7 +64,11 @@ impl Session {
         }
         // Optional (see ebpf::EXEC_EXIT_PROGRAMS); needless with --leaks-only, which does not
         // count exec attempts and so reports no failed exec.
-        let exec_fails_ok = !opts.leaks_only && ebpf::attach_exec_exit(&mut bpf).is_ok();
+        // FDAUDIT_EXEC_EXIT=0 leaves them out: the overhead benchmark's switch
+        // (bench/trace/overhead.py --compare-exec-exit).
+        let exec_fails_ok = !opts.leaks_only
+            && std::env::var_os("FDAUDIT_EXEC_EXIT").is_none_or(|v| v != "0")
+            && ebpf::attach_exec_exit(&mut bpf).is_ok();
         let take = |bpf: &mut Ebpf, name: &str| {
             bpf.take_map(name)
                 .with_context(|| format!("the eBPF object has no map {name}"))
