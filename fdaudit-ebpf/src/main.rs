@@ -552,10 +552,10 @@ fn try_exec_exit(ctx: &TracePointContext) -> Result<(), i64> {
     }
     let tgid = current_tgid();
     // SAFETY: a copy of the value out of a map lookup.
-    let Some(name) = (unsafe { EXEC_PENDING.get(&tgid) }).copied() else {
+    let Some(name) = (unsafe { EXEC_PENDING.get(tgid) }).copied() else {
         return Ok(());
     };
-    let _ = EXEC_PENDING.remove(&tgid);
+    let _ = EXEC_PENDING.remove(tgid);
     // SAFETY: offset 16 is `long ret` in this tracepoint's format.
     let ret: i64 = unsafe { ctx.read_at(16) }.map_err(i64::from)?;
     if ret >= 0 {
