@@ -55,5 +55,9 @@ pub fn run(_args: DemoArgs) -> Result<u8> {
     unsafe { libc::close(7) };
     let _ = std::fs::remove_file(&path);
     drop(listener);
-    Ok(u8::from(failed > 0))
+    Ok(if failed > 0 {
+        crate::exit::FAILED
+    } else {
+        crate::exit::OK
+    })
 }

@@ -69,7 +69,7 @@ pub(super) unsafe fn child_exec(c: &ChildContext) -> ! {
             CloseMethod::Closefrom => closefrom(3),
         }
         libc::execve(c.path, c.argv, c.envp);
-        libc::_exit(127)
+        libc::_exit(crate::exit::NOT_EXECUTED as i32)
     }
 }
 

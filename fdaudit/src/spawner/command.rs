@@ -177,5 +177,9 @@ pub fn run(args: SpawnerArgs) -> anyhow::Result<u8> {
         .context("failed to write to stdout")?;
     }
     out.flush().context("failed to write to stdout")?;
-    Ok(if failures == 0 { 0 } else { 1 })
+    Ok(if failures == 0 {
+        crate::exit::OK
+    } else {
+        crate::exit::FAILED
+    })
 }
