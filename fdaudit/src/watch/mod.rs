@@ -1,0 +1,3 @@
+//! `fdaudit watch`: a long-running node agent exporting Prometheus metrics.
+
+pub mod metrics;
