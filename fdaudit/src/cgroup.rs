@@ -386,7 +386,8 @@ mod tests {
     fn container_paths_of_every_runtime() {
         use Runtime::*;
         // (path, runtime, id, pod uid)
-        let cases: Vec<(String, Option<Runtime>, Option<&str>, Option<&str>)> = vec![
+        type Case<'a> = (String, Option<Runtime>, Option<&'a str>, Option<&'a str>);
+        let cases: Vec<Case> = vec![
             // Docker, systemd cgroup driver (v2 and v1 name=systemd/controllers).
             (format!("/system.slice/docker-{ID}.scope"), Some(Docker), Some(ID), None),
             // Docker, cgroupfs driver (v1 controllers, v2 with cgroupfs).
@@ -466,8 +467,8 @@ mod tests {
         );
         assert_eq!(proc_cgroup_path(&v1), Some(format!("/docker/{ID}").as_str()));
         // Hybrid: the unified line carries the path.
-        let hybrid = format!("4:memory:/x\n1:name=systemd:/system.slice/a.service\n0::/lxc.payload.web\n");
-        assert_eq!(proc_cgroup_path(&hybrid), Some("/lxc.payload.web"));
+        let hybrid = "4:memory:/x\n1:name=systemd:/system.slice/a.service\n0::/lxc.payload.web\n";
+        assert_eq!(proc_cgroup_path(hybrid), Some("/lxc.payload.web"));
         // Hybrid with the unified root only (as on this test machine): the v1 path says more.
         let root_v2 = "4:memory:/process_api/399c\n1:name=systemd:/\n0::/\n";
         assert_eq!(proc_cgroup_path(root_v2), Some("/process_api/399c"));
