@@ -1,0 +1,93 @@
+//! The deployment files are valid: the systemd unit for `systemd-analyze verify`, the
+//! Kubernetes manifest for a schema validator with the Kubernetes OpenAPI schemas bundled
+//! (`kubernetes-validate` from PyPI, offline; installed by .ci/setup).
+
+use std::{path::PathBuf, process::Command};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ is in the workspace")
+        .to_path_buf()
+}
+
+/// Runs `systemd-analyze verify` on `unit_text` installed as fdaudit.service with
+/// ExecStart pointing at the fdaudit under test: (success, stderr).
+fn verify_unit(unit_text: &str) -> (bool, String) {
+    let dir = std::env::temp_dir().join(format!("fdaudit-unit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("failed to create a temp dir");
+    let unit = dir.join("fdaudit.service");
+    let exe = fdaudit_tests::fdaudit();
+    let text = unit_text.replace("/usr/local/bin/fdaudit", &exe.to_string_lossy());
+    std::fs::write(&unit, text).expect("failed to write the unit");
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&unit)
+        .output()
+        .expect("failed to run systemd-analyze (package systemd)");
+    std::fs::remove_dir_all(&dir).ok();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn systemd_unit_verifies_cleanly() {
+    let text = std::fs::read_to_string(repo().join("deploy/fdaudit.service"))
+        .expect("deploy/fdaudit.service exists");
+    let (ok, stderr) = verify_unit(&text);
+    assert!(ok && stderr.trim().is_empty(), "systemd-analyze verify: {stderr}");
+    // The capabilities are the four tracing and /proc reading need, and nothing else.
+    let caps = text
+        .lines()
+        .find_map(|l| l.strip_prefix("CapabilityBoundingSet="))
+        .expect("the unit bounds capabilities");
+    let mut caps: Vec<&str> = caps.split_whitespace().collect();
+    caps.sort();
+    assert_eq!(caps, ["CAP_BPF", "CAP_DAC_READ_SEARCH", "CAP_PERFMON", "CAP_SYS_PTRACE"]);
+    for hardening in ["NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=read-only"] {
+        assert!(text.lines().any(|l| l == hardening), "unit lacks {hardening}");
+    }
+    assert!(text.contains("ExecStart=/usr/local/bin/fdaudit watch "));
+    // The check itself catches a broken unit.
+    let (_, stderr) = verify_unit(&text.replace("ProtectSystem=strict", "ProtectSystem=strcit"));
+    assert!(stderr.contains("strcit"), "a bad value went unnoticed: {stderr}");
+}
+
+fn validate(path: &std::path::Path) -> (bool, String) {
+    let out = Command::new("kubernetes-validate")
+        .args(["--strict", "--kubernetes-version", "1.33.0"])
+        .arg(path)
+        .output()
+        .expect("failed to run kubernetes-validate (pip install kubernetes-validate; .ci/setup)");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned()
+        + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+#[test]
+fn daemonset_validates_against_the_kubernetes_schema() {
+    let path = repo().join("deploy/kubernetes/daemonset.yaml");
+    let (ok, text) = validate(&path);
+    assert!(ok, "kubernetes-validate: {text}");
+    assert!(text.contains("daemonset/fdaudit"), "the DaemonSet was checked: {text}");
+    let yaml = std::fs::read_to_string(&path).expect("read the manifest");
+    for needed in [
+        "hostPID: true",
+        "path: /sys/kernel/btf",
+        "path: /sys/fs/cgroup",
+        "prometheus.io/scrape: \"true\"",
+        "- BPF",
+        "- PERFMON",
+        "privileged: false",
+    ] {
+        assert!(yaml.contains(needed), "the DaemonSet lacks {needed}");
+    }
+    // The validator rejects what the API server would (a misspelt field).
+    let bad = std::env::temp_dir().join(format!("fdaudit-ds-{}.yaml", std::process::id()));
+    std::fs::write(&bad, yaml.replace("hostPID:", "hostPid:")).expect("write a bad copy");
+    let (ok, text) = validate(&bad);
+    std::fs::remove_file(&bad).ok();
+    assert!(!ok && text.contains("hostPid"), "a bad manifest passed: {text}");
+}
