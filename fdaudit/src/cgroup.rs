@@ -288,12 +288,57 @@ fn unescape_mountinfo(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// Where a process runs: its cgroup and container, and its pid inside its own pid namespace.
+/// Flattened into spawn (trace) and process (scan) records.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Identity {
+    /// The cgroup's id on the unified hierarchy (trace: from the kernel at exec).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cgroup_id: Option<u64>,
+    /// The cgroup's path on the unified hierarchy (`/system.slice/foo.service`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
+    #[serde(flatten)]
+    pub container: Container,
+    /// The pid as the process's own pid namespace sees it, when that is not the host's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ns_pid: Option<u32>,
+}
+
+impl Identity {
+    /// From a process's /proc/PID/cgroup and /proc/PID/status texts (scan). The `cgroup`
+    /// field is the unified hierarchy's path; the container comes from it, or from the v1
+    /// paths when the unified one says nothing (hybrid machines).
+    pub fn from_proc(pid: u32, cgroup_text: Option<&str>, status_text: Option<&str>) -> Identity {
+        let unified = cgroup_text.and_then(unified_path);
+        let mut container = unified.map(parse_path).unwrap_or_default();
+        if container.is_empty() {
+            if let Some(p) = cgroup_text.and_then(proc_cgroup_path) {
+                container = parse_path(p);
+            }
+        }
+        Identity {
+            cgroup_id: None,
+            cgroup: unified.map(str::to_owned),
+            container,
+            ns_pid: status_text.and_then(ns_pid_from_status).filter(|&n| n != pid),
+        }
+    }
+
+    /// Label for a table column: the container, else nothing.
+    pub fn container_label(&self) -> Option<String> {
+        self.container.short()
+    }
+}
+
 /// The cgroup2 hierarchy of this machine: turns the kernel's cgroup ids
 /// (bpf_get_current_cgroup_id: the cgroup directory's inode number on cgroup2, see
 /// kernfs_node id) into paths.
 pub struct Hierarchy {
     root: PathBuf,
     by_id: HashMap<u64, String>,
+    /// Ids a walk did not find (cgroups removed before we looked), not to walk for again.
+    missing: std::collections::HashSet<u64>,
 }
 
 impl Hierarchy {
@@ -308,6 +353,7 @@ impl Hierarchy {
         Hierarchy {
             root,
             by_id: HashMap::new(),
+            missing: Default::default(),
         }
     }
 
@@ -322,10 +368,14 @@ impl Hierarchy {
         if let Some(p) = self.by_id.get(&id) {
             return Some(p.clone());
         }
+        if self.missing.contains(&id) {
+            return None;
+        }
         // Cgroups come and go on a busy node; re-walk from scratch (bounded: a cap keeps a
-        // node with churning containers from growing the cache without end).
-        if self.by_id.len() > 65536 {
+        // node with churning containers from growing the caches without end).
+        if self.by_id.len() > 65536 || self.missing.len() > 65536 {
             self.by_id.clear();
+            self.missing.clear();
         }
         let mut stack = vec![(self.root.clone(), String::from("/"))];
         while let Some((dir, rel)) = stack.pop() {
@@ -348,7 +398,27 @@ impl Hierarchy {
                 }
             }
         }
-        self.by_id.get(&id).cloned()
+        let found = self.by_id.get(&id).cloned();
+        if found.is_none() {
+            self.missing.insert(id);
+        }
+        found
+    }
+
+    /// The identity of a spawn: cgroup `id` (from the kernel) resolved to its path and
+    /// container, and the pid's namespace pid read from /proc while it still runs.
+    pub fn identity(&mut self, id: u64, pid: u32) -> Identity {
+        let cgroup = (id != 0).then(|| self.path_of(id)).flatten();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok();
+        Identity {
+            cgroup_id: (id != 0).then_some(id),
+            container: cgroup.as_deref().map(parse_path).unwrap_or_default(),
+            cgroup,
+            ns_pid: status
+                .as_deref()
+                .and_then(ns_pid_from_status)
+                .filter(|&n| n != pid),
+        }
     }
 
     /// The id (inode number) of the cgroup at `path`: an absolute path under the mount, or a
@@ -501,6 +571,29 @@ mod tests {
     }
 
     #[test]
+    fn identity_from_proc_texts() {
+        let id = Identity::from_proc(
+            4321,
+            Some(&format!("1:name=systemd:/docker/{ID}\n0::/system.slice/docker-{ID}.scope\n")),
+            Some("NSpid:\t4321\t1\n"),
+        );
+        assert_eq!(id.cgroup.as_deref(), Some(format!("/system.slice/docker-{ID}.scope").as_str()));
+        assert_eq!(id.container.container_runtime, Some(Runtime::Docker));
+        assert_eq!(id.ns_pid, Some(1));
+        let json = serde_json::to_value(&id).unwrap();
+        assert_eq!(json["container_id"], ID);
+        assert_eq!(json["container_runtime"], "docker");
+        assert_eq!(json["ns_pid"], 1);
+        assert!(json.get("pod_uid").is_none() && json.get("cgroup_id").is_none());
+        // Hybrid machine, unified root: the v1 path names the container; cgroup stays "/".
+        let id = Identity::from_proc(7, Some(&format!("4:memory:/docker/{ID}\n0::/\n")), None);
+        assert_eq!(id.cgroup.as_deref(), Some("/"));
+        assert_eq!(id.container.container_id.as_deref(), Some(ID));
+        let id = Identity::from_proc(7, None, Some("NSpid:\t7\n"));
+        assert_eq!(id, Identity::default());
+    }
+
+    #[test]
     fn hierarchy_resolves_ids_by_inode() {
         let dir = std::env::temp_dir().join(format!("fdaudit-cg-{}", std::process::id()));
         let leaf = dir.join("system.slice").join(format!("docker-{ID}.scope"));
@@ -513,6 +606,11 @@ mod tests {
         assert_eq!(h.id_of(&leaf).unwrap(), (ino, want));
         assert_eq!(h.path_of(std::fs::metadata(&dir).unwrap().ino()).as_deref(), Some("/"));
         assert_eq!(h.path_of(u64::MAX), None);
+        assert!(h.missing.contains(&u64::MAX));
+        let me = h.identity(ino, std::process::id());
+        assert_eq!(me.container.container_id.as_deref(), Some(ID));
+        assert_eq!(me.cgroup_id, Some(ino));
+        assert_eq!(me.ns_pid, None, "the test runs in the host's pid namespace");
         assert!(h.id_of(Path::new("/no/such")).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -36,6 +36,12 @@ pub struct TraceArgs {
     )]
     pub pids: Vec<u32>,
 
+    /// Trace every process in this cgroup and the cgroups below it, also those that start
+    /// or move in later: a path on the cgroup2 hierarchy (`/system.slice/nginx.service`) or
+    /// under its mount point.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["pids", "command"])]
+    pub cgroup: Option<std::path::PathBuf>,
+
     /// Stop after this many seconds (e.g. 30, 1.5).
     #[arg(long, value_name = "SECONDS")]
     pub duration: Option<f64>,
@@ -58,7 +64,7 @@ pub struct TraceArgs {
 
     /// Trace the built-in workload: a spawner holding a credentials file and a listening
     /// socket, spawning with a leaking, a close-loop, a poll-scan and a close_range strategy.
-    #[arg(long, conflicts_with_all = ["pids", "command"])]
+    #[arg(long, conflicts_with_all = ["pids", "command", "cgroup"])]
     pub demo: bool,
 
     /// Do not print a line per spawn, only the summary.
@@ -98,9 +104,10 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
         let me = std::env::current_exe().context("failed to find fdaudit's own executable")?;
         args.command = vec![me.into_os_string(), "__demo".into()];
     }
-    if args.pids.is_empty() && args.command.is_empty() {
-        bail!("nothing to trace: give -p PID, -- CMD ARGS... or --demo");
+    if args.pids.is_empty() && args.command.is_empty() && args.cgroup.is_none() {
+        bail!("nothing to trace: give -p PID, --cgroup PATH, -- CMD ARGS... or --demo");
     }
+    let followed = args.cgroup.as_deref().map(follow_cgroup).transpose()?;
     for &pid in &args.pids {
         // SAFETY: signal 0 only checks that the process exists.
         if pid == 0
@@ -113,6 +120,7 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
     let opts = SessionOptions {
         leaks_only: args.leaks_only,
         reads: args.reads,
+        cgroup: followed.as_ref().map(|f| (f.id, f.level)),
     };
     install_signal_handlers();
     let held = if args.command.is_empty() {
@@ -140,9 +148,10 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
             .track_tree(pid)
             .with_context(|| format!("failed to trace PID {pid}"))?;
     }
-    let what = match child {
-        Some(pid) => format!("command (pid {pid})"),
-        None => format!("{} process tree(s)", args.pids.len()),
+    let what = match (child, &followed) {
+        (Some(pid), _) => format!("command (pid {pid})"),
+        (None, Some(f)) => format!("cgroup {}", f.path),
+        (None, None) => format!("{} process tree(s)", args.pids.len()),
     };
     crate::diag!(
         "fdaudit: tracing {what}{}; Ctrl-C to stop",
@@ -172,6 +181,11 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
                 exit_status = Some(st);
                 break;
             }
+        } else if let Some(f) = &followed {
+            if !f.dir.exists() {
+                crate::diag!("fdaudit: cgroup {} was removed", f.path);
+                break;
+            }
         } else if root_pids.iter().all(|&p| !alive(p)) {
             break;
         }
@@ -199,6 +213,41 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
         code = EXIT_LEAK;
     }
     Ok(code)
+}
+
+/// A cgroup `trace --cgroup` follows.
+pub struct Followed {
+    /// Its id on the cgroup2 hierarchy (the directory's inode number).
+    pub id: u64,
+    /// Its depth below the root (root = 0).
+    pub level: u32,
+    /// Its path on the hierarchy, for messages.
+    pub path: String,
+    /// Its directory, to notice its removal.
+    pub dir: std::path::PathBuf,
+}
+
+/// Finds the cgroup at `path` on the cgroup2 hierarchy (mount found in /proc/self/mountinfo).
+pub fn follow_cgroup(path: &std::path::Path) -> Result<Followed> {
+    let h = crate::cgroup::Hierarchy::open().context(
+        "no cgroup2 hierarchy is mounted (see /proc/self/mountinfo): --cgroup needs one, \
+         e.g. `mount -t cgroup2 none /sys/fs/cgroup/unified`",
+    )?;
+    let (id, rel) = h.id_of(path).with_context(|| {
+        format!(
+            "no cgroup {}: give a path under {} or relative to it (e.g. /system.slice/foo.service)",
+            path.display(),
+            h.root().display()
+        )
+    })?;
+    let level = rel.split('/').filter(|c| !c.is_empty()).count() as u32;
+    let dir = h.root().join(rel.trim_start_matches('/'));
+    Ok(Followed {
+        id,
+        level,
+        path: rel,
+        dir,
+    })
 }
 
 fn alive(pid: u32) -> bool {

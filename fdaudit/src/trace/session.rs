@@ -22,6 +22,7 @@ use serde::Serialize;
 
 use super::strategy::{self, Strategy};
 use crate::{
+    cgroup::{Hierarchy, Identity},
     ebpf,
     fdkind::{self, FdKind},
     output::escape_bytes,
@@ -34,6 +35,9 @@ pub struct SessionOptions {
     pub leaks_only: bool,
     /// Count read()/readv()/pread64() calls and bytes per process and fd.
     pub reads: bool,
+    /// Also trace every process in this cgroup and below: (id, depth) on the cgroup2
+    /// hierarchy, as [`crate::cgroup::Hierarchy::id_of`] gives them.
+    pub cgroup: Option<(u64, u32)>,
 }
 
 /// A leaked fd: open in the new image right after exec, fd >= 3.
@@ -97,6 +101,9 @@ pub struct Spawn {
     /// no_fork, fdtable_truncated, no_syscalls, path_partial; and `reexec` (the window
     /// started at this process's previous exec: an exec chain).
     pub flags: Vec<&'static str>,
+    /// cgroup (id from the kernel at exec, path), container, and pid in its own namespace.
+    #[serde(flatten)]
+    pub identity: Identity,
     /// Kernel timestamp of the exec (CLOCK_MONOTONIC ns).
     #[serde(skip)]
     pub exec_ns: u64,
@@ -150,6 +157,8 @@ pub struct Session {
     /// Untraced cost of one close() on a closed fd, ns, measured at start.
     close_cost_ns: f64,
     roots: Vec<u32>,
+    /// The cgroup2 hierarchy, to name the cgroup ids of spawn records (None without cgroup2).
+    cgroups: Option<Hierarchy>,
 }
 
 impl Session {
@@ -157,6 +166,10 @@ impl Session {
     pub fn start(opts: &SessionOptions) -> Result<Session> {
         let mut config = ebpf::kernel_config().context("failed to read kernel offsets")?;
         config.reads = u32::from(opts.reads);
+        if let Some((id, level)) = opts.cgroup {
+            config.cgroup_id = id;
+            config.cgroup_level = level;
+        }
         let close_cost_ns = measure_close_cost(20_000);
         let mut bpf = ebpf::open(&config).context("failed to load the eBPF object")?;
         let wanted = |p: &&ebpf::ProgramSpec| {
@@ -188,6 +201,7 @@ impl Session {
             probe_cost_ns: 0.0,
             close_cost_ns,
             roots: Vec::new(),
+            cgroups: Hierarchy::open(),
         };
         if !opts.leaks_only {
             session.probe_cost_ns = session
@@ -277,7 +291,12 @@ impl Session {
         let mut out = Vec::new();
         let (leaks_only, cost) = (self.leaks_only, self.probe_cost_ns);
         while let Some(item) = self.events.next() {
-            if let Some(ev) = decode(&item, leaks_only, cost) {
+            if let Some(mut ev) = decode(&item, leaks_only, cost) {
+                if let (Event::Spawn(s), Some(h)) = (&mut ev, &mut self.cgroups) {
+                    if let Some(id) = s.identity.cgroup_id {
+                        s.identity = h.identity(id, s.pid);
+                    }
+                }
                 out.push(ev);
             }
         }
@@ -620,6 +639,10 @@ pub fn spawn_from_record(
         stdio,
         flags: flag_names(bits),
         exec_ns: rec.exec_ns,
+        identity: Identity {
+            cgroup_id: (rec.cgroup_id != 0).then_some(rec.cgroup_id),
+            ..Default::default()
+        },
         ..window_spawn(
             rec.pid,
             rec.parent_pid,
@@ -737,6 +760,7 @@ fn window_spawn(
             Vec::new()
         },
         exec_ns: 0,
+        identity: Identity::default(),
     }
 }
 
