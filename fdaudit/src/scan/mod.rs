@@ -174,6 +174,8 @@ struct ProcessJson<'a> {
     fd_count: u32,
     max_fd: Option<u32>,
     no_cloexec: u32,
+    #[serde(flatten)]
+    identity: &'a crate::cgroup::Identity,
     fds: &'a [FdRecord],
 }
 
@@ -309,6 +311,7 @@ pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
                     fd_count: r.fd_count,
                     max_fd: r.max_fd,
                     no_cloexec: r.no_cloexec,
+                    identity: &r.identity,
                     fds: &r.fds,
                 };
                 json_line(&mut bytes, &pj).expect("writing to a Vec cannot fail");
@@ -358,6 +361,8 @@ pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
                 r.fd_count.to_string(),
                 r.max_fd.map_or("-".into(), |m| m.to_string()),
                 r.no_cloexec.to_string(),
+                // Dropped below unless some process runs in a container.
+                r.identity.container_label().unwrap_or_default(),
             ]);
         }
         Rendered {
@@ -459,7 +464,8 @@ pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
                 } else {
                     rows.sort_by(|a, b| b.0 .0.cmp(&a.0 .0).then(a.0 .1.cmp(&b.0 .1)));
                 }
-                let mut t = table(&[
+                let containers = rows.iter().any(|r| r.1.last().is_some_and(|c| !c.is_empty()));
+                let mut header = vec![
                     "PID",
                     "COMM",
                     "USER",
@@ -468,8 +474,15 @@ pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
                     "FDS",
                     "MAXFD",
                     "NO_CLOEXEC",
-                ]);
-                for (_, row) in rows.drain(..) {
+                ];
+                if containers {
+                    header.push("CONTAINER");
+                }
+                let mut t = table(&header);
+                for (_, mut row) in rows.drain(..) {
+                    if !containers {
+                        row.pop();
+                    }
                     t.add_row(row);
                 }
                 writeln!(out, "{t}\n")?;

@@ -94,6 +94,10 @@ pub struct ProcReport {
     pub max_fd: Option<u32>,
     /// Fds without close-on-exec, 0-2 included.
     pub no_cloexec: u32,
+    /// Fds >= 3 without close-on-exec: what a child that does not close fds inherits.
+    pub inheritable: u32,
+    /// cgroup and container (from PID/cgroup) and pid in its own namespace (from NSpid).
+    pub identity: crate::cgroup::Identity,
     /// Fds listed but gone before they could be read.
     pub vanished_fds: u32,
     /// Fds whose fdinfo was malformed or unreadable (close-on-exec unknown).
@@ -433,6 +437,12 @@ impl Scanner<'_> {
             Err(e) if is_vanished(&e) => return Err(Skip::Vanished),
             Err(_) => None,
         };
+        let cgroup = match sys::read_file_at(raw(&pid_dir), c"cgroup", &mut s.file) {
+            Ok(()) => Some(String::from_utf8_lossy(&s.file).into_owned()),
+            Err(_) => None,
+        };
+        let mut identity = crate::cgroup::Identity::from_proc(pid, cgroup.as_deref(), None);
+        identity.ns_pid = h.status.ns_pid.filter(|&n| n != pid);
         let comm = escape_bytes(h.status.name.as_deref().unwrap_or(b"?"));
         let mut rep = ProcReport {
             pid,
@@ -443,6 +453,8 @@ impl Scanner<'_> {
             fd_count: 0,
             max_fd: None,
             no_cloexec: 0,
+            inheritable: 0,
+            identity,
             vanished_fds: 0,
             unknown_fds: 0,
             fds: Vec::with_capacity(if self.cfg.full_fds { s.fds.len() } else { 0 }),
@@ -530,7 +542,10 @@ impl Scanner<'_> {
             rep.fd_count += 1;
             rep.max_fd = Some(fd);
             match cloexec {
-                Some(false) => rep.no_cloexec += 1,
+                Some(false) => {
+                    rep.no_cloexec += 1;
+                    rep.inheritable += u32::from(fd >= 3);
+                }
                 None => rep.unknown_fds += 1,
                 Some(true) => {}
             }
