@@ -42,8 +42,7 @@ pub fn parse_status(data: &[u8]) -> Status {
             b"NSpid" => {
                 st.ns_pid = val
                     .split(u8::is_ascii_whitespace)
-                    .filter(|s| !s.is_empty())
-                    .next_back()
+                    .rfind(|s| !s.is_empty())
                     .and_then(super::sys::parse_u32)
             }
             _ => {}
