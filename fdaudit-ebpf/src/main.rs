@@ -105,8 +105,9 @@ fn current_tgid() -> u32 {
 #[inline(always)]
 fn in_followed_cgroup() -> bool {
     let id = conf!(cgroup_id);
+    let level = conf!(cgroup_level) as i32;
     // SAFETY: the helper only reads current's css_set.
-    id != 0 && unsafe { bpf_get_current_ancestor_cgroup_id(conf!(cgroup_level) as i32) } == id
+    id != 0 && unsafe { bpf_get_current_ancestor_cgroup_id(level) } == id
 }
 
 // ---------------------------------------------------------------------------------------------
