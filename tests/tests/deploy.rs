@@ -91,3 +91,47 @@ fn daemonset_validates_against_the_kubernetes_schema() {
     std::fs::remove_file(&bad).ok();
     assert!(!ok && text.contains("hostPid"), "a bad manifest passed: {text}");
 }
+
+fn promtool_check_rules(path: &std::path::Path) -> (bool, String) {
+    let out = Command::new("promtool")
+        .args(["check", "rules"])
+        .arg(path)
+        .output()
+        .expect("failed to run promtool (package prometheus; .ci/setup)");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+#[test]
+fn prometheus_rules_and_documented_queries_parse() {
+    let (ok, text) = promtool_check_rules(&repo().join("deploy/prometheus/fdaudit-rules.yml"));
+    assert!(ok, "promtool check rules: {text}");
+
+    // Every ```promql block of docs/fleet.md, as a recording rule, Grafana variables filled.
+    let doc = std::fs::read_to_string(repo().join("docs/fleet.md")).expect("docs/fleet.md");
+    let queries: Vec<String> = doc
+        .split("```promql\n")
+        .skip(1)
+        .map(|b| b.split("```").next().unwrap_or("").trim().to_owned())
+        .collect();
+    assert!(queries.len() >= 8, "docs/fleet.md has {} queries", queries.len());
+    let mut rules = String::from("groups:\n  - name: docs\n    rules:\n");
+    for (i, q) in queries.iter().enumerate() {
+        let q = q.replace("$__rate_interval", "5m").replace("$instance", ".*");
+        rules.push_str(&format!("      - record: doc_query_{i}\n        expr: |\n"));
+        for line in q.lines() {
+            rules.push_str(&format!("          {line}\n"));
+        }
+    }
+    let path = std::env::temp_dir().join(format!("fdaudit-doc-rules-{}.yml", std::process::id()));
+    std::fs::write(&path, &rules).expect("write the rules");
+    let (ok, text) = promtool_check_rules(&path);
+    assert!(ok && text.contains(&format!("SUCCESS: {} rules found", queries.len())), "{text}\n{rules}");
+    // The check catches a broken query.
+    std::fs::write(&path, rules.replace("sum by (severity)", "sum by (severity")).unwrap();
+    let (ok, _) = promtool_check_rules(&path);
+    std::fs::remove_file(&path).ok();
+    assert!(!ok, "promtool accepted a broken query");
+}

@@ -60,7 +60,7 @@ struct LeakLabels {
     parent: String,
     child: String,
     strategy: String,
-    /// The leaked fd's kind (file, pipe, socket-inet, eventfd, ...).
+    /// The leaked fd's kind (regular, pipe, socket, eventfd, ...).
     kind: String,
 }
 
