@@ -336,3 +336,51 @@ fn a_real_prometheus_scrapes_container_leaks() {
     drop(_prom);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+#[ignore = "needs root"]
+fn trace_cgroup_follows_a_container_and_nothing_else() {
+    use std::io::BufRead as _;
+    let cg = DockerCgroup::new("trace");
+    let parent = format!("/{}", cg.parent.file_name().unwrap().to_string_lossy());
+    let mut t = Reaped(
+        Command::new(fdaudit())
+            .args(["trace", "--json", "--leaks-only", "--duration", "4", "--cgroup", &parent])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start fdaudit trace"),
+    );
+    let mut err = std::io::BufReader::new(t.0.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    assert!(line.contains(&format!("tracing cgroup {parent}")), "{line}");
+    // Outside the cgroup: not traced. Inside: the shell moves in, then spawns.
+    let outside = Command::new("sh").args(["-c", "cat /dev/null"]).status().unwrap();
+    assert!(outside.success());
+    cg.run("cat /dev/null; sh -c 'ls /dev/null >/dev/null'");
+    let mut out = String::new();
+    t.0.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    assert!(t.0.wait().unwrap().success());
+    let spawns: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|v| v["type"] == "spawn")
+        .collect();
+    let paths: Vec<&str> = spawns.iter().filter_map(|s| s["exec_path"].as_str()).collect();
+    assert!(paths.iter().any(|p| p.ends_with("/cat")), "{out}");
+    assert!(paths.iter().any(|p| p.ends_with("/ls")), "grandchildren are followed: {out}");
+    let scope = format!("{parent}/docker-{}.scope", cg.id);
+    for s in &spawns {
+        assert_eq!(s["container_id"], cg.id.as_str(), "only the container's spawns: {s}");
+        assert_eq!(s["container_runtime"], "docker");
+        assert_eq!(s["cgroup"], scope.as_str());
+        assert!(s["cgroup_id"].as_u64().is_some_and(|id| id > 1));
+    }
+    let cat = spawns.iter().find(|s| s["exec_path"].as_str().unwrap().ends_with("/cat")).unwrap();
+    assert!(
+        cat["leaked_fds"].as_array().unwrap().iter().any(|f| f["fd"] == 7 && f["target"] == "/etc/hostname"),
+        "{cat}"
+    );
+}
