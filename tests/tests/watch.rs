@@ -127,9 +127,35 @@ impl DockerCgroup {
 }
 
 impl Drop for DockerCgroup {
+    /// Kills what is left in the scope (a failed test's workload), then removes it.
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir(&self.scope);
+        let t0 = Instant::now();
+        while std::fs::remove_dir(&self.scope).is_err() && t0.elapsed() < Duration::from_secs(5) {
+            let procs = std::fs::read_to_string(self.scope.join("cgroup.procs")).unwrap_or_default();
+            for pid in procs.lines().filter_map(|l| l.parse::<i32>().ok()) {
+                // SAFETY: killing the test's own workload processes.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let _ = std::fs::remove_dir(&self.parent);
+    }
+}
+
+/// A temporary directory removed when the test ends, passed or not.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let d = std::env::temp_dir().join(format!("fdaudit-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&d).expect("create a temporary directory");
+        TempDir(d)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -201,8 +227,8 @@ fn bad_input_fails_before_anything_is_loaded() {
 fn container_leaks_reach_metrics_textfile_and_sigterm_detaches() {
     let cg = DockerCgroup::new("watch");
     let port = free_port();
-    let textdir = std::env::temp_dir().join(format!("fdaudit-textfile-{}", std::process::id()));
-    std::fs::create_dir_all(&textdir).unwrap();
+    let textdir = TempDir::new("textfile");
+    let textdir = &textdir.0;
     let parent = format!("/{}", cg.parent.file_name().unwrap().to_string_lossy());
     let mut w = start_watch(
         port,
@@ -264,7 +290,6 @@ fn container_leaks_reach_metrics_textfile_and_sigterm_detaches() {
     let progs = Command::new("bpftool").args(["prog", "show"]).output().expect("bpftool");
     let progs = String::from_utf8_lossy(&progs.stdout);
     assert!(!progs.contains("sched_process_ex"), "programs left attached: {progs}");
-    std::fs::remove_dir_all(&textdir).ok();
 }
 
 fn urlencode(s: &str) -> String {
@@ -279,7 +304,8 @@ fn urlencode(s: &str) -> String {
 #[test]
 #[ignore = "needs root"]
 fn a_real_prometheus_scrapes_container_leaks() {
-    let dir = std::env::temp_dir().join(format!("fdaudit-prometheus-{}", std::process::id()));
+    let tmp = TempDir::new("prometheus");
+    let dir = &tmp.0;
     std::fs::create_dir_all(dir.join("data")).unwrap();
     let (watch_port, prom_port) = (free_port(), free_port());
     let config = dir.join("prometheus.yml");
@@ -334,8 +360,6 @@ fn a_real_prometheus_scrapes_container_leaks() {
         std::thread::sleep(Duration::from_millis(500));
     };
     assert!(value >= 1.0);
-    drop(_prom);
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
