@@ -384,7 +384,8 @@ fn trace_cgroup_follows_a_container_and_nothing_else() {
     // Outside the cgroup: not traced. Inside: the shell moves in, then spawns.
     let outside = Command::new("sh").args(["-c", "cat /dev/null"]).status().unwrap();
     assert!(outside.success());
-    cg.run("cat /dev/null; sh -c 'ls /dev/null >/dev/null'");
+    // And a child in a pid namespace of its own: `sleep` is pid 1 there.
+    cg.run("cat /dev/null; sh -c 'ls /dev/null >/dev/null'; unshare --pid --fork sleep 1");
     let mut out = String::new();
     t.0.stdout.take().unwrap().read_to_string(&mut out).unwrap();
     assert!(t.0.wait().unwrap().success());
@@ -403,9 +404,24 @@ fn trace_cgroup_follows_a_container_and_nothing_else() {
         assert_eq!(s["cgroup"], scope.as_str());
         assert!(s["cgroup_id"].as_u64().is_some_and(|id| id > 1));
     }
+    let sleep = spawns
+        .iter()
+        .find(|s| s["exec_path"].as_str().unwrap().ends_with("/sleep"))
+        .unwrap_or_else(|| panic!("no sleep spawn: {out}"));
+    assert_eq!(sleep["ns_pid"], 1, "{sleep}");
+    assert_ne!(sleep["pid"], 1);
+    assert!(cat_has_no_ns_pid(&spawns), "{out}");
     let cat = spawns.iter().find(|s| s["exec_path"].as_str().unwrap().ends_with("/cat")).unwrap();
     assert!(
         cat["leaked_fds"].as_array().unwrap().iter().any(|f| f["fd"] == 7 && f["target"] == "/etc/hostname"),
         "{cat}"
     );
+}
+
+/// Processes in the host's pid namespace carry no `ns_pid`.
+fn cat_has_no_ns_pid(spawns: &[Value]) -> bool {
+    spawns
+        .iter()
+        .filter(|s| s["exec_path"].as_str().is_some_and(|p| p.ends_with("/cat")))
+        .all(|s| s.get("ns_pid").is_none())
 }
