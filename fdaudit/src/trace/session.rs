@@ -292,9 +292,19 @@ impl Session {
         let (leaks_only, cost) = (self.leaks_only, self.probe_cost_ns);
         while let Some(item) = self.events.next() {
             if let Some(mut ev) = decode(&item, leaks_only, cost) {
-                if let (Event::Spawn(s), Some(h)) = (&mut ev, &mut self.cgroups) {
-                    if let Some(id) = s.identity.cgroup_id {
+                if let Event::Spawn(s) = &mut ev {
+                    if let (Some(id), Some(h)) = (s.identity.cgroup_id, &mut self.cgroups) {
                         s.identity = h.identity(id, s.pid);
+                    }
+                    // Picked up at its exec by `--cgroup` (its fork was not seen): the parent
+                    // from /proc while the process runs.
+                    if s.parent_pid == 0 {
+                        if let Some(pp) = parent_of(s.pid) {
+                            s.parent_pid = pp;
+                            s.parent_comm = std::fs::read_to_string(format!("/proc/{pp}/comm"))
+                                .map(|c| c.trim_end().to_owned())
+                                .unwrap_or_default();
+                        }
                     }
                 }
                 out.push(ev);
