@@ -105,7 +105,7 @@ fn promtool_check_rules(path: &std::path::Path) -> (bool, String) {
 }
 
 #[test]
-fn prometheus_rules_and_documented_queries_parse() {
+fn prometheus_rules_documented_queries_and_dashboard_parse() {
     let (ok, text) = promtool_check_rules(&repo().join("deploy/prometheus/fdaudit-rules.yml"));
     assert!(ok, "promtool check rules: {text}");
 
@@ -117,21 +117,47 @@ fn prometheus_rules_and_documented_queries_parse() {
         .map(|b| b.split("```").next().unwrap_or("").trim().to_owned())
         .collect();
     assert!(queries.len() >= 8, "docs/fleet.md has {} queries", queries.len());
-    let mut rules = String::from("groups:\n  - name: docs\n    rules:\n");
+    check_queries("docs", &queries);
+    // The check catches a broken query.
+    let broken: Vec<String> = queries.iter().map(|q| q.replace("sum by (severity)", "sum by (severity")).collect();
+    assert!(!queries_parse("broken", &broken).0, "promtool accepted a broken query");
+
+    // The Grafana dashboard's queries too.
+    let dash: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(repo().join("deploy/grafana/fdaudit-dashboard.json"))
+            .expect("the dashboard exists"),
+    )
+    .expect("the dashboard is JSON");
+    let exprs: Vec<String> = dash["panels"]
+        .as_array()
+        .expect("panels")
+        .iter()
+        .flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default())
+        .filter_map(|t| t["expr"].as_str().map(str::to_owned))
+        .collect();
+    assert!(exprs.len() >= 8, "the dashboard has {} queries", exprs.len());
+    check_queries("dashboard", &exprs);
+}
+
+/// Whether promtool parses every query (Grafana variables filled), as recording rules.
+fn queries_parse(tag: &str, queries: &[String]) -> (bool, String) {
+    let mut rules = String::from("groups:\n  - name: queries\n    rules:\n");
     for (i, q) in queries.iter().enumerate() {
         let q = q.replace("$__rate_interval", "5m").replace("$instance", ".*");
-        rules.push_str(&format!("      - record: doc_query_{i}\n        expr: |\n"));
+        rules.push_str(&format!("      - record: query_{i}\n        expr: |\n"));
         for line in q.lines() {
             rules.push_str(&format!("          {line}\n"));
         }
     }
-    let path = std::env::temp_dir().join(format!("fdaudit-doc-rules-{}.yml", std::process::id()));
+    let path = std::env::temp_dir().join(format!("fdaudit-{tag}-rules-{}.yml", std::process::id()));
     std::fs::write(&path, &rules).expect("write the rules");
     let (ok, text) = promtool_check_rules(&path);
-    assert!(ok && text.contains(&format!("SUCCESS: {} rules found", queries.len())), "{text}\n{rules}");
-    // The check catches a broken query.
-    std::fs::write(&path, rules.replace("sum by (severity)", "sum by (severity")).unwrap();
-    let (ok, _) = promtool_check_rules(&path);
     std::fs::remove_file(&path).ok();
-    assert!(!ok, "promtool accepted a broken query");
+    let all = text.contains(&format!("SUCCESS: {} rules found", queries.len()));
+    (ok && all, format!("{text}\n{rules}"))
+}
+
+fn check_queries(tag: &str, queries: &[String]) {
+    let (ok, text) = queries_parse(tag, queries);
+    assert!(ok, "{tag}: {text}");
 }
