@@ -84,7 +84,7 @@ pub struct SpawnObservation {
     /// Kind of each leaked fd (one entry per fd; truncated lists are topped up by the caller).
     pub leaked_kinds: Vec<String>,
     /// close() calls between fork and exec; `None` with --leaks-only.
-    pub close_calls: Option<u32>,
+    pub close_calls: Option<u64>,
     /// Fork to exec, seconds; `None` when the fork was not seen.
     pub window_seconds: Option<f64>,
 }
@@ -237,7 +237,7 @@ impl Metrics {
             self.leaked_fds.get_or_create(&ll).inc();
         }
         if let Some(c) = obs.close_calls {
-            self.close_calls.get_or_create(&l).inc_by(u64::from(c));
+            self.close_calls.get_or_create(&l).inc_by(c);
         }
         if let Some(w) = obs.window_seconds {
             self.window.get_or_create(&l).observe(w);

@@ -19,7 +19,10 @@ use anyhow::{bail, Context as _, Result};
 
 use crate::{
     scan::{self, Severity},
-    trace::session::{Event, Session, SessionOptions, Spawn},
+    trace::{
+        decode::{Event, Spawn},
+        session::{Session, SessionOptions},
+    },
 };
 use metrics::{Metrics, ProcessLabels, ProcessObservation, SpawnLabels, SpawnObservation};
 
@@ -128,7 +131,7 @@ pub fn observation(s: &Spawn, leaks_only: bool) -> SpawnObservation {
             strategy: s.strategy.as_str().to_owned(),
         },
         leaked_kinds,
-        close_calls: (!leaks_only).then_some(s.close_calls),
+        close_calls: (!leaks_only).then_some(s.calls.close_calls),
         window_seconds: (s.window_ns > 0).then(|| s.window_ns as f64 / 1e9),
     }
 }
@@ -208,7 +211,7 @@ fn serve(server: tiny_http::Server, metrics: Arc<Mutex<Metrics>>, stop: Arc<Atom
 
 /// One scan of /proc folded into the metrics' gauges.
 fn scan_once(metrics: &Mutex<Metrics>, close_ns: f64) -> Result<()> {
-    let cfg = scan::Config {
+    let cfg = scan::ScanOptions {
         root: "/proc".into(),
         pids: None,
         uid: None,
@@ -367,7 +370,7 @@ fn watch_loop(args: &WatchArgs, session: &mut Session, metrics: &Arc<Mutex<Metri
     let leaks_only = !args.full;
     let start = Instant::now();
     let deadline = args.duration.map(|s| start + Duration::from_secs_f64(s.max(0.0)));
-    let close_ns = scan::measure_close_ns();
+    let close_ns = crate::sys::close_cost_ns(10_000);
     let scan_every = (args.scan_interval > 0.0).then(|| Duration::from_secs_f64(args.scan_interval));
     let text_every = Duration::from_secs_f64(args.textfile_interval.max(1.0));
     let mut next_scan = Instant::now();
