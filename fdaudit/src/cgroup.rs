@@ -288,6 +288,49 @@ fn unescape_mountinfo(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// Why a cgroup cannot be followed.
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    #[error(
+        "no cgroup2 hierarchy is mounted (see /proc/self/mountinfo): --cgroup needs one, \
+         e.g. `mount -t cgroup2 none /sys/fs/cgroup/unified`"
+    )]
+    NoCgroup2,
+    #[error(
+        "no cgroup {path}: give a path under {root} or relative to it \
+         (e.g. /system.slice/foo.service)"
+    )]
+    NotFound {
+        path: String,
+        root: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A cgroup followed with `trace --cgroup` / `watch --cgroup`.
+#[derive(Debug, Clone)]
+pub struct Followed {
+    /// Its id on the cgroup2 hierarchy (the directory's inode number).
+    pub id: u64,
+    /// Its depth below the root (root = 0): the level bpf_get_current_ancestor_cgroup_id
+    /// is asked for.
+    pub level: u32,
+    /// Its path on the hierarchy (`/system.slice/foo.service`).
+    pub path: String,
+    /// Its directory, to notice its removal.
+    pub dir: PathBuf,
+}
+
+impl Followed {
+    /// The cgroup at `path` (absolute under the cgroup2 mount, or relative to the hierarchy)
+    /// on this machine's cgroup2 hierarchy.
+    pub fn find(path: &Path) -> Result<Followed, CgroupError> {
+        let h = Hierarchy::open().ok_or(CgroupError::NoCgroup2)?;
+        h.follow(path)
+    }
+}
+
 /// Where a process runs: its cgroup and container, and its pid inside its own pid namespace.
 /// Flattened into spawn (trace) and process (scan) records.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -419,6 +462,21 @@ impl Hierarchy {
                 .and_then(ns_pid_from_status)
                 .filter(|&n| n != pid),
         }
+    }
+
+    /// The cgroup at `path` in this hierarchy, with its id and depth.
+    pub fn follow(&self, path: &Path) -> Result<Followed, CgroupError> {
+        let (id, rel) = self.id_of(path).map_err(|source| CgroupError::NotFound {
+            path: path.display().to_string(),
+            root: self.root.display().to_string(),
+            source,
+        })?;
+        Ok(Followed {
+            id,
+            level: rel.split('/').filter(|c| !c.is_empty()).count() as u32,
+            dir: self.root.join(rel.trim_start_matches('/')),
+            path: rel,
+        })
     }
 
     /// The id (inode number) of the cgroup at `path`: an absolute path under the mount, or a
@@ -612,6 +670,14 @@ mod tests {
         assert_eq!(me.cgroup_id, Some(ino));
         assert_eq!(me.ns_pid, None, "the test runs in the host's pid namespace");
         assert!(h.id_of(Path::new("/no/such")).is_err());
+        let f = h.follow(Path::new("system.slice")).unwrap();
+        assert_eq!((f.level, f.path.as_str()), (1, "/system.slice"));
+        assert_eq!(f.dir, dir.join("system.slice"));
+        let f = h.follow(&leaf).unwrap();
+        assert_eq!((f.id, f.level), (ino, 2));
+        assert_eq!(h.follow(Path::new("/")).unwrap().level, 0);
+        let e = h.follow(Path::new("/no/such")).unwrap_err().to_string();
+        assert!(e.starts_with("no cgroup /no/such: give a path under "), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -19,7 +19,7 @@ use std::{
 
 use anyhow::{bail, Context as _, Result};
 
-use crate::{exit, procfs_util};
+use crate::{cgroup::Followed, exit, procfs_util};
 use child::{start_held, try_wait};
 use report::Reporter;
 use session::{Session, SessionOptions};
@@ -114,7 +114,7 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
         args.command = vec![me.into_os_string(), "__demo".into()];
     }
     check_targets(&args)?;
-    let followed = args.cgroup.as_deref().map(follow_cgroup).transpose()?;
+    let followed = args.cgroup.as_deref().map(Followed::find).transpose()?;
     install_signal_handlers();
     let (mut session, child) = attach(&args, followed.as_ref())?;
     let mut reporter = Reporter::new(&args, &session);
@@ -259,37 +259,3 @@ fn follow(
     Ok(exit_status)
 }
 
-/// A cgroup `trace --cgroup` follows.
-pub struct Followed {
-    /// Its id on the cgroup2 hierarchy (the directory's inode number).
-    pub id: u64,
-    /// Its depth below the root (root = 0).
-    pub level: u32,
-    /// Its path on the hierarchy, for messages.
-    pub path: String,
-    /// Its directory, to notice its removal.
-    pub dir: std::path::PathBuf,
-}
-
-/// Finds the cgroup at `path` on the cgroup2 hierarchy (mount found in /proc/self/mountinfo).
-pub fn follow_cgroup(path: &std::path::Path) -> Result<Followed> {
-    let h = crate::cgroup::Hierarchy::open().context(
-        "no cgroup2 hierarchy is mounted (see /proc/self/mountinfo): --cgroup needs one, \
-         e.g. `mount -t cgroup2 none /sys/fs/cgroup/unified`",
-    )?;
-    let (id, rel) = h.id_of(path).with_context(|| {
-        format!(
-            "no cgroup {}: give a path under {} or relative to it (e.g. /system.slice/foo.service)",
-            path.display(),
-            h.root().display()
-        )
-    })?;
-    let level = rel.split('/').filter(|c| !c.is_empty()).count() as u32;
-    let dir = h.root().join(rel.trim_start_matches('/'));
-    Ok(Followed {
-        id,
-        level,
-        path: rel,
-        dir,
-    })
-}

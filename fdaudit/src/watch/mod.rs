@@ -306,7 +306,7 @@ pub fn run(args: WatchArgs) -> Result<u8> {
     let hierarchy = crate::cgroup::Hierarchy::open();
     let filter = match (&args.cgroup, &hierarchy) {
         (Some(p), _) => {
-            let f = crate::trace::follow_cgroup(p)?;
+            let f = crate::cgroup::Followed::find(p)?;
             Some((f.id, f.level, f.path))
         }
         // The whole host: every process is below the root cgroup.
