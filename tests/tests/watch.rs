@@ -425,3 +425,32 @@ fn cat_has_no_ns_pid(spawns: &[Value]) -> bool {
         .filter(|s| s["exec_path"].as_str().is_some_and(|p| p.ends_with("/cat")))
         .all(|s| s.get("ns_pid").is_none())
 }
+
+#[test]
+#[ignore = "needs root"]
+fn full_mode_counts_close_loops_per_container() {
+    let cg = DockerCgroup::new("full");
+    let port = free_port();
+    let parent = format!("/{}", cg.parent.file_name().unwrap().to_string_lossy());
+    let _w = start_watch(port, &["--full", "--cgroup", &parent, "--scan-interval", "0"]);
+    let spawner = fdaudit();
+    cg.run(&format!(
+        "'{}' __spawner --strategy close-loop --nofile 4096 -n 3",
+        spawner.display()
+    ));
+    let want = format!("container_id=\"{}\"", cg.id);
+    let t0 = Instant::now();
+    loop {
+        let (_, body) = http_get(port, "/metrics").expect("watch is listening");
+        let closes = sample(&body, "fdaudit_preexec_close_calls_total", &format!("{want},"))
+            .filter(|_| body.contains("strategy=\"close-loop\""));
+        // 3 spawns closing fds 3..4096 each: at least 3 × 4000 close() calls.
+        if closes.is_some_and(|c| c >= 12_000.0) {
+            let spawns = sample(&body, "fdaudit_spawns_total", "strategy=\"close-loop\"");
+            assert_eq!(spawns, Some(3.0), "{body}");
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "no close-loop counts: {body}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
