@@ -53,6 +53,16 @@ impl SpawnLabels {
     }
 }
 
+/// Labels of the window histogram: fewer than a spawn's, since each histogram label set is
+/// 14 series (11 buckets, +Inf, sum, count). Derived from admitted spawn label sets, so the
+/// cap bounds them too.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WindowLabels {
+    container_id: String,
+    cgroup: String,
+    strategy: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LeakLabels {
     container_id: String,
@@ -107,7 +117,7 @@ pub struct Metrics {
     spawns_with_leaks: Family<SpawnLabels, Counter>,
     leaked_fds: Family<LeakLabels, Counter>,
     close_calls: Family<SpawnLabels, Counter>,
-    window: Family<SpawnLabels, Histogram, fn() -> Histogram>,
+    window: Family<WindowLabels, Histogram, fn() -> Histogram>,
     lost_records: Counter,
     untracked_forks: Counter,
     overflow: Counter,
@@ -240,7 +250,12 @@ impl Metrics {
             self.close_calls.get_or_create(&l).inc_by(c);
         }
         if let Some(w) = obs.window_seconds {
-            self.window.get_or_create(&l).observe(w);
+            let wl = WindowLabels {
+                container_id: l.container_id.clone(),
+                cgroup: l.cgroup.clone(),
+                strategy: l.strategy.clone(),
+            };
+            self.window.get_or_create(&wl).observe(w);
         }
     }
 
@@ -361,7 +376,8 @@ mod tests {
             Some(1.0)
         );
         assert_eq!(value(&t, &format!("fdaudit_preexec_close_calls_total{sel}}}")), Some(10.0));
-        assert_eq!(value(&t, &format!("fdaudit_spawn_window_seconds_count{sel}}}")), Some(2.0));
+        let wsel = r#"{container_id="abc",cgroup="/system.slice/docker-abc.scope",strategy="none"}"#;
+        assert_eq!(value(&t, &format!("fdaudit_spawn_window_seconds_count{wsel}")), Some(2.0), "{t}");
         assert_eq!(value(&t, "fdaudit_lost_records_total"), Some(5.0));
         assert_eq!(value(&t, "fdaudit_untracked_forks_total"), Some(1.0));
         assert_eq!(value(&t, "fdaudit_series_overflow_total"), Some(0.0));
