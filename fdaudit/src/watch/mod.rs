@@ -55,8 +55,8 @@ pub struct WatchArgs {
     #[arg(long, value_name = "PATH")]
     pub cgroup: Option<PathBuf>,
 
-    /// Also trace the syscalls between fork and exec: close counts and strategies (costs
-    /// ~100 ns per close() on the host while a process is between fork and exec). Default:
+    /// Also trace the syscalls between fork and exec: close counts and strategies (attaches
+    /// the syscall tracepoints to the whole host; see the README's trace overhead). Default:
     /// leaks only, the scheduler tracepoints alone.
     #[arg(long)]
     pub full: bool,
@@ -65,8 +65,8 @@ pub struct WatchArgs {
     #[arg(long, value_name = "SECONDS", default_value_t = 60.0)]
     pub scan_interval: f64,
 
-    /// Cap on distinct label sets per metric; spawns beyond it are counted under
-    /// `_overflow` labels and in fdaudit_series_overflow_total.
+    /// Cap on distinct spawn label sets (and, apart, on scan label sets); spawns beyond it
+    /// are counted under `_overflow` labels and in fdaudit_series_overflow_total.
     #[arg(long, value_name = "N", default_value_t = metrics::DEFAULT_MAX_SERIES)]
     pub max_series: usize,
 
