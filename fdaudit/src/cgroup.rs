@@ -568,6 +568,11 @@ mod tests {
             ("/lxc/web".into(), Some(Lxc), Some("web"), None),
             ("/lxc.payload/web".into(), Some(Lxc), Some("web"), None),
             ("/lxc.monitor.web".into(), None, None, None),
+            // Seen from inside a private cgroup namespace (an agent in a pod): relative paths.
+            (
+                format!("/../../kubepods-besteffort-pod{UID_}.slice/cri-containerd-{ID}.scope"),
+                Some(Containerd), Some(ID), Some(UID),
+            ),
             // Not containers.
             ("/".into(), None, None, None),
             ("/user.slice/user-1000.slice/session-2.scope".into(), None, None, None),
