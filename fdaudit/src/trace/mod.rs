@@ -21,6 +21,7 @@ use std::{
 use anyhow::{bail, Context as _, Result};
 
 use crate::{
+    cgroup::Followed,
     exit,
     output::stream::{self, Dest, StdStream},
     procfs_util,
@@ -56,6 +57,12 @@ pub struct TraceArgs {
         conflicts_with = "command"
     )]
     pub pids: Vec<u32>,
+
+    /// Trace every process in this cgroup and the cgroups below it, also those that start
+    /// or move in later: a path on the cgroup2 hierarchy (`/system.slice/nginx.service`) or
+    /// under its mount point.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["pids", "command"])]
+    pub cgroup: Option<std::path::PathBuf>,
 
     /// Stop tracing after this many seconds (e.g. 30, 1.5); a command still running is
     /// then waited for, untraced.
@@ -94,7 +101,7 @@ pub struct TraceArgs {
 
     /// Trace the built-in workload: a spawner holding a credentials file and a listening
     /// socket, spawning with a leaking, a close-loop, a poll-scan and a close_range strategy.
-    #[arg(long, conflicts_with_all = ["pids", "command"])]
+    #[arg(long, conflicts_with_all = ["pids", "command", "cgroup"])]
     pub demo: bool,
 
     /// Do not print a line per spawn, only the summary.
@@ -182,8 +189,8 @@ pub fn pid_kind(pid: u32) -> Option<PidKind> {
 /// missing process or a kernel thread; a warning for a zombie; a thread id becomes its
 /// process.
 fn check_targets(args: &TraceArgs) -> Result<Vec<u32>> {
-    if args.pids.is_empty() && args.command.is_empty() {
-        bail!("nothing to trace: give -p PID, -- CMD ARGS... or --demo");
+    if args.pids.is_empty() && args.command.is_empty() && args.cgroup.is_none() {
+        bail!("nothing to trace: give -p PID, --cgroup PATH, -- CMD ARGS... or --demo");
     }
     let pids = &args.pids;
     let mut out = Vec::new();
@@ -272,15 +279,22 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
         "trace",
     )?;
     let pids = check_targets(&args)?;
+    let followed = args.cgroup.as_deref().map(Followed::find).transpose()?;
     install_signal_handlers();
-    let (mut session, child) = match attach(&args, &pids)? {
+    let (mut session, child) = match attach(&args, &pids, followed.as_ref())? {
         Attached::Tracing(session, child) => (*session, child),
         Attached::NotExecuted(code) => return Ok(code),
     };
     let mut reporter = Reporter::new(&args, &session);
     let root_pids: Vec<u32> = child.map(|c| vec![c]).unwrap_or_else(|| pids.clone());
-    let (mut exit_status, timed_out) =
-        follow(&args, &mut session, &mut reporter, child, &root_pids)?;
+    let (mut exit_status, timed_out) = follow(
+        &args,
+        &mut session,
+        &mut reporter,
+        child,
+        &root_pids,
+        followed.as_ref(),
+    )?;
     let stats = session.stats()?;
     let storms = if args.reads {
         reads::storms(&session.read_counts(), procfs_util::fd_target)
@@ -343,10 +357,11 @@ enum Attached {
 
 /// Starts the held command (if any), loads and attaches the programs, tracks the roots and
 /// releases the command.
-fn attach(args: &TraceArgs, pids: &[u32]) -> Result<Attached> {
+fn attach(args: &TraceArgs, pids: &[u32], followed: Option<&Followed>) -> Result<Attached> {
     let opts = SessionOptions {
         leaks_only: args.leaks_only,
         reads: args.reads,
+        cgroup: followed.map(|f| (f.id, f.level)),
     };
     let held = if args.command.is_empty() {
         None
@@ -373,9 +388,10 @@ fn attach(args: &TraceArgs, pids: &[u32]) -> Result<Attached> {
             .track_tree(pid)
             .with_context(|| format!("failed to trace PID {pid}"))?;
     }
-    let what = match child {
-        Some(pid) => format!("command (pid {pid})"),
-        None => format!("{} process tree(s)", pids.len()),
+    let what = match (child, followed) {
+        (Some(pid), _) => format!("command (pid {pid})"),
+        (None, Some(f)) => format!("cgroup {}", f.path),
+        (None, None) => format!("{} process tree(s)", pids.len()),
     };
     stream::note(
         stream::Level::Note,
@@ -397,13 +413,15 @@ fn attach(args: &TraceArgs, pids: &[u32]) -> Result<Attached> {
 }
 
 /// Reports records until the command exits (its wait status), every `-p` root is gone,
-/// the duration ends (`true`) or a signal comes; then drains what is left.
+/// the followed cgroup is removed, the duration ends (`true`) or a signal comes; then
+/// drains what is left.
 fn follow(
     args: &TraceArgs,
     session: &mut Session,
     reporter: &mut Reporter,
     child: Option<u32>,
     root_pids: &[u32],
+    followed: Option<&Followed>,
 ) -> Result<(Option<i32>, bool)> {
     let deadline = args.duration.map(|d| Instant::now() + d);
     let mut exit_status: Option<i32> = None;
@@ -422,6 +440,14 @@ fn follow(
         if let Some(pid) = child {
             if let Some(st) = try_wait(pid)? {
                 exit_status = Some(st);
+                break;
+            }
+        } else if let Some(f) = followed {
+            if !f.dir.exists() {
+                stream::note(
+                    stream::Level::Note,
+                    &format!("cgroup {} was removed", f.path),
+                );
                 break;
             }
         } else if root_pids.iter().all(|&p| !procfs_util::alive(p)) {
