@@ -377,21 +377,28 @@ fn trace_cgroup_follows_a_container_and_nothing_else() {
             .spawn()
             .expect("start fdaudit trace"),
     );
-    let mut err = std::io::BufReader::new(t.0.stderr.take().unwrap());
-    let mut line = String::new();
-    err.read_line(&mut line).unwrap();
-    assert!(line.contains(&format!("tracing cgroup {parent}")), "{line}");
+    // With --json and no command, every record (the "tracing ..." note included) is on
+    // stdout, the header first.
+    let mut reader = std::io::BufReader::new(t.0.stdout.take().unwrap());
+    let mut out = String::new();
+    loop {
+        let mut line = String::new();
+        assert!(reader.read_line(&mut line).unwrap() > 0, "tracer ended early: {out}");
+        out.push_str(&line);
+        if line.contains("Ctrl-C to stop") {
+            assert!(line.contains(&format!("tracing cgroup {parent}")), "{line}");
+            break;
+        }
+    }
     // Outside the cgroup: not traced. Inside: the shell moves in, then spawns.
     let outside = Command::new("sh").args(["-c", "cat /dev/null"]).status().unwrap();
     assert!(outside.success());
     // And a child in a pid namespace of its own: `sleep` is pid 1 there.
     cg.run("cat /dev/null; sh -c 'ls /dev/null >/dev/null'; unshare --pid --fork sleep 1");
-    let mut out = String::new();
-    t.0.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    reader.read_to_string(&mut out).unwrap();
     assert!(t.0.wait().unwrap().success());
-    let spawns: Vec<Value> = out
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+    let spawns: Vec<Value> = fdaudit_tests::records(&out)
+        .into_iter()
         .filter(|v| v["type"] == "spawn")
         .collect();
     let paths: Vec<&str> = spawns.iter().filter_map(|s| s["exec_path"].as_str()).collect();

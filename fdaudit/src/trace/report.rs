@@ -289,10 +289,13 @@ struct Acc {
     leaked: u64,
 }
 
+/// A summary row's key: container, parent comm, exec path, strategy.
+type GroupKey = (Option<String>, Vec<u8>, Vec<u8>, String);
+
 /// Accumulates spawns for the summary.
 #[derive(Default)]
 pub struct Collector {
-    groups: BTreeMap<(Option<String>, Vec<u8>, Vec<u8>, String), Acc>,
+    groups: BTreeMap<GroupKey, Acc>,
     /// pid -> (fds leaked, of them counting against the policy) at its latest exec.
     last_leaks: HashMap<u32, (u32, u64)>,
     pub policy: LeakPolicy,
