@@ -12,6 +12,7 @@ pub mod scan;
 pub mod spawner;
 pub mod stats;
 pub mod trace;
+pub mod usage;
 
 /// The eBPF object built by build.rs (empty when built with FDAUDIT_SKIP_EBPF=1).
 pub static EBPF_OBJECT: &[u8] =
