@@ -157,6 +157,35 @@ pub fn parse_limits(raw: &[String], hard: u64) -> anyhow::Result<Vec<u64>> {
     Ok(v)
 }
 
+/// Checks, before anything is measured, that `--cmd` names a program this user can run:
+/// found (through PATH when it has no slash), a regular file, executable.
+pub fn check_command(cmd: &std::ffi::OsStr) -> anyhow::Result<PathBuf> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let shown = cmd.to_string_lossy();
+    let path = spawner::resolve_command(cmd)
+        .with_context(|| format!("--cmd {shown}: give a path or a program on PATH"))?;
+    let meta = std::fs::metadata(&path)
+        .with_context(|| format!("--cmd {shown}: cannot run {}", path.display()))?;
+    if meta.is_dir() {
+        bail!(
+            "--cmd {shown}: {} is a directory, not a program",
+            path.display()
+        );
+    }
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .with_context(|| format!("--cmd {shown}: the path contains a NUL byte"))?;
+    // SAFETY: access reads a NUL-terminated path.
+    if unsafe { libc::access(c.as_ptr(), libc::X_OK) } != 0 {
+        return Err(std::io::Error::last_os_error()).with_context(|| {
+            format!(
+                "--cmd {shown}: {} is not executable by this user",
+                path.display()
+            )
+        });
+    }
+    Ok(path)
+}
+
 /// The hard RLIMIT_NOFILE, capped at the kernel's fs.nr_open when unlimited.
 fn hard_limit() -> anyhow::Result<u64> {
     let (_, hard) = spawner::nofile_limits().context("failed to read RLIMIT_NOFILE")?;
@@ -196,6 +225,9 @@ struct Runner {
     exe: PathBuf,
     cmd: Vec<OsString>,
     cpu: Option<usize>,
+    /// What the command wrote on stderr in the first batch where a spawn exited non-zero:
+    /// shown once at the end, beside the failure count.
+    first_failure_text: std::cell::RefCell<Option<String>>,
 }
 
 impl Runner {
@@ -244,6 +276,13 @@ impl Runner {
                 times.len()
             );
         }
+        if times.iter().any(|&(_, code)| code != 0) {
+            let mut first = self.first_failure_text.borrow_mut();
+            if first.is_none() {
+                let text = String::from_utf8_lossy(&out.stderr);
+                *first = Some(text.lines().next().unwrap_or("").trim().to_string());
+            }
+        }
         Ok(times)
     }
 
@@ -263,6 +302,11 @@ fn median_of(v: &[TracedSpawn], f: impl Fn(&TracedSpawn) -> u64) -> Option<u64> 
 pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
     if args.n == 0 || args.batch == 0 {
         bail!("-n and --batch must be at least 1");
+    }
+    // Everything that can be refused is refused before minutes of measuring.
+    check_command(&args.cmd)?;
+    for p in &args.plot {
+        plot::check_path(p).context("failed to check --plot")?;
     }
     let hard = hard_limit()?;
     let limits = parse_limits(&args.limits, hard)?;
@@ -312,6 +356,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
         exe: std::env::current_exe().context("failed to find the fdaudit executable")?,
         cmd,
         cpu,
+        first_failure_text: Default::default(),
     };
     let machine = Machine::detect(hard, cpu);
     let cmd_text = runner
@@ -386,7 +431,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
                 }
                 bar.finish_and_clear();
             }
-            Err(e) => crate::diag!("note: traced columns skipped: {e}"),
+            Err(e) => crate::diag!("note: traced columns skipped: {e:#}"),
         }
     }
 
@@ -450,9 +495,6 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
         .map_err(w)?;
         writeln!(out, "{}\n", machine.line()).map_err(w)?;
         write!(out, "{}", report::render_tables(&cells, hard)).map_err(w)?;
-        if limits.len() < 3 {
-            writeln!(out, "(fewer than 3 NOFILE limits: the fit below is weak)").map_err(w)?;
-        }
         write!(out, "{}", report::render_fits(&fits)).map_err(w)?;
         write!(out, "{}", report::render_published(&fits)).map_err(w)?;
     }
@@ -482,7 +524,14 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
         crate::diag!("trace check failed: {m}");
     }
     if failed > 0 {
-        crate::diag!("warning: {failed} spawns did not exit 0");
+        match runner.first_failure_text.borrow().as_deref() {
+            Some(t) if !t.is_empty() => crate::diag!(
+                "warning: {failed} spawns of `{cmd_text}` did not exit 0; the first said: {t}"
+            ),
+            _ => crate::diag!(
+                "warning: {failed} spawns of `{cmd_text}` did not exit 0 (nothing on stderr)"
+            ),
+        }
     }
     Ok(if failed > 0 || !mismatches.is_empty() {
         1
@@ -511,6 +560,29 @@ mod tests {
         );
         assert!(parse_limits(&["x".into()], 20000).is_err(), "not a number");
         assert!(parse_limits(&["2".into()], 20000).is_err(), "too small");
+    }
+
+    #[test]
+    fn commands_are_checked_before_measuring() {
+        assert_eq!(
+            check_command("true".as_ref()).expect("on PATH").file_name(),
+            Some("true".as_ref())
+        );
+        assert!(check_command("/bin/true".as_ref()).is_ok());
+        let e = format!("{:#}", check_command("/nonexistent".as_ref()).unwrap_err());
+        assert!(e.contains("No such file"), "{e}");
+        let plain = std::env::temp_dir().join(format!("fdaudit-noexec-{}", std::process::id()));
+        std::fs::write(&plain, "data").expect("temp file");
+        let e = format!("{:#}", check_command(plain.as_os_str()).unwrap_err());
+        std::fs::remove_file(&plain).expect("cleans up");
+        assert!(e.contains("not executable"), "{e}");
+        let e = format!("{:#}", check_command("/".as_ref()).unwrap_err());
+        assert!(e.contains("is a directory"), "{e}");
+        let e = format!(
+            "{:#}",
+            check_command("no-such-program-here".as_ref()).unwrap_err()
+        );
+        assert!(e.contains("not found in PATH"), "{e}");
     }
 
     #[test]

@@ -84,8 +84,9 @@ pub struct FitReport {
     pub open_fds: u64,
     /// b: nanoseconds per unit of NOFILE.
     pub ns_per_fd: f64,
-    /// Half-width of b's 95% confidence interval.
-    pub ns_per_fd_ci95: f64,
+    /// Half-width of b's 95% confidence interval; absent (null) when only two limits were
+    /// fitted, which say nothing about it.
+    pub ns_per_fd_ci95: Option<f64>,
     /// The model predicting beyond the measured limits is flat (the mean cost): true for
     /// the strategies that make a fixed number of syscalls, false for the loops, which
     /// make one per possible fd (see [`Strategy::is_loop`]).
@@ -293,14 +294,27 @@ pub fn render_fits(fits: &[FitReport]) -> String {
         return "No fit: measure at least two NOFILE limits (three or more for a fair R²).\n"
             .into();
     };
+    let two = first.limits_fitted < 3;
     let _ = writeln!(
         out,
-        "Fitted per-spawn cost = a + b·NOFILE (least squares over {} limits, b ± 95% CI; \
-         `b>0` says whether the data show a slope). The model that predicts is linear for the \
-         loops (one syscall per possible fd) and flat (the mean) for the rest (a fixed number \
-         of syscalls); columns marked extrapolated lie beyond the largest NOFILE measured",
-        first.limits_fitted
+        "Fitted per-spawn cost = a + b·NOFILE (least squares over {} limits{}). The model \
+         that predicts is linear for the loops (one syscall per possible fd) and flat (the mean) \
+         for the rest (a fixed number of syscalls); columns marked extrapolated lie beyond the \
+         largest NOFILE measured",
+        first.limits_fitted,
+        if two {
+            ""
+        } else {
+            ", b ± 95% CI; `b>0` says whether the data show a slope"
+        }
     );
+    if two {
+        let _ = writeln!(
+            out,
+            "(two limits: a line fits them exactly, so b has no confidence interval and R² \
+             means nothing; measure three or more for those)"
+        );
+    }
     let mut header: Vec<String> = [
         "strategy", "open fds", "b per fd", "a", "R²", "b>0", "model",
     ]
@@ -321,14 +335,27 @@ pub fn render_fits(fits: &[FitReport]) -> String {
         let mut row = vec![
             f.strategy.to_string(),
             f.open_fds.to_string(),
-            format!("{:.2} ± {:.2} ns", f.ns_per_fd, f.ns_per_fd_ci95),
+            match f.ns_per_fd_ci95 {
+                Some(ci) => format!("{:.2} ± {ci:.2} ns", f.ns_per_fd),
+                None => format!("{:.2} ns", f.ns_per_fd),
+            },
             if f.intercept_ns < 0.0 {
                 format!("-{}", fmt_ns(-f.intercept_ns))
             } else {
                 fmt_ns(f.intercept_ns)
             },
-            format!("{:.3}", f.r2),
-            if f.slope_significant { "yes" } else { "no" }.to_string(),
+            // Two points: a line through them fits exactly; R² and the slope test say nothing.
+            if f.limits_fitted > 2 {
+                format!("{:.3}", f.r2)
+            } else {
+                "-".to_string()
+            },
+            match (f.ns_per_fd_ci95, f.slope_significant) {
+                (None, _) => "-",
+                (Some(_), true) => "yes",
+                (Some(_), false) => "no",
+            }
+            .to_string(),
             if f.flat { "flat" } else { "linear" }.to_string(),
         ];
         row.extend(f.predictions.iter().map(|p| fmt_ns(p.ns)));
@@ -501,6 +528,26 @@ pub(crate) mod tests {
             published.contains("this machine, extrapolated"),
             "{published}"
         );
+    }
+
+    #[test]
+    fn two_limits_give_no_interval() {
+        let v: Vec<CellReport> = sample()
+            .into_iter()
+            .filter(|c| c.nofile == 1024 || c.nofile == 20000)
+            .collect();
+        let f = fits(&v);
+        assert!(f
+            .iter()
+            .all(|f| f.ns_per_fd_ci95.is_none() && !f.slope_significant));
+        let text = render_fits(&f);
+        assert!(!text.contains("inf") && !text.contains('±'), "{text}");
+        assert!(
+            text.contains("250.00 ns") && text.contains("no confidence interval"),
+            "{text}"
+        );
+        let json = serde_json::to_string(&f[0]).expect("serialises");
+        assert!(json.contains("\"ns_per_fd_ci95\":null"), "{json}");
     }
 
     #[test]
