@@ -1,5 +1,8 @@
 //! Output helpers shared by the subcommands: tables for people, JSON lines for machines.
 
+pub mod color;
+pub mod table;
+
 use std::io::Write;
 
 use comfy_table::{presets, ContentArrangement, Table};
