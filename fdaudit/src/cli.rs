@@ -14,6 +14,10 @@ pub const EXIT_ERROR: u8 = 2;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// When to colour the output for people (never JSON): auto = when stdout is a terminal,
+    /// unless NO_COLOR is set (CLICOLOR_FORCE forces it).
+    #[arg(long, global = true, value_enum, value_name = "WHEN", default_value_t)]
+    pub color: crate::output::color::ColorChoice,
 }
 
 #[derive(Debug, Subcommand)]
@@ -41,6 +45,7 @@ pub enum Command {
 
 /// Runs the parsed command line; returns the process exit status.
 pub fn run(cli: Cli) -> anyhow::Result<u8> {
+    crate::output::color::init(cli.color);
     match cli.command {
         Command::Scan(a) => scan::run(a),
         Command::Trace(a) => trace::run(a),

@@ -59,8 +59,9 @@ fn extra_sections(roff: &mut Roff) {
         ),
         (
             "COLUMNS",
-            "The width tables are fitted to when stdout is not a terminal; unset or 0 means \
-             no wrapping (full rows).",
+            "The width tables are fitted to when stdout is a terminal that reports no size \
+             (script, a serial console). Into a pipe or a file, or with neither size nor \
+             COLUMNS, tables are never fitted: full rows.",
         ),
     ] {
         roff.control("TP", []);

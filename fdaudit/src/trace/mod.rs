@@ -1,9 +1,11 @@
 //! `fdaudit trace`: follow a process tree with eBPF; per spawn, the fds that crossed execve
 //! and what the child did between fork and exec.
 
+pub mod filter;
 pub mod reads;
 pub mod report;
 pub mod session;
+pub mod stamp;
 pub mod strategy;
 
 use std::{

@@ -293,11 +293,12 @@ pub fn summary_table(groups: &[Group]) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::trace::strategy::Strategy;
 
-    fn spawn(parent: &str, path: &str, close: u32, window: u64, leaked: u32) -> Spawn {
+    /// A spawn record for tests.
+    pub(crate) fn spawn(parent: &str, path: &str, close: u32, window: u64, leaked: u32) -> Spawn {
         Spawn {
             record_type: "spawn",
             parent_pid: 1,
