@@ -481,8 +481,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
             crate::output::json_line(&mut out, f).map_err(w)?;
         }
     } else {
-        writeln!(
-            out,
+        let term = crate::output::table::Term::stdout();
+        let intro = format!(
             "fdaudit bench: {} timed spawns of `{cmd_text}` per cell (batches of {}, each after a \
              warm-up spawn, cells interleaved), {}; per-spawn wall time fork/posix_spawn → waitpid",
             args.n,
@@ -491,12 +491,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
                 || "unpinned".to_string(),
                 |c| format!("spawner and children pinned to CPU {c}")
             )
-        )
-        .map_err(w)?;
-        writeln!(out, "{}\n", machine.line()).map_err(w)?;
-        write!(out, "{}", report::render_tables(&cells, hard)).map_err(w)?;
-        write!(out, "{}", report::render_fits(&fits)).map_err(w)?;
-        write!(out, "{}", report::render_published(&fits)).map_err(w)?;
+        );
+        writeln!(out, "{}", term.fill(&intro, 0)).map_err(w)?;
+        writeln!(out, "{}\n", term.fill(&machine.line(), 0)).map_err(w)?;
+        write!(out, "{}", report::render_tables(&cells, hard, term)).map_err(w)?;
+        write!(out, "{}", report::render_fits(&fits, term)).map_err(w)?;
+        write!(out, "{}", report::render_published(&fits, term)).map_err(w)?;
     }
     out.flush().map_err(w)?;
     for p in &args.plot {

@@ -5,7 +5,6 @@ pub mod table;
 
 use std::io::Write;
 
-use comfy_table::{presets, ContentArrangement, Table};
 use serde::Serialize;
 
 /// Prints a diagnostic line on stderr. Unlike `eprintln!` it never panics: a closed or full
@@ -26,13 +25,10 @@ pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
     })
 }
 
-/// A table for people: no borders, header row, wrapped to the terminal when there is one.
-pub fn table(header: &[&str]) -> Table {
-    let mut t = Table::new();
-    t.load_preset(presets::NOTHING)
-        .set_content_arrangement(ContentArrangement::Dynamic)
-        .set_header(header.iter().copied());
-    t
+/// A table for people: no borders, a header row, never a word broken (see [`table::Table`]
+/// for columns that give way in a narrow terminal).
+pub fn table(header: &[&str]) -> table::Table {
+    table::Table::new(header.iter().map(|h| table::Col::new(*h)))
 }
 
 /// Writes one JSON object and a newline to `out`.

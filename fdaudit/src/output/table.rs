@@ -267,7 +267,58 @@ impl Table {
 impl fmt::Display for Table {
     /// Fitted to stdout's terminal, coloured when colour is on.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.render(stdout_width(), color::enabled()))
+        f.write_str(&self.render_for(Term::stdout()))
+    }
+}
+
+impl Table {
+    /// The table laid out for `term`.
+    pub fn render_for(&self, term: Term) -> String {
+        self.render(term.width, term.color)
+    }
+}
+
+/// Where output for people goes: its width (`None`: unknown, no fitting) and whether it
+/// takes colour. Renderers take one so tests can fix it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Term {
+    pub width: Option<usize>,
+    pub color: bool,
+}
+
+impl Term {
+    /// stdout as it is: its terminal's width, colour as decided by `--color`.
+    pub fn stdout() -> Term {
+        Term {
+            width: stdout_width(),
+            color: color::enabled(),
+        }
+    }
+
+    /// No fitting, no colour (files, pipes, tests).
+    pub fn plain() -> Term {
+        Term {
+            width: None,
+            color: false,
+        }
+    }
+
+    /// `text` painted as `p` when this terminal takes colour.
+    pub fn paint(&self, text: &str, p: Paint) -> String {
+        color::paint_if(self.color, text, p)
+    }
+
+    /// Prose wrapped between words to the width, when it is known; continuation lines
+    /// indented by `indent`. Words are never cut.
+    pub fn fill(&self, text: &str, indent: usize) -> String {
+        match self.width {
+            Some(w) => text
+                .split('\n')
+                .map(|l| wrap_opts(l, w, indent, false).join("\n"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            None => text.to_string(),
+        }
     }
 }
 
@@ -340,25 +391,79 @@ pub fn shorten_middle(s: &str, max: usize) -> String {
     format!("{}…{}", head(s, front), tail(s, budget - front))
 }
 
-/// Wraps prose into lines of at most `width` columns, between words; a word longer than
-/// a line is shortened in the middle.
+/// Display width of `s`, not counting ANSI escape sequences (`ESC [ … letter`).
+pub fn visible_width(s: &str) -> usize {
+    let mut w = 0;
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            for e in chars.by_ref() {
+                if e.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            w += c.width().unwrap_or(0);
+        }
+    }
+    w
+}
+
+/// Wraps a table cell's prose into lines of at most `width` columns, between words; a word
+/// longer than a line is shortened in the middle.
 pub fn wrap(s: &str, width: usize) -> Vec<String> {
-    if s.width() <= width {
+    wrap_opts(s, width, 0, true)
+}
+
+/// Wraps `s` between words into lines of at most `width` columns (ANSI escapes take no
+/// room). Continuation lines start with `indent` spaces. The spaces between words on one
+/// line are kept as they were. A word longer than a line is shortened in the middle when
+/// `shorten`, else left whole on its own line.
+pub fn wrap_opts(s: &str, width: usize, indent: usize, shorten: bool) -> Vec<String> {
+    if visible_width(s) <= width {
         return vec![s.to_string()];
     }
+    // (spaces before, word)
+    let mut tokens: Vec<(usize, &str)> = Vec::new();
+    let mut rest = s;
+    while !rest.is_empty() {
+        let spaces = rest.len() - rest.trim_start_matches(' ').len();
+        rest = &rest[spaces..];
+        let end = rest.find(' ').unwrap_or(rest.len());
+        if end > 0 {
+            tokens.push((spaces, &rest[..end]));
+        }
+        rest = &rest[end..];
+    }
+    let indent_s = " ".repeat(indent.min(width / 2));
     let mut lines = Vec::new();
     let mut line = String::new();
-    for word in s.split(' ').filter(|w| !w.is_empty()) {
-        let word = shorten_middle(word, width);
-        if !line.is_empty() && line.width() + 1 + word.width() > width {
+    let mut line_w = 0;
+    for (i, &(spaces, word)) in tokens.iter().enumerate() {
+        let room = if lines.is_empty() {
+            width
+        } else {
+            width - indent_s.len()
+        };
+        let word: std::borrow::Cow<'_, str> = if shorten && visible_width(word) > room {
+            shorten_middle(word, room).into()
+        } else {
+            word.into()
+        };
+        let ww = visible_width(&word);
+        let lead = if i == 0 { spaces } else { spaces.max(1) };
+        if line_w > 0 && line_w + lead + ww > width {
             lines.push(std::mem::take(&mut line));
-        }
-        if !line.is_empty() {
-            line.push(' ');
+            line.push_str(&indent_s);
+            line_w = indent_s.len();
+        } else if line_w > 0 || i == 0 {
+            line.push_str(&" ".repeat(lead));
+            line_w += lead;
         }
         line.push_str(&word);
+        line_w += ww;
     }
-    if !line.is_empty() || lines.is_empty() {
+    if !line.trim().is_empty() || lines.is_empty() {
         lines.push(line);
     }
     lines
@@ -494,6 +599,28 @@ mod tests {
         assert_eq!((s.width(), s.as_str()), (11, "avery…ashes"));
         assert_eq!(shorten_middle("/a/averyverylongname", 8).width(), 8);
         assert_eq!(shorten_middle("abc", 1), "…");
+    }
+
+    #[test]
+    fn fills_lines_keeping_spacing_and_escapes_out_of_the_count() {
+        let t = Term {
+            width: Some(30),
+            color: true,
+        };
+        let leaked = t.paint("LEAKED", Paint::Alarm);
+        let line = format!("sh[1] -> 2 /bin/true  window 5 ms  none  {leaked} 2: 4 socket");
+        let out = t.fill(&line, 4);
+        for l in out.lines() {
+            assert!(visible_width(l) <= 30, "{l:?}");
+        }
+        assert!(out.starts_with("sh[1] -> 2 /bin/true  window"), "{out:?}");
+        assert!(out.contains(&leaked), "escape kept whole: {out:?}");
+        assert!(
+            out.lines().skip(1).all(|l| l.starts_with("    ")),
+            "{out:?}"
+        );
+        assert_eq!(Term::plain().fill(&line, 4), line);
+        assert_eq!(visible_width(&leaked), 6);
     }
 
     #[test]

@@ -69,14 +69,15 @@ pub fn storms(
 
 /// The storms as a table for people.
 pub fn storm_table(storms: &[ReadStorm]) -> String {
-    let mut t = crate::output::table(&[
-        "pid",
-        "comm",
-        "fd",
-        "target",
-        "read calls",
-        "bytes/call",
-        "block reads needed",
+    use crate::output::table::{Col, Table};
+    let mut t = Table::new([
+        Col::new("pid"),
+        Col::new("comm"),
+        Col::new("fd"),
+        Col::new("target").path(),
+        Col::new("read calls").short("reads"),
+        Col::new("bytes/call").short("B/call"),
+        Col::new("block reads needed").short("blocks").drop(1),
     ]);
     for s in storms {
         t.add_row(vec![
