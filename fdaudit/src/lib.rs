@@ -9,6 +9,7 @@ pub mod ebpf;
 pub mod fdkind;
 pub mod output;
 pub mod scan;
+pub mod signals;
 pub mod spawner;
 pub mod stats;
 pub mod trace;

@@ -355,3 +355,45 @@ fn man_renders_the_shipped_pages() {
         assert!(text.contains(needle), "fdaudit.1 lacks {needle}:\n{text}");
     }
 }
+
+/// Ctrl-C in the terminal (SIGINT to the whole foreground group, spawners included) stops
+/// the bench and still prints the cells measured so far, exit status 130.
+#[test]
+fn bench_ctrl_c_prints_the_finished_cells() {
+    use std::os::unix::process::CommandExt as _;
+    let child = Command::new(fdaudit())
+        .args([
+            "bench",
+            "--limits",
+            "1024,4096",
+            "--open-fds",
+            "3",
+            "-n",
+            "100000",
+            "--batch",
+            "5",
+            "--trace-spawns",
+            "0",
+            "--strategies",
+            "close-loop,close-range",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .expect("failed to start fdaudit bench");
+    std::thread::sleep(Duration::from_secs(2));
+    // SAFETY: signalling the process group the test created.
+    assert_eq!(unsafe { libc::kill(-(child.id() as i32), libc::SIGINT) }, 0);
+    let out = child
+        .wait_with_output()
+        .expect("failed to wait for fdaudit bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stdout}\n{stderr}");
+    assert!(stderr.contains("interrupted after"), "{stderr}");
+    assert!(!stderr.contains("error:"), "{stderr}");
+    for row in ["NOFILE 1024", "close-loop", "close-range"] {
+        assert!(stdout.contains(row), "{row} missing:\n{stdout}");
+    }
+}

@@ -383,12 +383,24 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
     let mut samples: BTreeMap<Key, Samples> =
         keys.iter().map(|&k| (k, Samples::default())).collect();
     let mut order = keys.clone();
-    for round in 0..rounds {
+    // Ctrl-C stops measuring; the cells measured so far are still reported.
+    crate::signals::install();
+    let mut batches_done = 0u64;
+    'rounds: for round in 0..rounds {
         let n = args.batch.min(args.n - round * args.batch);
         shuffle(&mut order, round + 1);
         for &k in &order {
+            if crate::signals::received().is_some() {
+                break 'rounds;
+            }
             bar.set_message(format!("{} @ {}", k.strategy, k.nofile));
-            let times = runner.batch(k, n + 1)?;
+            let times = match runner.batch(k, n + 1) {
+                Ok(t) => t,
+                // The spawner got the terminal's Ctrl-C too: its batch is lost, not an error.
+                Err(_) if crate::signals::received().is_some() => break 'rounds,
+                Err(e) => return Err(e),
+            };
+            batches_done += 1;
             let s = samples.get_mut(&k).expect("every key has samples");
             for &(ns, code) in &times[1..] {
                 s.times.push(ns);
@@ -400,9 +412,23 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
         }
     }
     bar.finish_and_clear();
+    let interrupted = crate::signals::received().is_some();
+    if interrupted {
+        samples.retain(|_, s| !s.times.is_empty());
+        if samples.is_empty() {
+            crate::diag!("fdaudit bench: interrupted before any cell was measured");
+            return Ok(crate::trace::EXIT_INTERRUPTED);
+        }
+        crate::diag!(
+            "fdaudit bench: interrupted after {batches_done} of {} batches: the cells below \
+             have fewer spawns than asked, and the traced pass is skipped",
+            rounds * keys.len() as u64
+        );
+        keys.retain(|k| samples.contains_key(k));
+    }
 
     // Traced pass (root only), separate so tracing does not slow the timed spawns.
-    if args.trace_spawns > 0 {
+    if args.trace_spawns > 0 && !interrupted {
         match Tracer::start() {
             Ok(mut tracer) => {
                 let bar = if std::io::stderr().is_terminal() {
@@ -533,7 +559,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
             ),
         }
     }
-    Ok(if failed > 0 || !mismatches.is_empty() {
+    Ok(if interrupted {
+        crate::trace::EXIT_INTERRUPTED
+    } else if failed > 0 || !mismatches.is_empty() {
         1
     } else {
         0
