@@ -1,6 +1,7 @@
 //! `fdaudit trace`: follow a process tree with eBPF; per spawn, the fds that crossed execve
 //! and what the child did between fork and exec.
 
+pub mod chains;
 pub mod filter;
 pub mod reads;
 pub mod report;
