@@ -4,6 +4,7 @@
 //! No eBPF, no privileges needed: what cannot be read is counted and skipped, as are
 //! processes and fds that vanish during the scan.
 
+pub mod alike;
 pub mod findings;
 pub mod net;
 pub mod parse;
