@@ -75,8 +75,21 @@ pub fn escape_bytes(bytes: &[u8]) -> String {
     s
 }
 
+/// `n` and the noun in the right number: `1 spawn`, `2 spawns`, `0 processes`.
+pub fn count(n: impl Into<u64>, singular: &str, plural: &str) -> String {
+    let n = n.into();
+    format!("{n} {}", if n == 1 { singular } else { plural })
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn counts_in_the_right_number() {
+        assert_eq!(super::count(1u32, "spawn", "spawns"), "1 spawn");
+        assert_eq!(super::count(0u32, "spawn", "spawns"), "0 spawns");
+        assert_eq!(super::count(2u64, "process", "processes"), "2 processes");
+    }
+
     #[test]
     fn durations_with_three_significant_digits() {
         assert_eq!(super::fmt_ns(512.0), "512 ns");
