@@ -11,6 +11,13 @@
 mod fdwalk;
 mod kernel;
 
+/// Asserts at compile time that static `$ident` is named `$name` (a common-crate constant).
+macro_rules! map_named {
+    ($ident:ident, $name:path) => {
+        const _: () = assert!(fdaudit_common::same_name(stringify!($ident), $name));
+    };
+}
+
 use aya_ebpf::{
     helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::{map, raw_tracepoint},
@@ -19,75 +26,49 @@ use aya_ebpf::{
 };
 use fdaudit_common::{
     flags, sysno, Config, Counters, ExitRecord, FdCache, HotSlot, ReadKey, ReadStat, RecordHeader,
-    RecordKind, SpawnRecord, Stats, TaskState, HOT_SLOTS, MAX_RANGES, MAX_READS, MAX_TRACKED,
+    RecordKind, SpawnRecord, Stats, TaskState, CONFIG_MAGIC, GLOBAL_CONFIG, HOT_SLOTS, MAP_EVENTS,
+    MAP_HOT, MAP_READS, MAP_SCRATCH, MAP_STATS, MAP_TRACKED, MAX_RANGES, MAX_READS, MAX_TRACKED,
 };
 use kernel::{conf, read_kernel, stat_add};
 
-#[map(name = "EVENTS")]
+// `#[map]` names each map after its static; `map_named!` checks at compile time that the
+// name is the `MAP_*` constant userspace looks the map up by.
+#[map]
 static EVENTS: RingBuf = RingBuf::with_byte_size(8 << 20, 0);
+map_named!(EVENTS, MAP_EVENTS);
 
-#[map(name = "TRACKED")]
+#[map]
 static TRACKED: HashMap<u32, TaskState> = HashMap::with_max_entries(MAX_TRACKED, 0);
+map_named!(TRACKED, MAP_TRACKED);
 
-#[map(name = "SCRATCH")]
+#[map]
 static SCRATCH: PerCpuArray<SpawnRecord> = PerCpuArray::with_max_entries(1, 0);
+map_named!(SCRATCH, MAP_SCRATCH);
 
-#[map(name = "STATS")]
+#[map]
 static STATS: PerCpuArray<Stats> = PerCpuArray::with_max_entries(1, 0);
+map_named!(STATS, MAP_STATS);
 
-#[map(name = "HOT")]
+#[map]
 static HOT: Array<HotSlot> = Array::with_max_entries(HOT_SLOTS, 0);
+map_named!(HOT, MAP_HOT);
 
-#[map(name = "READS")]
+#[map]
 static READS: HashMap<ReadKey, ReadStat> = HashMap::with_max_entries(MAX_READS, 0);
+map_named!(READS, MAP_READS);
 
 /// Offsets and options, written by the loader (`EbpfLoader::override_global`).
 #[unsafe(no_mangle)]
-static CONFIG: Config = Config {
-    task_pid: 0,
-    task_tgid: 0,
-    task_files: 0,
-    task_mm: 0,
-    task_comm: 0,
-    task_signal: 0,
-    task_exit_code: 0,
-    signal_live: 0,
-    files_fdt: 0,
-    fdt_max_fds: 0,
-    fdt_fd: 0,
-    fdt_open_fds: 0,
-    file_inode: 0,
-    file_flags: 0,
-    file_dentry: 0,
-    file_private: 0,
-    dentry_name: 0,
-    inode_mode: 0,
-    inode_ino: 0,
-    inode_sb: 0,
-    inode_rdev: 0,
-    sb_magic: 0,
-    sb_dev: 0,
-    socket_sk: 0,
-    socket_type: 0,
-    sk_family: 0,
-    mm_arg_start: 0,
-    mm_arg_end: 0,
-    bprm_filename: 0,
-    regs_di: 0,
-    regs_si: 0,
-    regs_dx: 0,
-    regs_orig_ax: 0,
-    hot_mask: 0,
-    file_mnt: 0,
-    file_pos: 0,
-    dentry_parent: 0,
-    vfsmount_root: 0,
-    mount_mnt: 0,
-    mount_parent: 0,
-    mount_mountpoint: 0,
-    reads: 0,
-    magic: 0,
-};
+static CONFIG: Config = Config::ZEROED;
+map_named!(CONFIG, GLOBAL_CONFIG);
+
+/// Whether userspace filled [`CONFIG`]: without its offsets every kernel read would be at
+/// the wrong place, so the programs that start tracking (fork) or count (exec, exit,
+/// reads) do nothing until it has.
+#[inline(always)]
+fn configured() -> bool {
+    conf!(magic) == CONFIG_MAGIC as u64
+}
 
 #[inline(always)]
 fn current_tgid() -> u32 {
@@ -106,7 +87,7 @@ pub fn sched_process_fork(ctx: RawTracePointContext) -> i32 {
 
 fn try_sched_process_fork(ctx: &RawTracePointContext) -> Result<(), i64> {
     let parent_tgid = current_tgid();
-    if TRACKED.get_ptr(parent_tgid).is_none() {
+    if TRACKED.get_ptr(parent_tgid).is_none() || !configured() {
         return Ok(());
     }
     let child: u64 = ctx.arg(1);
@@ -234,6 +215,9 @@ fn try_sched_process_exec(ctx: &RawTracePointContext) -> Result<(), i64> {
     let Some(st) = TRACKED.get_ptr_mut(tgid) else {
         return Ok(());
     };
+    if !configured() {
+        return Ok(());
+    }
     let Some(rec) = SCRATCH.get_ptr_mut(0) else {
         return Ok(());
     };
@@ -388,6 +372,14 @@ fn try_sys_enter(ctx: &RawTracePointContext) -> Result<(), i64> {
     if st.in_window == 0 {
         return Ok(());
     }
+    count_in_window(st, id, ctx)
+}
+
+/// Counts one syscall of a process inside its fork..exec window (`id` is one of those
+/// `try_sys_enter` lets through). Adding a counter: a field in `Counters`, an arm here,
+/// a field in the user side's `SyscallCounts`.
+#[inline(always)]
+fn count_in_window(st: &mut TaskState, id: i64, ctx: &RawTracePointContext) -> Result<(), i64> {
     let c = &mut st.counters;
     match id {
         sysno::CLOSE => {
@@ -461,7 +453,7 @@ pub fn sys_exit(ctx: RawTracePointContext) -> i32 {
 
 fn try_sys_exit(ctx: &RawTracePointContext) -> Result<(), i64> {
     let ret: i64 = ctx.arg(1);
-    if ret < 0 || conf!(reads) == 0 {
+    if ret < 0 || conf!(reads) == 0 || !configured() {
         return Ok(());
     }
     let tgid = current_tgid();

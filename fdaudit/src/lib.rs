@@ -6,12 +6,15 @@ pub mod cli;
 pub mod demo;
 pub mod doctor;
 pub mod ebpf;
+pub mod exit;
 pub mod fdkind;
 pub mod output;
+pub mod procfs_util;
 pub mod scan;
 pub mod signals;
 pub mod spawner;
 pub mod stats;
+pub mod sys;
 pub mod trace;
 pub mod usage;
 

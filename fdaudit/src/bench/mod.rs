@@ -8,23 +8,33 @@
 //! root, a separate traced pass runs a few spawns per cell under fdaudit's own tracer to
 //! count the syscalls and leaked fds per spawn.
 
+pub mod matrix;
 pub mod plot;
 pub mod report;
 pub mod traced;
 
-use crate::stats;
-use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::io::{IsTerminal as _, Write as _};
+use std::io::Write as _;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context as _};
 use serde::Serialize;
 
-use crate::spawner::{self, SpawnTime, SpawnerArgs, Strategy};
+use crate::output::json_line;
+use crate::output::table::Term;
+use crate::spawner::CloseMethod;
+use crate::{exit, sys};
+use matrix::Runner;
 use report::{CellReport, FitReport};
-use traced::{TraceError, TracedSpawn, Tracer};
+
+/// Every JSON object `bench --json` prints, one per line, tagged by `"type"`.
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum BenchRecord<'a> {
+    Machine(&'a Machine),
+    Cell(&'a CellReport),
+    Fit(&'a FitReport),
+}
 
 /// Arguments of `fdaudit bench`.
 #[derive(Debug, clap::Args)]
@@ -37,7 +47,7 @@ pub struct BenchArgs {
     pub open_fds: Vec<u64>,
     /// Strategies to measure (comma separated; default all).
     #[arg(long, value_delimiter = ',', value_enum)]
-    pub strategies: Vec<Strategy>,
+    pub strategies: Vec<CloseMethod>,
     /// Timed spawns per cell.
     #[arg(short = 'n', long = "spawns", default_value_t = 200)]
     pub n: u64,
@@ -70,9 +80,6 @@ pub struct BenchArgs {
 /// The machine the numbers come from.
 #[derive(Debug, Clone, Serialize)]
 pub struct Machine {
-    /// Always `"machine"`.
-    #[serde(rename = "type")]
-    pub kind: &'static str,
     pub cpu: String,
     pub cores: usize,
     pub kernel: String,
@@ -94,27 +101,13 @@ impl Machine {
                     .map(|(_, v)| v.trim().to_string())
             })
             .unwrap_or_else(|| "unknown CPU".into());
-        // SAFETY: uname fills the struct we pass.
-        let mut u: libc::utsname = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
-        let kernel = if unsafe { libc::uname(&mut u) } == 0 {
-            let f = |b: &[libc::c_char]| {
-                // SAFETY: uname NUL-terminates each field.
-                unsafe { std::ffi::CStr::from_ptr(b.as_ptr()) }
-                    .to_string_lossy()
-                    .into_owned()
-            };
-            format!("{} {} {}", f(&u.sysname), f(&u.release), f(&u.machine))
-        } else {
-            "unknown kernel".into()
-        };
+        let kernel = sys::uname().unwrap_or_else(|| "unknown kernel".into());
         extern "C" {
             fn gnu_get_libc_version() -> *const libc::c_char;
         }
         // SAFETY: returns a static NUL-terminated string.
         let glibc = unsafe { std::ffi::CStr::from_ptr(gnu_get_libc_version()) };
         Machine {
-            kind: "machine",
             cpu,
             cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
             kernel,
@@ -157,12 +150,22 @@ pub fn parse_limits(raw: &[String], hard: u64) -> anyhow::Result<Vec<u64>> {
     Ok(v)
 }
 
+/// The hard RLIMIT_NOFILE, capped at the kernel's fs.nr_open when unlimited.
+fn hard_limit() -> anyhow::Result<u64> {
+    let (_, hard) = sys::nofile().context("failed to read RLIMIT_NOFILE")?;
+    let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .unwrap_or(1 << 20);
+    Ok(hard.min(nr_open))
+}
+
 /// Checks, before anything is measured, that `--cmd` names a program this user can run:
 /// found (through PATH when it has no slash), a regular file, executable.
-pub fn check_command(cmd: &std::ffi::OsStr) -> anyhow::Result<PathBuf> {
+pub fn check_command(cmd: &std::ffi::OsStr) -> anyhow::Result<std::path::PathBuf> {
     use std::os::unix::ffi::OsStrExt as _;
     let shown = cmd.to_string_lossy();
-    let path = spawner::resolve_command(cmd)
+    let path = crate::spawner::resolve_command(cmd)
         .with_context(|| format!("--cmd {shown}: give a path or a program on PATH"))?;
     let meta = std::fs::metadata(&path)
         .with_context(|| format!("--cmd {shown}: cannot run {}", path.display()))?;
@@ -186,118 +189,6 @@ pub fn check_command(cmd: &std::ffi::OsStr) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
-/// The hard RLIMIT_NOFILE, capped at the kernel's fs.nr_open when unlimited.
-fn hard_limit() -> anyhow::Result<u64> {
-    let (_, hard) = spawner::nofile_limits().context("failed to read RLIMIT_NOFILE")?;
-    let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
-        .ok()
-        .and_then(|s| s.trim().parse::<u64>().ok())
-        .unwrap_or(1 << 20);
-    Ok(hard.min(nr_open))
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-struct Key {
-    nofile: u64,
-    open_fds: u64,
-    strategy: Strategy,
-}
-
-#[derive(Debug, Default)]
-struct Samples {
-    times: Vec<u64>,
-    failures: u64,
-    traced: Vec<TracedSpawn>,
-}
-
-/// A small deterministic shuffle (xorshift), so runs are reproducible.
-fn shuffle<T>(v: &mut [T], seed: u64) {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    for i in (1..v.len()).rev() {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        v.swap(i, (x % (i as u64 + 1)) as usize);
-    }
-}
-
-struct Runner {
-    exe: PathBuf,
-    cmd: Vec<OsString>,
-    cpu: Option<usize>,
-    /// What the command wrote on stderr in the first batch where a spawn exited non-zero:
-    /// shown once at the end, beside the failure count.
-    first_failure_text: std::cell::RefCell<Option<String>>,
-}
-
-impl Runner {
-    fn spawner_args(&self, k: Key, n: u64, wait_stdin: bool) -> SpawnerArgs {
-        SpawnerArgs {
-            strategy: k.strategy,
-            n,
-            nofile: Some(k.nofile),
-            open_fds: Some(k.open_fds),
-            cpu: self.cpu,
-            wait_stdin,
-            json: true,
-            cmd: self.cmd.clone(),
-        }
-    }
-
-    /// Runs one batch of `n` spawns; returns each spawn's (ns, exit code).
-    fn batch(&self, k: Key, n: u64) -> anyhow::Result<Vec<(u64, i32)>> {
-        let out = Command::new(&self.exe)
-            .arg("__spawner")
-            .args(self.spawner_args(k, n, false).to_args())
-            .stdin(Stdio::null())
-            .stderr(Stdio::piped())
-            .output()
-            .context("failed to run fdaudit __spawner")?;
-        if out.status.code() == Some(crate::cli::EXIT_ERROR.into()) || out.status.code().is_none() {
-            bail!(
-                "__spawner for {} at NOFILE {} with {} fds failed ({}): {}",
-                k.strategy,
-                k.nofile,
-                k.open_fds,
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
-        let times: Vec<(u64, i32)> = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| serde_json::from_str::<SpawnTime>(l).ok())
-            .filter(|t| t.kind == "spawn_time")
-            .map(|t| (t.ns, t.exit_code))
-            .collect();
-        if times.len() as u64 != n {
-            bail!(
-                "__spawner for {} reported {} spawns, expected {n}",
-                k.strategy,
-                times.len()
-            );
-        }
-        if times.iter().any(|&(_, code)| code != 0) {
-            let mut first = self.first_failure_text.borrow_mut();
-            if first.is_none() {
-                let text = String::from_utf8_lossy(&out.stderr);
-                *first = Some(text.lines().next().unwrap_or("").trim().to_string());
-            }
-        }
-        Ok(times)
-    }
-
-    fn traced(&self, tracer: &mut Tracer, k: Key, n: u64) -> Result<Vec<TracedSpawn>, TraceError> {
-        let mut c = Command::new(&self.exe);
-        c.arg("__spawner")
-            .args(self.spawner_args(k, n, true).to_args());
-        tracer.run(c, n)
-    }
-}
-
-fn median_of(v: &[TracedSpawn], f: impl Fn(&TracedSpawn) -> u64) -> Option<u64> {
-    stats::median(&v.iter().map(f).collect::<Vec<_>>())
-}
-
 /// `fdaudit bench`.
 pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
     if args.n == 0 || args.batch == 0 {
@@ -313,30 +204,15 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
     let mut open_fds = args.open_fds.clone();
     open_fds.sort_unstable();
     open_fds.dedup();
-    let strategies = if args.strategies.is_empty() {
-        Strategy::ALL.to_vec()
+    let methods = if args.strategies.is_empty() {
+        CloseMethod::ALL.to_vec()
     } else {
         let mut s = args.strategies.clone();
         s.sort();
         s.dedup();
         s
     };
-    let mut keys = Vec::new();
-    for &nofile in &limits {
-        for &k in &open_fds {
-            if k < 3 || k + 1 > nofile {
-                crate::diag!(
-                    "note: skipping {k} open fds at NOFILE {nofile} (need 3 ≤ fds < NOFILE)"
-                );
-                continue;
-            }
-            keys.extend(strategies.iter().map(|&strategy| Key {
-                nofile,
-                open_fds: k,
-                strategy,
-            }));
-        }
-    }
+    let keys = matrix::cell_keys(&limits, &open_fds, &methods);
     if keys.is_empty() {
         bail!("nothing to measure: no cell fits the limits and fd counts given");
     }
@@ -347,7 +223,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
     } else if args.cpu.is_some() {
         args.cpu
     } else {
-        spawner::allowed_cpus()
+        sys::allowed_cpus()
             .context("failed to read the CPU affinity")?
             .last()
             .copied()
@@ -359,172 +235,35 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
         first_failure_text: Default::default(),
     };
     let machine = Machine::detect(hard, cpu);
+    let (mut samples, interrupted) = matrix::time_cells(&runner, &keys, args.n, args.batch)?;
+    if let Some(i) = interrupted {
+        if samples.is_empty() {
+            crate::diag!("fdaudit bench: interrupted before any cell was measured");
+            return Ok(exit::INTERRUPTED);
+        }
+        crate::diag!(
+            "fdaudit bench: interrupted after {} of {} batches: the cells below have fewer \
+             spawns than asked, and the traced pass is skipped",
+            i.batches_done,
+            i.batches
+        );
+    } else if args.trace_spawns > 0 {
+        matrix::trace_cells(&runner, &mut samples, args.trace_spawns)?;
+    }
+    let cells = matrix::cell_reports(&samples);
+    let fits: Vec<FitReport> = if limits.len() >= 2 {
+        report::fits(&cells)
+    } else {
+        Vec::new()
+    };
     let cmd_text = runner
         .cmd
         .iter()
         .map(|a| a.to_string_lossy())
         .collect::<Vec<_>>()
         .join(" ");
-
-    // Timed pass: rounds of shuffled batches.
-    let rounds = args.n.div_ceil(args.batch);
-    let bar = if std::io::stderr().is_terminal() {
-        indicatif::ProgressBar::new(rounds * keys.len() as u64)
-    } else {
-        indicatif::ProgressBar::hidden()
-    };
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{spinner} timing [{bar:24}] {pos}/{len} eta {eta} {msg}",
-        )
-        .expect("valid template")
-        .progress_chars("=> "),
-    );
-    let mut samples: BTreeMap<Key, Samples> =
-        keys.iter().map(|&k| (k, Samples::default())).collect();
-    let mut order = keys.clone();
-    // Ctrl-C stops measuring; the cells measured so far are still reported.
-    crate::signals::install();
-    let mut batches_done = 0u64;
-    'rounds: for round in 0..rounds {
-        let n = args.batch.min(args.n - round * args.batch);
-        shuffle(&mut order, round + 1);
-        for &k in &order {
-            if crate::signals::received().is_some() {
-                break 'rounds;
-            }
-            bar.set_message(format!("{} @ {}", k.strategy, k.nofile));
-            let times = match runner.batch(k, n + 1) {
-                Ok(t) => t,
-                // The spawner got the terminal's Ctrl-C too: its batch is lost, not an error.
-                Err(_) if crate::signals::received().is_some() => break 'rounds,
-                Err(e) => return Err(e),
-            };
-            batches_done += 1;
-            let s = samples.get_mut(&k).expect("every key has samples");
-            for &(ns, code) in &times[1..] {
-                s.times.push(ns);
-                if code != 0 {
-                    s.failures += 1;
-                }
-            }
-            bar.inc(1);
-        }
-    }
-    bar.finish_and_clear();
-    let interrupted = crate::signals::received().is_some();
-    if interrupted {
-        samples.retain(|_, s| !s.times.is_empty());
-        if samples.is_empty() {
-            crate::diag!("fdaudit bench: interrupted before any cell was measured");
-            return Ok(crate::trace::EXIT_INTERRUPTED);
-        }
-        crate::diag!(
-            "fdaudit bench: interrupted after {batches_done} of {} batches: the cells below \
-             have fewer spawns than asked, and the traced pass is skipped",
-            rounds * keys.len() as u64
-        );
-        keys.retain(|k| samples.contains_key(k));
-    }
-
-    // Traced pass (root only), separate so tracing does not slow the timed spawns.
-    if args.trace_spawns > 0 && !interrupted {
-        match Tracer::start() {
-            Ok(mut tracer) => {
-                let bar = if std::io::stderr().is_terminal() {
-                    indicatif::ProgressBar::new(keys.len() as u64)
-                } else {
-                    indicatif::ProgressBar::hidden()
-                };
-                bar.set_style(
-                    indicatif::ProgressStyle::with_template(
-                        "{spinner} tracing [{bar:24}] {pos}/{len} cells",
-                    )
-                    .expect("valid template")
-                    .progress_chars("=> "),
-                );
-                for &k in &keys {
-                    let t = runner
-                        .traced(&mut tracer, k, args.trace_spawns)
-                        .with_context(|| {
-                            format!(
-                                "failed to trace {} at NOFILE {} with {} fds",
-                                k.strategy, k.nofile, k.open_fds
-                            )
-                        })?;
-                    samples.get_mut(&k).expect("every key has samples").traced = t;
-                    bar.inc(1);
-                }
-                bar.finish_and_clear();
-            }
-            Err(e) => crate::diag!("note: traced columns skipped: {e:#}"),
-        }
-    }
-
-    let mut cells: Vec<CellReport> = samples
-        .iter()
-        .map(|(k, s)| {
-            let traced = (!s.traced.is_empty()).then_some(&s.traced);
-            let m = |f: fn(&TracedSpawn) -> u64| traced.and_then(|t| median_of(t, f));
-            let mut c = CellReport {
-                kind: "cell",
-                strategy: k.strategy,
-                nofile: k.nofile,
-                open_fds: k.open_fds,
-                spawns: s.times.len() as u64,
-                failures: s.failures,
-                median_ns: stats::median(&s.times).unwrap_or(0),
-                p95_ns: stats::percentile(&s.times, 95.0).unwrap_or(0),
-                close_range_speedup: None,
-                close_calls_per_spawn: m(|t| t.close_calls),
-                close_range_calls_per_spawn: m(|t| t.close_range_calls),
-                fcntl_setfd_calls_per_spawn: m(|t| t.fcntl_setfd_calls),
-                poll_calls_per_spawn: m(|t| t.poll_calls),
-                getdents64_calls_per_spawn: m(|t| t.getdents64_calls),
-                leaked_fds_per_spawn: m(|t| t.leaked_fds),
-                traced_spawns: s.traced.len() as u64,
-                trace_check: None,
-            };
-            c.trace_check = report::check_traced(&c);
-            c
-        })
-        .collect();
-    report::add_speedups(&mut cells);
-    let fits: Vec<FitReport> = if limits.len() >= 2 {
-        report::fits(&cells)
-    } else {
-        Vec::new()
-    };
-
-    let mut out = std::io::stdout().lock();
-    let w = |e: std::io::Error| anyhow::Error::new(e).context("failed to write to stdout");
-    if args.json {
-        crate::output::json_line(&mut out, &machine).map_err(w)?;
-        for c in &cells {
-            crate::output::json_line(&mut out, c).map_err(w)?;
-        }
-        for f in &fits {
-            crate::output::json_line(&mut out, f).map_err(w)?;
-        }
-    } else {
-        let term = crate::output::table::Term::stdout();
-        let intro = format!(
-            "fdaudit bench: {} timed spawns of `{cmd_text}` per cell (batches of {}, each after a \
-             warm-up spawn, cells interleaved), {}; per-spawn wall time fork/posix_spawn → waitpid",
-            args.n,
-            args.batch.min(args.n),
-            cpu.map_or_else(
-                || "unpinned".to_string(),
-                |c| format!("spawner and children pinned to CPU {c}")
-            )
-        );
-        writeln!(out, "{}", term.fill(&intro, 0)).map_err(w)?;
-        writeln!(out, "{}\n", term.fill(&machine.line(), 0)).map_err(w)?;
-        write!(out, "{}", report::render_tables(&cells, hard, term)).map_err(w)?;
-        write!(out, "{}", report::render_fits(&fits, term)).map_err(w)?;
-        write!(out, "{}", report::render_published(&fits, term)).map_err(w)?;
-    }
-    out.flush().map_err(w)?;
+    write_results(&args, &machine, &cells, &fits, &cmd_text)
+        .context("failed to write to stdout")?;
     for p in &args.plot {
         let title = format!(
             "fork+exec of {cmd_text}: per-spawn time vs RLIMIT_NOFILE ({}, {})",
@@ -534,6 +273,56 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
             .with_context(|| format!("failed to draw {}", p.display()))?;
         crate::diag!("plot written to {}", p.display());
     }
+    if interrupted.is_some() {
+        return Ok(exit::INTERRUPTED);
+    }
+    Ok(exit_status(&cells, &cmd_text, &runner))
+}
+
+/// The machine, cells and fits as JSON lines, or as the header and tables for people.
+fn write_results(
+    args: &BenchArgs,
+    machine: &Machine,
+    cells: &[CellReport],
+    fits: &[FitReport],
+    cmd_text: &str,
+) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        json_line(&mut out, &BenchRecord::Machine(machine))?;
+        for c in cells {
+            json_line(&mut out, &BenchRecord::Cell(c))?;
+        }
+        for f in fits {
+            json_line(&mut out, &BenchRecord::Fit(f))?;
+        }
+        return out.flush();
+    }
+    let term = Term::stdout();
+    let intro = format!(
+        "fdaudit bench: {} timed spawns of `{cmd_text}` per cell (batches of {}, each after a \
+         warm-up spawn, cells interleaved), {}; per-spawn wall time fork/posix_spawn → waitpid",
+        args.n,
+        args.batch.min(args.n),
+        machine.pinned_cpu.map_or_else(
+            || "unpinned".to_string(),
+            |c| format!("spawner and children pinned to CPU {c}")
+        )
+    );
+    writeln!(out, "{}", term.fill(&intro, 0))?;
+    writeln!(out, "{}\n", term.fill(&machine.line(), 0))?;
+    write!(
+        out,
+        "{}",
+        report::render_tables(cells, machine.hard_nofile, term)
+    )?;
+    write!(out, "{}", report::render_fits(fits, term))?;
+    write!(out, "{}", report::render_published(fits, term))?;
+    out.flush()
+}
+
+/// 1 when a spawn failed or a traced count contradicts its method (each said on stderr).
+fn exit_status(cells: &[CellReport], cmd_text: &str, runner: &Runner) -> u8 {
     let failed: u64 = cells.iter().map(|c| c.failures).sum();
     let mismatches: Vec<String> = cells
         .iter()
@@ -559,13 +348,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
             ),
         }
     }
-    Ok(if interrupted {
-        crate::trace::EXIT_INTERRUPTED
-    } else if failed > 0 || !mismatches.is_empty() {
-        1
+    if failed > 0 || !mismatches.is_empty() {
+        exit::FINDINGS
     } else {
-        0
-    })
+        exit::OK
+    }
 }
 
 #[cfg(test)]
@@ -611,17 +398,5 @@ mod tests {
             check_command("no-such-program-here".as_ref()).unwrap_err()
         );
         assert!(e.contains("not found in PATH"), "{e}");
-    }
-
-    #[test]
-    fn shuffle_is_a_permutation_and_varies_by_seed() {
-        let mut a: Vec<u32> = (0..40).collect();
-        let mut b = a.clone();
-        shuffle(&mut a, 1);
-        shuffle(&mut b, 2);
-        assert_ne!(a, b, "different seeds, different orders");
-        let mut s = a.clone();
-        s.sort();
-        assert_eq!(s, (0..40).collect::<Vec<_>>(), "a permutation");
     }
 }

@@ -12,7 +12,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::report::{CellReport, FitReport, PREDICT_AT, PUBLISHED};
-use crate::spawner::Strategy;
+use crate::spawner::CloseMethod;
 
 /// Errors while drawing the plot.
 #[derive(Debug, thiserror::Error)]
@@ -134,8 +134,8 @@ pub fn plot(
     }
 }
 
-fn strategies(cells: &[CellReport]) -> Vec<Strategy> {
-    let mut v: Vec<Strategy> = cells.iter().map(|c| c.strategy).collect();
+fn strategies(cells: &[CellReport]) -> Vec<CloseMethod> {
+    let mut v: Vec<CloseMethod> = cells.iter().map(|c| c.strategy).collect();
     v.sort();
     v.dedup();
     v
@@ -188,7 +188,7 @@ struct Series {
 fn series_for(
     cells: &[CellReport],
     fits: &[FitReport],
-    s: Strategy,
+    s: CloseMethod,
     open: u64,
     color: RGBColor,
     width: u32,
@@ -259,8 +259,36 @@ fn draw<DB: DrawingBackend>(
         .collect();
     let x_min = cells.iter().map(|c| c.nofile).min().unwrap_or(1) as f64 / 1.3;
     let x_max = PREDICT_AT[PREDICT_AT.len() - 1] as f64 * 1.3;
-    // y in milliseconds per spawn, over measured, predicted and published values: the same
-    // scale in every panel so they compare at a glance.
+    let range = ((x_min, x_max), y_range(cells, fits));
+    let panels = body.split_evenly((rows, cols));
+    for (area, s) in panels.iter().zip(strategies(cells)) {
+        let mut series = Vec::new();
+        if s != CloseMethod::CloseRange {
+            if let Some(&open) = opens.first() {
+                let cr = CloseMethod::CloseRange;
+                series.extend(series_for(
+                    cells,
+                    fits,
+                    cr,
+                    open,
+                    GREY,
+                    1,
+                    "close-range".into(),
+                ));
+            }
+        }
+        for (i, &open) in opens.iter().enumerate() {
+            let label = format!("{open} fds");
+            series.extend(series_for(cells, fits, s, open, open_color(i), 2, label));
+        }
+        draw_panel(area, s, &series, range)?;
+    }
+    Ok(())
+}
+
+/// y in milliseconds per spawn, over measured, predicted and published values: the same
+/// scale in every panel so they compare at a glance.
+fn y_range(cells: &[CellReport], fits: &[FitReport]) -> (f64, f64) {
     let mut ys: Vec<f64> = cells.iter().map(|c| c.median_ns as f64 / 1e6).collect();
     ys.extend(
         fits.iter()
@@ -273,154 +301,125 @@ fn draw<DB: DrawingBackend>(
     let ys: Vec<f64> = ys.into_iter().filter(|y| *y > 0.0).collect();
     let y_min = ys.iter().copied().fold(f64::INFINITY, f64::min) / 1.5;
     let y_max = ys.iter().copied().fold(0.0, f64::max) * 1.5;
-    let panels = body.split_evenly((rows, cols));
-    for (area, s) in panels.iter().zip(strategies(cells)) {
-        let mut chart = ChartBuilder::on(area)
-            .caption(s.name(), ("sans-serif", 16))
-            .margin(6)
-            .margin_right(LABEL_MARGIN)
-            .x_label_area_size(34)
-            .y_label_area_size(44)
-            .build_cartesian_2d((x_min..x_max).log_scale(), (y_min..y_max).log_scale())
-            .map_err(e)?;
-        chart
-            .configure_mesh()
-            .x_desc("RLIMIT_NOFILE")
-            .y_desc("ms per spawn")
-            .x_labels(4)
-            .x_label_formatter(&|x| {
-                if *x >= 1e6 {
-                    format!("{:.0}M", x / 1e6)
-                } else if *x >= 1e3 {
-                    format!("{:.0}k", x / 1e3)
-                } else {
-                    format!("{x:.0}")
-                }
-            })
-            .y_label_formatter(&|y| {
-                if *y >= 1.0 {
-                    format!("{y:.0}")
-                } else {
-                    format!("{y}")
-                }
-            })
-            .label_style(("sans-serif", 11))
-            .axis_desc_style(("sans-serif", 12))
-            .draw()
-            .map_err(e)?;
-        let mut series = Vec::new();
-        if s != Strategy::CloseRange {
-            if let Some(&open) = opens.first() {
-                series.extend(series_for(
-                    cells,
-                    fits,
-                    Strategy::CloseRange,
-                    open,
-                    GREY,
-                    1,
-                    "close-range".into(),
-                ));
-            }
-        }
-        for (i, &open) in opens.iter().enumerate() {
-            series.extend(series_for(
-                cells,
-                fits,
-                s,
-                open,
-                open_color(i),
-                2,
-                format!("{open} fds"),
-            ));
-        }
-        let mut ends = Vec::new();
-        for sr in &series {
-            let style = sr.color.stroke_width(sr.width);
-            chart
-                .draw_series(LineSeries::new(sr.measured.clone(), style))
-                .map_err(e)?;
-            if sr.width > 1 {
-                chart
-                    .draw_series(
-                        sr.measured
-                            .iter()
-                            .map(|&p| Circle::new(p, 3, sr.color.filled())),
-                    )
-                    .map_err(e)?;
-            }
-            if !sr.extension.is_empty() {
-                chart
-                    .draw_series(DashedLineSeries::new(
-                        sr.extension.clone(),
-                        6,
-                        4,
-                        sr.color.stroke_width(1),
-                    ))
-                    .map_err(e)?;
-            }
-            let end = *sr
-                .extension
-                .last()
-                .or(sr.measured.last())
-                .expect("non-empty");
-            ends.push(chart.backend_coord(&end));
-        }
-        // Published figures in the panels of the strategies they compare with.
-        for p in PUBLISHED {
-            let who = p.who.split_whitespace().next().unwrap_or(p.who);
-            let y = if p.like == s {
-                p.loop_s
-            } else if s == Strategy::CloseRange {
-                p.close_range_s
+    (y_min, y_max)
+}
+
+/// One strategy's panel: axes, its series, the published figures it compares with, and
+/// the labels at the line ends.
+fn draw_panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    s: CloseMethod,
+    series: &[Series],
+    ((x_min, x_max), (y_min, y_max)): ((f64, f64), (f64, f64)),
+) -> Result<(), PlotError> {
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| PlotError::Draw(e.to_string());
+    let mut chart = ChartBuilder::on(area)
+        .caption(s.name(), ("sans-serif", 16))
+        .margin(6)
+        .margin_right(LABEL_MARGIN)
+        .x_label_area_size(34)
+        .y_label_area_size(44)
+        .build_cartesian_2d((x_min..x_max).log_scale(), (y_min..y_max).log_scale())
+        .map_err(e)?;
+    chart
+        .configure_mesh()
+        .x_desc("RLIMIT_NOFILE")
+        .y_desc("ms per spawn")
+        .x_labels(4)
+        .x_label_formatter(&|x| {
+            if *x >= 1e6 {
+                format!("{:.0}M", x / 1e6)
+            } else if *x >= 1e3 {
+                format!("{:.0}k", x / 1e3)
             } else {
-                continue;
-            } * 1e3
-                / p.spawns as f64;
-            let at = (p.nofile as f64, y);
-            chart
-                .draw_series(std::iter::once(Cross::new(at, 5, BLACK.stroke_width(2))))
-                .map_err(e)?;
-            let (px, py) = chart.backend_coord(&at);
-            let base = area.get_base_pixel();
-            area.draw(&Text::new(
-                who.to_string(),
-                (px - base.0 - 8, py - base.1),
-                ("sans-serif", 11)
-                    .into_font()
-                    .color(&BLACK)
-                    .pos(Pos::new(HPos::Right, VPos::Center)),
-            ))
+                format!("{x:.0}")
+            }
+        })
+        .y_label_formatter(&|y| {
+            if *y >= 1.0 {
+                format!("{y:.0}")
+            } else {
+                format!("{y}")
+            }
+        })
+        .label_style(("sans-serif", 11))
+        .axis_desc_style(("sans-serif", 12))
+        .draw()
+        .map_err(e)?;
+    let mut ends = Vec::new();
+    for sr in series {
+        let style = sr.color.stroke_width(sr.width);
+        chart
+            .draw_series(LineSeries::new(sr.measured.clone(), style))
             .map_err(e)?;
+        if sr.width > 1 {
+            let dots = sr
+                .measured
+                .iter()
+                .map(|&p| Circle::new(p, 3, sr.color.filled()));
+            chart.draw_series(dots).map_err(e)?;
         }
-        // Labels at the line ends, right of the plotting area, spread apart.
-        let (xr, yr) = chart.plotting_area().get_pixel_range();
-        let label_ys = spread_labels(
-            &ends.iter().map(|p| p.1).collect::<Vec<_>>(),
-            13,
-            yr.start + 6,
-            yr.end - 6,
-        );
-        let base = area.get_base_pixel();
-        for ((sr, end), ly) in series.iter().zip(&ends).zip(label_ys) {
-            let lx = xr.end + 10;
-            area.draw(&PathElement::new(
-                vec![
-                    (end.0 - base.0, end.1 - base.1),
-                    (lx - 2 - base.0, ly - base.1),
-                ],
-                sr.color.mix(0.6).stroke_width(1),
-            ))
-            .map_err(e)?;
-            area.draw(&Text::new(
-                sr.label.clone(),
-                (lx - base.0, ly - base.1),
-                ("sans-serif", 12)
-                    .into_font()
-                    .color(&sr.color)
-                    .pos(Pos::new(HPos::Left, VPos::Center)),
-            ))
-            .map_err(e)?;
+        if !sr.extension.is_empty() {
+            let dashed =
+                DashedLineSeries::new(sr.extension.clone(), 6, 4, sr.color.stroke_width(1));
+            chart.draw_series(dashed).map_err(e)?;
         }
+        let end = *sr
+            .extension
+            .last()
+            .or(sr.measured.last())
+            .expect("non-empty");
+        ends.push(chart.backend_coord(&end));
+    }
+    let base = area.get_base_pixel();
+    // Published figures in the panels of the strategies they compare with.
+    for p in PUBLISHED {
+        let who = p.who.split_whitespace().next().unwrap_or(p.who);
+        let secs = if p.like == s {
+            p.loop_s
+        } else if s == CloseMethod::CloseRange {
+            p.close_range_s
+        } else {
+            continue;
+        };
+        let at = (p.nofile as f64, secs * 1e3 / p.spawns as f64);
+        chart
+            .draw_series(std::iter::once(Cross::new(at, 5, BLACK.stroke_width(2))))
+            .map_err(e)?;
+        let (px, py) = chart.backend_coord(&at);
+        let style = ("sans-serif", 11)
+            .into_font()
+            .color(&BLACK)
+            .pos(Pos::new(HPos::Right, VPos::Center));
+        area.draw(&Text::new(
+            who.to_string(),
+            (px - base.0 - 8, py - base.1),
+            style,
+        ))
+        .map_err(e)?;
+    }
+    // Labels at the line ends, right of the plotting area, spread apart.
+    let (xr, yr) = chart.plotting_area().get_pixel_range();
+    let end_ys: Vec<i32> = ends.iter().map(|p| p.1).collect();
+    let label_ys = spread_labels(&end_ys, 13, yr.start + 6, yr.end - 6);
+    let lx = xr.end + 10;
+    for ((sr, end), ly) in series.iter().zip(&ends).zip(label_ys) {
+        let leader = vec![
+            (end.0 - base.0, end.1 - base.1),
+            (lx - 2 - base.0, ly - base.1),
+        ];
+        area.draw(&PathElement::new(leader, sr.color.mix(0.6).stroke_width(1)))
+            .map_err(e)?;
+        let style = ("sans-serif", 12)
+            .into_font()
+            .color(&sr.color)
+            .pos(Pos::new(HPos::Left, VPos::Center));
+        area.draw(&Text::new(
+            sr.label.clone(),
+            (lx - base.0, ly - base.1),
+            style,
+        ))
+        .map_err(e)?;
     }
     Ok(())
 }

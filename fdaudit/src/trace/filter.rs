@@ -5,7 +5,7 @@
 
 use anyhow::Context as _;
 
-use super::session::Spawn;
+use super::decode::Spawn;
 
 /// The task name the kernel gives an exec'd program: the file name, cut to 15 bytes
 /// (TASK_COMM_LEN - 1).
@@ -86,7 +86,7 @@ impl Filter {
                     .iter()
                     .any(|n| comm_matches(n, &s.parent_comm)))
             && (!self.only_leaks || s.leaked_count > 0)
-            && s.close_calls >= self.min_closes
+            && s.calls.close_calls >= u64::from(self.min_closes)
     }
 
     /// The filters in command-line form, for the headline.
