@@ -7,14 +7,27 @@ use std::io::Write;
 
 use serde::Serialize;
 
-/// Prints a diagnostic line on stderr. Unlike `eprintln!` it never panics: a closed or full
-/// stderr must not turn a finished trace into a crash.
+/// Prints a diagnostic line on stderr, wrapped between words to stderr's terminal when it
+/// has a width. Unlike `eprintln!` it never panics: a closed or full stderr must not turn a
+/// finished trace into a crash.
 #[macro_export]
 macro_rules! diag {
     ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), $($arg)*);
+        $crate::output::diag_line(&format!($($arg)*));
     }};
+}
+
+/// What [`diag!`] does.
+pub fn diag_line(msg: &str) {
+    let text = match table::stderr_width() {
+        Some(w) => msg
+            .split('\n')
+            .map(|l| table::wrap_opts(l, w, 2, false).join("\n"))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        None => msg.to_string(),
+    };
+    let _ = writeln!(std::io::stderr(), "{text}");
 }
 
 /// Whether an error is a write to a closed pipe (`fdaudit ... | head`): not worth reporting.

@@ -325,14 +325,25 @@ impl Term {
 /// The width of the terminal on stdout; `None` when stdout is not a terminal, or is one
 /// that reports 0 columns (`script`, serial consoles) and COLUMNS does not say.
 pub fn stdout_width() -> Option<usize> {
-    let out = std::io::stdout();
-    if !out.is_terminal() {
+    if !std::io::stdout().is_terminal() {
         return None;
     }
+    terminal_width(1)
+}
+
+/// As [`stdout_width`], for stderr.
+pub fn stderr_width() -> Option<usize> {
+    if !std::io::stderr().is_terminal() {
+        return None;
+    }
+    terminal_width(2)
+}
+
+fn terminal_width(fd: i32) -> Option<usize> {
     // SAFETY: TIOCGWINSZ writes a winsize into the struct we pass.
     let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
-    // SAFETY: as above; fd 1 is stdout.
-    if unsafe { libc::ioctl(1, libc::TIOCGWINSZ, &mut ws) } == 0 && ws.ws_col > 0 {
+    // SAFETY: as above, on a terminal fd.
+    if unsafe { libc::ioctl(fd, libc::TIOCGWINSZ, &mut ws) } == 0 && ws.ws_col > 0 {
         return Some(usize::from(ws.ws_col));
     }
     std::env::var("COLUMNS")

@@ -66,7 +66,7 @@ pub fn storms(
 }
 
 /// The storms as a table for people.
-pub fn storm_table(storms: &[ReadStorm]) -> String {
+pub fn storm_table(storms: &[ReadStorm], term: crate::output::table::Term) -> String {
     use crate::output::table::{Col, Table};
     let mut t = Table::new([
         Col::new("pid"),
@@ -88,7 +88,7 @@ pub fn storm_table(storms: &[ReadStorm]) -> String {
             s.block_calls.to_string(),
         ]);
     }
-    t.to_string()
+    t.render_for(term)
 }
 
 #[cfg(test)]
@@ -132,7 +132,7 @@ mod tests {
         assert_eq!(s[0].target, "/etc/environment");
         assert_eq!(s[0].block_calls, 1);
         assert_eq!(s[1].target, "pipe:[77]");
-        let table = storm_table(&s);
+        let table = storm_table(&s, crate::output::table::Term::plain());
         assert!(
             table.contains("pipe:[77]") && table.contains("3400"),
             "{table}"
