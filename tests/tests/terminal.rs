@@ -90,13 +90,16 @@ fn tmux_pane(width: u16, args: &[String]) -> (Vec<String>, Vec<String>) {
     (lines(&shown), lines(&joined))
 }
 
-/// What `args` print through `script`'s pty, which reports 0 columns (as serial consoles do).
+/// What `args` print through `script`'s pty, which reports 0 columns (as serial consoles do),
+/// without colour (NO_COLOR) so lines compare as text.
 fn script_zero_columns(args: &[String]) -> Vec<String> {
-    script_zero_columns_env(args, &[])
+    script_zero_columns_env(args, &[("NO_COLOR", "1")])
 }
 
+/// As [`script_zero_columns`], with exactly `env` for NO_COLOR and CLICOLOR_FORCE.
 fn script_zero_columns_env(args: &[String], env: &[(&str, &str)]) -> Vec<String> {
     let mut c = Command::new("script");
+    c.env_remove("NO_COLOR").env_remove("CLICOLOR_FORCE");
     for (k, v) in env {
         c.env(k, v);
     }
@@ -581,12 +584,16 @@ fn scan_colour_only_when_asked_or_on_a_terminal() {
         "never in JSON"
     );
     // On a terminal: colour by default, none with NO_COLOR.
-    let (shown, _) = tmux_pane(200, &scan_args(&[fx.pid], &[]));
-    assert!(!shown.is_empty());
+    let lines = script_zero_columns_env(&scan_args(&[fx.pid], &[]), &[]);
+    let critical = lines.iter().find(|l| l.contains("critical"));
+    assert!(
+        critical.is_some_and(|l| l.contains("\x1b[")),
+        "a terminal gets colour: {critical:?}"
+    );
     let lines = script_zero_columns(&scan_args(&[fx.pid], &[]));
     assert!(
-        lines.iter().any(|l| l.contains("\x1b[")),
-        "a terminal gets colour"
+        !lines.iter().any(|l| l.contains('\x1b')),
+        "NO_COLOR=1 on a terminal: none"
     );
 }
 
@@ -692,7 +699,7 @@ fn trace_colours_a_leaked_spawn_only_when_asked_or_on_a_terminal() {
     );
     let json = piped(&trace_args(&["--demo", "--json", "--color", "always"]), &[]);
     assert!(!json.contains('\x1b'), "never in JSON");
-    let tty = script_zero_columns(&trace_args(&["--demo"])).join("\n");
+    let tty = script_zero_columns_env(&trace_args(&["--demo"]), &[]).join("\n");
     assert!(tty.contains("\x1b["), "a terminal gets colour:\n{tty}");
     let no_color = script_zero_columns_env(&trace_args(&["--demo"]), &[("NO_COLOR", "1")]);
     assert!(

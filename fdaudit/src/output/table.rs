@@ -188,8 +188,7 @@ impl Table {
         let natural = l.widths.clone();
         loop {
             let mut comfy = l.clone();
-            self.shrink(&mut comfy, 0, Fit::Path, PATH_COMFORT);
-            self.shrink(&mut comfy, 0, Fit::Text, TEXT_COMFORT);
+            self.shrink(&mut comfy, 0, (PATH_COMFORT, TEXT_COMFORT));
             if comfy.total() <= w {
                 break;
             }
@@ -207,23 +206,27 @@ impl Table {
         // 3. Paths and prose only as narrow as needed: first down to a comfortable width,
         // then to their minimum.
         l.widths = natural;
-        self.shrink(&mut l, w, Fit::Path, PATH_COMFORT);
-        self.shrink(&mut l, w, Fit::Text, TEXT_COMFORT);
-        self.shrink(&mut l, w, Fit::Path, PATH_MIN);
-        self.shrink(&mut l, w, Fit::Text, TEXT_MIN);
+        self.shrink(&mut l, w, (PATH_COMFORT, TEXT_COMFORT));
+        self.shrink(&mut l, w, (PATH_MIN, TEXT_MIN));
         l
     }
 
-    /// Narrows the shown columns of kind `fit`, widest first, until the table fits in `w`
-    /// or each is down to `floor` (never below its header).
-    fn shrink(&self, l: &mut Layout, w: usize, fit: Fit, floor: usize) {
+    /// Narrows the shown path and prose columns, always the widest first (so they end up
+    /// alike rather than one squeezed), until the table fits in `w` or each is down to its
+    /// floor (`(path, prose)`; never below its header).
+    fn shrink(&self, l: &mut Layout, w: usize, (path_floor, text_floor): (usize, usize)) {
         while l.total() > w {
             let Some(c) = l
                 .shown
                 .iter()
                 .copied()
                 .filter(|&c| {
-                    self.cols[c].fit == fit && l.widths[c] > floor.max(l.headers[c].width())
+                    let floor = match self.cols[c].fit {
+                        Fit::Keep => return false,
+                        Fit::Path => path_floor,
+                        Fit::Text => text_floor,
+                    };
+                    l.widths[c] > floor.max(l.headers[c].width())
                 })
                 .max_by_key(|&c| l.widths[c])
             else {
