@@ -117,6 +117,9 @@ pub struct TraceArgs {
     pub command: Vec<OsString>,
 }
 
+/// How often `--reads` looks for newly flagged storms to name their files.
+const READS_CHECK_EVERY: Duration = Duration::from_millis(100);
+
 /// Help heading of the output filters.
 const FILTERS: &str = "Output filters (the kernel still follows the whole tree)";
 
@@ -137,10 +140,21 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
     let (mut session, child) = attach(&args)?;
     let mut reporter = Reporter::new(&args, &session, filter);
     let root_pids: Vec<u32> = child.map(|c| vec![c]).unwrap_or_else(|| args.pids.clone());
-    let exit_status = follow(&args, &mut session, &mut reporter, child, &root_pids)?;
+    let mut targets = reads::LiveTargets::default();
+    let exit_status = follow(
+        &args,
+        &mut session,
+        &mut reporter,
+        child,
+        &root_pids,
+        &mut targets,
+    )?;
     let stats = session.stats()?;
     let storms = if args.reads {
-        reads::storms(&session.read_counts(), procfs_util::fd_target)
+        let counts = session.read_counts();
+        reads::storms(&counts, |pid, fd, ino| {
+            targets.resolve(pid, fd, ino, procfs_util::fd_target)
+        })
     } else {
         Vec::new()
     };
@@ -230,14 +244,21 @@ fn follow(
     reporter: &mut Reporter,
     child: Option<u32>,
     root_pids: &[u32],
+    targets: &mut reads::LiveTargets,
 ) -> Result<Option<i32>> {
     let deadline = args
         .duration
         .map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
     let mut exit_status: Option<i32> = None;
+    let mut reads_checked = Instant::now();
     loop {
         for ev in session.poll(Duration::from_millis(100))? {
             reporter.handle(ev, root_pids)?;
+        }
+        // --reads: name each storm's file while its process still runs.
+        if args.reads && reads_checked.elapsed() >= READS_CHECK_EVERY {
+            targets.update(&session.read_counts(), procfs_util::fd_target);
+            reads_checked = Instant::now();
         }
         if crate::signals::received().is_some() {
             break;
