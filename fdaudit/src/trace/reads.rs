@@ -71,10 +71,11 @@ impl LiveTargets {
             {
                 continue;
             }
-            let key = (k.pid, k.fd, st.ino);
-            if !self.known.contains_key(&key) {
+            if let std::collections::hash_map::Entry::Vacant(e) =
+                self.known.entry((k.pid, k.fd, st.ino))
+            {
                 if let Some(t) = resolve(k.pid, k.fd, st.ino) {
-                    self.known.insert(key, t);
+                    e.insert(t);
                 }
             }
         }
