@@ -341,10 +341,12 @@ fn exit_status(cells: &[CellReport], cmd_text: &str, runner: &Runner) -> u8 {
     if failed > 0 {
         match runner.first_failure_text.borrow().as_deref() {
             Some(t) if !t.is_empty() => crate::diag!(
-                "warning: {failed} spawns of `{cmd_text}` did not exit 0; the first said: {t}"
+                "warning: {} of `{cmd_text}` did not exit 0; the first said: {t}",
+                crate::output::count(failed, "spawn", "spawns")
             ),
             _ => crate::diag!(
-                "warning: {failed} spawns of `{cmd_text}` did not exit 0 (nothing on stderr)"
+                "warning: {} of `{cmd_text}` did not exit 0 (nothing on stderr)",
+                crate::output::count(failed, "spawn", "spawns")
             ),
         }
     }

@@ -224,7 +224,7 @@ fn attach(args: &TraceArgs) -> Result<(Session, Option<u32>)> {
     }
     let what = match child {
         Some(pid) => format!("command (pid {pid})"),
-        None => format!("{} process tree(s)", args.pids.len()),
+        None => crate::output::count(args.pids.len() as u64, "process tree", "process trees"),
     };
     crate::diag!(
         "fdaudit: tracing {what}{}; Ctrl-C to stop",
