@@ -44,8 +44,9 @@ pub fn run_completions(args: CompletionsArgs) -> anyhow::Result<u8> {
     Ok(0)
 }
 
-/// Sections appended to the top-level page: what `--help` has no room for.
-fn extra_sections(roff: &mut Roff) {
+/// Sections appended to the top-level page: what `--help` has no room for. `subs`: the
+/// visible subcommands, for SEE ALSO.
+fn extra_sections(roff: &mut Roff, subs: &[String]) {
     roff.control("SH", ["ENVIRONMENT"]);
     for (name, text) in [
         (
@@ -74,21 +75,21 @@ fn extra_sections(roff: &mut Roff) {
          see the README for where each shell loads it from.",
     )]);
     roff.control("SH", ["SEE ALSO"]);
-    roff.text([roman(
-        "fdaudit-scan(1), fdaudit-trace(1), fdaudit-bench(1), fdaudit-doctor(1), \
-         fdaudit-completions(1), strace(1), close_range(2), getrlimit(2)",
-    )]);
+    let mut see: Vec<String> = subs.iter().map(|s| format!("fdaudit-{s}(1)")).collect();
+    see.extend(["strace(1)", "close_range(2)", "getrlimit(2)"].map(String::from));
+    roff.text([roman(see.join(", "))]);
 }
 
-/// Renders one page: clap_mangen's sections, plus `extra` for the top-level page.
-fn render_page(cmd: clap::Command, top: bool) -> std::io::Result<(String, Vec<u8>)> {
+/// Renders one page: clap_mangen's sections, plus, for the top-level page, the extra
+/// sections naming the subcommands' pages.
+fn render_page(cmd: clap::Command, top: Option<&[String]>) -> std::io::Result<(String, Vec<u8>)> {
     let man = Man::new(cmd);
     let name = man.get_filename();
     let mut page = Vec::new();
     man.render(&mut page)?;
-    if top {
+    if let Some(subs) = top {
         let mut roff = Roff::default();
-        extra_sections(&mut roff);
+        extra_sections(&mut roff, subs);
         roff.to_writer(&mut page)?;
     }
     Ok((name, page))
@@ -99,9 +100,14 @@ fn render_page(cmd: clap::Command, top: bool) -> std::io::Result<(String, Vec<u8
 pub fn man_pages() -> std::io::Result<Vec<(String, Vec<u8>)>> {
     let mut cmd = Cli::command().disable_help_subcommand(true);
     cmd.build();
-    let mut pages = vec![render_page(cmd.clone(), true)?];
+    let subs: Vec<String> = cmd
+        .get_subcommands()
+        .filter(|s| !s.is_hide_set())
+        .map(|s| s.get_name().to_string())
+        .collect();
+    let mut pages = vec![render_page(cmd.clone(), Some(&subs))?];
     for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
-        pages.push(render_page(sub.clone(), false)?);
+        pages.push(render_page(sub.clone(), None)?);
     }
     Ok(pages)
 }

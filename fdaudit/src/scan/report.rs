@@ -65,6 +65,9 @@ pub struct ProcessJson<'a> {
     fd_count: u32,
     max_fd: Option<u32>,
     no_cloexec: u32,
+    /// cgroup, container id/runtime, pod uid, ns_pid (each only when known).
+    #[serde(flatten)]
+    identity: &'a crate::cgroup::Identity,
     fds: &'a [FdRecord],
 }
 
@@ -211,6 +214,7 @@ fn process_json<'a>(r: &'a ProcReport, user: &'a str) -> ProcessJson<'a> {
         fd_count: r.fd_count,
         max_fd: r.max_fd,
         no_cloexec: r.no_cloexec,
+        identity: &r.identity,
         fds: &r.fds,
     }
 }
@@ -273,6 +277,8 @@ fn process_row(r: &ProcReport, user: String) -> Vec<String> {
         r.fd_count.to_string(),
         r.max_fd.map_or("-".into(), |m| m.to_string()),
         r.no_cloexec.to_string(),
+        // Dropped by write_tail unless some process runs in a container.
+        r.identity.container_label().unwrap_or_default(),
     ]
 }
 
@@ -316,7 +322,10 @@ pub fn write_tail(
         } else {
             rows.sort_by(|a, b| b.0 .0.cmp(&a.0 .0).then(a.0 .1.cmp(&b.0 .1)));
         }
-        let mut t = Table::new([
+        let containers = rows
+            .iter()
+            .any(|r| r.1.last().is_some_and(|c| !c.is_empty()));
+        let mut cols = vec![
             Col::new("PID"),
             Col::new("COMM"),
             Col::new("USER"),
@@ -325,8 +334,15 @@ pub fn write_tail(
             Col::new("FDS"),
             Col::new("MAXFD").drop(1),
             Col::new("NO_CLOEXEC").short("NOCLOEX"),
-        ]);
-        for (_, row) in rows {
+        ];
+        if containers {
+            cols.push(Col::new("CONTAINER").short("CTR").drop(3));
+        }
+        let mut t = Table::new(cols);
+        for (_, mut row) in rows {
+            if !containers {
+                row.pop();
+            }
             t.add_row(row);
         }
         writeln!(out, "{t}\n")?;

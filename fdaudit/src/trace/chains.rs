@@ -9,11 +9,13 @@ use std::collections::{BTreeMap, HashMap};
 use crate::stats;
 
 /// What the summary needs from one exec record.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Link<'a> {
     pub pid: u32,
     /// The record continues this process's previous exec (flag `reexec`).
     pub reexec: bool,
+    /// The container it runs in (`docker:0123456789ab`), if any: its own rows.
+    pub container: Option<String>,
     pub parent_comm: &'a str,
     pub exec_path: &'a str,
     pub strategy: &'a str,
@@ -28,6 +30,7 @@ pub struct Link<'a> {
 /// One spawn, as far as it has exec'd.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Chain {
+    container: Option<String>,
     parent_comm: String,
     /// Exec paths in order (consecutive repeats once).
     paths: Vec<String>,
@@ -44,6 +47,7 @@ struct Chain {
 impl Chain {
     fn new(l: &Link<'_>) -> Chain {
         Chain {
+            container: l.container.clone(),
             parent_comm: l.parent_comm.to_string(),
             paths: vec![l.exec_path.to_string()],
             strategy: l.strategy.to_string(),
@@ -93,6 +97,7 @@ struct Acc {
 /// One summary row: spawns grouped by parent, exec chain and strategy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Row {
+    pub container: Option<String>,
     pub parent_comm: String,
     /// The exec path, or `first → last` for an exec chain.
     pub exec_path: String,
@@ -108,12 +113,26 @@ pub struct Row {
     pub transient_fds: u64,
 }
 
+/// (container, parent, exec chain, strategy).
+type GroupKey = (Option<String>, String, String, String);
+
+impl Chain {
+    fn key(&self) -> GroupKey {
+        (
+            self.container.clone(),
+            self.parent_comm.clone(),
+            self.exec_label(),
+            self.strategy.clone(),
+        )
+    }
+}
+
 /// Joins exec records into spawns and groups them.
 #[derive(Debug, Default)]
 pub struct Chains {
     /// Processes still running, by pid: their chain so far.
     open: HashMap<u32, Chain>,
-    done: BTreeMap<(String, String, String), Acc>,
+    done: BTreeMap<GroupKey, Acc>,
     spawns: u64,
     /// [`Chains::leak_totals`] of the chains closed so far.
     done_totals: (u64, u64, u64),
@@ -146,10 +165,7 @@ impl Chains {
         self.done_totals.0 += u64::from(c.leaked > 0);
         self.done_totals.1 += u64::from(c.leaked);
         self.done_totals.2 += c.transient;
-        let acc = self
-            .done
-            .entry((c.parent_comm.clone(), c.exec_label(), c.strategy.clone()))
-            .or_default();
+        let acc = self.done.entry(c.key()).or_default();
         acc.closes.push(c.close_calls);
         acc.windows.push(c.window_ns);
         acc.leaked += u64::from(c.leaked);
@@ -176,16 +192,15 @@ impl Chains {
     pub fn rows(&self) -> Vec<Row> {
         let mut all = self.done.clone();
         for c in self.open.values() {
-            let acc = all
-                .entry((c.parent_comm.clone(), c.exec_label(), c.strategy.clone()))
-                .or_default();
+            let acc = all.entry(c.key()).or_default();
             acc.closes.push(c.close_calls);
             acc.windows.push(c.window_ns);
             acc.leaked += u64::from(c.leaked);
             acc.transient += c.transient;
         }
         all.into_iter()
-            .map(|((parent_comm, exec_path, strategy), acc)| Row {
+            .map(|((container, parent_comm, exec_path, strategy), acc)| Row {
+                container,
                 parent_comm,
                 exec_path,
                 strategy,
@@ -209,6 +224,7 @@ mod tests {
         Link {
             pid,
             reexec,
+            container: None,
             parent_comm: "sh",
             exec_path: path,
             strategy,

@@ -21,7 +21,7 @@ use std::{
 
 use anyhow::{bail, Context as _, Result};
 
-use crate::{exit, procfs_util};
+use crate::{cgroup::Followed, exit, procfs_util};
 use child::{start_held, try_wait};
 use report::Reporter;
 use session::{Session, SessionOptions};
@@ -52,6 +52,12 @@ pub struct TraceArgs {
     )]
     pub pids: Vec<u32>,
 
+    /// Trace every process in this cgroup and the cgroups below it, also those that start
+    /// or move in later: a path on the cgroup2 hierarchy (`/system.slice/nginx.service`) or
+    /// under its mount point.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["pids", "command"])]
+    pub cgroup: Option<std::path::PathBuf>,
+
     /// Stop after this many seconds (e.g. 30, 1.5).
     #[arg(long, value_name = "SECONDS")]
     pub duration: Option<f64>,
@@ -74,7 +80,7 @@ pub struct TraceArgs {
 
     /// Trace the built-in workload: a spawner holding a credentials file and a listening
     /// socket, spawning with a leaking, a close-loop, a poll-scan and a close_range strategy.
-    #[arg(long, conflicts_with_all = ["pids", "command"])]
+    #[arg(long, conflicts_with_all = ["pids", "command", "cgroup"])]
     pub demo: bool,
 
     /// Do not print a line per spawn, only the summary.
@@ -136,8 +142,9 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
         args.only_leaks,
         args.min_closes,
     )?;
+    let followed = args.cgroup.as_deref().map(Followed::find).transpose()?;
     crate::signals::install();
-    let (mut session, child) = attach(&args)?;
+    let (mut session, child) = attach(&args, followed.as_ref())?;
     let mut reporter = Reporter::new(&args, &session, filter);
     let root_pids: Vec<u32> = child.map(|c| vec![c]).unwrap_or_else(|| args.pids.clone());
     let mut targets = reads::LiveTargets::default();
@@ -147,6 +154,7 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
         &mut reporter,
         child,
         &root_pids,
+        followed.as_ref(),
         &mut targets,
     )?;
     let stats = session.stats()?;
@@ -175,8 +183,8 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
 
 /// Something to trace, and every `-p` process exists.
 fn check_targets(args: &TraceArgs) -> Result<()> {
-    if args.pids.is_empty() && args.command.is_empty() {
-        bail!("nothing to trace: give -p PID, -- CMD ARGS... or --demo");
+    if args.pids.is_empty() && args.command.is_empty() && args.cgroup.is_none() {
+        bail!("nothing to trace: give -p PID, --cgroup PATH, -- CMD ARGS... or --demo");
     }
     for &pid in &args.pids {
         // SAFETY: signal 0 only checks that the process exists.
@@ -192,10 +200,11 @@ fn check_targets(args: &TraceArgs) -> Result<()> {
 
 /// Starts the held command (if any), loads and attaches the programs, tracks the roots and
 /// releases the command. Returns the session and the command's pid.
-fn attach(args: &TraceArgs) -> Result<(Session, Option<u32>)> {
+fn attach(args: &TraceArgs, followed: Option<&Followed>) -> Result<(Session, Option<u32>)> {
     let opts = SessionOptions {
         leaks_only: args.leaks_only,
         reads: args.reads,
+        cgroup: followed.map(|f| (f.id, f.level)),
     };
     let held = if args.command.is_empty() {
         None
@@ -222,9 +231,12 @@ fn attach(args: &TraceArgs) -> Result<(Session, Option<u32>)> {
             .track_tree(pid)
             .with_context(|| format!("failed to trace PID {pid}"))?;
     }
-    let what = match child {
-        Some(pid) => format!("command (pid {pid})"),
-        None => crate::output::count(args.pids.len() as u64, "process tree", "process trees"),
+    let what = match (child, followed) {
+        (Some(pid), _) => format!("command (pid {pid})"),
+        (None, Some(f)) => format!("cgroup {}", f.path),
+        (None, None) => {
+            crate::output::count(args.pids.len() as u64, "process tree", "process trees")
+        }
     };
     crate::diag!(
         "fdaudit: tracing {what}{}; Ctrl-C to stop",
@@ -237,13 +249,15 @@ fn attach(args: &TraceArgs) -> Result<(Session, Option<u32>)> {
 }
 
 /// Reports records until the command exits (its wait status), every `-p` root is gone,
-/// the duration ends or a signal comes; then drains what is left.
+/// the followed cgroup is removed, the duration ends or a signal comes; then drains what is
+/// left.
 fn follow(
     args: &TraceArgs,
     session: &mut Session,
     reporter: &mut Reporter,
     child: Option<u32>,
     root_pids: &[u32],
+    followed: Option<&Followed>,
     targets: &mut reads::LiveTargets,
 ) -> Result<Option<i32>> {
     let deadline = args
@@ -269,6 +283,11 @@ fn follow(
         if let Some(pid) = child {
             if let Some(st) = try_wait(pid)? {
                 exit_status = Some(st);
+                break;
+            }
+        } else if let Some(f) = followed {
+            if !f.dir.exists() {
+                crate::diag!("fdaudit: cgroup {} was removed", f.path);
                 break;
             }
         } else if root_pids.iter().all(|&p| !procfs_util::alive(p)) {

@@ -58,6 +58,9 @@ pub fn spawn_line(s: &Spawn, term: Term) -> String {
     if let Some(tid) = s.exec_tid {
         line.push_str(&format!(" (exec by thread {tid})"));
     }
+    if let Some(c) = s.identity.container_label() {
+        line.push_str(&format!(" in {c}"));
+    }
     if s.argv.len() > 1 {
         line.push_str(" (");
         line.push_str(&s.argv[1..].join(" "));
@@ -184,6 +187,9 @@ pub struct TraceTotals {
 /// exec chain) and strategy.
 #[derive(Debug, Clone, Serialize)]
 pub struct Group {
+    /// The container the spawns ran in (`docker:0123456789ab`), when they ran in one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
     pub parent_comm: String,
     pub exec_path: String,
     pub spawns: u64,
@@ -230,6 +236,7 @@ fn link(s: &Spawn) -> Link<'_> {
     Link {
         pid: s.pid,
         reexec: s.flags.contains(SpawnFlags::REEXEC),
+        container: s.identity.container_label(),
         parent_comm: &s.parent_comm,
         exec_path: &s.exec_path,
         strategy: s.strategy.as_str(),
@@ -285,6 +292,7 @@ impl Collector {
             .rows()
             .into_iter()
             .map(|r| Group {
+                container: r.container,
                 parent_comm: r.parent_comm,
                 exec_path: r.exec_path,
                 spawns: r.spawns,
@@ -309,10 +317,16 @@ impl Collector {
 }
 
 /// The summary table for people: in a narrow terminal the percentiles go first, paths
-/// are shortened in the middle; the transient column only when an exec chain had any.
+/// are shortened in the middle; a container column when any group ran in a container, the
+/// transient column only when an exec chain had any.
 pub fn summary_table(groups: &[Group], term: Term) -> String {
     let transient = groups.iter().any(|g| g.transient_fds > 0);
-    let mut cols = vec![
+    let containers = groups.iter().any(|g| g.container.is_some());
+    let mut cols = Vec::new();
+    if containers {
+        cols.push(Col::new("container"));
+    }
+    cols.extend([
         Col::new("parent"),
         Col::new("exec").path(),
         Col::new("spawns"),
@@ -322,13 +336,17 @@ pub fn summary_table(groups: &[Group], term: Term) -> String {
         Col::new("p95").drop(3),
         Col::new("strategy"),
         Col::new("leaked fds").short("leaked"),
-    ];
+    ]);
     if transient {
         cols.push(Col::new("transient fds").short("transient").drop(2));
     }
     let mut t = Table::new(cols);
     for g in groups {
-        let mut row = vec![
+        let mut row = Vec::new();
+        if containers {
+            row.push(Cell::from(g.container.clone().unwrap_or_default()));
+        }
+        row.extend([
             Cell::from(g.parent_comm.as_str()),
             g.exec_path.as_str().into(),
             g.spawns.to_string().into(),
@@ -341,7 +359,7 @@ pub fn summary_table(groups: &[Group], term: Term) -> String {
                 g.leaked_fds.to_string(),
                 (g.leaked_fds > 0).then_some(Paint::Alarm),
             ),
-        ];
+        ]);
         if transient {
             row.push(Cell::painted(
                 g.transient_fds.to_string(),
@@ -643,6 +661,7 @@ pub(crate) mod tests {
             stdio: vec![],
             flags: SpawnFlags::empty(),
             exec_ns: 0,
+            identity: Default::default(),
             probed: close.into(),
         }
     }
@@ -700,6 +719,40 @@ pub(crate) mod tests {
         assert!(table.contains("python3"), "{table}");
         assert!(
             table.contains("close-loop") || table.contains("none"),
+            "{table}"
+        );
+        assert!(
+            !table.contains("container"),
+            "no container column without containers"
+        );
+    }
+
+    #[test]
+    fn containers_get_a_column_and_their_own_groups() {
+        let id = "3f2a0b9c8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a";
+        let mut inside = spawn("sh", "/bin/cat", 0, 1000, 1);
+        inside.identity = crate::cgroup::Identity {
+            cgroup: Some(format!("/system.slice/docker-{id}.scope")),
+            container: crate::cgroup::parse_path(&format!("/system.slice/docker-{id}.scope")),
+            ..Default::default()
+        };
+        let line = spawn_line(&inside, Term::plain());
+        assert!(line.contains(" in docker:3f2a0b9c8d7e "), "{line}");
+        let json = serde_json::to_value(&inside).unwrap();
+        assert_eq!(json["container_id"], id);
+        assert_eq!(json["container_runtime"], "docker");
+        let mut c = Collector::default();
+        c.add(&inside);
+        c.add(&spawn("sh", "/bin/cat", 0, 1000, 1));
+        let g = c.groups();
+        assert_eq!(
+            g.len(),
+            2,
+            "the container's spawns are a group of their own"
+        );
+        let table = summary_table(&g, Term::plain());
+        assert!(
+            table.contains("container") && table.contains("docker:3f2a0b9c8d7e"),
             "{table}"
         );
     }
