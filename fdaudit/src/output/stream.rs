@@ -245,6 +245,26 @@ pub fn is_stderr() -> bool {
         .is_some_and(|i| matches!(i.dest, Dest::Std(StdStream::Stderr)))
 }
 
+/// The width and colour of the stream's destination for people: stdout's or stderr's
+/// terminal; a file has no width and colour only when forced (`--color always`,
+/// CLICOLOR_FORCE).
+pub fn term() -> super::table::Term {
+    use super::table::{stderr_width, Term};
+    use std::io::IsTerminal as _;
+    let dest = lock().as_ref().map(|i| i.dest.clone());
+    match dest {
+        None | Some(Dest::Std(StdStream::Stdout)) => Term::stdout(),
+        Some(Dest::Std(StdStream::Stderr)) => Term {
+            width: stderr_width(),
+            color: super::color::enabled_for(io::stderr().is_terminal()),
+        },
+        Some(Dest::File(_)) => Term {
+            width: None,
+            color: super::color::enabled_for(false),
+        },
+    }
+}
+
 /// The error for a failed write to the stream, naming where it goes.
 fn write_error(e: io::Error) -> anyhow::Error {
     let what = lock()

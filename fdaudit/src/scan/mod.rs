@@ -4,6 +4,7 @@
 //! No eBPF, no privileges needed: what cannot be read is counted and skipped, as are
 //! processes and fds that vanish during the scan.
 
+pub mod alike;
 pub mod findings;
 pub mod net;
 pub mod parse;
@@ -60,6 +61,9 @@ pub struct ScanArgs {
     /// Worker threads [default: available CPUs, at most 8].
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
+    /// Name every process that could not be read (pid and comm), not just count them.
+    #[arg(short, long)]
+    pub verbose: bool,
 }
 
 /// How `--sort` orders processes.
@@ -204,7 +208,7 @@ pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
                 )
             })
         });
-    let notes = report::notes(&outcome, n_findings, args.close_cost_ns);
+    let notes = report::notes(&outcome, n_findings, args.close_cost_ns, args.verbose);
     let verdict = report::Verdict {
         close_cost_ns: args.close_cost_ns,
         worst,

@@ -6,11 +6,14 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
-use super::{findings, FdRecord, Finding, Outcome, ProcReport, ScanTotals, Severity, SortKey};
+use super::{
+    alike, findings, FdRecord, Finding, Outcome, ProcReport, ScanTotals, Severity, SortKey,
+};
 use crate::output::{
-    escape, escape_bytes, json_line,
+    color::Paint,
+    count, escape, escape_bytes, json_line,
     stream::{self, Level},
-    table,
+    table::{Cell, Col, Table},
     text::{fields, Lossless},
 };
 
@@ -238,7 +241,14 @@ fn process_json<'a>(r: &'a ProcReport, user: &'a str) -> ProcessJson<'a> {
 
 /// `pid N (comm) user U: K fds` and the table of its fds.
 fn fd_listing(out: &mut Vec<u8>, r: &ProcReport, user: &str) {
-    let mut t = table(&["FD", "KIND", "TARGET", "MODE", "CLOEXEC", "ADDRESS"]);
+    let mut t = Table::new([
+        Col::new("FD"),
+        Col::new("KIND"),
+        Col::new("TARGET").path(),
+        Col::new("MODE"),
+        Col::new("CLOEXEC"),
+        Col::new("ADDRESS").text(),
+    ]);
     for f in &r.fds {
         let kind = match (f.family, f.proto.as_deref()) {
             (Some(fam), Some(p)) => format!("{} {fam}/{p}", f.kind),
@@ -251,24 +261,27 @@ fn fd_listing(out: &mut Vec<u8>, r: &ProcReport, user: &str) {
         if f.listening {
             addr.push_str(" (listening)");
         }
-        t.add_row(vec![
-            f.fd.to_string(),
-            kind,
-            f.target.escaped(),
-            f.mode.unwrap_or("?").to_owned(),
-            f.cloexec
-                .map_or("?", |c| if c { "yes" } else { "NO" })
-                .to_owned(),
-            addr,
+        // An fd without close-on-exec at 3 or above is what leaks.
+        let leaks = f.cloexec == Some(false) && f.fd >= 3;
+        t.add_row([
+            Cell::from(f.fd.to_string()),
+            kind.into(),
+            f.target.escaped().into(),
+            f.mode.unwrap_or("?").into(),
+            Cell::painted(
+                f.cloexec.map_or("?", |c| if c { "yes" } else { "NO" }),
+                leaks.then_some(Paint::Warn),
+            ),
+            addr.into(),
         ]);
     }
     let _ = writeln!(
         out,
-        "pid {} ({}) user {}: {} fds",
+        "pid {} ({}) user {}: {}",
         r.pid,
         escape_bytes(&r.comm),
         escape(user),
-        r.fd_count
+        count(r.fd_count, "fd", "fds")
     );
     let _ = writeln!(out, "{t}\n");
 }
@@ -338,20 +351,20 @@ pub fn write_tail(
         let containers = rows
             .iter()
             .any(|r| r.1.last().is_some_and(|c| !c.is_empty()));
-        let mut header = vec![
-            "PID",
-            "COMM",
-            "USER",
-            "NOFILE",
-            "HARD",
-            "FDS",
-            "MAXFD",
-            "NO_CLOEXEC",
+        let mut cols = vec![
+            Col::new("PID"),
+            Col::new("COMM"),
+            Col::new("USER"),
+            Col::new("NOFILE"),
+            Col::new("HARD").drop(2),
+            Col::new("FDS"),
+            Col::new("MAXFD").drop(1),
+            Col::new("NO_CLOEXEC").short("NOCLOEX"),
         ];
         if containers {
-            header.push("CONTAINER");
+            cols.push(Col::new("CONTAINER").short("CTR").drop(3));
         }
-        let mut t = table(&header);
+        let mut t = Table::new(cols);
         for (_, mut row) in rows {
             if !containers {
                 row.pop();
@@ -362,41 +375,79 @@ pub fn write_tail(
     }
     human_findings.extend(outcome.shared.iter().cloned());
     human_findings.sort_by(Finding::order);
-    findings_table(out, &human_findings)
+    findings_table(out, human_findings)
 }
 
-fn findings_table(out: &mut impl Write, findings: &[Finding]) -> io::Result<()> {
+/// How a severity reads.
+fn severity_paint(s: Severity) -> Option<Paint> {
+    match s {
+        Severity::Critical => Some(Paint::Alarm),
+        Severity::High => Some(Paint::Bad),
+        Severity::Medium => Some(Paint::Warn),
+        Severity::Low => None,
+        Severity::Info => Some(Paint::Dim),
+    }
+}
+
+/// The findings, worst first; alike findings of processes running the same program once,
+/// with their count and pids (see [`alike`]).
+fn findings_table(out: &mut impl Write, findings: Vec<Finding>) -> io::Result<()> {
     if findings.is_empty() {
         return writeln!(out, "no findings");
     }
-    let mut t = table(&["SEVERITY", "PID", "COMM", "FD", "REASON"]);
-    for f in findings {
-        t.add_row(vec![
-            f.severity.as_str().to_owned(),
-            f.pid.to_string(),
-            f.comm.escaped(),
-            f.fd.map_or("-".into(), |fd| fd.to_string()),
-            escape(&f.reason),
+    let mut t = Table::new([
+        Col::new("SEVERITY"),
+        Col::new("PID"),
+        Col::new("COMM"),
+        Col::new("FD"),
+        Col::new("REASON").text(),
+    ]);
+    for a in alike::group_alike(findings) {
+        let f = &a.finding;
+        t.add_row([
+            Cell::painted(f.severity.as_str(), severity_paint(f.severity)),
+            f.pid.to_string().into(),
+            f.comm.escaped().into(),
+            a.fd.map_or("-".into(), |fd| fd.to_string()).into(),
+            escape(&a.reason()).into(),
         ]);
     }
     writeln!(out, "{t}")
 }
 
-/// The closing notes: the counts and kcmp refusals (missing and unreadable `-p` processes
-/// are errors, reported by the caller). Written on stderr for people, as `note` records in
-/// JSON.
-pub fn notes(outcome: &Outcome, n_findings: usize, close_cost_ns: u64) -> Vec<String> {
+/// The closing notes: every unreadable process with `verbose`, the counts and kcmp
+/// refusals (missing and unreadable `-p` processes are errors, reported by the caller).
+/// Written on stderr for people, as `note` records in JSON.
+pub fn notes(
+    outcome: &Outcome,
+    n_findings: usize,
+    close_cost_ns: u64,
+    verbose: bool,
+) -> Vec<String> {
     let t = &outcome.totals;
-    let mut notes = vec![format!(
-        "scan: {} processes, {} fds, {} findings; {} processes not readable (permissions), {} vanished, {} fds vanished; NOFILE rated at {} ns per close() (cost model; --close-cost-ns to change)",
-        t.processes,
-        t.fds,
-        n_findings,
-        t.unreadable,
+    let mut notes = Vec::new();
+    if verbose {
+        for (pid, comm) in &outcome.unreadable_procs {
+            notes.push(format!(
+                "scan: pid {pid} ({comm}): fds not readable with these privileges"
+            ));
+        }
+    }
+    let unreadable = count(t.unreadable, "process", "processes");
+    let hint = if t.unreadable > 0 && !verbose && outcome.unreadable_pids.is_empty() {
+        " (-v names them)"
+    } else {
+        ""
+    };
+    notes.push(format!(
+        "scan: {}, {}, {}; {unreadable} not readable (permissions){hint}, {} vanished, {} vanished; NOFILE rated at {} ns per close() (cost model; --close-cost-ns to change)",
+        count(t.processes, "process", "processes"),
+        count(t.fds, "fd", "fds"),
+        count(n_findings as u64, "finding", "findings"),
         t.vanished,
-        t.vanished_fds,
+        count(t.vanished_fds, "fd", "fds"),
         close_cost_ns,
-    )];
+    ));
     if t.kcmp_refused > 0 {
         notes.push(format!(
             "scan: {} parent/child pairs not compared (kcmp not permitted)",

@@ -2,19 +2,21 @@
 //! and what the child did between fork and exec.
 
 pub mod calibrate;
+pub mod chains;
 mod child;
 pub mod counts;
 pub mod decode;
+pub mod filter;
 pub mod flags;
 pub mod reads;
 pub mod report;
 pub mod session;
+pub mod stamp;
 pub mod strategy;
 
 use std::{
     ffi::OsString,
     path::PathBuf,
-    sync::atomic::{AtomicI32, Ordering},
     time::{Duration, Instant},
 };
 
@@ -108,10 +110,47 @@ pub struct TraceArgs {
     #[arg(short, long)]
     pub quiet: bool,
 
+    /// Prefix each spawn line with the time of its exec, like strace: -t HH:MM:SS, -tt with
+    /// microseconds, -ttt seconds since the epoch.
+    #[arg(short = 't', action = clap::ArgAction::Count)]
+    pub time: u8,
+
+    /// Prefix each spawn line with the seconds since the previous one, like strace -r.
+    #[arg(short = 'r')]
+    pub relative: bool,
+
+    /// Show only spawns whose exec path matches this glob (`*` matches `/` too; repeatable).
+    #[arg(long, value_name = "GLOB", help_heading = FILTERS)]
+    pub exec: Vec<String>,
+
+    /// Show only spawns of this program (its name as in ps, the file name cut to 15
+    /// bytes; repeatable).
+    #[arg(long, value_name = "NAME", help_heading = FILTERS)]
+    pub comm: Vec<String>,
+
+    /// Show only spawns whose parent has this name (repeatable).
+    #[arg(long, value_name = "NAME", help_heading = FILTERS)]
+    pub parent_comm: Vec<String>,
+
+    /// Show only spawns that leaked an fd (what is traced stays the same; --leaks-only
+    /// instead traces less).
+    #[arg(long, help_heading = FILTERS)]
+    pub only_leaks: bool,
+
+    /// Show only spawns that made at least N close() calls before exec.
+    #[arg(long, value_name = "N", default_value_t = 0, help_heading = FILTERS)]
+    pub min_closes: u32,
+
     /// The command to start and trace from its first instruction.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<OsString>,
 }
+
+/// How often `--reads` looks for newly flagged storms to name their files.
+const READS_CHECK_EVERY: Duration = Duration::from_millis(100);
+
+/// Help heading of the output filters.
+const FILTERS: &str = "Output filters (the kernel still follows the whole tree)";
 
 /// `--duration`: a finite number of seconds above 0 that fits a `Duration`.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -126,24 +165,6 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         .ok()
         .filter(|d| !d.is_zero() && Instant::now().checked_add(*d).is_some())
         .ok_or_else(|| format!("{s:?} seconds is out of range"))
-}
-
-static SIGNALLED: AtomicI32 = AtomicI32::new(0);
-
-extern "C" fn on_signal(sig: libc::c_int) {
-    SIGNALLED.store(sig, Ordering::SeqCst);
-}
-
-fn install_signal_handlers() {
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_signal as *const () as usize;
-            libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(sig, &sa, std::ptr::null_mut());
-        }
-    }
 }
 
 /// What /proc says about a `-p` target.
@@ -255,7 +276,7 @@ fn wait_for_command(pid: u32) -> Result<Option<i32>> {
         if let Some(st) = try_wait(pid)? {
             return Ok(Some(st));
         }
-        if SIGNALLED.load(Ordering::SeqCst) != 0 {
+        if crate::signals::received().is_some() {
             return Ok(None);
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -279,14 +300,22 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
         "trace",
     )?;
     let pids = check_targets(&args)?;
+    let filter = filter::Filter::new(
+        &args.exec,
+        &args.comm,
+        &args.parent_comm,
+        args.only_leaks,
+        args.min_closes,
+    )?;
     let followed = args.cgroup.as_deref().map(Followed::find).transpose()?;
-    install_signal_handlers();
+    crate::signals::install();
     let (mut session, child) = match attach(&args, &pids, followed.as_ref())? {
         Attached::Tracing(session, child) => (*session, child),
         Attached::NotExecuted(code) => return Ok(code),
     };
-    let mut reporter = Reporter::new(&args, &session);
+    let mut reporter = Reporter::new(&args, &session, filter);
     let root_pids: Vec<u32> = child.map(|c| vec![c]).unwrap_or_else(|| pids.clone());
+    let mut targets = reads::LiveTargets::default();
     let (mut exit_status, timed_out) = follow(
         &args,
         &mut session,
@@ -294,10 +323,14 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
         child,
         &root_pids,
         followed.as_ref(),
+        &mut targets,
     )?;
     let stats = session.stats()?;
     let storms = if args.reads {
-        reads::storms(&session.read_counts(), procfs_util::fd_target)
+        let counts = session.read_counts();
+        reads::storms(&counts, |pid, fd, ino| {
+            targets.resolve(pid, fd, ino, procfs_util::fd_target)
+        })
     } else {
         Vec::new()
     };
@@ -320,7 +353,7 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
 /// `--fail-on-leak` has a leak to fail on; 130 after a signal before CMD exited.
 fn ending(args: &TraceArgs, reporter: &Reporter, exit_status: Option<i32>) -> Ending {
     let command_status = exit_status.map(exit::from_wait_status);
-    let interrupted = SIGNALLED.load(Ordering::SeqCst) != 0 && exit_status.is_none();
+    let interrupted = crate::signals::received().is_some() && exit_status.is_none();
     let leak = args.fail_on_leak && reporter.leaked();
     let (exit_code, exit_reason) = match command_status {
         _ if interrupted => (exit::INTERRUPTED, ExitReason::Interrupted),
@@ -356,7 +389,7 @@ enum Attached {
 }
 
 /// Starts the held command (if any), loads and attaches the programs, tracks the roots and
-/// releases the command.
+/// releases the command. Returns the session and the command's pid.
 fn attach(args: &TraceArgs, pids: &[u32], followed: Option<&Followed>) -> Result<Attached> {
     let opts = SessionOptions {
         leaks_only: args.leaks_only,
@@ -391,7 +424,9 @@ fn attach(args: &TraceArgs, pids: &[u32], followed: Option<&Followed>) -> Result
     let what = match (child, followed) {
         (Some(pid), _) => format!("command (pid {pid})"),
         (None, Some(f)) => format!("cgroup {}", f.path),
-        (None, None) => format!("{} process tree(s)", pids.len()),
+        (None, None) => {
+            crate::output::count(pids.len() as u64, "process tree", "process trees")
+        }
     };
     stream::note(
         stream::Level::Note,
@@ -413,8 +448,8 @@ fn attach(args: &TraceArgs, pids: &[u32], followed: Option<&Followed>) -> Result
 }
 
 /// Reports records until the command exits (its wait status), every `-p` root is gone,
-/// the followed cgroup is removed, the duration ends (`true`) or a signal comes; then
-/// drains what is left.
+/// the followed cgroup is removed, the duration ends or a signal comes; then drains what is
+/// left.
 fn follow(
     args: &TraceArgs,
     session: &mut Session,
@@ -422,15 +457,22 @@ fn follow(
     child: Option<u32>,
     root_pids: &[u32],
     followed: Option<&Followed>,
+    targets: &mut reads::LiveTargets,
 ) -> Result<(Option<i32>, bool)> {
     let deadline = args.duration.map(|d| Instant::now() + d);
     let mut exit_status: Option<i32> = None;
     let mut timed_out = false;
+    let mut reads_checked = Instant::now();
     loop {
         for ev in session.poll(Duration::from_millis(100))? {
             reporter.handle(ev, root_pids)?;
         }
-        if SIGNALLED.load(Ordering::SeqCst) != 0 {
+        // --reads: name each storm's file while its process still runs.
+        if args.reads && reads_checked.elapsed() >= READS_CHECK_EVERY {
+            targets.update(&session.read_counts(), procfs_util::fd_target);
+            reads_checked = Instant::now();
+        }
+        if crate::signals::received().is_some() {
             break;
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {

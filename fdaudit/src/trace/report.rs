@@ -1,30 +1,50 @@
 //! Rendering of trace results: a line per spawn, the summary table, JSON objects.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use serde::Serialize;
 
 use anyhow::Result;
 
 use super::{
+    chains::{Chains, Link},
     counts::SyscallCounts,
     decode::{Event, Exit, LeakedFd, Spawn},
+    filter::Filter,
     flags::SpawnFlags,
     reads,
     session::Session,
+    stamp::Stamper,
+    strategy::Strategy,
     TraceArgs, TraceRecord,
 };
 use crate::{
     lossless_field,
-    output::{self, fmt_ns, stream, text::Lossless},
-    stats,
+    output::{
+        self,
+        color::Paint,
+        count, fmt_ns, stream,
+        table::{Cell, Col, Table, Term},
+        text::Lossless,
+    },
 };
 
 lossless_field!(GroupExecPath, "exec_path");
 lossless_field!(GroupParentComm, "parent_comm");
 
-/// One line for a spawn, as it happens.
-pub fn spawn_line(s: &Spawn) -> String {
+/// What a strategy costs, as a colour: close_range is the cheap, correct way; the sweeps
+/// whose cost grows with NOFILE are red, those that grow with the fds open yellow.
+pub fn strategy_paint(s: &str) -> Option<Paint> {
+    match s {
+        "close-range" => Some(Paint::Good),
+        "close-loop" | "fcntl-scan" | "poll-scan" => Some(Paint::Bad),
+        "procfd-walk" => Some(Paint::Warn),
+        _ => None,
+    }
+}
+
+/// One line for a spawn, as it happens; coloured when `term` takes colour.
+pub fn spawn_line(s: &Spawn, term: Term) -> String {
     let parent = s.parent_comm.escaped();
     let mut line = if s.exec_ok {
         format!(
@@ -45,8 +65,11 @@ pub fn spawn_line(s: &Spawn) -> String {
             (None, None) => String::new(),
         };
         format!(
-            "{parent}[{}] -> {} EXEC FAILED{path}{errno} ({} attempts), exited",
-            s.parent_pid, s.pid, s.exec_attempts
+            "{parent}[{}] -> {} {}{path}{errno} ({} attempts), exited",
+            s.parent_pid,
+            s.pid,
+            term.paint("EXEC FAILED", Paint::Bad),
+            s.exec_attempts
         )
     };
     if let Some(tid) = s.exec_tid {
@@ -78,7 +101,12 @@ pub fn spawn_line(s: &Spawn) -> String {
         ));
     }
     if !s.flags.contains(SpawnFlags::NO_SYSCALLS) {
-        line.push_str(&format!("  {}", s.strategy));
+        let name = s.strategy.as_str();
+        let shown = match strategy_paint(name) {
+            Some(p) => term.paint(name, p),
+            None => name.to_string(),
+        };
+        line.push_str(&format!("  {shown}"));
         if let Some(b) = s.close_loop_bound {
             line.push_str(&format!(" to {b}"));
         }
@@ -99,7 +127,8 @@ pub fn spawn_line(s: &Spawn) -> String {
                 _ => format!("{} {} {}", f.fd, f.kind, f.target.escaped()),
             })
             .collect();
-        line.push_str(&format!("  LEAKED {}: {}", s.leaked_count, fds.join(", ")));
+        let leaked = term.paint(&format!("LEAKED {}:", s.leaked_count), Paint::Alarm);
+        line.push_str(&format!("  {leaked} {}", fds.join(", ")));
     }
     if !s.flags.is_empty() {
         line.push_str(&format!(
@@ -187,7 +216,8 @@ pub struct TraceTotals {
     pub window_corrected_ns: u64,
 }
 
-/// One row of the summary: spawns grouped by parent, exec path and strategy.
+/// One row of the summary: spawns grouped by parent, exec path (`first → last` for an
+/// exec chain) and strategy.
 #[derive(Debug, Clone, Serialize)]
 pub struct Group {
     /// The container the spawns ran in (`docker:0123456789ab`), when they ran in one.
@@ -195,6 +225,7 @@ pub struct Group {
     pub container: Option<String>,
     #[serde(flatten)]
     pub parent_comm: Lossless<Vec<u8>, GroupParentComm>,
+    /// The exec path, or `first → last` (`first → … → last`) for an exec chain.
     #[serde(flatten)]
     pub exec_path: Lossless<Vec<u8>, GroupExecPath>,
     pub spawns: u64,
@@ -203,7 +234,10 @@ pub struct Group {
     pub window_median_ns: u64,
     pub window_p95_ns: u64,
     pub strategy: String,
+    /// fds that reached the last image of each spawn.
     pub leaked_fds: u64,
+    /// fds that crossed into images that exec'd again (not counted as leaks).
+    pub transient_fds: u64,
 }
 
 /// The summary JSON object (last line with `--json`).
@@ -281,89 +315,85 @@ impl LeakPolicy {
     }
 }
 
-/// What a group keeps per spawn: the numbers its percentiles need.
-#[derive(Default)]
-struct Acc {
-    closes: Vec<u64>,
-    windows: Vec<u64>,
-    leaked: u64,
+/// What the summary needs from an exec record.
+fn link<'a>(s: &'a Spawn, policy: &LeakPolicy) -> Link<'a> {
+    Link {
+        pid: s.pid,
+        reexec: s.flags.contains(SpawnFlags::REEXEC),
+        container: s.identity.container_label(),
+        parent_comm: &s.parent_comm,
+        exec_path: &s.exec_path,
+        strategy: s.strategy.as_str(),
+        closed_fds: !matches!(s.strategy, Strategy::None | Strategy::Unknown),
+        close_calls: s.calls.close_calls,
+        window_ns: s.window_corrected_ns,
+        leaked: s.leaked_count,
+        new_leaks: policy.new_leaks(s),
+    }
 }
 
-/// A summary row's key: container, parent comm, exec path, strategy.
-type GroupKey = (Option<String>, Vec<u8>, Vec<u8>, String);
-
-/// Accumulates spawns for the summary.
+/// Accumulates spawns for the summary. Exec records of one process are one spawn (see
+/// [`Chains`]).
 #[derive(Default)]
 pub struct Collector {
-    groups: BTreeMap<GroupKey, Acc>,
-    /// pid -> (fds leaked, of them counting against the policy) at its latest exec.
-    last_leaks: HashMap<u32, (u32, u64)>,
-    pub policy: LeakPolicy,
+    chains: Chains,
     totals: TraceTotals,
-    pub spawns: u64,
     pub fork_only: u64,
     flag_counts: BTreeMap<&'static str, u64>,
+    /// What `--fail-on-leak` does not count.
+    pub policy: LeakPolicy,
 }
 
 impl Collector {
     pub fn add(&mut self, s: &Spawn) {
-        self.spawns += 1;
         let t = &mut self.totals;
         t.calls += s.calls;
         t.fcntl_calls += s.calls.fcntl_calls();
         t.window_ns += s.window_ns;
         t.window_corrected_ns += s.window_corrected_ns;
-        // An exec of the same process supersedes the previous one: its fds went to an image
-        // that exec'd again, and what matters is what the last image got.
-        let new = self.policy.new_leaks(s);
-        if let Some((prev, _)) = self.last_leaks.insert(s.pid, (s.leaked_count, new)) {
-            t.transient_leaked_fds += u64::from(prev);
-        }
         for f in s.flags.partial().names() {
             *self.flag_counts.entry(f).or_default() += 1;
         }
-        let acc = self
-            .groups
-            .entry((
-                s.identity.container_label(),
-                s.parent_comm.raw.clone(),
-                s.exec_path.raw.clone(),
-                s.strategy.to_string(),
-            ))
-            .or_default();
-        acc.closes.push(s.calls.close_calls);
-        acc.windows.push(s.window_corrected_ns);
-        acc.leaked += u64::from(s.leaked_count);
+        self.chains.add(&link(s, &self.policy));
     }
 
     pub fn add_exit(&mut self, e: &Exit) {
         self.fork_only += u64::from(e.never_execd);
+        self.chains.exit(e.pid);
+    }
+
+    /// Spawns: exec records that were not re-execs of a process already counted.
+    pub fn spawns(&self) -> u64 {
+        self.chains.spawns()
     }
 
     /// The totals, with leaks counted at each process's last exec.
     pub fn totals(&self) -> TraceTotals {
         let mut t = self.totals.clone();
-        t.leaked_fds = self.last_leaks.values().map(|&(n, _)| u64::from(n)).sum();
-        t.spawns_with_leaks = self.last_leaks.values().filter(|&&(n, _)| n > 0).count() as u64;
-        t.spawns_with_new_leaks =
-            self.last_leaks.values().filter(|&&(_, n)| n > 0).count() as u64;
+        let l = self.chains.leak_totals();
+        t.spawns_with_leaks = l.spawns_with_leaks;
+        t.leaked_fds = l.leaked_fds;
+        t.transient_leaked_fds = l.transient_fds;
+        t.spawns_with_new_leaks = l.spawns_with_new_leaks;
         t
     }
 
     pub fn groups(&self) -> Vec<Group> {
-        self.groups
-            .iter()
-            .map(|((container, parent, path, strategy), acc)| Group {
-                container: container.clone(),
-                parent_comm: Lossless::new(parent.clone()),
-                exec_path: Lossless::new(path.clone()),
-                spawns: acc.closes.len() as u64,
-                close_median: stats::median(&acc.closes).unwrap_or(0),
-                close_max: acc.closes.iter().copied().max().unwrap_or(0),
-                window_median_ns: stats::median(&acc.windows).unwrap_or(0),
-                window_p95_ns: stats::percentile(&acc.windows, 95.0).unwrap_or(0),
-                strategy: strategy.clone(),
-                leaked_fds: acc.leaked,
+        self.chains
+            .rows()
+            .into_iter()
+            .map(|r| Group {
+                container: r.container,
+                parent_comm: Lossless::new(r.parent_comm),
+                exec_path: Lossless::new(r.exec_path),
+                spawns: r.spawns,
+                close_median: r.close_median,
+                close_max: r.close_max,
+                window_median_ns: r.window_median_ns,
+                window_p95_ns: r.window_p95_ns,
+                strategy: r.strategy,
+                leaked_fds: r.leaked_fds,
+                transient_fds: r.transient_fds,
             })
             .collect()
     }
@@ -372,54 +402,97 @@ impl Collector {
     pub fn partial_notes(&self) -> Vec<String> {
         self.flag_counts
             .iter()
-            .map(|(f, n)| format!("{n} spawn(s) with {f}"))
+            .map(|(f, n)| format!("{} with {f}", count(*n, "spawn", "spawns")))
             .collect()
     }
 }
 
-/// The summary table for people; a container column when any group ran in a container.
-pub fn summary_table(groups: &[Group]) -> String {
+/// The summary table for people: in a narrow terminal the percentiles go first, paths
+/// are shortened in the middle; a container column when any group ran in a container, the
+/// transient column only when an exec chain had any.
+pub fn summary_table(groups: &[Group], term: Term) -> String {
+    let transient = groups.iter().any(|g| g.transient_fds > 0);
     let containers = groups.iter().any(|g| g.container.is_some());
-    let mut header = vec![
-        "parent",
-        "exec",
-        "spawns",
-        "close/spawn med",
-        "max",
-        "window med",
-        "p95",
-        "strategy",
-        "leaked fds",
-    ];
+    let mut cols = Vec::new();
     if containers {
-        header.insert(0, "container");
+        cols.push(Col::new("container"));
     }
-    let mut t = output::table(&header);
+    cols.extend([
+        Col::new("parent"),
+        Col::new("exec").path(),
+        Col::new("spawns"),
+        Col::new("close/spawn med").short("closes"),
+        Col::new("max").drop(4),
+        Col::new("window med").short("window"),
+        Col::new("p95").drop(3),
+        Col::new("strategy"),
+        Col::new("leaked fds").short("leaked"),
+    ]);
+    if transient {
+        cols.push(Col::new("transient fds").short("transient").drop(2));
+    }
+    let mut t = Table::new(cols);
     for g in groups {
-        let mut row = vec![
-            g.parent_comm.escaped(),
-            g.exec_path.escaped(),
-            g.spawns.to_string(),
-            g.close_median.to_string(),
-            g.close_max.to_string(),
-            fmt_ns(g.window_median_ns as f64),
-            fmt_ns(g.window_p95_ns as f64),
-            g.strategy.clone(),
-            g.leaked_fds.to_string(),
-        ];
+        let mut row = Vec::new();
         if containers {
-            row.insert(0, g.container.clone().unwrap_or_default());
+            row.push(Cell::from(g.container.clone().unwrap_or_default()));
+        }
+        row.extend([
+            Cell::from(g.parent_comm.escaped()),
+            g.exec_path.escaped().into(),
+            g.spawns.to_string().into(),
+            g.close_median.to_string().into(),
+            g.close_max.to_string().into(),
+            fmt_ns(g.window_median_ns as f64).into(),
+            fmt_ns(g.window_p95_ns as f64).into(),
+            Cell::painted(g.strategy.as_str(), strategy_paint(&g.strategy)),
+            Cell::painted(
+                g.leaked_fds.to_string(),
+                (g.leaked_fds > 0).then_some(Paint::Alarm),
+            ),
+        ]);
+        if transient {
+            row.push(Cell::painted(
+                g.transient_fds.to_string(),
+                (g.transient_fds > 0).then_some(Paint::Warn),
+            ));
         }
         t.add_row(row);
     }
-    t.to_string()
+    t.render_for(term)
+}
+
+/// The name of a spawn's parent when the kernel record has none (its fork was not seen):
+/// `fdaudit` for fdaudit itself (the traced command's own re-exec), else what procfs says.
+fn parent_name(ppid: u32) -> Vec<u8> {
+    if ppid == std::process::id() {
+        return b"fdaudit".to_vec();
+    }
+    std::fs::read(format!("/proc/{ppid}/comm"))
+        .ok()
+        .map(|mut c| {
+            if c.last() == Some(&b'\n') {
+                c.pop();
+            }
+            c
+        })
+        .filter(|c| !c.is_empty())
+        .unwrap_or_else(|| b"?".to_vec())
 }
 
 /// Per-event handling and final output of `trace`: a line (or JSON record) per spawn as it
 /// comes, the summary at the end, all on the records stream ([`stream`]).
 pub struct Reporter<'a> {
     args: &'a TraceArgs,
+    /// The spawns the filters keep: what is printed and summed.
     collector: Collector,
+    /// Every spawn, when filters are set: `--fail-on-leak` judges them all.
+    unfiltered: Option<Chains>,
+    filter: Filter,
+    /// Exec records the filters left out.
+    hidden: u64,
+    stamper: Stamper,
+    term: Term,
     root_inherited: Vec<LeakedFd>,
     seen_root_exec: Vec<u32>,
     probe_cost_ns: f64,
@@ -436,7 +509,7 @@ pub struct Ending {
 }
 
 impl<'a> Reporter<'a> {
-    pub fn new(args: &'a TraceArgs, s: &Session) -> Self {
+    pub fn new(args: &'a TraceArgs, s: &Session, filter: Filter) -> Self {
         let collector = Collector {
             policy: LeakPolicy {
                 baseline: Vec::new(),
@@ -447,6 +520,11 @@ impl<'a> Reporter<'a> {
         Reporter {
             args,
             collector,
+            unfiltered: filter.is_active().then(Chains::default),
+            filter,
+            hidden: 0,
+            stamper: Stamper::new(args.time, args.relative),
+            term: stream::term(),
             root_inherited: Vec::new(),
             seen_root_exec: Vec::new(),
             probe_cost_ns: s.probe_cost_ns().round(),
@@ -471,9 +549,12 @@ impl<'a> Reporter<'a> {
                 self.report_spawn(s)?;
             }
             Event::Exit(mut e) => {
-                self.collector.add_exit(&e);
                 if let Some(s) = e.failed_spawn.take() {
                     self.report_spawn(s)?;
+                }
+                self.collector.add_exit(&e);
+                if let Some(all) = &mut self.unfiltered {
+                    all.exit(e.pid);
                 }
             }
         }
@@ -500,8 +581,8 @@ impl<'a> Reporter<'a> {
         stream::note(
             stream::Level::Note,
             &format!(
-                "the traced command itself inherited {} fd(s) from fdaudit's caller: {} (every spawn that does not close them leaks them too; {})",
-                list.len(),
+                "the traced command itself inherited {} from fdaudit's caller: {} (every spawn that does not close them leaks them too; {})",
+                count(list.len() as u64, "fd", "fds"),
                 list.join(" "),
                 if self.args.no_baseline {
                     "--no-baseline: --fail-on-leak counts them"
@@ -515,19 +596,37 @@ impl<'a> Reporter<'a> {
     fn report_spawn(&mut self, mut s: Box<Spawn>) -> Result<()> {
         s.time_ns = stream::since_header(s.exec_ns);
         s.correct_for_probes(self.probe_cost_ns);
+        if s.parent_comm.is_empty() {
+            s.parent_comm = Lossless::new(parent_name(s.parent_pid));
+        }
+        if let Some(all) = &mut self.unfiltered {
+            all.add(&link(&s, &self.collector.policy));
+        }
+        if !self.filter.keeps(&s) {
+            self.hidden += 1;
+            return Ok(());
+        }
         self.collector.add(&s);
         if self.args.json {
             stream::record(&TraceRecord::Spawn(s))?;
         } else if !self.args.quiet {
-            stream::text(&format!("{}\n", spawn_line(&s)))?;
+            let line = format!(
+                "{}{}",
+                self.stamper.prefix(s.exec_ns),
+                spawn_line(&s, self.term)
+            );
+            stream::text(&format!("{}\n", self.term.fill(&line, 4)))?;
         }
         Ok(())
     }
 
     /// Whether a process's last exec leaked an fd that the policy counts (what
-    /// `--fail-on-leak` fails on).
+    /// `--fail-on-leak` fails on), filters or not.
     pub fn leaked(&self) -> bool {
-        self.collector.totals().spawns_with_new_leaks > 0
+        match &self.unfiltered {
+            Some(all) => all.leak_totals().spawns_with_new_leaks > 0,
+            None => self.collector.totals().spawns_with_new_leaks > 0,
+        }
     }
 
     /// Writes the summary (JSON: the read storms and the summary record; text: the totals
@@ -539,7 +638,7 @@ impl<'a> Reporter<'a> {
         ending: Ending,
     ) -> Result<()> {
         let summary = Summary {
-            spawns: self.collector.spawns,
+            spawns: self.collector.spawns(),
             lost_records: stats.lost_records,
             untracked_forks: stats.tracked_full,
             read_table_full: stats.reads_full,
@@ -561,8 +660,12 @@ impl<'a> Reporter<'a> {
                 stream::record(&TraceRecord::ReadStorm(s.clone()))?;
             }
         } else {
+            let filtered = self
+                .filter
+                .is_active()
+                .then(|| (self.filter.describe(), self.hidden));
             let mut text = Vec::new();
-            summary_text(&mut text, &summary)?;
+            summary_text(&mut text, &summary, filtered, self.term)?;
             stream::text(&String::from_utf8_lossy(&text))?;
         }
         self.notes(&summary);
@@ -592,32 +695,55 @@ impl<'a> Reporter<'a> {
     }
 }
 
-/// The totals line, the group table and the read storms, for people.
-fn summary_text(out: &mut impl std::io::Write, summary: &Summary) -> std::io::Result<()> {
+/// The totals line, the group table and the read storms, for people. `filtered`: the
+/// filters in command-line form and the exec records they left out.
+fn summary_text(
+    out: &mut impl std::io::Write,
+    summary: &Summary,
+    filtered: Option<(String, u64)>,
+    term: Term,
+) -> std::io::Result<()> {
     writeln!(out)?;
     let t = &summary.totals;
-    writeln!(
-        out,
-        "{} spawns traced, {} with leaked fds ({} fds); {} close(), {} close_range()",
-        summary.spawns,
-        t.spawns_with_leaks,
-        t.leaked_fds,
+    let with_leaks = format!("{} with leaked fds", t.spawns_with_leaks);
+    let with_leaks = if t.spawns_with_leaks > 0 {
+        term.paint(&with_leaks, Paint::Alarm)
+    } else {
+        with_leaks
+    };
+    let headline = format!(
+        "{} {}, {with_leaks} ({}); {} close(), {} close_range()",
+        count(summary.spawns, "spawn", "spawns"),
+        if filtered.is_some() {
+            "shown"
+        } else {
+            "traced"
+        },
+        count(t.leaked_fds, "fd", "fds"),
         t.calls.close_calls,
         t.calls.close_range_calls
-    )?;
+    );
+    writeln!(out, "{}", term.fill(&headline, 0))?;
+    if let Some((filters, hidden)) = filtered {
+        let note = format!(
+            "(filters {filters}: {} traced but not shown; the kernel followed the whole tree)",
+            count(hidden, "exec record", "exec records")
+        );
+        writeln!(out, "{}", term.fill(&note, 0))?;
+    }
     if t.transient_leaked_fds > 0 {
-        writeln!(
-            out,
-            "({} more fds crossed into images that exec'd again, e.g. a spawn helper; not counted as leaks)",
-            t.transient_leaked_fds
-        )?;
+        let note = format!(
+            "({} crossed into images that exec'd again, e.g. a spawn helper; not counted as leaks)",
+            count(t.transient_leaked_fds, "more fd", "more fds")
+        );
+        writeln!(out, "{}", term.fill(&note, 0))?;
     }
     if !summary.groups.is_empty() {
-        writeln!(out, "{}", summary_table(&summary.groups))?;
+        writeln!(out, "{}", summary_table(&summary.groups, term))?;
     }
     if !summary.read_storms.is_empty() {
         writeln!(out, "\nbyte-at-a-time reads:")?;
-        writeln!(out, "{}", reads::storm_table(&summary.read_storms))?;
+        writeln!(out, "{}", reads::storm_table(&summary.read_storms, term))?;
     }
     Ok(())
 }
@@ -650,11 +776,12 @@ fn summary_warnings(summary: &Summary) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::trace::strategy::Strategy;
 
-    fn spawn(parent: &str, path: &str, close: u32, window: u64, leaked: u32) -> Spawn {
+    /// A spawn record for tests.
+    pub(crate) fn spawn(parent: &str, path: &str, close: u32, window: u64, leaked: u32) -> Spawn {
         Spawn {
             parent_pid: 1,
             parent_comm: parent.into(),
@@ -695,7 +822,7 @@ mod tests {
     fn spawn_line_names_strategy_counts_and_leaks() {
         let s = spawn("python3", "/bin/true", 19_997, 2_500_000, 0);
         assert_eq!(
-            spawn_line(&s),
+            spawn_line(&s, Term::plain()),
             "python3[1] -> 2 /bin/true (-x)  window 2.50 ms (untraced ~2.50 ms)  close-loop to 20000: close 19997 (19996 EBADF)"
         );
     }
@@ -735,16 +862,21 @@ mod tests {
         assert_eq!(g[0].leaked_fds, 1);
         assert_eq!(g[0].window_p95_ns, 3_000_000);
         assert_eq!((g[1].strategy.as_str(), g[1].spawns), ("none", 1));
-        // Both bash spawns were pid 2 in this test: the second exec supersedes the first.
-        assert_eq!(c.totals().spawns_with_leaks, 0);
-        assert_eq!(c.totals().transient_leaked_fds, 2);
-        let table = summary_table(&g);
+        // Every spawn here is pid 2, none a re-exec: each is a spawn of its own, the last
+        // leaked nothing.
+        assert_eq!(c.spawns(), 4);
+        assert_eq!(c.totals().spawns_with_leaks, 2);
+        assert_eq!(c.totals().transient_leaked_fds, 0);
+        let table = summary_table(&g, Term::plain());
         assert!(table.contains("python3"), "{table}");
         assert!(
             table.contains("close-loop") || table.contains("none"),
             "{table}"
         );
-        assert!(!table.contains("container"), "no container column without containers");
+        assert!(
+            !table.contains("container"),
+            "no container column without containers"
+        );
     }
 
     #[test]
@@ -756,7 +888,8 @@ mod tests {
             container: crate::cgroup::parse_path(&format!("/system.slice/docker-{id}.scope")),
             ..Default::default()
         };
-        assert!(spawn_line(&inside).contains(" in docker:3f2a0b9c8d7e "), "{}", spawn_line(&inside));
+        let line = spawn_line(&inside, Term::plain());
+        assert!(line.contains(" in docker:3f2a0b9c8d7e "), "{line}");
         let json = serde_json::to_value(&inside).unwrap();
         assert_eq!(json["container_id"], id);
         assert_eq!(json["container_runtime"], "docker");
@@ -764,8 +897,15 @@ mod tests {
         c.add(&inside);
         c.add(&spawn("sh", "/bin/cat", 0, 1000, 1));
         let g = c.groups();
-        assert_eq!(g.len(), 2, "the container's spawns are a group of their own");
-        let table = summary_table(&g);
-        assert!(table.contains("container") && table.contains("docker:3f2a0b9c8d7e"), "{table}");
+        assert_eq!(
+            g.len(),
+            2,
+            "the container's spawns are a group of their own"
+        );
+        let table = summary_table(&g, Term::plain());
+        assert!(
+            table.contains("container") && table.contains("docker:3f2a0b9c8d7e"),
+            "{table}"
+        );
     }
 }

@@ -151,6 +151,9 @@ pub struct Outcome {
     pub missing: Vec<u32>,
     /// `-p` pids whose fds could not be read.
     pub unreadable_pids: Vec<u32>,
+    /// Every process whose fds could not be read, as (pid, comm), in pid order (`?` when
+    /// even its status was unreadable).
+    pub unreadable_procs: Vec<(u32, String)>,
 }
 
 struct Header {
@@ -295,8 +298,12 @@ pub fn scan<R: Send>(
     for t in worker_totals {
         outcome.totals.add_worker(&t);
     }
-    outcome.unreadable_pids = denied.into_inner().unwrap_or_else(|p| p.into_inner());
-    outcome.unreadable_pids.sort_unstable();
+    let mut denied = denied.into_inner().unwrap_or_else(|p| p.into_inner());
+    outcome.unreadable_procs.append(&mut denied);
+    outcome.unreadable_procs.sort_unstable();
+    if cfg.pids.is_some() {
+        outcome.unreadable_pids = outcome.unreadable_procs.iter().map(|p| p.0).collect();
+    }
     sc.share_check(&headers, &mut outcome);
     Ok(outcome)
 }
@@ -319,7 +326,7 @@ impl Scanner<'_> {
         &self,
         h: &Header,
         scratch: &mut Scratch,
-        denied: &Mutex<Vec<u32>>,
+        denied: &Mutex<Vec<(u32, String)>>,
     ) -> Option<ProcReport> {
         match self.scan_process(h, scratch) {
             Ok(r) => {
@@ -334,9 +341,11 @@ impl Scanner<'_> {
             }
             Err(Skip::Denied) => {
                 scratch.totals.unreadable += 1;
-                if self.cfg.pids.is_some() {
-                    denied.lock().unwrap_or_else(|p| p.into_inner()).push(h.pid);
-                }
+                let comm = escape_bytes(h.status.name.as_deref().unwrap_or(b"?"));
+                denied
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push((h.pid, comm));
                 None
             }
         }
@@ -381,6 +390,7 @@ impl Scanner<'_> {
                 }
                 Err(_) => {
                     outcome.totals.unreadable += 1;
+                    outcome.unreadable_procs.push((pid, "?".into()));
                     continue;
                 }
             }
