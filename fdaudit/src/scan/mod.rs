@@ -96,7 +96,31 @@ fn uid_of(user: &str) -> anyhow::Result<u32> {
     Ok(unsafe { pw.assume_init() }.pw_uid)
 }
 
+extern "C" fn on_signal(_sig: libc::c_int) {
+    if scanner::SIGNALLED.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        // A second signal: the user wants out now.
+        // SAFETY: _exit is async-signal-safe.
+        unsafe { libc::_exit(i32::from(exit::INTERRUPTED)) };
+    }
+}
+
+/// SIGINT and SIGTERM end the scan at its next step, with the partial summary; a second
+/// one exits at once.
+fn install_signal_handlers() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only touches an atomic and calls _exit, both
+        // async-signal-safe.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_signal as *const () as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
 pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
+    install_signal_handlers();
     let uid = args.user.as_deref().map(uid_of).transpose()?;
     let close_ns = args
         .close_cost_ns
@@ -144,6 +168,7 @@ pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
     report::notes(&outcome, n_findings, close_ns, args.close_cost_ns.is_some());
     Ok(match (args.fail_on, worst) {
         (Some(min), Some(w)) if w >= min => exit::FINDINGS,
+        _ if outcome.totals.interrupted => exit::INTERRUPTED,
         _ => exit::OK,
     })
 }

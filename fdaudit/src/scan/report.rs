@@ -354,6 +354,16 @@ pub fn notes(outcome: &Outcome, n_findings: usize, close_ns: f64, close_given: b
         close_ns,
         if close_given { "given" } else { "measured at start" }
     );
+    if t.unreadable_files > 0 {
+        crate::diag!(
+            "scan: {} procfs files skipped (not a regular file, over {} KiB, or unreadable)",
+            t.unreadable_files,
+            crate::procfs_util::at::MAX_FILE / 1024
+        );
+    }
+    if t.interrupted {
+        crate::diag!("scan: interrupted: the counts cover only what was scanned");
+    }
     if t.kcmp_refused > 0 {
         crate::diag!(
             "scan: {} parent/child pairs not compared (kcmp not permitted)",

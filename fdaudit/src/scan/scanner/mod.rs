@@ -8,13 +8,13 @@ use std::io;
 use std::os::fd::{OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use serde::Serialize;
 
 use super::findings::{self, FdFacts, Finding, FindingKind, Severity};
-use super::net::{NetTables, SockInfo};
+use super::net::{self, NetTables};
 use super::parse::{self, NofileLimits, ProcStatus};
 use crate::fdkind::FdKind;
 use crate::output::escape_bytes;
@@ -24,6 +24,10 @@ mod process;
 mod share;
 
 use share::ShareKey;
+
+/// Set by SIGINT / SIGTERM (see `scan::run`): every loop of the scan ends at its next step
+/// and the partial results are reported.
+pub static SIGNALLED: AtomicBool = AtomicBool::new(false);
 
 /// Errors that stop a scan before it starts (everything later is skipped and counted).
 #[derive(Debug, thiserror::Error)]
@@ -129,6 +133,13 @@ pub struct ScanTotals {
     /// Parent/child pairs not compared because kcmp was refused.
     pub kcmp_refused: u64,
     pub kcmp_calls: u64,
+    /// procfs files refused or unreadable: not a regular file (a FIFO, a device), larger
+    /// than the read limit, or failing to read (`limits`, `fdinfo/N`, `net/*` tables; a
+    /// process whose `status` fails counts under `unreadable`).
+    pub unreadable_files: u64,
+    /// The scan was cut short by SIGINT or SIGTERM: the counts cover what was done.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub interrupted: bool,
 }
 
 /// The end of a scan: totals and the parent/child share findings.
@@ -181,6 +192,8 @@ struct Scanner<'a> {
     live: bool,
     net: Mutex<HashMap<NsKey, Arc<OnceLock<Arc<NetTables>>>>>,
     keys: Mutex<HashMap<u32, Vec<ShareKey>>>,
+    /// `net/*` tables that could not be read.
+    unreadable_net: AtomicU64,
 }
 
 /// Per-worker buffers, reused for every process and fd.
@@ -190,7 +203,6 @@ struct Scratch {
     link: Vec<u8>,
     file: Vec<u8>,
     fds: Vec<u32>,
-    modes: HashMap<(u32, u64), u32>,
     /// (mnt_id, "socket" | "pipe") learned by `learn_pseudo`.
     pseudo: Vec<(u32, &'static str)>,
     totals: ScanTotals,
@@ -204,7 +216,6 @@ impl Scratch {
             link: vec![0; 4096],
             file: Vec::with_capacity(8192),
             fds: Vec::new(),
-            modes: HashMap::new(),
             pseudo: Vec::new(),
             totals: ScanTotals::default(),
         }
@@ -242,6 +253,7 @@ pub fn scan<R: Send>(
         root,
         net: Mutex::new(HashMap::new()),
         keys: Mutex::new(HashMap::new()),
+        unreadable_net: AtomicU64::new(0),
     };
     let mut outcome = Outcome::default();
     let headers = sc.headers(&mut outcome)?;
@@ -256,7 +268,7 @@ pub fn scan<R: Send>(
                 s.spawn(|| {
                     let mut scratch = Scratch::new();
                     loop {
-                        if cfg.stop.load(Ordering::Relaxed) {
+                        if sc.stopped() {
                             break;
                         }
                         let i = next.fetch_add(1, Ordering::Relaxed);
@@ -306,14 +318,22 @@ pub fn scan<R: Send>(
         o.unreadable += t.unreadable;
         o.vanished += t.vanished;
         o.vanished_fds += t.vanished_fds;
+        o.unreadable_files += t.unreadable_files;
     }
+    outcome.totals.unreadable_files += sc.unreadable_net.load(Ordering::Relaxed);
     outcome.unreadable_pids = denied.into_inner().unwrap_or_else(|p| p.into_inner());
     outcome.unreadable_pids.sort_unstable();
     sc.share_check(&headers, &mut outcome);
+    outcome.totals.interrupted = SIGNALLED.load(Ordering::Relaxed);
     Ok(outcome)
 }
 
 impl Scanner<'_> {
+    /// Whether to stop early: the output's reader went away, or a signal came.
+    fn stopped(&self) -> bool {
+        self.cfg.stop.load(Ordering::Relaxed) || SIGNALLED.load(Ordering::Relaxed)
+    }
+
     /// The processes to scan, in pid order, with their status (comm, ppid, uid).
     fn headers(&self, outcome: &mut Outcome) -> Result<Vec<Header>, ScanError> {
         let mut pids = match &self.cfg.pids {
@@ -340,6 +360,9 @@ impl Scanner<'_> {
         let mut out = Vec::with_capacity(pids.len());
         let mut buf = Vec::with_capacity(4096);
         for pid in pids {
+            if self.stopped() {
+                break;
+            }
             let path = CString::new(format!("{pid}/status")).expect("no NUL in a number");
             match at::read_file_at(raw(&self.root), &path, &mut buf) {
                 Ok(()) => {}
@@ -395,7 +418,12 @@ impl Scanner<'_> {
         });
         match dir {
             Ok(d) => cell
-                .get_or_init(|| Arc::new(NetTables::load(raw(&d))))
+                .get_or_init(|| {
+                    let t = NetTables::load(raw(&d));
+                    self.unreadable_net
+                        .fetch_add(u64::from(t.unreadable), Ordering::Relaxed);
+                    Arc::new(t)
+                })
                 .clone(),
             Err(_) => Arc::new(NetTables::default()),
         }

@@ -37,6 +37,9 @@ impl Scanner<'_> {
         let mut tables: Option<Arc<NetTables>> = None;
         let fds = std::mem::take(&mut s.fds);
         for &fd in &fds {
+            if self.stopped() {
+                break;
+            }
             let name = NumName::new(u64::from(fd));
             let info = match at::read_head_at(raw(&dirs.fdinfo_dir), name.as_cstr(), &mut s.info) {
                 Ok(n) => parse::parse_fdinfo(&s.info[..n]),
@@ -46,7 +49,10 @@ impl Scanner<'_> {
                 }
                 // Access is checked per process (ptrace read), so one refusal means all.
                 Err(e) if is_denied(&e) => return Err(Skip::Denied),
-                Err(_) => None,
+                Err(_) => {
+                    s.totals.unreadable_files += 1;
+                    None
+                }
             };
             let cloexec = info.map(|i| i.cloexec());
             let inheritable = cloexec == Some(false);
@@ -96,7 +102,10 @@ impl Scanner<'_> {
         let nofile = match at::read_file_at(raw(pid_dir), c"limits", &mut s.file) {
             Ok(()) => parse::parse_limits(&s.file),
             Err(e) if is_vanished(&e) => return Err(Skip::Vanished),
-            Err(_) => None,
+            Err(_) => {
+                s.totals.unreadable_files += 1;
+                None
+            }
         };
         let comm = escape_bytes(h.status.name.as_deref().unwrap_or(b"?"));
         let mut rep = ProcReport {
@@ -164,21 +173,22 @@ impl Scanner<'_> {
             },
         };
         let target = &s.link[..n];
-        let kind = self.kind_of(&dirs.fd_dir, name, target, info, &mut s.modes);
+        let kind = kind_of(target, info);
         let sock = if kind == FdKind::Socket {
+            // On a live system the kernel names the protocol of this very socket; the
+            // tables only add addresses, from that protocol's table.
+            let kernel = if self.live {
+                let path = self.cfg.root.join(format!("{pid}/fd/{fd}"));
+                CString::new(path.as_os_str().as_bytes())
+                    .ok()
+                    .and_then(|p| net::sockprotoname(&p))
+            } else {
+                None
+            };
             let t = tables.get_or_insert_with(|| self.net_tables(pid, raw(&dirs.pid_dir)));
-            let target = &s.link[..n];
-            match parse::bracket_inode(target).and_then(|ino| t.by_inode.get(&ino)) {
-                Some(si) => Some(SockRef::Table(si)),
-                None if self.live => {
-                    let path = self.cfg.root.join(format!("{pid}/fd/{fd}"));
-                    CString::new(path.as_os_str().as_bytes())
-                        .ok()
-                        .and_then(|p| crate::scan::net::sockprotoname(&p))
-                        .map(SockRef::Proto)
-                }
-                None => None,
-            }
+            let table =
+                parse::bracket_inode(&s.link[..n]).and_then(|ino| t.lookup(ino, kernel.as_ref()));
+            Some(SockRef { kernel, table })
         } else {
             None
         };
@@ -249,56 +259,13 @@ impl Scanner<'_> {
         }
     }
 
-    /// Kind from the link text; a path is stat'ed (live only, cached by file identity)
-    /// unless fdinfo's O_DIRECTORY already says it is a directory.
-    fn kind_of(
-        &self,
-        fd_dir: &OwnedFd,
-        name: &NumName,
-        target: &[u8],
-        info: Option<parse::FdinfoEntry>,
-        modes: &mut HashMap<(u32, u64), u32>,
-    ) -> FdKind {
-        let base = FdKind::from_link(target, None);
-        if !matches!(base, FdKind::Regular | FdKind::Device) {
-            return base;
-        }
-        // O_DIRECTORY in fdinfo means a directory, except that O_TMPFILE files carry it too
-        // (O_TMPFILE = __O_TMPFILE | O_DIRECTORY): those fall through to the stat.
-        const O_TMPFILE_BIT: u32 = 0o20000000;
-        if info.is_some_and(|i| {
-            i.flags & libc::O_DIRECTORY as u32 != 0 && i.flags & O_TMPFILE_BIT == 0
-        }) {
-            return FdKind::Directory;
-        }
-        if !self.live {
-            return base;
-        }
-        let key = info.and_then(|i| Some((i.mnt_id?, i.ino?)));
-        if let Some(m) = key.and_then(|k| modes.get(&k)) {
-            return FdKind::from_link(target, Some(*m));
-        }
-        match at::stat_mode_at(raw(fd_dir), name.as_cstr()) {
-            Ok(mode) => {
-                if let Some(k) = key {
-                    if modes.len() > 100_000 {
-                        modes.clear();
-                    }
-                    modes.insert(k, mode);
-                }
-                FdKind::from_link(target, Some(mode))
-            }
-            Err(_) => base,
-        }
-    }
-
     fn fd_record(
         &self,
         fd: u32,
         kind: FdKind,
         target: &[u8],
         info: Option<parse::FdinfoEntry>,
-        sock: Option<SockRef<'_>>,
+        sock: Option<SockRef>,
     ) -> FdRecord {
         let mut r = FdRecord {
             fd,
@@ -312,39 +279,50 @@ impl Scanner<'_> {
             remote: None,
             listening: false,
         };
-        match sock {
-            Some(SockRef::Table(si)) => {
+        if let Some(sock) = sock {
+            if let Some(si) = &sock.table {
                 r.family = Some(si.family);
                 r.proto = Some(si.proto.to_owned());
                 r.local = si.local.as_ref().map(|a| a.render());
                 r.remote = si.remote.as_ref().map(|a| a.render());
                 r.listening = si.listening;
             }
-            Some(SockRef::Proto(p)) => {
-                r.family = Some(match p.as_str() {
-                    "tcp" | "udp" | "raw" | "ping" | "sctp" | "udplite" => "inet",
-                    "tcpv6" | "udpv6" | "rawv6" | "pingv6" | "sctpv6" | "udplitev6" => "inet6",
-                    "unix" => "unix",
-                    "netlink" => "netlink",
-                    "packet" => "packet",
-                    "vsock" => "vsock",
-                    _ => "other",
-                });
-                // The family says v4 or v6; the protocol is named as in the net tables.
-                r.proto = Some(match p.strip_suffix("v6") {
-                    Some(base) if r.family == Some("inet6") => base.to_owned(),
-                    _ => p,
-                });
+            if let Some(k) = sock.kernel {
+                // The kernel's word on family and protocol; the table's unix type
+                // (dgram, seqpacket) is kept where the kernel only says "not stream".
+                r.family = Some(k.family);
+                if !(k.proto == "unix" && sock.table.is_some()) {
+                    r.proto = Some(k.proto);
+                }
             }
-            None => {}
         }
         r
     }
 }
 
-enum SockRef<'a> {
-    Table(&'a SockInfo),
-    Proto(String),
+/// A socket: what the kernel says it is (live only) and what its table says.
+struct SockRef {
+    kernel: Option<net::KernelProto>,
+    table: Option<net::SockInfo>,
+}
+
+/// Kind from the link text alone: nothing is stat'ed through the fd link (that would ask
+/// the file system behind the fd, which may never answer: FUSE, a dead NFS server). A path
+/// is a directory when fdinfo's flags hold O_DIRECTORY, a device under /dev/, otherwise a
+/// regular file (a directory opened without O_DIRECTORY, or a named FIFO, shows as one).
+fn kind_of(target: &[u8], info: Option<parse::FdinfoEntry>) -> FdKind {
+    let base = FdKind::from_link(target, None);
+    // O_DIRECTORY in fdinfo means a directory, except that O_TMPFILE files carry it too
+    // (O_TMPFILE = __O_TMPFILE | O_DIRECTORY).
+    const O_TMPFILE_BIT: u32 = 0o20000000;
+    if matches!(base, FdKind::Regular | FdKind::Device)
+        && info.is_some_and(|i| {
+            i.flags & libc::O_DIRECTORY as u32 != 0 && i.flags & O_TMPFILE_BIT == 0
+        })
+    {
+        return FdKind::Directory;
+    }
+    base
 }
 
 /// `escape_bytes`, with a fast path for the common all-printable-ASCII target.

@@ -90,6 +90,9 @@ impl Scanner<'_> {
         }
         let mut s = Scratch::new();
         for &(child, parent) in &pairs {
+            if self.stopped() {
+                break;
+            }
             for p in [child, parent] {
                 if !keys.contains_key(&p) && self.cfg.pids.is_some() {
                     if let Some(k) = self.load_keys(p, &mut s) {
