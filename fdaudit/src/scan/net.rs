@@ -316,12 +316,7 @@ fn parse_inet_line(line: &[u8], af: i32, proto: &'static str) -> Option<(u64, So
 }
 
 /// Splits off `n` bytes that all satisfy `ok`, then one byte `sep`.
-fn take_field<'a>(
-    s: &'a [u8],
-    n: usize,
-    ok: fn(&u8) -> bool,
-    sep: u8,
-) -> Option<(&'a [u8], &'a [u8])> {
+fn take_field(s: &[u8], n: usize, ok: fn(&u8) -> bool, sep: u8) -> Option<(&[u8], &[u8])> {
     if s.len() <= n || !s[..n].iter().all(ok) || s[n] != sep {
         return None;
     }
