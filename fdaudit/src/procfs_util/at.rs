@@ -317,6 +317,58 @@ mod tests {
     }
 
     #[test]
+    fn lines_through_a_small_buffer() {
+        let text = b"head\nshort\nthis one is far too long\n\nlast";
+        // A 4-byte buffer: every line spans several fills.
+        let mut r = io::BufReader::with_capacity(4, &text[..]);
+        let mut got = Vec::new();
+        let mut line = Vec::new();
+        for_each_line(&mut r, &mut line, 8, |(n, l)| got.push((n, l.to_vec()))).unwrap();
+        assert_eq!(
+            got,
+            vec![
+                (0, b"head".to_vec()),
+                (1, b"short".to_vec()),
+                (3, b"".to_vec()),
+                (4, b"last".to_vec())
+            ]
+        );
+        assert!(line.capacity() <= 64, "the long line was not kept");
+    }
+
+    #[test]
+    fn reads_only_regular_files_up_to_the_cap() {
+        let dir = std::env::temp_dir().join(format!("fdaudit-at.{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("small"), b"abc").unwrap();
+        std::fs::File::create(dir.join("big"))
+            .unwrap()
+            .set_len(MAX_FILE as u64 + 1)
+            .unwrap();
+        std::fs::File::create(dir.join("exact"))
+            .unwrap()
+            .set_len(MAX_FILE as u64)
+            .unwrap();
+        let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap();
+        let d = open_dir_path(libc::AT_FDCWD, &c).unwrap();
+        let fifo = std::ffi::CString::new(dir.join("fifo").as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: fifo is NUL-terminated.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let mut buf = Vec::new();
+        read_file_at(raw(&d), c"small", &mut buf).unwrap();
+        assert_eq!(buf, b"abc");
+        read_file_at(raw(&d), c"exact", &mut buf).unwrap();
+        assert_eq!(buf.len(), MAX_FILE);
+        let e = read_file_at(raw(&d), c"big", &mut buf).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EFBIG));
+        let e = read_file_at(raw(&d), c"fifo", &mut buf).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
+        let e = read_head_at(raw(&d), c"fifo", &mut [0; 16]).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn parses_numbers_strictly() {
         assert_eq!(parse_u32(b"42"), Some(42));
         assert_eq!(parse_u32(b""), None);

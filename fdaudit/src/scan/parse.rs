@@ -1,5 +1,14 @@
 //! Parsers for the procfs text files the scanner reads. They take bytes and never fail
 //! hard: a malformed or truncated file gives `None` fields, not an error.
+//!
+//! procfs-core parses the tcp/udp/raw tables (scan/net.rs) and /proc/PID/stat (trace);
+//! `status`, `limits` and `fdinfo` stay here, because a process chooses part of what they
+//! hold and procfs-core's parsers give up on the whole file where that part is odd:
+//! `Status` fails on a comm that is not UTF-8 (any process can set one with
+//! `PR_SET_NAME`, and would then drop out of `--user`) and cuts a comm at its first `:`;
+//! `Limits` needs all sixteen lines and reads past the start of a short line (an overflow
+//! panic in debug builds); neither has a field for `Kthread`, and procfs-core has no
+//! fdinfo parser (fdinfo is also the per-fd hot path, read 126k times in the benchmark).
 
 /// What `scan` uses from `/proc/PID/status`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -217,6 +226,17 @@ mod tests {
         assert!(parse_status(b"Name:\tkworker/0:1\nPPid:\t2\n").kthread);
         assert!(!parse_status(b"Name:\tsh\nPPid:\t2\nVmSize:\t100 kB\n").kthread);
         assert!(!parse_status(b"Name:\tsh\nPPid:\t2\nKthread:\t0\n").kthread);
+    }
+
+    /// Why `status` is not handed to procfs-core (see the module doc).
+    #[test]
+    fn a_non_utf8_comm_is_kept_where_procfs_core_gives_up() {
+        use procfs_core::FromRead as _;
+        let status = b"Name:\tev\xffl:x\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t7\nNgid:\t0\nPid:\t7\nPPid:\t1\nTracerPid:\t0\nUid:\t1000\t1000\t1000\t1000\nGid:\t1000\t1000\t1000\t1000\nFDSize:\t64\nGroups:\t\nThreads:\t1\nSigQ:\t0/1\nSigPnd:\t0\nShdPnd:\t0\nSigBlk:\t0\nSigIgn:\t0\nSigCgt:\t0\nCapInh:\t0\nCapPrm:\t0\nCapEff:\t0\n";
+        assert!(procfs_core::process::Status::from_read(&status[..]).is_err());
+        let st = parse_status(status);
+        assert_eq!(st.name.as_deref(), Some(&b"ev\xffl:x"[..]));
+        assert_eq!((st.ppid, st.euid), (Some(1), Some(1000)));
     }
 
     #[test]
