@@ -127,6 +127,34 @@ pub fn read_file_at(dir: RawFd, name: &CStr, buf: &mut Vec<u8>) -> io::Result<()
 /// [`open_file_at`].
 pub fn read_head_at(dir: RawFd, name: &CStr, buf: &mut [u8]) -> io::Result<usize> {
     let f = open_file_at(dir, name)?;
+    read_head(f, buf)
+}
+
+/// [`read_head_at`] in a directory [`is_procfs`] said is procfs: the per-file fstat is left
+/// out (the scanner's hot path, once per fd). The open is still `O_NONBLOCK | O_NOFOLLOW`
+/// and the read one `read` into `buf`. Only someone who may mount in fdaudit's own mount
+/// namespace (root) could put anything else there.
+pub fn read_head_at_procfs(dir: RawFd, name: &CStr, buf: &mut [u8]) -> io::Result<usize> {
+    let f = openat(
+        dir,
+        name,
+        libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_NOCTTY,
+    )?;
+    read_head(f, buf)
+}
+
+/// Whether `fd` is on a procfs (statfs magic).
+pub fn is_procfs(fd: RawFd) -> bool {
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: st is written by the kernel on success.
+    if unsafe { libc::fstatfs(fd, st.as_mut_ptr()) } != 0 {
+        return false;
+    }
+    // SAFETY: success above.
+    unsafe { st.assume_init() }.f_type == libc::PROC_SUPER_MAGIC
+}
+
+fn read_head(f: OwnedFd, buf: &mut [u8]) -> io::Result<usize> {
     // SAFETY: u8 and MaybeUninit<u8> have the same layout; read_some only writes.
     let spare = unsafe { &mut *(buf as *mut [u8] as *mut [std::mem::MaybeUninit<u8>]) };
     read_some(f.as_raw_fd(), spare)

@@ -409,20 +409,66 @@ fn parse_other_line(
     ))
 }
 
-/// The kernel's protocol name of the socket behind the fd link `path` (the
-/// `system.sockprotoname` xattr: sockfs answers it from the socket itself, no file system
-/// behind the fd is asked). Called only for fds whose link and fdinfo say socket.
-pub fn sockprotoname(path: &CStr) -> Option<KernelProto> {
+/// `getxattrat(2)` (Linux 6.13): the same number on every architecture (new system calls
+/// share one table since 5.1).
+const SYS_GETXATTRAT: libc::c_long = 464;
+/// Set once `getxattrat` said ENOSYS: use the path-based call from then on.
+static NO_GETXATTRAT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The kernel's protocol name of the socket behind the fd link `name` in the fd directory
+/// `fd_dir` (`path` is the same link from the root, for kernels before 6.13): the
+/// `system.sockprotoname` xattr, which sockfs answers from the socket itself; no file
+/// system behind the fd is asked. Called only for fds whose link says socket.
+pub fn sockprotoname(
+    fd_dir: RawFd,
+    name: &CStr,
+    path: impl FnOnce() -> Option<std::ffi::CString>,
+) -> Option<KernelProto> {
+    use std::sync::atomic::Ordering;
     let mut buf = [0u8; 64];
-    // SAFETY: path is NUL-terminated; buf valid for its length.
-    let n = unsafe {
-        libc::getxattr(
-            path.as_ptr(),
-            c"system.sockprotoname".as_ptr(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-        )
-    };
+    let mut n = -1;
+    if !NO_GETXATTRAT.load(Ordering::Relaxed) {
+        // struct xattr_args { __aligned_u64 value; __u32 size; __u32 flags; }
+        #[repr(C)]
+        struct XattrArgs {
+            value: u64,
+            size: u32,
+            flags: u32,
+        }
+        let mut args = XattrArgs {
+            value: buf.as_mut_ptr() as u64,
+            size: buf.len() as u32,
+            flags: 0,
+        };
+        // SAFETY: name and the attribute name are NUL-terminated; args points at buf,
+        // valid for its length, and the kernel reads size_of::<XattrArgs>() bytes of args.
+        n = unsafe {
+            libc::syscall(
+                SYS_GETXATTRAT,
+                fd_dir,
+                name.as_ptr(),
+                0 as libc::c_uint,
+                c"system.sockprotoname".as_ptr(),
+                &mut args as *mut XattrArgs,
+                std::mem::size_of::<XattrArgs>(),
+            )
+        } as isize;
+        if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
+            NO_GETXATTRAT.store(true, Ordering::Relaxed);
+        }
+    }
+    if n < 0 && NO_GETXATTRAT.load(Ordering::Relaxed) {
+        let path = path()?;
+        // SAFETY: path is NUL-terminated; buf valid for its length.
+        n = unsafe {
+            libc::getxattr(
+                path.as_ptr(),
+                c"system.sockprotoname".as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        };
+    }
     if n <= 0 {
         return None;
     }

@@ -13,6 +13,8 @@ struct ProcDirs {
     pid_dir: OwnedFd,
     fd_dir: OwnedFd,
     fdinfo_dir: OwnedFd,
+    /// `fdinfo_dir` is on a procfs (its files need no fstat before they are read).
+    fdinfo_procfs: bool,
 }
 
 impl Scanner<'_> {
@@ -31,6 +33,7 @@ impl Scanner<'_> {
         let dirs = ProcDirs {
             pid_dir,
             fd_dir,
+            fdinfo_procfs: at::is_procfs(raw(&fdinfo_dir)),
             fdinfo_dir,
         };
         let mut keys = Vec::with_capacity(s.fds.len());
@@ -41,7 +44,12 @@ impl Scanner<'_> {
                 break;
             }
             let name = NumName::new(u64::from(fd));
-            let info = match at::read_head_at(raw(&dirs.fdinfo_dir), name.as_cstr(), &mut s.info) {
+            let read = if dirs.fdinfo_procfs {
+                at::read_head_at_procfs
+            } else {
+                at::read_head_at
+            };
+            let info = match read(raw(&dirs.fdinfo_dir), name.as_cstr(), &mut s.info) {
                 Ok(n) => parse::parse_fdinfo(&s.info[..n]),
                 Err(e) if is_vanished(&e) => {
                     rep.vanished_fds += 1;
@@ -178,10 +186,10 @@ impl Scanner<'_> {
             // On a live system the kernel names the protocol of this very socket; the
             // tables only add addresses, from that protocol's table.
             let kernel = if self.live {
-                let path = self.cfg.root.join(format!("{pid}/fd/{fd}"));
-                CString::new(path.as_os_str().as_bytes())
-                    .ok()
-                    .and_then(|p| net::sockprotoname(&p))
+                net::sockprotoname(raw(&dirs.fd_dir), name.as_cstr(), || {
+                    let path = self.cfg.root.join(format!("{pid}/fd/{fd}"));
+                    CString::new(path.as_os_str().as_bytes()).ok()
+                })
             } else {
                 None
             };
