@@ -51,6 +51,15 @@ pub struct KernelProto {
 }
 
 impl KernelProto {
+    /// A unix socket of a type the kernel did not say (fdinfo's `scm_fds:` line).
+    pub fn unix() -> KernelProto {
+        KernelProto {
+            family: "unix",
+            proto: "unix".into(),
+            table: Some("unix"),
+        }
+    }
+
     /// From the xattr's value: "TCP", "TCPv6", "UDP", "UDPv6", "RAW", "RAWv6", "UNIX",
     /// "UNIX-STREAM", "NETLINK", "PACKET", "PING", "SCTP", "MPTCP", "AF_VSOCK", ...
     pub fn from_name(name: &str) -> KernelProto {
@@ -248,7 +257,16 @@ impl NetTables {
         }
     }
 
-    fn unix_lookup(&self, ino: u64, stream: Option<bool>) -> Option<SockInfo> {
+    /// Socket `ino` in a table other than unix: those lines hold no text a user chooses,
+    /// so a socket listed there is of that table's protocol (the kernel's word, as good as
+    /// asking it).
+    pub fn listed(&self, ino: u64) -> Option<SockInfo> {
+        self.by_inode.get(&ino).map(|(_, i)| i.clone())
+    }
+
+    /// Socket `ino` in the unix table, for a socket the kernel says is unix; `stream` when
+    /// the kernel also said whether it is a stream socket.
+    pub fn unix_lookup(&self, ino: u64, stream: Option<bool>) -> Option<SockInfo> {
         match self.unix.get(&ino)? {
             UnixEntry::One(i) => {
                 (stream.is_none_or(|s| s == (i.proto == "stream"))).then(|| i.clone())

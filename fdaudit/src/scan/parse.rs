@@ -88,6 +88,9 @@ pub struct FdinfoEntry {
     pub flags: u32,
     pub mnt_id: Option<u32>,
     pub ino: Option<u64>,
+    /// An `scm_fds:` line follows `ino:`: the kernel prints it for unix sockets, and only
+    /// for them (`unix_show_fdinfo`, Linux 5.14+).
+    pub scm_fds: bool,
 }
 
 impl FdinfoEntry {
@@ -143,6 +146,7 @@ pub fn parse_fdinfo(data: &[u8]) -> Option<FdinfoEntry> {
             b"mnt_id" => info.mnt_id = first_u32(val),
             b"ino" => {
                 info.ino = parse_u64(val);
+                info.scm_fds = rest.starts_with(b"scm_fds:");
                 break; // the last line we need
             }
             _ => {}
@@ -274,6 +278,9 @@ Max open files            1024                 524288               files     \n
         assert!(!i.cloexec());
         assert_eq!(i.access(), "w");
         assert_eq!(i.ino, None);
+        assert!(!i.scm_fds);
+        let u = parse_fdinfo(b"pos:\t0\nflags:\t02\nmnt_id:\t10\nino:\t7\nscm_fds: 0\n").unwrap();
+        assert!(u.scm_fds);
         assert_eq!(parse_fdinfo(b"pos:\t0\nfla"), None);
         assert_eq!(parse_fdinfo(b"pos:\t0\nflags:\t09\n"), None);
         assert_eq!(parse_fdinfo(b"flags:\t\n"), None);

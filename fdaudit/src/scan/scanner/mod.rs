@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{OwnedFd, RawFd};
+use std::os::fd::{FromRawFd as _, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -194,6 +194,35 @@ struct Scanner<'a> {
     keys: Mutex<HashMap<u32, Vec<ShareKey>>>,
     /// `net/*` tables that could not be read.
     unreadable_net: AtomicU64,
+    /// This kernel prints `scm_fds:` in the fdinfo of unix sockets (5.14+), so fdinfo
+    /// alone tells a unix socket from any other (live only).
+    scm_fds: bool,
+}
+
+/// Whether this kernel's fdinfo of a unix socket has its `scm_fds:` line (a socketpair of
+/// our own, read back).
+fn kernel_prints_scm_fds() -> bool {
+    let mut sv = [0; 2];
+    // SAFETY: sv is valid for two ints.
+    if unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            0,
+            sv.as_mut_ptr(),
+        )
+    } != 0
+    {
+        return false;
+    }
+    // SAFETY: both fds were just created and are owned here only.
+    let _pair = unsafe { [OwnedFd::from_raw_fd(sv[0]), OwnedFd::from_raw_fd(sv[1])] };
+    let mut buf = [0u8; 256];
+    let name = CString::new(format!("/proc/self/fdinfo/{}", sv[0])).expect("no NUL");
+    match at::read_head_at(libc::AT_FDCWD, &name, &mut buf) {
+        Ok(n) => parse::parse_fdinfo(&buf[..n]).is_some_and(|i| i.scm_fds),
+        Err(_) => false,
+    }
 }
 
 /// Per-worker buffers, reused for every process and fd.
@@ -254,6 +283,7 @@ pub fn scan<R: Send>(
         net: Mutex::new(HashMap::new()),
         keys: Mutex::new(HashMap::new()),
         unreadable_net: AtomicU64::new(0),
+        scm_fds: live && kernel_prints_scm_fds(),
     };
     let mut outcome = Outcome::default();
     let headers = sc.headers(&mut outcome)?;

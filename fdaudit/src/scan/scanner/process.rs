@@ -185,23 +185,47 @@ impl Scanner<'_> {
         let sock = if kind == FdKind::Socket {
             // On a live system the kernel names the protocol of this very socket; the
             // tables only add addresses, from that protocol's table.
-            let kernel = if self.live {
-                net::sockprotoname(raw(&dirs.fd_dir), name.as_cstr(), || {
-                    let path = self.cfg.root.join(format!("{pid}/fd/{fd}"));
-                    CString::new(path.as_os_str().as_bytes()).ok()
-                })
-            } else {
-                None
-            };
             let t = tables.get_or_insert_with(|| self.net_tables(pid, raw(&dirs.pid_dir)));
-            let table =
-                parse::bracket_inode(&s.link[..n]).and_then(|ino| t.lookup(ino, kernel.as_ref()));
+            let ino = parse::bracket_inode(&s.link[..n]);
+            let (kernel, table) = if !self.live {
+                (None, ino.and_then(|i| t.lookup(i, None)))
+            } else if self.scm_fds && info.is_some() {
+                // fdinfo told unix or not; no table of another protocol is asked.
+                if info.is_some_and(|i| i.scm_fds) {
+                    let table = ino.and_then(|i| t.unix_lookup(i, None));
+                    (Some(net::KernelProto::unix()), table)
+                } else if let Some(listed) = ino.and_then(|i| t.listed(i)) {
+                    (None, Some(listed))
+                } else {
+                    let kernel = self.sockprotoname(pid, fd, name, dirs);
+                    let table = kernel.as_ref().and_then(|k| t.lookup(ino?, Some(k)));
+                    (kernel, table)
+                }
+            } else {
+                let kernel = self.sockprotoname(pid, fd, name, dirs);
+                let table = ino.and_then(|i| t.lookup(i, kernel.as_ref()));
+                (kernel, table)
+            };
             Some(SockRef { kernel, table })
         } else {
             None
         };
         let target = &s.link[..n];
         Ok(Some(self.fd_record(fd, kind, target, info, sock)))
+    }
+
+    /// The kernel's name for the protocol of socket `fd` (the sockprotoname xattr).
+    fn sockprotoname(
+        &self,
+        pid: u32,
+        fd: u32,
+        name: &NumName,
+        dirs: &ProcDirs,
+    ) -> Option<net::KernelProto> {
+        net::sockprotoname(raw(&dirs.fd_dir), name.as_cstr(), || {
+            let path = self.cfg.root.join(format!("{pid}/fd/{fd}"));
+            CString::new(path.as_os_str().as_bytes()).ok()
+        })
     }
 
     /// Adds a recorded fd to the report: its inheritable-fd finding, and the record itself
