@@ -303,25 +303,7 @@ pub fn scan<R: Send>(
                         }
                         let i = next.fetch_add(1, Ordering::Relaxed);
                         let Some(h) = headers.get(i) else { break };
-                        let out = match sc.scan_process(h, &mut scratch) {
-                            Ok(r) => {
-                                scratch.totals.processes += 1;
-                                scratch.totals.fds += u64::from(r.fd_count);
-                                scratch.totals.vanished_fds += u64::from(r.vanished_fds);
-                                Some(render(r))
-                            }
-                            Err(Skip::Vanished) => {
-                                scratch.totals.vanished += 1;
-                                None
-                            }
-                            Err(Skip::Denied) => {
-                                scratch.totals.unreadable += 1;
-                                if cfg.pids.is_some() {
-                                    denied.lock().unwrap_or_else(|p| p.into_inner()).push(h.pid);
-                                }
-                                None
-                            }
-                        };
+                        let out = sc.scan_one(h, &mut scratch, &denied).map(&render);
                         let mut g = order.lock().unwrap_or_else(|p| p.into_inner());
                         let (next_out, pending, emit) = &mut *g;
                         pending.insert(i, out);
@@ -342,13 +324,7 @@ pub fn scan<R: Send>(
             .collect()
     });
     for t in worker_totals {
-        let o = &mut outcome.totals;
-        o.processes += t.processes;
-        o.fds += t.fds;
-        o.unreadable += t.unreadable;
-        o.vanished += t.vanished;
-        o.vanished_fds += t.vanished_fds;
-        o.unreadable_files += t.unreadable_files;
+        outcome.totals.add_worker(&t);
     }
     outcome.totals.unreadable_files += sc.unreadable_net.load(Ordering::Relaxed);
     outcome.unreadable_pids = denied.into_inner().unwrap_or_else(|p| p.into_inner());
@@ -358,10 +334,51 @@ pub fn scan<R: Send>(
     Ok(outcome)
 }
 
+impl ScanTotals {
+    /// Adds what one worker counted (the share check's counts are added apart).
+    fn add_worker(&mut self, t: &ScanTotals) {
+        self.processes += t.processes;
+        self.fds += t.fds;
+        self.unreadable += t.unreadable;
+        self.vanished += t.vanished;
+        self.vanished_fds += t.vanished_fds;
+        self.unreadable_files += t.unreadable_files;
+    }
+}
+
 impl Scanner<'_> {
     /// Whether to stop early: the output's reader went away, or a signal came.
     fn stopped(&self) -> bool {
         self.cfg.stop.load(Ordering::Relaxed) || SIGNALLED.load(Ordering::Relaxed)
+    }
+
+    /// Scans one process on a worker, counting it in the worker's totals; `None` when it
+    /// vanished or could not be read (a `-p` pid that could not be read is remembered).
+    fn scan_one(
+        &self,
+        h: &Header,
+        scratch: &mut Scratch,
+        denied: &Mutex<Vec<u32>>,
+    ) -> Option<ProcReport> {
+        match self.scan_process(h, scratch) {
+            Ok(r) => {
+                scratch.totals.processes += 1;
+                scratch.totals.fds += u64::from(r.fd_count);
+                scratch.totals.vanished_fds += u64::from(r.vanished_fds);
+                Some(r)
+            }
+            Err(Skip::Vanished) => {
+                scratch.totals.vanished += 1;
+                None
+            }
+            Err(Skip::Denied) => {
+                scratch.totals.unreadable += 1;
+                if self.cfg.pids.is_some() {
+                    denied.lock().unwrap_or_else(|p| p.into_inner()).push(h.pid);
+                }
+                None
+            }
+        }
     }
 
     /// The processes to scan, in pid order, with their status (comm, ppid, uid).

@@ -67,27 +67,7 @@ impl Scanner<'_> {
     pub(super) fn share_check(&self, headers: &[Header], outcome: &mut Outcome) {
         let mut keys = std::mem::take(&mut *self.keys.lock().unwrap_or_else(|p| p.into_inner()));
         let by_pid: HashMap<u32, &Header> = headers.iter().map(|h| (h.pid, h)).collect();
-        let mut pairs: Vec<(u32, u32)> = Vec::new(); // (child, parent)
-        for h in headers {
-            if !keys.contains_key(&h.pid) {
-                continue;
-            }
-            if let Some(pp) = h.status.ppid.filter(|&p| p > 0) {
-                pairs.push((h.pid, pp));
-            }
-            if self.cfg.pids.is_some() {
-                // Children outside the selection, from task/PID/children where the kernel has it.
-                let mut buf = Vec::new();
-                let path = CString::new(format!("{0}/task/{0}/children", h.pid)).expect("no NUL");
-                if at::read_file_at(raw(&self.root), &path, &mut buf).is_ok() {
-                    for c in buf.split(u8::is_ascii_whitespace).filter_map(at::parse_u32) {
-                        if !by_pid.contains_key(&c) {
-                            pairs.push((c, h.pid));
-                        }
-                    }
-                }
-            }
-        }
+        let pairs = self.share_pairs(headers, &by_pid, &keys);
         let mut s = Scratch::new();
         for &(child, parent) in &pairs {
             if self.stopped() {
@@ -139,26 +119,11 @@ impl Scanner<'_> {
                     let cc = child_comm
                         .get_or_insert_with(|| self.comm_of(child, &by_pid))
                         .clone();
-                    let how = if verified {
-                        "is the same open file description as"
-                    } else {
-                        "has the same file and flags (not verified with kcmp: not a live procfs) as"
-                    };
-                    outcome.shared.push(Finding::new(
-                        child,
-                        &cc,
-                        Some(c.fd),
-                        if verified {
-                            Severity::Low
-                        } else {
-                            Severity::Info
-                        },
-                        FindingKind::SharedDescription,
-                        6,
-                        format!(
-                            "fd {} {how} fd {} of parent {parent} ({pc}): inherited",
-                            c.fd, p.fd
-                        ),
+                    let (cfd, pfd) = (c.fd, p.fd);
+                    outcome.shared.push(shared_finding(
+                        (child, &cc, cfd),
+                        (parent, &pc, pfd),
+                        verified,
                     ));
                     continue 'fds;
                 }
@@ -166,4 +131,62 @@ impl Scanner<'_> {
         }
         outcome.shared.sort_by(Finding::order);
     }
+
+    /// (child, parent) pairs to compare: each scanned process and its parent, and with
+    /// `-p`, its children outside the selection (from task/PID/children).
+    fn share_pairs(
+        &self,
+        headers: &[Header],
+        by_pid: &HashMap<u32, &Header>,
+        keys: &HashMap<u32, Vec<ShareKey>>,
+    ) -> Vec<(u32, u32)> {
+        let mut pairs: Vec<(u32, u32)> = Vec::new();
+        for h in headers {
+            if !keys.contains_key(&h.pid) {
+                continue;
+            }
+            if let Some(pp) = h.status.ppid.filter(|&p| p > 0) {
+                pairs.push((h.pid, pp));
+            }
+            if self.cfg.pids.is_some() {
+                // Children outside the selection, from task/PID/children where the kernel has it.
+                let mut buf = Vec::new();
+                let path = CString::new(format!("{0}/task/{0}/children", h.pid)).expect("no NUL");
+                if at::read_file_at(raw(&self.root), &path, &mut buf).is_ok() {
+                    for c in buf.split(u8::is_ascii_whitespace).filter_map(at::parse_u32) {
+                        if !by_pid.contains_key(&c) {
+                            pairs.push((c, h.pid));
+                        }
+                    }
+                }
+            }
+        }
+        pairs
+    }
+}
+
+/// The finding for a child fd that is (or, unverified, looks like) its parent's fd.
+fn shared_finding(
+    (child, child_comm, cfd): (u32, &str, u32),
+    (parent, parent_comm, pfd): (u32, &str, u32),
+    verified: bool,
+) -> Finding {
+    let how = if verified {
+        "is the same open file description as"
+    } else {
+        "has the same file and flags (not verified with kcmp: not a live procfs) as"
+    };
+    Finding::new(
+        child,
+        child_comm,
+        Some(cfd),
+        if verified {
+            Severity::Low
+        } else {
+            Severity::Info
+        },
+        FindingKind::SharedDescription,
+        6,
+        format!("fd {cfd} {how} fd {pfd} of parent {parent} ({parent_comm}): inherited"),
+    )
 }
