@@ -189,8 +189,9 @@ impl Scanner<'_> {
             let ino = parse::bracket_inode(&s.link[..n]);
             let (kernel, table) = if !self.live {
                 (None, ino.and_then(|i| t.lookup(i, None)))
-            } else if self.scm_fds && info.is_some() {
-                // fdinfo told unix or not; no table of another protocol is asked.
+            } else if self.scm_fds && info.is_some_and(|i| i.ino.is_some() && i.ino == ino) {
+                // fdinfo (of this very socket: same inode as the link) told unix or not;
+                // no table of another protocol is asked.
                 if info.is_some_and(|i| i.scm_fds) {
                     let table = ino.and_then(|i| t.unix_lookup(i, None));
                     (Some(net::KernelProto::unix()), table)
