@@ -2,7 +2,7 @@
 
 use clap::{Parser, Subcommand};
 
-use crate::{bench, doctor, scan, trace};
+use crate::{bench, doctor, scan, trace, watch};
 
 /// Audits how processes hand file descriptors to their children: fds that leak across
 /// execve, and the close loops that make spawning slow under high RLIMIT_NOFILE.
@@ -11,6 +11,10 @@ use crate::{bench, doctor, scan, trace};
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// When to colour the output for people (never JSON): auto = when stdout is a terminal,
+    /// unless NO_COLOR is set (CLICOLOR_FORCE forces it).
+    #[arg(long, global = true, value_enum, value_name = "WHEN", default_value_t)]
+    pub color: crate::output::color::ColorChoice,
 }
 
 #[derive(Debug, Subcommand)]
@@ -19,27 +23,39 @@ pub enum Command {
     Scan(scan::ScanArgs),
     /// Follow a process tree with eBPF and report, per spawn, leaked fds and pre-exec close cost.
     Trace(trace::TraceArgs),
+    /// Run as a node agent: trace every spawn (or a cgroup's), scan now and then, and export
+    /// Prometheus metrics labelled by container.
+    Watch(watch::WatchArgs),
     /// Measure what each fd-closing strategy costs per spawn across RLIMIT_NOFILE limits.
     Bench(bench::BenchArgs),
     /// Check this machine and these privileges for tracing; load and attach every program.
     Doctor(doctor::DoctorArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) on stdout.
+    Completions(crate::usage::CompletionsArgs),
     /// Internal: the spawner that `bench` and the tests run (one strategy, N spawns).
     #[command(name = "__spawner", hide = true)]
     Spawner(crate::spawner::SpawnerArgs),
     /// Internal: the built-in workload of `trace --demo`.
     #[command(name = "__demo", hide = true)]
     Demo(crate::demo::DemoArgs),
+    /// Internal: write the manual pages into a directory (`cargo xtask man`).
+    #[command(name = "__man", hide = true)]
+    Man(crate::usage::ManArgs),
 }
 
 /// Runs the parsed command line; returns the process exit status.
 pub fn run(cli: Cli) -> anyhow::Result<u8> {
+    crate::output::color::init(cli.color);
     match cli.command {
         Command::Scan(a) => scan::run(a),
         Command::Trace(a) => trace::run(a),
+        Command::Watch(a) => watch::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Doctor(a) => doctor::run(a),
         Command::Spawner(a) => crate::spawner::run(a),
         Command::Demo(a) => crate::demo::run(a),
+        Command::Completions(a) => crate::usage::run_completions(a),
+        Command::Man(a) => crate::usage::run_man(a),
     }
 }
 

@@ -4,6 +4,7 @@
 //! No eBPF, no privileges needed: what cannot be read is counted and skipped, as are
 //! processes and fds that vanish during the scan.
 
+pub mod alike;
 pub mod findings;
 pub mod net;
 pub mod parse;
@@ -54,6 +55,9 @@ pub struct ScanArgs {
     /// Worker threads [default: available CPUs, at most 8].
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
+    /// Name every process that could not be read (pid and comm), not just count them.
+    #[arg(short, long)]
+    pub verbose: bool,
 }
 
 /// How `--sort` orders processes.
@@ -165,7 +169,13 @@ pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {}
         Err(e) => return Err(e).context("failed to write the scan output"),
     }
-    report::notes(&outcome, n_findings, close_ns, args.close_cost_ns.is_some());
+    report::notes(
+        &outcome,
+        n_findings,
+        close_ns,
+        args.close_cost_ns.is_some(),
+        args.verbose,
+    );
     Ok(match (args.fail_on, worst) {
         (Some(min), Some(w)) if w >= min => exit::FINDINGS,
         _ if outcome.totals.interrupted => exit::INTERRUPTED,

@@ -2,24 +2,26 @@
 //! and what the child did between fork and exec.
 
 pub mod calibrate;
+pub mod chains;
 mod child;
 pub mod counts;
 pub mod decode;
+pub mod filter;
 pub mod flags;
 pub mod reads;
 pub mod report;
 pub mod session;
+pub mod stamp;
 pub mod strategy;
 
 use std::{
     ffi::OsString,
-    sync::atomic::{AtomicI32, Ordering},
     time::{Duration, Instant},
 };
 
 use anyhow::{bail, Context as _, Result};
 
-use crate::{exit, procfs_util};
+use crate::{cgroup::Followed, exit, procfs_util};
 use child::{start_held, try_wait};
 use report::Reporter;
 use session::{Session, SessionOptions};
@@ -50,6 +52,12 @@ pub struct TraceArgs {
     )]
     pub pids: Vec<u32>,
 
+    /// Trace every process in this cgroup and the cgroups below it, also those that start
+    /// or move in later: a path on the cgroup2 hierarchy (`/system.slice/nginx.service`) or
+    /// under its mount point.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["pids", "command"])]
+    pub cgroup: Option<std::path::PathBuf>,
+
     /// Stop after this many seconds (e.g. 30, 1.5).
     #[arg(long, value_name = "SECONDS")]
     pub duration: Option<f64>,
@@ -72,35 +80,54 @@ pub struct TraceArgs {
 
     /// Trace the built-in workload: a spawner holding a credentials file and a listening
     /// socket, spawning with a leaking, a close-loop, a poll-scan and a close_range strategy.
-    #[arg(long, conflicts_with_all = ["pids", "command"])]
+    #[arg(long, conflicts_with_all = ["pids", "command", "cgroup"])]
     pub demo: bool,
 
     /// Do not print a line per spawn, only the summary.
     #[arg(short, long)]
     pub quiet: bool,
 
+    /// Prefix each spawn line with the time of its exec, like strace: -t HH:MM:SS, -tt with
+    /// microseconds, -ttt seconds since the epoch.
+    #[arg(short = 't', action = clap::ArgAction::Count)]
+    pub time: u8,
+
+    /// Prefix each spawn line with the seconds since the previous one, like strace -r.
+    #[arg(short = 'r')]
+    pub relative: bool,
+
+    /// Show only spawns whose exec path matches this glob (`*` matches `/` too; repeatable).
+    #[arg(long, value_name = "GLOB", help_heading = FILTERS)]
+    pub exec: Vec<String>,
+
+    /// Show only spawns of this program (its name as in ps, the file name cut to 15
+    /// bytes; repeatable).
+    #[arg(long, value_name = "NAME", help_heading = FILTERS)]
+    pub comm: Vec<String>,
+
+    /// Show only spawns whose parent has this name (repeatable).
+    #[arg(long, value_name = "NAME", help_heading = FILTERS)]
+    pub parent_comm: Vec<String>,
+
+    /// Show only spawns that leaked an fd (what is traced stays the same; --leaks-only
+    /// instead traces less).
+    #[arg(long, help_heading = FILTERS)]
+    pub only_leaks: bool,
+
+    /// Show only spawns that made at least N close() calls before exec.
+    #[arg(long, value_name = "N", default_value_t = 0, help_heading = FILTERS)]
+    pub min_closes: u32,
+
     /// The command to start and trace from its first instruction.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<OsString>,
 }
 
-static SIGNALLED: AtomicI32 = AtomicI32::new(0);
+/// How often `--reads` looks for newly flagged storms to name their files.
+const READS_CHECK_EVERY: Duration = Duration::from_millis(100);
 
-extern "C" fn on_signal(sig: libc::c_int) {
-    SIGNALLED.store(sig, Ordering::SeqCst);
-}
-
-fn install_signal_handlers() {
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_signal as *const () as usize;
-            libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(sig, &sa, std::ptr::null_mut());
-        }
-    }
-}
+/// Help heading of the output filters.
+const FILTERS: &str = "Output filters (the kernel still follows the whole tree)";
 
 pub fn run(mut args: TraceArgs) -> Result<u8> {
     if args.demo {
@@ -108,14 +135,34 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
         args.command = vec![me.into_os_string(), "__demo".into()];
     }
     check_targets(&args)?;
-    install_signal_handlers();
-    let (mut session, child) = attach(&args)?;
-    let mut reporter = Reporter::new(&args, &session);
+    let filter = filter::Filter::new(
+        &args.exec,
+        &args.comm,
+        &args.parent_comm,
+        args.only_leaks,
+        args.min_closes,
+    )?;
+    let followed = args.cgroup.as_deref().map(Followed::find).transpose()?;
+    crate::signals::install();
+    let (mut session, child) = attach(&args, followed.as_ref())?;
+    let mut reporter = Reporter::new(&args, &session, filter);
     let root_pids: Vec<u32> = child.map(|c| vec![c]).unwrap_or_else(|| args.pids.clone());
-    let exit_status = follow(&args, &mut session, &mut reporter, child, &root_pids)?;
+    let mut targets = reads::LiveTargets::default();
+    let exit_status = follow(
+        &args,
+        &mut session,
+        &mut reporter,
+        child,
+        &root_pids,
+        followed.as_ref(),
+        &mut targets,
+    )?;
     let stats = session.stats()?;
     let storms = if args.reads {
-        reads::storms(&session.read_counts(), procfs_util::fd_target)
+        let counts = session.read_counts();
+        reads::storms(&counts, |pid, fd, ino| {
+            targets.resolve(pid, fd, ino, procfs_util::fd_target)
+        })
     } else {
         Vec::new()
     };
@@ -123,7 +170,7 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
     let leaked = reporter.leaked();
     reporter.finish(stats, storms)?;
 
-    if SIGNALLED.load(Ordering::SeqCst) != 0 && exit_status.is_none() {
+    if crate::signals::received().is_some() && exit_status.is_none() {
         return Ok(exit::INTERRUPTED);
     }
     let mut code = exit_status.map(exit::from_wait_status).unwrap_or(exit::OK);
@@ -136,8 +183,8 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
 
 /// Something to trace, and every `-p` process exists.
 fn check_targets(args: &TraceArgs) -> Result<()> {
-    if args.pids.is_empty() && args.command.is_empty() {
-        bail!("nothing to trace: give -p PID, -- CMD ARGS... or --demo");
+    if args.pids.is_empty() && args.command.is_empty() && args.cgroup.is_none() {
+        bail!("nothing to trace: give -p PID, --cgroup PATH, -- CMD ARGS... or --demo");
     }
     for &pid in &args.pids {
         // SAFETY: signal 0 only checks that the process exists.
@@ -153,10 +200,11 @@ fn check_targets(args: &TraceArgs) -> Result<()> {
 
 /// Starts the held command (if any), loads and attaches the programs, tracks the roots and
 /// releases the command. Returns the session and the command's pid.
-fn attach(args: &TraceArgs) -> Result<(Session, Option<u32>)> {
+fn attach(args: &TraceArgs, followed: Option<&Followed>) -> Result<(Session, Option<u32>)> {
     let opts = SessionOptions {
         leaks_only: args.leaks_only,
         reads: args.reads,
+        cgroup: followed.map(|f| (f.id, f.level)),
     };
     let held = if args.command.is_empty() {
         None
@@ -183,9 +231,12 @@ fn attach(args: &TraceArgs) -> Result<(Session, Option<u32>)> {
             .track_tree(pid)
             .with_context(|| format!("failed to trace PID {pid}"))?;
     }
-    let what = match child {
-        Some(pid) => format!("command (pid {pid})"),
-        None => format!("{} process tree(s)", args.pids.len()),
+    let what = match (child, followed) {
+        (Some(pid), _) => format!("command (pid {pid})"),
+        (None, Some(f)) => format!("cgroup {}", f.path),
+        (None, None) => {
+            crate::output::count(args.pids.len() as u64, "process tree", "process trees")
+        }
     };
     crate::diag!(
         "fdaudit: tracing {what}{}; Ctrl-C to stop",
@@ -198,23 +249,32 @@ fn attach(args: &TraceArgs) -> Result<(Session, Option<u32>)> {
 }
 
 /// Reports records until the command exits (its wait status), every `-p` root is gone,
-/// the duration ends or a signal comes; then drains what is left.
+/// the followed cgroup is removed, the duration ends or a signal comes; then drains what is
+/// left.
 fn follow(
     args: &TraceArgs,
     session: &mut Session,
     reporter: &mut Reporter,
     child: Option<u32>,
     root_pids: &[u32],
+    followed: Option<&Followed>,
+    targets: &mut reads::LiveTargets,
 ) -> Result<Option<i32>> {
     let deadline = args
         .duration
         .map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
     let mut exit_status: Option<i32> = None;
+    let mut reads_checked = Instant::now();
     loop {
         for ev in session.poll(Duration::from_millis(100))? {
             reporter.handle(ev, root_pids)?;
         }
-        if SIGNALLED.load(Ordering::SeqCst) != 0 {
+        // --reads: name each storm's file while its process still runs.
+        if args.reads && reads_checked.elapsed() >= READS_CHECK_EVERY {
+            targets.update(&session.read_counts(), procfs_util::fd_target);
+            reads_checked = Instant::now();
+        }
+        if crate::signals::received().is_some() {
             break;
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -223,6 +283,11 @@ fn follow(
         if let Some(pid) = child {
             if let Some(st) = try_wait(pid)? {
                 exit_status = Some(st);
+                break;
+            }
+        } else if let Some(f) = followed {
+            if !f.dir.exists() {
+                crate::diag!("fdaudit: cgroup {} was removed", f.path);
                 break;
             }
         } else if root_pids.iter().all(|&p| !procfs_util::alive(p)) {

@@ -103,6 +103,10 @@ pub struct ProcReport {
     pub max_fd: Option<u32>,
     /// Fds without close-on-exec, 0-2 included.
     pub no_cloexec: u32,
+    /// Fds >= 3 without close-on-exec: what a child that does not close fds inherits.
+    pub inheritable: u32,
+    /// cgroup and container (from PID/cgroup) and pid in its own namespace (from NSpid).
+    pub identity: crate::cgroup::Identity,
     /// Fds listed but gone before they could be read.
     pub vanished_fds: u32,
     /// Fds whose fdinfo was malformed or unreadable (close-on-exec unknown).
@@ -151,6 +155,9 @@ pub struct Outcome {
     pub missing: Vec<u32>,
     /// `-p` pids whose fds could not be read.
     pub unreadable_pids: Vec<u32>,
+    /// Every process whose fds could not be read, as (pid, comm), in pid order (`?` when
+    /// even its status was unreadable).
+    pub unreadable_procs: Vec<(u32, String)>,
 }
 
 struct Header {
@@ -327,8 +334,12 @@ pub fn scan<R: Send>(
         outcome.totals.add_worker(&t);
     }
     outcome.totals.unreadable_files += sc.unreadable_net.load(Ordering::Relaxed);
-    outcome.unreadable_pids = denied.into_inner().unwrap_or_else(|p| p.into_inner());
-    outcome.unreadable_pids.sort_unstable();
+    let mut denied = denied.into_inner().unwrap_or_else(|p| p.into_inner());
+    outcome.unreadable_procs.append(&mut denied);
+    outcome.unreadable_procs.sort_unstable();
+    if cfg.pids.is_some() {
+        outcome.unreadable_pids = outcome.unreadable_procs.iter().map(|p| p.0).collect();
+    }
     sc.share_check(&headers, &mut outcome);
     outcome.totals.interrupted = SIGNALLED.load(Ordering::Relaxed);
     Ok(outcome)
@@ -358,7 +369,7 @@ impl Scanner<'_> {
         &self,
         h: &Header,
         scratch: &mut Scratch,
-        denied: &Mutex<Vec<u32>>,
+        denied: &Mutex<Vec<(u32, String)>>,
     ) -> Option<ProcReport> {
         match self.scan_process(h, scratch) {
             Ok(r) => {
@@ -373,9 +384,11 @@ impl Scanner<'_> {
             }
             Err(Skip::Denied) => {
                 scratch.totals.unreadable += 1;
-                if self.cfg.pids.is_some() {
-                    denied.lock().unwrap_or_else(|p| p.into_inner()).push(h.pid);
-                }
+                let comm = escape_bytes(h.status.name.as_deref().unwrap_or(b"?"));
+                denied
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push((h.pid, comm));
                 None
             }
         }
@@ -423,6 +436,7 @@ impl Scanner<'_> {
                 }
                 Err(_) => {
                     outcome.totals.unreadable += 1;
+                    outcome.unreadable_procs.push((pid, "?".into()));
                     continue;
                 }
             }
