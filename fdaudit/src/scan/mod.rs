@@ -159,6 +159,29 @@ fn uid_of(user: &str) -> anyhow::Result<u32> {
     Ok(unsafe { pw.assume_init() }.pw_uid)
 }
 
+extern "C" fn on_signal(_sig: libc::c_int) {
+    if scanner::SIGNALLED.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        // A second signal: the user wants out now.
+        // SAFETY: _exit is async-signal-safe.
+        unsafe { libc::_exit(i32::from(exit::INTERRUPTED)) };
+    }
+}
+
+/// SIGINT and SIGTERM end the scan at its next step, with the partial summary; a second
+/// one exits at once.
+fn install_signal_handlers() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only touches an atomic and calls _exit, both
+        // async-signal-safe.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_signal as *const () as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
 pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
     stream::open(
         Dest::new(args.output.as_deref(), StdStream::Stdout),
@@ -166,6 +189,7 @@ pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
         "scan",
     )?;
     check_input(&args)?;
+    install_signal_handlers();
     let uid = args.user.as_deref().map(uid_of).transpose()?;
     let close_ns = args.close_cost_ns as f64;
     let threads = args.threads.unwrap_or_else(|| {
@@ -195,6 +219,7 @@ pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
     // exited or turned unreadable during the scan is an error, as it is before it.
     let exit_code = match (args.fail_on, worst) {
         (Some(min), Some(w)) if w >= min => exit::POLICY,
+        _ if outcome.totals.interrupted => exit::INTERRUPTED,
         _ => exit::OK,
     };
     let lost_pid = outcome

@@ -448,6 +448,16 @@ pub fn notes(
         count(t.vanished_fds, "fd", "fds"),
         close_cost_ns,
     ));
+    if t.unreadable_files > 0 {
+        notes.push(format!(
+            "scan: {} skipped (not a regular file, over {} KiB, or unreadable)",
+            count(t.unreadable_files, "procfs file", "procfs files"),
+            crate::procfs_util::at::MAX_FILE / 1024
+        ));
+    }
+    if t.interrupted {
+        notes.push("scan: interrupted: the counts cover only what was scanned".into());
+    }
     if t.kcmp_refused > 0 {
         notes.push(format!(
             "scan: {} parent/child pairs not compared (kcmp not permitted)",
