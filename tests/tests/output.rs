@@ -398,7 +398,7 @@ fn fail_on_leak_ignores_what_fdaudits_caller_passed() {
     // sh exec's /bin/true with fd 9 still open: inherited, not a leak of the command's.
     let (c, e) = code(&["trace", "--fail-on-leak", "--", "sh", "-c", "/bin/true; true"]);
     assert_eq!(c, Some(0), "{e}");
-    assert!(e.contains("inherited 1 fd(s) from fdaudit's caller: 9=/etc/hostname"), "the baseline note: {e}");
+    assert!(e.contains("inherited 1 fd from fdaudit's caller: 9=/etc/hostname"), "the baseline note: {e}");
     let (c, e) = code(&[
         "trace",
         "--fail-on-leak",

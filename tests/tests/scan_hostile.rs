@@ -499,7 +499,7 @@ fn forged_unix_lines_keep_a_tcp_listener_critical() {
         .find(|f| f["fd"] == sock_n)
         .expect("the listener's fd");
     assert_eq!(
-        (&rec["family"], &rec["proto"], &rec["listening"]),
+        (&rec["family"], &rec["protocol"], &rec["listening"]),
         (&"inet".into(), &"tcp".into(), &true.into()),
         "{rec}"
     );
@@ -511,8 +511,8 @@ fn forged_unix_lines_keep_a_tcp_listener_critical() {
     );
     assert_eq!(
         out.status.code(),
-        Some(1),
-        "{}",
+        Some(3),
+        "--fail-on met: exit status 3 (#10); {}",
         String::from_utf8_lossy(&out.stderr)
     );
 }

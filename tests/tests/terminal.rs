@@ -20,6 +20,17 @@ const STRATEGIES: [&str; 10] = [
     "posix-spawn-closefrom",
 ];
 
+/// Where the shell sends `args`'s stderr: away, except for `trace`, whose records go to
+/// stderr with `--demo` or `-- CMD` (#10: they never share the traced command's stdout), so
+/// a terminal shows them there, notes included.
+fn stderr_redirect(args: &[String]) -> &'static str {
+    if args.get(1).map(String::as_str) == Some("trace") {
+        ""
+    } else {
+        " 2>/dev/null"
+    }
+}
+
 /// Quotes `args` for `sh -c`.
 fn shell_line(args: &[String]) -> String {
     args.iter()
@@ -50,7 +61,11 @@ fn tmux_pane(width: u16, args: &[String]) -> (Vec<String>, Vec<String>) {
             .expect("failed to run tmux (apt-get install tmux; .ci/setup does)")
     };
     let done = "__fdaudit_test_done__";
-    let script = format!("{} 2>/dev/null; echo {done}; sleep 60", shell_line(args));
+    let script = format!(
+        "{}{}; echo {done}; sleep 60",
+        shell_line(args),
+        stderr_redirect(args)
+    );
     let w = width.to_string();
     let out = tmux(&["new-session", "-d", "-x", &w, "-y", "50", &script]);
     assert!(
@@ -106,7 +121,7 @@ fn script_zero_columns_env(args: &[String], env: &[(&str, &str)]) -> Vec<String>
     let out = c
         .args([
             "-qec",
-            &format!("{} 2>/dev/null", shell_line(args)),
+            &format!("{}{}", shell_line(args), stderr_redirect(args)),
             "/dev/null",
         ])
         .env_remove("COLUMNS")

@@ -119,7 +119,7 @@ fn check_input(args: &ScanArgs) -> anyhow::Result<()> {
         if !dir.join("status").exists() {
             bail!("no process with PID {pid} in {shown}: check it with `ps -p {pid}`");
         }
-        if let Err(e) = std::fs::read_dir(dir.join("fd")) {
+        if let Err(e) = open_fd_dir(&dir.join("fd")) {
             if e.kind() == std::io::ErrorKind::PermissionDenied {
                 bail!(
                     "cannot read the fds of PID {pid} with these privileges: run fdaudit as its user or as root"
@@ -131,6 +131,23 @@ fn check_input(args: &ScanArgs) -> anyhow::Result<()> {
             return Err(e).with_context(|| format!("failed to read the fds of PID {pid}"));
         }
     }
+    Ok(())
+}
+
+/// Opens (and closes) a process's fd directory, which checks that we may read it. Only
+/// open(2): `read_dir` would add glibc's `fstat` of the directory in `fdopendir`, and the
+/// scan keeps off calls on a process's fd directory other than lookups and readlink.
+fn open_fd_dir(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: c is a valid C string; the fd is closed at once.
+    let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fd was just opened by us.
+    unsafe { libc::close(fd) };
     Ok(())
 }
 
