@@ -12,7 +12,7 @@ fn main() {
         "fdaudit-ebpf/Cargo.toml",
         "fdaudit-common/src",
         "fdaudit-common/Cargo.toml",
-        "xtask/src",
+        "xtask/src/lib.rs",
     ] {
         println!("cargo:rerun-if-changed={}", root.join(p).display());
     }

@@ -111,3 +111,7 @@ pub fn build_ebpf(root: &Path) -> Result<PathBuf> {
     }
     Ok(obj)
 }
+
+/// `cargo xtask vm-test`: the kernel matrix in QEMU.
+#[cfg(feature = "cli")]
+pub mod vm;
