@@ -44,6 +44,16 @@ pub const MAX_READS: u32 = 16384;
 /// Upper bound on fd-table words (64 fds each) the exec program walks: 2^20 fds.
 pub const MAX_FD_WORDS: u32 = 1 << 14;
 
+/// Name of the program array holding the bounded exec walk's tail-call stages.
+pub const MAP_EXEC_CHAIN: &str = "EXEC_CHAIN";
+/// Slots of [`MAP_EXEC_CHAIN`].
+pub const EXEC_CHAIN_LEN: u32 = 2;
+/// fds the bounded exec walk looks at: chunks of [`BOUNDED_CHUNK_FDS`] chained by tail calls
+/// (the kernel allows 32 in a row).
+pub const BOUNDED_MAX_FDS: u32 = BOUNDED_CHUNK_FDS * 24;
+/// fds one stage of the bounded walk looks at (one bounded loop).
+pub const BOUNDED_CHUNK_FDS: u32 = 128;
+
 /// x86_64 syscall numbers the programs look at.
 pub mod sysno {
     pub const READ: i64 = 0;
@@ -86,6 +96,10 @@ pub mod flags {
     /// The window started at this process's previous exec, not at a fork: an exec chain
     /// (a spawn helper such as Java's jspawnhelper, a shell's `exec`, `env CMD`).
     pub const REEXEC: u32 = 1 << 8;
+    /// The fd table was walked by the bounded form of the exec program (the kernel lacks
+    /// bpf_loop, before 5.17): fds at or above [`super::BOUNDED_MAX_FDS`] were not looked at
+    /// (FDTABLE_TRUNCATED says when the table was larger).
+    pub const BOUNDED_WALK: u32 = 1 << 9;
 }
 
 /// Record kinds on the ring buffer.

@@ -19,6 +19,7 @@ const PROC_SUPER_MAGIC: u64 = 0x9fa0;
 const PIPEFS_MAGIC: u64 = 0x5049_5045;
 const ANON_INODE_FS_MAGIC: u64 = 0x0904_1934;
 
+#[derive(Clone, Copy)]
 struct Walk {
     rec: *mut SpawnRecord,
     open_fds: u64,
@@ -41,48 +42,8 @@ const PATH_STEPS: u32 = MAX_DEPTH as u32 + 8;
 /// Fills `rec.fds`, `rec.nfds`, `rec.stdio` and `rec.stdio_mask` from the current fd table.
 #[inline(always)]
 pub fn walk_fds(rec: &mut SpawnRecord) {
-    rec.nfds = 0;
-    rec.stdio_mask = 0;
-    let Ok((fdt, max_fds)) = current_fdt() else {
-        rec.header.flags |= flags::READ_FAILED;
+    let Some((mut walk, nfds)) = prepare(rec, MAX_FD_WORDS * 64) else {
         return;
-    };
-    let (Ok(open_fds), Ok(fd_array)) = (
-        read_kernel::<u64>(fdt + conf!(fdt_open_fds)),
-        read_kernel::<u64>(fdt + conf!(fdt_fd)),
-    ) else {
-        rec.header.flags |= flags::READ_FAILED;
-        return;
-    };
-    let mut nfds = max_fds;
-    if nfds > MAX_FD_WORDS * 64 {
-        nfds = MAX_FD_WORDS * 64;
-        rec.header.flags |= flags::FDTABLE_TRUNCATED;
-    }
-    // Stdio first, with constant indices (the verifier wants provable bounds).
-    if let Ok(word0) = read_kernel::<u64>(open_fds) {
-        if word0 & 1 != 0 && fill_fd(&mut rec.stdio[0], fd_array, 0).is_ok() {
-            rec.stdio_mask |= 1;
-        }
-        if word0 & 2 != 0 && fill_fd(&mut rec.stdio[1], fd_array, 1).is_ok() {
-            rec.stdio_mask |= 2;
-        }
-        if word0 & 4 != 0 && fill_fd(&mut rec.stdio[2], fd_array, 2).is_ok() {
-            rec.stdio_mask |= 4;
-        }
-    }
-    rec.npaths = 0;
-    let mut walk = Walk {
-        rec: rec as *mut SpawnRecord,
-        open_fds,
-        fd_array,
-        files: [0; MAX_PATHS],
-        word: 0,
-        dentry: 0,
-        vfsmnt: 0,
-        mnt: 0,
-        depth: 0,
-        done: 0,
     };
     // SAFETY: the callbacks only dereference `walk`, which outlives the calls.
     unsafe {
@@ -103,6 +64,192 @@ pub fn walk_fds(rec: &mut SpawnRecord) {
             &mut walk as *mut Walk as *mut c_void,
             0,
         );
+    }
+}
+
+/// Records stdio and sets up the walk of the rest of the table, up to `limit` fds: the walk
+/// state and the number of fds to look at, or None when the table cannot be read.
+#[inline(always)]
+fn prepare(rec: &mut SpawnRecord, limit: u32) -> Option<(Walk, u32)> {
+    rec.nfds = 0;
+    rec.stdio_mask = 0;
+    rec.npaths = 0;
+    let Ok((fdt, max_fds)) = current_fdt() else {
+        rec.header.flags |= flags::READ_FAILED;
+        return None;
+    };
+    let (Ok(open_fds), Ok(fd_array)) = (
+        read_kernel::<u64>(fdt + conf!(fdt_open_fds)),
+        read_kernel::<u64>(fdt + conf!(fdt_fd)),
+    ) else {
+        rec.header.flags |= flags::READ_FAILED;
+        return None;
+    };
+    let mut nfds = max_fds;
+    if nfds > limit {
+        nfds = limit;
+        rec.header.flags |= flags::FDTABLE_TRUNCATED;
+    }
+    // Stdio first, with constant indices (the verifier wants provable bounds).
+    if let Ok(word0) = read_kernel::<u64>(open_fds) {
+        if word0 & 1 != 0 && fill_fd(&mut rec.stdio[0], fd_array, 0).is_ok() {
+            rec.stdio_mask |= 1;
+        }
+        if word0 & 2 != 0 && fill_fd(&mut rec.stdio[1], fd_array, 1).is_ok() {
+            rec.stdio_mask |= 2;
+        }
+        if word0 & 4 != 0 && fill_fd(&mut rec.stdio[2], fd_array, 2).is_ok() {
+            rec.stdio_mask |= 4;
+        }
+    }
+    let walk = Walk {
+        rec: rec as *mut SpawnRecord,
+        open_fds,
+        fd_array,
+        files: [0; MAX_PATHS],
+        word: 0,
+        dentry: 0,
+        vfsmnt: 0,
+        mnt: 0,
+        depth: 0,
+        done: 0,
+    };
+    Some((walk, nfds))
+}
+
+/// [`super::EXEC_CHAIN`] slot of the fd stage of the bounded walk.
+pub const CHAIN_FDS: u32 = 0;
+/// [`super::EXEC_CHAIN`] slot of the path stage of the bounded walk.
+pub const CHAIN_PATHS: u32 = 1;
+
+/// The exec walk for kernels without bpf_loop (5.10, 5.15). Their verifier rejects the
+/// bpf_loop program outright: its callbacks are `BPF_PSEUDO_FUNC` references, which before
+/// 5.13 do not count as subprograms, so the program's BTF func_info has more functions than
+/// the verifier finds ("number of funcs in func_info doesn't match number of subprogs").
+///
+/// Here the same per-fd and per-path-step functions run in bounded loops (verified one
+/// iteration at a time, 5.3+) of [`BOUNDED_CHUNK_FDS`] fds per program; each stage tail-calls
+/// the next (4.2+), carrying the walk in a per-CPU map. Tracepoint programs run with
+/// preemption off, so the per-CPU state is the current exec's for the whole chain.
+pub mod bounded {
+    use aya_ebpf::{
+        macros::map,
+        maps::{PerCpuArray, ProgramArray},
+        programs::RawTracePointContext,
+    };
+    use fdaudit_common::{BOUNDED_CHUNK_FDS, BOUNDED_MAX_FDS};
+
+    use super::*;
+
+    /// The walk between stages.
+    #[repr(C)]
+    pub struct Bounded {
+        walk: Walk,
+        /// fds to look at in all.
+        nfds: u32,
+        /// The first fd of the next stage.
+        next: u32,
+    }
+
+    // SAFETY: a per-CPU map value, only touched by the programs of one exec on one CPU;
+    // the record pointer in it is refreshed by every stage before use.
+    unsafe impl Sync for Bounded {}
+
+    #[map(name = "WALK")]
+    static WALK: PerCpuArray<Bounded> = PerCpuArray::with_max_entries(1, 0);
+
+    /// Sets up the walk in the current exec's record (stdio recorded); the caller
+    /// tail-calls the first fd stage.
+    #[inline(always)]
+    pub fn start(rec: &mut SpawnRecord) {
+        rec.header.flags |= flags::BOUNDED_WALK;
+        let Some(b) = WALK.get_ptr_mut(0) else {
+            return;
+        };
+        // SAFETY: pointer from an array lookup, private to this CPU for this run.
+        let b = unsafe { &mut *b };
+        match prepare(rec, BOUNDED_MAX_FDS) {
+            Some((walk, nfds)) => {
+                save(b, &walk);
+                b.nfds = nfds;
+            }
+            None => b.nfds = 0,
+        }
+        b.next = 0;
+    }
+
+    /// The current exec's record and walk state. The walk is copied to the stack with the
+    /// record pointer set there: a pointer read back from a map is a plain number to the
+    /// verifier. [`save`] puts it back.
+    #[inline(always)]
+    fn state() -> Option<(&'static mut SpawnRecord, &'static mut Bounded, Walk)> {
+        let rec = crate::SCRATCH.get_ptr_mut(0)?;
+        let b = WALK.get_ptr_mut(0)?;
+        // SAFETY: pointers from per-CPU array lookups, valid for this program run.
+        let (rec, b) = unsafe { (&mut *rec, &mut *b) };
+        let mut walk = b.walk;
+        walk.rec = rec as *mut SpawnRecord;
+        Some((rec, b, walk))
+    }
+
+    #[inline(always)]
+    fn save(b: &mut Bounded, walk: &Walk) {
+        b.walk = *walk;
+        b.walk.rec = core::ptr::null_mut(); // no kernel address left in a map
+    }
+
+    /// Looks at the next [`BOUNDED_CHUNK_FDS`] fds, then tail-calls itself for the next
+    /// chunk or the path stage; sends the record itself if no tail call is left.
+    #[inline(always)]
+    pub fn fds_stage(ctx: &RawTracePointContext, chain: &ProgramArray) {
+        let Some((rec, b, mut walk)) = state() else {
+            return;
+        };
+        let base = b.next;
+        let mut i = 0;
+        while i < BOUNDED_CHUNK_FDS {
+            let fd = base + i;
+            if fd >= b.nfds {
+                break;
+            }
+            if walk_fd(u64::from(fd), &mut walk as *mut Walk as *mut c_void) != 0 {
+                b.nfds = 0; // a read failed (flagged): stop
+                break;
+            }
+            i += 1;
+        }
+        save(b, &walk);
+        b.next = base + BOUNDED_CHUNK_FDS;
+        if b.next < b.nfds {
+            // SAFETY: EXEC_CHAIN holds programs of this type, filled by the loader.
+            unsafe { chain.tail_call(ctx, CHAIN_FDS) };
+            rec.header.flags |= flags::FDTABLE_TRUNCATED; // out of tail calls
+        }
+        // SAFETY: as above.
+        unsafe { chain.tail_call(ctx, CHAIN_PATHS) };
+        if rec.npaths > 0 {
+            rec.header.flags |= flags::PATH_PARTIAL;
+        }
+        crate::output_spawn(rec);
+    }
+
+    /// Builds the queued paths, one bounded loop of PATH_STEPS steps per path, and sends
+    /// the record.
+    #[inline(always)]
+    pub fn paths_stage() {
+        let Some((rec, _, mut walk)) = state() else {
+            return;
+        };
+        let steps = rec.npaths * PATH_STEPS;
+        let mut i = 0;
+        while i < MAX_PATHS as u32 * PATH_STEPS {
+            if i >= steps {
+                break;
+            }
+            path_step(u64::from(i), &mut walk as *mut Walk as *mut c_void);
+            i += 1;
+        }
+        crate::output_spawn(rec);
     }
 }
 

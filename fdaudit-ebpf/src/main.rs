@@ -14,12 +14,13 @@ mod kernel;
 use aya_ebpf::{
     helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::{map, raw_tracepoint},
-    maps::{Array, HashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, ProgramArray, RingBuf},
     programs::RawTracePointContext,
 };
 use fdaudit_common::{
     flags, sysno, Config, Counters, ExitRecord, FdCache, HotSlot, ReadKey, ReadStat, RecordHeader,
-    RecordKind, SpawnRecord, Stats, TaskState, HOT_SLOTS, MAX_RANGES, MAX_READS, MAX_TRACKED,
+    RecordKind, SpawnRecord, Stats, TaskState, EXEC_CHAIN_LEN, HOT_SLOTS, MAX_RANGES, MAX_READS,
+    MAX_TRACKED,
 };
 use kernel::{conf, read_kernel, stat_add};
 
@@ -37,6 +38,10 @@ static STATS: PerCpuArray<Stats> = PerCpuArray::with_max_entries(1, 0);
 
 #[map(name = "HOT")]
 static HOT: Array<HotSlot> = Array::with_max_entries(HOT_SLOTS, 0);
+
+/// The bounded exec walk's later stages, reached by tail calls (see fdwalk::bounded).
+#[map(name = "EXEC_CHAIN")]
+static EXEC_CHAIN: ProgramArray = ProgramArray::with_max_entries(EXEC_CHAIN_LEN, 0);
 
 #[map(name = "READS")]
 static READS: HashMap<ReadKey, ReadStat> = HashMap::with_max_entries(MAX_READS, 0);
@@ -223,19 +228,70 @@ fn take_counters(tgid: u32, st: &TaskState) -> Counters {
 // sched_process_exec: TP_PROTO(struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm).
 // Fires in exec_binprm() after begin_new_exec(), so close-on-exec fds are already closed and
 // the fd table holds exactly what the new image inherited. Raw tracepoint, since 4.17.
+//
+// Two forms of the same program; userspace loads one, chosen by probing for bpf_loop:
+// - sched_process_exec walks the fd table under bpf_loop (5.17+), any table size;
+// - sched_process_exec_bounded (for 5.10 and 5.15) walks it with bounded loops in chunks
+//   chained by tail calls (EXEC_CHAIN, since 4.2), up to fdwalk::BOUNDED_MAX_FDS fds, and
+//   marks its records BOUNDED_WALK.
 #[raw_tracepoint(tracepoint = "sched_process_exec")]
 pub fn sched_process_exec(ctx: RawTracePointContext) -> i32 {
-    let _ = try_sched_process_exec(&ctx);
+    let _ = try_sched_process_exec(&ctx, false);
     0
 }
 
-fn try_sched_process_exec(ctx: &RawTracePointContext) -> Result<(), i64> {
+#[raw_tracepoint(tracepoint = "sched_process_exec")]
+pub fn sched_process_exec_bounded(ctx: RawTracePointContext) -> i32 {
+    if try_sched_process_exec(&ctx, true) == Ok(true) {
+        // The window state is saved: go on with the walk. A tail call does not return
+        // (and is only allowed here, in the program's own int-returning function).
+        // SAFETY: EXEC_CHAIN holds programs of this program's type, filled by the loader.
+        unsafe { EXEC_CHAIN.tail_call(&ctx, fdwalk::CHAIN_FDS) };
+        // Not reached unless the slot is empty: send what there is.
+        if let Some(rec) = SCRATCH.get_ptr_mut(0) {
+            // SAFETY: pointer from a per-CPU array lookup, valid for this run.
+            let rec = unsafe { &mut *rec };
+            rec.header.flags |= flags::FDTABLE_TRUNCATED;
+            output_spawn(rec);
+        }
+    }
+    0
+}
+
+/// Tail-call stage of the bounded walk: the next chunk of the fd table (EXEC_CHAIN slot
+/// fdwalk::CHAIN_FDS). Never attached.
+#[raw_tracepoint(tracepoint = "sched_process_exec")]
+pub fn exec_walk_fds(ctx: RawTracePointContext) -> i32 {
+    fdwalk::bounded::fds_stage(&ctx, &EXEC_CHAIN);
+    0
+}
+
+/// Tail-call stage of the bounded walk: the leaked files' paths, then the record goes out
+/// (EXEC_CHAIN slot fdwalk::CHAIN_PATHS). Never attached.
+#[raw_tracepoint(tracepoint = "sched_process_exec")]
+pub fn exec_walk_paths(_ctx: RawTracePointContext) -> i32 {
+    fdwalk::bounded::paths_stage();
+    0
+}
+
+/// Sends the finished spawn record.
+#[inline(always)]
+fn output_spawn(rec: &SpawnRecord) {
+    if EVENTS.output::<SpawnRecord>(rec, 0).is_err() {
+        stat_add(&STATS, |s| &mut s.lost_records);
+    }
+}
+
+/// Fills the spawn record and starts a new window; with `bounded`, leaves the record in
+/// SCRATCH for the tail-called walk and returns Ok(true) when the caller must chain.
+#[inline(always)]
+fn try_sched_process_exec(ctx: &RawTracePointContext, bounded: bool) -> Result<bool, i64> {
     let tgid = current_tgid();
     let Some(st) = TRACKED.get_ptr_mut(tgid) else {
-        return Ok(());
+        return Ok(false);
     };
     let Some(rec) = SCRATCH.get_ptr_mut(0) else {
-        return Ok(());
+        return Ok(false);
     };
     // SAFETY: both pointers come from map lookups and stay valid for this program run.
     let (st, rec) = unsafe { (&mut *st, &mut *rec) };
@@ -265,10 +321,11 @@ fn try_sched_process_exec(ctx: &RawTracePointContext) -> Result<(), i64> {
     }
 
     kernel::read_exec_names(rec, bprm);
-    fdwalk::walk_fds(rec);
-
-    if EVENTS.output::<SpawnRecord>(&*rec, 0).is_err() {
-        stat_add(&STATS, |s| &mut s.lost_records);
+    if !bounded {
+        fdwalk::walk_fds(rec);
+        output_spawn(rec);
+    } else {
+        fdwalk::bounded::start(rec);
     }
 
     // The process stays traced: its children are spawns too, and what the new image does
@@ -281,7 +338,7 @@ fn try_sched_process_exec(ctx: &RawTracePointContext) -> Result<(), i64> {
     // begin_new_exec() may have given the process a new fd table (unshare_files()).
     st.cache = fd_cache_of(kernel::current_task()).unwrap_or_default();
     claim_hot(tgid, &st.cache);
-    Ok(())
+    Ok(bounded)
 }
 
 // ---------------------------------------------------------------------------------------------

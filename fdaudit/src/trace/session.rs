@@ -570,6 +570,7 @@ pub fn flag_names(bits: u32) -> Vec<&'static str> {
         (flags::NO_SYSCALLS, "no_syscalls"),
         (flags::PATH_PARTIAL, "path_partial"),
         (flags::REEXEC, "reexec"),
+        (flags::BOUNDED_WALK, "bounded_walk"),
     ]
     .into_iter()
     .filter(|(b, _)| bits & b != 0)

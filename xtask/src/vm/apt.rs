@@ -32,7 +32,9 @@ impl Apt {
         let lists = apt.dir.join("lists");
         let fresh = lists
             .read_dir()
-            .map(|mut d| d.any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().ends_with("_Packages"))))
+            .map(|mut d| {
+                d.any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().contains("_Packages")))
+            })
             .unwrap_or(false);
         if !fresh || refresh {
             for d in ["lists/partial", "cache/archives/partial"] {
@@ -86,7 +88,11 @@ impl Apt {
     pub fn names_with_prefix(&self, prefix: &str) -> Result<Vec<String>> {
         let out = self
             .command("apt-cache")
-            .args(["search", "--names-only", &format!("^{}", prefix.replace('.', "\\."))])
+            .args([
+                "search",
+                "--names-only",
+                &format!("^{}", prefix.replace('.', "\\.")),
+            ])
             .output()
             .context("failed to run apt-cache search")?;
         if !out.status.success() {
@@ -148,7 +154,8 @@ fn find_deb(dir: &Path, prefix: &str) -> Option<PathBuf> {
 
 /// Unpacks the files of `deb` that match the tar wildcards (all when empty) into `dest`.
 pub fn unpack(deb: &Path, dest: &Path, wildcards: &[&str]) -> Result<()> {
-    std::fs::create_dir_all(dest).with_context(|| format!("failed to create {}", dest.display()))?;
+    std::fs::create_dir_all(dest)
+        .with_context(|| format!("failed to create {}", dest.display()))?;
     let mut dpkg = Command::new("dpkg-deb")
         .arg("--fsys-tarfile")
         .arg(deb)
@@ -157,14 +164,21 @@ pub fn unpack(deb: &Path, dest: &Path, wildcards: &[&str]) -> Result<()> {
         .context("failed to run dpkg-deb")?;
     let stdout = dpkg.stdout.take().expect("piped stdout");
     let mut tar = Command::new("tar");
-    tar.arg("-C").arg(dest).arg("-x").stdin(stdout);
+    tar.arg("-C")
+        .arg(dest)
+        .arg("-x")
+        .stdin(stdout)
+        .stderr(Stdio::null());
     if !wildcards.is_empty() {
         tar.arg("--wildcards").args(wildcards);
     }
     let st = tar.status().context("failed to run tar")?;
     let dst = dpkg.wait().context("failed to wait for dpkg-deb")?;
     if !dst.success() || !st.success() {
-        bail!("failed to unpack {} (dpkg-deb {dst}, tar {st})", deb.display());
+        bail!(
+            "failed to unpack {} (dpkg-deb {dst}, tar {st})",
+            deb.display()
+        );
     }
     Ok(())
 }
@@ -194,7 +208,11 @@ pub fn host_mirror() -> String {
                 .map(str::to_string)
         })
         .find(|u| u.trim_end_matches('/').ends_with("/debian"))
-        .map(|u| u.trim_end_matches('/').trim_end_matches("/debian").to_string())
+        .map(|u| {
+            u.trim_end_matches('/')
+                .trim_end_matches("/debian")
+                .to_string()
+        })
         .unwrap_or_else(|| "http://deb.debian.org".to_string())
 }
 
@@ -233,7 +251,10 @@ mod tests {
     #[test]
     fn versions_sort_numerically() {
         use std::cmp::Ordering::*;
-        assert_eq!(version_cmp("6.12.9+deb12-amd64", "6.12.38+deb12-amd64"), Less);
+        assert_eq!(
+            version_cmp("6.12.9+deb12-amd64", "6.12.38+deb12-amd64"),
+            Less
+        );
         assert_eq!(version_cmp("5.10.0-46-amd64", "5.10.0-9-amd64"), Greater);
         assert_eq!(version_cmp("6.1.0-40", "6.1.0-40"), Equal);
     }

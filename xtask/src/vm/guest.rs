@@ -312,7 +312,10 @@ mod tests {
 
     #[test]
     fn script_quotes_commands_and_env() {
-        let mut p = Plan::standard("/t/release", &[("trace".into(), "/t/release/deps/trace-1".into())]);
+        let mut p = Plan::standard(
+            "/t/release",
+            &[("trace".into(), "/t/release/deps/trace-1".into())],
+        );
         p.env.push(("FDAUDIT_BACKEND".into(), "it's".into()));
         let s = p.script();
         assert!(s.contains("export FDAUDIT_BACKEND='it'\\''s'"));

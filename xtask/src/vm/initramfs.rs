@@ -70,7 +70,9 @@ impl Tree {
     /// A host directory tree, copied to the same path in the guest (regular files only).
     pub fn copy_dir(&mut self, guest: &str, src: &Path) -> Result<()> {
         self.dir(guest);
-        for e in std::fs::read_dir(src).with_context(|| format!("failed to read {}", src.display()))? {
+        for e in
+            std::fs::read_dir(src).with_context(|| format!("failed to read {}", src.display()))?
+        {
             let e = e?;
             let name = e.file_name().to_string_lossy().into_owned();
             let g = format!("{guest}/{name}");
@@ -84,7 +86,13 @@ impl Tree {
                 use std::os::unix::fs::PermissionsExt as _;
                 let mode = e.metadata()?.permissions().mode() & 0o7777;
                 self.parents(&g);
-                self.nodes.insert(g, Node::File { src: e.path(), mode });
+                self.nodes.insert(
+                    g,
+                    Node::File {
+                        src: e.path(),
+                        mode,
+                    },
+                );
             }
         }
         Ok(())
@@ -113,7 +121,11 @@ impl Tree {
                 if !self.nodes.contains_key(&interp) {
                     let src = libs.sysroot.join(interp.trim_start_matches('/'));
                     if !src.exists() {
-                        bail!("the dynamic loader {interp} of {} is not in {}", elf.display(), libs.sysroot.display());
+                        bail!(
+                            "the dynamic loader {interp} of {} is not in {}",
+                            elf.display(),
+                            libs.sysroot.display()
+                        );
                     }
                     self.file(&interp, &src);
                 }
@@ -151,7 +163,11 @@ impl Tree {
         let mut w = std::io::BufWriter::new(f);
         for (ino, (path, node)) in (1u32..).zip(&self.nodes) {
             let name = path.trim_start_matches('/');
-            let b = cpio::newc::Builder::new(name).ino(ino).uid(0).gid(0).nlink(1);
+            let b = cpio::newc::Builder::new(name)
+                .ino(ino)
+                .uid(0)
+                .gid(0)
+                .nlink(1);
             match node {
                 Node::Dir => {
                     let mode = if name == "tmp" { 0o41777 } else { 0o40755 };

@@ -204,10 +204,17 @@ pub fn resolve(vm_dir: &Path, arch: Arch, spec: &str, refresh: bool) -> Result<K
     if let Ok(d) = apt.download(&format!("linux-binary-{release}"), &debs) {
         got.push(d);
     }
-    let tmp = dir.with_extension("partial");
+    let tmp = vm_dir.join("kernels").join(format!("{release}.partial"));
     let _ = std::fs::remove_dir_all(&tmp);
+    // Only the image and its config; one of the two packages has no image (tar says so).
+    let mut errors = Vec::new();
     for deb in &got {
-        apt::unpack(deb, &tmp, &["*vmlinuz*", "*/config-*"])?;
+        if let Err(e) = apt::unpack(deb, &tmp, &["*vmlinuz*"]) {
+            errors.push(format!("{e:#}"));
+        }
+    }
+    if find_image(&tmp).is_none() {
+        bail!("{pkg} has no vmlinuz: {}", errors.join("; "));
     }
     std::fs::rename(&tmp, &dir)
         .with_context(|| format!("failed to move {} into place", tmp.display()))?;

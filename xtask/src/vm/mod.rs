@@ -47,7 +47,10 @@ pub struct Options {
 /// The kernels a run boots by default for `arch`.
 pub fn default_kernels(arch: Arch) -> Vec<String> {
     match arch {
-        Arch::X86_64 => kernels::SERIES.iter().map(|s| s.alias.to_string()).collect(),
+        Arch::X86_64 => kernels::SERIES
+            .iter()
+            .map(|s| s.alias.to_string())
+            .collect(),
         // bookworm's 6.1 is what Graviton and Ampere users run on Debian; sid for the newest.
         Arch::Aarch64 => vec!["6.1".into()],
     }
@@ -199,7 +202,11 @@ pub fn table(arch: Arch, outcomes: &[Outcome]) -> comfy_table::Table {
             o.rc("doctor"),
             o.rc("demo"),
             if o.log.leak7() { "yes" } else { "no" }.into(),
-            if o.plan.steps.iter().any(|s| s.name.starts_with(guest::TEST_STEP_PREFIX)) {
+            if o.plan
+                .steps
+                .iter()
+                .any(|s| s.name.starts_with(guest::TEST_STEP_PREFIX))
+            {
                 format!("{p} passed, {f} failed")
             } else {
                 "not run".into()
@@ -241,12 +248,20 @@ struct ArtifactTarget {
 }
 
 /// Runs cargo with JSON messages and returns the (kind, name, executable) of what it built.
-fn cargo_artifacts(root: &Path, arch: Arch, args: &[&str]) -> Result<Vec<(String, String, PathBuf)>> {
+fn cargo_artifacts(
+    root: &Path,
+    arch: Arch,
+    args: &[&str],
+) -> Result<Vec<(String, String, PathBuf)>> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(root)
         .args(args)
-        .args(["--release", "--locked", "--message-format=json-render-diagnostics"])
+        .args([
+            "--release",
+            "--locked",
+            "--message-format=json-render-diagnostics",
+        ])
         // A fixed target directory: the test binaries have its absolute paths compiled in
         // (CARGO_BIN_EXE_*, CARGO_MANIFEST_DIR) and are packed at the same paths.
         .env("CARGO_TARGET_DIR", root.join("target"))
@@ -283,7 +298,10 @@ fn cargo_artifacts(root: &Path, arch: Arch, args: &[&str]) -> Result<Vec<(String
 }
 
 fn build(root: &Path, opts: &Options) -> Result<Built> {
-    eprintln!("vm-test: building fdaudit and the test binaries for {}", opts.arch.name());
+    eprintln!(
+        "vm-test: building fdaudit and the test binaries for {}",
+        opts.arch.name()
+    );
     let bins = cargo_artifacts(
         root,
         opts.arch,
@@ -300,7 +318,11 @@ fn build(root: &Path, opts: &Options) -> Result<Built> {
         .to_path_buf();
     let mut tests = Vec::new();
     if !opts.no_tests {
-        let arts = cargo_artifacts(root, opts.arch, &["test", "-p", "fdaudit-tests", "--no-run"])?;
+        let arts = cargo_artifacts(
+            root,
+            opts.arch,
+            &["test", "-p", "fdaudit-tests", "--no-run"],
+        )?;
         for (kind, name, exe) in arts {
             if kind == "test" && (opts.tests.is_empty() || opts.tests.contains(&name)) {
                 tests.push((name, exe));
@@ -336,6 +358,9 @@ const HOST_TOOLS: &[(&str, &str)] = &[
     ("/usr/bin/strace", "/usr/bin/strace"),
     ("/usr/sbin/bpftool", "/usr/sbin/bpftool"),
 ];
+
+/// The font `fdaudit bench` draws its plot with (fonts-dejavu-core, from .ci/setup).
+const FONT: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
 
 /// Debian packages whose files make up a foreign-architecture guest's userland, and the
 /// libraries those tools link against.
@@ -394,9 +419,24 @@ fn foreign_sysroot(vm_dir: &Path, arch: Arch, refresh: bool) -> Result<PathBuf> 
 }
 
 /// Builds the guest's initramfs for `built` and `plan`; returns its path.
-fn build_initramfs(root: &Path, vm_dir: &Path, opts: &Options, built: &Built, plan: &Plan) -> Result<PathBuf> {
+fn build_initramfs(
+    root: &Path,
+    vm_dir: &Path,
+    opts: &Options,
+    built: &Built,
+    plan: &Plan,
+) -> Result<PathBuf> {
     let mut tree = initramfs::Tree::default();
-    for d in ["/proc", "/sys", "/dev", "/tmp", "/run", "/root", "/etc", "/usr/local/bin"] {
+    for d in [
+        "/proc",
+        "/sys",
+        "/dev",
+        "/tmp",
+        "/run",
+        "/root",
+        "/etc",
+        "/usr/local/bin",
+    ] {
         tree.dir(d);
     }
     let libs = if Some(opts.arch) == Arch::host() {
@@ -415,16 +455,11 @@ fn build_initramfs(root: &Path, vm_dir: &Path, opts: &Options, built: &Built, pl
         let sys = foreign_sysroot(vm_dir, opts.arch, opts.refresh)?;
         for (guest, _) in HOST_TOOLS {
             let name = Path::new(guest).file_name().expect("tool paths have names");
-            let src = [
-                "bin",
-                "usr/bin",
-                "sbin",
-                "usr/sbin",
-            ]
-            .iter()
-            .map(|d| sys.join(d).join(name))
-            .find(|p| p.is_file())
-            .with_context(|| format!("{} is not in the {} sysroot", guest, opts.arch.deb()))?;
+            let src = ["bin", "usr/bin", "sbin", "usr/sbin"]
+                .iter()
+                .map(|d| sys.join(d).join(name))
+                .find(|p| p.is_file())
+                .with_context(|| format!("{} is not in the {} sysroot", guest, opts.arch.deb()))?;
             tree.file(guest, &src);
         }
         initramfs::Libs {
@@ -433,11 +468,20 @@ fn build_initramfs(root: &Path, vm_dir: &Path, opts: &Options, built: &Built, pl
         }
     };
     tree.symlink("/bin/sh", "busybox");
+    // The bench plot's font (architecture-independent: the host's own).
+    let font = Path::new(FONT);
+    if font.exists() {
+        let bytes = std::fs::read(font).with_context(|| format!("failed to read {FONT}"))?;
+        tree.data(FONT, bytes, 0o644);
+    }
     tree.file("/usr/local/bin/fdaudit", &built.fdaudit);
     // Test binaries and fixtures at the absolute paths they were built for.
     let pd = built.profile_dir.to_string_lossy().into_owned();
     for b in &built.bins {
-        let name = b.file_name().expect("binaries have names").to_string_lossy();
+        let name = b
+            .file_name()
+            .expect("binaries have names")
+            .to_string_lossy();
         tree.file(&format!("{pd}/{name}"), b);
     }
     for (_, t) in &built.tests {
@@ -463,7 +507,13 @@ fn build_initramfs(root: &Path, vm_dir: &Path, opts: &Options, built: &Built, pl
 }
 
 /// Boots `kernel` with `initrd`; the console goes to `log_path`.
-fn boot(opts: &Options, kernel: &Kernel, initrd: &Path, log_path: &Path, plan: Plan) -> Result<Outcome> {
+fn boot(
+    opts: &Options,
+    kernel: &Kernel,
+    initrd: &Path,
+    log_path: &Path,
+    plan: Plan,
+) -> Result<Outcome> {
     let _ = std::fs::remove_file(log_path);
     let (qemu, machine) = opts.arch.qemu();
     let start = Instant::now();
@@ -545,7 +595,8 @@ pub fn run(root: &Path, opts: &Options) -> Result<Vec<Outcome>> {
     let mut plan = Plan::standard(&built.profile_dir.to_string_lossy(), &tests);
     plan.env.extend(opts.guest_env.iter().cloned());
     for (i, c) in opts.guest_cmds.iter().enumerate() {
-        plan.steps.push(Step::new(format!("extra-{}", i + 1), c.clone(), 600));
+        plan.steps
+            .push(Step::new(format!("extra-{}", i + 1), c.clone(), 600));
     }
     let initrd = build_initramfs(root, &vm_dir, opts, &built, &plan)?;
     let size = std::fs::metadata(&initrd).map(|m| m.len()).unwrap_or(0);
@@ -558,9 +609,11 @@ pub fn run(root: &Path, opts: &Options) -> Result<Vec<Outcome>> {
     let mut outcomes = Vec::new();
     for k in &kernels {
         eprintln!("vm-test: booting {} ({})", k.label, k.image.display());
-        let log = vm_dir
-            .join("out")
-            .join(format!("{}-{}.log", opts.arch.name(), k.label.replace('/', "_")));
+        let log = vm_dir.join("out").join(format!(
+            "{}-{}.log",
+            opts.arch.name(),
+            k.label.replace('/', "_")
+        ));
         let o = boot(opts, k, &initrd, &log, plan.clone())?;
         println!("{}", o.verdict_line());
         outcomes.push(o);
