@@ -54,24 +54,64 @@ pub const BOUNDED_MAX_FDS: u32 = BOUNDED_CHUNK_FDS * 24;
 /// fds one stage of the bounded walk looks at (one bounded loop).
 pub const BOUNDED_CHUNK_FDS: u32 = 128;
 
-/// x86_64 syscall numbers the programs look at.
+/// Syscall numbers the programs look at, for the architecture being built: the host's for
+/// userspace, `bpf_target_arch` for the eBPF object (set by `xtask::build_ebpf`).
+/// Syscalls an architecture lacks (aarch64 has no open, poll or dup2) are [`sysno::NONE`].
 pub mod sysno {
-    pub const READ: i64 = 0;
-    pub const OPEN: i64 = 2;
-    pub const CLOSE: i64 = 3;
-    pub const POLL: i64 = 7;
-    pub const PREAD64: i64 = 17;
-    pub const READV: i64 = 19;
-    pub const DUP2: i64 = 33;
-    pub const EXECVE: i64 = 59;
-    pub const FCNTL: i64 = 72;
-    pub const GETDENTS64: i64 = 217;
-    pub const OPENAT: i64 = 257;
-    pub const PPOLL: i64 = 271;
-    pub const DUP3: i64 = 292;
-    pub const EXECVEAT: i64 = 322;
-    pub const CLOSE_RANGE: i64 = 436;
-    pub const OPENAT2: i64 = 437;
+    /// A number no syscall has.
+    pub const NONE: i64 = i64::MIN;
+
+    /// x86_64 (arch/x86/entry/syscalls/syscall_64.tbl).
+    pub mod x86_64 {
+        pub const READ: i64 = 0;
+        pub const OPEN: i64 = 2;
+        pub const CLOSE: i64 = 3;
+        pub const POLL: i64 = 7;
+        pub const PREAD64: i64 = 17;
+        pub const READV: i64 = 19;
+        pub const DUP2: i64 = 33;
+        pub const EXECVE: i64 = 59;
+        pub const FCNTL: i64 = 72;
+        pub const GETDENTS64: i64 = 217;
+        pub const OPENAT: i64 = 257;
+        pub const PPOLL: i64 = 271;
+        pub const DUP3: i64 = 292;
+        pub const EXECVEAT: i64 = 322;
+        pub const CLOSE_RANGE: i64 = 436;
+        pub const OPENAT2: i64 = 437;
+    }
+
+    /// aarch64 (the generic table, include/uapi/asm-generic/unistd.h).
+    pub mod aarch64 {
+        use super::NONE;
+        pub const READ: i64 = 63;
+        pub const OPEN: i64 = NONE;
+        pub const CLOSE: i64 = 57;
+        pub const POLL: i64 = NONE;
+        pub const PREAD64: i64 = 67;
+        pub const READV: i64 = 65;
+        pub const DUP2: i64 = NONE;
+        pub const EXECVE: i64 = 221;
+        pub const FCNTL: i64 = 25;
+        pub const GETDENTS64: i64 = 61;
+        pub const OPENAT: i64 = 56;
+        pub const PPOLL: i64 = 73;
+        pub const DUP3: i64 = 24;
+        pub const EXECVEAT: i64 = 281;
+        pub const CLOSE_RANGE: i64 = 436;
+        pub const OPENAT2: i64 = 437;
+    }
+
+    #[cfg(any(
+        bpf_target_arch = "aarch64",
+        all(not(target_arch = "bpf"), target_arch = "aarch64")
+    ))]
+    pub use aarch64::*;
+    #[cfg(not(any(
+        bpf_target_arch = "aarch64",
+        all(not(target_arch = "bpf"), target_arch = "aarch64")
+    )))]
+    pub use x86_64::*;
 }
 
 /// Partial-data markers carried in [`RecordHeader::flags`].
@@ -96,9 +136,10 @@ pub mod flags {
     /// The window started at this process's previous exec, not at a fork: an exec chain
     /// (a spawn helper such as Java's jspawnhelper, a shell's `exec`, `env CMD`).
     pub const REEXEC: u32 = 1 << 8;
-    /// The fd table was walked by the bounded form of the exec program (the kernel lacks
-    /// bpf_loop, before 5.17): fds at or above [`super::BOUNDED_MAX_FDS`] were not looked at
-    /// (FDTABLE_TRUNCATED says when the table was larger).
+    /// Reduced data: the kernel lacks bpf_loop (before 5.17), so the exec program walked
+    /// the fd table in its bounded form, and the table was larger than that form looks at
+    /// ([`super::BOUNDED_MAX_FDS`] fds): leaked fds above it are missing. Set together with
+    /// FDTABLE_TRUNCATED; a newer kernel has no such bound.
     pub const BOUNDED_WALK: u32 = 1 << 9;
 }
 
@@ -385,10 +426,17 @@ pub struct Config {
     pub mm_arg_start: u32,
     pub mm_arg_end: u32,
     pub bprm_filename: u32,
-    pub regs_di: u32,
-    pub regs_si: u32,
-    pub regs_dx: u32,
-    pub regs_orig_ax: u32,
+    /// pt_regs offsets of the first three syscall arguments at syscall entry (x86_64: di,
+    /// si, dx; aarch64: regs[0..3]).
+    pub regs_arg0: u32,
+    pub regs_arg1: u32,
+    pub regs_arg2: u32,
+    /// pt_regs offset of the syscall number (x86_64: orig_ax, 8 bytes; aarch64: syscallno,
+    /// 4 bytes).
+    pub regs_nr: u32,
+    /// pt_regs offset of the first argument at syscall exit, where aarch64 has overwritten
+    /// x0 with the return value (x86_64: di; aarch64: orig_x0).
+    pub regs_exit_arg0: u32,
     /// `HOT` array size - 1.
     pub hot_mask: u32,
     pub file_mnt: u32,
@@ -431,7 +479,7 @@ const _: () = {
     assert!(size_of::<FdInfo>() == 16 + 8 + 8 + 8 + NAME_LEN);
     assert!(size_of::<SpawnRecord>().is_multiple_of(8));
     assert!(size_of::<ExitRecord>() == 8 + 8 + 16 + 8 + 16 + size_of::<Counters>());
-    assert!(size_of::<Config>() == 43 * 4);
+    assert!(size_of::<Config>() == 44 * 4);
     assert!(size_of::<FdPath>() == 16 + COMP_LEN * MAX_DEPTH);
     assert!(size_of::<FdCache>() == 32);
     assert!(size_of::<HotSlot>() == 48);

@@ -158,8 +158,11 @@ pub mod bounded {
     /// tail-calls the first fd stage.
     #[inline(always)]
     pub fn start(rec: &mut SpawnRecord) {
-        rec.header.flags |= flags::BOUNDED_WALK;
         let _ = prepare(rec, BOUNDED_MAX_FDS);
+        if rec.header.flags & flags::FDTABLE_TRUNCATED != 0 {
+            // Cut at the bounded walk's limit, not at the bpf_loop walk's.
+            rec.header.flags |= flags::BOUNDED_WALK;
+        }
     }
 
     /// Looks at the next [`BOUNDED_CHUNK_FDS`] fds, then tail-calls itself for the next
@@ -188,7 +191,8 @@ pub mod bounded {
         if walk.next < walk.nfds {
             // SAFETY: EXEC_CHAIN holds programs of this type, filled by the loader.
             unsafe { chain.tail_call(ctx, CHAIN_FDS) };
-            rec.header.flags |= flags::FDTABLE_TRUNCATED; // out of tail calls
+            // Out of tail calls.
+            rec.header.flags |= flags::FDTABLE_TRUNCATED | flags::BOUNDED_WALK;
         }
         // SAFETY: as above.
         unsafe { chain.tail_call(ctx, CHAIN_PATHS) };

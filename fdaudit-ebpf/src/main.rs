@@ -8,6 +8,7 @@
 // On the host (clippy over the workspace) this is an ordinary binary with an empty main.
 #![cfg_attr(target_arch = "bpf", no_main)]
 
+mod arch;
 mod fdwalk;
 mod kernel;
 
@@ -78,10 +79,11 @@ static CONFIG: Config = Config {
     mm_arg_start: 0,
     mm_arg_end: 0,
     bprm_filename: 0,
-    regs_di: 0,
-    regs_si: 0,
-    regs_dx: 0,
-    regs_orig_ax: 0,
+    regs_arg0: 0,
+    regs_arg1: 0,
+    regs_arg2: 0,
+    regs_nr: 0,
+    regs_exit_arg0: 0,
     hot_mask: 0,
     file_mnt: 0,
     file_pos: 0,
@@ -399,6 +401,9 @@ pub fn sys_enter(ctx: RawTracePointContext) -> i32 {
     0
 }
 
+// Syscalls an architecture lacks are all sysno::NONE (aarch64: poll, dup2), so their
+// patterns repeat there.
+#[allow(unreachable_patterns)]
 fn try_sys_enter(ctx: &RawTracePointContext) -> Result<(), i64> {
     let id: i64 = ctx.arg(1);
     match id {
@@ -428,7 +433,7 @@ fn try_sys_enter(ctx: &RawTracePointContext) -> Result<(), i64> {
             // The path a close loop takes 2^20 times.
             slot.close_calls += 1;
             let regs: u64 = ctx.arg(0);
-            let fd: u64 = read_kernel(regs + conf!(regs_di))?;
+            let fd: u64 = arch::arg(regs, conf!(regs_arg0))?;
             if !fd_is_open(&mut slot.cache, fd as u32)? {
                 slot.close_ebadf += 1;
             }
@@ -450,7 +455,7 @@ fn try_sys_enter(ctx: &RawTracePointContext) -> Result<(), i64> {
         sysno::CLOSE => {
             c.close_calls += 1;
             let regs: u64 = ctx.arg(0);
-            let fd: u64 = read_kernel(regs + conf!(regs_di))?;
+            let fd: u64 = arch::arg(regs, conf!(regs_arg0))?;
             if !fd_is_open(&mut st.cache, fd as u32)? {
                 st.counters.close_ebadf += 1;
             }
@@ -460,15 +465,15 @@ fn try_sys_enter(ctx: &RawTracePointContext) -> Result<(), i64> {
             let i = c.close_range_calls as usize;
             if i < MAX_RANGES {
                 let r = &mut c.ranges[i];
-                r.first = read_kernel::<u64>(regs + conf!(regs_di)).unwrap_or(0) as u32;
-                r.last = read_kernel::<u64>(regs + conf!(regs_si)).unwrap_or(0) as u32;
-                r.flags = read_kernel::<u64>(regs + conf!(regs_dx)).unwrap_or(0) as u32;
+                r.first = arch::arg(regs, conf!(regs_arg0)).unwrap_or(0) as u32;
+                r.last = arch::arg(regs, conf!(regs_arg1)).unwrap_or(0) as u32;
+                r.flags = arch::arg(regs, conf!(regs_arg2)).unwrap_or(0) as u32;
             }
             c.close_range_calls += 1;
         }
         sysno::FCNTL => {
             let regs: u64 = ctx.arg(0);
-            let cmd: u64 = read_kernel(regs + conf!(regs_si))?;
+            let cmd: u64 = arch::arg(regs, conf!(regs_arg1))?;
             match cmd {
                 1 => c.fcntl_getfd_calls += 1, // F_GETFD
                 2 => c.fcntl_setfd_calls += 1, // F_SETFD
@@ -477,7 +482,7 @@ fn try_sys_enter(ctx: &RawTracePointContext) -> Result<(), i64> {
         }
         sysno::POLL | sysno::PPOLL => {
             let regs: u64 = ctx.arg(0);
-            let nfds: u64 = read_kernel(regs + conf!(regs_si))?;
+            let nfds: u64 = arch::arg(regs, conf!(regs_arg1))?;
             c.poll_calls += 1;
             let nfds = if nfds > u32::MAX as u64 {
                 u32::MAX
@@ -494,7 +499,7 @@ fn try_sys_enter(ctx: &RawTracePointContext) -> Result<(), i64> {
             // /proc/thread-self/fd) that starts at offset 0 is a new fd walk. Checked here
             // rather than at open(), whose path string may sit in a page not yet faulted in.
             let regs: u64 = ctx.arg(0);
-            let fd: u64 = read_kernel(regs + conf!(regs_di))?;
+            let fd: u64 = arch::arg(regs, conf!(regs_arg0))?;
             if fdwalk::is_procfd_listing(fd as u32).unwrap_or(false) {
                 c.procfd_opens += 1;
             }
@@ -526,11 +531,11 @@ fn try_sys_exit(ctx: &RawTracePointContext) -> Result<(), i64> {
         return Ok(());
     }
     let regs: u64 = ctx.arg(0);
-    let id: i64 = read_kernel(regs + conf!(regs_orig_ax))?;
+    let id = arch::exit_syscall_nr(regs)?;
     if id != sysno::READ && id != sysno::READV && id != sysno::PREAD64 {
         return Ok(());
     }
-    let fd: u64 = read_kernel(regs + conf!(regs_di))?;
+    let fd = arch::exit_arg0(regs)?;
     let key = ReadKey {
         pid: tgid,
         fd: fd as u32,

@@ -17,8 +17,13 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Cmd {
-    /// Build the eBPF object (bpfel-unknown-none, with BTF) into target/fdaudit-ebpf.o.
-    BuildEbpf,
+    /// Build the eBPF object (bpfel-unknown-none, with BTF) into target/fdaudit-ebpf.o
+    /// (target/fdaudit-ebpf-ARCH.o for another architecture).
+    BuildEbpf {
+        /// The machine architecture whose syscalls the programs read.
+        #[arg(long, value_enum, default_value = "x86_64")]
+        arch: vm::Arch,
+    },
     /// Boot Debian kernels in QEMU (software emulation) and run doctor, the demo, a fd-7
     /// leak check and the root integration tests in each; one verdict line per kernel, then
     /// a table. Exits 1 when any kernel fails. Kernels, packages and logs are cached under
@@ -89,12 +94,17 @@ fn main() {
 fn run(cli: Cli) -> Result<i32> {
     let root = xtask::workspace_root();
     match cli.cmd {
-        Cmd::BuildEbpf => {
-            let obj = xtask::build_ebpf(&root).context("failed to build the eBPF object")?;
+        Cmd::BuildEbpf { arch } => {
+            let obj =
+                xtask::build_ebpf(&root, arch.name()).context("failed to build the eBPF object")?;
+            let name = match arch {
+                vm::Arch::X86_64 => "fdaudit-ebpf.o".to_string(),
+                other => format!("fdaudit-ebpf-{}.o", other.name()),
+            };
             let dest = xtask::ebpf_target_dir(&root)
                 .parent()
                 .expect("the ebpf target dir has a parent")
-                .join("fdaudit-ebpf.o");
+                .join(name);
             std::fs::copy(&obj, &dest).with_context(|| {
                 format!("failed to copy {} to {}", obj.display(), dest.display())
             })?;

@@ -48,8 +48,9 @@ pub fn checks() -> Vec<Check> {
         ebpf::has_bpf_loop(),
         Status::Warn,
         format!(
-            "trace walks each exec's fd table with bounded loops in tail-called chunks: fds \
-             from {BOUNDED_MAX_FDS} up are not seen; such records carry the bounded_walk flag"
+            "trace walks each exec's fd table with bounded loops in tail-called chunks: \
+             leaked fds from {BOUNDED_MAX_FDS} up are not seen, and records of processes \
+             with larger tables carry the bounded_walk flag"
         ),
     );
     if let Some(f) = forced {

@@ -113,12 +113,12 @@ pub fn collect_with_programs() -> (Vec<Check>, Vec<ProgramFigures>) {
     let mut checks = Vec::new();
     let uname = rustix_uname();
     checks.push(check("kernel", Status::Ok, uname));
-    if std::env::consts::ARCH != "x86_64" {
+    if !crate::arch::SUPPORTED {
         checks.push(check(
             "architecture",
             Status::Fail,
             format!(
-                "{}: the programs read x86_64 syscall registers; only x86_64 is supported",
+                "{}: the programs know the syscall registers of x86_64 and aarch64 only",
                 std::env::consts::ARCH
             ),
         ));

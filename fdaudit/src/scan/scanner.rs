@@ -3,7 +3,7 @@
 //! one process's fds, plus 24 bytes per fd kept for the parent/child share check).
 
 use std::collections::{BTreeMap, HashMap};
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
@@ -476,6 +476,7 @@ impl Scanner<'_> {
                 Err(e) if is_denied(&e) => return Err(Skip::Denied),
                 Err(_) => None,
             };
+            let info = info.map(|i| self.with_ino(i, raw(&fd_dir), name.as_cstr()));
             let cloexec = info.map(|i| i.cloexec());
             let inheritable = cloexec == Some(false);
             let needs_link = self.cfg.full_fds || (inheritable && fd >= 3);
@@ -709,12 +710,24 @@ impl Scanner<'_> {
             let Ok(n) = sys::read_head_at(raw(&fdinfo_dir), name.as_cstr(), &mut s.info) else {
                 continue;
             };
-            if let Some(k) = parse::parse_fdinfo(&s.info[..n]).and_then(|i| Key::of(&i, fd)) {
+            if let Some(k) = parse::parse_fdinfo(&s.info[..n])
+                .map(|i| self.with_ino(i, raw(&fd_dir), name.as_cstr()))
+                .and_then(|i| Key::of(&i, fd))
+            {
                 keys.push(k);
             }
         }
         keys.sort_unstable();
         Some(keys)
+    }
+
+    /// `info` with its inode number: kernels before 5.14 leave `ino:` out of fdinfo, so on
+    /// a live procfs it is read with a stat of the fd link (`name` in `fd_dir`).
+    fn with_ino(&self, mut info: parse::FdInfo, fd_dir: RawFd, name: &CStr) -> parse::FdInfo {
+        if info.ino.is_none() && self.live {
+            info.ino = sys::stat_ino_at(fd_dir, name).ok();
+        }
+        info
     }
 
     fn comm_of(&self, pid: u32, headers: &HashMap<u32, &Header>) -> String {

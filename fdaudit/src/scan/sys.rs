@@ -120,6 +120,16 @@ pub fn stat_mode_at(dir: RawFd, name: &CStr) -> io::Result<u32> {
     Ok(unsafe { st.assume_init() }.st_mode)
 }
 
+/// `fstatat(dir, name)` following the link: the inode number of the file an fd link refers
+/// to (fdinfo has `ino:` only from 5.14 on).
+pub fn stat_ino_at(dir: RawFd, name: &CStr) -> io::Result<u64> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: st is written by the kernel on success.
+    cvt(unsafe { libc::fstatat(dir, name.as_ptr(), st.as_mut_ptr(), 0) })?;
+    // SAFETY: success above.
+    Ok(unsafe { st.assume_init() }.st_ino)
+}
+
 /// Lists the numeric entries of a directory (pids in `/proc`, fds in `fd/`) with
 /// `getdents64` into `buf`; appends them to `out`, unsorted.
 pub fn list_numeric(dir: RawFd, buf: &mut [u8], out: &mut Vec<u32>) -> io::Result<()> {

@@ -352,6 +352,7 @@ const HOST_TOOLS: &[(&str, &str)] = &[
     ("/bin/busybox", "/bin/busybox"),
     ("/bin/true", "/bin/true"),
     ("/bin/echo", "/bin/echo"),
+    ("/usr/bin/printenv", "/usr/bin/printenv"),
     ("/bin/dash", "/bin/dash"),
     ("/bin/bash", "/bin/bash"),
     ("/usr/bin/setpriv", "/usr/bin/setpriv"),
