@@ -53,6 +53,10 @@ struct VmTestArgs {
     /// An extra shell command run in every guest after the standard steps; it must exit 0.
     #[arg(long = "guest-cmd", value_name = "CMD")]
     guest_cmds: Vec<String>,
+    /// An extra kernel command-line argument (`mitigations=off`, `lockdown=integrity`...);
+    /// repeatable.
+    #[arg(long = "kernel-arg", value_name = "ARG")]
+    kernel_args: Vec<String>,
     /// Guest CPUs.
     #[arg(long, default_value_t = 2)]
     smp: u32,
@@ -122,6 +126,7 @@ fn run(cli: Cli) -> Result<i32> {
                 no_tests: a.no_tests,
                 guest_env: a.guest_env,
                 guest_cmds: a.guest_cmds,
+                kernel_args: a.kernel_args,
                 smp: a.smp,
                 mem: a.mem,
                 timeout: Duration::from_secs(a.timeout),

@@ -65,9 +65,7 @@ impl Plan {
             // emulated guest on a shared machine is noisy.
             Step::new(
                 DOCTOR_JSON_STEP,
-                format!(
-                    "for i in $(seq {DOCTOR_RUNS}); do fdaudit doctor --json || exit 1; done"
-                ),
+                format!("for i in $(seq {DOCTOR_RUNS}); do fdaudit doctor --json || exit 1; done"),
                 300,
             ),
             Step::new("demo", "fdaudit trace --demo", 180),

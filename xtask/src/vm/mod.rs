@@ -36,6 +36,8 @@ pub struct Options {
     pub guest_env: Vec<(String, String)>,
     /// Extra shell commands run in every guest after the standard steps.
     pub guest_cmds: Vec<String>,
+    /// Extra kernel command-line arguments.
+    pub kernel_args: Vec<String>,
     pub smp: u32,
     pub mem: String,
     /// Limit on one guest's whole run.
@@ -548,7 +550,11 @@ fn boot(
         .arg(initrd)
         .args([
             "-append",
-            &format!("console={} panic=-1 quiet", opts.arch.console()),
+            &format!(
+                "console={} panic=-1 quiet {}",
+                opts.arch.console(),
+                opts.kernel_args.join(" ")
+            ),
         ])
         .arg("-serial")
         .arg(format!("file:{}", log_path.display()))
