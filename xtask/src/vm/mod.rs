@@ -134,10 +134,7 @@ impl Outcome {
     pub fn verdict_line(&self) -> String {
         let fails = self.failures();
         let (p, f, _) = self.log.test_counts();
-        let exec = self
-            .programs()
-            .into_iter()
-            .find(|p| p.name == "sched_process_exec");
+        let exec = exec_figures(&self.programs());
         format!(
             "VERDICT {} {} {} doctor={} demo={} leak7={} tests={p} passed/{f} failed exec-prog={} boot={}s total={:.1}s{}",
             self.kernel.label,
@@ -146,7 +143,7 @@ impl Outcome {
             self.rc("doctor"),
             self.rc("demo"),
             if self.log.leak7() { "yes" } else { "no" },
-            exec.map(|e| figures(&e)).unwrap_or_else(|| "-".into()),
+            exec.as_ref().map(figures).unwrap_or_else(|| "-".into()),
             self.log.booted.map(|b| format!("{b:.1}")).unwrap_or_else(|| "?".into()),
             self.wall.as_secs_f64(),
             if fails.is_empty() {
@@ -176,12 +173,35 @@ fn fastest(all: impl Iterator<Item = ProgramFigures>) -> Vec<ProgramFigures> {
     out
 }
 
+/// The exec program's figures: `sched_process_exec`, or the bounded walk's entry and
+/// tail-call stages summed (kernels without bpf_loop).
+fn exec_figures(progs: &[ProgramFigures]) -> Option<ProgramFigures> {
+    let parts: Vec<&ProgramFigures> = progs
+        .iter()
+        .filter(|p| p.name.starts_with("sched_process_exec") || p.name.starts_with("exec_walk_"))
+        .collect();
+    sum_figures("exec", &parts)
+}
+
+/// Figures of several programs as one: instruction counts only when every one has its own.
+fn sum_figures(name: &str, parts: &[&ProgramFigures]) -> Option<ProgramFigures> {
+    if parts.is_empty() {
+        return None;
+    }
+    Some(ProgramFigures {
+        name: name.into(),
+        verified_insns: parts.iter().map(|p| p.verified_insns).sum(),
+        load_ms: parts.iter().map(|p| p.load_ms).sum(),
+    })
+}
+
 fn figures(p: &ProgramFigures) -> String {
     format!(
         "{} insns/{}",
         p.verified_insns
             .map(|n| n.to_string())
-            .unwrap_or_else(|| "?".into()),
+            // bpf_prog_info.verified_insns is 5.16+.
+            .unwrap_or_else(|| "n/a".into()),
         p.load_ms
             .map(|ms| format!("{ms:.0} ms"))
             .unwrap_or_else(|| "?".into())
@@ -207,9 +227,8 @@ pub fn table(arch: Arch, outcomes: &[Outcome]) -> comfy_table::Table {
     for o in outcomes {
         let (p, f, _) = o.log.test_counts();
         let progs = o.programs();
-        let exec = progs.iter().find(|p| p.name == "sched_process_exec");
-        let total_insns: u64 = progs.iter().filter_map(|p| p.verified_insns).sum();
-        let total_ms: f64 = progs.iter().filter_map(|p| p.load_ms).sum();
+        let exec = exec_figures(&progs);
+        let all = sum_figures("all", &progs.iter().collect::<Vec<_>>());
         t.add_row(vec![
             format!("{} {}", arch.name(), o.kernel.label),
             o.log
@@ -233,12 +252,8 @@ pub fn table(arch: Arch, outcomes: &[Outcome]) -> comfy_table::Table {
             } else {
                 "not run".into()
             },
-            exec.map(figures).unwrap_or_else(|| "-".into()),
-            if progs.is_empty() {
-                "-".into()
-            } else {
-                format!("{total_insns} insns/{total_ms:.0} ms")
-            },
+            exec.as_ref().map(figures).unwrap_or_else(|| "-".into()),
+            all.as_ref().map(figures).unwrap_or_else(|| "-".into()),
             format!("{:.0} s", o.wall.as_secs_f64()),
         ]);
     }
