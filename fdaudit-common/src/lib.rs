@@ -19,6 +19,19 @@ pub const MAP_HOT: &str = "HOT";
 /// Name of the global holding the [`Config`].
 pub const GLOBAL_CONFIG: &str = "CONFIG";
 
+/// Superblock magics (include/uapi/linux/magic.h) that tell pseudo filesystems apart: the
+/// kernel programs and userspace's file-kind classification both use them.
+pub mod fs_magic {
+    pub const PROC_SUPER: u64 = 0x9fa0;
+    pub const PIPEFS: u64 = 0x5049_5045;
+    pub const SOCKFS: u64 = 0x534f_434b;
+    pub const ANON_INODE_FS: u64 = 0x0904_1934;
+    pub const PIDFS: u64 = 0x5049_4446;
+    pub const TMPFS: u64 = 0x0102_1994;
+    pub const HUGETLBFS: u64 = 0x9584_58f6;
+    pub const BPF_FS: u64 = 0xcafe_4a11;
+}
+
 /// Leaked fds carried in one spawn record; more are counted and flagged as truncated.
 pub const MAX_FDS: usize = 64;
 /// close_range() calls whose arguments are kept per window.
@@ -448,12 +461,82 @@ pub struct Config {
     pub mount_mountpoint: u32,
     /// Non-zero: count reads per fd (`trace --reads`).
     pub reads: u32,
-    /// Set to the struct size; a zero here means the loader forgot to set the config.
+    /// [`CONFIG_MAGIC`] once userspace filled the config; the programs count nothing while
+    /// it is anything else (zero: the loader did not set the global).
     pub magic: u32,
 }
 
 /// Value userspace puts in [`Config::magic`].
 pub const CONFIG_MAGIC: u32 = 0xfda0_0001;
+
+impl Config {
+    /// All offsets zero and no magic: the eBPF side's initial value of the global, which
+    /// the loader overrides.
+    pub const ZEROED: Config = Config {
+        task_pid: 0,
+        task_tgid: 0,
+        task_files: 0,
+        task_mm: 0,
+        task_comm: 0,
+        task_signal: 0,
+        task_exit_code: 0,
+        signal_live: 0,
+        files_fdt: 0,
+        fdt_max_fds: 0,
+        fdt_fd: 0,
+        fdt_open_fds: 0,
+        file_inode: 0,
+        file_flags: 0,
+        file_dentry: 0,
+        file_private: 0,
+        dentry_name: 0,
+        inode_mode: 0,
+        inode_ino: 0,
+        inode_sb: 0,
+        inode_rdev: 0,
+        sb_magic: 0,
+        sb_dev: 0,
+        socket_sk: 0,
+        socket_type: 0,
+        sk_family: 0,
+        mm_arg_start: 0,
+        mm_arg_end: 0,
+        bprm_filename: 0,
+        regs_arg0: 0,
+        regs_arg1: 0,
+        regs_arg2: 0,
+        regs_nr: 0,
+        regs_exit_arg0: 0,
+        hot_mask: 0,
+        file_mnt: 0,
+        file_pos: 0,
+        dentry_parent: 0,
+        vfsmount_root: 0,
+        mount_mnt: 0,
+        mount_parent: 0,
+        mount_mountpoint: 0,
+        reads: 0,
+        magic: 0,
+    };
+}
+
+/// Whether two names are equal, at compile time: the eBPF crate checks with it that each
+/// map's static (whose identifier `#[map]` uses as the map's name) is named as the `MAP_*`
+/// constant userspace asks for.
+pub const fn same_name(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
 
 #[cfg(feature = "user")]
 mod pod {
@@ -483,4 +566,16 @@ const _: () = {
     assert!(size_of::<FdPath>() == 16 + COMP_LEN * MAX_DEPTH);
     assert!(size_of::<FdCache>() == 32);
     assert!(size_of::<HotSlot>() == 48);
+    assert!(same_name(MAP_EVENTS, "EVENTS") && !same_name(MAP_EVENTS, "EVENT"));
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zeroed_config_is_all_zero_and_not_configured() {
+        assert_eq!(Config::ZEROED, Config::default());
+        assert_ne!(Config::ZEROED.magic, CONFIG_MAGIC);
+    }
+}

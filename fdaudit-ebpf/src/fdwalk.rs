@@ -11,7 +11,7 @@ use aya_ebpf::{
     maps::PerCpuArray,
 };
 use fdaudit_common::{
-    flags, FdInfo, FdPath, SpawnRecord, MAX_DEPTH, MAX_FDS, MAX_FD_WORDS, MAX_PATHS,
+    flags, fs_magic, FdInfo, FdPath, SpawnRecord, MAX_DEPTH, MAX_FDS, MAX_FD_WORDS, MAX_PATHS,
 };
 
 use crate::kernel::{conf, current_task, read_kernel};
@@ -19,9 +19,6 @@ use crate::kernel::{conf, current_task, read_kernel};
 const S_IFMT: u32 = 0o170000;
 const S_IFSOCK: u32 = 0o140000;
 const S_IFIFO: u32 = 0o010000;
-const PROC_SUPER_MAGIC: u64 = 0x9fa0;
-const PIPEFS_MAGIC: u64 = 0x5049_5045;
-const ANON_INODE_FS_MAGIC: u64 = 0x0904_1934;
 
 /// The walk of one exec's fd table, in the WALK per-CPU map rather than on the stack: the
 /// verifier does not track values in map memory, so the bpf_loop callbacks' states converge
@@ -48,7 +45,7 @@ pub struct Walk {
     next: u32,
 }
 
-#[map(name = "WALK")]
+#[map]
 static WALK: PerCpuArray<Walk> = PerCpuArray::with_max_entries(1, 0);
 
 /// The current exec's record (SCRATCH) and walk (WALK). Tracepoint programs run with
@@ -273,8 +270,8 @@ fn record_fd(rec: &mut SpawnRecord, walk: &mut Walk, fd: u32) {
     match fill_fd(slot, walk.fd_array, fd) {
         Ok(file) => {
             let pseudo = slot.mode & S_IFMT == S_IFSOCK
-                || (slot.mode & S_IFMT == S_IFIFO && slot.magic == PIPEFS_MAGIC)
-                || slot.magic == ANON_INODE_FS_MAGIC
+                || (slot.mode & S_IFMT == S_IFIFO && slot.magic == fs_magic::PIPEFS)
+                || slot.magic == fs_magic::ANON_INODE_FS
                 || slot.mode & S_IFMT == 0;
             if !pseudo {
                 let p = rec.npaths as usize;
@@ -428,7 +425,7 @@ pub fn is_procfd_listing(fd: u32) -> Result<bool, i64> {
     }
     let inode: u64 = read_kernel(file + conf!(file_inode))?;
     let sb: u64 = read_kernel(inode + conf!(inode_sb))?;
-    if read_kernel::<u64>(sb + conf!(sb_magic))? != PROC_SUPER_MAGIC {
+    if read_kernel::<u64>(sb + conf!(sb_magic))? != fs_magic::PROC_SUPER {
         return Ok(false);
     }
     let dentry: u64 = read_kernel(file + conf!(file_dentry))?;

@@ -12,6 +12,13 @@ mod arch;
 mod fdwalk;
 mod kernel;
 
+/// Asserts at compile time that static `$ident` is named `$name` (a common-crate constant).
+macro_rules! map_named {
+    ($ident:ident, $name:path) => {
+        const _: () = assert!(fdaudit_common::same_name(stringify!($ident), $name));
+    };
+}
+
 use aya_ebpf::{
     helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::{map, raw_tracepoint},
@@ -20,81 +27,55 @@ use aya_ebpf::{
 };
 use fdaudit_common::{
     flags, sysno, Config, Counters, ExitRecord, FdCache, HotSlot, ReadKey, ReadStat, RecordHeader,
-    RecordKind, SpawnRecord, Stats, TaskState, EXEC_CHAIN_LEN, HOT_SLOTS, MAX_RANGES, MAX_READS,
-    MAX_TRACKED,
+    RecordKind, SpawnRecord, Stats, TaskState, CONFIG_MAGIC, EXEC_CHAIN_LEN, GLOBAL_CONFIG,
+    HOT_SLOTS, MAP_EVENTS, MAP_EXEC_CHAIN, MAP_HOT, MAP_READS, MAP_SCRATCH, MAP_STATS, MAP_TRACKED,
+    MAX_RANGES, MAX_READS, MAX_TRACKED,
 };
 use kernel::{conf, read_kernel, stat_add};
 
-#[map(name = "EVENTS")]
+// `#[map]` names each map after its static; `map_named!` checks at compile time that the
+// name is the `MAP_*` constant userspace looks the map up by.
+#[map]
 static EVENTS: RingBuf = RingBuf::with_byte_size(8 << 20, 0);
+map_named!(EVENTS, MAP_EVENTS);
 
-#[map(name = "TRACKED")]
+#[map]
 static TRACKED: HashMap<u32, TaskState> = HashMap::with_max_entries(MAX_TRACKED, 0);
+map_named!(TRACKED, MAP_TRACKED);
 
-#[map(name = "SCRATCH")]
+#[map]
 static SCRATCH: PerCpuArray<SpawnRecord> = PerCpuArray::with_max_entries(1, 0);
+map_named!(SCRATCH, MAP_SCRATCH);
 
-#[map(name = "STATS")]
+#[map]
 static STATS: PerCpuArray<Stats> = PerCpuArray::with_max_entries(1, 0);
+map_named!(STATS, MAP_STATS);
 
-#[map(name = "HOT")]
+#[map]
 static HOT: Array<HotSlot> = Array::with_max_entries(HOT_SLOTS, 0);
+map_named!(HOT, MAP_HOT);
 
 /// The bounded exec walk's later stages, reached by tail calls (see fdwalk::bounded).
-#[map(name = "EXEC_CHAIN")]
+#[map]
 static EXEC_CHAIN: ProgramArray = ProgramArray::with_max_entries(EXEC_CHAIN_LEN, 0);
+map_named!(EXEC_CHAIN, MAP_EXEC_CHAIN);
 
-#[map(name = "READS")]
+#[map]
 static READS: HashMap<ReadKey, ReadStat> = HashMap::with_max_entries(MAX_READS, 0);
+map_named!(READS, MAP_READS);
 
 /// Offsets and options, written by the loader (`EbpfLoader::override_global`).
 #[unsafe(no_mangle)]
-static CONFIG: Config = Config {
-    task_pid: 0,
-    task_tgid: 0,
-    task_files: 0,
-    task_mm: 0,
-    task_comm: 0,
-    task_signal: 0,
-    task_exit_code: 0,
-    signal_live: 0,
-    files_fdt: 0,
-    fdt_max_fds: 0,
-    fdt_fd: 0,
-    fdt_open_fds: 0,
-    file_inode: 0,
-    file_flags: 0,
-    file_dentry: 0,
-    file_private: 0,
-    dentry_name: 0,
-    inode_mode: 0,
-    inode_ino: 0,
-    inode_sb: 0,
-    inode_rdev: 0,
-    sb_magic: 0,
-    sb_dev: 0,
-    socket_sk: 0,
-    socket_type: 0,
-    sk_family: 0,
-    mm_arg_start: 0,
-    mm_arg_end: 0,
-    bprm_filename: 0,
-    regs_arg0: 0,
-    regs_arg1: 0,
-    regs_arg2: 0,
-    regs_nr: 0,
-    regs_exit_arg0: 0,
-    hot_mask: 0,
-    file_mnt: 0,
-    file_pos: 0,
-    dentry_parent: 0,
-    vfsmount_root: 0,
-    mount_mnt: 0,
-    mount_parent: 0,
-    mount_mountpoint: 0,
-    reads: 0,
-    magic: 0,
-};
+static CONFIG: Config = Config::ZEROED;
+map_named!(CONFIG, GLOBAL_CONFIG);
+
+/// Whether userspace filled [`CONFIG`]: without its offsets every kernel read would be at
+/// the wrong place, so the programs that start tracking (fork) or count (exec, exit,
+/// reads) do nothing until it has.
+#[inline(always)]
+fn configured() -> bool {
+    conf!(magic) == CONFIG_MAGIC as u64
+}
 
 #[inline(always)]
 fn current_tgid() -> u32 {
@@ -113,7 +94,7 @@ pub fn sched_process_fork(ctx: RawTracePointContext) -> i32 {
 
 fn try_sched_process_fork(ctx: &RawTracePointContext) -> Result<(), i64> {
     let parent_tgid = current_tgid();
-    if TRACKED.get_ptr(parent_tgid).is_none() {
+    if TRACKED.get_ptr(parent_tgid).is_none() || !configured() {
         return Ok(());
     }
     let child: u64 = ctx.arg(1);
@@ -234,8 +215,8 @@ fn take_counters(tgid: u32, st: &TaskState) -> Counters {
 // Two forms of the same program; userspace loads one, chosen by probing for bpf_loop:
 // - sched_process_exec walks the fd table under bpf_loop (5.17+), any table size;
 // - sched_process_exec_bounded (for 5.10 and 5.15) walks it with bounded loops in chunks
-//   chained by tail calls (EXEC_CHAIN, since 4.2), up to fdwalk::BOUNDED_MAX_FDS fds, and
-//   marks its records BOUNDED_WALK.
+//   chained by tail calls (EXEC_CHAIN, since 4.2), up to BOUNDED_MAX_FDS fds, and marks
+//   records whose table was larger BOUNDED_WALK.
 #[raw_tracepoint(tracepoint = "sched_process_exec")]
 pub fn sched_process_exec(ctx: RawTracePointContext) -> i32 {
     let _ = try_sched_process_exec(&ctx, false);
@@ -292,6 +273,9 @@ fn try_sched_process_exec(ctx: &RawTracePointContext, bounded: bool) -> Result<b
     let Some(st) = TRACKED.get_ptr_mut(tgid) else {
         return Ok(false);
     };
+    if !configured() {
+        return Ok(false);
+    }
     let Some(rec) = SCRATCH.get_ptr_mut(0) else {
         return Ok(false);
     };
@@ -394,7 +378,7 @@ fn try_sched_process_exit() -> Result<(), i64> {
 // ---------------------------------------------------------------------------------------------
 // raw_syscalls/sys_enter: TP_PROTO(struct pt_regs *regs, long id). Runs for every syscall on
 // the machine while attached, so it leaves at the first check: the syscall id, then the
-// tgid lookup. Arguments come from pt_regs (x86_64 syscall ABI; offsets from BTF).
+// tgid lookup. Arguments come from pt_regs (offsets from BTF, per architecture: arch.rs).
 #[raw_tracepoint(tracepoint = "sys_enter")]
 pub fn sys_enter(ctx: RawTracePointContext) -> i32 {
     let _ = try_sys_enter(&ctx);
@@ -450,6 +434,14 @@ fn try_sys_enter(ctx: &RawTracePointContext) -> Result<(), i64> {
     if st.in_window == 0 {
         return Ok(());
     }
+    count_in_window(st, id, ctx)
+}
+
+/// Counts one syscall of a process inside its fork..exec window (`id` is one of those
+/// `try_sys_enter` lets through). Adding a counter: a field in `Counters`, an arm here,
+/// a field in the user side's `SyscallCounts`.
+#[inline(always)]
+fn count_in_window(st: &mut TaskState, id: i64, ctx: &RawTracePointContext) -> Result<(), i64> {
     let c = &mut st.counters;
     match id {
         sysno::CLOSE => {
@@ -523,7 +515,7 @@ pub fn sys_exit(ctx: RawTracePointContext) -> i32 {
 
 fn try_sys_exit(ctx: &RawTracePointContext) -> Result<(), i64> {
     let ret: i64 = ctx.arg(1);
-    if ret < 0 || conf!(reads) == 0 {
+    if ret < 0 || conf!(reads) == 0 || !configured() {
         return Ok(());
     }
     let tgid = current_tgid();

@@ -4,9 +4,6 @@ use clap::{Parser, Subcommand};
 
 use crate::{bench, doctor, scan, trace};
 
-/// Exit status for an error fdaudit reports (bad input, missing privileges, kernel refusal).
-pub const EXIT_ERROR: u8 = 2;
-
 /// Audits how processes hand file descriptors to their children: fds that leak across
 /// execve, and the close loops that make spawning slow under high RLIMIT_NOFILE.
 #[derive(Debug, Parser)]

@@ -6,25 +6,26 @@ use std::{ffi::OsString, net::TcpListener, os::fd::AsRawFd as _};
 
 use anyhow::{Context as _, Result};
 
-use crate::spawner::{self, Spawner, Strategy};
+use crate::spawner::{CloseMethod, Spawner};
+use crate::sys;
 
 /// Arguments of the internal `__demo` command.
 #[derive(Debug, clap::Args)]
 pub struct DemoArgs {}
 
 /// The strategies the demo spawns with, in order.
-pub const DEMO_STRATEGIES: [Strategy; 5] = [
-    Strategy::None,
-    Strategy::CloseLoop,
-    Strategy::PollScan,
-    Strategy::CloseRange,
-    Strategy::PosixSpawn,
+pub const DEMO_STRATEGIES: [CloseMethod; 5] = [
+    CloseMethod::None,
+    CloseMethod::CloseLoop,
+    CloseMethod::PollScan,
+    CloseMethod::CloseRange,
+    CloseMethod::PosixSpawn,
 ];
 
 pub fn run(_args: DemoArgs) -> Result<u8> {
-    spawner::close_inherited_fds().context("failed to close inherited fds")?;
-    let (_, hard) = spawner::nofile_limits().context("failed to read RLIMIT_NOFILE")?;
-    spawner::set_nofile(hard).context("failed to raise the soft RLIMIT_NOFILE")?;
+    sys::close_inherited_fds().context("failed to close inherited fds")?;
+    let (_, hard) = sys::nofile().context("failed to read RLIMIT_NOFILE")?;
+    sys::set_nofile(hard).context("failed to raise the soft RLIMIT_NOFILE")?;
 
     let path =
         std::env::temp_dir().join(format!("fdaudit-demo-{}-credentials", std::process::id()));

@@ -362,6 +362,18 @@ mod tests {
 
     #[test]
     fn programs_are_unique_and_sched_first() {
+        let mut names: Vec<&str> = PROGRAMS.iter().map(|p| p.name).collect();
+        let mut tracepoints: Vec<&str> = PROGRAMS.iter().map(|p| p.tracepoint).collect();
+        names.sort_unstable();
+        names.dedup();
+        tracepoints.sort_unstable();
+        tracepoints.dedup();
+        assert_eq!(names.len(), PROGRAMS.len(), "two programs share a name");
+        assert_eq!(
+            tracepoints.len(),
+            PROGRAMS.len(),
+            "two programs share a tracepoint"
+        );
         let first_syscall = PROGRAMS.iter().position(|p| p.syscall).unwrap();
         assert!(PROGRAMS[..first_syscall].iter().all(|p| !p.syscall));
         assert!(PROGRAMS[first_syscall..].iter().all(|p| p.syscall));

@@ -140,16 +140,8 @@ pub fn family_name(family: u16) -> &'static str {
     }
 }
 
-/// Superblock magics (include/uapi/linux/magic.h) that tell pseudo filesystems apart.
-pub mod magic {
-    pub const PIPEFS: u64 = 0x5049_5045;
-    pub const SOCKFS: u64 = 0x534f_434b;
-    pub const ANON_INODE_FS: u64 = 0x0904_1934;
-    pub const PIDFS: u64 = 0x5049_4446;
-    pub const TMPFS: u64 = 0x0102_1994;
-    pub const HUGETLBFS: u64 = 0x9584_58f6;
-    pub const BPF_FS: u64 = 0xcafe_4a11;
-}
+/// Superblock magics, shared with the kernel programs.
+pub use fdaudit_common::fs_magic as magic;
 
 const S_IFMT: u32 = 0o170000;
 

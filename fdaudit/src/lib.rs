@@ -7,11 +7,14 @@ pub mod cli;
 pub mod demo;
 pub mod doctor;
 pub mod ebpf;
+pub mod exit;
 pub mod fdkind;
 pub mod output;
+pub mod procfs_util;
 pub mod scan;
 pub mod spawner;
 pub mod stats;
+pub mod sys;
 pub mod trace;
 
 /// The eBPF object built by build.rs (empty when built with FDAUDIT_SKIP_EBPF=1).

@@ -16,7 +16,7 @@ fn main() -> ExitCode {
             for cause in e.chain().skip(1) {
                 diag!("caused by: {cause}");
             }
-            ExitCode::from(fdaudit::cli::EXIT_ERROR)
+            ExitCode::from(fdaudit::exit::ERROR)
         }
     }
 }

@@ -17,7 +17,14 @@ pub fn median(v: &[u64]) -> Option<u64> {
         return None;
     }
     let mut s = v.to_vec();
-    Some(crate::spawner::median(&mut s))
+    s.sort_unstable();
+    let m = s.len() / 2;
+    Some(if s.len() % 2 == 1 {
+        s[m]
+    } else {
+        // The mean of the two middle values, without overflow.
+        s[m - 1] / 2 + s[m] / 2 + (s[m - 1] % 2 + s[m] % 2) / 2
+    })
 }
 
 /// A least-squares fit `y = intercept + slope·x`.
@@ -134,6 +141,8 @@ mod tests {
         assert_eq!(median(&[5, 1, 3]), Some(3));
         assert_eq!(median(&[4, 1, 3, 2]), Some(2));
         assert_eq!(median(&[]), None);
+        assert_eq!(median(&[5]), Some(5));
+        assert_eq!(median(&[u64::MAX, u64::MAX]), Some(u64::MAX));
     }
 
     #[test]

@@ -61,6 +61,15 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// Fails a root-only test run without root. Such tests are `#[ignore = "needs root..."]`,
+/// so only `--include-ignored` (`.ci/run`, as root) gets here: never a silent pass.
+pub fn require_root() {
+    assert!(
+        is_root(),
+        "this test needs root: run it as root (`.ci/run` does), or leave out --include-ignored"
+    );
+}
+
 /// A libc return value, or a panic naming what failed and errno (fixtures only).
 pub fn check(ret: libc::c_int, what: &str) -> libc::c_int {
     if ret < 0 {

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::output::fmt_ns;
-use crate::spawner::Strategy;
+use crate::spawner::CloseMethod;
 use crate::stats::LinearFit;
 
 /// NOFILE values the fit predicts the per-spawn cost at.
@@ -17,7 +17,7 @@ pub const PREDICT_AT: [u64; 3] = [65536, 524288, 1048576];
 pub struct Published {
     pub who: &'static str,
     /// The loop strategy ours is compared with.
-    pub like: Strategy,
+    pub like: CloseMethod,
     pub nofile: u64,
     pub spawns: u64,
     pub loop_s: f64,
@@ -28,7 +28,7 @@ pub struct Published {
 pub const PUBLISHED: [Published; 2] = [
     Published {
         who: "SBCL run-program (published)",
-        like: Strategy::CloseLoop,
+        like: CloseMethod::CloseLoop,
         nofile: 524288,
         spawns: 100,
         loop_s: 11.63,
@@ -36,7 +36,7 @@ pub const PUBLISHED: [Published; 2] = [
     },
     Published {
         who: "D std.process (published)",
-        like: Strategy::PollScan,
+        like: CloseMethod::PollScan,
         nofile: 524288,
         spawns: 100,
         loop_s: 3.876,
@@ -47,10 +47,7 @@ pub const PUBLISHED: [Published; 2] = [
 /// One cell of the matrix: a strategy at one NOFILE with some fds open.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct CellReport {
-    /// Always `"cell"`.
-    #[serde(rename = "type")]
-    pub kind: &'static str,
-    pub strategy: Strategy,
+    pub strategy: CloseMethod,
     pub nofile: u64,
     pub open_fds: u64,
     /// Timed (untraced) spawns.
@@ -77,10 +74,7 @@ pub struct CellReport {
 /// A fitted cost model for one strategy and fd count: ns per spawn = a + b·NOFILE.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct FitReport {
-    /// Always `"fit"`.
-    #[serde(rename = "type")]
-    pub kind: &'static str,
-    pub strategy: Strategy,
+    pub strategy: CloseMethod,
     pub open_fds: u64,
     /// b: nanoseconds per unit of NOFILE.
     pub ns_per_fd: f64,
@@ -88,7 +82,7 @@ pub struct FitReport {
     pub ns_per_fd_ci95: f64,
     /// The model predicting beyond the measured limits is flat (the mean cost): true for
     /// the strategies that make a fixed number of syscalls, false for the loops, which
-    /// make one per possible fd (see [`Strategy::is_loop`]).
+    /// make one per possible fd (see [`CloseMethod::is_loop`]).
     pub flat: bool,
     /// The data show b > 0 at 95% confidence.
     pub slope_significant: bool,
@@ -119,10 +113,11 @@ pub fn check_traced(c: &CellReport) -> Option<String> {
     }
     let ranges = c.close_range_calls_per_spawn.unwrap_or(0);
     let want_ranges = match c.strategy {
-        Strategy::CloseRange | Strategy::CloseRangeCloexec => Some(1),
-        Strategy::None | Strategy::CloseLoop | Strategy::FcntlLoop | Strategy::PosixSpawn => {
-            Some(0)
-        }
+        CloseMethod::CloseRange | CloseMethod::CloseRangeCloexec => Some(1),
+        CloseMethod::None
+        | CloseMethod::CloseLoop
+        | CloseMethod::FcntlLoop
+        | CloseMethod::PosixSpawn => Some(0),
         _ => None,
     };
     if let Some(w) = want_ranges {
@@ -130,13 +125,13 @@ pub fn check_traced(c: &CellReport) -> Option<String> {
             bad.push(format!("{ranges} close_range() calls, expected {w}"));
         }
     }
-    if c.strategy == Strategy::FcntlLoop {
+    if c.strategy == CloseMethod::FcntlLoop {
         let f = c.fcntl_setfd_calls_per_spawn.unwrap_or(0);
         if f != c.nofile - 3 {
             bad.push(format!("{f} F_SETFD calls, expected {}", c.nofile - 3));
         }
     }
-    if c.strategy == Strategy::PollScan && c.poll_calls_per_spawn != Some(1) {
+    if c.strategy == CloseMethod::PollScan && c.poll_calls_per_spawn != Some(1) {
         bad.push(format!(
             "{} poll() calls, expected 1",
             c.poll_calls_per_spawn.unwrap_or(0)
@@ -163,7 +158,7 @@ pub fn check_traced(c: &CellReport) -> Option<String> {
 pub fn add_speedups(cells: &mut [CellReport]) {
     let base: BTreeMap<(u64, u64), u64> = cells
         .iter()
-        .filter(|c| c.strategy == Strategy::CloseRange)
+        .filter(|c| c.strategy == CloseMethod::CloseRange)
         .map(|c| ((c.nofile, c.open_fds), c.median_ns))
         .collect();
     for c in cells.iter_mut() {
@@ -176,7 +171,7 @@ pub fn add_speedups(cells: &mut [CellReport]) {
 
 /// Fits ns per spawn against NOFILE for each (strategy, open fds) with ≥ 2 limits.
 pub fn fits(cells: &[CellReport]) -> Vec<FitReport> {
-    let mut groups: BTreeMap<(u64, Strategy), Vec<(f64, f64)>> = BTreeMap::new();
+    let mut groups: BTreeMap<(u64, CloseMethod), Vec<(f64, f64)>> = BTreeMap::new();
     for c in cells {
         groups
             .entry((c.open_fds, c.strategy))
@@ -189,7 +184,6 @@ pub fn fits(cells: &[CellReport]) -> Vec<FitReport> {
             let f = LinearFit::fit(&pts)?;
             let flat = !strategy.is_loop();
             Some(FitReport {
-                kind: "fit",
                 strategy,
                 open_fds,
                 ns_per_fd: f.slope,
@@ -344,7 +338,7 @@ pub fn render_published(fits: &[FitReport]) -> String {
     let Some(open) = fits.iter().map(|f| f.open_fds).min() else {
         return out;
     };
-    let at = |s: Strategy, n: u64| {
+    let at = |s: CloseMethod, n: u64| {
         fits.iter()
             .find(|f| f.strategy == s && f.open_fds == open)
             .and_then(|f| f.predictions.iter().find(|p| p.nofile == n).cloned())
@@ -362,7 +356,8 @@ pub fn render_published(fits: &[FitReport]) -> String {
             format!("{} s", p.close_range_s),
             format!("{:.0}×", p.loop_s / p.close_range_s),
         ]);
-        let (Some(l), Some(r)) = (at(p.like, p.nofile), at(Strategy::CloseRange, p.nofile)) else {
+        let (Some(l), Some(r)) = (at(p.like, p.nofile), at(CloseMethod::CloseRange, p.nofile))
+        else {
             continue;
         };
         let tag = if l.extrapolated { ", extrapolated" } else { "" };
@@ -386,13 +381,12 @@ pub(crate) mod tests {
     use super::*;
 
     pub(crate) fn cell(
-        strategy: Strategy,
+        strategy: CloseMethod,
         nofile: u64,
         open_fds: u64,
         median_ns: u64,
     ) -> CellReport {
         CellReport {
-            kind: "cell",
             strategy,
             nofile,
             open_fds,
@@ -416,9 +410,9 @@ pub(crate) mod tests {
     pub(crate) fn sample() -> Vec<CellReport> {
         let mut v = Vec::new();
         for l in [1024, 4096, 16384, 20000] {
-            v.push(cell(Strategy::CloseLoop, l, 3, 300_000 + 250 * l));
-            v.push(cell(Strategy::CloseRange, l, 3, 300_000));
-            v.push(cell(Strategy::PollScan, l, 3, 300_000 + 100 * l));
+            v.push(cell(CloseMethod::CloseLoop, l, 3, 300_000 + 250 * l));
+            v.push(cell(CloseMethod::CloseRange, l, 3, 300_000));
+            v.push(cell(CloseMethod::PollScan, l, 3, 300_000 + 100 * l));
         }
         add_speedups(&mut v);
         v
@@ -433,8 +427,8 @@ pub(crate) mod tests {
                 .and_then(|c| c.close_range_speedup)
                 .expect("speed-up")
         };
-        assert!((at(Strategy::CloseLoop, 20000) - 5_300_000.0 / 300_000.0).abs() < 1e-9);
-        assert_eq!(at(Strategy::CloseRange, 1024), 1.0);
+        assert!((at(CloseMethod::CloseLoop, 20000) - 5_300_000.0 / 300_000.0).abs() < 1e-9);
+        assert_eq!(at(CloseMethod::CloseRange, 1024), 1.0);
     }
 
     #[test]
@@ -442,7 +436,7 @@ pub(crate) mod tests {
         let f = fits(&sample());
         let loop_fit = f
             .iter()
-            .find(|f| f.strategy == Strategy::CloseLoop)
+            .find(|f| f.strategy == CloseMethod::CloseLoop)
             .expect("loop fit");
         assert!((loop_fit.ns_per_fd - 250.0).abs() < 1e-6, "{loop_fit:?}");
         assert!((loop_fit.r2 - 1.0).abs() < 1e-9);
@@ -452,7 +446,7 @@ pub(crate) mod tests {
         assert!((p.ns - (300_000.0 + 250.0 * 524288.0)).abs() < 1e-3);
         let flat = f
             .iter()
-            .find(|f| f.strategy == Strategy::CloseRange)
+            .find(|f| f.strategy == CloseMethod::CloseRange)
             .expect("flat fit");
         assert!(flat.ns_per_fd.abs() < 1e-9, "{flat:?}");
     }
@@ -505,7 +499,7 @@ pub(crate) mod tests {
 
     #[test]
     fn traced_checks() {
-        let mut c = cell(Strategy::CloseLoop, 1024, 3, 1);
+        let mut c = cell(CloseMethod::CloseLoop, 1024, 3, 1);
         assert_eq!(check_traced(&c), None);
         c.close_calls_per_spawn = Some(1021);
         c.close_range_calls_per_spawn = Some(0);
@@ -516,11 +510,11 @@ pub(crate) mod tests {
             check_traced(&c).as_deref(),
             Some("5 close() calls, expected 1021")
         );
-        let mut n = cell(Strategy::None, 1024, 1000, 1);
+        let mut n = cell(CloseMethod::None, 1024, 1000, 1);
         n.close_calls_per_spawn = Some(0);
         n.leaked_fds_per_spawn = Some(997);
         assert_eq!(check_traced(&n).as_deref(), Some("ok"));
-        let mut r = cell(Strategy::CloseRange, 1024, 1000, 1);
+        let mut r = cell(CloseMethod::CloseRange, 1024, 1000, 1);
         r.close_calls_per_spawn = Some(0);
         r.close_range_calls_per_spawn = Some(2);
         r.leaked_fds_per_spawn = Some(0);

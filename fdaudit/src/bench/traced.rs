@@ -8,16 +8,17 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context as _};
 
-use crate::trace::session::{Event, Session, SessionOptions, Spawn};
+use crate::trace::{
+    counts::SyscallCounts,
+    decode::{Event, Spawn},
+    session::{Session, SessionOptions},
+};
 
 /// What the tracer saw for one spawn of the spawner.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TracedSpawn {
-    pub close_calls: u64,
-    pub close_range_calls: u64,
-    pub fcntl_setfd_calls: u64,
-    pub poll_calls: u64,
-    pub getdents64_calls: u64,
+    /// The child's syscalls between fork and exec.
+    pub calls: SyscallCounts,
     /// Fds ≥ 3 the exec'd program got from its parent.
     pub leaked_fds: u64,
     pub exec_ok: bool,
@@ -26,11 +27,7 @@ pub struct TracedSpawn {
 impl TracedSpawn {
     fn from_spawn(s: &Spawn) -> TracedSpawn {
         TracedSpawn {
-            close_calls: s.close_calls.into(),
-            close_range_calls: s.close_range_calls.into(),
-            fcntl_setfd_calls: s.fcntl_setfd_calls.into(),
-            poll_calls: s.poll_calls.into(),
-            getdents64_calls: s.getdents64_calls.into(),
+            calls: s.calls,
             leaked_fds: s.leaked_count.into(),
             exec_ok: s.exec_ok,
         }
@@ -53,20 +50,20 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(60);
 const DRAIN: Duration = Duration::from_millis(500);
 
 /// A tracing session reused for every cell.
-pub struct Tracer {
+pub struct BenchTracer {
     session: Session,
 }
 
-impl Tracer {
+impl BenchTracer {
     /// Loads and attaches the tracer (root only).
-    pub fn start() -> Result<Tracer, TraceError> {
+    pub fn start() -> Result<BenchTracer, TraceError> {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
             return Err(TraceError::NotRoot);
         }
         let session =
             Session::start(&SessionOptions::default()).context("failed to start the tracer")?;
-        Ok(Tracer { session })
+        Ok(BenchTracer { session })
     }
 
     /// Runs `spawner` (a `__spawner … --wait-stdin` command), tracks it once it is ready,

@@ -111,7 +111,7 @@ pub fn collect() -> Vec<Check> {
 /// Runs every check, in order, with the verifier's figures of each program loaded.
 pub fn collect_with_programs() -> (Vec<Check>, Vec<ProgramFigures>) {
     let mut checks = Vec::new();
-    let uname = rustix_uname();
+    let uname = crate::sys::uname().unwrap_or_else(|| "unknown".into());
     checks.push(check("kernel", Status::Ok, uname));
     if !crate::arch::SUPPORTED {
         checks.push(check(
@@ -124,72 +124,17 @@ pub fn collect_with_programs() -> (Vec<Check>, Vec<ProgramFigures>) {
         ));
     }
 
-    let btf_ok = match btf::Btf::from_sys_fs() {
-        Ok(b) => match btf::config_from_btf(&b) {
-            Ok(_) => {
-                checks.push(check(
-                    "btf",
-                    Status::Ok,
-                    format!("{} has every offset fdaudit needs", btf::VMLINUX_BTF),
-                ));
-                true
-            }
-            Err(e) => {
-                checks.push(check(
-                    "btf",
-                    Status::Fail,
-                    format!("{e}: this kernel's layout is not supported"),
-                ));
-                false
-            }
-        },
-        Err(e) => {
-            checks.push(check(
-                "btf",
-                Status::Fail,
-                format!("{e}: boot a kernel built with CONFIG_DEBUG_INFO_BTF=y"),
-            ));
-            false
-        }
-    };
+    let (btf, btf_ok) = btf_check();
+    checks.push(btf);
 
     let caps = ebpf::effective_caps();
     let root = unsafe { libc::geteuid() } == 0;
     checks.push(tracefs_check(root));
 
-    let names = [
-        ("CAP_BPF", caps::CAP_BPF),
-        ("CAP_PERFMON", caps::CAP_PERFMON),
-        ("CAP_SYS_ADMIN", caps::CAP_SYS_ADMIN),
-        ("CAP_SYS_PTRACE", caps::CAP_SYS_PTRACE),
-    ];
-    let held: Vec<&str> = names
-        .iter()
-        .filter(|(_, c)| ebpf::has_cap(caps, *c))
-        .map(|(n, _)| *n)
-        .collect();
     let missing = ebpf::missing_trace_caps(caps);
-    checks.push(match &missing {
-        None => check(
-            "capabilities",
-            Status::Ok,
-            format!("held: {}", held.join(", ")),
-        ),
-        Some(m) => check(
-            "capabilities",
-            Status::Fail,
-            format!("missing {m}: tracing needs CAP_BPF and CAP_PERFMON; run with sudo"),
-        ),
-    });
-    if missing.is_none() && !ebpf::has_cap(caps, caps::CAP_SYS_PTRACE) {
-        checks.push(check(
-            "ptrace",
-            Status::Warn,
-            "no CAP_SYS_PTRACE: leaked fd paths of other users' processes may be partial",
-        ));
-    }
+    checks.extend(caps_checks(caps, missing.as_deref()));
 
-    let (soft, hard) = nofile();
+    let (soft, hard) = crate::sys::nofile().unwrap_or((0, 0));
     let detail = format!("soft {soft}, hard {hard}");
     checks.push(check("rlimit_nofile", Status::Ok, detail));
 
@@ -213,6 +158,73 @@ pub fn collect_with_programs() -> (Vec<Check>, Vec<ProgramFigures>) {
     let (progs, figures) = program_checks();
     checks.extend(progs);
     (checks, figures)
+}
+
+/// Whether BTF is there and has every offset: the check, and whether it passed.
+fn btf_check() -> (Check, bool) {
+    match btf::Btf::from_sys_fs() {
+        Ok(b) => match btf::config_from_btf(&b) {
+            Ok(_) => (
+                check(
+                    "btf",
+                    Status::Ok,
+                    format!("{} has every offset fdaudit needs", btf::VMLINUX_BTF),
+                ),
+                true,
+            ),
+            Err(e) => (
+                check(
+                    "btf",
+                    Status::Fail,
+                    format!("{e}: this kernel's layout is not supported"),
+                ),
+                false,
+            ),
+        },
+        Err(e) => (
+            check(
+                "btf",
+                Status::Fail,
+                format!("{e}: boot a kernel built with CONFIG_DEBUG_INFO_BTF=y"),
+            ),
+            false,
+        ),
+    }
+}
+
+/// The capabilities held, and a warning without CAP_SYS_PTRACE.
+fn caps_checks(caps: u64, missing: Option<&str>) -> Vec<Check> {
+    let names = [
+        ("CAP_BPF", caps::CAP_BPF),
+        ("CAP_PERFMON", caps::CAP_PERFMON),
+        ("CAP_SYS_ADMIN", caps::CAP_SYS_ADMIN),
+        ("CAP_SYS_PTRACE", caps::CAP_SYS_PTRACE),
+    ];
+    let held: Vec<&str> = names
+        .iter()
+        .filter(|(_, c)| ebpf::has_cap(caps, *c))
+        .map(|(n, _)| *n)
+        .collect();
+    let mut checks = vec![match missing {
+        None => check(
+            "capabilities",
+            Status::Ok,
+            format!("held: {}", held.join(", ")),
+        ),
+        Some(m) => check(
+            "capabilities",
+            Status::Fail,
+            format!("missing {m}: tracing needs CAP_BPF and CAP_PERFMON; run with sudo"),
+        ),
+    }];
+    if missing.is_none() && !ebpf::has_cap(caps, caps::CAP_SYS_PTRACE) {
+        checks.push(check(
+            "ptrace",
+            Status::Warn,
+            "no CAP_SYS_PTRACE: leaked fd paths of other users' processes may be partial",
+        ));
+    }
+    checks
 }
 
 /// Loads and attaches every program, reporting each with the verifier's figures, then
@@ -340,32 +352,4 @@ pub fn mount_tracefs() -> std::io::Result<()> {
     } else {
         Err(std::io::Error::last_os_error())
     }
-}
-
-/// RLIMIT_NOFILE (soft, hard) of this process.
-pub fn nofile() -> (u64, u64) {
-    let mut r = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes into the struct we own.
-    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) };
-    (r.rlim_cur, r.rlim_max)
-}
-
-fn rustix_uname() -> String {
-    // SAFETY: uname fills the struct we own; fields are NUL-terminated.
-    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
-    if unsafe { libc::uname(&mut u) } != 0 {
-        return "unknown".into();
-    }
-    let f = |a: &[libc::c_char]| {
-        let b: Vec<u8> = a
-            .iter()
-            .take_while(|&&c| c != 0)
-            .map(|&c| c as u8)
-            .collect();
-        String::from_utf8_lossy(&b).into_owned()
-    };
-    format!("{} {} {}", f(&u.sysname), f(&u.release), f(&u.machine))
 }

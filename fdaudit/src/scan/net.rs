@@ -71,7 +71,7 @@ impl NetTables {
         let mut buf = Vec::new();
         for (name, kind) in TABLES {
             let cname = std::ffi::CString::new(*name).expect("no NUL in table names");
-            if super::sys::read_file_at(dir, &cname, &mut buf).is_err() {
+            if crate::procfs_util::at::read_file_at(dir, &cname, &mut buf).is_err() {
                 continue;
             }
             t.add_table(*kind, &buf);

@@ -3,7 +3,7 @@
 
 /// What `scan` uses from `/proc/PID/status`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Status {
+pub struct ProcStatus {
     /// `Name:` (the comm), raw bytes as the kernel printed them (it escapes `\n` and `\\`).
     pub name: Option<Vec<u8>>,
     pub ppid: Option<u32>,
@@ -14,8 +14,8 @@ pub struct Status {
     pub kthread: bool,
 }
 
-pub fn parse_status(data: &[u8]) -> Status {
-    let mut st = Status::default();
+pub fn parse_status(data: &[u8]) -> ProcStatus {
+    let mut st = ProcStatus::default();
     let (mut kthread_line, mut vm) = (false, false);
     for line in data.split(|&b| b == b'\n') {
         let Some(colon) = line.iter().position(|&b| b == b':') else {
@@ -30,7 +30,7 @@ pub fn parse_status(data: &[u8]) -> Status {
                     .split(u8::is_ascii_whitespace)
                     .filter(|s| !s.is_empty())
                     .nth(1)
-                    .and_then(super::sys::parse_u32)
+                    .and_then(crate::procfs_util::at::parse_u32)
             }
             b"Kthread" => {
                 kthread_line = true;
@@ -74,14 +74,14 @@ fn limit_value(s: &[u8]) -> Option<Option<u64>> {
 
 /// What `scan` uses from `/proc/PID/fdinfo/N`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct FdInfo {
+pub struct FdinfoEntry {
     /// `flags:` in octal: access mode, O_CLOEXEC, O_DIRECTORY, O_PATH...
     pub flags: u32,
     pub mnt_id: Option<u32>,
     pub ino: Option<u64>,
 }
 
-impl FdInfo {
+impl FdinfoEntry {
     pub fn cloexec(&self) -> bool {
         self.flags & libc::O_CLOEXEC as u32 != 0
     }
@@ -105,9 +105,9 @@ impl FdInfo {
 
 /// Parses an fdinfo file; `None` if it has no readable `flags:` line (truncated or
 /// malformed), since without flags neither close-on-exec nor the access mode is known.
-pub fn parse_fdinfo(data: &[u8]) -> Option<FdInfo> {
+pub fn parse_fdinfo(data: &[u8]) -> Option<FdinfoEntry> {
     let mut flags = None;
-    let mut info = FdInfo::default();
+    let mut info = FdinfoEntry::default();
     let mut rest = data;
     while !rest.is_empty() {
         let end = rest.iter().position(|&b| b == b'\n');
@@ -180,7 +180,7 @@ fn first_u32(s: &[u8]) -> Option<u32> {
         .iter()
         .position(|b| !b.is_ascii_digit())
         .unwrap_or(s.len());
-    super::sys::parse_u32(&s[..end])
+    crate::procfs_util::at::parse_u32(&s[..end])
 }
 
 /// The number in `socket:[N]` / `pipe:[N]` / `net:[N]` link texts.

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use super::findings::{FindingKind, Severity};
-use super::scanner::{scan, Config, Outcome, ProcReport};
+use super::scanner::{scan, Outcome, ProcReport, ScanOptions};
 use crate::fdkind::FdKind;
 
 fn fixture(name: &str) -> PathBuf {
@@ -13,14 +13,14 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-fn run(cfg: Config) -> (Vec<ProcReport>, Outcome) {
+fn run(cfg: ScanOptions) -> (Vec<ProcReport>, Outcome) {
     let mut reports = Vec::new();
     let outcome = scan(&cfg, |r| r, |r| reports.push(r)).expect("fixture scan failed");
     (reports, outcome)
 }
 
-fn basic(full_fds: bool, threads: usize) -> Config {
-    Config {
+fn basic(full_fds: bool, threads: usize) -> ScanOptions {
+    ScanOptions {
         root: fixture("basic"),
         pids: None,
         uid: None,
@@ -222,13 +222,13 @@ fn findings_ranked_worst_first() {
 
 #[test]
 fn filters_by_pid_and_uid() {
-    let (reports, outcome) = run(Config {
+    let (reports, outcome) = run(ScanOptions {
         pids: Some(vec![200, 999]),
         ..basic(true, 2)
     });
     assert_eq!(reports.iter().map(|r| r.pid).collect::<Vec<_>>(), [200]);
     assert_eq!(outcome.missing, [999]);
-    let (reports, _) = run(Config {
+    let (reports, _) = run(ScanOptions {
         uid: Some(65534),
         ..basic(false, 2)
     });
@@ -238,7 +238,7 @@ fn filters_by_pid_and_uid() {
 #[test]
 fn missing_root_is_an_error() {
     let err = scan(
-        &Config {
+        &ScanOptions {
             root: fixture("does-not-exist"),
             ..basic(false, 1)
         },
@@ -274,7 +274,7 @@ fn human_output_groups_many_alike_findings() {
         0,
         "limit".into(),
     ));
-    let g = super::group_findings(v);
+    let g = super::report::group_findings(v);
     let got: Vec<(Option<u32>, Severity)> = g.iter().map(|f| (f.fd, f.severity)).collect();
     assert_eq!(
         got,

@@ -4,7 +4,18 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
-use super::session::{Exit, Spawn};
+use std::io::Write as _;
+
+use anyhow::Result;
+
+use super::{
+    counts::SyscallCounts,
+    decode::{Event, Exit, LeakedFd, Spawn},
+    flags::SpawnFlags,
+    reads,
+    session::Session,
+    TraceArgs, TraceRecord,
+};
 use crate::{
     output::{self, fmt_ns},
     stats,
@@ -38,38 +49,12 @@ pub fn spawn_line(s: &Spawn) -> String {
             fmt_ns(s.window_corrected_ns as f64)
         ));
     }
-    if !s.flags.contains(&"no_syscalls") {
+    if !s.flags.contains(SpawnFlags::NO_SYSCALLS) {
         line.push_str(&format!("  {}", s.strategy));
         if let Some(b) = s.close_loop_bound {
             line.push_str(&format!(" to {b}"));
         }
-        let mut counts = Vec::new();
-        if s.close_calls > 0 {
-            counts.push(format!("close {} ({} EBADF)", s.close_calls, s.close_ebadf));
-        }
-        if s.close_range_calls > 0 {
-            let r: Vec<String> = s
-                .close_ranges
-                .iter()
-                .map(|[a, b, f]| format!("close_range({a}, {}, {})", bound(*b), range_flags(*f)))
-                .collect();
-            counts.push(r.join(" "));
-        }
-        if s.fcntl_setfd_calls + s.fcntl_getfd_calls > 0 {
-            counts.push(format!(
-                "fcntl {}",
-                s.fcntl_setfd_calls + s.fcntl_getfd_calls
-            ));
-        }
-        if s.poll_calls > 0 {
-            counts.push(format!("poll {} (nfds {})", s.poll_calls, s.poll_nfds_max));
-        }
-        if s.getdents64_calls > 0 {
-            counts.push(format!("getdents64 {}", s.getdents64_calls));
-        }
-        if s.exec_attempts > 1 {
-            counts.push(format!("exec attempts {}", s.exec_attempts));
-        }
+        let counts = window_counts(s);
         if !counts.is_empty() {
             line.push_str(": ");
             line.push_str(&counts.join(", "));
@@ -87,9 +72,42 @@ pub fn spawn_line(s: &Spawn) -> String {
         line.push_str(&format!("  LEAKED {}: {}", s.leaked_count, fds.join(", ")));
     }
     if !s.flags.is_empty() {
-        line.push_str(&format!("  [{}]", s.flags.join(",")));
+        line.push_str(&format!(
+            "  [{}]",
+            s.flags.names().collect::<Vec<_>>().join(",")
+        ));
     }
     line
+}
+
+/// The window's syscall counts, for the spawn line.
+fn window_counts(s: &Spawn) -> Vec<String> {
+    let mut counts = Vec::new();
+    let c = &s.calls;
+    if c.close_calls > 0 {
+        counts.push(format!("close {} ({} EBADF)", c.close_calls, c.close_ebadf));
+    }
+    if c.close_range_calls > 0 {
+        let r: Vec<String> = s
+            .close_ranges
+            .iter()
+            .map(|[a, b, f]| format!("close_range({a}, {}, {})", bound(*b), range_flags(*f)))
+            .collect();
+        counts.push(r.join(" "));
+    }
+    if c.fcntl_calls() > 0 {
+        counts.push(format!("fcntl {}", c.fcntl_calls()));
+    }
+    if c.poll_calls > 0 {
+        counts.push(format!("poll {} (nfds {})", c.poll_calls, c.poll_nfds_max));
+    }
+    if c.getdents64_calls > 0 {
+        counts.push(format!("getdents64 {}", c.getdents64_calls));
+    }
+    if s.exec_attempts > 1 {
+        counts.push(format!("exec attempts {}", s.exec_attempts));
+    }
+    counts
 }
 
 fn bound(b: u32) -> String {
@@ -118,13 +136,12 @@ pub fn range_flags(f: u32) -> String {
 
 /// Totals over a trace.
 #[derive(Debug, Default, Clone, Serialize, PartialEq, Eq)]
-pub struct Totals {
-    pub close_calls: u64,
-    pub close_ebadf: u64,
-    pub close_range_calls: u64,
+pub struct TraceTotals {
+    /// Every window counter, summed (`poll_nfds_max`: the largest).
+    #[serde(flatten)]
+    pub calls: SyscallCounts,
+    /// fcntl() calls of either kind (`fcntl_setfd_calls + fcntl_getfd_calls`).
     pub fcntl_calls: u64,
-    pub poll_calls: u64,
-    pub getdents64_calls: u64,
     /// fds leaked at each process's last exec (what reached the image that runs).
     pub leaked_fds: u64,
     /// Processes whose last exec leaked an fd: what `--fail-on-leak` fails on.
@@ -153,8 +170,6 @@ pub struct Group {
 /// The summary JSON object (last line with `--json`).
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
-    #[serde(rename = "type")]
-    pub record_type: &'static str,
     pub spawns: u64,
     pub lost_records: u64,
     pub untracked_forks: u64,
@@ -164,11 +179,19 @@ pub struct Summary {
     pub probe_cost_ns: f64,
     pub close_cost_ns: f64,
     pub leaks_only: bool,
-    pub totals: Totals,
+    pub totals: TraceTotals,
     pub groups: Vec<Group>,
     pub partial: Vec<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub read_storms: Vec<super::reads::ReadStorm>,
+    /// Each with its `"type":"read_storm"`, as on its own line.
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        serialize_with = "tagged_storms"
+    )]
+    pub read_storms: Vec<reads::ReadStorm>,
+}
+
+fn tagged_storms<S: serde::Serializer>(v: &[reads::ReadStorm], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(v.iter().cloned().map(TraceRecord::ReadStorm))
 }
 
 /// What a group keeps per spawn: the numbers its percentiles need.
@@ -185,7 +208,7 @@ pub struct Collector {
     groups: BTreeMap<(String, String, String), Acc>,
     /// pid -> fds leaked at its latest exec.
     last_leaks: HashMap<u32, u32>,
-    totals: Totals,
+    totals: TraceTotals,
     pub spawns: u64,
     pub fork_only: u64,
     flag_counts: BTreeMap<&'static str, u64>,
@@ -195,12 +218,8 @@ impl Collector {
     pub fn add(&mut self, s: &Spawn) {
         self.spawns += 1;
         let t = &mut self.totals;
-        t.close_calls += u64::from(s.close_calls);
-        t.close_ebadf += u64::from(s.close_ebadf);
-        t.close_range_calls += u64::from(s.close_range_calls);
-        t.fcntl_calls += u64::from(s.fcntl_setfd_calls + s.fcntl_getfd_calls);
-        t.poll_calls += u64::from(s.poll_calls);
-        t.getdents64_calls += u64::from(s.getdents64_calls);
+        t.calls += s.calls;
+        t.fcntl_calls += s.calls.fcntl_calls();
         t.window_ns += s.window_ns;
         t.window_corrected_ns += s.window_corrected_ns;
         // An exec of the same process supersedes the previous one: its fds went to an image
@@ -208,7 +227,7 @@ impl Collector {
         if let Some(prev) = self.last_leaks.insert(s.pid, s.leaked_count) {
             t.transient_leaked_fds += u64::from(prev);
         }
-        for f in &s.flags {
+        for f in s.flags.partial().names() {
             *self.flag_counts.entry(f).or_default() += 1;
         }
         let acc = self
@@ -219,7 +238,7 @@ impl Collector {
                 s.strategy.to_string(),
             ))
             .or_default();
-        acc.closes.push(u64::from(s.close_calls));
+        acc.closes.push(s.calls.close_calls);
         acc.windows.push(s.window_corrected_ns);
         acc.leaked += u64::from(s.leaked_count);
     }
@@ -229,7 +248,7 @@ impl Collector {
     }
 
     /// The totals, with leaks counted at each process's last exec.
-    pub fn totals(&self) -> Totals {
+    pub fn totals(&self) -> TraceTotals {
         let mut t = self.totals.clone();
         t.leaked_fds = self.last_leaks.values().map(|&n| u64::from(n)).sum();
         t.spawns_with_leaks = self.last_leaks.values().filter(|&&n| n > 0).count() as u64;
@@ -257,7 +276,6 @@ impl Collector {
     pub fn partial_notes(&self) -> Vec<String> {
         self.flag_counts
             .iter()
-            .filter(|(f, _)| !matches!(**f, "no_syscalls" | "no_fork" | "reexec"))
             .map(|(f, n)| format!("{n} spawn(s) with {f}"))
             .collect()
     }
@@ -292,6 +310,186 @@ pub fn summary_table(groups: &[Group]) -> String {
     t.to_string()
 }
 
+/// Per-event handling and final output of `trace`: a line (or JSON object) per spawn as it
+/// comes, the summary at the end.
+pub struct Reporter<'a> {
+    args: &'a TraceArgs,
+    collector: Collector,
+    root_inherited: Vec<LeakedFd>,
+    seen_root_exec: Vec<u32>,
+    probe_cost_ns: f64,
+    close_cost_ns: f64,
+    leaks_only: bool,
+}
+
+impl<'a> Reporter<'a> {
+    pub fn new(args: &'a TraceArgs, s: &Session) -> Self {
+        Reporter {
+            args,
+            collector: Collector::default(),
+            root_inherited: Vec::new(),
+            seen_root_exec: Vec::new(),
+            probe_cost_ns: s.probe_cost_ns(),
+            close_cost_ns: s.close_cost_ns(),
+            leaks_only: s.leaks_only(),
+        }
+    }
+
+    pub fn handle(&mut self, ev: Event, roots: &[u32]) -> Result<()> {
+        match ev {
+            Event::Spawn(s) => {
+                // The traced command's own exec (or a -p root's re-exec) is not a spawn: what it
+                // inherited came from fdaudit's caller, the baseline every spawn starts from.
+                if roots.contains(&s.pid)
+                    && s.flags.contains(SpawnFlags::NO_FORK)
+                    && !self.seen_root_exec.contains(&s.pid)
+                {
+                    self.seen_root_exec.push(s.pid);
+                    self.root_inherited = s.leaked_fds.clone();
+                    return Ok(());
+                }
+                self.report_spawn(s)?;
+            }
+            Event::Exit(mut e) => {
+                self.collector.add_exit(&e);
+                if let Some(s) = e.failed_spawn.take() {
+                    self.report_spawn(s)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn report_spawn(&mut self, mut s: Box<Spawn>) -> Result<()> {
+        s.correct_for_probes(self.probe_cost_ns);
+        self.collector.add(&s);
+        if self.args.json {
+            output::json_line(&mut std::io::stdout().lock(), &TraceRecord::Spawn(s))?;
+        } else if !self.args.quiet {
+            writeln!(std::io::stdout().lock(), "{}", spawn_line(&s))?;
+        }
+        Ok(())
+    }
+
+    /// Whether a process's last exec leaked an fd (what `--fail-on-leak` fails on).
+    pub fn leaked(&self) -> bool {
+        self.collector.totals().spawns_with_leaks > 0
+    }
+
+    /// Prints the summary (JSON: the read storms and the summary object; text: the totals
+    /// line, the table, the storms) and the notes on stderr.
+    pub fn finish(self, stats: fdaudit_common::Stats, storms: Vec<reads::ReadStorm>) -> Result<()> {
+        let mut out = std::io::stdout().lock();
+        let summary = Summary {
+            spawns: self.collector.spawns,
+            lost_records: stats.lost_records,
+            untracked_forks: stats.tracked_full,
+            read_table_full: stats.reads_full,
+            fork_only_children: self.collector.fork_only,
+            probe_cost_ns: self.probe_cost_ns,
+            close_cost_ns: self.close_cost_ns,
+            leaks_only: self.leaks_only,
+            totals: self.collector.totals(),
+            groups: self.collector.groups(),
+            partial: self.collector.partial_notes(),
+            read_storms: storms,
+        };
+        if self.args.json {
+            for s in &summary.read_storms {
+                output::json_line(&mut out, &TraceRecord::ReadStorm(s.clone()))?;
+            }
+            output::json_line(&mut out, &TraceRecord::Summary(Box::new(summary)))?;
+            return Ok(());
+        }
+        summary_text(&mut out, &summary)?;
+        self.notes(&summary);
+        Ok(())
+    }
+
+    /// The notes and warnings after the summary, on stderr.
+    fn notes(&self, summary: &Summary) {
+        if !self.root_inherited.is_empty() {
+            let fds: Vec<String> = self
+                .root_inherited
+                .iter()
+                .map(|f| format!("{}={}", f.fd, f.target))
+                .collect();
+            crate::diag!(
+                "note: the traced command itself inherited {} fd(s) from fdaudit's caller: {} (every spawn that does not close them leaks them too)",
+                fds.len(),
+                fds.join(" ")
+            );
+        }
+        if self.leaks_only {
+            crate::diag!(
+                "note: --leaks-only: syscalls were not traced, so no close counts or strategies"
+            );
+        } else {
+            crate::diag!(
+                "note: probes cost ~{:.0} ns per counted syscall (close() itself ~{:.0} ns untraced); 'untraced' windows subtract it",
+                self.probe_cost_ns, self.close_cost_ns
+            );
+        }
+        summary_warnings(summary);
+    }
+}
+
+/// The totals line, the group table and the read storms, for people.
+fn summary_text(out: &mut impl std::io::Write, summary: &Summary) -> std::io::Result<()> {
+    writeln!(out)?;
+    let t = &summary.totals;
+    writeln!(
+        out,
+        "{} spawns traced, {} with leaked fds ({} fds); {} close(), {} close_range()",
+        summary.spawns,
+        t.spawns_with_leaks,
+        t.leaked_fds,
+        t.calls.close_calls,
+        t.calls.close_range_calls
+    )?;
+    if t.transient_leaked_fds > 0 {
+        writeln!(
+            out,
+            "({} more fds crossed into images that exec'd again, e.g. a spawn helper; not counted as leaks)",
+            t.transient_leaked_fds
+        )?;
+    }
+    if !summary.groups.is_empty() {
+        writeln!(out, "{}", summary_table(&summary.groups))?;
+    }
+    if !summary.read_storms.is_empty() {
+        writeln!(out, "\nbyte-at-a-time reads:")?;
+        writeln!(out, "{}", reads::storm_table(&summary.read_storms))?;
+    }
+    Ok(())
+}
+
+/// Warnings about data the kernel side could not keep, on stderr.
+fn summary_warnings(summary: &Summary) {
+    if summary.lost_records > 0 {
+        crate::diag!(
+            "warning: {} records were lost (ring buffer full): some spawns are missing",
+            summary.lost_records
+        );
+    }
+    if summary.read_table_full > 0 {
+        crate::diag!(
+            "warning: {} reads were not counted: the per-(process, fd) table ({} entries) was full",
+            summary.read_table_full,
+            fdaudit_common::MAX_READS
+        );
+    }
+    if summary.untracked_forks > 0 {
+        crate::diag!(
+            "warning: {} forks were not traced (traced-process table full)",
+            summary.untracked_forks
+        );
+    }
+    for p in &summary.partial {
+        crate::diag!("warning: partial data: {p}");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -299,7 +497,6 @@ mod tests {
 
     fn spawn(parent: &str, path: &str, close: u32, window: u64, leaked: u32) -> Spawn {
         Spawn {
-            record_type: "spawn",
             parent_pid: 1,
             parent_comm: parent.into(),
             pid: 2,
@@ -310,17 +507,12 @@ mod tests {
             exec_attempts: 1,
             window_ns: window,
             window_corrected_ns: window,
-            close_calls: close,
-            close_ebadf: close.saturating_sub(1),
-            close_range_calls: 0,
+            calls: SyscallCounts {
+                close_calls: close.into(),
+                close_ebadf: close.saturating_sub(1).into(),
+                ..Default::default()
+            },
             close_ranges: vec![],
-            fcntl_setfd_calls: 0,
-            fcntl_getfd_calls: 0,
-            poll_calls: 0,
-            poll_nfds_max: 0,
-            getdents64_calls: 0,
-            procfd_opens: 0,
-            dup_calls: 0,
             strategy: if close >= 64 {
                 Strategy::CloseLoop
             } else {
@@ -330,8 +522,9 @@ mod tests {
             leaked_fds: vec![],
             leaked_count: leaked,
             stdio: vec![],
-            flags: vec![],
+            flags: SpawnFlags::empty(),
             exec_ns: 0,
+            probed: close.into(),
         }
     }
 
@@ -351,7 +544,7 @@ mod tests {
         helper.pid = 40;
         let mut fin = spawn("java", "/bin/true", 15, 2_000, 0);
         fin.pid = 40;
-        fin.flags = vec!["reexec"];
+        fin.flags = SpawnFlags::REEXEC;
         let mut other = spawn("bash", "/bin/cat", 0, 1_000, 1);
         other.pid = 41;
         c.add(&helper);

@@ -2,6 +2,8 @@
 
 use serde::Serialize;
 
+use super::counts::SyscallCounts;
+
 /// A sweep touches at least this many fds; fewer calls are targeted closes (pipe ends, ...).
 pub const SWEEP_MIN: u32 = 64;
 
@@ -45,35 +47,23 @@ impl std::fmt::Display for Strategy {
     }
 }
 
-/// The counters the classification looks at.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Counts {
-    pub close_calls: u32,
-    pub close_ebadf: u32,
-    pub close_range_calls: u32,
-    pub fcntl_calls: u32,
-    pub poll_calls: u32,
-    pub poll_nfds_max: u32,
-    pub getdents64_calls: u32,
-    pub procfd_opens: u32,
-}
-
 /// The strategy, and for a close loop its bound (the loop closes 3..bound).
 ///
 /// Order matters: a runtime that walks /proc/self/fd closes each open fd after the walk, and
 /// one that polls closes the open ones after the poll, so those come before the close loop;
 /// close_range wins over everything since it is what makes the others unnecessary.
-pub fn classify(c: &Counts) -> (Strategy, Option<u32>) {
+pub fn classify(c: &SyscallCounts) -> (Strategy, Option<u32>) {
     if c.close_range_calls > 0 {
         (Strategy::CloseRange, None)
     } else if c.procfd_opens > 0 && c.getdents64_calls > 0 {
         (Strategy::ProcfdWalk, None)
-    } else if c.poll_calls > 0 && c.poll_nfds_max >= SWEEP_MIN {
+    } else if c.poll_calls > 0 && c.poll_nfds_max >= u64::from(SWEEP_MIN) {
         (Strategy::PollScan, None)
-    } else if c.fcntl_calls >= SWEEP_MIN {
+    } else if c.fcntl_calls() >= u64::from(SWEEP_MIN) {
         (Strategy::FcntlScan, None)
-    } else if c.close_calls >= SWEEP_MIN {
-        (Strategy::CloseLoop, Some(c.close_calls.saturating_add(3)))
+    } else if c.close_calls >= u64::from(SWEEP_MIN) {
+        let bound = u32::try_from(c.close_calls.saturating_add(3)).unwrap_or(u32::MAX);
+        (Strategy::CloseLoop, Some(bound))
     } else {
         (Strategy::None, None)
     }
@@ -85,45 +75,45 @@ mod tests {
 
     #[test]
     fn each_strategy_from_its_signature() {
-        let loop_ = Counts {
+        let loop_ = SyscallCounts {
             close_calls: 19_997,
             close_ebadf: 19_990,
             ..Default::default()
         };
         assert_eq!(classify(&loop_), (Strategy::CloseLoop, Some(20_000)));
-        let range = Counts {
+        let range = SyscallCounts {
             close_range_calls: 1,
             close_calls: 2,
             ..Default::default()
         };
         assert_eq!(classify(&range).0, Strategy::CloseRange);
-        let walk = Counts {
+        let walk = SyscallCounts {
             procfd_opens: 1,
             getdents64_calls: 2,
             close_calls: 5,
             ..Default::default()
         };
         assert_eq!(classify(&walk).0, Strategy::ProcfdWalk);
-        let poll = Counts {
+        let poll = SyscallCounts {
             poll_calls: 1,
             poll_nfds_max: 20_000,
             close_calls: 4,
             ..Default::default()
         };
         assert_eq!(classify(&poll).0, Strategy::PollScan);
-        let fcntl = Counts {
-            fcntl_calls: 19_997,
+        let fcntl = SyscallCounts {
+            fcntl_setfd_calls: 19_997,
             ..Default::default()
         };
         assert_eq!(classify(&fcntl).0, Strategy::FcntlScan);
-        let targeted = Counts {
+        let targeted = SyscallCounts {
             close_calls: 3,
             ..Default::default()
         };
         assert_eq!(classify(&targeted).0, Strategy::None);
-        assert_eq!(classify(&Counts::default()).0, Strategy::None);
+        assert_eq!(classify(&SyscallCounts::default()).0, Strategy::None);
         // A small poll (an event loop, not a scan) is not a poll scan.
-        let small_poll = Counts {
+        let small_poll = SyscallCounts {
             poll_calls: 3,
             poll_nfds_max: 2,
             ..Default::default()

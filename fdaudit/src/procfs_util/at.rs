@@ -1,4 +1,4 @@
-//! Thin syscall wrappers for the scanner: everything is relative to a directory fd so the
+//! Thin syscall wrappers for reading procfs fast (the scanner): everything is relative to a directory fd so the
 //! kernel never walks `/proc/PID/...` from the root again, and nothing allocates per fd.
 
 use std::ffi::CStr;

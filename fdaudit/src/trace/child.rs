@@ -1,0 +1,111 @@
+//! The traced command: forked before anything is attached, held before its exec until the
+//! programs are in place, then released and waited for.
+
+use std::ffi::OsString;
+
+use anyhow::{Context as _, Result};
+
+use crate::exit;
+
+/// The command, forked and held before exec until the programs are attached.
+pub struct Held {
+    pub pid: u32,
+    release_fd: i32,
+    error_fd: i32,
+    name: String,
+}
+
+impl Held {
+    /// Lets the command exec; fails when the exec itself failed (no such file, ...).
+    pub fn release(self) -> Result<()> {
+        // SAFETY: writing one byte to the pipe we own, then closing it.
+        let rc = unsafe { libc::write(self.release_fd, [0u8].as_ptr().cast(), 1) };
+        unsafe { libc::close(self.release_fd) };
+        if rc != 1 {
+            return Err(std::io::Error::last_os_error()).context("failed to release the command");
+        }
+        // The error pipe is close-on-exec: EOF means the exec happened.
+        let mut errno = [0u8; 4];
+        // SAFETY: reading into a buffer we own.
+        let n = unsafe { libc::read(self.error_fd, errno.as_mut_ptr().cast(), 4) };
+        unsafe { libc::close(self.error_fd) };
+        if n == 4 {
+            let e = std::io::Error::from_raw_os_error(i32::from_ne_bytes(errno));
+            let mut status = 0;
+            // SAFETY: reaping our own child.
+            unsafe { libc::waitpid(self.pid as i32, &mut status, 0) };
+            return Err(e).with_context(|| {
+                format!(
+                    "failed to start {}: check the command exists and is executable",
+                    self.name
+                )
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Forks CMD with exactly fdaudit's own fds, environment and limits; it waits on a
+/// close-on-exec pipe before exec, so none of fdaudit's own fds (created later) cross into it.
+pub fn start_held(cmd: &[OsString]) -> Result<Held> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let argv: Vec<std::ffi::CString> = cmd
+        .iter()
+        .map(|a| std::ffi::CString::new(a.as_bytes()))
+        .collect::<Result<_, _>>()
+        .context("the command has an argument with a NUL byte")?;
+    let mut argv_ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+    argv_ptrs.push(std::ptr::null());
+    let (mut hold, mut err) = ([0i32; 2], [0i32; 2]);
+    // SAFETY: pipe2 fills arrays we own.
+    if unsafe { libc::pipe2(hold.as_mut_ptr(), libc::O_CLOEXEC) } != 0
+        || unsafe { libc::pipe2(err.as_mut_ptr(), libc::O_CLOEXEC) } != 0
+    {
+        return Err(std::io::Error::last_os_error()).context("failed to create the hold pipe");
+    }
+    // SAFETY: between fork and exec the child only makes async-signal-safe calls on memory
+    // prepared before the fork.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(std::io::Error::last_os_error()).context("failed to fork the command");
+    }
+    if pid == 0 {
+        unsafe {
+            libc::close(hold[1]);
+            libc::close(err[0]);
+            let mut b = 0u8;
+            if libc::read(hold[0], (&mut b as *mut u8).cast(), 1) != 1 {
+                // fdaudit went away before attaching: do not run untraced.
+                libc::_exit(exit::INTERRUPTED as i32);
+            }
+            // Rust ignores SIGPIPE in fdaudit; the command gets the default, as from a shell.
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+            libc::execvp(argv_ptrs[0], argv_ptrs.as_ptr());
+            let errno = *libc::__errno_location();
+            libc::write(err[1], errno.to_ne_bytes().as_ptr().cast(), 4);
+            libc::_exit(exit::NOT_EXECUTED as i32);
+        }
+    }
+    // SAFETY: closing our copies of the child's ends.
+    unsafe {
+        libc::close(hold[0]);
+        libc::close(err[1]);
+    }
+    Ok(Held {
+        pid: pid as u32,
+        release_fd: hold[1],
+        error_fd: err[0],
+        name: cmd[0].to_string_lossy().into_owned(),
+    })
+}
+
+/// Waits for the command without blocking: its exit status once it has exited.
+pub fn try_wait(pid: u32) -> Result<Option<i32>> {
+    let mut status = 0;
+    // SAFETY: waitpid on our own child.
+    let rc = unsafe { libc::waitpid(pid as i32, &mut status, libc::WNOHANG) };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error()).context("failed to wait for the command");
+    }
+    Ok((rc != 0).then_some(status))
+}

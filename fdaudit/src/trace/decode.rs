@@ -1,0 +1,507 @@
+//! Decoding ring-buffer records into [`Spawn`]s and [`Exit`]s: pure functions of the record
+//! (but for the live-link [`Resolver`], stubbed in tests). The probe-cost correction is not
+//! applied here but by the consumer ([`Spawn::correct_for_probes`]).
+
+use fdaudit_common::{
+    Counters, ExitRecord, FdInfo, FdPath, RecordHeader, RecordKind, SpawnRecord, MAX_FDS,
+};
+use serde::Serialize;
+
+use super::{
+    counts::SyscallCounts,
+    flags::SpawnFlags,
+    strategy::{self, Strategy},
+};
+use crate::{
+    fdkind::{self, FdKind},
+    output::escape_bytes,
+    procfs_util,
+};
+
+/// A leaked fd: open in the new image right after exec, fd >= 3.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct LeakedFd {
+    pub fd: u32,
+    pub kind: FdKind,
+    pub target: String,
+    /// O_RDONLY / O_WRONLY / O_RDWR.
+    pub access: &'static str,
+    /// Socket family for sockets ("inet", "unix", ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub family: Option<&'static str>,
+    /// Socket type for sockets ("stream", "dgram", ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub socket_type: Option<&'static str>,
+    pub ino: u64,
+}
+
+/// One spawn: a traced child that completed an exec (`"type":"spawn"` in JSON).
+#[derive(Debug, Clone, Serialize)]
+pub struct Spawn {
+    pub parent_pid: u32,
+    pub parent_comm: String,
+    pub pid: u32,
+    /// Thread id that called exec, when it was not the main thread.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exec_tid: Option<u32>,
+    pub exec_path: String,
+    pub argv: Vec<String>,
+    pub exec_ok: bool,
+    pub exec_attempts: u32,
+    /// fork to exec, nanoseconds, as measured (probes included). 0 when the fork was not seen.
+    pub window_ns: u64,
+    /// `window_ns` less the probes' own cost per counted syscall: the untraced estimate
+    /// (equal to `window_ns` until [`Spawn::correct_for_probes`]).
+    pub window_corrected_ns: u64,
+    /// The window's syscall counters, one JSON key each.
+    #[serde(flatten)]
+    pub calls: SyscallCounts,
+    /// (first, last, flags) of the first close_range() calls.
+    pub close_ranges: Vec<[u32; 3]>,
+    pub strategy: Strategy,
+    /// For `close-loop`: the fd the loop ran up to (exclusive).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub close_loop_bound: Option<u32>,
+    pub leaked_fds: Vec<LeakedFd>,
+    /// Number of leaked fds (may exceed `leaked_fds.len()` when truncated).
+    pub leaked_count: u32,
+    /// Redirected or inherited stdio (fds 0-2), shown apart from leaks.
+    pub stdio: Vec<LeakedFd>,
+    /// Partial-data markers and `reexec`, as a list of names.
+    pub flags: SpawnFlags,
+    /// Kernel timestamp of the exec (CLOCK_MONOTONIC ns).
+    #[serde(skip)]
+    pub exec_ns: u64,
+    /// Syscalls in the window that went through a probe (the counters and the exec
+    /// attempts the kernel saw): what [`Spawn::correct_for_probes`] charges for.
+    #[serde(skip)]
+    pub probed: u64,
+}
+
+impl Spawn {
+    /// Subtracts the probes' own cost (`probe_cost_ns` per counted syscall) from the window:
+    /// `window_corrected_ns`, the untraced estimate.
+    pub fn correct_for_probes(&mut self, probe_cost_ns: f64) {
+        let correction = (probe_cost_ns * self.probed as f64) as u64;
+        self.window_corrected_ns = self.window_ns.saturating_sub(correction);
+    }
+}
+
+/// A traced process exited.
+#[derive(Debug, Clone, Serialize)]
+pub struct Exit {
+    pub pid: u32,
+    pub parent_pid: u32,
+    pub comm: String,
+    /// It forked and exited without exec'ing.
+    pub never_execd: bool,
+    pub exit_code: i32,
+    pub close_calls: u32,
+    /// It tried to exec and every attempt failed: reported as a spawn with `exec_ok: false`.
+    pub failed_spawn: Option<Box<Spawn>>,
+}
+
+#[derive(Debug, Clone)]
+pub enum Event {
+    Spawn(Box<Spawn>),
+    Exit(Exit),
+}
+
+/// Read counters for one (process, fd), from `--reads`: the kernel's entry as it is, with
+/// the reader's comm decoded.
+#[derive(Debug, Clone)]
+pub struct ReadCount {
+    pub key: fdaudit_common::ReadKey,
+    pub stat: fdaudit_common::ReadStat,
+    pub comm: String,
+}
+/// Decodes one ring-buffer record.
+pub fn decode(bytes: &[u8], leaks_only: bool) -> Option<Event> {
+    if bytes.len() < size_of::<RecordHeader>() {
+        return None;
+    }
+    // SAFETY: length checked; RecordHeader is plain integers; read_unaligned copies.
+    let header: RecordHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+    match RecordKind::from_u32(header.kind)? {
+        RecordKind::Spawn if bytes.len() >= size_of::<SpawnRecord>() => {
+            // SAFETY: as above, for the full record.
+            let rec: Box<SpawnRecord> =
+                Box::new(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) });
+            Some(Event::Spawn(Box::new(spawn_from_record(
+                &rec,
+                leaks_only,
+                resolve_target,
+            ))))
+        }
+        RecordKind::Exit if bytes.len() >= size_of::<ExitRecord>() => {
+            // SAFETY: as above.
+            let rec: ExitRecord = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+            Some(Event::Exit(Exit {
+                pid: rec.pid,
+                parent_pid: rec.parent_pid,
+                comm: cstr(&rec.comm),
+                never_execd: rec.never_execd != 0,
+                exit_code: rec.exit_code as i32,
+                close_calls: rec.counters.close_calls,
+                failed_spawn: failed_spawn_from_exit(&rec, leaks_only).map(Box::new),
+            }))
+        }
+        _ => None,
+    }
+}
+
+pub fn cstr(b: &[u8]) -> String {
+    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    escape_bytes(&b[..end])
+}
+
+fn socket_type_name(t: u16) -> &'static str {
+    match i32::from(t) {
+        libc::SOCK_STREAM => "stream",
+        libc::SOCK_DGRAM => "dgram",
+        libc::SOCK_SEQPACKET => "seqpacket",
+        libc::SOCK_RAW => "raw",
+        _ => "other",
+    }
+}
+
+fn access_mode(f_flags: u32) -> &'static str {
+    match f_flags as i32 & libc::O_ACCMODE {
+        libc::O_RDONLY => "r",
+        libc::O_WRONLY => "w",
+        _ => "rw",
+    }
+}
+
+/// Resolves the target of a leaked fd: the live link in the child, else in the parent when it
+/// is the same inode, else what the kernel saw (pseudo-files are named from the inode).
+pub type Resolver = fn(pid: u32, parent: u32, fd: u32, ino: u64) -> Option<String>;
+
+fn resolve_target(pid: u32, parent: u32, fd: u32, ino: u64) -> Option<String> {
+    [pid, parent]
+        .into_iter()
+        .find_map(|p| procfs_util::fd_target(p, fd, ino))
+}
+
+/// Joins the components of a kernel-built path (leaf first) into "/a/b/c"; a cut walk is
+/// shown with a leading "…".
+pub fn join_path(p: &FdPath) -> String {
+    let depth = (p.depth as usize).min(p.comps.len());
+    let mut s = String::new();
+    if p.complete == 0 {
+        s.push('…');
+    }
+    for c in p.comps[..depth].iter().rev() {
+        s.push('/');
+        s.push_str(&cstr(c));
+    }
+    if s.is_empty() {
+        s.push('/');
+    }
+    s
+}
+
+fn leaked_from(
+    info: &FdInfo,
+    kernel_path: Option<&FdPath>,
+    pid: u32,
+    parent: u32,
+    resolve: Resolver,
+) -> LeakedFd {
+    let name = cstr(&info.name);
+    let kind = fdkind::from_kernel(info.mode, info.magic, &name);
+    let target = match kind {
+        FdKind::Socket => format!("socket:[{}]", info.ino),
+        FdKind::Pipe => format!("pipe:[{}]", info.ino),
+        FdKind::Eventfd
+        | FdKind::Epoll
+        | FdKind::Timerfd
+        | FdKind::Signalfd
+        | FdKind::Inotify
+        | FdKind::Fanotify
+        | FdKind::Bpf
+        | FdKind::Perf
+        | FdKind::AnonInode => format!("anon_inode:{name}"),
+        FdKind::Pidfd => "anon_inode:[pidfd]".to_string(),
+        _ => match kernel_path {
+            Some(p) if p.complete != 0 => join_path(p),
+            // A cut or missing path: the live link is better, if the process is still there.
+            kp => resolve(pid, parent, info.fd, info.ino)
+                .or_else(|| kp.map(join_path))
+                .unwrap_or_else(|| format!("…/{name} (inode {})", info.ino)),
+        },
+    };
+    LeakedFd {
+        fd: info.fd,
+        kind,
+        target,
+        access: access_mode(info.f_flags),
+        family: (kind == FdKind::Socket && info.family != 0)
+            .then(|| fdkind::family_name(info.family)),
+        socket_type: (kind == FdKind::Socket && info.sock_type != 0)
+            .then(|| socket_type_name(info.sock_type)),
+        ino: info.ino,
+    }
+}
+
+/// Turns a kernel record into a [`Spawn`]. Pure but for `resolve` (unit tested with a stub).
+pub fn spawn_from_record(rec: &SpawnRecord, leaks_only: bool, resolve: Resolver) -> Spawn {
+    let mut flags = SpawnFlags::from_bits_retain(rec.header.flags);
+    if leaks_only {
+        flags |= SpawnFlags::NO_SYSCALLS;
+    }
+    let argv_len = (rec.argv_len as usize).min(rec.argv.len());
+    let argv: Vec<String> = rec.argv[..argv_len]
+        .split(|&b| b == 0)
+        .filter(|s| !s.is_empty())
+        .map(escape_bytes)
+        .collect();
+    let window_ns = if rec.fork_ns != 0 && rec.exec_ns > rec.fork_ns {
+        rec.exec_ns - rec.fork_ns
+    } else {
+        0
+    };
+    let shown = (rec.nfds as usize).min(MAX_FDS);
+    let npaths = (rec.npaths as usize).min(rec.paths.len());
+    let path_of = |i: usize| rec.paths[..npaths].iter().find(|p| p.index as usize == i);
+    let leaked_fds: Vec<LeakedFd> = rec.fds[..shown]
+        .iter()
+        .enumerate()
+        .map(|(i, f)| leaked_from(f, path_of(i), rec.pid, rec.parent_pid, resolve))
+        .collect();
+    let stdio = (0..3)
+        .filter(|i| rec.stdio_mask & (1 << i) != 0)
+        .map(|i| leaked_from(&rec.stdio[i], None, rec.pid, rec.parent_pid, resolve))
+        .collect();
+    Spawn {
+        exec_tid: (rec.old_pid != rec.pid).then_some(rec.old_pid),
+        exec_path: cstr(&rec.filename),
+        argv,
+        leaked_count: rec.nfds,
+        leaked_fds,
+        stdio,
+        flags,
+        exec_ns: rec.exec_ns,
+        ..window_spawn(
+            rec.pid,
+            rec.parent_pid,
+            cstr(&rec.parent_comm),
+            &rec.counters,
+            window_ns,
+            leaks_only,
+        )
+    }
+}
+
+/// A child that exec'd and never succeeded: it exited with `exec_attempts` failed execs.
+/// Reported as a spawn with `exec_ok: false` (no image, so no path and no leaks).
+pub fn failed_spawn_from_exit(rec: &ExitRecord, leaks_only: bool) -> Option<Spawn> {
+    if rec.never_execd == 0 || rec.counters.exec_attempts == 0 {
+        return None;
+    }
+    let window_ns = if rec.fork_ns != 0 {
+        rec.exit_ns.saturating_sub(rec.fork_ns)
+    } else {
+        0
+    };
+    // Never exec'd: its comm is still its parent's.
+    let comm = cstr(&rec.comm);
+    let mut s = window_spawn(
+        rec.pid,
+        rec.parent_pid,
+        comm,
+        &rec.counters,
+        window_ns,
+        leaks_only,
+    );
+    s.exec_ok = false;
+    s.exec_attempts = rec.counters.exec_attempts;
+    s.exec_ns = rec.exit_ns;
+    Some(s)
+}
+
+/// The parts of a [`Spawn`] that come from the window's counters.
+fn window_spawn(
+    pid: u32,
+    parent_pid: u32,
+    parent_comm: String,
+    c: &Counters,
+    window_ns: u64,
+    leaks_only: bool,
+) -> Spawn {
+    let calls = SyscallCounts::from(c);
+    let nranges = (c.close_range_calls as usize).min(c.ranges.len());
+    let (strategy, close_loop_bound) = if leaks_only {
+        (Strategy::Unknown, None)
+    } else {
+        strategy::classify(&calls)
+    };
+    Spawn {
+        parent_pid,
+        parent_comm,
+        pid,
+        exec_tid: None,
+        exec_path: String::new(),
+        argv: Vec::new(),
+        exec_ok: true,
+        exec_attempts: c.exec_attempts.max(1),
+        window_ns,
+        window_corrected_ns: window_ns,
+        calls,
+        close_ranges: c.ranges[..nranges]
+            .iter()
+            .map(|r| [r.first, r.last, r.flags])
+            .collect(),
+        strategy,
+        close_loop_bound,
+        leaked_count: 0,
+        leaked_fds: Vec::new(),
+        stdio: Vec::new(),
+        flags: if leaks_only {
+            SpawnFlags::NO_SYSCALLS
+        } else {
+            SpawnFlags::empty()
+        },
+        exec_ns: 0,
+        probed: calls.probed() + u64::from(c.exec_attempts),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fdaudit_common::CloseRange;
+
+    fn zeroed_record() -> Box<SpawnRecord> {
+        // SAFETY: SpawnRecord is plain integers and arrays; all-zero is valid.
+        Box::new(unsafe { std::mem::zeroed() })
+    }
+
+    fn put(dst: &mut [u8], s: &[u8]) {
+        dst[..s.len()].copy_from_slice(s);
+    }
+
+    #[test]
+    fn decodes_a_close_loop_spawn_with_a_leaked_file() {
+        let mut rec = zeroed_record();
+        rec.header = RecordHeader { kind: 1, flags: 0 };
+        rec.pid = 42;
+        rec.old_pid = 42;
+        rec.parent_pid = 7;
+        rec.fork_ns = 1_000;
+        rec.exec_ns = 2_501_000;
+        put(&mut rec.parent_comm, b"python3");
+        put(&mut rec.filename, b"/bin/true");
+        put(&mut rec.argv, b"true\0--x\0");
+        rec.argv_len = 9;
+        rec.counters = Counters {
+            close_calls: 19_997,
+            close_ebadf: 19_996,
+            exec_attempts: 1,
+            ..Default::default()
+        };
+        rec.nfds = 1;
+        rec.fds[0].fd = 7;
+        rec.fds[0].mode = 0o100600;
+        rec.fds[0].magic = 0xef53;
+        rec.fds[0].ino = 99;
+        put(&mut rec.fds[0].name, b"secret.key");
+        rec.npaths = 1;
+        rec.paths[0].index = 0;
+        rec.paths[0].depth = 2;
+        rec.paths[0].complete = 1;
+        put(&mut rec.paths[0].comps[0], b"secret.key");
+        put(&mut rec.paths[0].comps[1], b"etc");
+        rec.stdio_mask = 0b101;
+        rec.stdio[0].mode = 0o020666;
+        rec.stdio[2].mode = 0o010600;
+        rec.stdio[2].magic = fdkind::magic::PIPEFS;
+        rec.stdio[2].fd = 2;
+        rec.stdio[2].ino = 5;
+        let mut s = spawn_from_record(&rec, false, |_, _, _, _| None);
+        assert_eq!(
+            s.window_corrected_ns, s.window_ns,
+            "no correction before the collector's"
+        );
+        s.correct_for_probes(100.0);
+        assert_eq!(s.window_ns, 2_500_000);
+        // 19_998 probed syscalls at 100 ns each.
+        assert_eq!(s.window_corrected_ns, 2_500_000 - 1_999_800);
+        assert_eq!(s.argv, ["true", "--x"]);
+        assert_eq!(s.strategy, Strategy::CloseLoop);
+        assert_eq!(s.close_loop_bound, Some(20_000));
+        assert_eq!(s.leaked_fds.len(), 1);
+        assert_eq!(s.leaked_fds[0].kind, FdKind::Regular);
+        assert_eq!(s.leaked_fds[0].target, "/etc/secret.key");
+        assert_eq!(s.leaked_fds[0].access, "r");
+        assert_eq!(s.stdio.len(), 2);
+        assert_eq!(s.stdio[1].target, "pipe:[5]");
+        assert!(s.flags.is_empty());
+        assert_eq!(s.calls.close_calls, 19_997);
+        assert_eq!(s.exec_tid, None);
+        let json = serde_json::to_value(super::super::TraceRecord::Spawn(Box::new(s))).unwrap();
+        assert_eq!(json["type"], "spawn");
+        assert_eq!(json["strategy"], "close-loop");
+        assert_eq!(json["leaked_fds"][0]["fd"], 7);
+    }
+
+    #[test]
+    fn kernel_paths_join_leaf_last_and_mark_cuts() {
+        // SAFETY: FdPath is plain integers; all-zero is valid.
+        let mut p: FdPath = unsafe { std::mem::zeroed() };
+        p.depth = 3;
+        p.complete = 1;
+        put(&mut p.comps[0], b"c");
+        put(&mut p.comps[1], b"b");
+        put(&mut p.comps[2], b"a");
+        assert_eq!(join_path(&p), "/a/b/c");
+        p.complete = 0;
+        assert_eq!(join_path(&p), "…/a/b/c");
+        p.depth = 0;
+        p.complete = 1;
+        assert_eq!(join_path(&p), "/");
+    }
+
+    #[test]
+    fn unresolvable_targets_and_partial_flags() {
+        let mut rec = zeroed_record();
+        rec.header = RecordHeader {
+            kind: 1,
+            flags: fdaudit_common::flags::FDS_TRUNCATED | fdaudit_common::flags::NO_FORK,
+        };
+        rec.pid = 10;
+        rec.old_pid = 11;
+        rec.nfds = 70;
+        for (i, f) in rec.fds.iter_mut().enumerate() {
+            f.fd = 3 + i as u32;
+            f.mode = 0o140777;
+            f.magic = fdkind::magic::SOCKFS;
+            f.family = libc::AF_INET as u16;
+            f.sock_type = libc::SOCK_STREAM as u16;
+            f.ino = 1000 + i as u64;
+            f.f_flags = libc::O_RDWR as u32;
+        }
+        rec.counters.close_range_calls = 5;
+        rec.counters.ranges[0] = CloseRange {
+            first: 3,
+            last: u32::MAX,
+            flags: 4,
+            _pad: 0,
+        };
+        let s = spawn_from_record(&rec, false, |_, _, _, _| None);
+        assert_eq!(s.leaked_count, 70);
+        assert_eq!(s.leaked_fds.len(), MAX_FDS);
+        assert_eq!(s.leaked_fds[0].target, "socket:[1000]");
+        assert_eq!(s.leaked_fds[0].family, Some("inet"));
+        assert_eq!(s.leaked_fds[0].socket_type, Some("stream"));
+        assert_eq!(s.window_ns, 0);
+        assert_eq!(s.exec_tid, Some(11));
+        assert_eq!(s.strategy, Strategy::CloseRange);
+        assert_eq!(s.close_ranges.len(), 4);
+        assert_eq!(s.close_ranges[0], [3, u32::MAX, 4]);
+        assert_eq!(s.flags, SpawnFlags::FDS_TRUNCATED | SpawnFlags::NO_FORK);
+        let s = spawn_from_record(&rec, true, |_, _, _, _| None);
+        assert!(s.flags.contains(SpawnFlags::NO_SYSCALLS));
+        assert_eq!(s.strategy, Strategy::Unknown);
+    }
+}

@@ -1,0 +1,87 @@
+//! [`SpawnFlags`]: the partial-data markers of a spawn record, typed, serialised as the list
+//! of names JSON has always carried (`["fds_truncated", "no_fork"]`).
+
+use fdaudit_common::flags as k;
+use serde::{ser::SerializeSeq as _, Serialize, Serializer};
+
+bitflags::bitflags! {
+    /// The kernel's [`fdaudit_common::flags`] bits, plus what userspace adds.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+    pub struct SpawnFlags: u32 {
+        const FDS_TRUNCATED = k::FDS_TRUNCATED;
+        const READ_FAILED = k::READ_FAILED;
+        const ARGV_TRUNCATED = k::ARGV_TRUNCATED;
+        const RANGES_TRUNCATED = k::RANGES_TRUNCATED;
+        const NO_FORK = k::NO_FORK;
+        const FDTABLE_TRUNCATED = k::FDTABLE_TRUNCATED;
+        const NO_SYSCALLS = k::NO_SYSCALLS;
+        const PATH_PARTIAL = k::PATH_PARTIAL;
+        const REEXEC = k::REEXEC;
+        const BOUNDED_WALK = k::BOUNDED_WALK;
+    }
+}
+
+impl SpawnFlags {
+    /// Names in JSON and text, in bit order.
+    const NAMES: [(SpawnFlags, &'static str); 10] = [
+        (SpawnFlags::FDS_TRUNCATED, "fds_truncated"),
+        (SpawnFlags::READ_FAILED, "read_failed"),
+        (SpawnFlags::ARGV_TRUNCATED, "argv_truncated"),
+        (SpawnFlags::RANGES_TRUNCATED, "ranges_truncated"),
+        (SpawnFlags::NO_FORK, "no_fork"),
+        (SpawnFlags::FDTABLE_TRUNCATED, "fdtable_truncated"),
+        (SpawnFlags::NO_SYSCALLS, "no_syscalls"),
+        (SpawnFlags::PATH_PARTIAL, "path_partial"),
+        (SpawnFlags::REEXEC, "reexec"),
+        (SpawnFlags::BOUNDED_WALK, "bounded_walk"),
+    ];
+
+    /// The names of the set flags, in bit order (unknown bits are dropped).
+    pub fn names(self) -> impl Iterator<Item = &'static str> {
+        Self::NAMES
+            .into_iter()
+            .filter(move |(f, _)| self.contains(*f))
+            .map(|(_, n)| n)
+    }
+
+    /// Flags that mean data is missing, as opposed to facts about the spawn (`no_fork`,
+    /// `reexec`) or the run (`no_syscalls`).
+    pub fn partial(self) -> SpawnFlags {
+        self - (SpawnFlags::NO_FORK | SpawnFlags::REEXEC | SpawnFlags::NO_SYSCALLS)
+    }
+}
+
+impl Serialize for SpawnFlags {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(None)?;
+        for n in self.names() {
+            seq.serialize_element(n)?;
+        }
+        seq.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serialised_as_names_in_bit_order() {
+        let f =
+            SpawnFlags::NO_FORK | SpawnFlags::FDS_TRUNCATED | SpawnFlags::from_bits_retain(1 << 31);
+        assert_eq!(
+            serde_json::to_string(&f).unwrap(),
+            r#"["fds_truncated","no_fork"]"#
+        );
+        assert_eq!(serde_json::to_string(&SpawnFlags::empty()).unwrap(), "[]");
+        assert_eq!(
+            f.partial(),
+            SpawnFlags::FDS_TRUNCATED | SpawnFlags::from_bits_retain(1 << 31)
+        );
+        // Every flag has a distinct name.
+        let mut names: Vec<_> = SpawnFlags::all().names().collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), SpawnFlags::all().iter().count());
+    }
+}
