@@ -2,6 +2,8 @@
 //!
 //! The table is walked one 64-fd word of `open_fds` at a time under bpf_loop (kernel 5.17+),
 //! so a table of 2^20 fds costs one helper call per word, and empty words cost nothing more.
+//! Kernels without bpf_loop get [`bounded`]: the same steps in bounded loops, chained by tail
+//! calls, over the first `BOUNDED_MAX_FDS` fds.
 
 use core::ffi::c_void;
 

@@ -84,6 +84,8 @@ pub enum LoadError {
     Offsets(#[source] BtfError),
     #[error("failed to create the BPF maps")]
     Maps(#[source] EbpfError),
+    #[error("the object has no map {0}")]
+    MissingMap(&'static str),
     #[error("the object has no program {0}")]
     MissingProgram(&'static str),
     #[error("the verifier rejected {name}: {summary}")]
@@ -248,7 +250,7 @@ pub fn load_and_attach_measured(
             })?;
         let map = ebpf
             .map_mut(MAP_EXEC_CHAIN)
-            .ok_or(LoadError::MissingProgram(MAP_EXEC_CHAIN_NAME))?;
+            .ok_or(LoadError::MissingMap(MAP_EXEC_CHAIN))?;
         let mut chain = ProgramArray::try_from(map).map_err(|e| LoadError::Chain(e.into()))?;
         chain
             .set(slot, &fd, 0)
@@ -259,8 +261,6 @@ pub fn load_and_attach_measured(
     attach(ebpf, entry, spec)?;
     Ok(all)
 }
-
-const MAP_EXEC_CHAIN_NAME: &str = "map EXEC_CHAIN";
 
 fn raw_tracepoint<'a>(
     ebpf: &'a mut Ebpf,
