@@ -173,6 +173,19 @@ pub fn resolve(vm_dir: &Path, arch: Arch, spec: &str, refresh: bool) -> Result<K
             known.join(", ")
         );
     };
+    match fetch(vm_dir, arch, series, refresh) {
+        // Debian drops superseded kernels from its mirrors (sid's within days): with lists
+        // read earlier, the package may be gone; read them again once.
+        Err(e) if !refresh => {
+            eprintln!("vm-test: {e:#}; re-reading Debian's package lists");
+            fetch(vm_dir, arch, series, true)
+        }
+        other => other,
+    }
+}
+
+/// The newest image of `series` from Debian (cached under `vm_dir/kernels`).
+fn fetch(vm_dir: &Path, arch: Arch, series: Series, refresh: bool) -> Result<Kernel> {
     let apt = Apt::open(vm_dir, series.suite, arch.deb(), refresh)?;
     let mut pkgs: Vec<String> = apt
         .names_with_prefix("linux-image-")?
@@ -206,7 +219,7 @@ pub fn resolve(vm_dir: &Path, arch: Arch, spec: &str, refresh: bool) -> Result<K
     }
     let tmp = vm_dir.join("kernels").join(format!("{release}.partial"));
     let _ = std::fs::remove_dir_all(&tmp);
-    // Only the image and its config; one of the two packages has no image (tar says so).
+    // Only the image; one of the two packages may have none (tar says so).
     let mut errors = Vec::new();
     for deb in &got {
         if let Err(e) = apt::unpack(deb, &tmp, &["*vmlinuz*"]) {
