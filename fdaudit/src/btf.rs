@@ -270,6 +270,9 @@ pub fn config_from_btf(btf: &Btf) -> Result<Config, BtfError> {
         mount_mountpoint: o("mount", "mnt_mountpoint")?,
         reads: 0,
         magic: CONFIG_MAGIC,
+        cgroup_level: 0,
+        _pad0: 0,
+        cgroup_id: 0,
     })
 }
 

@@ -19,7 +19,7 @@ use super::{
     calibrate,
     decode::{self, Event, ReadCount},
 };
-use crate::{ebpf, procfs_util, sys};
+use crate::{cgroup::Hierarchy, ebpf, procfs_util, sys};
 
 /// What to attach.
 #[derive(Debug, Clone, Default)]
@@ -28,6 +28,9 @@ pub struct SessionOptions {
     pub leaks_only: bool,
     /// Count read()/readv()/pread64() calls and bytes per process and fd.
     pub reads: bool,
+    /// Also trace every process in this cgroup and below: (id, depth) on the cgroup2
+    /// hierarchy, as [`crate::cgroup::Hierarchy::id_of`] gives them.
+    pub cgroup: Option<(u64, u32)>,
 }
 
 /// Loaded and attached programs with their maps. Dropping it detaches everything.
@@ -43,6 +46,8 @@ pub struct Session {
     probe_cost_ns: f64,
     /// Untraced cost of one close() on a closed fd, ns, measured at start.
     close_cost_ns: f64,
+    /// The cgroup2 hierarchy, to name the cgroup ids of spawn records (None without cgroup2).
+    cgroups: Option<Hierarchy>,
 }
 
 impl Session {
@@ -50,6 +55,10 @@ impl Session {
     pub fn start(opts: &SessionOptions) -> Result<Session> {
         let mut config = ebpf::kernel_config().context("failed to read kernel offsets")?;
         config.reads = u32::from(opts.reads);
+        if let Some((id, level)) = opts.cgroup {
+            config.cgroup_id = id;
+            config.cgroup_level = level;
+        }
         let close_cost_ns = sys::close_cost_ns(20_000);
         let mut bpf = ebpf::open(&config).context("failed to load the eBPF object")?;
         let wanted = |p: &&ebpf::ProgramSpec| {
@@ -80,6 +89,7 @@ impl Session {
             leaks_only: opts.leaks_only,
             probe_cost_ns: 0.0,
             close_cost_ns,
+            cgroups: Hierarchy::open(),
         };
         if !opts.leaks_only {
             session.probe_cost_ns = calibrate::probe_cost_ns(&mut session, 20_000, close_cost_ns)
@@ -164,7 +174,22 @@ impl Session {
         let mut out = Vec::new();
         let leaks_only = self.leaks_only;
         while let Some(item) = self.events.next() {
-            if let Some(ev) = decode::decode(&item, leaks_only) {
+            if let Some(mut ev) = decode::decode(&item, leaks_only) {
+                if let Event::Spawn(s) = &mut ev {
+                    if let (Some(id), Some(h)) = (s.identity.cgroup_id, &mut self.cgroups) {
+                        s.identity = h.identity(id, s.pid);
+                    }
+                    // Picked up at its exec by `--cgroup` (its fork was not seen): the parent
+                    // from /proc while the process runs.
+                    if s.parent_pid == 0 {
+                        if let Some(pp) = procfs_util::parent_of(s.pid) {
+                            s.parent_pid = pp;
+                            s.parent_comm = std::fs::read_to_string(format!("/proc/{pp}/comm"))
+                                .map(|c| c.trim_end().to_owned())
+                                .unwrap_or_default();
+                        }
+                    }
+                }
                 out.push(ev);
             }
         }
