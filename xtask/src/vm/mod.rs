@@ -361,7 +361,21 @@ fn build(root: &Path, opts: &Options) -> Result<Built> {
             &["test", "-p", "fdaudit-tests", "--no-run"],
         )?;
         for (kind, name, exe) in arts {
-            if kind == "test" && (opts.tests.is_empty() || opts.tests.contains(&name)) {
+            if kind != "test" {
+                continue;
+            }
+            let wanted = if opts.tests.is_empty() {
+                match HOST_ONLY_TESTS.iter().find(|(n, _)| *n == name) {
+                    Some((_, why)) => {
+                        eprintln!("vm-test: not in the guests by default: {name} ({why}; --test {name} to run it)");
+                        false
+                    }
+                    None => true,
+                }
+            } else {
+                opts.tests.contains(&name)
+            };
+            if wanted {
                 tests.push((name, exe));
             }
         }
@@ -382,6 +396,19 @@ fn build(root: &Path, opts: &Options) -> Result<Built> {
         tests,
     })
 }
+
+/// Integration-test binaries left out of the guests unless asked for with `--test`, and why:
+/// they check the host's deployment rather than the kernel, with tools the initramfs lacks.
+const HOST_ONLY_TESTS: &[(&str, &str)] = &[
+    (
+        "deploy",
+        "validates deployment files with promtool, systemd-analyze and kubernetes-validate",
+    ),
+    (
+        "watch",
+        "scrapes with a real prometheus and runs coreutils' cat under unshare",
+    ),
+];
 
 /// Host tools put into an x86_64 guest, from the host itself (Debian packages installed by
 /// .ci/setup): (guest path, host path).
