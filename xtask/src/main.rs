@@ -1,4 +1,5 @@
 //! `cargo xtask build-ebpf` builds the eBPF object and copies it to target/fdaudit-ebpf.o;
+//! `cargo xtask man` regenerates the manual pages in docs/man from fdaudit's clap definition;
 //! `cargo xtask vm-test` runs fdaudit on Debian's kernels in QEMU (see `xtask::vm`).
 
 use std::time::Duration;
@@ -24,6 +25,8 @@ enum Cmd {
         #[arg(long, value_enum, default_value = "x86_64")]
         arch: vm::Arch,
     },
+    /// Regenerate the manual pages in docs/man from fdaudit's clap definition.
+    Man,
     /// Boot Debian kernels in QEMU (software emulation) and run doctor, the demo, a fd-7
     /// leak check and the root integration tests in each; one verdict line per kernel, then
     /// a table. Exits 1 when any kernel fails. Kernels, packages and logs are cached under
@@ -113,6 +116,23 @@ fn run(cli: Cli) -> Result<i32> {
                 format!("failed to copy {} to {}", obj.display(), dest.display())
             })?;
             println!("{}", dest.display());
+            Ok(0)
+        }
+        Cmd::Man => {
+            // The pages come from fdaudit's own clap definition, rendered by its hidden
+            // `__man` command (xtask cannot depend on fdaudit: fdaudit's build uses xtask).
+            let dir = root.join("docs/man");
+            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+            let status = std::process::Command::new(cargo)
+                .current_dir(&root)
+                .args(["run", "--quiet", "-p", "fdaudit", "--", "__man"])
+                .arg(&dir)
+                .status()
+                .context("failed to run cargo")?;
+            if !status.success() {
+                bail!("`fdaudit __man` failed ({status})");
+            }
+            println!("{}", dir.display());
             Ok(0)
         }
         Cmd::VmTest(a) => {

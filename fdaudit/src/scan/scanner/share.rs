@@ -27,8 +27,11 @@ impl ShareKey {
 }
 
 impl Scanner<'_> {
-    /// `info` with its inode number: kernels before 5.14 leave `ino:` out of fdinfo, so on
-    /// a live procfs it is read with a stat of the fd link (`name` in `fd_dir`).
+    /// `info` with an identity in `ino` on kernels before 5.14, whose fdinfo has no `ino:`
+    /// line: the inode in the link's brackets (`socket:[N]`), else a hash of the link's
+    /// path (top bit set, so it never equals a real pseudo-file inode). readlink asks
+    /// procfs only; a stat through the link would ask the file system behind the fd, which
+    /// may never answer. Candidates found this way are still confirmed with kcmp.
     pub(super) fn with_ino(
         &self,
         mut info: parse::FdinfoEntry,
@@ -36,7 +39,16 @@ impl Scanner<'_> {
         name: &std::ffi::CStr,
     ) -> parse::FdinfoEntry {
         if info.ino.is_none() && self.live {
-            info.ino = at::stat_ino_at(fd_dir, name).ok();
+            let mut buf = [0u8; 4096];
+            if let Ok(n) = at::readlinkat(fd_dir, name, &mut buf) {
+                let target = &buf[..n];
+                info.ino = Some(parse::bracket_inode(target).unwrap_or_else(|| {
+                    use std::hash::{Hash as _, Hasher as _};
+                    let mut h = std::collections::hash_map::DefaultHasher::new();
+                    target.hash(&mut h);
+                    h.finish() | 1 << 63
+                }));
+            }
         }
         info
     }
@@ -87,6 +99,9 @@ impl Scanner<'_> {
         let pairs = self.share_pairs(headers, &by_pid, &keys);
         let mut s = Scratch::new();
         for &(child, parent) in &pairs {
+            if self.stopped() {
+                break;
+            }
             for p in [child, parent] {
                 if !keys.contains_key(&p) && self.cfg.pids.is_some() {
                     if let Some(k) = self.load_keys(p, &mut s) {
