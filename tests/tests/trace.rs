@@ -299,10 +299,15 @@ fn dup2_redirections_in_the_window_are_counted() {
     assert_eq!(u(&t[0]["dup_calls"]), 0, "{}", t[0]);
 }
 
-/// `fdaudit trace --json -- cmd` with extra environment; the spawn records of `exec_path`.
+/// `fdaudit trace --json -o FILE -- cmd` with extra environment (the records go to the file:
+/// with `-- CMD` they never share CMD's stdout); the spawn records of `exec_path`, every
+/// record checked against the schema.
 fn spawns_with_env(env: &[(&str, &str)], cmd: &[&str], exec_path: &str) -> Vec<Value> {
+    let file = fdaudit_tests::temp_path("trace-env.jsonl");
     let out = Command::new(fdaudit())
-        .args(["trace", "--json", "--"])
+        .args(["trace", "--json", "-o"])
+        .arg(&file)
+        .arg("--")
         .args(cmd)
         .envs(env.iter().copied())
         .stdin(Stdio::null())
@@ -313,11 +318,11 @@ fn spawns_with_env(env: &[(&str, &str)], cmd: &[&str], exec_path: &str) -> Vec<V
         "trace failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.starts_with("{\"type\":\"spawn\""))
-        .map(|l| serde_json::from_str::<Value>(l).expect("JSON"))
-        .filter(|s| s["exec_path"] == exec_path)
+    let text = std::fs::read_to_string(&file).expect("the -o file");
+    let _ = std::fs::remove_file(&file);
+    fdaudit_tests::records(&text)
+        .into_iter()
+        .filter(|s| s["type"] == "spawn" && s["exec_path"] == exec_path)
         .collect()
 }
 
