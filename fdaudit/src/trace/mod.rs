@@ -10,6 +10,7 @@ pub mod reads;
 pub mod report;
 pub mod session;
 pub mod strategy;
+pub mod wait;
 
 use std::{
     ffi::OsString,
@@ -19,7 +20,7 @@ use std::{
 
 use anyhow::{bail, Context as _, Result};
 
-use crate::{exit, procfs_util};
+use crate::{ebpf::BackendChoice, exit, procfs_util};
 use child::{start_held, try_wait};
 use report::Reporter;
 use session::{Session, SessionOptions};
@@ -79,6 +80,16 @@ pub struct TraceArgs {
     #[arg(short, long)]
     pub quiet: bool,
 
+    /// How to hook the counted syscalls: fentry (BPF trampolines on those syscalls only,
+    /// other syscalls pay nothing) or raw-tp (raw sys_enter/sys_exit tracepoints, every
+    /// syscall on the machine pays); auto uses fentry when the kernel accepts it.
+    #[arg(long, value_enum, default_value_t, env = "FDAUDIT_BACKEND")]
+    pub backend: BackendChoice,
+
+    /// Print the backend used and where start-up and exit time went.
+    #[arg(short, long)]
+    pub verbose: bool,
+
     /// The command to start and trace from its first instruction.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<OsString>,
@@ -88,6 +99,7 @@ static SIGNALLED: AtomicI32 = AtomicI32::new(0);
 
 extern "C" fn on_signal(sig: libc::c_int) {
     SIGNALLED.store(sig, Ordering::SeqCst);
+    wait::wake_from_signal();
 }
 
 fn install_signal_handlers() {
@@ -103,16 +115,30 @@ fn install_signal_handlers() {
 }
 
 pub fn run(mut args: TraceArgs) -> Result<u8> {
+    let t0 = Instant::now();
     if args.demo {
         let me = std::env::current_exe().context("failed to find fdaudit's own executable")?;
         args.command = vec![me.into_os_string(), "__demo".into()];
     }
     check_targets(&args)?;
+    let signal_rd = wait::signal_pipe()?;
     install_signal_handlers();
     let (mut session, child) = attach(&args)?;
-    let mut reporter = Reporter::new(&args, &session);
     let root_pids: Vec<u32> = child.map(|c| vec![c]).unwrap_or_else(|| args.pids.clone());
-    let exit_status = follow(&args, &mut session, &mut reporter, child, &root_pids)?;
+    let mut waiter = wait::Waiter::new(signal_rd, &root_pids);
+    let startup = t0.elapsed();
+    if args.verbose {
+        verbose_startup(&session, startup, child.is_some());
+    }
+    let mut reporter = Reporter::new(&args, &session);
+    let (exit_status, ended) = follow(
+        &args,
+        &mut session,
+        &mut reporter,
+        &mut waiter,
+        child,
+        &root_pids,
+    )?;
     let stats = session.stats()?;
     let storms = if args.reads {
         reads::storms(&session.read_counts(), procfs_util::fd_target)
@@ -122,6 +148,17 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
     drop(session); // detach before printing the summary
     let leaked = reporter.leaked();
     reporter.finish(stats, storms)?;
+    if args.verbose {
+        crate::diag!(
+            "fdaudit: exit {:.1} ms (from the {} to fdaudit's exit)",
+            ms(ended.elapsed()),
+            if child.is_some() {
+                "command's exit"
+            } else {
+                "end of the trace"
+            }
+        );
+    }
 
     if SIGNALLED.load(Ordering::SeqCst) != 0 && exit_status.is_none() {
         return Ok(exit::INTERRUPTED);
@@ -132,6 +169,41 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
         code = exit::LEAK;
     }
     Ok(code)
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// `-v`: the backend and where start-up time went.
+fn verbose_startup(session: &Session, startup: Duration, command: bool) {
+    match (session.backend(), session.fallback()) {
+        (None, _) => crate::diag!("fdaudit: backend: none (--leaks-only hooks no syscall)"),
+        (Some(b), None) => crate::diag!("fdaudit: backend: {}", b.as_str()),
+        (Some(b), Some(why)) => {
+            crate::diag!("fdaudit: backend: {} (fentry refused: {why})", b.as_str())
+        }
+    }
+    let t = session.timings();
+    crate::diag!(
+        "fdaudit: start-up {:.1} ms until {} (BTF {:.1} ms{}, maps {:.1} ms, programs {:.1} ms, \
+         calibration {:.1} ms)",
+        ms(startup),
+        if command {
+            "the command was released"
+        } else {
+            "the processes were traced"
+        },
+        t.btf_ms,
+        if t.aya_btf_ms > 0.0 {
+            format!(" + aya's parse {:.1} ms", t.aya_btf_ms)
+        } else {
+            String::new()
+        },
+        t.maps_ms,
+        t.attach_ms,
+        t.calibrate_ms,
+    );
 }
 
 /// Something to trace, and every `-p` process exists.
@@ -157,6 +229,7 @@ fn attach(args: &TraceArgs) -> Result<(Session, Option<u32>)> {
     let opts = SessionOptions {
         leaks_only: args.leaks_only,
         reads: args.reads,
+        backend: args.backend,
     };
     let held = if args.command.is_empty() {
         None
@@ -198,40 +271,46 @@ fn attach(args: &TraceArgs) -> Result<(Session, Option<u32>)> {
 }
 
 /// Reports records until the command exits (its wait status), every `-p` root is gone,
-/// the duration ends or a signal comes; then drains what is left.
+/// the duration ends or a signal comes; then drains what is left. Also returns when the
+/// end was noticed (for `-v`'s exit time).
 fn follow(
     args: &TraceArgs,
     session: &mut Session,
     reporter: &mut Reporter,
+    waiter: &mut wait::Waiter,
     child: Option<u32>,
     root_pids: &[u32],
-) -> Result<Option<i32>> {
+) -> Result<(Option<i32>, Instant)> {
     let deadline = args
         .duration
         .map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
     let mut exit_status: Option<i32> = None;
     loop {
-        for ev in session.poll(Duration::from_millis(100))? {
+        let woken = waiter.wait(Some(session.events_fd()), deadline)?;
+        for ev in session.drain() {
             reporter.handle(ev, root_pids)?;
         }
-        if SIGNALLED.load(Ordering::SeqCst) != 0 {
+        if woken.signal || SIGNALLED.load(Ordering::SeqCst) != 0 {
             break;
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
             break;
         }
         if let Some(pid) = child {
+            // Cheap, and right even where pidfds are missing.
             if let Some(st) = try_wait(pid)? {
                 exit_status = Some(st);
                 break;
             }
-        } else if root_pids.iter().all(|&p| !procfs_util::alive(p)) {
+        } else if waiter.all_exited() {
             break;
         }
     }
-    // Records written before the end are still in the ring buffer: take them all.
-    for ev in session.poll(Duration::from_millis(20))? {
+    let ended = Instant::now();
+    // Records are written before their process can be reaped (the exit record in
+    // do_exit(), before the pidfd wakes): what is in the ring buffer now is everything.
+    for ev in session.drain() {
         reporter.handle(ev, root_pids)?;
     }
-    Ok(exit_status)
+    Ok((exit_status, ended))
 }
