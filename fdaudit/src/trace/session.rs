@@ -61,6 +61,16 @@ fn ms_since(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
 }
 
+impl Drop for Session {
+    /// Detaches the fentry programs in parallel (one after the other, each trampoline's
+    /// removal waits for its own RCU grace periods); the rest goes with the Ebpf object.
+    fn drop(&mut self) {
+        if self.backend == Some(Backend::Fentry) {
+            ebpf::detach_fentry(&mut self._bpf);
+        }
+    }
+}
+
 /// Attaches the syscall-counting programs of the chosen backend; with `auto`, fentry when
 /// the kernel accepts it (found by trying), else raw tracepoints and the reason.
 fn attach_syscalls(
@@ -80,6 +90,12 @@ fn attach_syscalls(
     if opts.backend == BackendChoice::RawTp {
         raw(bpf)?;
         return Ok((Backend::RawTp, None));
+    }
+    if opts.backend == BackendChoice::Auto {
+        if let Err(why) = ebpf::probe_fentry(&kernel.btf) {
+            raw(bpf)?;
+            return Ok((Backend::RawTp, Some(why)));
+        }
     }
     let t = Instant::now();
     let aya_btf = kernel.for_aya();
@@ -120,6 +136,9 @@ impl Session {
     /// Loads the programs, attaches them, and measures the probes' own cost.
     pub fn start(opts: &SessionOptions) -> Result<Session> {
         let mut timings = StartupTimings::default();
+        // aya's loader parses vmlinux BTF on its own: let it, on another core, while the
+        // offsets are read and close() is timed here.
+        let loader = std::thread::spawn(aya::EbpfLoader::new);
         let t = Instant::now();
         let kernel = ebpf::KernelBtf::read().context("failed to read kernel offsets")?;
         let mut config = kernel.config;
@@ -133,7 +152,10 @@ impl Session {
         };
         timings.calibrate_ms = ms_since(t);
         let t = Instant::now();
-        let mut bpf = ebpf::open(&config).context("failed to load the eBPF object")?;
+        let loader = loader
+            .join()
+            .map_err(|_| anyhow::anyhow!("aya's loader panicked"))?;
+        let mut bpf = ebpf::open_with(loader, &config).context("failed to load the eBPF object")?;
         timings.maps_ms = ms_since(t);
         let t = Instant::now();
         for spec in ebpf::PROGRAMS.iter().filter(|p| !p.syscall) {

@@ -126,9 +126,9 @@ impl Waiter {
         if woken.signal {
             let mut buf = [0u8; 64];
             // SAFETY: a non-blocking read into a buffer we own.
-            while unsafe { libc::read(self.signal_rd.as_raw_fd(), buf.as_mut_ptr().cast(), 64) }
-                > 0
-            {}
+            while unsafe { libc::read(self.signal_rd.as_raw_fd(), buf.as_mut_ptr().cast(), 64) } > 0
+            {
+            }
         }
         if rc < 0 {
             woken.signal = true; // EINTR: a handler ran
