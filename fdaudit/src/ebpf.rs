@@ -386,13 +386,10 @@ pub fn attach_fentry(ebpf: &mut Ebpf, btf: &aya::Btf, reads: bool) -> Result<(),
                 Some(s.spawn(move || load_and_attach_fentry(prog, spec, btf)))
             })
             .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or(Err(LoadError::MissingProgram("a fentry thread")))
-            })
-            .collect()
+        handles.into_iter().try_for_each(|h| {
+            h.join()
+                .unwrap_or(Err(LoadError::MissingProgram("a fentry thread")))
+        })
     })
 }
 
