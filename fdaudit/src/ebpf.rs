@@ -553,6 +553,51 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "needs BTF (/sys/kernel/btf/vmlinux)"]
+    fn every_fentry_hook_is_a_kernel_function() {
+        let kernel = KernelBtf::read().unwrap_or_else(|e| panic!("{}", one_line(&e)));
+        for spec in &FENTRY_PROGRAMS {
+            let f = spec.function();
+            assert!(
+                kernel.btf.func_id(&f).is_some(),
+                "{f} not in the kernel BTF"
+            );
+        }
+        assert_eq!(kernel.btf.func_id("no_such_function_fdaudit"), None);
+    }
+
+    #[test]
+    fn fentry_programs_mirror_sys_enter_and_sys_exit() {
+        let mut names: Vec<&str> = FENTRY_PROGRAMS.iter().map(|p| p.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(
+            names.len(),
+            FENTRY_PROGRAMS.len(),
+            "two programs share a name"
+        );
+        // fexit exactly for the --reads programs (sys_exit's job), fentry for the rest.
+        assert!(FENTRY_PROGRAMS.iter().all(|p| p.exit == p.reads_only));
+        assert_eq!(
+            FENTRY_PROGRAMS[0].function(),
+            format!("{SYSCALL_PREFIX}close")
+        );
+    }
+
+    #[test]
+    fn backend_from_the_environment_names_the_choices() {
+        use clap::ValueEnum as _;
+        for (v, want) in [
+            ("auto", BackendChoice::Auto),
+            ("fentry", BackendChoice::Fentry),
+            ("raw-tp", BackendChoice::RawTp),
+        ] {
+            assert_eq!(BackendChoice::from_str(v, true), Ok(want));
+        }
+        assert!(BackendChoice::from_str("kprobe", true).is_err());
+    }
+
+    #[test]
     fn programs_are_unique_and_sched_first() {
         let mut names: Vec<&str> = PROGRAMS.iter().map(|p| p.name).collect();
         let mut tracepoints: Vec<&str> = PROGRAMS.iter().map(|p| p.tracepoint).collect();

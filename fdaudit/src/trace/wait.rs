@@ -148,3 +148,45 @@ impl Waiter {
         self.roots.iter().all(|r| r.gone)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_root_exit_and_a_signal_each_wake_the_waiter_at_once() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("0.2")
+            .spawn()
+            .expect("spawn sleep");
+        let mut waiter = Waiter::new(signal_pipe().expect("signal pipe"), &[child.id()]);
+        let t = Instant::now();
+        let far = Some(Instant::now() + Duration::from_secs(30));
+        while !waiter.all_exited() {
+            let woken = waiter.wait(None, far).expect("wait");
+            assert!(!woken.signal && !woken.records, "{woken:?}");
+            assert!(t.elapsed() < Duration::from_secs(10), "never woke");
+        }
+        let took = t.elapsed();
+        assert!(
+            took >= Duration::from_millis(150) && took < Duration::from_secs(5),
+            "woke after {took:?}, the root exited after 200 ms"
+        );
+        child.wait().expect("reap");
+
+        // The handler's write: the next wait returns at once, flagged.
+        wake_from_signal();
+        let t = Instant::now();
+        let woken = waiter.wait(None, far).expect("wait");
+        assert!(woken.signal, "{woken:?}");
+        assert!(t.elapsed() < Duration::from_secs(1));
+
+        // Nothing left to wake it: the deadline does.
+        let t = Instant::now();
+        let woken = waiter
+            .wait(None, Some(Instant::now() + Duration::from_millis(50)))
+            .expect("wait");
+        assert_eq!(woken, Woken::default());
+        assert!(t.elapsed() >= Duration::from_millis(40));
+    }
+}
