@@ -107,17 +107,12 @@ pub enum Event {
     Exit(Exit),
 }
 
-/// Read counters for one (process, fd), from `--reads`.
+/// Read counters for one (process, fd), from `--reads`: the kernel's entry as it is, with
+/// the reader's comm decoded.
 #[derive(Debug, Clone)]
 pub struct ReadCount {
-    pub pid: u32,
-    pub fd: u32,
-    pub calls: u64,
-    pub bytes: u64,
-    pub tiny_calls: u64,
-    pub ino: u64,
-    pub magic: u64,
-    pub mode: u32,
+    pub key: fdaudit_common::ReadKey,
+    pub stat: fdaudit_common::ReadStat,
     pub comm: String,
 }
 /// Decodes one ring-buffer record.

@@ -34,10 +34,11 @@ pub fn is_storm(calls: u64, bytes: u64) -> bool {
 /// Names the file read: a pipe or socket by inode, else what `resolve` finds (the live
 /// /proc link), else the inode number.
 pub fn target_of(c: &ReadCount, resolve: impl Fn(u32, u32, u64) -> Option<String>) -> String {
-    match fdkind::from_kernel(c.mode, c.magic, "") {
-        FdKind::Pipe => format!("pipe:[{}]", c.ino),
-        FdKind::Socket => format!("socket:[{}]", c.ino),
-        _ => resolve(c.pid, c.fd, c.ino).unwrap_or_else(|| format!("inode {}", c.ino)),
+    let (k, s) = (&c.key, &c.stat);
+    match fdkind::from_kernel(s.mode, s.magic, "") {
+        FdKind::Pipe => format!("pipe:[{}]", s.ino),
+        FdKind::Socket => format!("socket:[{}]", s.ino),
+        _ => resolve(k.pid, k.fd, s.ino).unwrap_or_else(|| format!("inode {}", s.ino)),
     }
 }
 
@@ -48,16 +49,16 @@ pub fn storms(
 ) -> Vec<ReadStorm> {
     let mut out: Vec<ReadStorm> = counts
         .iter()
-        .filter(|c| is_storm(c.calls, c.bytes))
+        .filter(|c| is_storm(c.stat.calls, c.stat.bytes))
         .map(|c| ReadStorm {
-            pid: c.pid,
+            pid: c.key.pid,
             comm: c.comm.clone(),
-            fd: c.fd,
+            fd: c.key.fd,
             target: target_of(c, &resolve),
-            calls: c.calls,
-            bytes: c.bytes,
-            bytes_per_call: c.bytes as f64 / c.calls as f64,
-            block_calls: c.bytes.div_ceil(BLOCK).max(1),
+            calls: c.stat.calls,
+            bytes: c.stat.bytes,
+            bytes_per_call: c.stat.bytes as f64 / c.stat.calls as f64,
+            block_calls: c.stat.bytes.div_ceil(BLOCK).max(1),
         })
         .collect();
     out.sort_by(|a, b| b.calls.cmp(&a.calls).then(a.pid.cmp(&b.pid)));
@@ -95,14 +96,16 @@ mod tests {
 
     fn count(pid: u32, calls: u64, bytes: u64, magic: u64, mode: u32) -> ReadCount {
         ReadCount {
-            pid,
-            fd: 0,
-            calls,
-            bytes,
-            tiny_calls: calls,
-            ino: 77,
-            magic,
-            mode,
+            key: fdaudit_common::ReadKey { pid, fd: 0 },
+            stat: fdaudit_common::ReadStat {
+                calls,
+                bytes,
+                tiny_calls: calls,
+                ino: 77,
+                magic,
+                mode,
+                ..Default::default()
+            },
             comm: "sh".into(),
         }
     }
