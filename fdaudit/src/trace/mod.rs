@@ -145,6 +145,7 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
     } else {
         Vec::new()
     };
+    session.detach_after_exit();
     drop(session); // detach before printing the summary
     let leaked = reporter.leaked();
     reporter.finish(stats, storms)?;

@@ -62,10 +62,10 @@ fn ms_since(t: Instant) -> f64 {
 }
 
 impl Drop for Session {
-    /// Detaches the fentry programs in parallel (one after the other, each trampoline's
-    /// removal waits for its own RCU grace periods); the rest goes with the Ebpf object.
+    /// Detaches the fentry programs in parallel, unless [`Session::detach_after_exit`] has
+    /// handed them to a child; the rest goes with the Ebpf object.
     fn drop(&mut self) {
-        if self.backend == Some(Backend::Fentry) {
+        if self.backend == Some(Backend::Fentry) && !self.handed_off {
             ebpf::detach_fentry(&mut self._bpf);
         }
     }
@@ -130,6 +130,8 @@ pub struct Session {
     /// Why `auto` did not use fentry.
     fallback: Option<String>,
     timings: StartupTimings,
+    /// The fentry links were handed to a child that closes them after our exit.
+    handed_off: bool,
 }
 
 impl Session {
@@ -193,6 +195,7 @@ impl Session {
             backend,
             fallback,
             timings,
+            handed_off: false,
         };
         if !opts.leaks_only {
             let t = Instant::now();
@@ -202,6 +205,17 @@ impl Session {
             session.timings.calibrate_ms += ms_since(t);
         }
         Ok(session)
+    }
+
+    /// For a process about to exit (trace): with fentry, the trampolines' slow removal
+    /// happens after the exit, in a child ([`ebpf::detach_after_exit`]), so the caller
+    /// does not wait for it. Not for a process that goes on (bench): its later work would
+    /// still run under this session's programs.
+    pub fn detach_after_exit(&mut self) {
+        if self.backend == Some(Backend::Fentry) {
+            ebpf::detach_after_exit(&mut self._bpf);
+            self.handed_off = true;
+        }
     }
 
     /// The backend counting syscalls (None with --leaks-only).
