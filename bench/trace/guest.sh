@@ -6,7 +6,7 @@
 # Needs fdaudit and `getppid` (bench/trace/getppid.c, built static) on PATH.
 F=fdaudit; R=${1:-3}; N=${2:-30}; M=${3:-100}; G=${4:-300000}
 hard=$(ulimit -Hn)
-storm() { echo $F __spawner --strategy close-loop --nofile "$hard" -n "$1"; }
+storm() { echo __spawner --strategy close-loop --nofile "$hard" -n "$1"; }
 us() { # us CMD...: wall time of CMD in microseconds
   s=$EPOCHREALTIME; "$@" >/dev/null 2>&1; e=$EPOCHREALTIME
   echo "$s $e" | awk '{ printf "%d", ($2 - $1) * 1e6 }'
@@ -20,19 +20,25 @@ follow() { # follow TRACER_ARGS -- CMD...: CMD's time while `fdaudit trace ARGS`
   kill -INT $tr; wait $tr; kill $idle; wait $idle 2>/dev/null
   echo "$t"
 }
+steady() { # steady [TRACE_ARGS...]: the spawner's own time for its spawns (start-up excluded), µs
+  $F "$@" $(storm "$N") --json 2>/dev/null |
+    awk -F'"ns":' '/"spawn_time"/ { split($2, a, /[,}]/); t += a[1] } END { printf "%d", t / 1000 }'
+}
 b() { echo "@@ BENCH $1 $2 $3"; }
 for r in $(seq "$R"); do
-  b storm untraced "$(us $(storm "$N"))"
+  b storm untraced "$(us $F $(storm "$N"))"
+  b storm-steady untraced "$(steady)"
   b true untraced "$(us /bin/true)"
-  b bystander untraced "$(us $(storm "$M"))"
+  b bystander untraced "$(us $F $(storm "$M"))"
   b getppid untraced "$(us getppid "$G")"
   for k in raw-tp fentry; do
-    b storm "trace-$k" "$(us $F trace -q --backend $k -- $(storm "$N"))"
+    b storm "trace-$k" "$(us $F trace -q --backend $k -- $F $(storm "$N"))"
+    b storm-steady "trace-$k" "$(steady trace -q --backend $k -- $F)"
     b true "trace-$k" "$(us $F trace -q --backend $k -- /bin/true)"
-    b bystander "trace-$k" "$(follow --backend $k -- $(storm "$M"))"
+    b bystander "trace-$k" "$(follow --backend $k -- $F $(storm "$M"))"
     b getppid "trace-$k" "$(follow --backend $k -- getppid "$G")"
   done
-  b storm leaks-only "$(us $F trace -q --leaks-only -- $(storm "$N"))"
+  b storm leaks-only "$(us $F trace -q --leaks-only -- $F $(storm "$N"))"
   b true leaks-only "$(us $F trace -q --leaks-only -- /bin/true)"
   echo "@@ round $r done"
 done
