@@ -277,6 +277,9 @@ pub struct SpawnRecord {
     pub paths: [FdPath; MAX_PATHS],
     pub npaths: u32,
     pub _pad2: u32,
+    /// The process's cgroup on the unified (v2) hierarchy at exec: its kernfs id, the inode
+    /// number of the cgroup's directory (bpf_get_current_cgroup_id, since 4.18).
+    pub cgroup_id: u64,
 }
 
 /// A leaked fd's path as components from the file up (leaf first), built in the kernel by
@@ -402,6 +405,11 @@ pub struct Config {
     /// [`CONFIG_MAGIC`] once userspace filled the config; the programs count nothing while
     /// it is anything else (zero: the loader did not set the global).
     pub magic: u32,
+    /// `trace --cgroup`: depth of the followed cgroup below the cgroup2 root (root = 0).
+    pub cgroup_level: u32,
+    /// `trace --cgroup`: id of the followed cgroup, 0 to follow only the tracked trees. A
+    /// process whose ancestor at `cgroup_level` is this cgroup is traced at its fork or exec.
+    pub cgroup_id: u64,
 }
 
 /// Value userspace puts in [`Config::magic`].
@@ -454,6 +462,8 @@ impl Config {
         mount_mountpoint: 0,
         reads: 0,
         magic: 0,
+        cgroup_level: 0,
+        cgroup_id: 0,
     };
 }
 
@@ -499,7 +509,7 @@ const _: () = {
     assert!(size_of::<FdInfo>() == 16 + 8 + 8 + 8 + NAME_LEN);
     assert!(size_of::<SpawnRecord>().is_multiple_of(8));
     assert!(size_of::<ExitRecord>() == 8 + 8 + 16 + 8 + 16 + size_of::<Counters>());
-    assert!(size_of::<Config>() == 43 * 4);
+    assert!(size_of::<Config>() == 44 * 4 + 8);
     assert!(size_of::<FdPath>() == 16 + COMP_LEN * MAX_DEPTH);
     assert!(size_of::<FdCache>() == 32);
     assert!(size_of::<HotSlot>() == 48);

@@ -278,6 +278,8 @@ pub fn config_from_btf(btf: &Btf) -> Result<Config, BtfError> {
         mount_mountpoint: o("mount", "mnt_mountpoint")?,
         reads: 0,
         magic: CONFIG_MAGIC,
+        cgroup_level: 0,
+        cgroup_id: 0,
     })
 }
 

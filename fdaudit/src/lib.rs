@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod btf;
+pub mod cgroup;
 pub mod cli;
 pub mod demo;
 pub mod doctor;
@@ -15,6 +16,7 @@ pub mod spawner;
 pub mod stats;
 pub mod sys;
 pub mod trace;
+pub mod watch;
 
 /// The eBPF object built by build.rs (empty when built with FDAUDIT_SKIP_EBPF=1).
 pub static EBPF_OBJECT: &[u8] =

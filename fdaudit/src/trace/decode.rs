@@ -13,6 +13,7 @@ use super::{
     strategy::{self, Strategy},
 };
 use crate::{
+    cgroup::Identity,
     fdkind::{self, FdKind},
     output::escape_bytes,
     procfs_util,
@@ -69,6 +70,9 @@ pub struct Spawn {
     pub stdio: Vec<LeakedFd>,
     /// Partial-data markers and `reexec`, as a list of names.
     pub flags: SpawnFlags,
+    /// cgroup (id from the kernel at exec, path), container, and pid in its own namespace.
+    #[serde(flatten)]
+    pub identity: Identity,
     /// Kernel timestamp of the exec (CLOCK_MONOTONIC ns).
     #[serde(skip)]
     pub exec_ns: u64,
@@ -282,6 +286,10 @@ pub fn spawn_from_record(rec: &SpawnRecord, leaks_only: bool, resolve: Resolver)
         stdio,
         flags,
         exec_ns: rec.exec_ns,
+        identity: Identity {
+            cgroup_id: (rec.cgroup_id != 0).then_some(rec.cgroup_id),
+            ..Default::default()
+        },
         ..window_spawn(
             rec.pid,
             rec.parent_pid,
@@ -363,6 +371,7 @@ fn window_spawn(
             SpawnFlags::empty()
         },
         exec_ns: 0,
+        identity: Identity::default(),
         probed: calls.probed() + u64::from(c.exec_attempts),
     }
 }

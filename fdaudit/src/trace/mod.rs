@@ -20,7 +20,7 @@ use std::{
 
 use anyhow::{bail, Context as _, Result};
 
-use crate::{ebpf::BackendChoice, exit, procfs_util};
+use crate::{cgroup::Followed, ebpf::BackendChoice, exit, procfs_util};
 use child::{start_held, try_wait};
 use report::Reporter;
 use session::{Session, SessionOptions};
@@ -51,6 +51,12 @@ pub struct TraceArgs {
     )]
     pub pids: Vec<u32>,
 
+    /// Trace every process in this cgroup and the cgroups below it, also those that start
+    /// or move in later: a path on the cgroup2 hierarchy (`/system.slice/nginx.service`) or
+    /// under its mount point.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["pids", "command"])]
+    pub cgroup: Option<std::path::PathBuf>,
+
     /// Stop after this many seconds (e.g. 30, 1.5).
     #[arg(long, value_name = "SECONDS")]
     pub duration: Option<f64>,
@@ -73,7 +79,7 @@ pub struct TraceArgs {
 
     /// Trace the built-in workload: a spawner holding a credentials file and a listening
     /// socket, spawning with a leaking, a close-loop, a poll-scan and a close_range strategy.
-    #[arg(long, conflicts_with_all = ["pids", "command"])]
+    #[arg(long, conflicts_with_all = ["pids", "command", "cgroup"])]
     pub demo: bool,
 
     /// Do not print a line per spawn, only the summary.
@@ -121,9 +127,10 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
         args.command = vec![me.into_os_string(), "__demo".into()];
     }
     check_targets(&args)?;
+    let followed = args.cgroup.as_deref().map(Followed::find).transpose()?;
     let signal_rd = wait::signal_pipe()?;
     install_signal_handlers();
-    let (mut session, child) = attach(&args)?;
+    let (mut session, child) = attach(&args, followed.as_ref())?;
     let root_pids: Vec<u32> = child.map(|c| vec![c]).unwrap_or_else(|| args.pids.clone());
     let mut waiter = wait::Waiter::new(signal_rd, &root_pids);
     let startup = t0.elapsed();
@@ -138,6 +145,7 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
         &mut waiter,
         child,
         &root_pids,
+        followed.as_ref(),
     )?;
     let stats = session.stats()?;
     let storms = if args.reads {
@@ -209,8 +217,8 @@ fn verbose_startup(session: &Session, startup: Duration, command: bool) {
 
 /// Something to trace, and every `-p` process exists.
 fn check_targets(args: &TraceArgs) -> Result<()> {
-    if args.pids.is_empty() && args.command.is_empty() {
-        bail!("nothing to trace: give -p PID, -- CMD ARGS... or --demo");
+    if args.pids.is_empty() && args.command.is_empty() && args.cgroup.is_none() {
+        bail!("nothing to trace: give -p PID, --cgroup PATH, -- CMD ARGS... or --demo");
     }
     for &pid in &args.pids {
         // SAFETY: signal 0 only checks that the process exists.
@@ -226,11 +234,12 @@ fn check_targets(args: &TraceArgs) -> Result<()> {
 
 /// Starts the held command (if any), loads and attaches the programs, tracks the roots and
 /// releases the command. Returns the session and the command's pid.
-fn attach(args: &TraceArgs) -> Result<(Session, Option<u32>)> {
+fn attach(args: &TraceArgs, followed: Option<&Followed>) -> Result<(Session, Option<u32>)> {
     let opts = SessionOptions {
         leaks_only: args.leaks_only,
         reads: args.reads,
         backend: args.backend,
+        cgroup: followed.map(|f| (f.id, f.level)),
     };
     let held = if args.command.is_empty() {
         None
@@ -257,9 +266,10 @@ fn attach(args: &TraceArgs) -> Result<(Session, Option<u32>)> {
             .track_tree(pid)
             .with_context(|| format!("failed to trace PID {pid}"))?;
     }
-    let what = match child {
-        Some(pid) => format!("command (pid {pid})"),
-        None => format!("{} process tree(s)", args.pids.len()),
+    let what = match (child, followed) {
+        (Some(pid), _) => format!("command (pid {pid})"),
+        (None, Some(f)) => format!("cgroup {}", f.path),
+        (None, None) => format!("{} process tree(s)", args.pids.len()),
     };
     crate::diag!(
         "fdaudit: tracing {what}{}; Ctrl-C to stop",
@@ -272,8 +282,8 @@ fn attach(args: &TraceArgs) -> Result<(Session, Option<u32>)> {
 }
 
 /// Reports records until the command exits (its wait status), every `-p` root is gone,
-/// the duration ends or a signal comes; then drains what is left. Also returns when the
-/// end was noticed (for `-v`'s exit time).
+/// the followed cgroup is removed, the duration ends or a signal comes; then drains what is
+/// left. Also returns when the end was noticed (for `-v`'s exit time).
 fn follow(
     args: &TraceArgs,
     session: &mut Session,
@@ -281,13 +291,22 @@ fn follow(
     waiter: &mut wait::Waiter,
     child: Option<u32>,
     root_pids: &[u32],
+    followed: Option<&Followed>,
 ) -> Result<(Option<i32>, Instant)> {
     let deadline = args
         .duration
         .map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
     let mut exit_status: Option<i32> = None;
     loop {
-        let woken = waiter.wait(Some(session.events_fd()), deadline)?;
+        // A followed cgroup's removal has no fd to wait on: look every 100 ms.
+        let wake_by = match followed {
+            Some(_) => {
+                let tick = Instant::now() + Duration::from_millis(100);
+                Some(deadline.map_or(tick, |d| d.min(tick)))
+            }
+            None => deadline,
+        };
+        let woken = waiter.wait(Some(session.events_fd()), wake_by)?;
         for ev in session.drain() {
             reporter.handle(ev, root_pids)?;
         }
@@ -301,6 +320,11 @@ fn follow(
             // Cheap, and right even where pidfds are missing.
             if let Some(st) = try_wait(pid)? {
                 exit_status = Some(st);
+                break;
+            }
+        } else if let Some(f) = followed {
+            if !f.dir.exists() {
+                crate::diag!("fdaudit: cgroup {} was removed", f.path);
                 break;
             }
         } else if waiter.all_exited() {

@@ -23,6 +23,7 @@ use super::{
     decode::{self, Event, ReadCount},
 };
 use crate::{
+    cgroup::Hierarchy,
     ebpf::{self, Backend, BackendChoice},
     procfs_util, sys,
 };
@@ -40,6 +41,9 @@ pub struct SessionOptions {
     pub reads: bool,
     /// How to hook the counted syscalls.
     pub backend: BackendChoice,
+    /// Also trace every process in this cgroup and below: (id, depth) on the cgroup2
+    /// hierarchy, as [`crate::cgroup::Hierarchy::id_of`] gives them.
+    pub cgroup: Option<(u64, u32)>,
 }
 
 /// Where start-up time went (ms), for `trace -v`.
@@ -132,6 +136,8 @@ pub struct Session {
     timings: StartupTimings,
     /// The fentry links were handed to a child that closes them after our exit.
     handed_off: bool,
+    /// The cgroup2 hierarchy, to name the cgroup ids of spawn records (None without cgroup2).
+    cgroups: Option<Hierarchy>,
 }
 
 impl Session {
@@ -145,6 +151,10 @@ impl Session {
         let kernel = ebpf::KernelBtf::read().context("failed to read kernel offsets")?;
         let mut config = kernel.config;
         config.reads = u32::from(opts.reads);
+        if let Some((id, level)) = opts.cgroup {
+            config.cgroup_id = id;
+            config.cgroup_level = level;
+        }
         timings.btf_ms = ms_since(t);
         let t = Instant::now();
         let close_cost_ns = if opts.leaks_only {
@@ -196,6 +206,7 @@ impl Session {
             fallback,
             timings,
             handed_off: false,
+            cgroups: Hierarchy::open(),
         };
         if !opts.leaks_only {
             let t = Instant::now();
@@ -322,7 +333,22 @@ impl Session {
         let mut out = Vec::new();
         let leaks_only = self.leaks_only;
         while let Some(item) = self.events.next() {
-            if let Some(ev) = decode::decode(&item, leaks_only) {
+            if let Some(mut ev) = decode::decode(&item, leaks_only) {
+                if let Event::Spawn(s) = &mut ev {
+                    if let (Some(id), Some(h)) = (s.identity.cgroup_id, &mut self.cgroups) {
+                        s.identity = h.identity(id, s.pid);
+                    }
+                    // Picked up at its exec by `--cgroup` (its fork was not seen): the parent
+                    // from /proc while the process runs.
+                    if s.parent_pid == 0 {
+                        if let Some(pp) = procfs_util::parent_of(s.pid) {
+                            s.parent_pid = pp;
+                            s.parent_comm = std::fs::read_to_string(format!("/proc/{pp}/comm"))
+                                .map(|c| c.trim_end().to_owned())
+                                .unwrap_or_default();
+                        }
+                    }
+                }
                 out.push(ev);
             }
         }
