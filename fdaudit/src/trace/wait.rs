@@ -1,5 +1,5 @@
-//! Waiting without ticks: the ring buffer, a pidfd per traced root and a signal self-pipe in
-//! one poll(2), so that a root's exit or Ctrl-C ends the trace at once and records are
+//! Waiting without ticks: the ring buffer, a pidfd per traced root and the signal self-pipe
+//! ([`crate::signals::wake_pipe`]) in one poll(2), so that a root's exit or Ctrl-C ends the trace at once and records are
 //! handled as they come.
 //!
 //! The ring buffer's fd is optional: a caller that drains it from another thread waits here
@@ -7,7 +7,6 @@
 
 use std::{
     os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd},
-    sync::atomic::{AtomicI32, Ordering},
     time::{Duration, Instant},
 };
 
@@ -15,34 +14,8 @@ use anyhow::{Context as _, Result};
 
 use crate::procfs_util;
 
-/// The write end of the signal self-pipe, for the handler (-1 before [`signal_pipe`]).
-static SIGNAL_PIPE: AtomicI32 = AtomicI32::new(-1);
-
 /// How often a root without a pidfd (kernel before 5.3) is checked for its exit.
 const TICK: Duration = Duration::from_millis(100);
-
-/// Called from the signal handler: wakes the waiter. Async-signal-safe (write(2) only).
-pub fn wake_from_signal() {
-    let fd = SIGNAL_PIPE.load(Ordering::SeqCst);
-    if fd >= 0 {
-        // SAFETY: write(2) of one byte from a static buffer is async-signal-safe; a full
-        // pipe (EAGAIN) already holds a wake-up.
-        unsafe { libc::write(fd, b"s".as_ptr().cast(), 1) };
-    }
-}
-
-/// Creates the self-pipe the signal handler writes to and returns its read end. Both ends
-/// are close-on-exec and non-blocking; the write end lives as long as the process.
-pub fn signal_pipe() -> Result<OwnedFd> {
-    let mut fds = [0i32; 2];
-    // SAFETY: pipe2 fills the array we own.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
-        return Err(std::io::Error::last_os_error()).context("failed to create the signal pipe");
-    }
-    SIGNAL_PIPE.store(fds[1], Ordering::SeqCst);
-    // SAFETY: pipe2 just returned this fd and nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fds[0]) })
-}
 
 /// A pidfd for `pid` (pidfd_open(2), since 5.3): readable once the process has exited.
 fn pidfd_open(pid: u32) -> Option<OwnedFd> {
@@ -159,7 +132,10 @@ mod tests {
             .arg("0.2")
             .spawn()
             .expect("spawn sleep");
-        let mut waiter = Waiter::new(signal_pipe().expect("signal pipe"), &[child.id()]);
+        let mut waiter = Waiter::new(
+            crate::signals::wake_pipe().expect("signal pipe"),
+            &[child.id()],
+        );
         let t = Instant::now();
         let far = Some(Instant::now() + Duration::from_secs(30));
         while !waiter.all_exited() {
@@ -175,7 +151,7 @@ mod tests {
         child.wait().expect("reap");
 
         // The handler's write: the next wait returns at once, flagged.
-        wake_from_signal();
+        crate::signals::wake();
         let t = Instant::now();
         let woken = waiter.wait(None, far).expect("wait");
         assert!(woken.signal, "{woken:?}");
