@@ -10,6 +10,7 @@
 // On the host (clippy over the workspace) this is an ordinary binary with an empty main.
 #![cfg_attr(target_arch = "bpf", no_main)]
 
+mod arch;
 mod fdwalk;
 mod kernel;
 
@@ -26,13 +27,14 @@ use aya_ebpf::{
         bpf_get_current_pid_tgid, bpf_ktime_get_ns,
     },
     macros::{fentry, fexit, map, raw_tracepoint},
-    maps::{Array, HashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, ProgramArray, RingBuf},
     programs::{FEntryContext, FExitContext, RawTracePointContext},
 };
 use fdaudit_common::{
     flags, sysno, Config, Counters, ExitRecord, FdCache, HotSlot, ReadKey, ReadStat, RecordHeader,
-    RecordKind, SpawnRecord, Stats, TaskState, CONFIG_MAGIC, GLOBAL_CONFIG, HOT_SLOTS, MAP_EVENTS,
-    MAP_HOT, MAP_READS, MAP_SCRATCH, MAP_STATS, MAP_TRACKED, MAX_RANGES, MAX_READS, MAX_TRACKED,
+    RecordKind, SpawnRecord, Stats, TaskState, CONFIG_MAGIC, EXEC_CHAIN_LEN, GLOBAL_CONFIG,
+    HOT_SLOTS, MAP_EVENTS, MAP_EXEC_CHAIN, MAP_HOT, MAP_READS, MAP_SCRATCH, MAP_STATS, MAP_TRACKED,
+    MAX_RANGES, MAX_READS, MAX_TRACKED,
 };
 use kernel::{conf, read_kernel, stat_add};
 
@@ -57,6 +59,11 @@ map_named!(STATS, MAP_STATS);
 #[map]
 static HOT: Array<HotSlot> = Array::with_max_entries(HOT_SLOTS, 0);
 map_named!(HOT, MAP_HOT);
+
+/// The bounded exec walk's later stages, reached by tail calls (see fdwalk::bounded).
+#[map]
+static EXEC_CHAIN: ProgramArray = ProgramArray::with_max_entries(EXEC_CHAIN_LEN, 0);
+map_named!(EXEC_CHAIN, MAP_EXEC_CHAIN);
 
 #[map]
 static READS: HashMap<ReadKey, ReadStat> = HashMap::with_max_entries(MAX_READS, 0);
@@ -222,33 +229,84 @@ fn take_counters(tgid: u32, st: &TaskState) -> Counters {
 // sched_process_exec: TP_PROTO(struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm).
 // Fires in exec_binprm() after begin_new_exec(), so close-on-exec fds are already closed and
 // the fd table holds exactly what the new image inherited. Raw tracepoint, since 4.17.
+//
+// Two forms of the same program; userspace loads one, chosen by probing for bpf_loop:
+// - sched_process_exec walks the fd table under bpf_loop (5.17+), any table size;
+// - sched_process_exec_bounded (for 5.10 and 5.15) walks it with bounded loops in chunks
+//   chained by tail calls (EXEC_CHAIN, since 4.2), up to BOUNDED_MAX_FDS fds, and marks
+//   records whose table was larger BOUNDED_WALK.
 #[raw_tracepoint(tracepoint = "sched_process_exec")]
 pub fn sched_process_exec(ctx: RawTracePointContext) -> i32 {
-    let _ = try_sched_process_exec(&ctx);
+    let _ = try_sched_process_exec(&ctx, false);
     0
 }
 
-fn try_sched_process_exec(ctx: &RawTracePointContext) -> Result<(), i64> {
+#[raw_tracepoint(tracepoint = "sched_process_exec")]
+pub fn sched_process_exec_bounded(ctx: RawTracePointContext) -> i32 {
+    if try_sched_process_exec(&ctx, true) == Ok(true) {
+        // The window state is saved: go on with the walk. A tail call does not return
+        // (and is only allowed here, in the program's own int-returning function).
+        // SAFETY: EXEC_CHAIN holds programs of this program's type, filled by the loader.
+        unsafe { EXEC_CHAIN.tail_call(&ctx, fdwalk::CHAIN_FDS) };
+        // Not reached unless the slot is empty: send what there is.
+        if let Some(rec) = SCRATCH.get_ptr_mut(0) {
+            // SAFETY: pointer from a per-CPU array lookup, valid for this run.
+            let rec = unsafe { &mut *rec };
+            rec.header.flags |= flags::FDTABLE_TRUNCATED;
+            output_spawn(rec);
+        }
+    }
+    0
+}
+
+/// Tail-call stage of the bounded walk: the next chunk of the fd table (EXEC_CHAIN slot
+/// fdwalk::CHAIN_FDS). Never attached.
+#[raw_tracepoint(tracepoint = "sched_process_exec")]
+pub fn exec_walk_fds(ctx: RawTracePointContext) -> i32 {
+    fdwalk::bounded::fds_stage(&ctx, &EXEC_CHAIN);
+    0
+}
+
+/// Tail-call stage of the bounded walk: the leaked files' paths, then the record goes out
+/// (EXEC_CHAIN slot fdwalk::CHAIN_PATHS). Never attached.
+#[raw_tracepoint(tracepoint = "sched_process_exec")]
+pub fn exec_walk_paths(_ctx: RawTracePointContext) -> i32 {
+    fdwalk::bounded::paths_stage();
+    0
+}
+
+/// Sends the finished spawn record.
+#[inline(always)]
+fn output_spawn(rec: &SpawnRecord) {
+    if EVENTS.output::<SpawnRecord>(rec, 0).is_err() {
+        stat_add(&STATS, |s| &mut s.lost_records);
+    }
+}
+
+/// Fills the spawn record and starts a new window; with `bounded`, leaves the record in
+/// SCRATCH for the tail-called walk and returns Ok(true) when the caller must chain.
+#[inline(always)]
+fn try_sched_process_exec(ctx: &RawTracePointContext, bounded: bool) -> Result<bool, i64> {
     if !configured() {
-        return Ok(());
+        return Ok(false);
     }
     let tgid = current_tgid();
     if TRACKED.get_ptr(tgid).is_none() {
         // A process that entered the followed cgroup without a traced fork (moved in by a
         // runtime before it execs the payload, or cloned into it): traced from this exec on.
         if !in_followed_cgroup() {
-            return Ok(());
+            return Ok(false);
         }
         if TRACKED.insert(tgid, TaskState::default(), 0).is_err() {
             stat_add(&STATS, |s| &mut s.tracked_full);
-            return Ok(());
+            return Ok(false);
         }
     }
     let Some(st) = TRACKED.get_ptr_mut(tgid) else {
-        return Ok(());
+        return Ok(false);
     };
     let Some(rec) = SCRATCH.get_ptr_mut(0) else {
-        return Ok(());
+        return Ok(false);
     };
     // SAFETY: both pointers come from map lookups and stay valid for this program run.
     let (st, rec) = unsafe { (&mut *st, &mut *rec) };
@@ -280,10 +338,11 @@ fn try_sched_process_exec(ctx: &RawTracePointContext) -> Result<(), i64> {
     }
 
     kernel::read_exec_names(rec, bprm);
-    fdwalk::walk_fds(rec);
-
-    if EVENTS.output::<SpawnRecord>(&*rec, 0).is_err() {
-        stat_add(&STATS, |s| &mut s.lost_records);
+    if !bounded {
+        fdwalk::walk_fds(rec);
+        output_spawn(rec);
+    } else {
+        fdwalk::bounded::start(rec);
     }
 
     // The process stays traced: its children are spawns too, and what the new image does
@@ -296,7 +355,7 @@ fn try_sched_process_exec(ctx: &RawTracePointContext) -> Result<(), i64> {
     // begin_new_exec() may have given the process a new fd table (unshare_files()).
     st.cache = fd_cache_of(kernel::current_task()).unwrap_or_default();
     claim_hot(tgid, &st.cache);
-    Ok(())
+    Ok(bounded)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -350,13 +409,16 @@ fn try_sched_process_exit() -> Result<(), i64> {
 // ---------------------------------------------------------------------------------------------
 // raw_syscalls/sys_enter: TP_PROTO(struct pt_regs *regs, long id). Runs for every syscall on
 // the machine while attached, so it leaves at the first check: the syscall id, then the
-// tgid lookup. Arguments come from pt_regs (x86_64 syscall ABI; offsets from BTF).
+// tgid lookup. Arguments come from pt_regs (offsets from BTF, per architecture: arch.rs).
 #[raw_tracepoint(tracepoint = "sys_enter")]
 pub fn sys_enter(ctx: RawTracePointContext) -> i32 {
     let _ = try_sys_enter(&ctx);
     0
 }
 
+// Syscalls an architecture lacks are all sysno::NONE (aarch64: poll, dup2), so their
+// patterns repeat there.
+#[allow(unreachable_patterns)]
 fn try_sys_enter(ctx: &RawTracePointContext) -> Result<(), i64> {
     let id: i64 = ctx.arg(1);
     match id {
@@ -391,7 +453,7 @@ fn on_syscall(id: i64, regs: u64) -> Result<(), i64> {
         if id == sysno::CLOSE {
             // The path a close loop takes 2^20 times.
             slot.close_calls += 1;
-            let fd: u64 = read_kernel(regs + conf!(regs_di))?;
+            let fd: u64 = arch::arg(regs, conf!(regs_arg0))?;
             if !fd_is_open(&mut slot.cache, fd as u32)? {
                 slot.close_ebadf += 1;
             }
@@ -420,7 +482,7 @@ fn count_in_window(st: &mut TaskState, id: i64, regs: u64) -> Result<(), i64> {
     match id {
         sysno::CLOSE => {
             c.close_calls += 1;
-            let fd: u64 = read_kernel(regs + conf!(regs_di))?;
+            let fd: u64 = arch::arg(regs, conf!(regs_arg0))?;
             if !fd_is_open(&mut st.cache, fd as u32)? {
                 st.counters.close_ebadf += 1;
             }
@@ -429,14 +491,14 @@ fn count_in_window(st: &mut TaskState, id: i64, regs: u64) -> Result<(), i64> {
             let i = c.close_range_calls as usize;
             if i < MAX_RANGES {
                 let r = &mut c.ranges[i];
-                r.first = read_kernel::<u64>(regs + conf!(regs_di)).unwrap_or(0) as u32;
-                r.last = read_kernel::<u64>(regs + conf!(regs_si)).unwrap_or(0) as u32;
-                r.flags = read_kernel::<u64>(regs + conf!(regs_dx)).unwrap_or(0) as u32;
+                r.first = arch::arg(regs, conf!(regs_arg0)).unwrap_or(0) as u32;
+                r.last = arch::arg(regs, conf!(regs_arg1)).unwrap_or(0) as u32;
+                r.flags = arch::arg(regs, conf!(regs_arg2)).unwrap_or(0) as u32;
             }
             c.close_range_calls += 1;
         }
         sysno::FCNTL => {
-            let cmd: u64 = read_kernel(regs + conf!(regs_si))?;
+            let cmd: u64 = arch::arg(regs, conf!(regs_arg1))?;
             match cmd {
                 1 => c.fcntl_getfd_calls += 1, // F_GETFD
                 2 => c.fcntl_setfd_calls += 1, // F_SETFD
@@ -444,7 +506,7 @@ fn count_in_window(st: &mut TaskState, id: i64, regs: u64) -> Result<(), i64> {
             }
         }
         sysno::POLL | sysno::PPOLL => {
-            let nfds: u64 = read_kernel(regs + conf!(regs_si))?;
+            let nfds: u64 = arch::arg(regs, conf!(regs_arg1))?;
             c.poll_calls += 1;
             let nfds = if nfds > u32::MAX as u64 {
                 u32::MAX
@@ -460,7 +522,7 @@ fn count_in_window(st: &mut TaskState, id: i64, regs: u64) -> Result<(), i64> {
             // A listing of /proc/<pid>/fd (however it was opened: /proc/self/fd, /dev/fd,
             // /proc/thread-self/fd) that starts at offset 0 is a new fd walk. Checked here
             // rather than at open(), whose path string may sit in a page not yet faulted in.
-            let fd: u64 = read_kernel(regs + conf!(regs_di))?;
+            let fd: u64 = arch::arg(regs, conf!(regs_arg0))?;
             if fdwalk::is_procfd_listing(fd as u32).unwrap_or(false) {
                 c.procfd_opens += 1;
             }
@@ -492,7 +554,7 @@ fn try_sys_exit(ctx: &RawTracePointContext) -> Result<(), i64> {
         return Ok(());
     }
     let regs: u64 = ctx.arg(0);
-    let id: i64 = read_kernel(regs + conf!(regs_orig_ax))?;
+    let id = arch::exit_syscall_nr(regs)?;
     if id != sysno::READ && id != sysno::READV && id != sysno::PREAD64 {
         return Ok(());
     }
@@ -502,7 +564,7 @@ fn try_sys_exit(ctx: &RawTracePointContext) -> Result<(), i64> {
 /// Counts one read()/readv()/pread64() of `tgid` that returned `ret` >= 0 bytes.
 #[inline(always)]
 fn count_read(tgid: u32, regs: u64, ret: i64) -> Result<(), i64> {
-    let fd: u64 = read_kernel(regs + conf!(regs_di))?;
+    let fd = arch::exit_arg0(regs)?;
     let key = ReadKey {
         pid: tgid,
         fd: fd as u32,

@@ -17,12 +17,13 @@ bitflags::bitflags! {
         const NO_SYSCALLS = k::NO_SYSCALLS;
         const PATH_PARTIAL = k::PATH_PARTIAL;
         const REEXEC = k::REEXEC;
+        const BOUNDED_WALK = k::BOUNDED_WALK;
     }
 }
 
 impl SpawnFlags {
     /// Names in JSON and text, in bit order.
-    const NAMES: [(SpawnFlags, &'static str); 9] = [
+    const NAMES: [(SpawnFlags, &'static str); 10] = [
         (SpawnFlags::FDS_TRUNCATED, "fds_truncated"),
         (SpawnFlags::READ_FAILED, "read_failed"),
         (SpawnFlags::ARGV_TRUNCATED, "argv_truncated"),
@@ -32,6 +33,7 @@ impl SpawnFlags {
         (SpawnFlags::NO_SYSCALLS, "no_syscalls"),
         (SpawnFlags::PATH_PARTIAL, "path_partial"),
         (SpawnFlags::REEXEC, "reexec"),
+        (SpawnFlags::BOUNDED_WALK, "bounded_walk"),
     ];
 
     /// The names of the set flags, in bit order (unknown bits are dropped).
