@@ -1,7 +1,9 @@
 //! fdaudit's eBPF programs. Built for bpfel-unknown-none by `xtask::build_ebpf`.
 //!
-//! Every hook is a raw tracepoint (no kprobes), but for two optional syscall tracepoints on
-//! the exec syscalls' exit that record why an exec failed.
+//! Every hook is a raw tracepoint: no tracefs, no kprobes, attachable under lockdown; where
+//! the kernel allows BPF trampolines, the syscall counts can come from fentry/fexit programs
+//! on the counted syscalls instead (the fentry backend), so other syscalls pay nothing. Two
+//! optional syscall tracepoints on the exec syscalls' exit record why an exec failed.
 //! Per-process counters live in the TRACKED hash map, keyed by tgid; one record goes to the
 //! ring buffer per exec and per exit of a traced process, never one per syscall.
 //! Kernel struct offsets come from BTF at load time through the CONFIG global.
@@ -25,9 +27,9 @@ use aya_ebpf::{
         bpf_get_current_ancestor_cgroup_id, bpf_get_current_cgroup_id, bpf_get_current_comm,
         bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user_str_bytes,
     },
-    macros::{map, raw_tracepoint, tracepoint},
+    macros::{fentry, fexit, map, raw_tracepoint, tracepoint},
     maps::{Array, HashMap, LruHashMap, PerCpuArray, ProgramArray, RingBuf},
-    programs::{RawTracePointContext, TracePointContext},
+    programs::{FEntryContext, FExitContext, RawTracePointContext, TracePointContext},
 };
 use fdaudit_common::{
     flags, sysno, Config, Counters, ExecFailure, ExitRecord, FdCache, HotSlot, ReadKey, ReadStat,
@@ -443,9 +445,15 @@ fn try_sys_enter(ctx: &RawTracePointContext) -> Result<(), i64> {
         | sysno::EXECVE
         | sysno::EXECVEAT
         | sysno::DUP2
-        | sysno::DUP3 => {}
-        _ => return Ok(()),
+        | sysno::DUP3 => on_syscall(id, ctx.arg(0)),
+        _ => Ok(()),
     }
+}
+
+/// Counts syscall `id` (one of those counted) of the current process; `regs` is the
+/// syscall's `struct pt_regs *`, from the raw tracepoint or the fentry backend.
+#[inline(always)]
+fn on_syscall(id: i64, regs: u64) -> Result<(), i64> {
     // Every count is for a process inside its fork..exec window, and every such process
     // owns its HOT slot (or marked the slot as overflowed): one array access, no hashing,
     // tells all other processes on the machine to leave.
@@ -459,7 +467,6 @@ fn try_sys_enter(ctx: &RawTracePointContext) -> Result<(), i64> {
         if id == sysno::CLOSE {
             // The path a close loop takes 2^20 times.
             slot.close_calls += 1;
-            let regs: u64 = ctx.arg(0);
             let fd: u64 = arch::arg(regs, conf!(regs_arg0))?;
             if !fd_is_open(&mut slot.cache, fd as u32)? {
                 slot.close_ebadf += 1;
@@ -477,26 +484,24 @@ fn try_sys_enter(ctx: &RawTracePointContext) -> Result<(), i64> {
     if st.in_window == 0 {
         return Ok(());
     }
-    count_in_window(st, id, ctx)
+    count_in_window(st, id, regs)
 }
 
 /// Counts one syscall of a process inside its fork..exec window (`id` is one of those
 /// `try_sys_enter` lets through). Adding a counter: a field in `Counters`, an arm here,
 /// a field in the user side's `SyscallCounts`.
 #[inline(always)]
-fn count_in_window(st: &mut TaskState, id: i64, ctx: &RawTracePointContext) -> Result<(), i64> {
+fn count_in_window(st: &mut TaskState, id: i64, regs: u64) -> Result<(), i64> {
     let c = &mut st.counters;
     match id {
         sysno::CLOSE => {
             c.close_calls += 1;
-            let regs: u64 = ctx.arg(0);
             let fd: u64 = arch::arg(regs, conf!(regs_arg0))?;
             if !fd_is_open(&mut st.cache, fd as u32)? {
                 st.counters.close_ebadf += 1;
             }
         }
         sysno::CLOSE_RANGE => {
-            let regs: u64 = ctx.arg(0);
             let i = c.close_range_calls as usize;
             if i < MAX_RANGES {
                 let r = &mut c.ranges[i];
@@ -507,7 +512,6 @@ fn count_in_window(st: &mut TaskState, id: i64, ctx: &RawTracePointContext) -> R
             c.close_range_calls += 1;
         }
         sysno::FCNTL => {
-            let regs: u64 = ctx.arg(0);
             let cmd: u64 = arch::arg(regs, conf!(regs_arg1))?;
             match cmd {
                 1 => c.fcntl_getfd_calls += 1, // F_GETFD
@@ -516,7 +520,6 @@ fn count_in_window(st: &mut TaskState, id: i64, ctx: &RawTracePointContext) -> R
             }
         }
         sysno::POLL | sysno::PPOLL => {
-            let regs: u64 = ctx.arg(0);
             let nfds: u64 = arch::arg(regs, conf!(regs_arg1))?;
             c.poll_calls += 1;
             let nfds = if nfds > u32::MAX as u64 {
@@ -533,7 +536,6 @@ fn count_in_window(st: &mut TaskState, id: i64, ctx: &RawTracePointContext) -> R
             // A listing of /proc/<pid>/fd (however it was opened: /proc/self/fd, /dev/fd,
             // /proc/thread-self/fd) that starts at offset 0 is a new fd walk. Checked here
             // rather than at open(), whose path string may sit in a page not yet faulted in.
-            let regs: u64 = ctx.arg(0);
             let fd: u64 = arch::arg(regs, conf!(regs_arg0))?;
             if fdwalk::is_procfd_listing(fd as u32).unwrap_or(false) {
                 c.procfd_opens += 1;
@@ -543,7 +545,6 @@ fn count_in_window(st: &mut TaskState, id: i64, ctx: &RawTracePointContext) -> R
             c.exec_attempts += 1;
             // The path, should this exec fail (exec_exit): execve(filename, ...),
             // execveat(dirfd, filename, ...). Only the pointer: read only on failure.
-            let regs: u64 = ctx.arg(0);
             let off = if id == sysno::EXECVEAT {
                 conf!(regs_arg1)
             } else {
@@ -583,6 +584,12 @@ fn try_sys_exit(ctx: &RawTracePointContext) -> Result<(), i64> {
     if id != sysno::READ && id != sysno::READV && id != sysno::PREAD64 {
         return Ok(());
     }
+    count_read(tgid, regs, ret)
+}
+
+/// Counts one read()/readv()/pread64() of `tgid` that returned `ret` >= 0 bytes.
+#[inline(always)]
+fn count_read(tgid: u32, regs: u64, ret: i64) -> Result<(), i64> {
     let fd = arch::exit_arg0(regs)?;
     let key = ReadKey {
         pid: tgid,
@@ -662,6 +669,63 @@ fn try_exec_exit(ctx: &TracePointContext) -> Result<(), i64> {
     #[allow(clippy::needless_borrows_for_generic_args)]
     EXEC_FAILS.insert(tgid, &*v, 0)?;
     Ok(())
+}
+
+// The fentry backend (`--backend fentry`): the same counts as sys_enter/sys_exit, from BPF
+// trampolines on the counted syscalls' entry points only (`__x64_sys_close(const struct
+// pt_regs *regs)` and so on; the loader names the function, arch prefix included), so that
+// every other syscall on the machine runs without a probe. BPF_PROG_TYPE_TRACING with
+// BPF_TRACE_FENTRY/FEXIT, since 5.5; argument 0 is the syscall's pt_regs as in sys_enter.
+// An fexit program sees the arguments then the return value: `ctx.arg(1)` is the syscall's
+// result, no bpf_get_func_ret (5.17) needed.
+
+/// One fentry program per counted syscall: `$sysno` is what sys_enter would have matched.
+macro_rules! fentry_syscall {
+    ($name:ident, $sysno:path) => {
+        #[fentry]
+        pub fn $name(ctx: FEntryContext) -> i32 {
+            let _ = on_syscall($sysno, ctx.arg(0));
+            0
+        }
+    };
+}
+
+fentry_syscall!(fentry_close, sysno::CLOSE);
+fentry_syscall!(fentry_close_range, sysno::CLOSE_RANGE);
+fentry_syscall!(fentry_fcntl, sysno::FCNTL);
+fentry_syscall!(fentry_poll, sysno::POLL);
+fentry_syscall!(fentry_ppoll, sysno::PPOLL);
+fentry_syscall!(fentry_getdents64, sysno::GETDENTS64);
+fentry_syscall!(fentry_execve, sysno::EXECVE);
+fentry_syscall!(fentry_execveat, sysno::EXECVEAT);
+fentry_syscall!(fentry_dup2, sysno::DUP2);
+fentry_syscall!(fentry_dup3, sysno::DUP3);
+
+/// One fexit program per read syscall (`--reads`), the same checks as sys_exit's.
+macro_rules! fexit_read {
+    ($name:ident) => {
+        #[fexit]
+        pub fn $name(ctx: FExitContext) -> i32 {
+            let _ = try_fexit_read(&ctx);
+            0
+        }
+    };
+}
+
+fexit_read!(fexit_read);
+fexit_read!(fexit_readv);
+fexit_read!(fexit_pread64);
+
+fn try_fexit_read(ctx: &FExitContext) -> Result<(), i64> {
+    let ret: i64 = ctx.arg(1);
+    if ret < 0 || conf!(reads) == 0 || !configured() {
+        return Ok(());
+    }
+    let tgid = current_tgid();
+    if TRACKED.get_ptr(tgid).is_none() {
+        return Ok(());
+    }
+    count_read(tgid, ctx.arg(0), ret)
 }
 
 #[cfg(target_arch = "bpf")]

@@ -4,7 +4,10 @@
 //! poll for [`Event`]s, read the kernel's own counters. Records are decoded in
 //! [`super::decode`]; the probes' cost is measured in [`super::calibrate`].
 
-use std::{os::fd::AsRawFd as _, time::Duration};
+use std::{
+    os::fd::AsRawFd as _,
+    time::{Duration, Instant},
+};
 
 use anyhow::{Context as _, Result};
 use aya::{
@@ -20,7 +23,15 @@ use super::{
     calibrate,
     decode::{self, Event, ReadCount},
 };
-use crate::{cgroup::Hierarchy, ebpf, procfs_util, sys};
+use crate::{
+    cgroup::Hierarchy,
+    ebpf::{self, Backend, BackendChoice},
+    procfs_util, sys,
+};
+
+/// close() calls timed per calibration batch (best of 3, traced and untraced): ~1 ms each
+/// on an idle machine, enough for a per-call cost within a few percent.
+const CALIBRATION_CLOSES: u32 = 2_000;
 
 /// What to attach.
 #[derive(Debug, Clone, Default)]
@@ -29,9 +40,81 @@ pub struct SessionOptions {
     pub leaks_only: bool,
     /// Count read()/readv()/pread64() calls and bytes per process and fd.
     pub reads: bool,
+    /// How to hook the counted syscalls.
+    pub backend: BackendChoice,
     /// Also trace every process in this cgroup and below: (id, depth) on the cgroup2
     /// hierarchy, as [`crate::cgroup::Hierarchy::id_of`] gives them.
     pub cgroup: Option<(u64, u32)>,
+}
+
+/// Where start-up time went (ms), for `trace -v`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StartupTimings {
+    /// Reading and parsing vmlinux BTF (fdaudit's parse).
+    pub btf_ms: f64,
+    /// aya's parse of the same bytes, when fentry is tried.
+    pub aya_btf_ms: f64,
+    /// Creating the maps (aya's object load and feature probes).
+    pub maps_ms: f64,
+    /// Loading (verifier) and attaching the programs.
+    pub attach_ms: f64,
+    /// Measuring the probes' cost.
+    pub calibrate_ms: f64,
+}
+
+fn ms_since(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
+}
+
+impl Drop for Session {
+    /// Detaches the fentry programs in parallel, unless [`Session::detach_after_exit`] has
+    /// handed them to a child; the rest goes with the Ebpf object.
+    fn drop(&mut self) {
+        if self.backend == Some(Backend::Fentry) && !self.handed_off {
+            ebpf::detach_fentry(&mut self._bpf);
+        }
+    }
+}
+
+/// Attaches the syscall-counting programs of the chosen backend; with `auto`, fentry when
+/// the kernel accepts it (found by trying), else raw tracepoints and the reason.
+fn attach_syscalls(
+    bpf: &mut Ebpf,
+    kernel: &ebpf::KernelBtf,
+    opts: &SessionOptions,
+    timings: &mut StartupTimings,
+) -> Result<(Backend, Option<String>)> {
+    let raw = |bpf: &mut Ebpf| -> Result<()> {
+        let wanted = |p: &&ebpf::ProgramSpec| p.syscall && (opts.reads || !p.reads_only);
+        for spec in ebpf::PROGRAMS.iter().filter(wanted) {
+            ebpf::load_and_attach(bpf, spec)
+                .with_context(|| format!("failed to start program {}", spec.name))?;
+        }
+        Ok(())
+    };
+    if opts.backend == BackendChoice::RawTp {
+        raw(bpf)?;
+        return Ok((Backend::RawTp, None));
+    }
+    if opts.backend == BackendChoice::Auto {
+        if let Err(why) = ebpf::probe_fentry(&kernel.btf) {
+            raw(bpf)?;
+            return Ok((Backend::RawTp, Some(why)));
+        }
+    }
+    let t = Instant::now();
+    let aya_btf = kernel.for_aya();
+    timings.aya_btf_ms = ms_since(t);
+    let fentry = aya_btf.and_then(|btf| ebpf::attach_fentry(bpf, &btf, opts.reads));
+    match fentry {
+        Ok(()) => Ok((Backend::Fentry, None)),
+        Err(e) if opts.backend == BackendChoice::Auto => {
+            ebpf::detach_fentry(bpf);
+            raw(bpf)?;
+            Ok((Backend::RawTp, Some(ebpf::one_line(&e))))
+        }
+        Err(e) => Err(e).context("failed to use the fentry backend (--backend fentry)"),
+    }
 }
 
 /// Loaded and attached programs with their maps. Dropping it detaches everything.
@@ -49,6 +132,13 @@ pub struct Session {
     probe_cost_ns: f64,
     /// Untraced cost of one close() on a closed fd, ns, measured at start.
     close_cost_ns: f64,
+    /// The backend counting syscalls (None with --leaks-only: no syscall is hooked).
+    backend: Option<Backend>,
+    /// Why `auto` did not use fentry.
+    fallback: Option<String>,
+    timings: StartupTimings,
+    /// The fentry links were handed to a child that closes them after our exit.
+    handed_off: bool,
     /// The cgroup2 hierarchy, to name the cgroup ids of spawn records (None without cgroup2).
     cgroups: Option<Hierarchy>,
 }
@@ -56,25 +146,48 @@ pub struct Session {
 impl Session {
     /// Loads the programs, attaches them, and measures the probes' own cost.
     pub fn start(opts: &SessionOptions) -> Result<Session> {
-        let mut config = ebpf::kernel_config().context("failed to read kernel offsets")?;
+        let mut timings = StartupTimings::default();
+        // aya's loader parses vmlinux BTF on its own: let it, on another core, while the
+        // offsets are read and close() is timed here.
+        let loader = std::thread::spawn(aya::EbpfLoader::new);
+        let t = Instant::now();
+        let kernel = ebpf::KernelBtf::read().context("failed to read kernel offsets")?;
+        let mut config = kernel.config;
         config.reads = u32::from(opts.reads);
         if let Some((id, level)) = opts.cgroup {
             config.cgroup_id = id;
             config.cgroup_level = level;
         }
-        let close_cost_ns = sys::close_cost_ns(20_000);
-        let mut bpf = ebpf::open(&config).context("failed to load the eBPF object")?;
-        let wanted = |p: &&ebpf::ProgramSpec| {
-            !(opts.leaks_only && p.syscall) && (opts.reads || !p.reads_only)
+        timings.btf_ms = ms_since(t);
+        let t = Instant::now();
+        let close_cost_ns = if opts.leaks_only {
+            0.0
+        } else {
+            sys::close_cost_ns(CALIBRATION_CLOSES)
         };
-        for spec in ebpf::PROGRAMS.iter().filter(wanted) {
+        timings.calibrate_ms = ms_since(t);
+        let t = Instant::now();
+        let loader = loader
+            .join()
+            .map_err(|_| anyhow::anyhow!("aya's loader panicked"))?;
+        let mut bpf = ebpf::open_with(loader, &config).context("failed to load the eBPF object")?;
+        timings.maps_ms = ms_since(t);
+        let t = Instant::now();
+        for spec in ebpf::PROGRAMS.iter().filter(|p| !p.syscall) {
             ebpf::load_and_attach(&mut bpf, spec)
                 .with_context(|| format!("failed to start program {}", spec.name))?;
         }
+        let (backend, fallback) = if opts.leaks_only {
+            (None, None)
+        } else {
+            let (b, why) = attach_syscalls(&mut bpf, &kernel, opts, &mut timings)?;
+            (Some(b), why)
+        };
+        timings.attach_ms = ms_since(t) - timings.aya_btf_ms;
         // Optional (see ebpf::EXEC_EXIT_PROGRAMS); needless with --leaks-only, which does not
         // count exec attempts and so reports no failed exec.
         // FDAUDIT_EXEC_EXIT=0 leaves them out: the overhead benchmark's switch
-        // (bench/trace/overhead.py --compare-exec-exit).
+        // (measured with bench/trace/overhead.py).
         let exec_fails_ok = !opts.leaks_only
             && std::env::var_os("FDAUDIT_EXEC_EXIT").is_none_or(|v| v != "0")
             && ebpf::attach_exec_exit(&mut bpf).is_ok();
@@ -105,13 +218,54 @@ impl Session {
             leaks_only: opts.leaks_only,
             probe_cost_ns: 0.0,
             close_cost_ns,
+            backend,
+            fallback,
+            timings,
+            handed_off: false,
             cgroups: Hierarchy::open(),
         };
         if !opts.leaks_only {
-            session.probe_cost_ns = calibrate::probe_cost_ns(&mut session, 20_000, close_cost_ns)
-                .context("failed to measure the probes' own cost")?;
+            let t = Instant::now();
+            session.probe_cost_ns =
+                calibrate::probe_cost_ns(&mut session, CALIBRATION_CLOSES, close_cost_ns)
+                    .context("failed to measure the probes' own cost")?;
+            if session.probe_cost_ns <= 0.0 {
+                // Lost in the noise (a loaded machine, an emulated guest's clock): once
+                // more, ten times longer.
+                let n = CALIBRATION_CLOSES * 10;
+                let untraced = sys::close_cost_ns(n);
+                session.close_cost_ns = untraced;
+                session.probe_cost_ns = calibrate::probe_cost_ns(&mut session, n, untraced)
+                    .context("failed to measure the probes' own cost")?;
+            }
+            session.timings.calibrate_ms += ms_since(t);
         }
         Ok(session)
+    }
+
+    /// For a process about to exit (trace): with fentry, the trampolines' slow removal
+    /// happens after the exit, in a child ([`ebpf::detach_after_exit`]), so the caller
+    /// does not wait for it. Not for a process that goes on (bench): its later work would
+    /// still run under this session's programs.
+    pub fn detach_after_exit(&mut self) {
+        if self.backend == Some(Backend::Fentry) {
+            ebpf::detach_after_exit(&mut self._bpf);
+            self.handed_off = true;
+        }
+    }
+
+    /// The backend counting syscalls (None with --leaks-only).
+    pub fn backend(&self) -> Option<Backend> {
+        self.backend
+    }
+
+    /// Why `--backend auto` fell back to raw tracepoints, in one line.
+    pub fn fallback(&self) -> Option<&str> {
+        self.fallback.as_deref()
+    }
+
+    pub fn timings(&self) -> StartupTimings {
+        self.timings
     }
 
     /// Probe cost per counted syscall (ns).
@@ -183,6 +337,11 @@ impl Session {
             }
         }
         Ok(self.drain())
+    }
+
+    /// The ring buffer's fd: readable when records wait.
+    pub fn events_fd(&self) -> std::os::fd::RawFd {
+        self.events.as_raw_fd()
     }
 
     /// Every record now in the ring buffer, decoded.
