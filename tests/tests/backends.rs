@@ -21,16 +21,24 @@ fn guard() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// `trace --json -o FILE -v --backend B ... -- CMD`, with the records of FILE in place of
+/// stdout: with `-- CMD` the records never share CMD's stdout (#10).
 fn run(backend: &str, extra: &[&str], cmd: &[String]) -> Output {
-    Command::new(fdaudit())
-        .args(["trace", "--json", "-v", "--backend", backend])
+    let file = fdaudit_tests::temp_path("backends.jsonl");
+    let mut out = Command::new(fdaudit())
+        .args(["trace", "--json", "-o"])
+        .arg(&file)
+        .args(["-v", "--backend", backend])
         .args(extra)
         .arg("--")
         .args(cmd)
         .env_remove("FDAUDIT_BACKEND")
         .stdin(Stdio::null())
         .output()
-        .expect("run fdaudit trace")
+        .expect("run fdaudit trace");
+    out.stdout = std::fs::read(&file).unwrap_or_default();
+    let _ = std::fs::remove_file(&file);
+    out
 }
 
 /// Takes out of a record what legitimately differs between two runs: pids, times (every
@@ -76,9 +84,13 @@ fn records(out: &Output) -> Vec<Value> {
         .filter(|l| l.starts_with("{\"type\":"))
         .map(|l| {
             let mut v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}"));
+            fdaudit_tests::check_record(&v);
             normalize(&mut v);
             v
         })
+        // The header (argv, start time) and the notes (pids, costs) say how the run was made,
+        // not what was traced.
+        .filter(|v| v["type"] != "header" && v["type"] != "note")
         .collect()
 }
 
