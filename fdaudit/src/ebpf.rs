@@ -122,7 +122,11 @@ impl Backend {
     }
 }
 
-/// `--backend`: a backend, or `auto` (fentry when the kernel accepts it, else raw-tp).
+/// Why `auto` counts with raw tracepoints, as `-v` and doctor say it.
+pub const AUTO_REASON: &str = "auto: fentry is opt-in, --backend fentry";
+
+/// `--backend`: a backend, or `auto` (raw-tp for now; fentry is opt-in until it is shown
+/// faster and safe on real hardware).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum BackendChoice {
     #[default]

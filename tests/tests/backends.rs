@@ -175,7 +175,7 @@ fn backends_report_the_same_records() {
         let want = if fentry_works {
             "backend: fentry"
         } else {
-            "backend: raw-tp (fentry refused:"
+            "backend: raw-tp (auto: fentry is opt-in"
         };
         assert!(stderr(&other).contains(want), "{}", stderr(&other));
         let (a, b) = (records(&raw), records(&other));

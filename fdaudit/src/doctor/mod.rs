@@ -351,6 +351,11 @@ fn backend_check(bpf: &mut aya::Ebpf, kernel: &ebpf::KernelBtf) -> Check {
         attached
     });
     match (fentry, choice) {
+        (Ok(()), BackendChoice::Auto) => check(
+            "backend",
+            Status::Ok,
+            format!("{raw_tp} ({}; fentry loads and attaches here)", ebpf::AUTO_REASON),
+        ),
         (Ok(()), _) => check(
             "backend",
             Status::Ok,

@@ -145,7 +145,7 @@ pub struct TraceArgs {
 
     /// How to hook the counted syscalls: fentry (BPF trampolines on those syscalls only,
     /// other syscalls pay nothing) or raw-tp (raw sys_enter/sys_exit tracepoints, every
-    /// syscall on the machine pays); auto uses fentry when the kernel accepts it.
+    /// syscall on the machine pays); auto is raw-tp for now (fentry is opt-in).
     #[arg(long, value_enum, default_value_t, env = "FDAUDIT_BACKEND")]
     pub backend: BackendChoice,
 
@@ -423,7 +423,7 @@ fn verbose_startup(session: &Session, startup: Duration, command: bool) {
         (None, _) => crate::diag!("fdaudit: backend: none (--leaks-only hooks no syscall)"),
         (Some(b), None) => crate::diag!("fdaudit: backend: {}", b.as_str()),
         (Some(b), Some(why)) => {
-            crate::diag!("fdaudit: backend: {} (fentry refused: {why})", b.as_str())
+            crate::diag!("fdaudit: backend: {} ({why})", b.as_str())
         }
     }
     let t = session.timings();
