@@ -74,14 +74,28 @@ pub fn fd_target(pid: u32, fd: u32, ino: u64) -> Option<Vec<u8>> {
         .split(|&b| b == b'\n')
         .find_map(|l| l.strip_prefix(b"ino:"))
         .and_then(|v| std::str::from_utf8(v).ok()?.trim().parse::<u64>().ok());
-    if seen != Some(ino) {
+    if seen.is_some_and(|s| s != ino) {
         return None;
     }
     let fd_dir = at::open_dir_path(at::raw(&dir), c"fd").ok()?;
     let mut link = vec![0u8; 4096];
     let len = at::readlinkat(at::raw(&fd_dir), name.as_cstr(), &mut link).ok()?;
     link.truncate(len);
+    // Kernels before 5.14 print no `ino:` in fdinfo. An anonymous target (`pipe:[N]`) still
+    // names its inode; a path cannot be checked without a stat through the link (which
+    // blocks on a hung mount), so it is taken as the fd's file.
+    if seen.is_none() && bracket_inode(&link).is_some_and(|n| n != ino) {
+        return None;
+    }
     Some(link)
+}
+
+/// The number in `socket:[N]` / `pipe:[N]` / `net:[N]` link texts.
+pub fn bracket_inode(target: &[u8]) -> Option<u64> {
+    let open = target.iter().position(|&b| b == b'[')?;
+    let rest = &target[open + 1..];
+    let close = rest.iter().position(|&b| b == b']')?;
+    std::str::from_utf8(&rest[..close]).ok()?.parse().ok()
 }
 
 #[cfg(test)]

@@ -204,13 +204,7 @@ fn first_u32(s: &[u8]) -> Option<u32> {
     crate::procfs_util::at::parse_u32(&s[..end])
 }
 
-/// The number in `socket:[N]` / `pipe:[N]` / `net:[N]` link texts.
-pub fn bracket_inode(target: &[u8]) -> Option<u64> {
-    let open = target.iter().position(|&b| b == b'[')?;
-    let rest = &target[open + 1..];
-    let close = rest.iter().position(|&b| b == b']')?;
-    std::str::from_utf8(&rest[..close]).ok()?.parse().ok()
-}
+pub use crate::procfs_util::bracket_inode;
 
 #[cfg(test)]
 mod tests {

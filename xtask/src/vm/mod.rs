@@ -408,6 +408,16 @@ const HOST_ONLY_TESTS: &[(&str, &str)] = &[
         "watch",
         "scrapes with a real prometheus and runs coreutils' cat under unshare",
     ),
+    (
+        "terminal",
+        "checks rendering in tmux, script's pty, man and bash completion, none of which the \
+         initramfs carries",
+    ),
+    (
+        "scan_hostile",
+        "mounts a FUSE file system (no /dev/fuse in the guests) and holds files the \
+         initramfs lacks",
+    ),
 ];
 
 /// Host tools put into an x86_64 guest, from the host itself (Debian packages installed by
