@@ -1,6 +1,6 @@
 //! Shared helpers for fdaudit's integration tests.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use serde_json::Value;
@@ -121,13 +121,13 @@ pub fn listen_loopback(backlog: libc::c_int) -> (libc::c_int, u16) {
 /// The JSON Schema every record fdaudit writes must satisfy (docs/fdaudit.schema.json).
 pub fn schema() -> &'static jsonschema::Validator {
     static V: OnceLock<jsonschema::Validator> = OnceLock::new();
+    // Compiled in, so the test binaries also work where the source tree is absent (the
+    // VM guests of `cargo xtask vm-test`).
+    const TEXT: &str = include_str!("../../docs/fdaudit.schema.json");
     V.get_or_init(|| {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/fdaudit.schema.json");
-        let text = std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("failed to read {}: {e}", path.display()));
-        let schema: Value = serde_json::from_str(&text).expect("the schema is JSON");
+        let schema: Value = serde_json::from_str(TEXT).expect("the schema is JSON");
         jsonschema::validator_for(&schema)
-            .unwrap_or_else(|e| panic!("{} is not a valid JSON Schema: {e}", path.display()))
+            .unwrap_or_else(|e| panic!("docs/fdaudit.schema.json is not a valid JSON Schema: {e}"))
     })
 }
 
