@@ -313,9 +313,7 @@ fn leaked_names_round_trip_exactly_and_argv_keeps_empty_elements() {
     let o = Command::new(fdaudit())
         .args(["trace", "--json", "-o"])
         .arg(&f)
-        // dash, not `sh`: in the VM guests `sh` is busybox's ash, which runs /bin/true as
-        // its own applet with the arguments dropped.
-        .args(["--", "/bin/dash", "-c", script, "sh"])
+        .args(["--", "sh", "-c", script, "sh"])
         .arg(&evil)
         .arg(&bytes_name)
         .output()
