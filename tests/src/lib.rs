@@ -166,8 +166,9 @@ pub fn records(text: &str) -> Vec<Value> {
     let out: Vec<Value> = text
         .lines()
         .map(|l| {
-            let v: Value = serde_json::from_str(l)
-                .unwrap_or_else(|e| panic!("a line of the stream is not JSON ({e}): {l:?}\n{text}"));
+            let v: Value = serde_json::from_str(l).unwrap_or_else(|e| {
+                panic!("a line of the stream is not JSON ({e}): {l:?}\n{text}")
+            });
             check_record(&v);
             v
         })
@@ -198,4 +199,30 @@ pub fn b64(s: &str) -> Vec<u8> {
     base64::engine::general_purpose::STANDARD
         .decode(s)
         .unwrap_or_else(|e| panic!("bad base64 {s:?}: {e}"))
+}
+
+/// Every close method `fdaudit bench` and the spawner know, in the order they report them.
+pub const STRATEGIES: [&str; 10] = [
+    "none",
+    "close-loop",
+    "fcntl-loop",
+    "procfd-walk",
+    "poll-scan",
+    "close-range",
+    "close-range-cloexec",
+    "closefrom",
+    "posix-spawn",
+    "posix-spawn-closefrom",
+];
+
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// For tests that load programs and time syscalls: asserts root, then runs them one at a
+/// time within the test binary.
+pub fn guard() -> std::sync::MutexGuard<'static, ()> {
+    assert!(
+        is_root(),
+        "tracing needs root and BTF: run as root (`.ci/run` does)"
+    );
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }

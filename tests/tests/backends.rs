@@ -6,20 +6,9 @@
 //! kernels accept fentry.
 
 use std::process::{Command, Output, Stdio};
-use std::sync::Mutex;
 
-use fdaudit_tests::{fdaudit, is_root};
+use fdaudit_tests::{fdaudit, guard};
 use serde_json::Value;
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn guard() -> std::sync::MutexGuard<'static, ()> {
-    assert!(
-        is_root(),
-        "tracing needs root and BTF: run as root (`.ci/run` does)"
-    );
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// `trace --json -o FILE -v --backend B ... -- CMD`, with the records of FILE in place of
 /// stdout: with `-- CMD` the records never share CMD's stdout (#10).

@@ -5,20 +5,7 @@ use std::collections::BTreeSet;
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::process::{Command, Stdio};
 
-use fdaudit_tests::fdaudit;
-
-const STRATEGIES: [&str; 10] = [
-    "none",
-    "close-loop",
-    "fcntl-loop",
-    "procfd-walk",
-    "poll-scan",
-    "close-range",
-    "close-range-cloexec",
-    "closefrom",
-    "posix-spawn",
-    "posix-spawn-closefrom",
-];
+use fdaudit_tests::{fdaudit, STRATEGIES};
 
 fn spawner(args: &[&str]) -> std::process::Output {
     let out = Command::new(fdaudit())

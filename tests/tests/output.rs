@@ -7,22 +7,11 @@ use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::Mutex;
 
-use fdaudit_tests::{b64, fdaudit, is_root, of_type, records, temp_path};
+use fdaudit_tests::{b64, guard, fdaudit, is_root, of_type, records, temp_path};
 use serde_json::Value;
 
 /// The root tests load programs: one at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn guard() -> std::sync::MutexGuard<'static, ()> {
-    assert!(
-        is_root(),
-        "tracing needs root and BTF: run as root (`.ci/run` does)"
-    );
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 fn run(args: &[&str]) -> Output {
     Command::new(fdaudit())
         .args(args)

@@ -5,20 +5,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use fdaudit_tests::fdaudit;
-
-const STRATEGIES: [&str; 10] = [
-    "none",
-    "close-loop",
-    "fcntl-loop",
-    "procfd-walk",
-    "poll-scan",
-    "close-range",
-    "close-range-cloexec",
-    "closefrom",
-    "posix-spawn",
-    "posix-spawn-closefrom",
-];
+use fdaudit_tests::{fdaudit, STRATEGIES};
 
 /// Where the shell sends `args`'s stderr: away, except for `trace`, whose records go to
 /// stderr with `--demo` or `-- CMD` (#10: they never share the traced command's stdout), so
@@ -738,7 +725,10 @@ fn trace_colours_a_leaked_spawn_only_when_asked_or_on_a_terminal() {
     );
     let json = run_piped(&trace_args(&["--demo", "--json", "--color", "always"]), &[]).stderr;
     let json = String::from_utf8_lossy(&json);
-    assert!(json.contains("\"type\":\"spawn\""), "the records on stderr: {json}");
+    assert!(
+        json.contains("\"type\":\"spawn\""),
+        "the records on stderr: {json}"
+    );
     assert!(!json.contains('\x1b'), "never in JSON");
     let tty = script_zero_columns_env(&trace_args(&["--demo"]), &[]).join("\n");
     assert!(tty.contains("\x1b["), "a terminal gets colour:\n{tty}");

@@ -3,23 +3,12 @@
 #![allow(dead_code)] // each test binary uses its own subset
 
 use std::process::{Command, Output, Stdio};
-use std::sync::Mutex;
 
-use fdaudit_tests::{fdaudit, is_root, records, target_bin, temp_path};
+use fdaudit_tests::{fdaudit, records, target_bin, temp_path};
 use serde_json::Value;
 
-/// The tests load programs and time syscalls: one at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-/// Every test here is `#[ignore = "needs root and BTF"]`: `cargo test` reports them as
-/// ignored, `.ci/run` (as root) runs them with `--include-ignored`.
-pub fn guard() -> std::sync::MutexGuard<'static, ()> {
-    assert!(
-        is_root(),
-        "tracing needs root and BTF: run as root (`.ci/run` does)"
-    );
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
+/// The tests load programs and time syscalls: one at a time (asserts root first).
+pub use fdaudit_tests::guard;
 
 /// Runs `fdaudit trace --json -o FILE [extra] -- cmd...`; returns every record of FILE
 /// (checked against the schema: the first is the header) and the output.
