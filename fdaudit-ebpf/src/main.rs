@@ -83,6 +83,10 @@ map_named!(EXEC_SCRATCH, MAP_EXEC_SCRATCH);
 static EXEC_PENDING: LruHashMap<u32, u64> = LruHashMap::with_max_entries(MAX_EXEC_FAILS, 0);
 map_named!(EXEC_PENDING, MAP_EXEC_PENDING);
 
+/// A new TRACKED entry's value (`TaskState::default()`).
+// SAFETY: TaskState is integers and arrays of them; all zeroes is its default.
+static ZERO_TASK: TaskState = unsafe { core::mem::zeroed() };
+
 /// Offsets and options, written by the loader (`EbpfLoader::override_global`).
 #[unsafe(no_mangle)]
 static CONFIG: Config = Config::ZEROED;
@@ -233,10 +237,26 @@ fn release_hot(tgid: u32) -> (u32, u32) {
 #[inline(always)]
 fn take_counters(tgid: u32, st: &TaskState) -> Counters {
     let mut c = st.counters;
+    add_hot_counts(tgid, &mut c);
+    c
+}
+
+// The record's and the TRACKED entry's fields copied or cleared below with
+// kernel::copy_words/zero_words sit at 8-aligned offsets of 8-aligned map values.
+const _: () = assert!(
+    core::mem::offset_of!(TaskState, counters).is_multiple_of(8)
+        && core::mem::offset_of!(SpawnRecord, counters).is_multiple_of(8)
+        && core::mem::offset_of!(TaskState, parent_comm).is_multiple_of(8)
+        && core::mem::offset_of!(SpawnRecord, parent_comm).is_multiple_of(8)
+        && core::mem::offset_of!(SpawnRecord, comm).is_multiple_of(8)
+);
+
+/// Adds `tgid`'s HOT slot close() counts to `c` and frees the slot.
+#[inline(always)]
+fn add_hot_counts(tgid: u32, c: &mut Counters) {
     let (calls, ebadf) = release_hot(tgid);
     c.close_calls += calls;
     c.close_ebadf += ebadf;
-    c
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -311,7 +331,10 @@ fn try_sched_process_exec(ctx: &RawTracePointContext, bounded: bool) -> Result<b
         if !in_followed_cgroup() {
             return Ok(false);
         }
-        if TRACKED.insert(tgid, TaskState::default(), 0).is_err() {
+        // From a zeroed static, not a default built on the stack (a 184-byte memset): by
+        // reference, or it is copied there.
+        #[allow(clippy::needless_borrows_for_generic_args)]
+        if TRACKED.insert(tgid, &ZERO_TASK, 0).is_err() {
             stat_add(&STATS, |s| &mut s.tracked_full);
             return Ok(false);
         }
@@ -342,19 +365,25 @@ fn try_sched_process_exec(ctx: &RawTracePointContext, bounded: bool) -> Result<b
     rec.parent_pid = st.parent_pid;
     rec.fork_ns = st.fork_ns;
     rec.exec_ns = now;
-    rec.parent_comm = st.parent_comm;
-    rec.comm = bpf_get_current_comm().unwrap_or_default();
+    kernel::copy_words(&mut rec.parent_comm, &st.parent_comm);
+    kernel::current_comm_into(&mut rec.comm);
     // SAFETY: the helper only reads current's css_set.
     rec.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
-    rec.counters = take_counters(tgid, st);
+    kernel::copy_words(&mut rec.counters, &st.counters);
+    add_hot_counts(tgid, &mut rec.counters);
     if st.counters.close_range_calls as usize > MAX_RANGES {
         rec.header.flags |= flags::RANGES_TRUNCATED;
     }
 
     kernel::read_exec_names(rec, bprm);
     if !bounded {
-        fdwalk::walk_fds(rec);
-        output_spawn(rec);
+        fdwalk::walk_fds();
+        // The walk wrote the record through lookups of its own (see walk_fds): send it from
+        // a fresh one.
+        if let Some(rec) = SCRATCH.get_ptr(0) {
+            // SAFETY: pointer from a per-CPU array lookup, valid for this program run.
+            output_spawn(unsafe { &*rec });
+        }
     } else {
         fdwalk::bounded::start(rec);
     }
@@ -365,7 +394,7 @@ fn try_sched_process_exec(ctx: &RawTracePointContext, bounded: bool) -> Result<b
     st.execs += 1;
     st.fork_ns = now;
     st.flags = 0;
-    st.counters = Default::default();
+    kernel::zero_words(&mut st.counters);
     // begin_new_exec() may have given the process a new fd table (unshare_files()).
     st.cache = fd_cache_of(kernel::current_task()).unwrap_or_default();
     claim_hot(tgid, &st.cache);
