@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod btf;
+pub mod caller;
 pub mod cli;
 pub mod demo;
 pub mod doctor;

@@ -90,8 +90,14 @@ extern "C" fn on_signal(sig: libc::c_int) {
     SIGNALLED.store(sig, Ordering::SeqCst);
 }
 
+/// Ctrl-C, SIGTERM and SIGHUP end the trace with its summary; a signal the caller ignored
+/// (`nohup`, a shell's background job) stays ignored, as it does in the command.
 fn install_signal_handlers() {
+    let caller = crate::caller::CallerState::get();
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        if caller.ignores(sig) {
+            continue;
+        }
         // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
         unsafe {
             let mut sa: libc::sigaction = std::mem::zeroed();

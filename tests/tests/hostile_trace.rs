@@ -1,0 +1,138 @@
+//! `fdaudit trace` against what a caller or a traced program can throw at it: a caller's
+//! ignored signals and mask (CMD must get them exactly), bursts of spawns with many deep
+//! leaked files (no record lost), 32-bit syscalls, cut paths, deleted files, memfds, and read
+//! storms on a reused fd. Root only (eBPF); CI runs them as root.
+
+use std::collections::BTreeSet;
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+
+use fdaudit_tests::{check, fdaudit, require_root, target_bin};
+
+/// The tests load programs and count syscalls: one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn guard() -> std::sync::MutexGuard<'static, ()> {
+    require_root();
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn scratch_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("fdaudit-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("create a scratch directory");
+    d
+}
+
+/// Bit for signal `sig` in a /proc-style mask.
+fn bit(sig: i32) -> u64 {
+    1 << (sig - 1)
+}
+
+/// Runs `argv` (with the report path appended) as a caller that ignores SIGINT, SIGHUP,
+/// SIGTERM, SIGPIPE and SIGUSR2, blocks SIGUSR1 and SIGRTMIN+2, has umask 027, its stdin
+/// closed, a file at fd 7 and `pipe_r` at fd 9 (inheritable), NOFILE 4000, an extra variable
+/// and /tmp... as cwd; returns the report the fixture wrote.
+fn run_as_odd_caller(argv: &[&Path], cwd: &Path, pipe_r: i32, report: &Path) -> String {
+    let held = std::fs::File::open("/etc/hostname").expect("open /etc/hostname");
+    let held_fd = std::os::fd::AsRawFd::as_raw_fd(&held);
+    let mut cmd = Command::new(argv[0]);
+    cmd.args(&argv[1..])
+        .arg(report)
+        .current_dir(cwd)
+        .env("FDAUDIT_ODD_CALLER", "yes\nreally")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::umask(0o027);
+            for sig in [
+                libc::SIGINT,
+                libc::SIGHUP,
+                libc::SIGTERM,
+                libc::SIGPIPE,
+                libc::SIGUSR2,
+            ] {
+                libc::signal(sig, libc::SIG_IGN);
+            }
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGUSR1);
+            libc::sigaddset(&mut set, libc::SIGRTMIN() + 2);
+            libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            let lim = libc::rlimit {
+                rlim_cur: 4000,
+                rlim_max: 4096,
+            };
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+            libc::dup2(held_fd, 7);
+            libc::dup2(pipe_r, 9);
+            libc::close(0);
+            Ok(())
+        });
+    }
+    let st = cmd.status().expect("run the command");
+    assert!(st.success(), "{argv:?} failed: {st}");
+    std::fs::read_to_string(report).expect("the fixture wrote its report")
+}
+
+#[test]
+#[ignore = "needs root and BTF"]
+fn the_command_inherits_signals_mask_fds_env_limits_cwd_umask_and_session_exactly() {
+    let _g = guard();
+    let dir = scratch_dir("transparent");
+    let fixture = target_bin("print-inherited");
+    let fdaudit = fdaudit();
+    let mut pipe = [0i32; 2];
+    // SAFETY: pipe2 fills our array.
+    check(
+        unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) },
+        "pipe2",
+    );
+    let direct = run_as_odd_caller(&[&fixture], &dir, pipe[0], &dir.join("direct"));
+    let traced = run_as_odd_caller(
+        &[
+            &fdaudit,
+            Path::new("trace"),
+            Path::new("-q"),
+            Path::new("--"),
+            &fixture,
+        ],
+        &dir,
+        pipe[0],
+        &dir.join("traced"),
+    );
+    // SAFETY: closing our pipe ends.
+    unsafe {
+        libc::close(pipe[0]);
+        libc::close(pipe[1]);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    // The caller's state, as the fixture saw it before its own runtime ran.
+    let expect_ign = bit(libc::SIGINT)
+        | bit(libc::SIGHUP)
+        | bit(libc::SIGTERM)
+        | bit(libc::SIGPIPE)
+        | bit(libc::SIGUSR2);
+    let expect_blk = bit(libc::SIGUSR1) | bit(libc::SIGRTMIN() + 2);
+    assert!(
+        direct.contains(&format!("ignored {expect_ign:016x}\n"))
+            && direct.contains(&format!("blocked {expect_blk:016x}\n"))
+            && direct.contains("stdio_closed 001\n")
+            && direct.contains("fd 7 /etc/hostname")
+            && direct.contains("fd 9 pipe:[")
+            && direct.contains("status Umask: 0027")
+            && direct.contains("limit Max open files 4000 4096 files"),
+        "the caller was not set up as meant:\n{direct}"
+    );
+    let d: BTreeSet<&str> = direct.lines().collect();
+    let t: BTreeSet<&str> = traced.lines().collect();
+    assert_eq!(
+        d.difference(&t).collect::<Vec<_>>(),
+        t.difference(&d).collect::<Vec<_>>(),
+        "left: only without fdaudit; right: only under fdaudit trace"
+    );
+}
