@@ -20,7 +20,7 @@ use serde::Serialize;
 
 use crate::output::{escape_bytes, json_line, table};
 pub use findings::{Finding, Severity};
-pub use scanner::{scan, FdRecord, Outcome, ProcReport, ScanOptions, ScanTotals};
+pub use scanner::{scan, ScanOptions, FdRecord, Outcome, ProcReport, ScanTotals};
 
 /// Exit status when `--fail-on` finds a finding at or above its severity.
 pub const EXIT_FINDINGS: u8 = 1;

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use super::findings::{FindingKind, Severity};
-use super::scanner::{scan, Outcome, ProcReport, ScanOptions};
+use super::scanner::{scan, ScanOptions, Outcome, ProcReport};
 use crate::fdkind::FdKind;
 
 fn fixture(name: &str) -> PathBuf {
