@@ -4,11 +4,11 @@
 //! out, so both sides agree on the layout byte for byte. Layout is checked by `const` asserts.
 #![no_std]
 
-/// Ring buffer carrying [`SpawnRecord`] and [`ExitRecord`] to userspace.
+/// Ring buffer carrying [`PathsRecord`], [`SpawnRecord`] and [`ExitRecord`] to userspace.
 pub const MAP_EVENTS: &str = "EVENTS";
 /// tgid -> [`TaskState`] for every process of the traced tree.
 pub const MAP_TRACKED: &str = "TRACKED";
-/// Scratch space (one [`SpawnRecord`] per CPU) the exec program fills before output.
+/// Scratch space (one [`SpawnScratch`] per CPU) the exec program fills before output.
 pub const MAP_SCRATCH: &str = "SCRATCH";
 /// Per-CPU array of [`Stats`] (one entry, index 0); userspace sums the CPUs.
 pub const MAP_STATS: &str = "STATS";
@@ -109,6 +109,8 @@ pub enum RecordKind {
     Spawn = 1,
     /// A traced process exited (its whole thread group): [`ExitRecord`].
     Exit = 2,
+    /// Paths of a spawn's leaked files: [`PathsRecord`], sent just before its spawn.
+    Paths = 3,
 }
 
 impl RecordKind {
@@ -116,6 +118,7 @@ impl RecordKind {
         match v {
             1 => Some(Self::Spawn),
             2 => Some(Self::Exit),
+            3 => Some(Self::Paths),
             _ => None,
         }
     }
@@ -245,7 +248,8 @@ impl Default for FdInfo {
     }
 }
 
-/// Sent once per successful exec of a traced process.
+/// Sent once per successful exec of a traced process. Variable length: only the first
+/// `min(nfds, MAX_FDS)` entries of `fds` (the last field) are sent.
 #[repr(C)]
 #[derive(Copy, Clone, Debug)]
 pub struct SpawnRecord {
@@ -272,12 +276,59 @@ pub struct SpawnRecord {
     pub stdio_mask: u32,
     /// Stdio fds 0, 1, 2 (valid when the bit in `stdio_mask` is set).
     pub stdio: [FdInfo; 3],
-    pub fds: [FdInfo; MAX_FDS],
-    /// Full paths of the first [`MAX_PATHS`] leaked fds (index into `fds` in `FdPath::index`).
-    pub paths: [FdPath; MAX_PATHS],
+    /// Paths sent in the [`PathsRecord`] before this record (0 when none, or when it was lost:
+    /// then the `PATH_PARTIAL` flag is set).
     pub npaths: u32,
     pub _pad2: u32,
+    /// Leaked fds; last, so that a record is sent only up to the last one found.
+    pub fds: [FdInfo; MAX_FDS],
 }
+
+impl SpawnRecord {
+    /// Bytes of a record carrying `nfds` leaked fds (at most [`MAX_FDS`]).
+    pub const fn sent_len(nfds: usize) -> usize {
+        let n = if nfds > MAX_FDS { MAX_FDS } else { nfds };
+        core::mem::offset_of!(SpawnRecord, fds) + n * core::mem::size_of::<FdInfo>()
+    }
+}
+
+/// Full paths of a spawn's first [`MAX_PATHS`] leaked files, sent just before its
+/// [`SpawnRecord`] (same `pid` and `exec_ns`). Variable length: `npaths` entries are sent.
+#[repr(C)]
+#[derive(Copy, Clone, Debug)]
+pub struct PathsRecord {
+    pub header: RecordHeader,
+    pub pid: u32,
+    pub npaths: u32,
+    pub exec_ns: u64,
+    /// Index into [`SpawnRecord::fds`] in `FdPath::index`.
+    pub paths: [FdPath; MAX_PATHS],
+}
+
+impl PathsRecord {
+    /// Bytes of a record carrying `npaths` paths (at most [`MAX_PATHS`]).
+    pub const fn sent_len(npaths: usize) -> usize {
+        let n = if npaths > MAX_PATHS {
+            MAX_PATHS
+        } else {
+            npaths
+        };
+        core::mem::offset_of!(PathsRecord, paths) + n * core::mem::size_of::<FdPath>()
+    }
+}
+
+/// What the exec program fills per CPU before sending the two records.
+#[repr(C)]
+#[derive(Copy, Clone, Debug)]
+pub struct SpawnScratch {
+    pub spawn: SpawnRecord,
+    pub paths: PathsRecord,
+}
+
+/// The most bytes one exec puts on the ring buffer (both records, with the ring's 8-byte
+/// header each): what the ring is sized by.
+pub const MAX_SPAWN_BYTES: usize =
+    SpawnRecord::sent_len(MAX_FDS) + PathsRecord::sent_len(MAX_PATHS) + 2 * 8;
 
 /// A leaked fd's path as components from the file up (leaf first), built in the kernel by
 /// walking dentry->d_parent and crossing mounts, so it survives the process exiting.
@@ -498,6 +549,11 @@ const _: () = {
     assert!(size_of::<TaskState>() == 8 + 16 + 16 + size_of::<Counters>() + 32);
     assert!(size_of::<FdInfo>() == 16 + 8 + 8 + 8 + NAME_LEN);
     assert!(size_of::<SpawnRecord>().is_multiple_of(8));
+    assert!(core::mem::offset_of!(SpawnRecord, fds).is_multiple_of(8));
+    assert!(SpawnRecord::sent_len(MAX_FDS + 5) == size_of::<SpawnRecord>());
+    assert!(size_of::<PathsRecord>() == 24 + MAX_PATHS * size_of::<FdPath>());
+    assert!(PathsRecord::sent_len(MAX_PATHS) == size_of::<PathsRecord>());
+    assert!(size_of::<SpawnScratch>() == size_of::<SpawnRecord>() + size_of::<PathsRecord>());
     assert!(size_of::<ExitRecord>() == 8 + 8 + 16 + 8 + 16 + size_of::<Counters>());
     assert!(size_of::<Config>() == 43 * 4);
     assert!(size_of::<FdPath>() == 16 + COMP_LEN * MAX_DEPTH);

@@ -7,7 +7,8 @@ use core::ffi::c_void;
 
 use aya_ebpf::helpers::{bpf_loop, bpf_probe_read_kernel_str_bytes};
 use fdaudit_common::{
-    flags, fs_magic, FdInfo, FdPath, SpawnRecord, MAX_DEPTH, MAX_FDS, MAX_FD_WORDS, MAX_PATHS,
+    flags, fs_magic, FdInfo, FdPath, PathsRecord, SpawnRecord, MAX_DEPTH, MAX_FDS, MAX_FD_WORDS,
+    MAX_PATHS,
 };
 
 use crate::kernel::{conf, current_task, read_kernel};
@@ -18,6 +19,7 @@ const S_IFIFO: u32 = 0o010000;
 
 struct Walk {
     rec: *mut SpawnRecord,
+    paths: *mut PathsRecord,
     open_fds: u64,
     fd_array: u64,
     /// Files whose paths are built after the walk.
@@ -35,9 +37,10 @@ struct Walk {
 /// Steps each path walk may take: a component or a mount crossing per step.
 const PATH_STEPS: u32 = MAX_DEPTH as u32 + 8;
 
-/// Fills `rec.fds`, `rec.nfds`, `rec.stdio` and `rec.stdio_mask` from the current fd table.
+/// Fills `rec.fds`, `rec.nfds`, `rec.stdio` and `rec.stdio_mask` from the current fd table,
+/// and `paths.paths[..rec.npaths]` with the paths of the first leaked files.
 #[inline(always)]
-pub fn walk_fds(rec: &mut SpawnRecord) {
+pub fn walk_fds(rec: &mut SpawnRecord, paths: &mut PathsRecord) {
     rec.nfds = 0;
     rec.stdio_mask = 0;
     let Ok((fdt, max_fds)) = current_fdt() else {
@@ -71,6 +74,7 @@ pub fn walk_fds(rec: &mut SpawnRecord) {
     rec.npaths = 0;
     let mut walk = Walk {
         rec: rec as *mut SpawnRecord,
+        paths: paths as *mut PathsRecord,
         open_fds,
         fd_array,
         files: [0; MAX_PATHS],
@@ -155,7 +159,8 @@ fn record_fd(rec: &mut SpawnRecord, walk: &mut Walk, fd: u32) {
                 let p = rec.npaths as usize;
                 if p < MAX_PATHS {
                     walk.files[p & (MAX_PATHS - 1)] = file;
-                    rec.paths[p & (MAX_PATHS - 1)].index = n as u32;
+                    // SAFETY: the paths record lives in the SCRATCH map for the program run.
+                    unsafe { (*walk.paths).paths[p & (MAX_PATHS - 1)].index = n as u32 };
                     rec.npaths += 1;
                 } else {
                     rec.header.flags |= flags::PATH_PARTIAL;
@@ -174,7 +179,8 @@ extern "C" fn path_step(index: u64, ctx: *mut c_void) -> i64 {
     let i = ((index / u64::from(PATH_STEPS)) as usize) & (MAX_PATHS - 1);
     let first = index.is_multiple_of(u64::from(PATH_STEPS));
     let last = index % u64::from(PATH_STEPS) == u64::from(PATH_STEPS) - 1;
-    let p = &mut rec.paths[i];
+    // SAFETY: as above.
+    let p = unsafe { &mut (*walk.paths).paths[i] };
     if first {
         p.depth = 0;
         p.complete = 0;

@@ -25,14 +25,16 @@ use aya_ebpf::{
     programs::RawTracePointContext,
 };
 use fdaudit_common::{
-    flags, sysno, Config, Counters, ExitRecord, FdCache, HotSlot, ReadKey, ReadStat, RecordHeader,
-    RecordKind, SpawnRecord, Stats, TaskState, CONFIG_MAGIC, GLOBAL_CONFIG, HOT_SLOTS, MAP_EVENTS,
-    MAP_HOT, MAP_READS, MAP_SCRATCH, MAP_STATS, MAP_TRACKED, MAX_RANGES, MAX_READS, MAX_TRACKED,
+    flags, sysno, Config, Counters, ExitRecord, FdCache, HotSlot, PathsRecord, ReadKey, ReadStat,
+    RecordHeader, RecordKind, SpawnRecord, SpawnScratch, Stats, TaskState, CONFIG_MAGIC,
+    GLOBAL_CONFIG, HOT_SLOTS, MAP_EVENTS, MAP_HOT, MAP_READS, MAP_SCRATCH, MAP_STATS, MAP_TRACKED,
+    MAX_RANGES, MAX_READS, MAX_TRACKED,
 };
 use kernel::{conf, read_kernel, stat_add};
 
 // `#[map]` names each map after its static; `map_named!` checks at compile time that the
 // name is the `MAP_*` constant userspace looks the map up by.
+// The loader sizes the ring from the CPU count (`trace --buffer-pages`); 8 MiB otherwise.
 #[map]
 static EVENTS: RingBuf = RingBuf::with_byte_size(8 << 20, 0);
 map_named!(EVENTS, MAP_EVENTS);
@@ -42,7 +44,7 @@ static TRACKED: HashMap<u32, TaskState> = HashMap::with_max_entries(MAX_TRACKED,
 map_named!(TRACKED, MAP_TRACKED);
 
 #[map]
-static SCRATCH: PerCpuArray<SpawnRecord> = PerCpuArray::with_max_entries(1, 0);
+static SCRATCH: PerCpuArray<SpawnScratch> = PerCpuArray::with_max_entries(1, 0);
 map_named!(SCRATCH, MAP_SCRATCH);
 
 #[map]
@@ -218,11 +220,12 @@ fn try_sched_process_exec(ctx: &RawTracePointContext) -> Result<(), i64> {
     if !configured() {
         return Ok(());
     }
-    let Some(rec) = SCRATCH.get_ptr_mut(0) else {
+    let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
         return Ok(());
     };
     // SAFETY: both pointers come from map lookups and stay valid for this program run.
-    let (st, rec) = unsafe { (&mut *st, &mut *rec) };
+    let (st, scratch) = unsafe { (&mut *st, &mut *scratch) };
+    let rec = &mut scratch.spawn;
     let now = unsafe { bpf_ktime_get_ns() };
     let old_pid: u64 = ctx.arg(1);
     let bprm: u64 = ctx.arg(2);
@@ -249,9 +252,35 @@ fn try_sched_process_exec(ctx: &RawTracePointContext) -> Result<(), i64> {
     }
 
     kernel::read_exec_names(rec, bprm);
-    fdwalk::walk_fds(rec);
+    fdwalk::walk_fds(rec, &mut scratch.paths);
 
-    if EVENTS.output::<SpawnRecord>(&*rec, 0).is_err() {
+    // Variable length: the paths record first (so userspace has it when the spawn comes),
+    // then the spawn up to its last leaked fd. bpf_ringbuf_output takes a bounded size; the
+    // reserve helper would want a constant one.
+    if rec.npaths > 0 {
+        let paths = &mut scratch.paths;
+        paths.header = RecordHeader {
+            kind: RecordKind::Paths as u32,
+            flags: 0,
+        };
+        paths.pid = tgid;
+        paths.npaths = rec.npaths;
+        paths.exec_ns = now;
+        let len = PathsRecord::sent_len(rec.npaths as usize);
+        // SAFETY: `len` is at most the size of the record, which lives in the map value.
+        let bytes =
+            unsafe { core::slice::from_raw_parts((paths as *const PathsRecord).cast::<u8>(), len) };
+        if EVENTS.output::<[u8]>(bytes, 0).is_err() {
+            stat_add(&STATS, |s| &mut s.lost_records);
+            rec.npaths = 0;
+            rec.header.flags |= flags::PATH_PARTIAL;
+        }
+    }
+    let len = SpawnRecord::sent_len(rec.nfds as usize);
+    // SAFETY: as above.
+    let bytes =
+        unsafe { core::slice::from_raw_parts((rec as *const SpawnRecord).cast::<u8>(), len) };
+    if EVENTS.output::<[u8]>(bytes, 0).is_err() {
         stat_add(&STATS, |s| &mut s.lost_records);
     }
 

@@ -6,7 +6,7 @@ use aya::{
     programs::{ProgramError, RawTracePoint},
     Ebpf, EbpfError, EbpfLoader,
 };
-use fdaudit_common::{Config, GLOBAL_CONFIG};
+use fdaudit_common::{Config, GLOBAL_CONFIG, MAP_EVENTS};
 use thiserror::Error;
 
 use crate::btf::{self, Btf, BtfError};
@@ -134,6 +134,12 @@ pub fn kernel_config() -> Result<Config, LoadError> {
 /// Creates the maps of the embedded object with `config` written into its CONFIG global.
 /// Programs are not loaded yet: see [`load_and_attach`].
 pub fn open(config: &Config) -> Result<Ebpf, LoadError> {
+    open_with_ring(config, None)
+}
+
+/// As [`open`], with the ring buffer ([`MAP_EVENTS`]) `ring_bytes` long (a power-of-two
+/// multiple of the page size) rather than the object's default.
+pub fn open_with_ring(config: &Config, ring_bytes: Option<u32>) -> Result<Ebpf, LoadError> {
     if crate::EBPF_OBJECT.is_empty() {
         return Err(LoadError::NoObject);
     }
@@ -143,8 +149,12 @@ pub fn open(config: &Config) -> Result<Ebpf, LoadError> {
     if !Path::new(btf::VMLINUX_BTF).exists() {
         return Err(LoadError::NoBtf(BtfError::Malformed("file missing")));
     }
-    EbpfLoader::new()
-        .override_global(GLOBAL_CONFIG, config, true)
+    let mut loader = EbpfLoader::new();
+    loader.override_global(GLOBAL_CONFIG, config, true);
+    if let Some(bytes) = ring_bytes {
+        loader.map_max_entries(MAP_EVENTS, bytes);
+    }
+    loader
         .load(crate::EBPF_OBJECT)
         .map_err(|e| match is_eperm(&e) {
             true => LoadError::NoPrivileges {

@@ -136,3 +136,149 @@ fn the_command_inherits_signals_mask_fds_env_limits_cwd_umask_and_session_exactl
         "left: only without fdaudit; right: only under fdaudit trace"
     );
 }
+
+/// A directory 20 levels deep under a fresh scratch directory, holding `n` small files.
+fn deep_files(name: &str, n: usize) -> (PathBuf, PathBuf) {
+    let top = scratch_dir(name);
+    let mut d = top.clone();
+    for i in 1..=20 {
+        d = d.join(format!("dir{i}"));
+    }
+    std::fs::create_dir_all(&d).expect("create the deep directory");
+    for i in 1..=n {
+        std::fs::write(d.join(format!("f{i}")), "x").expect("create a file");
+    }
+    (top, d)
+}
+
+/// A bash script that holds 60 inheritable files of `dir` and starts `n` background
+/// /bin/true.
+fn burst_script(dir: &Path, n: u32) -> String {
+    format!(
+        "for i in $(seq 60); do exec {{fd}}<'{}'/f$i; done; for ((i = 0; i < {n}; i++)); do /bin/true & done; wait",
+        dir.display()
+    )
+}
+
+fn json_objects(stdout: &[u8]) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .filter(|l| l.starts_with("{\"type\":"))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON {l:?}: {e}")))
+        .collect()
+}
+
+#[test]
+#[ignore = "needs root and BTF"]
+fn a_burst_of_4000_spawns_with_60_deep_leaked_files_each_loses_no_record() {
+    let _g = guard();
+    let (top, dir) = deep_files("burst", 60);
+    let out = Command::new(fdaudit())
+        .args([
+            "trace",
+            "--json",
+            "--",
+            "bash",
+            "-c",
+            &burst_script(&dir, 4000),
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run fdaudit trace");
+    let _ = std::fs::remove_dir_all(&top);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let objs = json_objects(&out.stdout);
+    let summary = objs.last().expect("a summary");
+    assert_eq!(summary["type"], "summary");
+    assert_eq!(summary["lost_records"], 0, "{stderr}");
+    assert_eq!(summary["spawns"], 4001, "bash -c, then 4000 /bin/true");
+    let trues: Vec<_> = objs
+        .iter()
+        .filter(|o| o["type"] == "spawn" && o["exec_path"] == "/bin/true")
+        .collect();
+    assert_eq!(trues.len(), 4000);
+    // Each carries the 60 files (and whatever the test harness passed on).
+    let deep = format!("{}/f", dir.display());
+    for t in &trues {
+        let n = t["leaked_fds"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["target"].as_str().unwrap_or("").contains("/dir20/f"))
+            .count();
+        assert!(
+            n == 60
+                || t["flags"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|f| f == "path_partial"),
+            "{deep}: {n} of 60 deep files in {t}"
+        );
+        assert_eq!(
+            t["leaked_count"].as_u64().unwrap() as usize,
+            t["leaked_fds"].as_array().unwrap().len()
+        );
+    }
+    assert!(!stderr.contains("LOST"), "{stderr}");
+}
+
+#[test]
+#[ignore = "needs root and BTF"]
+fn lost_records_are_said_loudly_in_json_and_text() {
+    let _g = guard();
+    let (top, dir) = deep_files("lost", 60);
+    // One page cannot hold a spawn with 60 leaked files: every such record is lost.
+    let script = burst_script(&dir, 20);
+    let json = Command::new(fdaudit())
+        .args([
+            "trace",
+            "--json",
+            "--buffer-pages",
+            "1",
+            "--",
+            "bash",
+            "-c",
+            &script,
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run fdaudit trace --json");
+    let text = Command::new(fdaudit())
+        .args(["trace", "--buffer-pages", "1", "--", "bash", "-c", &script])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run fdaudit trace");
+    let _ = std::fs::remove_dir_all(&top);
+    let objs = json_objects(&json.stdout);
+    let summary = objs.last().expect("a summary");
+    let lost = summary["lost_records"].as_u64().unwrap();
+    assert!(lost >= 20, "{summary}");
+    let note = summary["partial"][0].as_str().unwrap_or("");
+    assert!(
+        note.starts_with(&format!("{lost} records LOST")),
+        "{summary}"
+    );
+    assert!(
+        String::from_utf8_lossy(&json.stderr).contains("warning: "),
+        "JSON mode warns on stderr too"
+    );
+    let out = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        out.contains("WARNING: ") && out.contains("records LOST"),
+        "{out}"
+    );
+    assert!(String::from_utf8_lossy(&text.stderr).contains("raise --buffer-pages"));
+    let bad = Command::new(fdaudit())
+        .args(["trace", "--buffer-pages", "3", "--", "true"])
+        .output()
+        .expect("run fdaudit trace");
+    assert_eq!(bad.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.starts_with("error: --buffer-pages 3 is not a power of two")
+            && err.lines().count() == 1,
+        "{err}"
+    );
+}

@@ -2,8 +2,11 @@
 //! (but for the live-link [`Resolver`], stubbed in tests). The probe-cost correction is not
 //! applied here but by the consumer ([`Spawn::correct_for_probes`]).
 
+use std::collections::VecDeque;
+
 use fdaudit_common::{
-    Counters, ExitRecord, FdInfo, FdPath, RecordHeader, RecordKind, SpawnRecord, MAX_FDS,
+    Counters, ExitRecord, FdInfo, FdPath, PathsRecord, RecordHeader, RecordKind, SpawnRecord,
+    MAX_FDS,
 };
 use serde::Serialize;
 
@@ -120,22 +123,75 @@ pub struct ReadCount {
     pub mode: u32,
     pub comm: String,
 }
-/// Decodes one ring-buffer record.
-pub fn decode(bytes: &[u8], leaks_only: bool) -> Option<Event> {
+/// A record of type `T` from the first bytes of `bytes` (a variable-length record: the
+/// fields not sent are zero).
+fn record_from<T: Copy>(bytes: &[u8]) -> Box<T> {
+    // SAFETY: only used with the repr(C) integer-only record types, for which all-zero is a
+    // valid value; at most size_of::<T>() bytes are copied into it.
+    unsafe {
+        let mut rec: Box<T> = Box::new(std::mem::zeroed());
+        let n = bytes.len().min(size_of::<T>());
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), (&mut *rec as *mut T).cast::<u8>(), n);
+        rec
+    }
+}
+
+/// Paths records waiting for their spawn (they come just before it; one whose spawn was lost
+/// is dropped once this many newer ones came).
+const PENDING_PATHS: usize = 64;
+
+/// Decodes ring-buffer records in order, pairing each spawn with the paths sent before it.
+#[derive(Default)]
+pub struct Decoder {
+    leaks_only: bool,
+    pending: VecDeque<Box<PathsRecord>>,
+}
+
+impl Decoder {
+    pub fn new(leaks_only: bool) -> Decoder {
+        Decoder {
+            leaks_only,
+            pending: VecDeque::new(),
+        }
+    }
+
+    /// Decodes one record; a paths record gives nothing until its spawn comes.
+    pub fn decode(&mut self, bytes: &[u8]) -> Option<Event> {
+        decode_with(bytes, self.leaks_only, &mut self.pending, resolve_target)
+    }
+}
+
+fn decode_with(
+    bytes: &[u8],
+    leaks_only: bool,
+    pending: &mut VecDeque<Box<PathsRecord>>,
+    resolve: Resolver,
+) -> Option<Event> {
     if bytes.len() < size_of::<RecordHeader>() {
         return None;
     }
     // SAFETY: length checked; RecordHeader is plain integers; read_unaligned copies.
     let header: RecordHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
     match RecordKind::from_u32(header.kind)? {
-        RecordKind::Spawn if bytes.len() >= size_of::<SpawnRecord>() => {
-            // SAFETY: as above, for the full record.
-            let rec: Box<SpawnRecord> =
-                Box::new(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) });
+        RecordKind::Paths if bytes.len() >= PathsRecord::sent_len(0) => {
+            if pending.len() >= PENDING_PATHS {
+                pending.pop_front();
+            }
+            pending.push_back(record_from::<PathsRecord>(bytes));
+            None
+        }
+        RecordKind::Spawn if bytes.len() >= SpawnRecord::sent_len(0) => {
+            let rec = record_from::<SpawnRecord>(bytes);
+            let paths = pending
+                .iter()
+                .position(|p| p.pid == rec.pid && p.exec_ns == rec.exec_ns)
+                .and_then(|i| pending.remove(i));
+            let npaths = paths
+                .as_ref()
+                .map_or(0, |p| (p.npaths as usize).min(p.paths.len()));
+            let paths = paths.as_ref().map_or(&[][..], |p| &p.paths[..npaths]);
             Some(Event::Spawn(Box::new(spawn_from_record(
-                &rec,
-                leaks_only,
-                resolve_target,
+                &rec, paths, leaks_only, resolve,
             ))))
         }
         RecordKind::Exit if bytes.len() >= size_of::<ExitRecord>() => {
@@ -249,8 +305,14 @@ fn leaked_from(
     }
 }
 
-/// Turns a kernel record into a [`Spawn`]. Pure but for `resolve` (unit tested with a stub).
-pub fn spawn_from_record(rec: &SpawnRecord, leaks_only: bool, resolve: Resolver) -> Spawn {
+/// Turns a kernel record and the paths sent with it into a [`Spawn`]. Pure but for `resolve`
+/// (unit tested with a stub).
+pub fn spawn_from_record(
+    rec: &SpawnRecord,
+    paths: &[FdPath],
+    leaks_only: bool,
+    resolve: Resolver,
+) -> Spawn {
     let mut flags = SpawnFlags::from_bits_retain(rec.header.flags);
     if leaks_only {
         flags |= SpawnFlags::NO_SYSCALLS;
@@ -267,8 +329,7 @@ pub fn spawn_from_record(rec: &SpawnRecord, leaks_only: bool, resolve: Resolver)
         0
     };
     let shown = (rec.nfds as usize).min(MAX_FDS);
-    let npaths = (rec.npaths as usize).min(rec.paths.len());
-    let path_of = |i: usize| rec.paths[..npaths].iter().find(|p| p.index as usize == i);
+    let path_of = |i: usize| paths.iter().find(|p| p.index as usize == i);
     let leaked_fds: Vec<LeakedFd> = rec.fds[..shown]
         .iter()
         .enumerate()
@@ -382,6 +443,13 @@ mod tests {
         Box::new(unsafe { std::mem::zeroed() })
     }
 
+    /// The first `len` bytes of a record, as the ring buffer carries them.
+    fn sent<T>(rec: &T, len: usize) -> &[u8] {
+        assert!(len <= size_of::<T>());
+        // SAFETY: `len` bytes of a plain-integer record.
+        unsafe { std::slice::from_raw_parts((rec as *const T).cast::<u8>(), len) }
+    }
+
     fn put(dst: &mut [u8], s: &[u8]) {
         dst[..s.len()].copy_from_slice(s);
     }
@@ -412,18 +480,42 @@ mod tests {
         rec.fds[0].ino = 99;
         put(&mut rec.fds[0].name, b"secret.key");
         rec.npaths = 1;
-        rec.paths[0].index = 0;
-        rec.paths[0].depth = 2;
-        rec.paths[0].complete = 1;
-        put(&mut rec.paths[0].comps[0], b"secret.key");
-        put(&mut rec.paths[0].comps[1], b"etc");
+        // SAFETY: PathsRecord is plain integers and arrays; all-zero is valid.
+        let mut paths: Box<PathsRecord> = Box::new(unsafe { std::mem::zeroed() });
+        paths.header = RecordHeader { kind: 3, flags: 0 };
+        paths.pid = 42;
+        paths.exec_ns = rec.exec_ns;
+        paths.npaths = 1;
+        paths.paths[0].index = 0;
+        paths.paths[0].depth = 2;
+        paths.paths[0].complete = 1;
+        put(&mut paths.paths[0].comps[0], b"secret.key");
+        put(&mut paths.paths[0].comps[1], b"etc");
         rec.stdio_mask = 0b101;
         rec.stdio[0].mode = 0o020666;
         rec.stdio[2].mode = 0o010600;
         rec.stdio[2].magic = fdkind::magic::PIPEFS;
         rec.stdio[2].fd = 2;
         rec.stdio[2].ino = 5;
-        let mut s = spawn_from_record(&rec, false, |_, _, _, _| None);
+        // As the kernel sends them: the paths, then the spawn up to its one leaked fd.
+        let mut pending = VecDeque::new();
+        let none = |_, _, _, _| None;
+        assert!(decode_with(
+            sent(&*paths, PathsRecord::sent_len(1)),
+            false,
+            &mut pending,
+            none
+        )
+        .is_none());
+        let Some(Event::Spawn(mut s)) = decode_with(
+            sent(&*rec, SpawnRecord::sent_len(1)),
+            false,
+            &mut pending,
+            none,
+        ) else {
+            panic!("no spawn decoded");
+        };
+        assert!(pending.is_empty(), "the paths went with their spawn");
         assert_eq!(
             s.window_corrected_ns, s.window_ns,
             "no correction before the collector's"
@@ -444,7 +536,7 @@ mod tests {
         assert!(s.flags.is_empty());
         assert_eq!(s.calls.close_calls, 19_997);
         assert_eq!(s.exec_tid, None);
-        let json = serde_json::to_value(super::super::TraceRecord::Spawn(Box::new(s))).unwrap();
+        let json = serde_json::to_value(super::super::TraceRecord::Spawn(s)).unwrap();
         assert_eq!(json["type"], "spawn");
         assert_eq!(json["strategy"], "close-loop");
         assert_eq!(json["leaked_fds"][0]["fd"], 7);
@@ -493,7 +585,7 @@ mod tests {
             flags: 4,
             _pad: 0,
         };
-        let s = spawn_from_record(&rec, false, |_, _, _, _| None);
+        let s = spawn_from_record(&rec, &[], false, |_, _, _, _| None);
         assert_eq!(s.leaked_count, 70);
         assert_eq!(s.leaked_fds.len(), MAX_FDS);
         assert_eq!(s.leaked_fds[0].target, "socket:[1000]");
@@ -505,7 +597,7 @@ mod tests {
         assert_eq!(s.close_ranges.len(), 4);
         assert_eq!(s.close_ranges[0], [3, u32::MAX, 4]);
         assert_eq!(s.flags, SpawnFlags::FDS_TRUNCATED | SpawnFlags::NO_FORK);
-        let s = spawn_from_record(&rec, true, |_, _, _, _| None);
+        let s = spawn_from_record(&rec, &[], true, |_, _, _, _| None);
         assert!(s.flags.contains(SpawnFlags::NO_SYSCALLS));
         assert_eq!(s.strategy, Strategy::Unknown);
     }

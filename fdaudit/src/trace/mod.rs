@@ -5,6 +5,7 @@ pub mod calibrate;
 mod child;
 pub mod counts;
 pub mod decode;
+pub mod drain;
 pub mod flags;
 pub mod reads;
 pub mod report;
@@ -66,6 +67,11 @@ pub struct TraceArgs {
     #[arg(long)]
     pub reads: bool,
 
+    /// Ring buffer size in pages (a power of two). Default: from the CPU count, room for
+    /// 256 of the largest spawn records per CPU (at least 8 MiB).
+    #[arg(long, value_name = "PAGES")]
+    pub buffer_pages: Option<u64>,
+
     /// Exit with status 3 when any spawn leaked an fd (for CI).
     #[arg(long)]
     pub fail_on_leak: bool,
@@ -125,9 +131,14 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
             bail!("no process with PID {pid}: check it with `ps -p {pid}`");
         }
     }
+    let ring_bytes = args
+        .buffer_pages
+        .map(|p| drain::ring_bytes_from_pages(p, drain::page_size()))
+        .transpose()?;
     let opts = SessionOptions {
         leaks_only: args.leaks_only,
         reads: args.reads,
+        ring_bytes,
     };
     install_signal_handlers();
     let held = if args.command.is_empty() {
@@ -192,7 +203,7 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
         }
     }
     // Records written before the end are still in the ring buffer: take them all.
-    for ev in session.poll(Duration::from_millis(20))? {
+    for ev in session.drain() {
         reporter.handle(ev, &root_pids)?;
     }
     let stats = session.stats()?;

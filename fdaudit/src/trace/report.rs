@@ -314,6 +314,17 @@ pub struct Reporter<'a> {
     probe_cost_ns: f64,
     close_cost_ns: f64,
     leaks_only: bool,
+    ring_bytes: u64,
+}
+
+/// What to say when records were lost: in the JSON summary's `partial` notes, on stderr, and
+/// on the totals line.
+pub fn lost_note(lost: u64, ring_bytes: u64) -> String {
+    format!(
+        "{lost} records LOST: the {} MiB ring buffer was full, some spawns are missing; raise --buffer-pages (now {})",
+        ring_bytes >> 20,
+        ring_bytes / crate::trace::drain::page_size()
+    )
 }
 
 impl<'a> Reporter<'a> {
@@ -326,6 +337,7 @@ impl<'a> Reporter<'a> {
             probe_cost_ns: s.probe_cost_ns(),
             close_cost_ns: s.close_cost_ns(),
             leaks_only: s.leaks_only(),
+            ring_bytes: s.ring_bytes(),
         }
     }
 
@@ -374,6 +386,10 @@ impl<'a> Reporter<'a> {
     /// line, the table, the storms) and the notes on stderr.
     pub fn finish(self, stats: fdaudit_common::Stats, storms: Vec<reads::ReadStorm>) -> Result<()> {
         let mut out = std::io::stdout().lock();
+        let mut partial = self.collector.partial_notes();
+        if stats.lost_records > 0 {
+            partial.insert(0, lost_note(stats.lost_records, self.ring_bytes));
+        }
         let summary = Summary {
             spawns: self.collector.spawns,
             lost_records: stats.lost_records,
@@ -385,17 +401,31 @@ impl<'a> Reporter<'a> {
             leaks_only: self.leaks_only,
             totals: self.collector.totals(),
             groups: self.collector.groups(),
-            partial: self.collector.partial_notes(),
+            partial,
             read_storms: storms,
         };
         if self.args.json {
             for s in &summary.read_storms {
                 output::json_line(&mut out, &TraceRecord::ReadStorm(s.clone()))?;
             }
+            let lost = summary.lost_records > 0;
             output::json_line(&mut out, &TraceRecord::Summary(Box::new(summary)))?;
+            if lost {
+                crate::diag!(
+                    "warning: {}",
+                    lost_note(stats.lost_records, self.ring_bytes)
+                );
+            }
             return Ok(());
         }
         summary_text(&mut out, &summary)?;
+        if summary.lost_records > 0 {
+            writeln!(
+                out,
+                "WARNING: {}",
+                lost_note(summary.lost_records, self.ring_bytes)
+            )?;
+        }
         self.notes(&summary);
         Ok(())
     }
@@ -460,11 +490,8 @@ fn summary_text(out: &mut impl std::io::Write, summary: &Summary) -> std::io::Re
 
 /// Warnings about data the kernel side could not keep, on stderr.
 fn summary_warnings(summary: &Summary) {
-    if summary.lost_records > 0 {
-        crate::diag!(
-            "warning: {} records were lost (ring buffer full): some spawns are missing",
-            summary.lost_records
-        );
+    if let Some(note) = summary.partial.first().filter(|_| summary.lost_records > 0) {
+        crate::diag!("warning: {note}");
     }
     if summary.read_table_full > 0 {
         crate::diag!(

@@ -17,7 +17,8 @@ use fdaudit_common::{
 
 use super::{
     calibrate,
-    decode::{self, Event, ReadCount},
+    decode::{self, Decoder, Event, ReadCount},
+    drain::{self, Drain},
 };
 use crate::{ebpf, procfs_util, sys};
 
@@ -28,11 +29,17 @@ pub struct SessionOptions {
     pub leaks_only: bool,
     /// Count read()/readv()/pread64() calls and bytes per process and fd.
     pub reads: bool,
+    /// Ring buffer size in bytes; `None`: [`drain::default_ring_bytes`] for the CPUs online.
+    pub ring_bytes: Option<u64>,
 }
 
 /// Loaded and attached programs with their maps. Dropping it detaches everything.
 pub struct Session {
-    pub(super) events: RingBuf<MapData>,
+    /// The ring until the drain thread takes it (calibration reads it directly).
+    events: Option<RingBuf<MapData>>,
+    drain: Option<Drain>,
+    decoder: Decoder,
+    ring_bytes: u64,
     pub(super) tracked: HashMap<MapData, u32, TaskState>,
     stats: PerCpuArray<MapData, Stats>,
     reads: Option<HashMap<MapData, ReadKey, ReadStat>>,
@@ -51,7 +58,12 @@ impl Session {
         let mut config = ebpf::kernel_config().context("failed to read kernel offsets")?;
         config.reads = u32::from(opts.reads);
         let close_cost_ns = sys::close_cost_ns(20_000);
-        let mut bpf = ebpf::open(&config).context("failed to load the eBPF object")?;
+        let ring_bytes = opts
+            .ring_bytes
+            .unwrap_or_else(|| drain::default_ring_bytes(drain::online_cpus()));
+        let ring_arg = u32::try_from(ring_bytes).context("the ring buffer size is too large")?;
+        let mut bpf = ebpf::open_with_ring(&config, Some(ring_arg))
+            .context("failed to load the eBPF object")?;
         let wanted = |p: &&ebpf::ProgramSpec| {
             !(opts.leaks_only && p.syscall) && (opts.reads || !p.reads_only)
         };
@@ -72,7 +84,10 @@ impl Session {
             None
         };
         let mut session = Session {
-            events,
+            events: Some(events),
+            drain: None,
+            decoder: Decoder::new(opts.leaks_only),
+            ring_bytes,
             tracked,
             stats,
             reads,
@@ -85,6 +100,10 @@ impl Session {
             session.probe_cost_ns = calibrate::probe_cost_ns(&mut session, 20_000, close_cost_ns)
                 .context("failed to measure the probes' own cost")?;
         }
+        session.drain();
+        let ring = session.events.take().context("the ring buffer is gone")?;
+        session.drain =
+            Some(Drain::start(ring).context("failed to start the ring buffer's drain thread")?);
         Ok(session)
     }
 
@@ -140,10 +159,22 @@ impl Session {
         Ok(())
     }
 
+    /// Size of the ring buffer in bytes.
+    pub fn ring_bytes(&self) -> u64 {
+        self.ring_bytes
+    }
+
     /// Waits up to `timeout` for records, then returns every record available.
     pub fn poll(&mut self, timeout: Duration) -> Result<Vec<Event>> {
+        if let Some(d) = &self.drain {
+            let raw = d.wait(timeout);
+            return Ok(self.decode_all(raw));
+        }
+        let Some(events) = &self.events else {
+            return Ok(Vec::new());
+        };
         let mut pfd = libc::pollfd {
-            fd: self.events.as_raw_fd(),
+            fd: events.as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
         };
@@ -159,16 +190,25 @@ impl Session {
         Ok(self.drain())
     }
 
-    /// Every record now in the ring buffer, decoded.
+    /// Every record now in the ring buffer (and copied out before), decoded.
     pub fn drain(&mut self) -> Vec<Event> {
+        if let Some(d) = &self.drain {
+            let raw = d.flush(Duration::from_secs(2));
+            return self.decode_all(raw);
+        }
         let mut out = Vec::new();
-        let leaks_only = self.leaks_only;
-        while let Some(item) = self.events.next() {
-            if let Some(ev) = decode::decode(&item, leaks_only) {
-                out.push(ev);
+        if let Some(events) = &mut self.events {
+            while let Some(item) = events.next() {
+                if let Some(ev) = self.decoder.decode(&item) {
+                    out.push(ev);
+                }
             }
         }
         out
+    }
+
+    fn decode_all(&mut self, raw: Vec<Vec<u8>>) -> Vec<Event> {
+        raw.iter().filter_map(|r| self.decoder.decode(r)).collect()
     }
 
     /// The kernel's own counters, summed over CPUs.
