@@ -12,7 +12,7 @@ pub const MAP_TRACKED: &str = "TRACKED";
 pub const MAP_SCRATCH: &str = "SCRATCH";
 /// Per-CPU array of [`Stats`] (one entry, index 0); userspace sums the CPUs.
 pub const MAP_STATS: &str = "STATS";
-/// [`ReadKey`] -> [`ReadStat`]: per-(process, fd) read counters (`trace --reads`).
+/// [`ReadKey`] -> [`ReadStat`]: per-(process, open file) read counters (`trace --reads`).
 pub const MAP_READS: &str = "READS";
 /// Array of [`HotSlot`] indexed by `tgid & Config::hot_mask`: the close() fast path.
 pub const MAP_HOT: &str = "HOT";
@@ -374,12 +374,16 @@ pub struct Stats {
     pub _reserved: u64,
 }
 
-/// Key of [`MAP_READS`].
+/// Key of [`MAP_READS`]: a process and the open file it read: the `struct file` address (so
+/// that a reused fd number does not merge two files, and dup'd fds count as one file) and
+/// its inode number (a closed file's address is soon reused for the next open).
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct ReadKey {
     pub pid: u32,
-    pub fd: u32,
+    pub _pad: u32,
+    pub file: u64,
+    pub ino: u64,
 }
 
 /// Value of [`MAP_READS`].
@@ -396,7 +400,8 @@ pub struct ReadStat {
     pub magic: u64,
     /// inode->i_mode of the file read.
     pub mode: u32,
-    pub _pad: u32,
+    /// The fd the file was first read through.
+    pub fd: u32,
     /// comm of the reader when the entry was created.
     pub comm: [u8; 16],
 }
@@ -559,6 +564,7 @@ const _: () = {
     assert!(size_of::<FdPath>() == 16 + COMP_LEN * MAX_DEPTH);
     assert!(size_of::<FdCache>() == 32);
     assert!(size_of::<HotSlot>() == 48);
+    assert!(size_of::<ReadKey>() == 24);
     assert!(same_name(MAP_EVENTS, "EVENTS") && !same_name(MAP_EVENTS, "EVENT"));
 };
 

@@ -282,7 +282,7 @@ fn fill_fd(out: &mut FdInfo, fd_array: u64, fd: u32) -> Result<u64, i64> {
 
 /// The current task's `struct file` at `fd`.
 #[inline(always)]
-fn current_file(fd: u32) -> Result<u64, i64> {
+pub fn current_file(fd: u32) -> Result<u64, i64> {
     let (fdt, max_fds) = current_fdt()?;
     if fd >= max_fds {
         return Err(-1);
@@ -318,11 +318,10 @@ pub fn is_procfd_listing(fd: u32) -> Result<bool, i64> {
     Ok(n == 2 && buf[0] == b'f' && buf[1] == b'd')
 }
 
-/// (inode number, superblock magic, mode) of the current task's `fd`, to name the file
-/// after its reader is gone.
+/// (inode number, superblock magic, mode) of an open file, to name it after its reader is
+/// gone.
 #[inline(always)]
-pub fn fd_file(fd: u32) -> Result<(u64, u64, u32), i64> {
-    let file = current_file(fd)?;
+pub fn file_identity(file: u64) -> Result<(u64, u64, u32), i64> {
     let inode: u64 = read_kernel(file + conf!(file_inode))?;
     let ino = read_kernel(inode + conf!(inode_ino))?;
     let mode = u32::from(read_kernel::<u16>(inode + conf!(inode_mode))?);

@@ -464,8 +464,9 @@ fn try_sys_enter(ctx: &RawTracePointContext) -> Result<(), i64> {
 
 // ---------------------------------------------------------------------------------------------
 // raw_syscalls/sys_exit: TP_PROTO(struct pt_regs *regs, long ret). Attached only with
-// `--reads`: counts read()/readv()/pread64() calls and bytes per (process, fd). The first
-// checks are the return value and the option, so most syscalls leave at once.
+// `--reads`: counts read()/readv()/pread64() calls and bytes per (process, open file): the
+// fd is looked up in task->files->fdt, still as it was for the read. The first checks are
+// the return value and the option, so most syscalls leave at once.
 #[raw_tracepoint(tracepoint = "sys_exit")]
 pub fn sys_exit(ctx: RawTracePointContext) -> i32 {
     let _ = try_sys_exit(&ctx);
@@ -487,9 +488,13 @@ fn try_sys_exit(ctx: &RawTracePointContext) -> Result<(), i64> {
         return Ok(());
     }
     let fd: u64 = read_kernel(regs + conf!(regs_di))?;
+    let file = fdwalk::current_file(fd as u32)?;
+    let inode: u64 = read_kernel(file + conf!(file_inode))?;
     let key = ReadKey {
         pid: tgid,
-        fd: fd as u32,
+        _pad: 0,
+        file,
+        ino: read_kernel(inode + conf!(inode_ino))?,
     };
     let tiny = u64::from(ret > 0 && ret <= 2);
     if let Some(v) = READS.get_ptr_mut(key) {
@@ -499,7 +504,7 @@ fn try_sys_exit(ctx: &RawTracePointContext) -> Result<(), i64> {
         v.bytes += ret as u64;
         v.tiny_calls += tiny;
     } else {
-        let (ino, magic, mode) = fdwalk::fd_file(fd as u32).unwrap_or((0, 0, 0));
+        let (ino, magic, mode) = fdwalk::file_identity(file).unwrap_or((0, 0, 0));
         let v = ReadStat {
             calls: 1,
             bytes: ret as u64,
@@ -507,7 +512,7 @@ fn try_sys_exit(ctx: &RawTracePointContext) -> Result<(), i64> {
             ino,
             magic,
             mode,
-            _pad: 0,
+            fd: fd as u32,
             comm: bpf_get_current_comm().unwrap_or_default(),
         };
         if READS.insert(key, v, 0).is_err() {

@@ -282,3 +282,60 @@ fn lost_records_are_said_loudly_in_json_and_text() {
         "{err}"
     );
 }
+
+#[test]
+#[ignore = "needs root and BTF"]
+fn read_storms_are_per_open_file_and_counted_by_small_reads() {
+    use std::os::unix::fs::MetadataExt as _;
+    let _g = guard();
+    let dir = scratch_dir("reads");
+    let files: Vec<PathBuf> = ["a", "b", "c"].iter().map(|n| dir.join(n)).collect();
+    for f in &files {
+        std::fs::write(f, vec![b'x'; 100_000]).expect("write a file");
+    }
+    let ino: Vec<u64> = files
+        .iter()
+        .map(|f| std::fs::metadata(f).unwrap().ino())
+        .collect();
+    let out = Command::new(fdaudit())
+        .args(["trace", "--reads", "--json", "--"])
+        .arg(target_bin("read-patterns"))
+        .args(&files)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run fdaudit trace --reads");
+    let _ = std::fs::remove_dir_all(&dir);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let fd: u64 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("fd "))
+        .and_then(|n| n.parse().ok())
+        .expect("the fixture names its fd");
+    let storms: Vec<serde_json::Value> = json_objects(&out.stdout)
+        .into_iter()
+        .filter(|o| o["type"] == "read_storm" && o["fd"] == fd)
+        .collect();
+    let of = |ino: u64| {
+        storms
+            .iter()
+            .filter(|s| s["target"] == format!("inode {ino}") || s["ino"] == ino)
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    // A: 30 large reads then 500 one-byte ones on the same file: flagged by the count.
+    let a = of(ino[0]);
+    assert_eq!(a.len(), 1, "A: {storms:?}");
+    assert_eq!(a[0]["small_reads"], 500);
+    assert_eq!(a[0]["calls"], 530);
+    assert!(a[0]["bytes_per_call"].as_f64().unwrap() > 100.0);
+    // B: the same fd number, large reads only: not flagged, and not merged with A or C.
+    assert!(of(ino[1]).is_empty(), "B: {storms:?}");
+    // C: the same fd number again, 500 one-byte reads: its own storm.
+    let c = of(ino[2]);
+    assert_eq!(c.len(), 1, "C: {storms:?}");
+    assert_eq!(c[0]["small_reads"], 500);
+    assert_eq!(c[0]["calls"], 500);
+    assert_eq!(storms.len(), 2, "{storms:?}");
+}

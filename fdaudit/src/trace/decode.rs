@@ -110,10 +110,13 @@ pub enum Event {
     Exit(Exit),
 }
 
-/// Read counters for one (process, fd), from `--reads`.
+/// Read counters for one (process, open file), from `--reads`.
 #[derive(Debug, Clone)]
 pub struct ReadCount {
     pub pid: u32,
+    /// The kernel's `struct file` address: what the counts are kept by.
+    pub file: u64,
+    /// The fd the file was first read through.
     pub fd: u32,
     pub calls: u64,
     pub bytes: u64,

@@ -5,30 +5,35 @@ use serde::Serialize;
 use super::decode::ReadCount;
 use crate::fdkind::{self, FdKind};
 
-/// A (process, fd) is a storm when it made at least this many read calls...
-pub const STORM_MIN_CALLS: u64 = 64;
-/// ...returning at most this many bytes per call on average.
-pub const STORM_MAX_BYTES_PER_CALL: f64 = 2.0;
+/// A (process, open file) is a storm when it made at least this many small reads: calls that
+/// returned 1 or 2 bytes. Counted, not averaged, so large reads earlier on the same file do
+/// not hide a byte-at-a-time loop after them.
+pub const STORM_MIN_SMALL_READS: u64 = 64;
 /// The block size a buffered reader would use.
 pub const BLOCK: u64 = 4096;
 
-/// A flagged (process, fd).
+/// A flagged (process, open file).
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ReadStorm {
     pub pid: u32,
     pub comm: String,
+    /// The fd the file was first read through.
     pub fd: u32,
     pub target: String,
+    /// Inode number of the file read.
+    pub ino: u64,
     pub calls: u64,
+    /// Calls that returned 1 or 2 bytes: what flags the storm.
+    pub small_reads: u64,
     pub bytes: u64,
     pub bytes_per_call: f64,
     /// read() calls a reader with a 4 KiB buffer would have made for the same bytes.
     pub block_calls: u64,
 }
 
-/// Whether these counts are a storm.
-pub fn is_storm(calls: u64, bytes: u64) -> bool {
-    calls >= STORM_MIN_CALLS && (bytes as f64 / calls as f64) <= STORM_MAX_BYTES_PER_CALL
+/// Whether a file read with this many small (1-2 byte) reads is a storm.
+pub fn is_storm(small_reads: u64) -> bool {
+    small_reads >= STORM_MIN_SMALL_READS
 }
 
 /// Names the file read: a pipe or socket by inode, else what `resolve` finds (the live
@@ -48,19 +53,25 @@ pub fn storms(
 ) -> Vec<ReadStorm> {
     let mut out: Vec<ReadStorm> = counts
         .iter()
-        .filter(|c| is_storm(c.calls, c.bytes))
+        .filter(|c| is_storm(c.tiny_calls))
         .map(|c| ReadStorm {
             pid: c.pid,
             comm: c.comm.clone(),
             fd: c.fd,
             target: target_of(c, &resolve),
+            ino: c.ino,
             calls: c.calls,
+            small_reads: c.tiny_calls,
             bytes: c.bytes,
             bytes_per_call: c.bytes as f64 / c.calls as f64,
             block_calls: c.bytes.div_ceil(BLOCK).max(1),
         })
         .collect();
-    out.sort_by(|a, b| b.calls.cmp(&a.calls).then(a.pid.cmp(&b.pid)));
+    out.sort_by(|a, b| {
+        (b.small_reads, b.calls)
+            .cmp(&(a.small_reads, a.calls))
+            .then(a.pid.cmp(&b.pid))
+    });
     out
 }
 
@@ -72,6 +83,7 @@ pub fn storm_table(storms: &[ReadStorm]) -> String {
         "fd",
         "target",
         "read calls",
+        "1-2 byte reads",
         "bytes/call",
         "block reads needed",
     ]);
@@ -82,6 +94,7 @@ pub fn storm_table(storms: &[ReadStorm]) -> String {
             s.fd.to_string(),
             s.target.clone(),
             s.calls.to_string(),
+            s.small_reads.to_string(),
             format!("{:.2}", s.bytes_per_call),
             s.block_calls.to_string(),
         ]);
@@ -96,10 +109,11 @@ mod tests {
     fn count(pid: u32, calls: u64, bytes: u64, magic: u64, mode: u32) -> ReadCount {
         ReadCount {
             pid,
+            file: 0xffff_8880_0000_0000 + u64::from(pid) * 256,
             fd: 0,
             calls,
             bytes,
-            tiny_calls: calls,
+            tiny_calls: if bytes <= 2 * calls { calls } else { 0 },
             ino: 77,
             magic,
             mode,
@@ -109,10 +123,21 @@ mod tests {
 
     #[test]
     fn byte_at_a_time_is_a_storm_block_reads_are_not() {
-        assert!(is_storm(3400, 3400));
-        assert!(is_storm(64, 128));
-        assert!(!is_storm(63, 63));
-        assert!(!is_storm(100, 409_600));
+        assert!(is_storm(3400));
+        assert!(is_storm(64));
+        assert!(!is_storm(63));
+        assert!(!is_storm(0));
+    }
+
+    #[test]
+    fn small_reads_after_large_ones_on_the_same_file_are_a_storm() {
+        // 30 reads of ~2 KB, then 500 one-byte reads: 115 bytes per call on average.
+        let mut c = count(9, 530, 30 * 2_000 + 500, 0xef53, 0o100644);
+        c.tiny_calls = 500;
+        let s = storms(&[c], |_, _, _| Some("/srv/data".into()));
+        assert_eq!(s.len(), 1);
+        assert_eq!(s[0].small_reads, 500);
+        assert!(s[0].bytes_per_call > 100.0);
     }
 
     #[test]

@@ -230,7 +230,7 @@ impl Session {
         Ok(self.stats()?.lost_records)
     }
 
-    /// Read counters (with `reads` on), for every (process, fd) seen.
+    /// Read counters (with `reads` on), for every (process, open file) seen.
     pub fn read_counts(&self) -> Vec<ReadCount> {
         let Some(reads) = &self.reads else {
             return Vec::new();
@@ -240,7 +240,8 @@ impl Session {
             .filter_map(|r| r.ok())
             .map(|(k, v)| ReadCount {
                 pid: k.pid,
-                fd: k.fd,
+                file: k.file,
+                fd: v.fd,
                 calls: v.calls,
                 bytes: v.bytes,
                 tiny_calls: v.tiny_calls,
