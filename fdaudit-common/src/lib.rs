@@ -77,6 +77,53 @@ pub mod sysno {
     pub const OPENAT2: i64 = 437;
 }
 
+/// i386 syscall numbers (arch/x86/entry/syscalls/syscall_32.tbl): what a task passes in a
+/// compat syscall (`int $0x80`, or a 32-bit process's sysenter), arguments in bx, cx, dx.
+/// The programs map them to [`sysno`] before counting; a compat syscall is never counted
+/// under the x86_64 number it happens to share (ia32 `read` is x86_64 `close`).
+pub mod sysno_ia32 {
+    pub const READ: i64 = 3;
+    pub const CLOSE: i64 = 6;
+    pub const EXECVE: i64 = 11;
+    pub const FCNTL: i64 = 55;
+    pub const DUP2: i64 = 63;
+    pub const READV: i64 = 145;
+    pub const POLL: i64 = 168;
+    pub const PREAD64: i64 = 180;
+    pub const GETDENTS64: i64 = 220;
+    pub const FCNTL64: i64 = 221;
+    pub const PPOLL: i64 = 309;
+    pub const DUP3: i64 = 330;
+    pub const EXECVEAT: i64 = 358;
+    pub const PPOLL_TIME64: i64 = 414;
+    pub const CLOSE_RANGE: i64 = 436;
+
+    /// The x86_64 number of the same call, or -1 for a call the programs do not count.
+    pub const fn to_native(id: i64) -> i64 {
+        use super::sysno as n;
+        match id {
+            READ => n::READ,
+            CLOSE => n::CLOSE,
+            EXECVE => n::EXECVE,
+            FCNTL | FCNTL64 => n::FCNTL,
+            DUP2 => n::DUP2,
+            READV => n::READV,
+            POLL => n::POLL,
+            PREAD64 => n::PREAD64,
+            GETDENTS64 => n::GETDENTS64,
+            PPOLL | PPOLL_TIME64 => n::PPOLL,
+            DUP3 => n::DUP3,
+            EXECVEAT => n::EXECVEAT,
+            CLOSE_RANGE => n::CLOSE_RANGE,
+            _ => -1,
+        }
+    }
+
+    /// `TS_COMPAT` in `thread_info.status` (arch/x86/include/asm/thread_info.h): the task
+    /// is in a compat syscall (what the kernel's in_ia32_syscall() tests).
+    pub const TS_COMPAT: u32 = 0x0002;
+}
+
 /// Partial-data markers carried in [`RecordHeader::flags`].
 pub mod flags {
     /// More fds leaked than [`super::MAX_FDS`]; the list is cut, `nfds` holds the true count.
@@ -94,11 +141,15 @@ pub mod flags {
     /// Syscall tracepoints were not attached (`--leaks-only`): counters are absent.
     pub const NO_SYSCALLS: u32 = 1 << 6;
     /// A leaked file's path was deeper than [`super::MAX_DEPTH`] or a component longer than
-    /// [`super::COMP_LEN`]; or more files leaked than [`super::MAX_PATHS`] have paths.
+    /// [`super::COMP_LEN`]; or more files leaked than [`super::MAX_PATHS`] have paths; or a
+    /// name (the exec'd file, a leaked file's) was longer than its buffer.
     pub const PATH_PARTIAL: u32 = 1 << 7;
     /// The window started at this process's previous exec, not at a fork: an exec chain
     /// (a spawn helper such as Java's jspawnhelper, a shell's `exec`, `env CMD`).
     pub const REEXEC: u32 = 1 << 8;
+    /// The window made compat (ia32, `int $0x80`) syscalls; they are counted by their
+    /// meaning, mapped through [`super::sysno_ia32::to_native`].
+    pub const COMPAT_SYSCALLS: u32 = 1 << 9;
 }
 
 /// Record kinds on the ring buffer.
@@ -455,10 +506,21 @@ pub struct Config {
     pub mount_mountpoint: u32,
     /// Non-zero: count reads per fd (`trace --reads`).
     pub reads: u32,
+    /// `thread_info.status` in task_struct ([`NO_OFFSET`] where the kernel has no compat
+    /// syscalls to tell apart).
+    pub task_ti_status: u32,
+    /// pt_regs bx and cx: a compat syscall's first two arguments ([`NO_OFFSET`] off x86).
+    pub regs_bx: u32,
+    pub regs_cx: u32,
+    /// inode->__i_nlink: 0 for a deleted file.
+    pub inode_nlink: u32,
     /// [`CONFIG_MAGIC`] once userspace filled the config; the programs count nothing while
     /// it is anything else (zero: the loader did not set the global).
     pub magic: u32,
 }
+
+/// A [`Config`] offset the running kernel does not have: the programs skip what needs it.
+pub const NO_OFFSET: u32 = u32::MAX;
 
 /// Value userspace puts in [`Config::magic`].
 pub const CONFIG_MAGIC: u32 = 0xfda0_0001;
@@ -509,6 +571,10 @@ impl Config {
         mount_parent: 0,
         mount_mountpoint: 0,
         reads: 0,
+        task_ti_status: 0,
+        regs_bx: 0,
+        regs_cx: 0,
+        inode_nlink: 0,
         magic: 0,
     };
 }
@@ -560,7 +626,7 @@ const _: () = {
     assert!(PathsRecord::sent_len(MAX_PATHS) == size_of::<PathsRecord>());
     assert!(size_of::<SpawnScratch>() == size_of::<SpawnRecord>() + size_of::<PathsRecord>());
     assert!(size_of::<ExitRecord>() == 8 + 8 + 16 + 8 + 16 + size_of::<Counters>());
-    assert!(size_of::<Config>() == 43 * 4);
+    assert!(size_of::<Config>() == 47 * 4);
     assert!(size_of::<FdPath>() == 16 + COMP_LEN * MAX_DEPTH);
     assert!(size_of::<FdCache>() == 32);
     assert!(size_of::<HotSlot>() == 48);

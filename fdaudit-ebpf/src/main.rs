@@ -25,8 +25,8 @@ use aya_ebpf::{
     programs::RawTracePointContext,
 };
 use fdaudit_common::{
-    flags, sysno, Config, Counters, ExitRecord, FdCache, HotSlot, PathsRecord, ReadKey, ReadStat,
-    RecordHeader, RecordKind, SpawnRecord, SpawnScratch, Stats, TaskState, CONFIG_MAGIC,
+    flags, sysno, sysno_ia32, Config, Counters, ExitRecord, FdCache, HotSlot, PathsRecord, ReadKey, ReadStat,
+    RecordHeader, RecordKind, SpawnRecord, SpawnScratch, Stats, TaskState, CONFIG_MAGIC, NO_OFFSET,
     GLOBAL_CONFIG, HOT_SLOTS, MAP_EVENTS, MAP_HOT, MAP_READS, MAP_SCRATCH, MAP_STATS, MAP_TRACKED,
     MAX_RANGES, MAX_READS, MAX_TRACKED,
 };
@@ -346,9 +346,44 @@ fn try_sched_process_exit() -> Result<(), i64> {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Compat syscalls: a task in an ia32 syscall (int $0x80, or a 32-bit process) has TS_COMPAT
+// in thread_info.status, set by the kernel's 32-bit entry for the duration of the call
+// (what in_ia32_syscall() tests, x86_64 since 4.6); its number is from the i386 table and its
+// arguments are in bx, cx, dx.
+
+/// Whether the current task is in a compat syscall.
+#[inline(always)]
+fn in_compat_syscall() -> bool {
+    let off = conf!(task_ti_status);
+    if off == NO_OFFSET as u64 {
+        return false;
+    }
+    read_kernel::<u32>(kernel::current_task() + off).is_ok_and(|s| s & sysno_ia32::TS_COMPAT != 0)
+}
+
+/// x86_64 numbers of the calls sys_enter counts.
+#[inline(always)]
+fn counted_native(id: i64) -> bool {
+    matches!(
+        id,
+        sysno::CLOSE
+            | sysno::CLOSE_RANGE
+            | sysno::FCNTL
+            | sysno::POLL
+            | sysno::PPOLL
+            | sysno::GETDENTS64
+            | sysno::EXECVE
+            | sysno::EXECVEAT
+            | sysno::DUP2
+            | sysno::DUP3
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
 // raw_syscalls/sys_enter: TP_PROTO(struct pt_regs *regs, long id). Runs for every syscall on
 // the machine while attached, so it leaves at the first check: the syscall id, then the
-// tgid lookup. Arguments come from pt_regs (x86_64 syscall ABI; offsets from BTF).
+// tgid lookup. Arguments come from pt_regs (x86_64 syscall ABI, or bx/cx/dx for a compat
+// syscall; offsets from BTF).
 #[raw_tracepoint(tracepoint = "sys_enter")]
 pub fn sys_enter(ctx: RawTracePointContext) -> i32 {
     let _ = try_sys_enter(&ctx);
@@ -356,19 +391,9 @@ pub fn sys_enter(ctx: RawTracePointContext) -> i32 {
 }
 
 fn try_sys_enter(ctx: &RawTracePointContext) -> Result<(), i64> {
-    let id: i64 = ctx.arg(1);
-    match id {
-        sysno::CLOSE
-        | sysno::CLOSE_RANGE
-        | sysno::FCNTL
-        | sysno::POLL
-        | sysno::PPOLL
-        | sysno::GETDENTS64
-        | sysno::EXECVE
-        | sysno::EXECVEAT
-        | sysno::DUP2
-        | sysno::DUP3 => {}
-        _ => return Ok(()),
+    let raw_id: i64 = ctx.arg(1);
+    if !counted_native(raw_id) && sysno_ia32::to_native(raw_id) < 0 {
+        return Ok(());
     }
     // Every count is for a process inside its fork..exec window, and every such process
     // owns its HOT slot (or marked the slot as overflowed): one array access, no hashing,
@@ -379,19 +404,19 @@ fn try_sys_enter(ctx: &RawTracePointContext) -> Result<(), i64> {
     };
     // SAFETY: pointer from an array lookup, valid for this program run.
     let slot = unsafe { &mut *slot };
-    if slot.tgid == tgid {
-        if id == sysno::CLOSE {
-            // The path a close loop takes 2^20 times.
-            slot.close_calls += 1;
-            let regs: u64 = ctx.arg(0);
-            let fd: u64 = read_kernel(regs + conf!(regs_di))?;
-            if !fd_is_open(&mut slot.cache, fd as u32)? {
-                slot.close_ebadf += 1;
-            }
-            return Ok(());
-        }
-    } else if slot.overflow == 0 {
+    if slot.tgid != tgid && slot.overflow == 0 {
         return Ok(()); // nobody in a window hashes here: not traced
+    }
+    let compat = in_compat_syscall();
+    if slot.tgid == tgid && raw_id == sysno::CLOSE && !compat {
+        // The path a close loop takes 2^20 times.
+        slot.close_calls += 1;
+        let regs: u64 = ctx.arg(0);
+        let fd: u64 = read_kernel(regs + conf!(regs_di))?;
+        if !fd_is_open(&mut slot.cache, fd as u32)? {
+            slot.close_ebadf += 1;
+        }
+        return Ok(());
     }
     let Some(st) = TRACKED.get_ptr_mut(tgid) else {
         return Ok(());
@@ -401,12 +426,26 @@ fn try_sys_enter(ctx: &RawTracePointContext) -> Result<(), i64> {
     if st.in_window == 0 {
         return Ok(());
     }
+    // Argument registers and the call's x86_64 number.
+    let (id, arg0, arg1, arg2) = if compat {
+        st.flags |= flags::COMPAT_SYSCALLS;
+        (
+            sysno_ia32::to_native(raw_id),
+            conf!(regs_bx),
+            conf!(regs_cx),
+            conf!(regs_dx),
+        )
+    } else if counted_native(raw_id) {
+        (raw_id, conf!(regs_di), conf!(regs_si), conf!(regs_dx))
+    } else {
+        return Ok(()); // an ia32 number made through the 64-bit entry: another call
+    };
     let c = &mut st.counters;
     match id {
         sysno::CLOSE => {
             c.close_calls += 1;
             let regs: u64 = ctx.arg(0);
-            let fd: u64 = read_kernel(regs + conf!(regs_di))?;
+            let fd: u64 = read_kernel(regs + arg0)?;
             if !fd_is_open(&mut st.cache, fd as u32)? {
                 st.counters.close_ebadf += 1;
             }
@@ -416,16 +455,16 @@ fn try_sys_enter(ctx: &RawTracePointContext) -> Result<(), i64> {
             let i = c.close_range_calls as usize;
             if i < MAX_RANGES {
                 let r = &mut c.ranges[i];
-                r.first = read_kernel::<u64>(regs + conf!(regs_di)).unwrap_or(0) as u32;
-                r.last = read_kernel::<u64>(regs + conf!(regs_si)).unwrap_or(0) as u32;
-                r.flags = read_kernel::<u64>(regs + conf!(regs_dx)).unwrap_or(0) as u32;
+                r.first = read_kernel::<u64>(regs + arg0).unwrap_or(0) as u32;
+                r.last = read_kernel::<u64>(regs + arg1).unwrap_or(0) as u32;
+                r.flags = read_kernel::<u64>(regs + arg2).unwrap_or(0) as u32;
             }
             c.close_range_calls += 1;
         }
         sysno::FCNTL => {
             let regs: u64 = ctx.arg(0);
-            let cmd: u64 = read_kernel(regs + conf!(regs_si))?;
-            match cmd {
+            let cmd: u64 = read_kernel(regs + arg1)?;
+            match cmd as u32 {
                 1 => c.fcntl_getfd_calls += 1, // F_GETFD
                 2 => c.fcntl_setfd_calls += 1, // F_SETFD
                 _ => {}
@@ -433,7 +472,8 @@ fn try_sys_enter(ctx: &RawTracePointContext) -> Result<(), i64> {
         }
         sysno::POLL | sysno::PPOLL => {
             let regs: u64 = ctx.arg(0);
-            let nfds: u64 = read_kernel(regs + conf!(regs_si))?;
+            let nfds: u64 = read_kernel(regs + arg1)?;
+            let nfds = if compat { nfds & 0xffff_ffff } else { nfds };
             c.poll_calls += 1;
             let nfds = if nfds > u32::MAX as u64 {
                 u32::MAX
@@ -450,7 +490,7 @@ fn try_sys_enter(ctx: &RawTracePointContext) -> Result<(), i64> {
             // /proc/thread-self/fd) that starts at offset 0 is a new fd walk. Checked here
             // rather than at open(), whose path string may sit in a page not yet faulted in.
             let regs: u64 = ctx.arg(0);
-            let fd: u64 = read_kernel(regs + conf!(regs_di))?;
+            let fd: u64 = read_kernel(regs + arg0)?;
             if fdwalk::is_procfd_listing(fd as u32).unwrap_or(false) {
                 c.procfd_opens += 1;
             }
@@ -483,11 +523,16 @@ fn try_sys_exit(ctx: &RawTracePointContext) -> Result<(), i64> {
         return Ok(());
     }
     let regs: u64 = ctx.arg(0);
-    let id: i64 = read_kernel(regs + conf!(regs_orig_ax))?;
+    let raw_id: i64 = read_kernel(regs + conf!(regs_orig_ax))?;
+    let (id, arg0) = if in_compat_syscall() {
+        (sysno_ia32::to_native(raw_id), conf!(regs_bx))
+    } else {
+        (raw_id, conf!(regs_di))
+    };
     if id != sysno::READ && id != sysno::READV && id != sysno::PREAD64 {
         return Ok(());
     }
-    let fd: u64 = read_kernel(regs + conf!(regs_di))?;
+    let fd: u64 = read_kernel(regs + arg0)?;
     let file = fdwalk::current_file(fd as u32)?;
     let inode: u64 = read_kernel(file + conf!(file_inode))?;
     let key = ReadKey {

@@ -339,3 +339,40 @@ fn read_storms_are_per_open_file_and_counted_by_small_reads() {
     assert_eq!(c[0]["calls"], 500);
     assert_eq!(storms.len(), 2, "{storms:?}");
 }
+
+#[test]
+#[ignore = "needs root and BTF"]
+fn ia32_closes_are_counted_and_ia32_reads_are_not_closes() {
+    let _g = guard();
+    let probe = Command::new(target_bin("int80-closes"))
+        .output()
+        .expect("run the int80 fixture");
+    if !String::from_utf8_lossy(&probe.stdout).contains("int80 ok") {
+        eprintln!("skipping: this kernel runs no ia32 syscalls (CONFIG_IA32_EMULATION off)");
+        return;
+    }
+    let out = Command::new(fdaudit())
+        .args(["trace", "--json", "--"])
+        .arg(target_bin("int80-closes"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("run fdaudit trace");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let objs = json_objects(&out.stdout);
+    let child = objs
+        .iter()
+        .find(|o| o["type"] == "spawn" && o["exec_path"] == "/bin/true")
+        .unwrap_or_else(|| panic!("no /bin/true spawn: {objs:?}"));
+    // strace -f counts 1021 ia32 close() and 500 ia32 read() in this child.
+    assert_eq!(child["close_calls"], 1021, "{child}");
+    assert!(
+        child["flags"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f == "compat_syscalls"),
+        "{child}"
+    );
+    assert_eq!(child["strategy"], "close-loop", "{child}");
+}
