@@ -152,6 +152,14 @@ pub mod flags {
     pub const COMPAT_SYSCALLS: u32 = 1 << 9;
 }
 
+/// Markers on one fd, in [`FdInfo::fd_flags`].
+pub mod fd_flags {
+    /// The file has no name left (inode->i_nlink == 0): deleted while open.
+    pub const DELETED: u32 = 1 << 0;
+    /// The dentry name was longer than [`super::NAME_LEN`] - 1 bytes and is cut.
+    pub const NAME_CUT: u32 = 1 << 1;
+}
+
 /// Record kinds on the ring buffer.
 #[repr(u32)]
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -278,6 +286,9 @@ pub struct FdInfo {
     pub dev: u32,
     /// inode->i_rdev for device files (kernel dev_t encoding).
     pub rdev: u32,
+    /// [`fd_flags`] bits.
+    pub fd_flags: u32,
+    pub _pad: u32,
     /// NUL-terminated dentry name ("[eventfd]", "memfd:x", a file's basename).
     pub name: [u8; NAME_LEN],
 }
@@ -294,6 +305,8 @@ impl Default for FdInfo {
             magic: 0,
             dev: 0,
             rdev: 0,
+            fd_flags: 0,
+            _pad: 0,
             name: [0; NAME_LEN],
         }
     }
@@ -618,7 +631,7 @@ const _: () = {
     assert!(size_of::<CloseRange>() == 16);
     assert!(size_of::<Counters>() == 12 * 4 + 16 * MAX_RANGES);
     assert!(size_of::<TaskState>() == 8 + 16 + 16 + size_of::<Counters>() + 32);
-    assert!(size_of::<FdInfo>() == 16 + 8 + 8 + 8 + NAME_LEN);
+    assert!(size_of::<FdInfo>() == 16 + 8 + 8 + 8 + 8 + NAME_LEN);
     assert!(size_of::<SpawnRecord>().is_multiple_of(8));
     assert!(core::mem::offset_of!(SpawnRecord, fds).is_multiple_of(8));
     assert!(SpawnRecord::sent_len(MAX_FDS + 5) == size_of::<SpawnRecord>());

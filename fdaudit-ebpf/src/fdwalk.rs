@@ -7,11 +7,11 @@ use core::ffi::c_void;
 
 use aya_ebpf::helpers::{bpf_loop, bpf_probe_read_kernel_str_bytes};
 use fdaudit_common::{
-    flags, fs_magic, FdInfo, FdPath, PathsRecord, SpawnRecord, MAX_DEPTH, MAX_FDS, MAX_FD_WORDS,
-    MAX_PATHS,
+    fd_flags, flags, fs_magic, FdInfo, FdPath, PathsRecord, SpawnRecord, COMP_LEN, MAX_DEPTH,
+    MAX_FDS, MAX_FD_WORDS, MAX_PATHS, NAME_LEN,
 };
 
-use crate::kernel::{conf, current_task, read_kernel};
+use crate::kernel::{conf, current_task, read_kernel, was_cut};
 
 const S_IFMT: u32 = 0o170000;
 const S_IFSOCK: u32 = 0o140000;
@@ -234,12 +234,16 @@ fn path_one_step(walk: &mut Walk, p: &mut FdPath) -> Result<bool, i64> {
     }
     let name: u64 = read_kernel(walk.dentry + conf!(dentry_name))?;
     // SAFETY: bounded read of a kernel string.
-    unsafe {
+    let len = unsafe {
         bpf_probe_read_kernel_str_bytes(name as *const u8, &mut p.comps[d & (MAX_DEPTH - 1)])
     }
-    .map_err(|e| e as i64)?;
+    .map_err(|e| e as i64)?
+    .len();
     walk.depth += 1;
     p.depth = walk.depth;
+    if was_cut(name, len, COMP_LEN) {
+        return Ok(true); // a component longer than its slot: cut, complete stays 0
+    }
     walk.dentry = parent;
     Ok(false)
 }
@@ -253,6 +257,7 @@ fn fill_fd(out: &mut FdInfo, fd_array: u64, fd: u32) -> Result<u64, i64> {
     out.sock_type = 0;
     out.ino = 0;
     out.magic = 0;
+    out.fd_flags = 0;
     out.name[0] = 0;
     let file: u64 = read_kernel(fd_array + u64::from(fd) * 8)?;
     if file == 0 {
@@ -269,8 +274,15 @@ fn fill_fd(out: &mut FdInfo, fd_array: u64, fd: u32) -> Result<u64, i64> {
     let dentry: u64 = read_kernel(file + conf!(file_dentry))?;
     let name: u64 = read_kernel(dentry + conf!(dentry_name))?;
     // SAFETY: bounded read of a kernel string; failure is reported.
-    unsafe { bpf_probe_read_kernel_str_bytes(name as *const u8, &mut out.name) }
-        .map_err(|e| e as i64)?;
+    let len = unsafe { bpf_probe_read_kernel_str_bytes(name as *const u8, &mut out.name) }
+        .map_err(|e| e as i64)?
+        .len();
+    if was_cut(name, len, NAME_LEN) {
+        out.fd_flags |= fd_flags::NAME_CUT;
+    }
+    if read_kernel::<u32>(inode + conf!(inode_nlink)).is_ok_and(|n| n == 0) {
+        out.fd_flags |= fd_flags::DELETED;
+    }
     if out.mode & S_IFMT == S_IFSOCK {
         let sock: u64 = read_kernel(file + conf!(file_private))?;
         out.sock_type = read_kernel::<i16>(sock + conf!(socket_type))? as u16;

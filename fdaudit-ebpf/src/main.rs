@@ -25,10 +25,10 @@ use aya_ebpf::{
     programs::RawTracePointContext,
 };
 use fdaudit_common::{
-    flags, sysno, sysno_ia32, Config, Counters, ExitRecord, FdCache, HotSlot, PathsRecord, ReadKey, ReadStat,
-    RecordHeader, RecordKind, SpawnRecord, SpawnScratch, Stats, TaskState, CONFIG_MAGIC, NO_OFFSET,
+    flags, sysno, sysno_ia32, Config, Counters, ExitRecord, FdCache, HotSlot, PathsRecord, ReadKey,
+    ReadStat, RecordHeader, RecordKind, SpawnRecord, SpawnScratch, Stats, TaskState, CONFIG_MAGIC,
     GLOBAL_CONFIG, HOT_SLOTS, MAP_EVENTS, MAP_HOT, MAP_READS, MAP_SCRATCH, MAP_STATS, MAP_TRACKED,
-    MAX_RANGES, MAX_READS, MAX_TRACKED,
+    MAX_RANGES, MAX_READS, MAX_TRACKED, NO_OFFSET,
 };
 use kernel::{conf, read_kernel, stat_add};
 

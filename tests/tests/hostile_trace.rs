@@ -376,3 +376,80 @@ fn ia32_closes_are_counted_and_ia32_reads_are_not_closes() {
     );
     assert_eq!(child["strategy"], "close-loop", "{child}");
 }
+
+#[test]
+#[ignore = "needs root and BTF"]
+fn cut_paths_are_flagged_and_read_again_deleted_files_and_memfds_are_named() {
+    let _g = guard();
+    let dir = scratch_dir("trunc");
+    // An executable whose path is 258 bytes: the kernel keeps 255.
+    let pad = 258 - dir.as_os_str().len() - "/".len() - "/sleep".len();
+    let exe_dir = dir.join("e".repeat(pad));
+    std::fs::create_dir_all(&exe_dir).expect("create the long directory");
+    let exe = exe_dir.join("sleep");
+    std::fs::copy("/bin/sleep", &exe).expect("copy /bin/sleep");
+    assert_eq!(exe.as_os_str().len(), 258);
+    let out = Command::new(fdaudit())
+        .args(["trace", "--json", "--"])
+        .arg(target_bin("odd-files"))
+        .arg(&exe)
+        .arg(&dir)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run fdaudit trace");
+    let _ = std::fs::remove_dir_all(&dir);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let fds: Vec<u64> = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("fds "))
+        .expect("the fixture names its fds")
+        .split(' ')
+        .map(|n| n.parse().unwrap())
+        .collect();
+    let objs = json_objects(&out.stdout);
+    let s = objs
+        .iter()
+        .find(|o| o["type"] == "spawn" && o["parent_comm"] == "odd-files")
+        .unwrap_or_else(|| panic!("no spawn of the long-path sleep: {objs:?}"));
+    let flags = s["flags"].as_array().unwrap();
+    assert!(flags.iter().any(|f| f == "path_partial"), "{s}");
+    assert_eq!(
+        s["exec_path"],
+        exe.display().to_string(),
+        "read again from /proc"
+    );
+    let fd = |n: u64| {
+        s["leaked_fds"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["fd"] == n)
+            .unwrap_or_else(|| panic!("fd {n} not leaked: {s}"))
+            .clone()
+    };
+    let short = fd(fds[0]);
+    assert_eq!(
+        (short["kind"].as_str(), short["target"].as_str()),
+        (Some("memfd"), Some("memfd:fdaudit-short"))
+    );
+    let long = fd(fds[1]);
+    assert_eq!(
+        long["target"],
+        format!("memfd:{}", "x".repeat(100)),
+        "{long}"
+    );
+    let del = fd(fds[2]);
+    assert_eq!(del["deleted"], true, "{del}");
+    assert_eq!(
+        del["target"],
+        dir.join("deleted-file").display().to_string()
+    );
+    let deep = fd(fds[3]);
+    assert_eq!(
+        deep["target"],
+        dir.join("c".repeat(60)).join("file").display().to_string()
+    );
+    assert!(deep.get("deleted").is_none(), "{deep}");
+}

@@ -58,6 +58,13 @@ pub fn descendants(root: u32) -> Vec<u32> {
     out
 }
 
+/// The executable of a live process, /proc/PID/exe (escaped).
+pub fn exe_of(pid: u32) -> Option<String> {
+    std::fs::read_link(format!("/proc/{pid}/exe"))
+        .ok()
+        .map(|t| escape_bytes(t.as_os_str().as_encoded_bytes()))
+}
+
 /// The target of /proc/PID/fd/FD, when that fd still refers to inode `ino` (escaped).
 pub fn fd_target(pid: u32, fd: u32, ino: u64) -> Option<String> {
     use std::os::unix::fs::MetadataExt as _;

@@ -5,8 +5,8 @@
 use std::collections::VecDeque;
 
 use fdaudit_common::{
-    Counters, ExitRecord, FdInfo, FdPath, PathsRecord, RecordHeader, RecordKind, SpawnRecord,
-    MAX_FDS,
+    fd_flags, Counters, ExitRecord, FdInfo, FdPath, PathsRecord, RecordHeader, RecordKind,
+    SpawnRecord, MAX_FDS,
 };
 use serde::Serialize;
 
@@ -36,6 +36,9 @@ pub struct LeakedFd {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub socket_type: Option<&'static str>,
     pub ino: u64,
+    /// The file was deleted while open (no name left; `target` is its last one).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub deleted: bool,
 }
 
 /// One spawn: a traced child that completed an exec (`"type":"spawn"` in JSON).
@@ -79,6 +82,9 @@ pub struct Spawn {
     /// attempts the kernel saw): what [`Spawn::correct_for_probes`] charges for.
     #[serde(skip)]
     pub probed: u64,
+    /// `exec_path` is the first bytes of a longer name (the kernel's buffer was full).
+    #[serde(skip)]
+    pub exec_path_cut: bool,
 }
 
 impl Spawn {
@@ -158,9 +164,22 @@ impl Decoder {
         }
     }
 
-    /// Decodes one record; a paths record gives nothing until its spawn comes.
+    /// Decodes one record; a paths record gives nothing until its spawn comes. An exec path
+    /// the kernel cut is read again from /proc/PID/exe while the process lives, when that
+    /// starts with what the kernel kept.
     pub fn decode(&mut self, bytes: &[u8]) -> Option<Event> {
-        decode_with(bytes, self.leaks_only, &mut self.pending, resolve_target)
+        let mut ev = decode_with(bytes, self.leaks_only, &mut self.pending, resolve_target);
+        if let Some(Event::Spawn(s)) = &mut ev {
+            if s.exec_path_cut {
+                if let Some(exe) =
+                    procfs_util::exe_of(s.pid).filter(|e| e.starts_with(&s.exec_path))
+                {
+                    s.exec_path = exe;
+                    s.exec_path_cut = false;
+                }
+            }
+        }
+        ev
     }
 }
 
@@ -265,6 +284,15 @@ pub fn join_path(p: &FdPath) -> String {
     s
 }
 
+/// A target read from a live /proc link, without the " (deleted)" the kernel appends: (path,
+/// deleted).
+fn strip_deleted(link: String) -> (String, bool) {
+    match link.strip_suffix(" (deleted)") {
+        Some(p) => (p.to_string(), true),
+        None => (link, false),
+    }
+}
+
 fn leaked_from(
     info: &FdInfo,
     kernel_path: Option<&FdPath>,
@@ -274,6 +302,9 @@ fn leaked_from(
 ) -> LeakedFd {
     let name = cstr(&info.name);
     let kind = fdkind::from_kernel(info.mode, info.magic, &name);
+    let name_cut = info.fd_flags & fd_flags::NAME_CUT != 0;
+    let mut deleted = info.fd_flags & fd_flags::DELETED != 0
+        && matches!(kind, FdKind::Regular | FdKind::Directory);
     let target = match kind {
         FdKind::Socket => format!("socket:[{}]", info.ino),
         FdKind::Pipe => format!("pipe:[{}]", info.ino),
@@ -287,12 +318,30 @@ fn leaked_from(
         | FdKind::Perf
         | FdKind::AnonInode => format!("anon_inode:{name}"),
         FdKind::Pidfd => "anon_inode:[pidfd]".to_string(),
+        // A memfd has no path (its dentry is a root of the kernel's internal shm mount): its
+        // name is "memfd:NAME"; a cut one is read again from the live link ("/memfd:NAME
+        // (deleted)").
+        FdKind::Memfd => match resolve(pid, parent, info.fd, info.ino).filter(|_| name_cut) {
+            Some(link) => {
+                let (p, _) = strip_deleted(link);
+                p.strip_prefix('/').map(str::to_string).unwrap_or(p)
+            }
+            None if name_cut => format!("{name}…"),
+            None => name,
+        },
         _ => match kernel_path {
             Some(p) if p.complete != 0 => join_path(p),
             // A cut or missing path: the live link is better, if the process is still there.
-            kp => resolve(pid, parent, info.fd, info.ino)
-                .or_else(|| kp.map(join_path))
-                .unwrap_or_else(|| format!("…/{name} (inode {})", info.ino)),
+            kp => match resolve(pid, parent, info.fd, info.ino) {
+                Some(link) => {
+                    let (p, d) = strip_deleted(link);
+                    deleted |= d;
+                    p
+                }
+                None => kp
+                    .map(join_path)
+                    .unwrap_or_else(|| format!("…/{name} (inode {})", info.ino)),
+            },
         },
     };
     LeakedFd {
@@ -305,6 +354,7 @@ fn leaked_from(
         socket_type: (kind == FdKind::Socket && info.sock_type != 0)
             .then(|| socket_type_name(info.sock_type)),
         ino: info.ino,
+        deleted,
     }
 }
 
@@ -342,7 +392,19 @@ pub fn spawn_from_record(
         .filter(|i| rec.stdio_mask & (1 << i) != 0)
         .map(|i| leaked_from(&rec.stdio[i], None, rec.pid, rec.parent_pid, resolve))
         .collect();
+    // A name cut by its buffer is a partial path too.
+    if rec.fds[..shown]
+        .iter()
+        .chain(&rec.stdio)
+        .any(|f| f.fd_flags & fd_flags::NAME_CUT != 0)
+    {
+        flags |= SpawnFlags::PATH_PARTIAL;
+    }
+    let filename_len = rec.filename.iter().position(|&b| b == 0);
+    let exec_path_cut =
+        flags.contains(SpawnFlags::PATH_PARTIAL) && filename_len == Some(rec.filename.len() - 1);
     Spawn {
+        exec_path_cut,
         exec_tid: (rec.old_pid != rec.pid).then_some(rec.old_pid),
         exec_path: cstr(&rec.filename),
         argv,
@@ -433,6 +495,7 @@ fn window_spawn(
         },
         exec_ns: 0,
         probed: calls.probed() + u64::from(c.exec_attempts),
+        exec_path_cut: false,
     }
 }
 
@@ -543,6 +606,61 @@ mod tests {
         assert_eq!(json["type"], "spawn");
         assert_eq!(json["strategy"], "close-loop");
         assert_eq!(json["leaked_fds"][0]["fd"], 7);
+    }
+
+    #[test]
+    fn memfds_deleted_files_and_cut_names() {
+        let mut rec = zeroed_record();
+        rec.header = RecordHeader { kind: 1, flags: 0 };
+        rec.pid = 5;
+        rec.nfds = 3;
+        rec.fds[0].fd = 3;
+        rec.fds[0].mode = 0o100777;
+        rec.fds[0].magic = fdkind::magic::TMPFS;
+        put(&mut rec.fds[0].name, b"memfd:cache");
+        rec.fds[0].fd_flags = fd_flags::DELETED;
+        rec.fds[1].fd = 4;
+        rec.fds[1].mode = 0o100644;
+        rec.fds[1].magic = 0xef53;
+        put(&mut rec.fds[1].name, b"gone");
+        rec.fds[1].fd_flags = fd_flags::DELETED;
+        rec.fds[2].fd = 5;
+        rec.fds[2].mode = 0o100777;
+        rec.fds[2].magic = fdkind::magic::TMPFS;
+        put(
+            &mut rec.fds[2].name,
+            &[b"memfd:".as_slice(), &[b'm'; 57]].concat(),
+        );
+        rec.fds[2].fd_flags = fd_flags::NAME_CUT;
+        put(&mut rec.filename, &[b'a'; 255]);
+        let live = |_, _, fd, _| match fd {
+            4 => Some("/srv/gone (deleted)".to_string()),
+            _ => None,
+        };
+        let s = spawn_from_record(&rec, &[], false, live);
+        assert_eq!(s.leaked_fds[0].target, "memfd:cache");
+        assert!(
+            !s.leaked_fds[0].deleted,
+            "a memfd is never anything but unlinked"
+        );
+        assert_eq!(s.leaked_fds[1].target, "/srv/gone");
+        assert!(s.leaked_fds[1].deleted);
+        assert!(
+            s.leaked_fds[2].target.ends_with('…'),
+            "{}",
+            s.leaked_fds[2].target
+        );
+        assert!(
+            s.flags.contains(SpawnFlags::PATH_PARTIAL),
+            "a cut name is a partial path"
+        );
+        assert!(
+            s.exec_path_cut,
+            "255 bytes and partial: the exec path may be cut"
+        );
+        let json = serde_json::to_value(&s.leaked_fds).unwrap();
+        assert_eq!(json[1]["deleted"], true);
+        assert!(json[0].get("deleted").is_none());
     }
 
     #[test]

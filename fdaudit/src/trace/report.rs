@@ -90,6 +90,7 @@ pub fn spawn_line(s: &Spawn) -> String {
             .iter()
             .map(|f| match (f.family, f.socket_type) {
                 (Some(fam), Some(ty)) => format!("{} {} {fam} {ty} {}", f.fd, f.kind, f.target),
+                _ if f.deleted => format!("{} {} {} (deleted)", f.fd, f.kind, f.target),
                 _ => format!("{} {} {}", f.fd, f.kind, f.target),
             })
             .collect();
@@ -546,6 +547,7 @@ mod tests {
             flags: SpawnFlags::empty(),
             exec_ns: 0,
             probed: close.into(),
+            exec_path_cut: false,
         }
     }
 

@@ -47,7 +47,10 @@ fn main() {
             libc::open(c"/dev/zero".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC),
             "open /dev/zero",
         );
-        let zero = check(libc::fcntl(zero, libc::F_DUPFD_CLOEXEC, 2000), "dup /dev/zero to 2000+");
+        let zero = check(
+            libc::fcntl(zero, libc::F_DUPFD_CLOEXEC, 2000),
+            "dup /dev/zero to 2000+",
+        );
         println!("int80 ok");
         let pid = check(libc::fork(), "fork");
         if pid == 0 {
@@ -65,7 +68,10 @@ fn main() {
         }
         let mut status = 0;
         libc::waitpid(pid, &mut status, 0);
-        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "child: {status:#x}");
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "child: {status:#x}"
+        );
     }
 }
 
