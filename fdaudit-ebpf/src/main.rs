@@ -427,25 +427,54 @@ fn try_sys_enter(ctx: &RawTracePointContext) -> Result<(), i64> {
         return Ok(());
     }
     // Argument registers and the call's x86_64 number.
-    let (id, arg0, arg1, arg2) = if compat {
+    let (id, args) = if compat {
         st.flags |= flags::COMPAT_SYSCALLS;
-        (
-            sysno_ia32::to_native(raw_id),
-            conf!(regs_bx),
-            conf!(regs_cx),
-            conf!(regs_dx),
-        )
+        let args = ArgRegs {
+            arg0: conf!(regs_bx),
+            arg1: conf!(regs_cx),
+            arg2: conf!(regs_dx),
+            compat: true,
+        };
+        (sysno_ia32::to_native(raw_id), args)
     } else if counted_native(raw_id) {
-        (raw_id, conf!(regs_di), conf!(regs_si), conf!(regs_dx))
+        let args = ArgRegs {
+            arg0: conf!(regs_di),
+            arg1: conf!(regs_si),
+            arg2: conf!(regs_dx),
+            compat: false,
+        };
+        (raw_id, args)
     } else {
         return Ok(()); // an ia32 number made through the 64-bit entry: another call
     };
+    count_in_window(st, id, &args, ctx)
+}
+
+/// Where a syscall's first three arguments are in pt_regs (offsets): di, si, dx for the
+/// x86_64 ABI, bx, cx, dx for a compat one.
+struct ArgRegs {
+    arg0: u64,
+    arg1: u64,
+    arg2: u64,
+    compat: bool,
+}
+
+/// Counts one syscall of a process inside its fork..exec window (`id` is one of those
+/// `try_sys_enter` lets through, as its x86_64 number). Adding a counter: a field in
+/// `Counters`, an arm here, a field in the user side's `SyscallCounts`.
+#[inline(always)]
+fn count_in_window(
+    st: &mut TaskState,
+    id: i64,
+    a: &ArgRegs,
+    ctx: &RawTracePointContext,
+) -> Result<(), i64> {
     let c = &mut st.counters;
     match id {
         sysno::CLOSE => {
             c.close_calls += 1;
             let regs: u64 = ctx.arg(0);
-            let fd: u64 = read_kernel(regs + arg0)?;
+            let fd: u64 = read_kernel(regs + a.arg0)?;
             if !fd_is_open(&mut st.cache, fd as u32)? {
                 st.counters.close_ebadf += 1;
             }
@@ -455,15 +484,15 @@ fn try_sys_enter(ctx: &RawTracePointContext) -> Result<(), i64> {
             let i = c.close_range_calls as usize;
             if i < MAX_RANGES {
                 let r = &mut c.ranges[i];
-                r.first = read_kernel::<u64>(regs + arg0).unwrap_or(0) as u32;
-                r.last = read_kernel::<u64>(regs + arg1).unwrap_or(0) as u32;
-                r.flags = read_kernel::<u64>(regs + arg2).unwrap_or(0) as u32;
+                r.first = read_kernel::<u64>(regs + a.arg0).unwrap_or(0) as u32;
+                r.last = read_kernel::<u64>(regs + a.arg1).unwrap_or(0) as u32;
+                r.flags = read_kernel::<u64>(regs + a.arg2).unwrap_or(0) as u32;
             }
             c.close_range_calls += 1;
         }
         sysno::FCNTL => {
             let regs: u64 = ctx.arg(0);
-            let cmd: u64 = read_kernel(regs + arg1)?;
+            let cmd: u64 = read_kernel(regs + a.arg1)?;
             match cmd as u32 {
                 1 => c.fcntl_getfd_calls += 1, // F_GETFD
                 2 => c.fcntl_setfd_calls += 1, // F_SETFD
@@ -472,8 +501,8 @@ fn try_sys_enter(ctx: &RawTracePointContext) -> Result<(), i64> {
         }
         sysno::POLL | sysno::PPOLL => {
             let regs: u64 = ctx.arg(0);
-            let nfds: u64 = read_kernel(regs + arg1)?;
-            let nfds = if compat { nfds & 0xffff_ffff } else { nfds };
+            let nfds: u64 = read_kernel(regs + a.arg1)?;
+            let nfds = if a.compat { nfds & 0xffff_ffff } else { nfds };
             c.poll_calls += 1;
             let nfds = if nfds > u32::MAX as u64 {
                 u32::MAX
@@ -490,7 +519,7 @@ fn try_sys_enter(ctx: &RawTracePointContext) -> Result<(), i64> {
             // /proc/thread-self/fd) that starts at offset 0 is a new fd walk. Checked here
             // rather than at open(), whose path string may sit in a page not yet faulted in.
             let regs: u64 = ctx.arg(0);
-            let fd: u64 = read_kernel(regs + arg0)?;
+            let fd: u64 = read_kernel(regs + a.arg0)?;
             if fdwalk::is_procfd_listing(fd as u32).unwrap_or(false) {
                 c.procfd_opens += 1;
             }

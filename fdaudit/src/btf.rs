@@ -104,11 +104,7 @@ impl Btf {
                 .map(|b| u16::from_le_bytes([b[0], b[1]]))
                 .ok_or(BtfError::Malformed("truncated header"))
         };
-        let u32_at = |o: usize| -> Result<u32, BtfError> {
-            data.get(o..o + 4)
-                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .ok_or(BtfError::Malformed("truncated"))
-        };
+        let u32_at = |o: usize| le_u32(data, o);
         if u16_at(0)? != BTF_MAGIC {
             return Err(BtfError::Malformed("bad magic"));
         }
@@ -132,70 +128,7 @@ impl Btf {
         let mut types = vec![Type::Other];
         let mut o = types_start;
         while o < types_end {
-            let name = u32_at(o)?;
-            let info = u32_at(o + 4)?;
-            let size_or_type = u32_at(o + 8)?;
-            o += 12;
-            let vlen = (info & 0xffff) as usize;
-            let kind = (info >> 24) & 0x1f;
-            let kind_flag = info >> 31 == 1;
-            let ty = match kind {
-                KIND_INT => {
-                    o += 4;
-                    Type::Other
-                }
-                KIND_PTR | KIND_FWD | KIND_FUNC | KIND_FUNC_PROTO | KIND_FLOAT => {
-                    if kind == KIND_FUNC_PROTO {
-                        o += 8 * vlen;
-                    }
-                    Type::Other
-                }
-                KIND_ARRAY => {
-                    o += 12;
-                    Type::Other
-                }
-                KIND_STRUCT | KIND_UNION => {
-                    let mut members = Vec::with_capacity(vlen);
-                    for _ in 0..vlen {
-                        let m_name = u32_at(o)?;
-                        let m_ty = u32_at(o + 4)?;
-                        let m_off = u32_at(o + 8)?;
-                        o += 12;
-                        let (bit_offset, bitfield) = if kind_flag {
-                            (m_off & 0xff_ffff, m_off >> 24 != 0)
-                        } else {
-                            (m_off, false)
-                        };
-                        members.push(Member {
-                            name: m_name,
-                            ty: m_ty,
-                            bit_offset,
-                            bitfield,
-                        });
-                    }
-                    Type::Composite { name, members }
-                }
-                KIND_ENUM => {
-                    o += 8 * vlen;
-                    Type::Other
-                }
-                KIND_ENUM64 => {
-                    o += 12 * vlen;
-                    Type::Other
-                }
-                KIND_TYPEDEF | KIND_VOLATILE | KIND_CONST | KIND_RESTRICT | KIND_TYPE_TAG => {
-                    Type::Alias(size_or_type)
-                }
-                KIND_VAR | KIND_DECL_TAG => {
-                    o += 4;
-                    Type::Other
-                }
-                KIND_DATASEC => {
-                    o += 12 * vlen;
-                    Type::Other
-                }
-                k => return Err(BtfError::UnknownKind(k)),
-            };
+            let ty = read_type(data, &mut o)?;
             types.push(ty);
         }
         if o != types_end {
@@ -340,6 +273,81 @@ pub fn config_from_btf(btf: &Btf) -> Result<Config, BtfError> {
         regs_cx: o("pt_regs", "cx").unwrap_or(NO_OFFSET),
         inode_nlink: o("inode", "__i_nlink")?,
         magic: CONFIG_MAGIC,
+    })
+}
+
+/// A little-endian u32 at `o`.
+fn le_u32(data: &[u8], o: usize) -> Result<u32, BtfError> {
+    data.get(o..o + 4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .ok_or(BtfError::Malformed("truncated"))
+}
+
+/// Reads the type record at `*o` (its header and kind-specific tail) and moves past it.
+fn read_type(data: &[u8], o: &mut usize) -> Result<Type, BtfError> {
+    let name = le_u32(data, *o)?;
+    let info = le_u32(data, *o + 4)?;
+    let size_or_type = le_u32(data, *o + 8)?;
+    *o += 12;
+    let vlen = (info & 0xffff) as usize;
+    let kind = (info >> 24) & 0x1f;
+    let kind_flag = info >> 31 == 1;
+    Ok(match kind {
+        KIND_INT => {
+            *o += 4;
+            Type::Other
+        }
+        KIND_PTR | KIND_FWD | KIND_FUNC | KIND_FUNC_PROTO | KIND_FLOAT => {
+            if kind == KIND_FUNC_PROTO {
+                *o += 8 * vlen;
+            }
+            Type::Other
+        }
+        KIND_ARRAY => {
+            *o += 12;
+            Type::Other
+        }
+        KIND_STRUCT | KIND_UNION => {
+            let mut members = Vec::with_capacity(vlen);
+            for _ in 0..vlen {
+                let m_name = le_u32(data, *o)?;
+                let m_ty = le_u32(data, *o + 4)?;
+                let m_off = le_u32(data, *o + 8)?;
+                *o += 12;
+                let (bit_offset, bitfield) = if kind_flag {
+                    (m_off & 0xff_ffff, m_off >> 24 != 0)
+                } else {
+                    (m_off, false)
+                };
+                members.push(Member {
+                    name: m_name,
+                    ty: m_ty,
+                    bit_offset,
+                    bitfield,
+                });
+            }
+            Type::Composite { name, members }
+        }
+        KIND_ENUM => {
+            *o += 8 * vlen;
+            Type::Other
+        }
+        KIND_ENUM64 => {
+            *o += 12 * vlen;
+            Type::Other
+        }
+        KIND_TYPEDEF | KIND_VOLATILE | KIND_CONST | KIND_RESTRICT | KIND_TYPE_TAG => {
+            Type::Alias(size_or_type)
+        }
+        KIND_VAR | KIND_DECL_TAG => {
+            *o += 4;
+            Type::Other
+        }
+        KIND_DATASEC => {
+            *o += 12 * vlen;
+            Type::Other
+        }
+        k => return Err(BtfError::UnknownKind(k)),
     })
 }
 

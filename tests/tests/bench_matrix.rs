@@ -54,38 +54,8 @@ fn small_matrix_reports_every_cell() {
     let dir = std::env::temp_dir().join(format!("fdaudit-bench-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let svg = dir.join("bench.svg");
-    let out = Command::new(fdaudit())
-        .args([
-            "bench",
-            "--limits",
-            "256,512,1024",
-            "--open-fds",
-            "3,20",
-            "--strategies",
-            "none,close-loop,close-range",
-            "-n",
-            "3",
-            "--batch",
-            "3",
-            "--json",
-            "--trace-spawns",
-            "0",
-            "--plot",
-        ])
-        .arg(&svg)
-        .output()
-        .expect("failed to run fdaudit bench");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "bench failed: {}\nstderr: {stderr}",
-        out.status
-    );
-    let stdout = String::from_utf8(out.stdout).expect("utf-8 output");
-    let objs: Vec<serde_json::Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l:?}: {e}")))
-        .collect();
+    let svg_arg = svg.to_str().expect("UTF-8 temp path");
+    let objs = bench(&["--trace-spawns", "0", "--plot", svg_arg]);
     let machine = objs.first().expect("a machine line");
     assert_eq!(machine["type"], "machine", "first line names the machine");
     assert!(
@@ -98,7 +68,7 @@ fn small_matrix_reports_every_cell() {
     assert_eq!(
         cells.len(),
         3 * 2 * 3,
-        "limits × open fds × strategies cells:\n{stdout}"
+        "limits × open fds × strategies cells:\n{objs:?}"
     );
     for c in &cells {
         for k in [

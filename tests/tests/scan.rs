@@ -101,6 +101,18 @@ fn cli(as_nobody: bool, args: &[&str]) -> Output {
         .unwrap_or_else(|e| panic!("failed to run fdaudit: {e}"))
 }
 
+/// As [`cli`], failing the test unless fdaudit exits 0.
+fn cli_ok(as_nobody: bool, args: &[&str]) -> Output {
+    let out = cli(as_nobody, args);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "fdaudit {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 fn json_lines(out: &Output) -> Vec<Value> {
     String::from_utf8_lossy(&out.stdout)
         .lines()
@@ -116,15 +128,9 @@ fn of_type<'a>(lines: &'a [Value], ty: &str) -> Vec<&'a Value> {
 fn check_fixture_scan(as_nobody: bool) {
     let fx = Fixture::start(as_nobody);
     let pid = fx.pid.to_string();
-    let out = cli(
+    let out = cli_ok(
         as_nobody,
         &["scan", "--json", "-p", &pid, "--close-cost-ns", "1"],
-    );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "scan failed: {}",
-        String::from_utf8_lossy(&out.stderr)
     );
     let lines = json_lines(&out);
     let procs = of_type(&lines, "process");
@@ -295,13 +301,7 @@ fn live_fixture_exact_fds_as_nobody() {
 #[ignore = "needs root (setpriv to nobody)"]
 fn whole_proc_as_nobody_counts_unreadable() {
     require_root();
-    let out = cli(true, &["scan", "--json", "--close-cost-ns", "1"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = cli_ok(true, &["scan", "--json", "--close-cost-ns", "1"]);
     let lines = json_lines(&out);
     let summary = of_type(&lines, "summary");
     assert_eq!(summary.len(), 1, "{lines:?}");
@@ -332,13 +332,7 @@ fn processes_vanishing_mid_scan_are_not_errors() {
         })
     };
     for _ in 0..5 {
-        let out = cli(false, &["scan", "--json", "--close-cost-ns", "1"]);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = cli_ok(false, &["scan", "--json", "--close-cost-ns", "1"]);
         assert_eq!(of_type(&json_lines(&out), "summary").len(), 1);
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -355,13 +349,7 @@ fn fixture_tree() -> String {
 #[test]
 fn fixture_tree_cli() {
     let root = fixture_tree();
-    let out = cli(false, &["scan", &root, "--json", "--close-cost-ns", "100"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = cli_ok(false, &["scan", &root, "--json", "--close-cost-ns", "100"]);
     let lines = json_lines(&out);
     let pids: Vec<&Value> = of_type(&lines, "process")
         .iter()

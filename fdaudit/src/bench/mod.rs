@@ -8,24 +8,32 @@
 //! root, a separate traced pass runs a few spawns per cell under fdaudit's own tracer to
 //! count the syscalls and leaked fds per spawn.
 
+pub mod matrix;
 pub mod plot;
 pub mod report;
 pub mod traced;
 
-use crate::stats;
-use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::io::{IsTerminal as _, Write as _};
+use std::io::Write as _;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context as _};
 use serde::Serialize;
 
-use crate::spawner::{CloseMethod, SpawnTime, SpawnerArgs};
-use crate::sys;
+use crate::output::json_line;
+use crate::spawner::CloseMethod;
+use crate::{exit, sys};
+use matrix::Runner;
 use report::{CellReport, FitReport};
-use traced::{BenchTracer, TraceError, TracedSpawn};
+
+/// Every JSON object `bench --json` prints, one per line, tagged by `"type"`.
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum BenchRecord<'a> {
+    Machine(&'a Machine),
+    Cell(&'a CellReport),
+    Fit(&'a FitReport),
+}
 
 /// Arguments of `fdaudit bench`.
 #[derive(Debug, clap::Args)]
@@ -71,9 +79,6 @@ pub struct BenchArgs {
 /// The machine the numbers come from.
 #[derive(Debug, Clone, Serialize)]
 pub struct Machine {
-    /// Always `"machine"`.
-    #[serde(rename = "type")]
-    pub kind: &'static str,
     pub cpu: String,
     pub cores: usize,
     pub kernel: String,
@@ -102,7 +107,6 @@ impl Machine {
         // SAFETY: returns a static NUL-terminated string.
         let glibc = unsafe { std::ffi::CStr::from_ptr(gnu_get_libc_version()) };
         Machine {
-            kind: "machine",
             cpu,
             cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
             kernel,
@@ -155,103 +159,6 @@ fn hard_limit() -> anyhow::Result<u64> {
     Ok(hard.min(nr_open))
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-struct CellKey {
-    nofile: u64,
-    open_fds: u64,
-    strategy: CloseMethod,
-}
-
-#[derive(Debug, Default)]
-struct Samples {
-    times: Vec<u64>,
-    failures: u64,
-    traced: Vec<TracedSpawn>,
-}
-
-/// A small deterministic shuffle (xorshift), so runs are reproducible.
-fn shuffle<T>(v: &mut [T], seed: u64) {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    for i in (1..v.len()).rev() {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        v.swap(i, (x % (i as u64 + 1)) as usize);
-    }
-}
-
-struct Runner {
-    exe: PathBuf,
-    cmd: Vec<OsString>,
-    cpu: Option<usize>,
-}
-
-impl Runner {
-    fn spawner_args(&self, k: CellKey, n: u64, wait_stdin: bool) -> SpawnerArgs {
-        SpawnerArgs {
-            strategy: k.strategy,
-            n,
-            nofile: Some(k.nofile),
-            open_fds: Some(k.open_fds),
-            cpu: self.cpu,
-            wait_stdin,
-            json: true,
-            cmd: self.cmd.clone(),
-        }
-    }
-
-    /// Runs one batch of `n` spawns; returns each spawn's (ns, exit code).
-    fn batch(&self, k: CellKey, n: u64) -> anyhow::Result<Vec<(u64, i32)>> {
-        let out = Command::new(&self.exe)
-            .arg("__spawner")
-            .args(self.spawner_args(k, n, false).to_args())
-            .stdin(Stdio::null())
-            .stderr(Stdio::piped())
-            .output()
-            .context("failed to run fdaudit __spawner")?;
-        if out.status.code() == Some(crate::exit::ERROR.into()) || out.status.code().is_none() {
-            bail!(
-                "__spawner for {} at NOFILE {} with {} fds failed ({}): {}",
-                k.strategy,
-                k.nofile,
-                k.open_fds,
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
-        let times: Vec<(u64, i32)> = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| serde_json::from_str::<SpawnTime>(l).ok())
-            .filter(|t| t.kind == "spawn_time")
-            .map(|t| (t.ns, t.exit_code))
-            .collect();
-        if times.len() as u64 != n {
-            bail!(
-                "__spawner for {} reported {} spawns, expected {n}",
-                k.strategy,
-                times.len()
-            );
-        }
-        Ok(times)
-    }
-
-    fn traced(
-        &self,
-        tracer: &mut BenchTracer,
-        k: CellKey,
-        n: u64,
-    ) -> Result<Vec<TracedSpawn>, TraceError> {
-        let mut c = Command::new(&self.exe);
-        c.arg("__spawner")
-            .args(self.spawner_args(k, n, true).to_args());
-        tracer.run(c, n)
-    }
-}
-
-fn median_of(v: &[TracedSpawn], f: impl Fn(&TracedSpawn) -> u64) -> Option<u64> {
-    stats::median(&v.iter().map(f).collect::<Vec<_>>())
-}
-
 /// `fdaudit bench`.
 pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
     if args.n == 0 || args.batch == 0 {
@@ -262,7 +169,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
     let mut open_fds = args.open_fds.clone();
     open_fds.sort_unstable();
     open_fds.dedup();
-    let strategies = if args.strategies.is_empty() {
+    let methods = if args.strategies.is_empty() {
         CloseMethod::ALL.to_vec()
     } else {
         let mut s = args.strategies.clone();
@@ -270,22 +177,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
         s.dedup();
         s
     };
-    let mut keys = Vec::new();
-    for &nofile in &limits {
-        for &k in &open_fds {
-            if k < 3 || k + 1 > nofile {
-                crate::diag!(
-                    "note: skipping {k} open fds at NOFILE {nofile} (need 3 ≤ fds < NOFILE)"
-                );
-                continue;
-            }
-            keys.extend(strategies.iter().map(|&strategy| CellKey {
-                nofile,
-                open_fds: k,
-                strategy,
-            }));
-        }
-    }
+    let keys = matrix::cell_keys(&limits, &open_fds, &methods);
     if keys.is_empty() {
         bail!("nothing to measure: no cell fits the limits and fd counts given");
     }
@@ -307,149 +199,24 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
         cpu,
     };
     let machine = Machine::detect(hard, cpu);
+    let mut samples = matrix::time_cells(&runner, &keys, args.n, args.batch)?;
+    if args.trace_spawns > 0 {
+        matrix::trace_cells(&runner, &mut samples, args.trace_spawns)?;
+    }
+    let cells = matrix::cell_reports(&samples);
+    let fits: Vec<FitReport> = if limits.len() >= 2 {
+        report::fits(&cells)
+    } else {
+        Vec::new()
+    };
     let cmd_text = runner
         .cmd
         .iter()
         .map(|a| a.to_string_lossy())
         .collect::<Vec<_>>()
         .join(" ");
-
-    // Timed pass: rounds of shuffled batches.
-    let rounds = args.n.div_ceil(args.batch);
-    let bar = if std::io::stderr().is_terminal() {
-        indicatif::ProgressBar::new(rounds * keys.len() as u64)
-    } else {
-        indicatif::ProgressBar::hidden()
-    };
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{spinner} timing [{bar:24}] {pos}/{len} eta {eta} {msg}",
-        )
-        .expect("valid template")
-        .progress_chars("=> "),
-    );
-    let mut samples: BTreeMap<CellKey, Samples> =
-        keys.iter().map(|&k| (k, Samples::default())).collect();
-    let mut order = keys.clone();
-    for round in 0..rounds {
-        let n = args.batch.min(args.n - round * args.batch);
-        shuffle(&mut order, round + 1);
-        for &k in &order {
-            bar.set_message(format!("{} @ {}", k.strategy, k.nofile));
-            let times = runner.batch(k, n + 1)?;
-            let s = samples.get_mut(&k).expect("every key has samples");
-            for &(ns, code) in &times[1..] {
-                s.times.push(ns);
-                if code != 0 {
-                    s.failures += 1;
-                }
-            }
-            bar.inc(1);
-        }
-    }
-    bar.finish_and_clear();
-
-    // Traced pass (root only), separate so tracing does not slow the timed spawns.
-    if args.trace_spawns > 0 {
-        match BenchTracer::start() {
-            Ok(mut tracer) => {
-                let bar = if std::io::stderr().is_terminal() {
-                    indicatif::ProgressBar::new(keys.len() as u64)
-                } else {
-                    indicatif::ProgressBar::hidden()
-                };
-                bar.set_style(
-                    indicatif::ProgressStyle::with_template(
-                        "{spinner} tracing [{bar:24}] {pos}/{len} cells",
-                    )
-                    .expect("valid template")
-                    .progress_chars("=> "),
-                );
-                for &k in &keys {
-                    let t = runner
-                        .traced(&mut tracer, k, args.trace_spawns)
-                        .with_context(|| {
-                            format!(
-                                "failed to trace {} at NOFILE {} with {} fds",
-                                k.strategy, k.nofile, k.open_fds
-                            )
-                        })?;
-                    samples.get_mut(&k).expect("every key has samples").traced = t;
-                    bar.inc(1);
-                }
-                bar.finish_and_clear();
-            }
-            Err(e) => crate::diag!("note: traced columns skipped: {e}"),
-        }
-    }
-
-    let mut cells: Vec<CellReport> = samples
-        .iter()
-        .map(|(k, s)| {
-            let traced = (!s.traced.is_empty()).then_some(&s.traced);
-            let m = |f: fn(&TracedSpawn) -> u64| traced.and_then(|t| median_of(t, f));
-            let mut c = CellReport {
-                kind: "cell",
-                strategy: k.strategy,
-                nofile: k.nofile,
-                open_fds: k.open_fds,
-                spawns: s.times.len() as u64,
-                failures: s.failures,
-                median_ns: stats::median(&s.times).unwrap_or(0),
-                p95_ns: stats::percentile(&s.times, 95.0).unwrap_or(0),
-                close_range_speedup: None,
-                close_calls_per_spawn: m(|t| t.calls.close_calls),
-                close_range_calls_per_spawn: m(|t| t.calls.close_range_calls),
-                fcntl_setfd_calls_per_spawn: m(|t| t.calls.fcntl_setfd_calls),
-                poll_calls_per_spawn: m(|t| t.calls.poll_calls),
-                getdents64_calls_per_spawn: m(|t| t.calls.getdents64_calls),
-                leaked_fds_per_spawn: m(|t| t.leaked_fds),
-                traced_spawns: s.traced.len() as u64,
-                trace_check: None,
-            };
-            c.trace_check = report::check_traced(&c);
-            c
-        })
-        .collect();
-    report::add_speedups(&mut cells);
-    let fits: Vec<FitReport> = if limits.len() >= 2 {
-        report::fits(&cells)
-    } else {
-        Vec::new()
-    };
-
-    let mut out = std::io::stdout().lock();
-    let w = |e: std::io::Error| anyhow::Error::new(e).context("failed to write to stdout");
-    if args.json {
-        crate::output::json_line(&mut out, &machine).map_err(w)?;
-        for c in &cells {
-            crate::output::json_line(&mut out, c).map_err(w)?;
-        }
-        for f in &fits {
-            crate::output::json_line(&mut out, f).map_err(w)?;
-        }
-    } else {
-        writeln!(
-            out,
-            "fdaudit bench: {} timed spawns of `{cmd_text}` per cell (batches of {}, each after a \
-             warm-up spawn, cells interleaved), {}; per-spawn wall time fork/posix_spawn → waitpid",
-            args.n,
-            args.batch.min(args.n),
-            cpu.map_or_else(
-                || "unpinned".to_string(),
-                |c| format!("spawner and children pinned to CPU {c}")
-            )
-        )
-        .map_err(w)?;
-        writeln!(out, "{}\n", machine.line()).map_err(w)?;
-        write!(out, "{}", report::render_tables(&cells, hard)).map_err(w)?;
-        if limits.len() < 3 {
-            writeln!(out, "(fewer than 3 NOFILE limits: the fit below is weak)").map_err(w)?;
-        }
-        write!(out, "{}", report::render_fits(&fits)).map_err(w)?;
-        write!(out, "{}", report::render_published(&fits)).map_err(w)?;
-    }
-    out.flush().map_err(w)?;
+    write_results(&args, &machine, &cells, &fits, &cmd_text, limits.len())
+        .context("failed to write to stdout")?;
     for p in &args.plot {
         let title = format!(
             "fork+exec of {cmd_text}: per-spawn time vs RLIMIT_NOFILE ({}, {})",
@@ -459,6 +226,52 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
             .with_context(|| format!("failed to draw {}", p.display()))?;
         crate::diag!("plot written to {}", p.display());
     }
+    Ok(exit_status(&cells))
+}
+
+/// The machine, cells and fits as JSON lines, or as the header and tables for people.
+fn write_results(
+    args: &BenchArgs,
+    machine: &Machine,
+    cells: &[CellReport],
+    fits: &[FitReport],
+    cmd_text: &str,
+    nlimits: usize,
+) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        json_line(&mut out, &BenchRecord::Machine(machine))?;
+        for c in cells {
+            json_line(&mut out, &BenchRecord::Cell(c))?;
+        }
+        for f in fits {
+            json_line(&mut out, &BenchRecord::Fit(f))?;
+        }
+        return out.flush();
+    }
+    writeln!(
+        out,
+        "fdaudit bench: {} timed spawns of `{cmd_text}` per cell (batches of {}, each after a \
+         warm-up spawn, cells interleaved), {}; per-spawn wall time fork/posix_spawn → waitpid",
+        args.n,
+        args.batch.min(args.n),
+        machine.pinned_cpu.map_or_else(
+            || "unpinned".to_string(),
+            |c| format!("spawner and children pinned to CPU {c}")
+        )
+    )?;
+    writeln!(out, "{}\n", machine.line())?;
+    write!(out, "{}", report::render_tables(cells, machine.hard_nofile))?;
+    if nlimits < 3 {
+        writeln!(out, "(fewer than 3 NOFILE limits: the fit below is weak)")?;
+    }
+    write!(out, "{}", report::render_fits(fits))?;
+    write!(out, "{}", report::render_published(fits))?;
+    out.flush()
+}
+
+/// 1 when a spawn failed or a traced count contradicts its method (each said on stderr).
+fn exit_status(cells: &[CellReport]) -> u8 {
     let failed: u64 = cells.iter().map(|c| c.failures).sum();
     let mismatches: Vec<String> = cells
         .iter()
@@ -477,11 +290,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
     if failed > 0 {
         crate::diag!("warning: {failed} spawns did not exit 0");
     }
-    Ok(if failed > 0 || !mismatches.is_empty() {
-        1
+    if failed > 0 || !mismatches.is_empty() {
+        exit::FINDINGS
     } else {
-        0
-    })
+        exit::OK
+    }
 }
 
 #[cfg(test)]
@@ -504,17 +317,5 @@ mod tests {
         );
         assert!(parse_limits(&["x".into()], 20000).is_err(), "not a number");
         assert!(parse_limits(&["2".into()], 20000).is_err(), "too small");
-    }
-
-    #[test]
-    fn shuffle_is_a_permutation_and_varies_by_seed() {
-        let mut a: Vec<u32> = (0..40).collect();
-        let mut b = a.clone();
-        shuffle(&mut a, 1);
-        shuffle(&mut b, 2);
-        assert_ne!(a, b, "different seeds, different orders");
-        let mut s = a.clone();
-        s.sort();
-        assert_eq!(s, (0..40).collect::<Vec<_>>(), "a permutation");
     }
 }

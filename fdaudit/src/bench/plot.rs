@@ -120,19 +120,7 @@ fn draw<DB: DrawingBackend>(
     let areas = root.split_evenly((1, by_open.len()));
     let x_min = cells.iter().map(|c| c.nofile).min().unwrap_or(1) as f64 / 1.3;
     let x_max = PREDICT_AT[PREDICT_AT.len() - 1] as f64 * 1.3;
-    // y in milliseconds per spawn, over measured, predicted and published values.
-    let mut ys: Vec<f64> = cells.iter().map(|c| c.median_ns as f64 / 1e6).collect();
-    ys.extend(
-        fits.iter()
-            .flat_map(|f| f.predictions.iter().map(|p| p.ns / 1e6)),
-    );
-    for p in PUBLISHED {
-        ys.push(p.loop_s * 1e3 / p.spawns as f64);
-        ys.push(p.close_range_s * 1e3 / p.spawns as f64);
-    }
-    let ys: Vec<f64> = ys.into_iter().filter(|y| *y > 0.0).collect();
-    let y_min = ys.iter().copied().fold(f64::INFINITY, f64::min) / 1.5;
-    let y_max = ys.iter().copied().fold(0.0, f64::max) * 1.5;
+    let (y_min, y_max) = y_range(cells, fits);
     for (area, (open, cs)) in areas.iter().zip(by_open) {
         let mut chart = ChartBuilder::on(area)
             .caption(
@@ -164,62 +152,9 @@ fn draw<DB: DrawingBackend>(
         strategies.sort();
         strategies.dedup();
         for s in strategies {
-            let col = color(s);
-            let mut pts: Vec<(f64, f64)> = cs
-                .iter()
-                .filter(|c| c.strategy == s && c.median_ns > 0)
-                .map(|c| (c.nofile as f64, c.median_ns as f64 / 1e6))
-                .collect();
-            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-            chart
-                .draw_series(LineSeries::new(pts.clone(), col.stroke_width(2)))
-                .map_err(e)?
-                .label(s.name())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(2))
-                });
-            chart
-                .draw_series(pts.iter().map(|&p| Circle::new(p, 3, col.filled())))
-                .map_err(e)?;
-            if let (Some(f), Some(&last)) = (
-                fits.iter().find(|f| f.strategy == s && f.open_fds == open),
-                pts.last(),
-            ) {
-                // Flat fits: a level line at the mean, from the last measured NOFILE.
-                let start = if f.flat {
-                    let y = f.predictions.first().map_or(last.1, |p| p.ns / 1e6);
-                    (last.0, y)
-                } else {
-                    last
-                };
-                let mut ext = vec![start];
-                ext.extend(
-                    f.predictions
-                        .iter()
-                        .filter(|p| p.extrapolated && p.ns > 0.0)
-                        .map(|p| (p.nofile as f64, p.ns / 1e6)),
-                );
-                chart
-                    .draw_series(DashedLineSeries::new(ext, 6, 4, col.stroke_width(1)))
-                    .map_err(e)?;
-            }
+            draw_method(&mut chart, &cs, fits, s, open)?;
         }
-        for (i, p) in PUBLISHED.iter().enumerate() {
-            let col = if i == 0 { BLACK } else { RGBColor(90, 90, 90) };
-            let marks = [
-                (p.nofile as f64, p.loop_s * 1e3 / p.spawns as f64),
-                (p.nofile as f64, p.close_range_s * 1e3 / p.spawns as f64),
-            ];
-            chart
-                .draw_series(
-                    marks
-                        .iter()
-                        .map(move |&m| Cross::new(m, 6, col.stroke_width(2))),
-                )
-                .map_err(e)?
-                .label(format!("{} loop / close_range", p.who))
-                .legend(move |(x, y)| Cross::new((x + 10, y), 5, col.stroke_width(2)));
-        }
+        draw_published(&mut chart)?;
         chart
             .configure_series_labels()
             .position(SeriesLabelPosition::UpperLeft)
@@ -228,6 +163,106 @@ fn draw<DB: DrawingBackend>(
             .border_style(BLACK.mix(0.4))
             .draw()
             .map_err(e)?;
+    }
+    Ok(())
+}
+
+/// The y range (ms per spawn, log scale) over measured, predicted and published values.
+fn y_range(cells: &[CellReport], fits: &[FitReport]) -> (f64, f64) {
+    // y in milliseconds per spawn, over measured, predicted and published values.
+    let mut ys: Vec<f64> = cells.iter().map(|c| c.median_ns as f64 / 1e6).collect();
+    ys.extend(
+        fits.iter()
+            .flat_map(|f| f.predictions.iter().map(|p| p.ns / 1e6)),
+    );
+    for p in PUBLISHED {
+        ys.push(p.loop_s * 1e3 / p.spawns as f64);
+        ys.push(p.close_range_s * 1e3 / p.spawns as f64);
+    }
+    let ys: Vec<f64> = ys.into_iter().filter(|y| *y > 0.0).collect();
+    let y_min = ys.iter().copied().fold(f64::INFINITY, f64::min) / 1.5;
+    let y_max = ys.iter().copied().fold(0.0, f64::max) * 1.5;
+    (y_min, y_max)
+}
+
+/// The dashed extrapolation of a fit from the last measured point; flat fits are a level
+/// line at the mean.
+fn extrapolation(f: &FitReport, last: (f64, f64)) -> Vec<(f64, f64)> {
+    let start = if f.flat {
+        let y = f.predictions.first().map_or(last.1, |p| p.ns / 1e6);
+        (last.0, y)
+    } else {
+        last
+    };
+    let mut ext = vec![start];
+    ext.extend(
+        f.predictions
+            .iter()
+            .filter(|p| p.extrapolated && p.ns > 0.0)
+            .map(|p| (p.nofile as f64, p.ns / 1e6)),
+    );
+    ext
+}
+
+/// One method's measured medians (a line with points) and its fit's extrapolation.
+fn draw_method<DB: DrawingBackend>(
+    chart: &mut ChartContext<'_, DB, Cartesian2d<LogCoord<f64>, LogCoord<f64>>>,
+    cs: &[&CellReport],
+    fits: &[FitReport],
+    s: CloseMethod,
+    open: u64,
+) -> Result<(), PlotError> {
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| PlotError::Draw(e.to_string());
+    let col = color(s);
+    let mut pts: Vec<(f64, f64)> = cs
+        .iter()
+        .filter(|c| c.strategy == s && c.median_ns > 0)
+        .map(|c| (c.nofile as f64, c.median_ns as f64 / 1e6))
+        .collect();
+    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    chart
+        .draw_series(LineSeries::new(pts.clone(), col.stroke_width(2)))
+        .map_err(err)?
+        .label(s.name())
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(2)));
+    chart
+        .draw_series(pts.iter().map(|&p| Circle::new(p, 3, col.filled())))
+        .map_err(err)?;
+    if let (Some(f), Some(&last)) = (
+        fits.iter().find(|f| f.strategy == s && f.open_fds == open),
+        pts.last(),
+    ) {
+        chart
+            .draw_series(DashedLineSeries::new(
+                extrapolation(f, last),
+                6,
+                4,
+                col.stroke_width(1),
+            ))
+            .map_err(err)?;
+    }
+    Ok(())
+}
+
+/// The published measurements (SBCL, D), as crosses.
+fn draw_published<DB: DrawingBackend>(
+    chart: &mut ChartContext<'_, DB, Cartesian2d<LogCoord<f64>, LogCoord<f64>>>,
+) -> Result<(), PlotError> {
+    for (i, p) in PUBLISHED.iter().enumerate() {
+        let col = if i == 0 { BLACK } else { RGBColor(90, 90, 90) };
+        let marks = [
+            (p.nofile as f64, p.loop_s * 1e3 / p.spawns as f64),
+            (p.nofile as f64, p.close_range_s * 1e3 / p.spawns as f64),
+        ];
+        chart
+            .draw_series(
+                marks
+                    .iter()
+                    .map(move |&m| Cross::new(m, 6, col.stroke_width(2))),
+            )
+            .map_err(|e| PlotError::Draw(e.to_string()))?
+            .label(format!("{} loop / close_range", p.who))
+            .legend(move |(x, y)| Cross::new((x + 10, y), 5, col.stroke_width(2)));
     }
     Ok(())
 }

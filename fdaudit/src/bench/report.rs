@@ -47,9 +47,6 @@ pub const PUBLISHED: [Published; 2] = [
 /// One cell of the matrix: a strategy at one NOFILE with some fds open.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct CellReport {
-    /// Always `"cell"`.
-    #[serde(rename = "type")]
-    pub kind: &'static str,
     pub strategy: CloseMethod,
     pub nofile: u64,
     pub open_fds: u64,
@@ -77,9 +74,6 @@ pub struct CellReport {
 /// A fitted cost model for one strategy and fd count: ns per spawn = a + b·NOFILE.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct FitReport {
-    /// Always `"fit"`.
-    #[serde(rename = "type")]
-    pub kind: &'static str,
     pub strategy: CloseMethod,
     pub open_fds: u64,
     /// b: nanoseconds per unit of NOFILE.
@@ -190,7 +184,6 @@ pub fn fits(cells: &[CellReport]) -> Vec<FitReport> {
             let f = LinearFit::fit(&pts)?;
             let flat = !strategy.is_loop();
             Some(FitReport {
-                kind: "fit",
                 strategy,
                 open_fds,
                 ns_per_fd: f.slope,
@@ -394,7 +387,6 @@ pub(crate) mod tests {
         median_ns: u64,
     ) -> CellReport {
         CellReport {
-            kind: "cell",
             strategy,
             nofile,
             open_fds,

@@ -101,70 +101,15 @@ pub fn collect() -> Vec<Check> {
         ));
     }
 
-    let btf_ok = match btf::Btf::from_sys_fs() {
-        Ok(b) => match btf::config_from_btf(&b) {
-            Ok(_) => {
-                checks.push(check(
-                    "btf",
-                    Status::Ok,
-                    format!("{} has every offset fdaudit needs", btf::VMLINUX_BTF),
-                ));
-                true
-            }
-            Err(e) => {
-                checks.push(check(
-                    "btf",
-                    Status::Fail,
-                    format!("{e}: this kernel's layout is not supported"),
-                ));
-                false
-            }
-        },
-        Err(e) => {
-            checks.push(check(
-                "btf",
-                Status::Fail,
-                format!("{e}: boot a kernel built with CONFIG_DEBUG_INFO_BTF=y"),
-            ));
-            false
-        }
-    };
+    let (btf, btf_ok) = btf_check();
+    checks.push(btf);
 
     let caps = ebpf::effective_caps();
     let root = unsafe { libc::geteuid() } == 0;
     checks.push(tracefs_check(root));
 
-    let names = [
-        ("CAP_BPF", caps::CAP_BPF),
-        ("CAP_PERFMON", caps::CAP_PERFMON),
-        ("CAP_SYS_ADMIN", caps::CAP_SYS_ADMIN),
-        ("CAP_SYS_PTRACE", caps::CAP_SYS_PTRACE),
-    ];
-    let held: Vec<&str> = names
-        .iter()
-        .filter(|(_, c)| ebpf::has_cap(caps, *c))
-        .map(|(n, _)| *n)
-        .collect();
     let missing = ebpf::missing_trace_caps(caps);
-    checks.push(match &missing {
-        None => check(
-            "capabilities",
-            Status::Ok,
-            format!("held: {}", held.join(", ")),
-        ),
-        Some(m) => check(
-            "capabilities",
-            Status::Fail,
-            format!("missing {m}: tracing needs CAP_BPF and CAP_PERFMON; run with sudo"),
-        ),
-    });
-    if missing.is_none() && !ebpf::has_cap(caps, caps::CAP_SYS_PTRACE) {
-        checks.push(check(
-            "ptrace",
-            Status::Warn,
-            "no CAP_SYS_PTRACE: leaked fd paths of other users' processes may be partial",
-        ));
-    }
+    checks.extend(caps_checks(caps, missing.as_deref()));
 
     let (soft, hard) = crate::sys::nofile().unwrap_or((0, 0));
     let detail = format!("soft {soft}, hard {hard}");
@@ -187,6 +132,73 @@ pub fn collect() -> Vec<Check> {
         return checks;
     }
     checks.extend(program_checks());
+    checks
+}
+
+/// Whether BTF is there and has every offset: the check, and whether it passed.
+fn btf_check() -> (Check, bool) {
+    match btf::Btf::from_sys_fs() {
+        Ok(b) => match btf::config_from_btf(&b) {
+            Ok(_) => (
+                check(
+                    "btf",
+                    Status::Ok,
+                    format!("{} has every offset fdaudit needs", btf::VMLINUX_BTF),
+                ),
+                true,
+            ),
+            Err(e) => (
+                check(
+                    "btf",
+                    Status::Fail,
+                    format!("{e}: this kernel's layout is not supported"),
+                ),
+                false,
+            ),
+        },
+        Err(e) => (
+            check(
+                "btf",
+                Status::Fail,
+                format!("{e}: boot a kernel built with CONFIG_DEBUG_INFO_BTF=y"),
+            ),
+            false,
+        ),
+    }
+}
+
+/// The capabilities held, and a warning without CAP_SYS_PTRACE.
+fn caps_checks(caps: u64, missing: Option<&str>) -> Vec<Check> {
+    let names = [
+        ("CAP_BPF", caps::CAP_BPF),
+        ("CAP_PERFMON", caps::CAP_PERFMON),
+        ("CAP_SYS_ADMIN", caps::CAP_SYS_ADMIN),
+        ("CAP_SYS_PTRACE", caps::CAP_SYS_PTRACE),
+    ];
+    let held: Vec<&str> = names
+        .iter()
+        .filter(|(_, c)| ebpf::has_cap(caps, *c))
+        .map(|(n, _)| *n)
+        .collect();
+    let mut checks = vec![match missing {
+        None => check(
+            "capabilities",
+            Status::Ok,
+            format!("held: {}", held.join(", ")),
+        ),
+        Some(m) => check(
+            "capabilities",
+            Status::Fail,
+            format!("missing {m}: tracing needs CAP_BPF and CAP_PERFMON; run with sudo"),
+        ),
+    }];
+    if missing.is_none() && !ebpf::has_cap(caps, caps::CAP_SYS_PTRACE) {
+        checks.push(check(
+            "ptrace",
+            Status::Warn,
+            "no CAP_SYS_PTRACE: leaked fd paths of other users' processes may be partial",
+        ));
+    }
     checks
 }
 

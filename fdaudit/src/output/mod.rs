@@ -32,6 +32,25 @@ pub fn table(header: &[&str]) -> Table {
     t
 }
 
+/// A progress bar on stderr when it is a terminal (hidden otherwise): `{spinner} {what}
+/// [bar] {pos}/{len}` and the rest of `template` (an indicatif template tail).
+pub fn progress(len: u64, what: &str, tail: &str) -> indicatif::ProgressBar {
+    use std::io::IsTerminal as _;
+    let bar = if std::io::stderr().is_terminal() {
+        indicatif::ProgressBar::new(len)
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(&format!(
+            "{{spinner}} {what} [{{bar:24}}] {{pos}}/{{len}}{tail}"
+        ))
+        .expect("valid template")
+        .progress_chars("=> "),
+    );
+    bar
+}
+
 /// Writes one JSON object and a newline to `out`.
 pub fn json_line<W: Write, T: Serialize>(out: &mut W, value: &T) -> std::io::Result<()> {
     serde_json::to_writer(&mut *out, value)?;

@@ -42,8 +42,6 @@ pub enum FindingKind {
 /// One finding, as printed and as emitted in `--json` (`"type":"finding"`).
 #[derive(Debug, Clone, Serialize)]
 pub struct Finding {
-    #[serde(rename = "type")]
-    pub ty: &'static str,
     pub pid: u32,
     pub comm: String,
     /// `null` for findings about the whole process (limits).
@@ -67,7 +65,6 @@ impl Finding {
         reason: String,
     ) -> Finding {
         Finding {
-            ty: "finding",
             pid,
             comm: comm.to_owned(),
             fd,

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use super::findings::{FindingKind, Severity};
-use super::scanner::{scan, ScanOptions, Outcome, ProcReport};
+use super::scanner::{scan, Outcome, ProcReport, ScanOptions};
 use crate::fdkind::FdKind;
 
 fn fixture(name: &str) -> PathBuf {
@@ -274,7 +274,7 @@ fn human_output_groups_many_alike_findings() {
         0,
         "limit".into(),
     ));
-    let g = super::group_findings(v);
+    let g = super::report::group_findings(v);
     let got: Vec<(Option<u32>, Severity)> = g.iter().map(|f| (f.fd, f.severity)).collect();
     assert_eq!(
         got,

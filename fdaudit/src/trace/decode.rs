@@ -116,20 +116,12 @@ pub enum Event {
     Exit(Exit),
 }
 
-/// Read counters for one (process, open file), from `--reads`.
+/// Read counters for one (process, open file), from `--reads`: the kernel's entry as it is,
+/// with the reader's comm decoded.
 #[derive(Debug, Clone)]
 pub struct ReadCount {
-    pub pid: u32,
-    /// The kernel's `struct file` address: what the counts are kept by.
-    pub file: u64,
-    /// The fd the file was first read through.
-    pub fd: u32,
-    pub calls: u64,
-    pub bytes: u64,
-    pub tiny_calls: u64,
-    pub ino: u64,
-    pub magic: u64,
-    pub mode: u32,
+    pub key: fdaudit_common::ReadKey,
+    pub stat: fdaudit_common::ReadStat,
     pub comm: String,
 }
 /// A record of type `T` from the first bytes of `bytes` (a variable-length record: the

@@ -119,6 +119,35 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
         let me = std::env::current_exe().context("failed to find fdaudit's own executable")?;
         args.command = vec![me.into_os_string(), "__demo".into()];
     }
+    check_targets(&args)?;
+    install_signal_handlers();
+    let (mut session, child) = attach(&args)?;
+    let mut reporter = Reporter::new(&args, &session);
+    let root_pids: Vec<u32> = child.map(|c| vec![c]).unwrap_or_else(|| args.pids.clone());
+    let exit_status = follow(&args, &mut session, &mut reporter, child, &root_pids)?;
+    let stats = session.stats()?;
+    let storms = if args.reads {
+        reads::storms(&session.read_counts(), procfs_util::fd_target)
+    } else {
+        Vec::new()
+    };
+    drop(session); // detach before printing the summary
+    let leaked = reporter.leaked();
+    reporter.finish(stats, storms)?;
+
+    if SIGNALLED.load(Ordering::SeqCst) != 0 && exit_status.is_none() {
+        return Ok(exit::INTERRUPTED);
+    }
+    let mut code = exit_status.map(exit::from_wait_status).unwrap_or(exit::OK);
+    if args.fail_on_leak && leaked && code == 0 {
+        crate::diag!("fdaudit: spawns leaked fds (--fail-on-leak)");
+        code = exit::LEAK;
+    }
+    Ok(code)
+}
+
+/// Something to trace, and every `-p` process exists.
+fn check_targets(args: &TraceArgs) -> Result<()> {
     if args.pids.is_empty() && args.command.is_empty() {
         bail!("nothing to trace: give -p PID, -- CMD ARGS... or --demo");
     }
@@ -131,6 +160,12 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
             bail!("no process with PID {pid}: check it with `ps -p {pid}`");
         }
     }
+    Ok(())
+}
+
+/// Starts the held command (if any), loads and attaches the programs, tracks the roots and
+/// releases the command. Returns the session and the command's pid.
+fn attach(args: &TraceArgs) -> Result<(Session, Option<u32>)> {
     let ring_bytes = args
         .buffer_pages
         .map(|p| drain::ring_bytes_from_pages(p, drain::page_size()))
@@ -140,7 +175,6 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
         reads: args.reads,
         ring_bytes,
     };
-    install_signal_handlers();
     let held = if args.command.is_empty() {
         None
     } else {
@@ -177,15 +211,25 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
     if let Some(h) = held {
         h.release()?;
     }
-    let mut reporter = Reporter::new(&args, &session);
+    Ok((session, child))
+}
+
+/// Reports records until the command exits (its wait status), every `-p` root is gone,
+/// the duration ends or a signal comes; then drains what is left.
+fn follow(
+    args: &TraceArgs,
+    session: &mut Session,
+    reporter: &mut Reporter,
+    child: Option<u32>,
+    root_pids: &[u32],
+) -> Result<Option<i32>> {
     let deadline = args
         .duration
         .map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
-    let root_pids: Vec<u32> = child.map(|c| vec![c]).unwrap_or_else(|| args.pids.clone());
     let mut exit_status: Option<i32> = None;
     loop {
         for ev in session.poll(Duration::from_millis(100))? {
-            reporter.handle(ev, &root_pids)?;
+            reporter.handle(ev, root_pids)?;
         }
         if SIGNALLED.load(Ordering::SeqCst) != 0 {
             break;
@@ -204,25 +248,7 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
     }
     // Records written before the end are still in the ring buffer: take them all.
     for ev in session.drain() {
-        reporter.handle(ev, &root_pids)?;
+        reporter.handle(ev, root_pids)?;
     }
-    let stats = session.stats()?;
-    let storms = if args.reads {
-        reads::storms(&session.read_counts(), procfs_util::fd_target)
-    } else {
-        Vec::new()
-    };
-    drop(session); // detach before printing the summary
-    let leaked = reporter.leaked();
-    reporter.finish(stats, storms)?;
-
-    if SIGNALLED.load(Ordering::SeqCst) != 0 && exit_status.is_none() {
-        return Ok(exit::INTERRUPTED);
-    }
-    let mut code = exit_status.map(exit::from_wait_status).unwrap_or(exit::OK);
-    if args.fail_on_leak && leaked && code == 0 {
-        crate::diag!("fdaudit: spawns leaked fds (--fail-on-leak)");
-        code = exit::LEAK;
-    }
-    Ok(code)
+    Ok(exit_status)
 }

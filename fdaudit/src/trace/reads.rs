@@ -39,10 +39,11 @@ pub fn is_storm(small_reads: u64) -> bool {
 /// Names the file read: a pipe or socket by inode, else what `resolve` finds (the live
 /// /proc link), else the inode number.
 pub fn target_of(c: &ReadCount, resolve: impl Fn(u32, u32, u64) -> Option<String>) -> String {
-    match fdkind::from_kernel(c.mode, c.magic, "") {
-        FdKind::Pipe => format!("pipe:[{}]", c.ino),
-        FdKind::Socket => format!("socket:[{}]", c.ino),
-        _ => resolve(c.pid, c.fd, c.ino).unwrap_or_else(|| format!("inode {}", c.ino)),
+    let (k, s) = (&c.key, &c.stat);
+    match fdkind::from_kernel(s.mode, s.magic, "") {
+        FdKind::Pipe => format!("pipe:[{}]", s.ino),
+        FdKind::Socket => format!("socket:[{}]", s.ino),
+        _ => resolve(k.pid, s.fd, s.ino).unwrap_or_else(|| format!("inode {}", s.ino)),
     }
 }
 
@@ -53,18 +54,18 @@ pub fn storms(
 ) -> Vec<ReadStorm> {
     let mut out: Vec<ReadStorm> = counts
         .iter()
-        .filter(|c| is_storm(c.tiny_calls))
+        .filter(|c| is_storm(c.stat.tiny_calls))
         .map(|c| ReadStorm {
-            pid: c.pid,
+            pid: c.key.pid,
             comm: c.comm.clone(),
-            fd: c.fd,
+            fd: c.stat.fd,
             target: target_of(c, &resolve),
-            ino: c.ino,
-            calls: c.calls,
-            small_reads: c.tiny_calls,
-            bytes: c.bytes,
-            bytes_per_call: c.bytes as f64 / c.calls as f64,
-            block_calls: c.bytes.div_ceil(BLOCK).max(1),
+            ino: c.stat.ino,
+            calls: c.stat.calls,
+            small_reads: c.stat.tiny_calls,
+            bytes: c.stat.bytes,
+            bytes_per_call: c.stat.bytes as f64 / c.stat.calls as f64,
+            block_calls: c.stat.bytes.div_ceil(BLOCK).max(1),
         })
         .collect();
     out.sort_by(|a, b| {
@@ -108,15 +109,21 @@ mod tests {
 
     fn count(pid: u32, calls: u64, bytes: u64, magic: u64, mode: u32) -> ReadCount {
         ReadCount {
-            pid,
-            file: 0xffff_8880_0000_0000 + u64::from(pid) * 256,
-            fd: 0,
-            calls,
-            bytes,
-            tiny_calls: if bytes <= 2 * calls { calls } else { 0 },
-            ino: 77,
-            magic,
-            mode,
+            key: fdaudit_common::ReadKey {
+                pid,
+                _pad: 0,
+                file: 0xffff_8880_0000_0000 + u64::from(pid) * 256,
+                ino: 77,
+            },
+            stat: fdaudit_common::ReadStat {
+                calls,
+                bytes,
+                tiny_calls: if bytes <= 2 * calls { calls } else { 0 },
+                ino: 77,
+                magic,
+                mode,
+                ..Default::default()
+            },
             comm: "sh".into(),
         }
     }
@@ -133,7 +140,7 @@ mod tests {
     fn small_reads_after_large_ones_on_the_same_file_are_a_storm() {
         // 30 reads of ~2 KB, then 500 one-byte reads: 115 bytes per call on average.
         let mut c = count(9, 530, 30 * 2_000 + 500, 0xef53, 0o100644);
-        c.tiny_calls = 500;
+        c.stat.tiny_calls = 500;
         let s = storms(&[c], |_, _, _| Some("/srv/data".into()));
         assert_eq!(s.len(), 1);
         assert_eq!(s[0].small_reads, 500);

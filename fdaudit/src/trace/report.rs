@@ -54,31 +54,7 @@ pub fn spawn_line(s: &Spawn) -> String {
         if let Some(b) = s.close_loop_bound {
             line.push_str(&format!(" to {b}"));
         }
-        let mut counts = Vec::new();
-        let c = &s.calls;
-        if c.close_calls > 0 {
-            counts.push(format!("close {} ({} EBADF)", c.close_calls, c.close_ebadf));
-        }
-        if c.close_range_calls > 0 {
-            let r: Vec<String> = s
-                .close_ranges
-                .iter()
-                .map(|[a, b, f]| format!("close_range({a}, {}, {})", bound(*b), range_flags(*f)))
-                .collect();
-            counts.push(r.join(" "));
-        }
-        if c.fcntl_calls() > 0 {
-            counts.push(format!("fcntl {}", c.fcntl_calls()));
-        }
-        if c.poll_calls > 0 {
-            counts.push(format!("poll {} (nfds {})", c.poll_calls, c.poll_nfds_max));
-        }
-        if c.getdents64_calls > 0 {
-            counts.push(format!("getdents64 {}", c.getdents64_calls));
-        }
-        if s.exec_attempts > 1 {
-            counts.push(format!("exec attempts {}", s.exec_attempts));
-        }
+        let counts = window_counts(s);
         if !counts.is_empty() {
             line.push_str(": ");
             line.push_str(&counts.join(", "));
@@ -103,6 +79,36 @@ pub fn spawn_line(s: &Spawn) -> String {
         ));
     }
     line
+}
+
+/// The window's syscall counts, for the spawn line.
+fn window_counts(s: &Spawn) -> Vec<String> {
+    let mut counts = Vec::new();
+    let c = &s.calls;
+    if c.close_calls > 0 {
+        counts.push(format!("close {} ({} EBADF)", c.close_calls, c.close_ebadf));
+    }
+    if c.close_range_calls > 0 {
+        let r: Vec<String> = s
+            .close_ranges
+            .iter()
+            .map(|[a, b, f]| format!("close_range({a}, {}, {})", bound(*b), range_flags(*f)))
+            .collect();
+        counts.push(r.join(" "));
+    }
+    if c.fcntl_calls() > 0 {
+        counts.push(format!("fcntl {}", c.fcntl_calls()));
+    }
+    if c.poll_calls > 0 {
+        counts.push(format!("poll {} (nfds {})", c.poll_calls, c.poll_nfds_max));
+    }
+    if c.getdents64_calls > 0 {
+        counts.push(format!("getdents64 {}", c.getdents64_calls));
+    }
+    if s.exec_attempts > 1 {
+        counts.push(format!("exec attempts {}", s.exec_attempts));
+    }
+    counts
 }
 
 fn bound(b: u32) -> String {

@@ -238,17 +238,10 @@ impl Session {
         reads
             .iter()
             .filter_map(|r| r.ok())
-            .map(|(k, v)| ReadCount {
-                pid: k.pid,
-                file: k.file,
-                fd: v.fd,
-                calls: v.calls,
-                bytes: v.bytes,
-                tiny_calls: v.tiny_calls,
-                ino: v.ino,
-                magic: v.magic,
-                mode: v.mode,
-                comm: decode::cstr(&v.comm),
+            .map(|(key, stat)| ReadCount {
+                key,
+                stat,
+                comm: decode::cstr(&stat.comm),
             })
             .collect()
     }

@@ -1,0 +1,363 @@
+//! Rendering of scan results: JSON records, the per-process fd listing, the process and
+//! findings tables, and the closing notes on stderr.
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+
+use serde::Serialize;
+
+use super::{findings, FdRecord, Finding, Outcome, ProcReport, ScanTotals, SortKey};
+use crate::output::{escape_bytes, json_line, table};
+
+/// uid → user name, cached.
+#[derive(Default)]
+pub struct Users(HashMap<u32, String>);
+
+impl Users {
+    pub fn name(&mut self, uid: Option<u32>) -> String {
+        let Some(uid) = uid else { return "?".into() };
+        self.0
+            .entry(uid)
+            .or_insert_with(|| {
+                let mut pw = std::mem::MaybeUninit::<libc::passwd>::uninit();
+                let mut buf = vec![0 as libc::c_char; 16 * 1024];
+                let mut res = std::ptr::null_mut();
+                // SAFETY: all pointers valid; buf outlives the call and pw is only read if res != NULL.
+                let rc = unsafe {
+                    libc::getpwuid_r(uid, pw.as_mut_ptr(), buf.as_mut_ptr(), buf.len(), &mut res)
+                };
+                if rc != 0 || res.is_null() {
+                    return uid.to_string();
+                }
+                // SAFETY: res non-null: pw filled, pw_name points into buf.
+                let name = unsafe { std::ffi::CStr::from_ptr(pw.assume_init().pw_name) };
+                escape_bytes(name.to_bytes())
+            })
+            .clone()
+    }
+}
+
+/// Every JSON object `scan --json` prints, one per line, tagged by `"type"`.
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ScanRecord<'a> {
+    Process(ProcessJson<'a>),
+    Finding(&'a Finding),
+    Summary(SummaryJson<'a>),
+}
+
+/// A process and its fds.
+#[derive(Serialize)]
+pub struct ProcessJson<'a> {
+    pid: u32,
+    ppid: Option<u32>,
+    comm: &'a str,
+    uid: Option<u32>,
+    user: &'a str,
+    nofile_soft: Option<u64>,
+    nofile_hard: Option<u64>,
+    fd_count: u32,
+    max_fd: Option<u32>,
+    no_cloexec: u32,
+    fds: &'a [FdRecord],
+}
+
+/// The last object: totals of the scan.
+#[derive(Serialize)]
+pub struct SummaryJson<'a> {
+    procfs_root: String,
+    #[serde(flatten)]
+    totals: &'a ScanTotals,
+    close_ns: f64,
+    findings: usize,
+}
+
+/// One process as the writer thread receives it.
+pub struct Rendered {
+    pub sort: (u64, u32),
+    /// JSON lines, or the human fd listing.
+    pub bytes: Vec<u8>,
+    pub row: Option<Vec<String>>,
+    pub findings: Vec<Finding>,
+}
+
+pub fn sort_value(key: SortKey, r: &ProcReport) -> u64 {
+    match key {
+        SortKey::Pid => 0,
+        SortKey::Fds => u64::from(r.fd_count),
+        SortKey::Inheritable => u64::from(r.no_cloexec),
+        // Unreadable limits sort lowest; a soft limit of "unlimited" highest.
+        SortKey::Nofile => r.nofile.map_or(0, |l| l.soft.unwrap_or(u64::MAX)),
+        SortKey::Severity => r.worst().map_or(0, |s| s as u64 + 1),
+    }
+}
+
+/// For people: a process's inheritable-fd findings of one severity and category, when there
+/// are more than `GROUP_OVER` of them, become one line (the JSON output keeps every one).
+/// This also keeps the findings held for ranking proportional to processes, not fds.
+const GROUP_OVER: usize = 5;
+
+pub fn group_findings(mut v: Vec<Finding>) -> Vec<Finding> {
+    use findings::FindingKind;
+    v.sort_by(Finding::order);
+    let mut out = Vec::with_capacity(v.len().min(16));
+    let mut it = v.into_iter().peekable();
+    while let Some(first) = it.next() {
+        let mut group = vec![first];
+        while let Some(next) = it.peek() {
+            let g = &group[0];
+            if g.kind != FindingKind::InheritableFd
+                || next.kind != g.kind
+                || next.severity != g.severity
+                || next.rank != g.rank
+            {
+                break;
+            }
+            group.extend(it.next());
+        }
+        if group.len() <= GROUP_OVER {
+            out.append(&mut group);
+            continue;
+        }
+        let n = group.len();
+        let shown: Vec<String> = group
+            .iter()
+            .filter_map(|f| f.fd)
+            .take(8)
+            .map(|fd| fd.to_string())
+            .collect();
+        let mut f = group.swap_remove(0);
+        f.reason = format!(
+            "{n} fds like this (fds {}{}), e.g. fd {}: {}",
+            shown.join(","),
+            if n > 8 { ",..." } else { "" },
+            f.fd.map_or("-".into(), |fd| fd.to_string()),
+            f.reason
+        );
+        f.fd = None;
+        out.push(f);
+    }
+    out
+}
+
+fn limit_text(v: Option<Option<u64>>) -> String {
+    match v {
+        Some(Some(n)) => n.to_string(),
+        Some(None) => "unlimited".into(),
+        None => "?".into(),
+    }
+}
+
+/// What shapes a process's rendering.
+#[derive(Debug, Clone, Copy)]
+pub struct RenderOptions {
+    pub json: bool,
+    /// List each process's fds (`--fds`, `-p`).
+    pub list_fds: bool,
+    pub only_findings: bool,
+    pub sort: SortKey,
+}
+
+/// Renders one process (on a worker thread): JSON lines, or the fd listing and a row.
+pub fn render(r: ProcReport, o: RenderOptions, users: &std::sync::Mutex<Users>) -> Rendered {
+    let user = users.lock().unwrap_or_else(|p| p.into_inner()).name(r.uid);
+    let mut bytes = Vec::with_capacity(if o.json {
+        512 + 160 * r.fds.len() + 256 * r.findings.len()
+    } else {
+        0
+    });
+    let mut row = None;
+    if o.json {
+        if !o.only_findings {
+            json_line(&mut bytes, &ScanRecord::Process(process_json(&r, &user)))
+                .expect("writing to a Vec cannot fail");
+        }
+        for f in &r.findings {
+            json_line(&mut bytes, &ScanRecord::Finding(f)).expect("writing to a Vec cannot fail");
+        }
+    } else if !o.only_findings {
+        if o.list_fds {
+            fd_listing(&mut bytes, &r, &user);
+        }
+        row = Some(process_row(&r, user));
+    }
+    Rendered {
+        sort: (sort_value(o.sort, &r), r.pid),
+        bytes,
+        row,
+        findings: if o.json {
+            Vec::new()
+        } else {
+            group_findings(r.findings)
+        },
+    }
+}
+
+fn process_json<'a>(r: &'a ProcReport, user: &'a str) -> ProcessJson<'a> {
+    ProcessJson {
+        pid: r.pid,
+        ppid: r.ppid,
+        comm: &r.comm,
+        uid: r.uid,
+        user,
+        nofile_soft: r.nofile.and_then(|l| l.soft),
+        nofile_hard: r.nofile.and_then(|l| l.hard),
+        fd_count: r.fd_count,
+        max_fd: r.max_fd,
+        no_cloexec: r.no_cloexec,
+        fds: &r.fds,
+    }
+}
+
+/// `pid N (comm) user U: K fds` and the table of its fds.
+fn fd_listing(out: &mut Vec<u8>, r: &ProcReport, user: &str) {
+    let mut t = table(&["FD", "KIND", "TARGET", "MODE", "CLOEXEC", "ADDRESS"]);
+    for f in &r.fds {
+        let kind = match (f.family, f.proto.as_deref()) {
+            (Some(fam), Some(p)) => format!("{} {fam}/{p}", f.kind),
+            _ => f.kind.to_string(),
+        };
+        let mut addr = f.local.clone().unwrap_or_default();
+        if let Some(rem) = &f.remote {
+            addr = format!("{addr} -> {rem}");
+        }
+        if f.listening {
+            addr.push_str(" (listening)");
+        }
+        t.add_row(vec![
+            f.fd.to_string(),
+            kind,
+            f.target.clone(),
+            f.mode.unwrap_or("?").to_owned(),
+            f.cloexec
+                .map_or("?", |c| if c { "yes" } else { "NO" })
+                .to_owned(),
+            addr,
+        ]);
+    }
+    let _ = writeln!(
+        out,
+        "pid {} ({}) user {}: {} fds",
+        r.pid, r.comm, user, r.fd_count
+    );
+    let _ = writeln!(out, "{t}\n");
+}
+
+/// The process's row of the process table.
+fn process_row(r: &ProcReport, user: String) -> Vec<String> {
+    vec![
+        r.pid.to_string(),
+        r.comm.clone(),
+        user,
+        limit_text(r.nofile.map(|l| l.soft)),
+        limit_text(r.nofile.map(|l| l.hard)),
+        r.fd_count.to_string(),
+        r.max_fd.map_or("-".into(), |m| m.to_string()),
+        r.no_cloexec.to_string(),
+    ]
+}
+
+/// What the end of the output needs: the process rows and the findings for people.
+pub struct Tail {
+    pub rows: Vec<((u64, u32), Vec<String>)>,
+    pub human_findings: Vec<Finding>,
+    pub n_findings: usize,
+}
+
+/// The end of the output: the shared-description findings and the summary object (JSON), or
+/// the process table and the findings table (people).
+pub fn write_tail(
+    out: &mut impl Write,
+    o: RenderOptions,
+    tail: Tail,
+    outcome: &Outcome,
+    procfs_root: String,
+    close_ns: f64,
+) -> io::Result<()> {
+    if o.json {
+        for f in &outcome.shared {
+            json_line(out, &ScanRecord::Finding(f))?;
+        }
+        let summary = SummaryJson {
+            procfs_root,
+            totals: &outcome.totals,
+            close_ns,
+            findings: tail.n_findings,
+        };
+        return json_line(out, &ScanRecord::Summary(summary));
+    }
+    let Tail {
+        mut rows,
+        mut human_findings,
+        ..
+    } = tail;
+    if !o.only_findings {
+        if o.sort == SortKey::Pid {
+            rows.sort_by_key(|r| r.0 .1);
+        } else {
+            rows.sort_by(|a, b| b.0 .0.cmp(&a.0 .0).then(a.0 .1.cmp(&b.0 .1)));
+        }
+        let mut t = table(&[
+            "PID",
+            "COMM",
+            "USER",
+            "NOFILE",
+            "HARD",
+            "FDS",
+            "MAXFD",
+            "NO_CLOEXEC",
+        ]);
+        for (_, row) in rows {
+            t.add_row(row);
+        }
+        writeln!(out, "{t}\n")?;
+    }
+    human_findings.extend(outcome.shared.iter().cloned());
+    human_findings.sort_by(Finding::order);
+    findings_table(out, &human_findings)
+}
+
+fn findings_table(out: &mut impl Write, findings: &[Finding]) -> io::Result<()> {
+    if findings.is_empty() {
+        return writeln!(out, "no findings");
+    }
+    let mut t = table(&["SEVERITY", "PID", "COMM", "FD", "REASON"]);
+    for f in findings {
+        t.add_row(vec![
+            f.severity.as_str().to_owned(),
+            f.pid.to_string(),
+            f.comm.clone(),
+            f.fd.map_or("-".into(), |fd| fd.to_string()),
+            f.reason.clone(),
+        ]);
+    }
+    writeln!(out, "{t}")
+}
+
+/// The closing notes on stderr: missing and unreadable pids, the counts, kcmp refusals.
+pub fn notes(outcome: &Outcome, n_findings: usize, close_ns: f64, close_given: bool) {
+    let t = &outcome.totals;
+    for pid in &outcome.missing {
+        crate::diag!("scan: pid {pid}: no such process");
+    }
+    for pid in &outcome.unreadable_pids {
+        crate::diag!("scan: pid {pid}: fds not readable with these privileges");
+    }
+    crate::diag!(
+        "scan: {} processes, {} fds, {} findings; {} processes not readable (permissions), {} vanished, {} fds vanished; close() cost {:.0} ns ({})",
+        t.processes,
+        t.fds,
+        n_findings,
+        t.unreadable,
+        t.vanished,
+        t.vanished_fds,
+        close_ns,
+        if close_given { "given" } else { "measured at start" }
+    );
+    if t.kcmp_refused > 0 {
+        crate::diag!(
+            "scan: {} parent/child pairs not compared (kcmp not permitted)",
+            t.kcmp_refused
+        );
+    }
+}

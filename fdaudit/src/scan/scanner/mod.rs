@@ -1,0 +1,424 @@
+//! The scanner: walks a procfs tree with a few worker threads and hands one report per
+//! process, in pid order, to the caller as soon as it is complete (streaming: memory follows
+//! one process's fds, plus 24 bytes per fd kept for the parent/child share check).
+
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use serde::Serialize;
+
+use super::findings::{self, FdFacts, Finding, FindingKind, Severity};
+use super::net::{NetTables, SockInfo};
+use super::parse::{self, NofileLimits, ProcStatus};
+use crate::fdkind::FdKind;
+use crate::output::escape_bytes;
+use crate::procfs_util::at::{self, raw, NumName};
+
+mod process;
+mod share;
+
+use share::ShareKey;
+
+/// Errors that stop a scan before it starts (everything later is skipped and counted).
+#[derive(Debug, thiserror::Error)]
+pub enum ScanError {
+    #[error("cannot open procfs root {path}")]
+    Root {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot list processes in {path}")]
+    List {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// What to scan and how much to collect.
+#[derive(Debug, Clone)]
+pub struct ScanOptions {
+    pub root: PathBuf,
+    /// Only these pids (`-p`); `None` for every process.
+    pub pids: Option<Vec<u32>>,
+    /// Only processes whose effective uid is this.
+    pub uid: Option<u32>,
+    /// Collect a record per fd (for `--fds`, `-p` and `--json`); without it only what the
+    /// counts and findings need is read (no readlink or stat for close-on-exec fds).
+    pub full_fds: bool,
+    /// Per-close() cost in nanoseconds, for the NOFILE findings.
+    pub close_ns: f64,
+    /// Worker threads.
+    pub threads: usize,
+    /// Set to stop the workers early (e.g. the reader of the output went away).
+    pub stop: Arc<AtomicBool>,
+}
+
+/// One fd, as listed with `--fds` and in `--json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct FdRecord {
+    pub fd: u32,
+    pub kind: FdKind,
+    /// Socket address family ("inet", "inet6", "unix", "netlink", ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub family: Option<&'static str>,
+    /// Socket protocol ("tcp", "udp", "stream", "dgram", ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proto: Option<String>,
+    /// The link target, control characters escaped.
+    pub target: String,
+    /// Access mode: "r", "w", "rw", "path"; `null` when fdinfo was unreadable.
+    pub mode: Option<&'static str>,
+    /// From fdinfo `flags`; `null` when fdinfo was unreadable or malformed.
+    pub cloexec: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub local: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote: Option<String>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub listening: bool,
+}
+
+/// One process's result.
+#[derive(Debug, Clone)]
+pub struct ProcReport {
+    pub pid: u32,
+    pub ppid: Option<u32>,
+    pub comm: String,
+    pub uid: Option<u32>,
+    pub nofile: Option<NofileLimits>,
+    /// Open fds seen (vanished ones not counted).
+    pub fd_count: u32,
+    pub max_fd: Option<u32>,
+    /// Fds without close-on-exec, 0-2 included.
+    pub no_cloexec: u32,
+    /// Fds listed but gone before they could be read.
+    pub vanished_fds: u32,
+    /// Fds whose fdinfo was malformed or unreadable (close-on-exec unknown).
+    pub unknown_fds: u32,
+    /// Empty unless `ScanOptions::full_fds`.
+    pub fds: Vec<FdRecord>,
+    /// This process's findings, worst first (shared-description findings come at the end
+    /// of the scan, in `Outcome::shared`).
+    pub findings: Vec<Finding>,
+}
+
+impl ProcReport {
+    pub fn worst(&self) -> Option<Severity> {
+        self.findings.iter().map(|f| f.severity).max()
+    }
+}
+
+/// ScanTotals of a scan.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ScanTotals {
+    pub processes: u64,
+    pub fds: u64,
+    /// Processes whose fds could not be read (permissions).
+    pub unreadable: u64,
+    /// Processes that exited during the scan.
+    pub vanished: u64,
+    pub vanished_fds: u64,
+    /// Parent/child pairs not compared because kcmp was refused.
+    pub kcmp_refused: u64,
+    pub kcmp_calls: u64,
+}
+
+/// The end of a scan: totals and the parent/child share findings.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub totals: ScanTotals,
+    pub shared: Vec<Finding>,
+    /// `-p` pids that did not exist.
+    pub missing: Vec<u32>,
+    /// `-p` pids whose fds could not be read.
+    pub unreadable_pids: Vec<u32>,
+}
+
+struct Header {
+    pid: u32,
+    status: ProcStatus,
+}
+
+enum Skip {
+    Vanished,
+    Denied,
+}
+
+fn is_vanished(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ESRCH))
+}
+
+fn is_denied(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM))
+}
+
+fn skip_for(e: &io::Error) -> Skip {
+    if is_vanished(e) {
+        Skip::Vanished
+    } else {
+        Skip::Denied
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum NsKey {
+    Ns(u64),
+    Pid(u32),
+}
+
+struct Scanner<'a> {
+    cfg: &'a ScanOptions,
+    root: OwnedFd,
+    /// `root` is this process's own /proc: kcmp, stat and xattrs on live fds are meaningful.
+    live: bool,
+    net: Mutex<HashMap<NsKey, Arc<OnceLock<Arc<NetTables>>>>>,
+    keys: Mutex<HashMap<u32, Vec<ShareKey>>>,
+}
+
+/// Per-worker buffers, reused for every process and fd.
+struct Scratch {
+    dents: Vec<u8>,
+    info: [u8; 1024],
+    link: Vec<u8>,
+    file: Vec<u8>,
+    fds: Vec<u32>,
+    modes: HashMap<(u32, u64), u32>,
+    /// (mnt_id, "socket" | "pipe") learned by `learn_pseudo`.
+    pseudo: Vec<(u32, &'static str)>,
+    totals: ScanTotals,
+}
+
+impl Scratch {
+    fn new() -> Scratch {
+        Scratch {
+            dents: vec![0; 64 * 1024],
+            info: [0; 1024],
+            link: vec![0; 4096],
+            file: Vec::with_capacity(8192),
+            fds: Vec::new(),
+            modes: HashMap::new(),
+            pseudo: Vec::new(),
+            totals: ScanTotals::default(),
+        }
+    }
+}
+
+/// Is `root` the procfs of this process's pid namespace?
+fn is_live(root: RawFd) -> bool {
+    let mut buf = [0u8; 32];
+    match at::readlinkat(root, c"self", &mut buf) {
+        Ok(n) => at::parse_u32(&buf[..n]) == Some(std::process::id()),
+        Err(_) => false,
+    }
+}
+
+/// Scans `cfg.root`. `render` runs on the worker threads for each process report; `emit`
+/// gets the rendered results one at a time, in pid order, as soon as they are ready.
+pub fn scan<R: Send>(
+    cfg: &ScanOptions,
+    render: impl Fn(ProcReport) -> R + Sync,
+    mut emit: impl FnMut(R) + Send,
+) -> Result<Outcome, ScanError> {
+    let c_root = CString::new(cfg.root.as_os_str().as_bytes()).map_err(|e| ScanError::Root {
+        path: cfg.root.clone(),
+        source: io::Error::new(io::ErrorKind::InvalidInput, e),
+    })?;
+    let root = at::open_dir_path(libc::AT_FDCWD, &c_root).map_err(|source| ScanError::Root {
+        path: cfg.root.clone(),
+        source,
+    })?;
+    let live = is_live(raw(&root));
+    let sc = Scanner {
+        cfg,
+        live,
+        root,
+        net: Mutex::new(HashMap::new()),
+        keys: Mutex::new(HashMap::new()),
+    };
+    let mut outcome = Outcome::default();
+    let headers = sc.headers(&mut outcome)?;
+
+    let next = AtomicUsize::new(0);
+    let denied = Mutex::new(Vec::new());
+    let order = Mutex::new((0usize, BTreeMap::<usize, Option<R>>::new(), &mut emit));
+    let threads = cfg.threads.clamp(1, headers.len().max(1));
+    let worker_totals: Vec<ScanTotals> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut scratch = Scratch::new();
+                    loop {
+                        if cfg.stop.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(h) = headers.get(i) else { break };
+                        let out = sc.scan_one(h, &mut scratch, &denied).map(&render);
+                        let mut g = order.lock().unwrap_or_else(|p| p.into_inner());
+                        let (next_out, pending, emit) = &mut *g;
+                        pending.insert(i, out);
+                        while let Some(r) = pending.remove(next_out) {
+                            if let Some(r) = r {
+                                emit(r);
+                            }
+                            *next_out += 1;
+                        }
+                    }
+                    scratch.totals
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("scan worker panicked"))
+            .collect()
+    });
+    for t in worker_totals {
+        outcome.totals.add_worker(&t);
+    }
+    outcome.unreadable_pids = denied.into_inner().unwrap_or_else(|p| p.into_inner());
+    outcome.unreadable_pids.sort_unstable();
+    sc.share_check(&headers, &mut outcome);
+    Ok(outcome)
+}
+
+impl ScanTotals {
+    /// Adds what one worker counted (the share check's counts are added apart).
+    fn add_worker(&mut self, t: &ScanTotals) {
+        self.processes += t.processes;
+        self.fds += t.fds;
+        self.unreadable += t.unreadable;
+        self.vanished += t.vanished;
+        self.vanished_fds += t.vanished_fds;
+    }
+}
+
+impl Scanner<'_> {
+    /// Scans one process on a worker, counting it in the worker's totals; `None` when it
+    /// vanished or could not be read (a `-p` pid that could not be read is remembered).
+    fn scan_one(
+        &self,
+        h: &Header,
+        scratch: &mut Scratch,
+        denied: &Mutex<Vec<u32>>,
+    ) -> Option<ProcReport> {
+        match self.scan_process(h, scratch) {
+            Ok(r) => {
+                scratch.totals.processes += 1;
+                scratch.totals.fds += u64::from(r.fd_count);
+                scratch.totals.vanished_fds += u64::from(r.vanished_fds);
+                Some(r)
+            }
+            Err(Skip::Vanished) => {
+                scratch.totals.vanished += 1;
+                None
+            }
+            Err(Skip::Denied) => {
+                scratch.totals.unreadable += 1;
+                if self.cfg.pids.is_some() {
+                    denied.lock().unwrap_or_else(|p| p.into_inner()).push(h.pid);
+                }
+                None
+            }
+        }
+    }
+
+    /// The processes to scan, in pid order, with their status (comm, ppid, uid).
+    fn headers(&self, outcome: &mut Outcome) -> Result<Vec<Header>, ScanError> {
+        let mut pids = match &self.cfg.pids {
+            Some(p) => p.clone(),
+            None => {
+                let dir = at::openat(raw(&self.root), c".", libc::O_RDONLY | libc::O_DIRECTORY)
+                    .and_then(|d| {
+                        let mut buf = vec![0u8; 64 * 1024];
+                        let mut v = Vec::new();
+                        at::list_numeric(raw(&d), &mut buf, &mut v).map(|()| v)
+                    });
+                dir.map_err(|source| ScanError::List {
+                    path: self.cfg.root.clone(),
+                    source,
+                })?
+            }
+        };
+        pids.sort_unstable();
+        pids.dedup();
+        if self.live && self.cfg.pids.is_none() {
+            // fdaudit itself: its own transient procfs fds are not worth reporting.
+            pids.retain(|&p| p != std::process::id());
+        }
+        let mut out = Vec::with_capacity(pids.len());
+        let mut buf = Vec::with_capacity(4096);
+        for pid in pids {
+            let path = CString::new(format!("{pid}/status")).expect("no NUL in a number");
+            match at::read_file_at(raw(&self.root), &path, &mut buf) {
+                Ok(()) => {}
+                Err(e) if is_vanished(&e) => {
+                    if self.cfg.pids.is_some() {
+                        outcome.missing.push(pid);
+                    } else {
+                        outcome.totals.vanished += 1;
+                    }
+                    continue;
+                }
+                Err(_) => {
+                    outcome.totals.unreadable += 1;
+                    continue;
+                }
+            }
+            let status = parse::parse_status(&buf);
+            if status.kthread && self.cfg.pids.is_none() {
+                continue;
+            }
+            if let Some(uid) = self.cfg.uid {
+                if status.euid != Some(uid) {
+                    continue;
+                }
+            }
+            out.push(Header { pid, status });
+        }
+        Ok(out)
+    }
+
+    fn net_tables(&self, pid: u32, pid_dir: RawFd) -> Arc<NetTables> {
+        let mut link = [0u8; 64];
+        let key = match at::readlinkat(pid_dir, c"ns/net", &mut link) {
+            Ok(n) => parse::bracket_inode(&link[..n]).map_or(NsKey::Pid(pid), NsKey::Ns),
+            Err(_) => NsKey::Pid(pid),
+        };
+        let cell = {
+            let mut m = self.net.lock().unwrap_or_else(|p| p.into_inner());
+            m.entry(key).or_default().clone()
+        };
+        if let Some(t) = cell.get() {
+            return t.clone();
+        }
+        // On a live procfs, root/net is the scanner's own namespace: never a stand-in for
+        // another process's (it may have exited between the ns/net read and this open). A
+        // failure is not cached: the next process of that namespace tries again.
+        let dir = at::open_dir_path(pid_dir, c"net").or_else(|e| {
+            if self.live {
+                Err(e)
+            } else {
+                at::open_dir_path(raw(&self.root), c"net")
+            }
+        });
+        match dir {
+            Ok(d) => cell
+                .get_or_init(|| Arc::new(NetTables::load(raw(&d))))
+                .clone(),
+            Err(_) => Arc::new(NetTables::default()),
+        }
+    }
+}
+/// The procfs root as given, for messages.
+pub fn display_root(p: &Path) -> String {
+    escape_bytes(p.as_os_str().as_bytes())
+}

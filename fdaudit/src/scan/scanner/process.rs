@@ -1,0 +1,357 @@
+//! One process's fds: fdinfo, links, kinds, sockets, and the findings they make.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::Arc;
+
+use super::*;
+
+/// The directories of one process under the procfs root.
+struct ProcDirs {
+    pid_dir: OwnedFd,
+    fd_dir: OwnedFd,
+    fdinfo_dir: OwnedFd,
+}
+
+impl Scanner<'_> {
+    pub(super) fn scan_process(&self, h: &Header, s: &mut Scratch) -> Result<ProcReport, Skip> {
+        let pid = h.pid;
+        let pname = NumName::new(u64::from(pid));
+        let pid_dir =
+            at::open_dir_path(raw(&self.root), pname.as_cstr()).map_err(|e| skip_for(&e))?;
+        let fd_dir = at::openat(raw(&pid_dir), c"fd", libc::O_RDONLY | libc::O_DIRECTORY)
+            .map_err(|e| skip_for(&e))?;
+        s.fds.clear();
+        at::list_numeric(raw(&fd_dir), &mut s.dents, &mut s.fds).map_err(|e| skip_for(&e))?;
+        s.fds.sort_unstable();
+        let fdinfo_dir = at::open_dir_path(raw(&pid_dir), c"fdinfo").map_err(|e| skip_for(&e))?;
+        let mut rep = self.new_report(h, &pid_dir, s)?;
+        let dirs = ProcDirs {
+            pid_dir,
+            fd_dir,
+            fdinfo_dir,
+        };
+        let mut keys = Vec::with_capacity(s.fds.len());
+        let mut tables: Option<Arc<NetTables>> = None;
+        let fds = std::mem::take(&mut s.fds);
+        for &fd in &fds {
+            let name = NumName::new(u64::from(fd));
+            let info = match at::read_head_at(raw(&dirs.fdinfo_dir), name.as_cstr(), &mut s.info) {
+                Ok(n) => parse::parse_fdinfo(&s.info[..n]),
+                Err(e) if is_vanished(&e) => {
+                    rep.vanished_fds += 1;
+                    continue;
+                }
+                // Access is checked per process (ptrace read), so one refusal means all.
+                Err(e) if is_denied(&e) => return Err(Skip::Denied),
+                Err(_) => None,
+            };
+            let cloexec = info.map(|i| i.cloexec());
+            let inheritable = cloexec == Some(false);
+            let record = if self.cfg.full_fds || (inheritable && fd >= 3) {
+                match self.record_of(pid, fd, &name, info, &dirs, s, &mut tables)? {
+                    Some(r) => Some(r),
+                    None => {
+                        rep.vanished_fds += 1;
+                        continue;
+                    }
+                }
+            } else {
+                None
+            };
+            rep.fd_count += 1;
+            rep.max_fd = Some(fd);
+            match cloexec {
+                Some(false) => rep.no_cloexec += 1,
+                None => rep.unknown_fds += 1,
+                Some(true) => {}
+            }
+            if let Some(k) = info.as_ref().and_then(|i| ShareKey::of(i, fd)) {
+                keys.push(k);
+            }
+            if let Some(r) = record {
+                self.add_fd(&mut rep, r, inheritable, info);
+            }
+        }
+        s.fds = fds;
+        rep.findings.sort_by(Finding::order);
+        keys.sort_unstable();
+        keys.shrink_to_fit();
+        self.keys
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(pid, keys);
+        Ok(rep)
+    }
+
+    /// The report before its fds: identity, limits and the NOFILE finding.
+    fn new_report(
+        &self,
+        h: &Header,
+        pid_dir: &OwnedFd,
+        s: &mut Scratch,
+    ) -> Result<ProcReport, Skip> {
+        let nofile = match at::read_file_at(raw(pid_dir), c"limits", &mut s.file) {
+            Ok(()) => parse::parse_limits(&s.file),
+            Err(e) if is_vanished(&e) => return Err(Skip::Vanished),
+            Err(_) => None,
+        };
+        let comm = escape_bytes(h.status.name.as_deref().unwrap_or(b"?"));
+        let mut rep = ProcReport {
+            pid: h.pid,
+            ppid: h.status.ppid,
+            comm,
+            uid: h.status.euid,
+            nofile,
+            fd_count: 0,
+            max_fd: None,
+            no_cloexec: 0,
+            vanished_fds: 0,
+            unknown_fds: 0,
+            fds: Vec::with_capacity(if self.cfg.full_fds { s.fds.len() } else { 0 }),
+            findings: Vec::new(),
+        };
+        if let Some(soft) = nofile.and_then(|l| l.soft) {
+            if let Some((sev, reason)) = findings::nofile(soft, self.cfg.close_ns) {
+                rep.findings.push(Finding::new(
+                    h.pid,
+                    &rep.comm,
+                    None,
+                    sev,
+                    FindingKind::NofileLimit,
+                    0,
+                    reason,
+                ));
+            }
+        }
+        Ok(rep)
+    }
+
+    /// The record of one fd: its link (read, or synthesized for pseudo filesystems), kind
+    /// and socket. `Ok(None)` when the fd vanished meanwhile.
+    #[allow(clippy::too_many_arguments)]
+    fn record_of(
+        &self,
+        pid: u32,
+        fd: u32,
+        name: &NumName,
+        info: Option<parse::FdinfoEntry>,
+        dirs: &ProcDirs,
+        s: &mut Scratch,
+        tables: &mut Option<Arc<NetTables>>,
+    ) -> Result<Option<FdRecord>, Skip> {
+        let synthesized = match (self.live, info.and_then(|i| Some((i.mnt_id?, i.ino?)))) {
+            (true, Some((mnt, ino))) => s.pseudo.iter().find(|p| p.0 == mnt).map(|p| {
+                use std::io::Write as _;
+                let mut cur = io::Cursor::new(&mut s.link[..]);
+                let _ = write!(cur, "{}:[{ino}]", p.1);
+                cur.position() as usize
+            }),
+            _ => None,
+        };
+        let n = match synthesized {
+            Some(n) => n,
+            None => match at::readlinkat(raw(&dirs.fd_dir), name.as_cstr(), &mut s.link) {
+                Ok(n) => {
+                    self.learn_pseudo(&s.link[..n], info, &mut s.pseudo);
+                    n
+                }
+                Err(e) if is_vanished(&e) => return Ok(None),
+                Err(e) if is_denied(&e) => return Err(Skip::Denied),
+                Err(_) => 0,
+            },
+        };
+        let target = &s.link[..n];
+        let kind = self.kind_of(&dirs.fd_dir, name, target, info, &mut s.modes);
+        let sock = if kind == FdKind::Socket {
+            let t = tables.get_or_insert_with(|| self.net_tables(pid, raw(&dirs.pid_dir)));
+            let target = &s.link[..n];
+            match parse::bracket_inode(target).and_then(|ino| t.by_inode.get(&ino)) {
+                Some(si) => Some(SockRef::Table(si)),
+                None if self.live => {
+                    let path = self.cfg.root.join(format!("{pid}/fd/{fd}"));
+                    CString::new(path.as_os_str().as_bytes())
+                        .ok()
+                        .and_then(|p| crate::scan::net::sockprotoname(&p))
+                        .map(SockRef::Proto)
+                }
+                None => None,
+            }
+        } else {
+            None
+        };
+        let target = &s.link[..n];
+        Ok(Some(self.fd_record(fd, kind, target, info, sock)))
+    }
+
+    /// Adds a recorded fd to the report: its inheritable-fd finding, and the record itself
+    /// when every fd is listed.
+    fn add_fd(
+        &self,
+        rep: &mut ProcReport,
+        r: FdRecord,
+        inheritable: bool,
+        info: Option<parse::FdinfoEntry>,
+    ) {
+        if inheritable && r.fd >= 3 {
+            let facts = FdFacts {
+                fd: r.fd,
+                kind: r.kind,
+                target: &r.target,
+                raw_target: r.target.as_bytes(),
+                writable: info.is_some_and(|i| i.writable()),
+                listening: r.listening.then(|| r.local.as_deref().unwrap_or(&r.target)),
+                proto: r.proto.as_deref(),
+            };
+            let (sev, rank, reason) = findings::inheritable(&facts);
+            rep.findings.push(Finding::new(
+                rep.pid,
+                &rep.comm,
+                Some(r.fd),
+                sev,
+                FindingKind::InheritableFd,
+                rank,
+                reason,
+            ));
+        }
+        if self.cfg.full_fds {
+            rep.fds.push(r);
+        }
+    }
+
+    /// On a live procfs, remembers the mount of sockfs / pipefs from a link text like
+    /// `socket:[N]` whose N is fdinfo's inode: every other fd on that mount has the link
+    /// text `socket:[ino]` (the kernel's d_dname for those filesystems, and those internal
+    /// mounts are never unmounted, so their ids are not reused), so its readlink is skipped.
+    fn learn_pseudo(
+        &self,
+        target: &[u8],
+        info: Option<parse::FdinfoEntry>,
+        pseudo: &mut Vec<(u32, &'static str)>,
+    ) {
+        if !self.live {
+            return;
+        }
+        let Some((mnt, ino)) = info.and_then(|i| Some((i.mnt_id?, i.ino?))) else {
+            return;
+        };
+        let prefix = if target.starts_with(b"socket:[") {
+            "socket"
+        } else if target.starts_with(b"pipe:[") {
+            "pipe"
+        } else {
+            return;
+        };
+        if parse::bracket_inode(target) == Some(ino) && !pseudo.iter().any(|p| p.0 == mnt) {
+            pseudo.push((mnt, prefix));
+        }
+    }
+
+    /// Kind from the link text; a path is stat'ed (live only, cached by file identity)
+    /// unless fdinfo's O_DIRECTORY already says it is a directory.
+    fn kind_of(
+        &self,
+        fd_dir: &OwnedFd,
+        name: &NumName,
+        target: &[u8],
+        info: Option<parse::FdinfoEntry>,
+        modes: &mut HashMap<(u32, u64), u32>,
+    ) -> FdKind {
+        let base = FdKind::from_link(target, None);
+        if !matches!(base, FdKind::Regular | FdKind::Device) {
+            return base;
+        }
+        // O_DIRECTORY in fdinfo means a directory, except that O_TMPFILE files carry it too
+        // (O_TMPFILE = __O_TMPFILE | O_DIRECTORY): those fall through to the stat.
+        const O_TMPFILE_BIT: u32 = 0o20000000;
+        if info.is_some_and(|i| {
+            i.flags & libc::O_DIRECTORY as u32 != 0 && i.flags & O_TMPFILE_BIT == 0
+        }) {
+            return FdKind::Directory;
+        }
+        if !self.live {
+            return base;
+        }
+        let key = info.and_then(|i| Some((i.mnt_id?, i.ino?)));
+        if let Some(m) = key.and_then(|k| modes.get(&k)) {
+            return FdKind::from_link(target, Some(*m));
+        }
+        match at::stat_mode_at(raw(fd_dir), name.as_cstr()) {
+            Ok(mode) => {
+                if let Some(k) = key {
+                    if modes.len() > 100_000 {
+                        modes.clear();
+                    }
+                    modes.insert(k, mode);
+                }
+                FdKind::from_link(target, Some(mode))
+            }
+            Err(_) => base,
+        }
+    }
+
+    fn fd_record(
+        &self,
+        fd: u32,
+        kind: FdKind,
+        target: &[u8],
+        info: Option<parse::FdinfoEntry>,
+        sock: Option<SockRef<'_>>,
+    ) -> FdRecord {
+        let mut r = FdRecord {
+            fd,
+            kind,
+            family: None,
+            proto: None,
+            target: escape_target(target),
+            mode: info.map(|i| i.access()),
+            cloexec: info.map(|i| i.cloexec()),
+            local: None,
+            remote: None,
+            listening: false,
+        };
+        match sock {
+            Some(SockRef::Table(si)) => {
+                r.family = Some(si.family);
+                r.proto = Some(si.proto.to_owned());
+                r.local = si.local.as_ref().map(|a| a.render());
+                r.remote = si.remote.as_ref().map(|a| a.render());
+                r.listening = si.listening;
+            }
+            Some(SockRef::Proto(p)) => {
+                r.family = Some(match p.as_str() {
+                    "tcp" | "udp" | "raw" | "ping" | "sctp" | "udplite" => "inet",
+                    "tcpv6" | "udpv6" | "rawv6" | "pingv6" | "sctpv6" | "udplitev6" => "inet6",
+                    "unix" => "unix",
+                    "netlink" => "netlink",
+                    "packet" => "packet",
+                    "vsock" => "vsock",
+                    _ => "other",
+                });
+                // The family says v4 or v6; the protocol is named as in the net tables.
+                r.proto = Some(match p.strip_suffix("v6") {
+                    Some(base) if r.family == Some("inet6") => base.to_owned(),
+                    _ => p,
+                });
+            }
+            None => {}
+        }
+        r
+    }
+}
+
+enum SockRef<'a> {
+    Table(&'a SockInfo),
+    Proto(String),
+}
+
+/// `escape_bytes`, with a fast path for the common all-printable-ASCII target.
+fn escape_target(t: &[u8]) -> String {
+    if t.iter().all(|&b| (0x20..0x7f).contains(&b)) {
+        // All printable ASCII: valid UTF-8, nothing to escape.
+        return String::from_utf8(t.to_vec()).expect("ASCII is UTF-8");
+    }
+    escape_bytes(t)
+}
