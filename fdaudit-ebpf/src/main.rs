@@ -351,14 +351,22 @@ fn try_sched_process_exit() -> Result<(), i64> {
 // (what in_ia32_syscall() tests, x86_64 since 4.6); its number is from the i386 table and its
 // arguments are in bx, cx, dx.
 
-/// Whether the current task is in a compat syscall.
+/// Whether the current task is in a compat syscall. A direct load through the BTF-typed
+/// task pointer (bpf_get_current_task_btf, 5.11+): CONFIG is read-only, so the verifier
+/// knows the offset and checks it against task_struct; no probe-read on the close() path.
 #[inline(always)]
 fn in_compat_syscall() -> bool {
     let off = conf!(task_ti_status);
     if off == NO_OFFSET as u64 {
         return false;
     }
-    read_kernel::<u32>(kernel::current_task() + off).is_ok_and(|s| s & sysno_ia32::TS_COMPAT != 0)
+    // SAFETY: the helper returns current's task_struct, valid for this program run; the
+    // load is at a BTF offset inside it, which the verifier checks.
+    let status = unsafe {
+        let task = aya_ebpf::helpers::bpf_get_current_task_btf() as *const u8;
+        core::ptr::read_volatile(task.add(off as usize).cast::<u32>())
+    };
+    status & sysno_ia32::TS_COMPAT != 0
 }
 
 /// x86_64 numbers of the calls sys_enter counts.
@@ -553,6 +561,17 @@ fn try_sys_exit(ctx: &RawTracePointContext) -> Result<(), i64> {
     }
     let regs: u64 = ctx.arg(0);
     let raw_id: i64 = read_kernel(regs + conf!(regs_orig_ax))?;
+    if !matches!(
+        raw_id,
+        sysno::READ
+            | sysno::READV
+            | sysno::PREAD64
+            | sysno_ia32::READ
+            | sysno_ia32::READV
+            | sysno_ia32::PREAD64
+    ) {
+        return Ok(());
+    }
     let (id, arg0) = if in_compat_syscall() {
         (sysno_ia32::to_native(raw_id), conf!(regs_bx))
     } else {

@@ -375,6 +375,34 @@ fn ia32_closes_are_counted_and_ia32_reads_are_not_closes() {
         "{child}"
     );
     assert_eq!(child["strategy"], "close-loop", "{child}");
+
+    // With --reads, the 500 one-byte ia32 reads are reads of /dev/zero.
+    let out = Command::new(fdaudit())
+        .args(["trace", "--reads", "--json", "--"])
+        .arg(target_bin("int80-closes"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("run fdaudit trace --reads");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let objs = json_objects(&out.stdout);
+    let zero_ino = {
+        use std::os::unix::fs::MetadataExt as _;
+        std::fs::metadata("/dev/zero").unwrap().ino()
+    };
+    let storm = objs
+        .iter()
+        .find(|o| o["type"] == "read_storm" && o["ino"] == zero_ino)
+        .unwrap_or_else(|| panic!("no storm on /dev/zero: {objs:?}"));
+    assert_eq!(storm["small_reads"], 500, "{storm}");
+    let child = objs
+        .iter()
+        .find(|o| o["type"] == "spawn" && o["exec_path"] == "/bin/true")
+        .expect("the child's spawn");
+    assert_eq!(child["close_calls"], 1021, "{child}");
 }
 
 #[test]
