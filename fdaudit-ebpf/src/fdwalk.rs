@@ -307,6 +307,30 @@ pub fn current_file(fd: u32) -> Result<u64, i64> {
     Ok(file)
 }
 
+/// The current task's `struct file` at `fd`, where `fd` was just used successfully (so it
+/// is inside the table): task->files->fdt->fd as direct loads through the BTF-typed task
+/// pointer (bpf_get_current_task_btf, 5.11+; the offsets come from the read-only CONFIG, so
+/// the verifier knows them and checks each load against the kernel's types), then one
+/// probe-read of the slot. On the `--reads` path, where it runs for every read().
+#[inline(always)]
+pub fn current_file_of_used_fd(fd: u32) -> Result<u64, i64> {
+    // SAFETY: current's task_struct, valid for this program run; every load is at a BTF
+    // offset of the type it reads, which the verifier checks (faults read as 0).
+    let fd_array = unsafe {
+        let task = aya_ebpf::helpers::bpf_get_current_task_btf() as *const u8;
+        let files =
+            core::ptr::read_volatile(task.add(conf!(task_files) as usize).cast::<*const u8>());
+        let fdt =
+            core::ptr::read_volatile(files.add(conf!(files_fdt) as usize).cast::<*const u8>());
+        core::ptr::read_volatile(fdt.add(conf!(fdt_fd) as usize).cast::<u64>())
+    };
+    let file: u64 = read_kernel(fd_array + u64::from(fd) * 8)?;
+    if file == 0 {
+        return Err(-1);
+    }
+    Ok(file)
+}
+
 /// Whether `fd` is a procfs "fd" directory (/proc/<pid>/fd) read from its start.
 #[inline(always)]
 pub fn is_procfd_listing(fd: u32) -> Result<bool, i64> {

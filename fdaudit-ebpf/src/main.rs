@@ -581,7 +581,7 @@ fn try_sys_exit(ctx: &RawTracePointContext) -> Result<(), i64> {
         return Ok(());
     }
     let fd: u64 = read_kernel(regs + arg0)?;
-    let file = fdwalk::current_file(fd as u32)?;
+    let file = fdwalk::current_file_of_used_fd(fd as u32)?;
     let inode: u64 = read_kernel(file + conf!(file_inode))?;
     let key = ReadKey {
         pid: tgid,
