@@ -314,15 +314,18 @@ pub fn current_file(fd: u32) -> Result<u64, i64> {
 /// probe-read of the slot. On the `--reads` path, where it runs for every read().
 #[inline(always)]
 pub fn current_file_of_used_fd(fd: u32) -> Result<u64, i64> {
+    let (files_off, fdt_off, fd_off) = (
+        conf!(task_files) as usize,
+        conf!(files_fdt) as usize,
+        conf!(fdt_fd) as usize,
+    );
     // SAFETY: current's task_struct, valid for this program run; every load is at a BTF
     // offset of the type it reads, which the verifier checks (faults read as 0).
     let fd_array = unsafe {
         let task = aya_ebpf::helpers::bpf_get_current_task_btf() as *const u8;
-        let files =
-            core::ptr::read_volatile(task.add(conf!(task_files) as usize).cast::<*const u8>());
-        let fdt =
-            core::ptr::read_volatile(files.add(conf!(files_fdt) as usize).cast::<*const u8>());
-        core::ptr::read_volatile(fdt.add(conf!(fdt_fd) as usize).cast::<u64>())
+        let files = core::ptr::read_volatile(task.add(files_off).cast::<*const u8>());
+        let fdt = core::ptr::read_volatile(files.add(fdt_off).cast::<*const u8>());
+        core::ptr::read_volatile(fdt.add(fd_off).cast::<u64>())
     };
     let file: u64 = read_kernel(fd_array + u64::from(fd) * 8)?;
     if file == 0 {
