@@ -344,6 +344,9 @@ pub struct SpawnRecord {
     /// then the `PATH_PARTIAL` flag is set).
     pub npaths: u32,
     pub _pad2: u32,
+    /// The process's cgroup on the unified (v2) hierarchy at exec: its kernfs id, the inode
+    /// number of the cgroup's directory (bpf_get_current_cgroup_id, since 4.18).
+    pub cgroup_id: u64,
     /// Leaked fds; last, so that a record is sent only up to the last one found.
     pub fds: [FdInfo; MAX_FDS],
 }
@@ -530,6 +533,11 @@ pub struct Config {
     /// [`CONFIG_MAGIC`] once userspace filled the config; the programs count nothing while
     /// it is anything else (zero: the loader did not set the global).
     pub magic: u32,
+    /// `trace --cgroup`: depth of the followed cgroup below the cgroup2 root (root = 0).
+    pub cgroup_level: u32,
+    /// `trace --cgroup`: id of the followed cgroup, 0 to follow only the tracked trees. A
+    /// process whose ancestor at `cgroup_level` is this cgroup is traced at its fork or exec.
+    pub cgroup_id: u64,
 }
 
 /// A [`Config`] offset the running kernel does not have: the programs skip what needs it.
@@ -589,6 +597,8 @@ impl Config {
         regs_cx: 0,
         inode_nlink: 0,
         magic: 0,
+        cgroup_level: 0,
+        cgroup_id: 0,
     };
 }
 
@@ -639,7 +649,7 @@ const _: () = {
     assert!(PathsRecord::sent_len(MAX_PATHS) == size_of::<PathsRecord>());
     assert!(size_of::<SpawnScratch>() == size_of::<SpawnRecord>() + size_of::<PathsRecord>());
     assert!(size_of::<ExitRecord>() == 8 + 8 + 16 + 8 + 16 + size_of::<Counters>());
-    assert!(size_of::<Config>() == 47 * 4);
+    assert!(size_of::<Config>() == 48 * 4 + 8);
     assert!(size_of::<FdPath>() == 16 + COMP_LEN * MAX_DEPTH);
     assert!(size_of::<FdCache>() == 32);
     assert!(size_of::<HotSlot>() == 48);

@@ -19,7 +19,10 @@ macro_rules! map_named {
 }
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    helpers::{
+        bpf_get_current_ancestor_cgroup_id, bpf_get_current_cgroup_id, bpf_get_current_comm,
+        bpf_get_current_pid_tgid, bpf_ktime_get_ns,
+    },
     macros::{map, raw_tracepoint},
     maps::{Array, HashMap, PerCpuArray, RingBuf},
     programs::RawTracePointContext,
@@ -77,6 +80,17 @@ fn current_tgid() -> u32 {
     (bpf_get_current_pid_tgid() >> 32) as u32
 }
 
+/// Whether the current process is in the followed cgroup (`trace --cgroup`) or below it.
+/// bpf_get_current_ancestor_cgroup_id (tracing programs since 5.7) gives the id of current's
+/// cgroup-v2 ancestor at a depth, 0 when current is not that deep.
+#[inline(always)]
+fn in_followed_cgroup() -> bool {
+    let id = conf!(cgroup_id);
+    let level = conf!(cgroup_level) as i32;
+    // SAFETY: the helper only reads current's css_set.
+    id != 0 && unsafe { bpf_get_current_ancestor_cgroup_id(level) } == id
+}
+
 // ---------------------------------------------------------------------------------------------
 // sched_process_fork: TP_PROTO(struct task_struct *parent, struct task_struct *child).
 // Raw tracepoint, stable since 4.17 (bpf_raw_tracepoint_open). Fires in kernel_clone() for
@@ -89,7 +103,9 @@ pub fn sched_process_fork(ctx: RawTracePointContext) -> i32 {
 
 fn try_sched_process_fork(ctx: &RawTracePointContext) -> Result<(), i64> {
     let parent_tgid = current_tgid();
-    if TRACKED.get_ptr(parent_tgid).is_none() || !configured() {
+    // The child starts in its parent's cgroup (clone3's CLONE_INTO_CGROUP aside: such a
+    // child is caught at its exec below).
+    if !configured() || TRACKED.get_ptr(parent_tgid).is_none() && !in_followed_cgroup() {
         return Ok(());
     }
     let child: u64 = ctx.arg(1);
@@ -213,13 +229,24 @@ pub fn sched_process_exec(ctx: RawTracePointContext) -> i32 {
 }
 
 fn try_sched_process_exec(ctx: &RawTracePointContext) -> Result<(), i64> {
-    let tgid = current_tgid();
-    let Some(st) = TRACKED.get_ptr_mut(tgid) else {
-        return Ok(());
-    };
     if !configured() {
         return Ok(());
     }
+    let tgid = current_tgid();
+    if TRACKED.get_ptr(tgid).is_none() {
+        // A process that entered the followed cgroup without a traced fork (moved in by a
+        // runtime before it execs the payload, or cloned into it): traced from this exec on.
+        if !in_followed_cgroup() {
+            return Ok(());
+        }
+        if TRACKED.insert(tgid, TaskState::default(), 0).is_err() {
+            stat_add(&STATS, |s| &mut s.tracked_full);
+            return Ok(());
+        }
+    }
+    let Some(st) = TRACKED.get_ptr_mut(tgid) else {
+        return Ok(());
+    };
     let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
         return Ok(());
     };
@@ -246,6 +273,8 @@ fn try_sched_process_exec(ctx: &RawTracePointContext) -> Result<(), i64> {
     rec.exec_ns = now;
     rec.parent_comm = st.parent_comm;
     rec.comm = bpf_get_current_comm().unwrap_or_default();
+    // SAFETY: the helper only reads current's css_set.
+    rec.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
     rec.counters = take_counters(tgid, st);
     if st.counters.close_range_calls as usize > MAX_RANGES {
         rec.header.flags |= flags::RANGES_TRUNCATED;

@@ -273,6 +273,8 @@ pub fn config_from_btf(btf: &Btf) -> Result<Config, BtfError> {
         regs_cx: o("pt_regs", "cx").unwrap_or(NO_OFFSET),
         inode_nlink: o("inode", "__i_nlink")?,
         magic: CONFIG_MAGIC,
+        cgroup_level: 0,
+        cgroup_id: 0,
     })
 }
 

@@ -2,7 +2,7 @@
 
 use clap::{Parser, Subcommand};
 
-use crate::{bench, doctor, scan, trace};
+use crate::{bench, doctor, scan, trace, watch};
 
 /// Audits how processes hand file descriptors to their children: fds that leak across
 /// execve, and the close loops that make spawning slow under high RLIMIT_NOFILE.
@@ -19,6 +19,9 @@ pub enum Command {
     Scan(scan::ScanArgs),
     /// Follow a process tree with eBPF and report, per spawn, leaked fds and pre-exec close cost.
     Trace(trace::TraceArgs),
+    /// Run as a node agent: trace every spawn (or a cgroup's), scan now and then, and export
+    /// Prometheus metrics labelled by container.
+    Watch(watch::WatchArgs),
     /// Measure what each fd-closing strategy costs per spawn across RLIMIT_NOFILE limits.
     Bench(bench::BenchArgs),
     /// Check this machine and these privileges for tracing; load and attach every program.
@@ -36,6 +39,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
     match cli.command {
         Command::Scan(a) => scan::run(a),
         Command::Trace(a) => trace::run(a),
+        Command::Watch(a) => watch::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Doctor(a) => doctor::run(a),
         Command::Spawner(a) => crate::spawner::run(a),

@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod btf;
 pub mod caller;
+pub mod cgroup;
 pub mod cli;
 pub mod demo;
 pub mod doctor;
@@ -16,6 +17,7 @@ pub mod spawner;
 pub mod stats;
 pub mod sys;
 pub mod trace;
+pub mod watch;
 
 /// The eBPF object built by build.rs (empty when built with FDAUDIT_SKIP_EBPF=1).
 pub static EBPF_OBJECT: &[u8] =

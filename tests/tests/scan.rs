@@ -356,6 +356,21 @@ fn fixture_tree_cli() {
         .map(|p| &p["pid"])
         .collect();
     assert_eq!(pids, [100, 200, 400]);
+    // Container identity from PID/cgroup, namespace pid from NSpid (fixture pid 200 only).
+    let procs = of_type(&lines, "process");
+    let worker = procs.iter().find(|p| p["pid"] == 200).expect("pid 200");
+    assert_eq!(
+        worker["container_id"],
+        "3f2a0b9c8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a"
+    );
+    assert_eq!(worker["container_runtime"], "containerd");
+    assert_eq!(worker["pod_uid"], "8a5f6e1c-2b3d-4e5f-9a0b-1c2d3e4f5a6b");
+    assert!(worker["cgroup"]
+        .as_str()
+        .is_some_and(|c| c.starts_with("/kubepods.slice/")));
+    assert_eq!(worker["ns_pid"], 7);
+    let server = procs.iter().find(|p| p["pid"] == 100).expect("pid 100");
+    assert!(server.get("container_id").is_none() && server.get("ns_pid").is_none());
     let sev: Vec<(&Value, &Value, &Value)> = of_type(&lines, "finding")
         .iter()
         .map(|f| (&f["pid"], &f["fd"], &f["severity"]))
@@ -378,6 +393,10 @@ fn fixture_tree_cli() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.contains("PID") && text.contains("server") && text.contains("SEVERITY"),
+        "{text}"
+    );
+    assert!(
+        text.contains("CONTAINER") && text.contains("containerd:3f2a0b9c8d7e"),
         "{text}"
     );
 

@@ -12,6 +12,8 @@ pub struct ProcStatus {
     /// `Kthread: 1`; on kernels without that line, no memory (`VmSize`) and a parent of 0
     /// or 2 (kthreadd) gives a kernel thread.
     pub kthread: bool,
+    /// Last field of `NSpid:`: the pid in the process's own pid namespace.
+    pub ns_pid: Option<u32>,
 }
 
 pub fn parse_status(data: &[u8]) -> ProcStatus {
@@ -37,6 +39,12 @@ pub fn parse_status(data: &[u8]) -> ProcStatus {
                 st.kthread = val == b"1";
             }
             b"VmSize" => vm = true,
+            b"NSpid" => {
+                st.ns_pid = val
+                    .split(u8::is_ascii_whitespace)
+                    .rfind(|s| !s.is_empty())
+                    .and_then(crate::procfs_util::at::parse_u32)
+            }
             _ => {}
         }
     }
@@ -217,6 +225,9 @@ mod tests {
         assert!(parse_status(b"Name:\tkworker/0:1\nPPid:\t2\n").kthread);
         assert!(!parse_status(b"Name:\tsh\nPPid:\t2\nVmSize:\t100 kB\n").kthread);
         assert!(!parse_status(b"Name:\tsh\nPPid:\t2\nKthread:\t0\n").kthread);
+        assert_eq!(parse_status(b"NSpid:\t4321\t12\t1\n").ns_pid, Some(1));
+        assert_eq!(parse_status(b"NSpid:\t4321\n").ns_pid, Some(4321));
+        assert_eq!(st.ns_pid, None);
     }
 
     #[test]

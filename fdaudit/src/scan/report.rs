@@ -59,6 +59,9 @@ pub struct ProcessJson<'a> {
     fd_count: u32,
     max_fd: Option<u32>,
     no_cloexec: u32,
+    /// cgroup, container id/runtime, pod uid, ns_pid (each only when known).
+    #[serde(flatten)]
+    identity: &'a crate::cgroup::Identity,
     fds: &'a [FdRecord],
 }
 
@@ -205,6 +208,7 @@ fn process_json<'a>(r: &'a ProcReport, user: &'a str) -> ProcessJson<'a> {
         fd_count: r.fd_count,
         max_fd: r.max_fd,
         no_cloexec: r.no_cloexec,
+        identity: &r.identity,
         fds: &r.fds,
     }
 }
@@ -254,6 +258,8 @@ fn process_row(r: &ProcReport, user: String) -> Vec<String> {
         r.fd_count.to_string(),
         r.max_fd.map_or("-".into(), |m| m.to_string()),
         r.no_cloexec.to_string(),
+        // Dropped by write_tail unless some process runs in a container.
+        r.identity.container_label().unwrap_or_default(),
     ]
 }
 
@@ -297,7 +303,10 @@ pub fn write_tail(
         } else {
             rows.sort_by(|a, b| b.0 .0.cmp(&a.0 .0).then(a.0 .1.cmp(&b.0 .1)));
         }
-        let mut t = table(&[
+        let containers = rows
+            .iter()
+            .any(|r| r.1.last().is_some_and(|c| !c.is_empty()));
+        let mut header = vec![
             "PID",
             "COMM",
             "USER",
@@ -306,8 +315,15 @@ pub fn write_tail(
             "FDS",
             "MAXFD",
             "NO_CLOEXEC",
-        ]);
-        for (_, row) in rows {
+        ];
+        if containers {
+            header.push("CONTAINER");
+        }
+        let mut t = table(&header);
+        for (_, mut row) in rows {
+            if !containers {
+                row.pop();
+            }
             t.add_row(row);
         }
         writeln!(out, "{t}\n")?;

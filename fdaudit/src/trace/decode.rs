@@ -16,6 +16,7 @@ use super::{
     strategy::{self, Strategy},
 };
 use crate::{
+    cgroup::Identity,
     fdkind::{self, FdKind},
     output::escape_bytes,
     procfs_util,
@@ -75,6 +76,9 @@ pub struct Spawn {
     pub stdio: Vec<LeakedFd>,
     /// Partial-data markers and `reexec`, as a list of names.
     pub flags: SpawnFlags,
+    /// cgroup (id from the kernel at exec, path), container, and pid in its own namespace.
+    #[serde(flatten)]
+    pub identity: Identity,
     /// Kernel timestamp of the exec (CLOCK_MONOTONIC ns).
     #[serde(skip)]
     pub exec_ns: u64,
@@ -405,6 +409,10 @@ pub fn spawn_from_record(
         stdio,
         flags,
         exec_ns: rec.exec_ns,
+        identity: Identity {
+            cgroup_id: (rec.cgroup_id != 0).then_some(rec.cgroup_id),
+            ..Default::default()
+        },
         ..window_spawn(
             rec.pid,
             rec.parent_pid,
@@ -486,6 +494,7 @@ fn window_spawn(
             SpawnFlags::empty()
         },
         exec_ns: 0,
+        identity: Identity::default(),
         probed: calls.probed() + u64::from(c.exec_attempts),
         exec_path_cut: false,
     }

@@ -20,7 +20,7 @@ use std::{
 
 use anyhow::{bail, Context as _, Result};
 
-use crate::{exit, procfs_util};
+use crate::{cgroup::Followed, exit, procfs_util};
 use child::{start_held, try_wait};
 use report::Reporter;
 use session::{Session, SessionOptions};
@@ -51,6 +51,12 @@ pub struct TraceArgs {
     )]
     pub pids: Vec<u32>,
 
+    /// Trace every process in this cgroup and the cgroups below it, also those that start
+    /// or move in later: a path on the cgroup2 hierarchy (`/system.slice/nginx.service`) or
+    /// under its mount point.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["pids", "command"])]
+    pub cgroup: Option<std::path::PathBuf>,
+
     /// Stop after this many seconds (e.g. 30, 1.5).
     #[arg(long, value_name = "SECONDS")]
     pub duration: Option<f64>,
@@ -78,7 +84,7 @@ pub struct TraceArgs {
 
     /// Trace the built-in workload: a spawner holding a credentials file and a listening
     /// socket, spawning with a leaking, a close-loop, a poll-scan and a close_range strategy.
-    #[arg(long, conflicts_with_all = ["pids", "command"])]
+    #[arg(long, conflicts_with_all = ["pids", "command", "cgroup"])]
     pub demo: bool,
 
     /// Do not print a line per spawn, only the summary.
@@ -120,11 +126,19 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
         args.command = vec![me.into_os_string(), "__demo".into()];
     }
     check_targets(&args)?;
+    let followed = args.cgroup.as_deref().map(Followed::find).transpose()?;
     install_signal_handlers();
-    let (mut session, child) = attach(&args)?;
+    let (mut session, child) = attach(&args, followed.as_ref())?;
     let mut reporter = Reporter::new(&args, &session);
     let root_pids: Vec<u32> = child.map(|c| vec![c]).unwrap_or_else(|| args.pids.clone());
-    let exit_status = follow(&args, &mut session, &mut reporter, child, &root_pids)?;
+    let exit_status = follow(
+        &args,
+        &mut session,
+        &mut reporter,
+        child,
+        &root_pids,
+        followed.as_ref(),
+    )?;
     let stats = session.stats()?;
     let storms = if args.reads {
         reads::storms(&session.read_counts(), procfs_util::fd_target)
@@ -148,8 +162,8 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
 
 /// Something to trace, and every `-p` process exists.
 fn check_targets(args: &TraceArgs) -> Result<()> {
-    if args.pids.is_empty() && args.command.is_empty() {
-        bail!("nothing to trace: give -p PID, -- CMD ARGS... or --demo");
+    if args.pids.is_empty() && args.command.is_empty() && args.cgroup.is_none() {
+        bail!("nothing to trace: give -p PID, --cgroup PATH, -- CMD ARGS... or --demo");
     }
     for &pid in &args.pids {
         // SAFETY: signal 0 only checks that the process exists.
@@ -165,7 +179,7 @@ fn check_targets(args: &TraceArgs) -> Result<()> {
 
 /// Starts the held command (if any), loads and attaches the programs, tracks the roots and
 /// releases the command. Returns the session and the command's pid.
-fn attach(args: &TraceArgs) -> Result<(Session, Option<u32>)> {
+fn attach(args: &TraceArgs, followed: Option<&Followed>) -> Result<(Session, Option<u32>)> {
     let ring_bytes = args
         .buffer_pages
         .map(|p| drain::ring_bytes_from_pages(p, drain::page_size()))
@@ -174,6 +188,7 @@ fn attach(args: &TraceArgs) -> Result<(Session, Option<u32>)> {
         leaks_only: args.leaks_only,
         reads: args.reads,
         ring_bytes,
+        cgroup: followed.map(|f| (f.id, f.level)),
     };
     let held = if args.command.is_empty() {
         None
@@ -200,9 +215,10 @@ fn attach(args: &TraceArgs) -> Result<(Session, Option<u32>)> {
             .track_tree(pid)
             .with_context(|| format!("failed to trace PID {pid}"))?;
     }
-    let what = match child {
-        Some(pid) => format!("command (pid {pid})"),
-        None => format!("{} process tree(s)", args.pids.len()),
+    let what = match (child, followed) {
+        (Some(pid), _) => format!("command (pid {pid})"),
+        (None, Some(f)) => format!("cgroup {}", f.path),
+        (None, None) => format!("{} process tree(s)", args.pids.len()),
     };
     crate::diag!(
         "fdaudit: tracing {what}{}; Ctrl-C to stop",
@@ -215,13 +231,15 @@ fn attach(args: &TraceArgs) -> Result<(Session, Option<u32>)> {
 }
 
 /// Reports records until the command exits (its wait status), every `-p` root is gone,
-/// the duration ends or a signal comes; then drains what is left.
+/// the followed cgroup is removed, the duration ends or a signal comes; then drains what is
+/// left.
 fn follow(
     args: &TraceArgs,
     session: &mut Session,
     reporter: &mut Reporter,
     child: Option<u32>,
     root_pids: &[u32],
+    followed: Option<&Followed>,
 ) -> Result<Option<i32>> {
     let deadline = args
         .duration
@@ -242,6 +260,11 @@ fn follow(
                 exit_status = Some(st);
                 break;
             }
+        } else if let Some(f) = followed {
+            if !f.dir.exists() {
+                crate::diag!("fdaudit: cgroup {} was removed", f.path);
+                break;
+            }
         } else if root_pids.iter().all(|&p| !procfs_util::alive(p)) {
             break;
         }
@@ -252,3 +275,4 @@ fn follow(
     }
     Ok(exit_status)
 }
+

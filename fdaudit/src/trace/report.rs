@@ -37,6 +37,9 @@ pub fn spawn_line(s: &Spawn) -> String {
     if let Some(tid) = s.exec_tid {
         line.push_str(&format!(" (exec by thread {tid})"));
     }
+    if let Some(c) = s.identity.container_label() {
+        line.push_str(&format!(" in {c}"));
+    }
     if s.argv.len() > 1 {
         line.push_str(" (");
         line.push_str(&s.argv[1..].join(" "));
@@ -157,6 +160,9 @@ pub struct TraceTotals {
 /// One row of the summary: spawns grouped by parent, exec path and strategy.
 #[derive(Debug, Clone, Serialize)]
 pub struct Group {
+    /// The container the spawns ran in (`docker:0123456789ab`), when they ran in one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
     pub parent_comm: String,
     pub exec_path: String,
     pub spawns: u64,
@@ -206,7 +212,7 @@ struct Acc {
 /// Accumulates spawns for the summary.
 #[derive(Default)]
 pub struct Collector {
-    groups: BTreeMap<(String, String, String), Acc>,
+    groups: BTreeMap<(Option<String>, String, String, String), Acc>,
     /// pid -> fds leaked at its latest exec.
     last_leaks: HashMap<u32, u32>,
     totals: TraceTotals,
@@ -234,6 +240,7 @@ impl Collector {
         let acc = self
             .groups
             .entry((
+                s.identity.container_label(),
                 s.parent_comm.clone(),
                 s.exec_path.clone(),
                 s.strategy.to_string(),
@@ -259,7 +266,8 @@ impl Collector {
     pub fn groups(&self) -> Vec<Group> {
         self.groups
             .iter()
-            .map(|((parent, path, strategy), acc)| Group {
+            .map(|((container, parent, path, strategy), acc)| Group {
+                container: container.clone(),
                 parent_comm: parent.clone(),
                 exec_path: path.clone(),
                 spawns: acc.closes.len() as u64,
@@ -282,9 +290,10 @@ impl Collector {
     }
 }
 
-/// The summary table for people.
+/// The summary table for people; a container column when any group ran in a container.
 pub fn summary_table(groups: &[Group]) -> String {
-    let mut t = output::table(&[
+    let containers = groups.iter().any(|g| g.container.is_some());
+    let mut header = vec![
         "parent",
         "exec",
         "spawns",
@@ -294,9 +303,13 @@ pub fn summary_table(groups: &[Group]) -> String {
         "p95",
         "strategy",
         "leaked fds",
-    ]);
+    ];
+    if containers {
+        header.insert(0, "container");
+    }
+    let mut t = output::table(&header);
     for g in groups {
-        t.add_row(vec![
+        let mut row = vec![
             g.parent_comm.clone(),
             g.exec_path.clone(),
             g.spawns.to_string(),
@@ -306,7 +319,11 @@ pub fn summary_table(groups: &[Group]) -> String {
             fmt_ns(g.window_p95_ns as f64),
             g.strategy.clone(),
             g.leaked_fds.to_string(),
-        ]);
+        ];
+        if containers {
+            row.insert(0, g.container.clone().unwrap_or_default());
+        }
+        t.add_row(row);
     }
     t.to_string()
 }
@@ -552,6 +569,7 @@ mod tests {
             stdio: vec![],
             flags: SpawnFlags::empty(),
             exec_ns: 0,
+            identity: Default::default(),
             probed: close.into(),
             exec_path_cut: false,
         }
@@ -610,5 +628,28 @@ mod tests {
             table.contains("close-loop") || table.contains("none"),
             "{table}"
         );
+        assert!(!table.contains("container"), "no container column without containers");
+    }
+
+    #[test]
+    fn containers_get_a_column_and_their_own_groups() {
+        let id = "3f2a0b9c8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a";
+        let mut inside = spawn("sh", "/bin/cat", 0, 1000, 1);
+        inside.identity = crate::cgroup::Identity {
+            cgroup: Some(format!("/system.slice/docker-{id}.scope")),
+            container: crate::cgroup::parse_path(&format!("/system.slice/docker-{id}.scope")),
+            ..Default::default()
+        };
+        assert!(spawn_line(&inside).contains(" in docker:3f2a0b9c8d7e "), "{}", spawn_line(&inside));
+        let json = serde_json::to_value(&inside).unwrap();
+        assert_eq!(json["container_id"], id);
+        assert_eq!(json["container_runtime"], "docker");
+        let mut c = Collector::default();
+        c.add(&inside);
+        c.add(&spawn("sh", "/bin/cat", 0, 1000, 1));
+        let g = c.groups();
+        assert_eq!(g.len(), 2, "the container's spawns are a group of their own");
+        let table = summary_table(&g);
+        assert!(table.contains("container") && table.contains("docker:3f2a0b9c8d7e"), "{table}");
     }
 }

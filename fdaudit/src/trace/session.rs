@@ -20,7 +20,7 @@ use super::{
     decode::{self, Decoder, Event, ReadCount},
     drain::{self, Drain},
 };
-use crate::{ebpf, procfs_util, sys};
+use crate::{cgroup::Hierarchy, ebpf, procfs_util, sys};
 
 /// What to attach.
 #[derive(Debug, Clone, Default)]
@@ -31,6 +31,9 @@ pub struct SessionOptions {
     pub reads: bool,
     /// Ring buffer size in bytes; `None`: [`drain::default_ring_bytes`] for the CPUs online.
     pub ring_bytes: Option<u64>,
+    /// Also trace every process in this cgroup and below: (id, depth) on the cgroup2
+    /// hierarchy, as [`crate::cgroup::Hierarchy::id_of`] gives them.
+    pub cgroup: Option<(u64, u32)>,
 }
 
 /// Loaded and attached programs with their maps. Dropping it detaches everything.
@@ -50,6 +53,8 @@ pub struct Session {
     probe_cost_ns: f64,
     /// Untraced cost of one close() on a closed fd, ns, measured at start.
     close_cost_ns: f64,
+    /// The cgroup2 hierarchy, to name the cgroup ids of spawn records (None without cgroup2).
+    cgroups: Option<Hierarchy>,
 }
 
 impl Session {
@@ -57,6 +62,10 @@ impl Session {
     pub fn start(opts: &SessionOptions) -> Result<Session> {
         let mut config = ebpf::kernel_config().context("failed to read kernel offsets")?;
         config.reads = u32::from(opts.reads);
+        if let Some((id, level)) = opts.cgroup {
+            config.cgroup_id = id;
+            config.cgroup_level = level;
+        }
         let close_cost_ns = sys::close_cost_ns(20_000);
         let ring_bytes = opts
             .ring_bytes
@@ -95,6 +104,7 @@ impl Session {
             leaks_only: opts.leaks_only,
             probe_cost_ns: 0.0,
             close_cost_ns,
+            cgroups: Hierarchy::open(),
         };
         if !opts.leaks_only {
             session.probe_cost_ns = calibrate::probe_cost_ns(&mut session, 20_000, close_cost_ns)
@@ -196,19 +206,38 @@ impl Session {
             let raw = d.flush(Duration::from_secs(2));
             return self.decode_all(raw);
         }
-        let mut out = Vec::new();
+        let mut raw = Vec::new();
         if let Some(events) = &mut self.events {
             while let Some(item) = events.next() {
-                if let Some(ev) = self.decoder.decode(&item) {
-                    out.push(ev);
-                }
+                raw.push(item.to_vec());
             }
         }
-        out
+        self.decode_all(raw)
     }
 
     fn decode_all(&mut self, raw: Vec<Vec<u8>>) -> Vec<Event> {
-        raw.iter().filter_map(|r| self.decoder.decode(r)).collect()
+        let mut out = Vec::new();
+        for item in &raw {
+            if let Some(mut ev) = self.decoder.decode(item) {
+                if let Event::Spawn(s) = &mut ev {
+                    if let (Some(id), Some(h)) = (s.identity.cgroup_id, &mut self.cgroups) {
+                        s.identity = h.identity(id, s.pid);
+                    }
+                    // Picked up at its exec by `--cgroup` (its fork was not seen): the parent
+                    // from /proc while the process runs.
+                    if s.parent_pid == 0 {
+                        if let Some(pp) = procfs_util::parent_of(s.pid) {
+                            s.parent_pid = pp;
+                            s.parent_comm = std::fs::read_to_string(format!("/proc/{pp}/comm"))
+                                .map(|c| c.trim_end().to_owned())
+                                .unwrap_or_default();
+                        }
+                    }
+                }
+                out.push(ev);
+            }
+        }
+        out
     }
 
     /// The kernel's own counters, summed over CPUs.

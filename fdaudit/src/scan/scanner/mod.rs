@@ -99,6 +99,10 @@ pub struct ProcReport {
     pub max_fd: Option<u32>,
     /// Fds without close-on-exec, 0-2 included.
     pub no_cloexec: u32,
+    /// Fds >= 3 without close-on-exec: what a child that does not close fds inherits.
+    pub inheritable: u32,
+    /// cgroup and container (from PID/cgroup) and pid in its own namespace (from NSpid).
+    pub identity: crate::cgroup::Identity,
     /// Fds listed but gone before they could be read.
     pub vanished_fds: u32,
     /// Fds whose fdinfo was malformed or unreadable (close-on-exec unknown).

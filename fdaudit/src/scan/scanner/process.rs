@@ -64,7 +64,10 @@ impl Scanner<'_> {
             rep.fd_count += 1;
             rep.max_fd = Some(fd);
             match cloexec {
-                Some(false) => rep.no_cloexec += 1,
+                Some(false) => {
+                    rep.no_cloexec += 1;
+                    rep.inheritable += u32::from(fd >= 3);
+                }
                 None => rep.unknown_fds += 1,
                 Some(true) => {}
             }
@@ -98,6 +101,12 @@ impl Scanner<'_> {
             Err(e) if is_vanished(&e) => return Err(Skip::Vanished),
             Err(_) => None,
         };
+        let cgroup = match at::read_file_at(raw(pid_dir), c"cgroup", &mut s.file) {
+            Ok(()) => Some(String::from_utf8_lossy(&s.file).into_owned()),
+            Err(_) => None,
+        };
+        let mut identity = crate::cgroup::Identity::from_proc(h.pid, cgroup.as_deref(), None);
+        identity.ns_pid = h.status.ns_pid.filter(|&n| n != h.pid);
         let comm = escape_bytes(h.status.name.as_deref().unwrap_or(b"?"));
         let mut rep = ProcReport {
             pid: h.pid,
@@ -108,6 +117,8 @@ impl Scanner<'_> {
             fd_count: 0,
             max_fd: None,
             no_cloexec: 0,
+            inheritable: 0,
+            identity,
             vanished_fds: 0,
             unknown_fds: 0,
             fds: Vec::with_capacity(if self.cfg.full_fds { s.fds.len() } else { 0 }),

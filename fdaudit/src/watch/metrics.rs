@@ -1,0 +1,436 @@
+//! `watch`'s metrics: spawn records and scan results folded into Prometheus families with
+//! bounded cardinality.
+//!
+//! Labels say where a spawn happened and what it ran — container (or cgroup), parent and
+//! child executable, closing strategy — never a pid or an argument vector, so the series
+//! count follows the number of services, not of processes. Even so a node running throwaway
+//! executables (`/tmp/tmp.XXXX/script`) could make new label sets without end: past
+//! `max_series` distinct label sets, new ones are folded into one set whose labels are all
+//! [`OVERFLOW`], and `fdaudit_series_overflow_total` counts what was folded.
+
+use std::collections::HashSet;
+
+use prometheus_client::{
+    encoding::EncodeLabelSet,
+    metrics::{
+        counter::Counter,
+        family::Family,
+        gauge::Gauge,
+        histogram::{exponential_buckets, Histogram},
+    },
+    registry::Registry,
+};
+
+/// Value of every label of the label set that takes what exceeds the cap.
+pub const OVERFLOW: &str = "_overflow";
+/// Default cap on distinct spawn label sets.
+pub const DEFAULT_MAX_SERIES: usize = 2000;
+
+/// Where a spawn happened and what it ran.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SpawnLabels {
+    /// The container id ("" outside containers).
+    pub container_id: String,
+    /// The cgroup path on the unified hierarchy ("" when unknown).
+    pub cgroup: String,
+    /// The parent's command name.
+    pub parent: String,
+    /// The child's executable's file name.
+    pub child: String,
+    /// How the child closed fds before exec ("unknown" with --leaks-only).
+    pub strategy: String,
+}
+
+impl SpawnLabels {
+    fn overflow() -> Self {
+        SpawnLabels {
+            container_id: OVERFLOW.into(),
+            cgroup: OVERFLOW.into(),
+            parent: OVERFLOW.into(),
+            child: OVERFLOW.into(),
+            strategy: OVERFLOW.into(),
+        }
+    }
+}
+
+/// Labels of the window histogram: fewer than a spawn's, since each histogram label set is
+/// 14 series (11 buckets, +Inf, sum, count). Derived from admitted spawn label sets, so the
+/// cap bounds them too.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WindowLabels {
+    container_id: String,
+    cgroup: String,
+    strategy: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LeakLabels {
+    container_id: String,
+    cgroup: String,
+    parent: String,
+    child: String,
+    strategy: String,
+    /// The leaked fd's kind (regular, pipe, socket, eventfd, ...).
+    kind: String,
+}
+
+/// Labels of scan gauges: a process's container and executable.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProcessLabels {
+    pub container_id: String,
+    pub cgroup: String,
+    pub exe: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SeverityLabels {
+    severity: String,
+}
+
+/// What the metrics need from one spawn record.
+#[derive(Debug, Clone)]
+pub struct SpawnObservation {
+    pub labels: SpawnLabels,
+    /// Kind of each leaked fd (one entry per fd; truncated lists are topped up by the caller).
+    pub leaked_kinds: Vec<String>,
+    /// close() calls between fork and exec; `None` with --leaks-only.
+    pub close_calls: Option<u64>,
+    /// Fork to exec, seconds; `None` when the fork was not seen.
+    pub window_seconds: Option<f64>,
+}
+
+/// What the metrics need from one scanned process.
+#[derive(Debug, Clone)]
+pub struct ProcessObservation {
+    pub labels: ProcessLabels,
+    pub inheritable_fds: u64,
+    pub nofile_soft: Option<u64>,
+}
+
+/// Every metric `watch` exports, with the registry that encodes them.
+pub struct Metrics {
+    registry: Registry,
+    max_series: usize,
+    admitted: HashSet<SpawnLabels>,
+    admitted_processes: HashSet<ProcessLabels>,
+    spawns: Family<SpawnLabels, Counter>,
+    spawns_with_leaks: Family<SpawnLabels, Counter>,
+    leaked_fds: Family<LeakLabels, Counter>,
+    close_calls: Family<SpawnLabels, Counter>,
+    window: Family<WindowLabels, Histogram, fn() -> Histogram>,
+    lost_records: Counter,
+    untracked_forks: Counter,
+    overflow: Counter,
+    inheritable_fds: Family<ProcessLabels, Gauge>,
+    nofile_soft: Family<ProcessLabels, Gauge>,
+    findings: Family<SeverityLabels, Gauge>,
+    scans: Counter,
+    kernel_seen: (u64, u64),
+}
+
+fn window_histogram() -> Histogram {
+    // 10 µs .. ~10 s by factors of 4: a posix_spawn, a fork+exec, a close loop to 2^20.
+    Histogram::new(exponential_buckets(1e-5, 4.0, 11))
+}
+
+impl Metrics {
+    pub fn new(max_series: usize) -> Metrics {
+        let mut registry = Registry::with_prefix("fdaudit");
+        let m = Metrics {
+            max_series,
+            admitted: HashSet::new(),
+            admitted_processes: HashSet::new(),
+            spawns: Family::default(),
+            spawns_with_leaks: Family::default(),
+            leaked_fds: Family::default(),
+            close_calls: Family::default(),
+            window: Family::new_with_constructor(window_histogram),
+            lost_records: Counter::default(),
+            untracked_forks: Counter::default(),
+            overflow: Counter::default(),
+            inheritable_fds: Family::default(),
+            nofile_soft: Family::default(),
+            findings: Family::default(),
+            scans: Counter::default(),
+            kernel_seen: (0, 0),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "spawns",
+            "Processes that completed an exec (spawns)",
+            m.spawns.clone(),
+        );
+        registry.register(
+            "spawns_with_leaks",
+            "Spawns whose new image inherited at least one fd >= 3",
+            m.spawns_with_leaks.clone(),
+        );
+        registry.register(
+            "leaked_fds",
+            "File descriptors >= 3 that crossed execve, by kind",
+            m.leaked_fds.clone(),
+        );
+        registry.register(
+            "preexec_close_calls",
+            "close() calls made between fork and exec (not counted with --leaks-only)",
+            m.close_calls.clone(),
+        );
+        registry.register(
+            "spawn_window_seconds",
+            "Time from fork to exec of a spawn, probes included",
+            m.window.clone(),
+        );
+        registry.register(
+            "lost_records",
+            "Spawn and exit records the kernel could not hand over (ring buffer full)",
+            m.lost_records.clone(),
+        );
+        registry.register(
+            "untracked_forks",
+            "Forks not followed because the kernel's process table was full",
+            m.untracked_forks.clone(),
+        );
+        registry.register(
+            "series_overflow",
+            "Spawns folded into the _overflow label set because the label-set cap was reached",
+            m.overflow.clone(),
+        );
+        registry.register(
+            "inheritable_fds",
+            "fds >= 3 without close-on-exec held by processes, at the last scan",
+            m.inheritable_fds.clone(),
+        );
+        registry.register(
+            "nofile_soft",
+            "Highest RLIMIT_NOFILE soft limit among processes, at the last scan",
+            m.nofile_soft.clone(),
+        );
+        registry.register(
+            "findings",
+            "Scan findings at the last scan, by severity",
+            m.findings.clone(),
+        );
+        registry.register("scans", "Scans of /proc completed", m.scans.clone());
+        Metrics { registry, ..m }
+    }
+
+    /// The label set to count under: `labels` when it is known or there is room, else the
+    /// overflow set (counted).
+    fn admit(&mut self, labels: SpawnLabels) -> SpawnLabels {
+        if self.admitted.contains(&labels) {
+            return labels;
+        }
+        if self.admitted.len() < self.max_series {
+            self.admitted.insert(labels.clone());
+            return labels;
+        }
+        self.overflow.inc();
+        SpawnLabels::overflow()
+    }
+
+    pub fn observe_spawn(&mut self, obs: SpawnObservation) {
+        let l = self.admit(obs.labels);
+        self.spawns.get_or_create(&l).inc();
+        if !obs.leaked_kinds.is_empty() {
+            self.spawns_with_leaks.get_or_create(&l).inc();
+        }
+        for kind in obs.leaked_kinds {
+            // Kinds are a closed set (fdkind::FdKind), so this multiplies series by at most it.
+            let ll = LeakLabels {
+                container_id: l.container_id.clone(),
+                cgroup: l.cgroup.clone(),
+                parent: l.parent.clone(),
+                child: l.child.clone(),
+                strategy: l.strategy.clone(),
+                kind,
+            };
+            self.leaked_fds.get_or_create(&ll).inc();
+        }
+        if let Some(c) = obs.close_calls {
+            self.close_calls.get_or_create(&l).inc_by(c);
+        }
+        if let Some(w) = obs.window_seconds {
+            let wl = WindowLabels {
+                container_id: l.container_id.clone(),
+                cgroup: l.cgroup.clone(),
+                strategy: l.strategy.clone(),
+            };
+            self.window.get_or_create(&wl).observe(w);
+        }
+    }
+
+    /// The kernel's own totals since the programs were loaded (lost records, untracked forks):
+    /// the counters advance by what is new.
+    pub fn set_kernel_totals(&mut self, lost_records: u64, untracked_forks: u64) {
+        let (lost0, forks0) = self.kernel_seen;
+        self.lost_records.inc_by(lost_records.saturating_sub(lost0));
+        self.untracked_forks
+            .inc_by(untracked_forks.saturating_sub(forks0));
+        self.kernel_seen = (lost_records.max(lost0), untracked_forks.max(forks0));
+    }
+
+    /// Replaces the scan gauges with one scan's results. Processes are summed (fds) or maxed
+    /// (limits) per label set; label sets past the cap go to the overflow set.
+    pub fn set_scan(&mut self, processes: &[ProcessObservation], findings: &[(String, u64)]) {
+        self.inheritable_fds.clear();
+        self.nofile_soft.clear();
+        self.findings.clear();
+        // Scans replace each other: only this scan's label sets count against the cap.
+        self.admitted_processes.clear();
+        for p in processes {
+            let labels = if self.admitted_processes.contains(&p.labels)
+                || self.admitted_processes.len() < self.max_series
+            {
+                self.admitted_processes.insert(p.labels.clone());
+                p.labels.clone()
+            } else {
+                ProcessLabels {
+                    container_id: OVERFLOW.into(),
+                    cgroup: OVERFLOW.into(),
+                    exe: OVERFLOW.into(),
+                }
+            };
+            self.inheritable_fds
+                .get_or_create(&labels)
+                .inc_by(i64::try_from(p.inheritable_fds).unwrap_or(i64::MAX));
+            if let Some(n) = p.nofile_soft {
+                let g = self.nofile_soft.get_or_create(&labels);
+                let n = i64::try_from(n).unwrap_or(i64::MAX);
+                if n > g.get() {
+                    g.set(n);
+                }
+            }
+        }
+        for (severity, n) in findings {
+            self.findings
+                .get_or_create(&SeverityLabels {
+                    severity: severity.clone(),
+                })
+                .set(i64::try_from(*n).unwrap_or(i64::MAX));
+        }
+        self.scans.inc();
+    }
+
+    /// OpenMetrics text (ends with `# EOF`).
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String does not fail");
+        out
+    }
+
+    /// Distinct spawn label sets currently exported (at most the cap, plus the overflow set).
+    pub fn spawn_series(&self) -> usize {
+        self.admitted.len() + usize::from(self.overflow.get() > 0)
+    }
+}
+
+/// Content type of [`Metrics::encode`]'s output.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(container: &str, child: &str) -> SpawnLabels {
+        SpawnLabels {
+            container_id: container.into(),
+            cgroup: format!("/system.slice/docker-{container}.scope"),
+            parent: "sh".into(),
+            child: child.into(),
+            strategy: "none".into(),
+        }
+    }
+
+    fn spawn(container: &str, child: &str, kinds: &[&str]) -> SpawnObservation {
+        SpawnObservation {
+            labels: labels(container, child),
+            leaked_kinds: kinds.iter().map(|k| k.to_string()).collect(),
+            close_calls: Some(5),
+            window_seconds: Some(0.002),
+        }
+    }
+
+    fn value(text: &str, prefix: &str) -> Option<f64> {
+        text.lines()
+            .find(|l| l.starts_with(prefix))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+    }
+
+    #[test]
+    fn spawns_leaks_and_windows_are_counted_per_label_set() {
+        let mut m = Metrics::new(10);
+        m.observe_spawn(spawn("abc", "cat", &["file", "file", "socket-inet"]));
+        m.observe_spawn(spawn("abc", "cat", &[]));
+        m.observe_spawn(spawn("def", "ls", &["pipe"]));
+        m.set_kernel_totals(3, 0);
+        m.set_kernel_totals(5, 1);
+        let t = m.encode();
+        let sel = r#"{container_id="abc",cgroup="/system.slice/docker-abc.scope",parent="sh",child="cat",strategy="none""#;
+        assert_eq!(value(&t, &format!("fdaudit_spawns_total{sel}}}")), Some(2.0), "{t}");
+        assert_eq!(value(&t, &format!("fdaudit_spawns_with_leaks_total{sel}}}")), Some(1.0));
+        assert_eq!(value(&t, &format!("fdaudit_leaked_fds_total{sel},kind=\"file\"}}")), Some(2.0));
+        assert_eq!(
+            value(&t, &format!("fdaudit_leaked_fds_total{sel},kind=\"socket-inet\"}}")),
+            Some(1.0)
+        );
+        assert_eq!(value(&t, &format!("fdaudit_preexec_close_calls_total{sel}}}")), Some(10.0));
+        let wsel = r#"{container_id="abc",cgroup="/system.slice/docker-abc.scope",strategy="none"}"#;
+        assert_eq!(value(&t, &format!("fdaudit_spawn_window_seconds_count{wsel}")), Some(2.0), "{t}");
+        assert_eq!(value(&t, "fdaudit_lost_records_total"), Some(5.0));
+        assert_eq!(value(&t, "fdaudit_untracked_forks_total"), Some(1.0));
+        assert_eq!(value(&t, "fdaudit_series_overflow_total"), Some(0.0));
+        assert!(t.ends_with("# EOF\n"));
+        assert!(!t.contains("pid="), "no per-process labels");
+    }
+
+    #[test]
+    fn label_sets_past_the_cap_fold_into_overflow() {
+        let mut m = Metrics::new(3);
+        for i in 0..1000 {
+            m.observe_spawn(spawn("c", &format!("tmp{i}"), &["file"]));
+        }
+        // 3 admitted + the overflow set; the first ones keep counting.
+        assert_eq!(m.spawn_series(), 4);
+        m.observe_spawn(spawn("c", "tmp0", &[]));
+        let t = m.encode();
+        assert_eq!(value(&t, "fdaudit_series_overflow_total"), Some(997.0));
+        let over = r#"fdaudit_spawns_total{container_id="_overflow",cgroup="_overflow",parent="_overflow",child="_overflow",strategy="_overflow"}"#;
+        assert_eq!(value(&t, over), Some(997.0), "{t}");
+        assert!(t.contains(r#"child="tmp0""#) && !t.contains(r#"child="tmp3""#));
+        assert_eq!(t.matches("fdaudit_spawns_total{").count(), 4);
+    }
+
+    #[test]
+    fn scans_replace_the_gauges() {
+        let mut m = Metrics::new(2);
+        let p = |exe: &str, fds, lim| ProcessObservation {
+            labels: ProcessLabels {
+                container_id: String::new(),
+                cgroup: "/".into(),
+                exe: exe.into(),
+            },
+            inheritable_fds: fds,
+            nofile_soft: Some(lim),
+        };
+        m.set_scan(
+            &[p("nginx", 3, 1024), p("nginx", 4, 65536), p("a", 1, 1), p("b", 1, 1)],
+            &[("high".into(), 2), ("low".into(), 5)],
+        );
+        let t = m.encode();
+        let sel = r#"{container_id="",cgroup="/",exe="nginx"}"#;
+        assert_eq!(value(&t, &format!("fdaudit_inheritable_fds{sel}")), Some(7.0), "{t}");
+        assert_eq!(value(&t, &format!("fdaudit_nofile_soft{sel}")), Some(65536.0));
+        assert_eq!(
+            value(&t, r#"fdaudit_inheritable_fds{container_id="_overflow",cgroup="_overflow",exe="_overflow"}"#),
+            Some(1.0)
+        );
+        assert_eq!(value(&t, r#"fdaudit_findings{severity="high"}"#), Some(2.0));
+        m.set_scan(&[p("a", 0, 1)], &[]);
+        let t = m.encode();
+        assert!(!t.contains("nginx"), "the previous scan's series are gone: {t}");
+        assert!(!t.contains("severity="));
+        assert_eq!(value(&t, "fdaudit_scans_total"), Some(2.0));
+    }
+}

@@ -1,0 +1,489 @@
+//! `fdaudit watch`: a long-running node agent. Traces every spawn on the host (or in one
+//! cgroup), scans /proc now and then, and exports what it saw as Prometheus metrics: on
+//! `--listen` (OpenMetrics over HTTP) and/or as a node_exporter textfile.
+
+pub mod metrics;
+
+use std::{
+    io::Write as _,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    sync::{
+        atomic::{AtomicBool, AtomicI32, Ordering},
+        Arc, Mutex,
+    },
+    time::{Duration, Instant},
+};
+
+use anyhow::{bail, Context as _, Result};
+
+use crate::{
+    scan::{self, Severity},
+    trace::{
+        decode::{Event, Spawn},
+        session::{Session, SessionOptions},
+    },
+};
+use metrics::{Metrics, ProcessLabels, ProcessObservation, SpawnLabels, SpawnObservation};
+
+/// Arguments of `fdaudit watch`.
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Runs until SIGTERM or SIGINT (exit status 0, every program detached). SIGHUP \
+rewrites the --textfile at once, reopening its directory."
+)]
+pub struct WatchArgs {
+    /// Serve OpenMetrics on this address at /metrics.
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:9749")]
+    pub listen: SocketAddr,
+
+    /// Do not serve HTTP (use with --textfile).
+    #[arg(long, conflicts_with = "listen", requires = "textfile")]
+    pub no_listen: bool,
+
+    /// Also write the metrics to DIR/fdaudit.prom for node_exporter's textfile collector
+    /// (written to a temporary file, then renamed over the old one).
+    #[arg(long, value_name = "DIR")]
+    pub textfile: Option<PathBuf>,
+
+    /// Seconds between textfile writes.
+    #[arg(long, value_name = "SECONDS", default_value_t = 15.0)]
+    pub textfile_interval: f64,
+
+    /// Only spawns in this cgroup and the cgroups below it (a path on the cgroup2
+    /// hierarchy or under its mount point); default: the whole host.
+    #[arg(long, value_name = "PATH")]
+    pub cgroup: Option<PathBuf>,
+
+    /// Also trace the syscalls between fork and exec: close counts and strategies (attaches
+    /// the syscall tracepoints to the whole host; see the README's trace overhead). Default:
+    /// leaks only, the scheduler tracepoints alone.
+    #[arg(long)]
+    pub full: bool,
+
+    /// Seconds between scans of /proc (inheritable fds, findings, NOFILE limits); 0: none.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60.0)]
+    pub scan_interval: f64,
+
+    /// Cap on distinct spawn label sets (and, apart, on scan label sets); spawns beyond it
+    /// are counted under `_overflow` labels and in fdaudit_series_overflow_total.
+    #[arg(long, value_name = "N", default_value_t = metrics::DEFAULT_MAX_SERIES)]
+    pub max_series: usize,
+
+    /// Stop after this many seconds (tests, measurements).
+    #[arg(long, value_name = "SECONDS")]
+    pub duration: Option<f64>,
+}
+
+static STOP: AtomicI32 = AtomicI32::new(0);
+static HUP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop(sig: libc::c_int) {
+    STOP.store(sig, Ordering::SeqCst);
+}
+
+extern "C" fn on_hup(_sig: libc::c_int) {
+    HUP.store(true, Ordering::SeqCst);
+}
+
+fn install_signal_handlers() {
+    let handlers: [(libc::c_int, extern "C" fn(libc::c_int)); 3] = [
+        (libc::SIGINT, on_stop),
+        (libc::SIGTERM, on_stop),
+        (libc::SIGHUP, on_hup),
+    ];
+    for (sig, handler) in handlers {
+        // SAFETY: the handlers only store to atomics, which is async-signal-safe. No
+        // SA_RESTART: the ring-buffer poll returns at once with EINTR.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = handler as *const () as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
+/// The metric labels and values of one spawn. Pure: unit-tested with made-up spawns.
+pub fn observation(s: &Spawn, leaks_only: bool) -> SpawnObservation {
+    let child = s
+        .exec_path
+        .rsplit('/')
+        .next()
+        .filter(|n| !n.is_empty())
+        .unwrap_or("?");
+    let mut leaked_kinds: Vec<String> = s
+        .leaked_fds
+        .iter()
+        .map(|f| f.kind.as_str().to_owned())
+        .collect();
+    // A truncated list: the rest are counted, of unknown kind.
+    leaked_kinds.resize(
+        leaked_kinds.len().max(s.leaked_count as usize),
+        "unknown".into(),
+    );
+    SpawnObservation {
+        labels: SpawnLabels {
+            container_id: s.identity.container.container_id.clone().unwrap_or_default(),
+            cgroup: s.identity.cgroup.clone().unwrap_or_default(),
+            parent: s.parent_comm.clone(),
+            child: if s.exec_ok { child.to_owned() } else { "(exec failed)".into() },
+            strategy: s.strategy.as_str().to_owned(),
+        },
+        leaked_kinds,
+        close_calls: (!leaks_only).then_some(s.calls.close_calls),
+        window_seconds: (s.window_ns > 0).then(|| s.window_ns as f64 / 1e9),
+    }
+}
+
+/// OpenMetrics text turned into the Prometheus text format 0.0.4 that node_exporter's
+/// textfile collector and older scrapers read: counters are named with their `_total`
+/// suffix in HELP and TYPE, and the `# EOF` and `# UNIT` lines go.
+pub fn prometheus_text(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let renamed = ["# HELP ", "# TYPE "].iter().find_map(|p| {
+            let rest = line.strip_prefix(p)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters
+                .contains(name)
+                .then(|| format!("{p}{name}_total {tail}"))
+        });
+        out.push_str(renamed.as_deref().unwrap_or(line));
+        out.push('\n');
+    }
+    out
+}
+
+/// Writes `text` to DIR/fdaudit.prom atomically: a temporary file in DIR, then rename.
+pub fn write_textfile(dir: &Path, text: &str) -> Result<()> {
+    let tmp = dir.join(format!(".fdaudit.prom.{}", std::process::id()));
+    let fin = dir.join("fdaudit.prom");
+    let res = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_data()?;
+        std::fs::rename(&tmp, &fin)
+    })();
+    if res.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    res.with_context(|| format!("failed to write {}", fin.display()))
+}
+
+/// Serves /metrics until `stop`; OpenMetrics when the client accepts it, else text 0.0.4.
+fn serve(server: tiny_http::Server, metrics: Arc<Mutex<Metrics>>, stop: Arc<AtomicBool>) {
+    while !stop.load(Ordering::Relaxed) {
+        let req = match server.recv_timeout(Duration::from_millis(200)) {
+            Ok(Some(r)) => r,
+            Ok(None) => continue,
+            Err(_) => continue,
+        };
+        let path = req.url().split('?').next().unwrap_or("");
+        let resp = if path == "/metrics" {
+            let openmetrics = req.headers().iter().any(|h| {
+                h.field.equiv("Accept") && h.value.as_str().contains("application/openmetrics-text")
+            });
+            let text = metrics.lock().unwrap_or_else(|p| p.into_inner()).encode();
+            let (body, ct) = if openmetrics {
+                (text, metrics::CONTENT_TYPE)
+            } else {
+                (prometheus_text(&text), "text/plain; version=0.0.4; charset=utf-8")
+            };
+            tiny_http::Response::from_string(body).with_header(
+                tiny_http::Header::from_bytes("Content-Type", ct).expect("a valid header"),
+            )
+        } else {
+            tiny_http::Response::from_string("fdaudit: metrics are at /metrics\n")
+                .with_status_code(404)
+        };
+        let _ = req.respond(resp);
+    }
+}
+
+/// One scan of /proc folded into the metrics' gauges.
+fn scan_once(metrics: &Mutex<Metrics>, close_ns: f64) -> Result<()> {
+    let cfg = scan::ScanOptions {
+        root: "/proc".into(),
+        pids: None,
+        uid: None,
+        full_fds: false,
+        close_ns,
+        threads: 1,
+        stop: Default::default(),
+    };
+    const SEVERITIES: [Severity; 5] = [
+        Severity::Info,
+        Severity::Low,
+        Severity::Medium,
+        Severity::High,
+        Severity::Critical,
+    ];
+    let found = Mutex::new((Vec::new(), [0u64; SEVERITIES.len()]));
+    let severity_index = |s: Severity| SEVERITIES.iter().position(|&x| x == s).unwrap_or(0);
+    let outcome = scan::scan(
+        &cfg,
+        |r| {
+            let obs = ProcessObservation {
+                labels: ProcessLabels {
+                    container_id: r.identity.container.container_id.clone().unwrap_or_default(),
+                    cgroup: r.identity.cgroup.clone().unwrap_or_default(),
+                    exe: r.comm.clone(),
+                },
+                inheritable_fds: u64::from(r.inheritable),
+                nofile_soft: r.nofile.and_then(|l| l.soft),
+            };
+            let sev: Vec<Severity> = r.findings.iter().map(|f| f.severity).collect();
+            (obs, sev)
+        },
+        |(obs, sev)| {
+            let mut g = found.lock().unwrap_or_else(|p| p.into_inner());
+            g.0.push(obs);
+            for s in sev {
+                g.1[severity_index(s)] += 1;
+            }
+        },
+    )
+    .context("failed to scan /proc")?;
+    let (procs, mut counts) = found.into_inner().unwrap_or_else(|p| p.into_inner());
+    for f in &outcome.shared {
+        counts[severity_index(f.severity)] += 1;
+    }
+    let findings: Vec<(String, u64)> = SEVERITIES
+        .into_iter()
+        .map(|s| (s.as_str().to_owned(), counts[severity_index(s)]))
+        .collect();
+    metrics
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .set_scan(&procs, &findings);
+    Ok(())
+}
+
+pub fn run(args: WatchArgs) -> Result<u8> {
+    if let Some(dir) = &args.textfile {
+        if !dir.is_dir() {
+            bail!(
+                "--textfile {}: not a directory; give node_exporter's --collector.textfile.directory",
+                dir.display()
+            );
+        }
+    }
+    for (name, v) in [
+        ("--scan-interval", args.scan_interval),
+        ("--textfile-interval", args.textfile_interval),
+    ] {
+        if !v.is_finite() || v < 0.0 {
+            bail!("{name} {v}: give a number of seconds, 0 or more");
+        }
+    }
+    if args.max_series == 0 {
+        bail!("--max-series 0: give at least 1");
+    }
+    // Everything that can fail on bad input fails before a program is loaded.
+    let server = if args.no_listen {
+        None
+    } else {
+        Some(
+            tiny_http::Server::http(args.listen)
+                .map_err(|e| anyhow::anyhow!("{e}"))
+                .with_context(|| {
+                    format!(
+                        "failed to listen on {}: is another fdaudit watch running? pick another --listen",
+                        args.listen
+                    )
+                })?,
+        )
+    };
+    let hierarchy = crate::cgroup::Hierarchy::open();
+    let filter = match (&args.cgroup, &hierarchy) {
+        (Some(p), _) => {
+            let f = crate::cgroup::Followed::find(p)?;
+            Some((f.id, f.level, f.path))
+        }
+        // The whole host: every process is below the root cgroup.
+        (None, Some(h)) => {
+            let (id, _) = h
+                .id_of(h.root())
+                .with_context(|| format!("failed to stat {}", h.root().display()))?;
+            Some((id, 0, "/".to_owned()))
+        }
+        (None, None) => None,
+    };
+    install_signal_handlers();
+    let opts = SessionOptions {
+        leaks_only: !args.full,
+        reads: false,
+        cgroup: filter.as_ref().map(|f| (f.0, f.1)),
+        ..Default::default()
+    };
+    let mut session = Session::start(&opts)?;
+    if filter.is_none() {
+        // No cgroup2 to filter on: follow init's tree (kernel usermode helpers are missed).
+        session.track_tree(1).context("failed to trace PID 1's tree")?;
+    }
+    let metrics = Arc::new(Mutex::new(Metrics::new(args.max_series)));
+    let stop_http = Arc::new(AtomicBool::new(false));
+    let http = server.map(|s| {
+        let (m, stop) = (metrics.clone(), stop_http.clone());
+        std::thread::spawn(move || serve(s, m, stop))
+    });
+    crate::diag!(
+        "fdaudit: watching {}{}; {}",
+        match &filter {
+            Some((_, _, p)) if p != "/" => format!("cgroup {p}"),
+            _ => "the whole host".into(),
+        },
+        if args.full { "" } else { " (leaks only)" },
+        if args.no_listen {
+            "no HTTP listener".to_owned()
+        } else {
+            format!("metrics on http://{}/metrics", args.listen)
+        }
+    );
+
+    let result = watch_loop(&args, &mut session, &metrics);
+    drop(session); // detach every program before anything else
+    stop_http.store(true, Ordering::Relaxed);
+    if let Some(h) = http {
+        let _ = h.join();
+    }
+    result?;
+    if let Some(dir) = &args.textfile {
+        let text = metrics.lock().unwrap_or_else(|p| p.into_inner()).encode();
+        write_textfile(dir, &prometheus_text(&text))?;
+    }
+    if STOP.load(Ordering::SeqCst) != 0 {
+        crate::diag!("fdaudit: stopped, every program detached");
+    }
+    Ok(0)
+}
+
+fn watch_loop(args: &WatchArgs, session: &mut Session, metrics: &Arc<Mutex<Metrics>>) -> Result<()> {
+    let leaks_only = !args.full;
+    let start = Instant::now();
+    let deadline = args.duration.map(|s| start + Duration::from_secs_f64(s.max(0.0)));
+    let close_ns = crate::sys::close_cost_ns(10_000);
+    let scan_every = (args.scan_interval > 0.0).then(|| Duration::from_secs_f64(args.scan_interval));
+    let text_every = Duration::from_secs_f64(args.textfile_interval.max(1.0));
+    let mut next_scan = Instant::now();
+    let mut next_text = Instant::now() + text_every;
+    let mut next_stats = Instant::now();
+    let mut scanner: Option<std::thread::JoinHandle<Result<()>>> = None;
+    loop {
+        let events = session.poll(Duration::from_millis(200))?;
+        {
+            let mut m = metrics.lock().unwrap_or_else(|p| p.into_inner());
+            for ev in events {
+                match ev {
+                    Event::Spawn(s) => m.observe_spawn(observation(&s, leaks_only)),
+                    Event::Exit(e) => {
+                        if let Some(s) = e.failed_spawn {
+                            m.observe_spawn(observation(&s, leaks_only));
+                        }
+                    }
+                }
+            }
+        }
+        let now = Instant::now();
+        if now >= next_stats {
+            let st = session.stats()?;
+            metrics
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .set_kernel_totals(st.lost_records, st.tracked_full);
+            next_stats = now + Duration::from_secs(1);
+        }
+        if let Some(every) = scan_every {
+            if scanner.as_ref().is_some_and(|h| h.is_finished()) {
+                if let Err(e) = scanner.take().expect("checked").join().expect("scan thread") {
+                    crate::diag!("warning: {e:#}");
+                }
+            }
+            if now >= next_scan && scanner.is_none() {
+                let m = metrics.clone();
+                scanner = Some(std::thread::spawn(move || scan_once(&m, close_ns)));
+                next_scan = now + every;
+            }
+        }
+        if let Some(dir) = &args.textfile {
+            let hup = HUP.swap(false, Ordering::SeqCst);
+            if hup || now >= next_text {
+                if hup {
+                    crate::diag!("fdaudit: SIGHUP: rewriting {}/fdaudit.prom", dir.display());
+                }
+                let text = metrics.lock().unwrap_or_else(|p| p.into_inner()).encode();
+                // A vanished directory is reported and retried, not fatal: it may be remounted.
+                if let Err(e) = write_textfile(dir, &prometheus_text(&text)) {
+                    crate::diag!("warning: {e:#}");
+                }
+                next_text = now + text_every;
+            }
+        }
+        if STOP.load(Ordering::SeqCst) != 0 || deadline.is_some_and(|d| now >= d) {
+            break;
+        }
+    }
+    if let Some(h) = scanner {
+        let _ = h.join();
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prometheus_text_names_counters_with_total() {
+        let mut m = Metrics::new(5);
+        m.observe_spawn(SpawnObservation {
+            labels: SpawnLabels {
+                container_id: "c".into(),
+                cgroup: "/x".into(),
+                parent: "sh".into(),
+                child: "cat".into(),
+                strategy: "none".into(),
+            },
+            leaked_kinds: vec!["regular".into()],
+            close_calls: None,
+            window_seconds: Some(1e-4),
+        });
+        let om = m.encode();
+        assert!(om.contains("# TYPE fdaudit_spawns counter\n"), "{om}");
+        let text = prometheus_text(&om);
+        assert!(text.contains("# TYPE fdaudit_spawns_total counter\n"), "{text}");
+        assert!(text.contains("# HELP fdaudit_spawns_total "), "{text}");
+        assert!(text.contains("# TYPE fdaudit_spawn_window_seconds histogram\n"));
+        assert!(!text.contains("# EOF") && !text.contains("# UNIT"));
+        assert_eq!(
+            om.lines().filter(|l| !l.starts_with('#')).count(),
+            text.lines().filter(|l| !l.starts_with('#')).count(),
+            "samples are unchanged"
+        );
+    }
+
+    #[test]
+    fn textfile_is_replaced_atomically() {
+        let dir = std::env::temp_dir().join(format!("fdaudit-tf-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        write_textfile(&dir, "a 1\n").unwrap();
+        write_textfile(&dir, "a 2\n").unwrap();
+        let names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["fdaudit.prom"], "no temporary file is left");
+        assert_eq!(std::fs::read_to_string(dir.join("fdaudit.prom")).unwrap(), "a 2\n");
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(write_textfile(&dir, "a 3\n").is_err(), "a missing directory is an error");
+    }
+}

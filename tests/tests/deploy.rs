@@ -1,0 +1,163 @@
+//! The deployment files are valid: the systemd unit for `systemd-analyze verify`, the
+//! Kubernetes manifest for a schema validator with the Kubernetes OpenAPI schemas bundled
+//! (`kubernetes-validate` from PyPI, offline; installed by .ci/setup).
+
+use std::{path::PathBuf, process::Command};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ is in the workspace")
+        .to_path_buf()
+}
+
+/// Runs `systemd-analyze verify` on `unit_text` installed as fdaudit.service with
+/// ExecStart pointing at the fdaudit under test: (success, stderr).
+fn verify_unit(unit_text: &str) -> (bool, String) {
+    let dir = std::env::temp_dir().join(format!("fdaudit-unit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("failed to create a temp dir");
+    let unit = dir.join("fdaudit.service");
+    let exe = fdaudit_tests::fdaudit();
+    let text = unit_text.replace("/usr/local/bin/fdaudit", &exe.to_string_lossy());
+    std::fs::write(&unit, text).expect("failed to write the unit");
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&unit)
+        .output()
+        .expect("failed to run systemd-analyze (package systemd)");
+    std::fs::remove_dir_all(&dir).ok();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn systemd_unit_verifies_cleanly() {
+    let text = std::fs::read_to_string(repo().join("deploy/fdaudit.service"))
+        .expect("deploy/fdaudit.service exists");
+    let (ok, stderr) = verify_unit(&text);
+    assert!(ok && stderr.trim().is_empty(), "systemd-analyze verify: {stderr}");
+    // The capabilities are the four tracing and /proc reading need, and nothing else.
+    let caps = text
+        .lines()
+        .find_map(|l| l.strip_prefix("CapabilityBoundingSet="))
+        .expect("the unit bounds capabilities");
+    let mut caps: Vec<&str> = caps.split_whitespace().collect();
+    caps.sort();
+    assert_eq!(caps, ["CAP_BPF", "CAP_DAC_READ_SEARCH", "CAP_PERFMON", "CAP_SYS_PTRACE"]);
+    for hardening in ["NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=read-only"] {
+        assert!(text.lines().any(|l| l == hardening), "unit lacks {hardening}");
+    }
+    assert!(text.contains("ExecStart=/usr/local/bin/fdaudit watch "));
+    // The check itself catches a broken unit.
+    let (_, stderr) = verify_unit(&text.replace("ProtectSystem=strict", "ProtectSystem=strcit"));
+    assert!(stderr.contains("strcit"), "a bad value went unnoticed: {stderr}");
+}
+
+fn validate(path: &std::path::Path) -> (bool, String) {
+    let out = Command::new("kubernetes-validate")
+        .args(["--strict", "--kubernetes-version", "1.33.0"])
+        .arg(path)
+        .output()
+        .expect("failed to run kubernetes-validate (pip install kubernetes-validate; .ci/setup)");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned()
+        + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+#[test]
+fn daemonset_validates_against_the_kubernetes_schema() {
+    let path = repo().join("deploy/kubernetes/daemonset.yaml");
+    let (ok, text) = validate(&path);
+    assert!(ok, "kubernetes-validate: {text}");
+    assert!(text.contains("daemonset/fdaudit"), "the DaemonSet was checked: {text}");
+    let yaml = std::fs::read_to_string(&path).expect("read the manifest");
+    for needed in [
+        "hostPID: true",
+        "path: /sys/kernel/btf",
+        "path: /sys/fs/cgroup",
+        "prometheus.io/scrape: \"true\"",
+        "- BPF",
+        "- PERFMON",
+        "privileged: false",
+    ] {
+        assert!(yaml.contains(needed), "the DaemonSet lacks {needed}");
+    }
+    // The validator rejects what the API server would (a misspelt field).
+    let bad = std::env::temp_dir().join(format!("fdaudit-ds-{}.yaml", std::process::id()));
+    std::fs::write(&bad, yaml.replace("hostPID:", "hostPid:")).expect("write a bad copy");
+    let (ok, text) = validate(&bad);
+    std::fs::remove_file(&bad).ok();
+    assert!(!ok && text.contains("hostPid"), "a bad manifest passed: {text}");
+}
+
+fn promtool_check_rules(path: &std::path::Path) -> (bool, String) {
+    let out = Command::new("promtool")
+        .args(["check", "rules"])
+        .arg(path)
+        .output()
+        .expect("failed to run promtool (package prometheus; .ci/setup)");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+#[test]
+fn prometheus_rules_documented_queries_and_dashboard_parse() {
+    let (ok, text) = promtool_check_rules(&repo().join("deploy/prometheus/fdaudit-rules.yml"));
+    assert!(ok, "promtool check rules: {text}");
+
+    // Every ```promql block of docs/fleet.md, as a recording rule, Grafana variables filled.
+    let doc = std::fs::read_to_string(repo().join("docs/fleet.md")).expect("docs/fleet.md");
+    let queries: Vec<String> = doc
+        .split("```promql\n")
+        .skip(1)
+        .map(|b| b.split("```").next().unwrap_or("").trim().to_owned())
+        .collect();
+    assert!(queries.len() >= 8, "docs/fleet.md has {} queries", queries.len());
+    check_queries("docs", &queries);
+    // The check catches a broken query.
+    let broken: Vec<String> = queries.iter().map(|q| q.replace("sum by (severity)", "sum by (severity")).collect();
+    assert!(!queries_parse("broken", &broken).0, "promtool accepted a broken query");
+
+    // The Grafana dashboard's queries too.
+    let dash: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(repo().join("deploy/grafana/fdaudit-dashboard.json"))
+            .expect("the dashboard exists"),
+    )
+    .expect("the dashboard is JSON");
+    let exprs: Vec<String> = dash["panels"]
+        .as_array()
+        .expect("panels")
+        .iter()
+        .flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default())
+        .filter_map(|t| t["expr"].as_str().map(str::to_owned))
+        .collect();
+    assert!(exprs.len() >= 8, "the dashboard has {} queries", exprs.len());
+    check_queries("dashboard", &exprs);
+}
+
+/// Whether promtool parses every query (Grafana variables filled), as recording rules.
+fn queries_parse(tag: &str, queries: &[String]) -> (bool, String) {
+    let mut rules = String::from("groups:\n  - name: queries\n    rules:\n");
+    for (i, q) in queries.iter().enumerate() {
+        let q = q.replace("$__rate_interval", "5m").replace("$instance", ".*");
+        rules.push_str(&format!("      - record: query_{i}\n        expr: |\n"));
+        for line in q.lines() {
+            rules.push_str(&format!("          {line}\n"));
+        }
+    }
+    let path = std::env::temp_dir().join(format!("fdaudit-{tag}-rules-{}.yml", std::process::id()));
+    std::fs::write(&path, &rules).expect("write the rules");
+    let (ok, text) = promtool_check_rules(&path);
+    std::fs::remove_file(&path).ok();
+    let all = text.contains(&format!("SUCCESS: {} rules found", queries.len()));
+    (ok && all, format!("{text}\n{rules}"))
+}
+
+fn check_queries(tag: &str, queries: &[String]) {
+    let (ok, text) = queries_parse(tag, queries);
+    assert!(ok, "{tag}: {text}");
+}
