@@ -23,13 +23,38 @@ struct Shared {
     flush_done: AtomicU64,
     /// Wakes the thread's poll for a flush or the stop.
     wake: OwnedFd,
+    /// Written by the thread when it queued records: what [`Drain::wait`] polls, so that a
+    /// signal interrupts the wait (EINTR) as it did a poll on the ring itself.
+    ready: OwnedFd,
+}
+
+/// Adds one to an eventfd.
+fn post(fd: &OwnedFd) {
+    let one: u64 = 1;
+    // SAFETY: an 8-byte write to an eventfd.
+    unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+}
+
+/// Resets a non-blocking eventfd.
+fn take(fd: &OwnedFd) {
+    let mut n = 0u64;
+    // SAFETY: an 8-byte read from a non-blocking eventfd.
+    unsafe { libc::read(fd.as_raw_fd(), (&mut n as *mut u64).cast(), 8) };
+}
+
+fn eventfd() -> std::io::Result<OwnedFd> {
+    // SAFETY: eventfd returns a new fd or -1.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a fresh fd we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 impl Shared {
     fn wake(&self) {
-        let one: u64 = 1;
-        // SAFETY: an 8-byte write to our eventfd.
-        unsafe { libc::write(self.wake.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        post(&self.wake);
     }
 }
 
@@ -43,17 +68,12 @@ pub struct Drain {
 impl Drain {
     /// Starts the thread; it owns `ring` from now on.
     pub fn start(ring: RingBuf<MapData>) -> std::io::Result<Drain> {
-        // SAFETY: eventfd returns a new fd or -1.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),
             flush_requested: AtomicU64::new(0),
             flush_done: AtomicU64::new(0),
-            // SAFETY: a fresh fd we own.
-            wake: unsafe { OwnedFd::from_raw_fd(fd) },
+            wake: eventfd()?,
+            ready: eventfd()?,
         });
         let (tx, rx) = mpsc::channel();
         let thread_shared = Arc::clone(&shared);
@@ -67,12 +87,21 @@ impl Drain {
         })
     }
 
-    /// Waits up to `timeout` for a record, then returns every record copied out so far.
+    /// Waits up to `timeout` for a record (a signal ends the wait early, as it ends a
+    /// poll(2)), then returns every record copied out so far.
     pub fn wait(&self, timeout: Duration) -> Vec<Vec<u8>> {
-        let mut out = Vec::new();
-        if let Ok(r) = self.records.recv_timeout(timeout) {
-            out.push(r);
+        let mut out: Vec<Vec<u8>> = self.records.try_iter().collect();
+        if out.is_empty() {
+            let mut pfd = libc::pollfd {
+                fd: self.shared.ready.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+            // SAFETY: one valid pollfd; EINTR (a signal) just ends the wait.
+            unsafe { libc::poll(&mut pfd, 1, ms) };
         }
+        take(&self.shared.ready);
         out.extend(self.records.try_iter());
         out
     }
@@ -105,6 +134,13 @@ impl Drop for Drain {
 /// The thread: copy out everything, answer flushes, sleep in poll until the kernel or the
 /// consumer wakes it.
 fn run(mut ring: RingBuf<MapData>, shared: &Shared, tx: &mpsc::Sender<Vec<u8>>) {
+    // Signals are for the consumer's thread: its wait is what a signal must interrupt.
+    // SAFETY: a full set, applied to this thread only.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
+    }
     let mut fds = [
         libc::pollfd {
             fd: ring.as_raw_fd(),
@@ -119,10 +155,15 @@ fn run(mut ring: RingBuf<MapData>, shared: &Shared, tx: &mpsc::Sender<Vec<u8>>) 
     ];
     loop {
         let asked = shared.flush_requested.load(Ordering::Acquire);
+        let mut sent = false;
         while let Some(item) = ring.next() {
             if tx.send(item.to_vec()).is_err() {
                 return; // the consumer is gone
             }
+            sent = true;
+        }
+        if sent {
+            post(&shared.ready);
         }
         shared.flush_done.store(asked, Ordering::Release);
         if shared.stop.load(Ordering::Acquire) {
@@ -133,9 +174,7 @@ fn run(mut ring: RingBuf<MapData>, shared: &Shared, tx: &mpsc::Sender<Vec<u8>>) 
         // SAFETY: two valid pollfds.
         unsafe { libc::poll(fds.as_mut_ptr(), 2, 200) };
         if fds[1].revents != 0 {
-            let mut n = 0u64;
-            // SAFETY: an 8-byte read from our non-blocking eventfd.
-            unsafe { libc::read(shared.wake.as_raw_fd(), (&mut n as *mut u64).cast(), 8) };
+            take(&shared.wake);
         }
     }
 }
