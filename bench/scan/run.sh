@@ -7,6 +7,8 @@
 # ratios. Needs lsof and util-linux's lsfd (apt-get install -y lsof util-linux time).
 #
 # Usage: bench/scan/run.sh [NPROC] [FDS] [RUNS]     (default 100 1260 5 = 126,000 fds)
+#        FDAUDIT=/path/to/fdaudit bench/scan/run.sh   (time another build)
+#        BASELINE=/path/to/old/fdaudit bench/scan/run.sh   (also time an older build, in turns)
 set -euo pipefail
 
 NPROC=${1:-100}
@@ -20,7 +22,7 @@ for tool in lsof lsfd /usr/bin/time; do
 done
 
 cargo build --release --quiet -p fdaudit --bin fdaudit -p fdaudit-tests --bin scan-fixture-hold
-FDAUDIT=$PWD/target/release/fdaudit
+FDAUDIT=${FDAUDIT:-$PWD/target/release/fdaudit}
 HOLD=$PWD/target/release/scan-fixture-hold
 
 ulimit -n "$(( FDS + 64 > $(ulimit -Hn) ? $(ulimit -Hn) : FDS + 64 ))"
@@ -62,6 +64,7 @@ run() { # name cmd...
 }
 for _ in $(seq 1 "$RUNS"); do
     run fdaudit "$FDAUDIT" scan --json
+    [[ -n ${BASELINE:-} ]] && run baseline "$BASELINE" scan --json
     run lsof lsof -n -P
     run lsfd lsfd
 done
@@ -69,9 +72,9 @@ median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR] = $1} END {print a
 rss=$(/usr/bin/time -f %M "$FDAUDIT" scan --json 2>&1 >/dev/null | tail -n 1)
 fw=$(echo "${wall[fdaudit]}" | median); fc=$(echo "${cpu[fdaudit]}" | median)
 printf '\n%-22s %12s %8s %14s %8s\n' "median of $RUNS" "wall (s)" ratio "CPU u+s (s)" ratio
-for t in fdaudit lsof lsfd; do
+for t in fdaudit ${BASELINE:+baseline} lsof lsfd; do
     w=$(echo "${wall[$t]}" | median); c=$(echo "${cpu[$t]}" | median)
-    case $t in fdaudit) label="fdaudit scan --json" ;; lsof) label="lsof -n -P" ;; lsfd) label="lsfd" ;; esac
+    case $t in fdaudit) label="fdaudit scan --json" ;; baseline) label="baseline scan --json" ;; lsof) label="lsof -n -P" ;; lsfd) label="lsfd" ;; esac
     printf '%-22s %12.2f %7.2fx %14.2f %7.2fx\n' "$label" "$w" "$(echo "$w / $fw" | bc -l)" "$c" "$(echo "$c / $fc" | bc -l)"
 done
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) (other work on the machine slows every tool and hides fdaudit's second thread)"

@@ -75,7 +75,11 @@ impl Container {
     pub fn short(&self) -> Option<String> {
         match (&self.container_id, self.container_runtime) {
             (Some(id), Some(rt)) => {
-                let id = if is_hex_id(id) { &id[..12] } else { id.as_str() };
+                let id = if is_hex_id(id) {
+                    &id[..12]
+                } else {
+                    id.as_str()
+                };
                 Some(format!("{}:{id}", rt.as_str()))
             }
             _ => self.pod_uid.as_ref().map(|u| format!("pod:{u}")),
@@ -84,7 +88,9 @@ impl Container {
 }
 
 fn is_hex_id(s: &str) -> bool {
-    s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    s.len() == 64
+        && s.bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
 }
 
 /// `docker-<id>.scope`-like: the id after `prefix`, before `.scope`, when it is 64 hex.
@@ -255,7 +261,11 @@ pub fn unified_path(text: &str) -> Option<&str> {
 /// namespace sees it (the first is the host's).
 pub fn ns_pid_from_status(status: &str) -> Option<u32> {
     let line = status.lines().find(|l| l.starts_with("NSpid:"))?;
-    line["NSpid:".len()..].split_whitespace().last()?.parse().ok()
+    line["NSpid:".len()..]
+        .split_whitespace()
+        .last()?
+        .parse()
+        .ok()
 }
 
 /// Where cgroup2 is mounted, from /proc/self/mountinfo text (fstype after the ` - `).
@@ -364,7 +374,9 @@ impl Identity {
             cgroup_id: None,
             cgroup: unified.map(str::to_owned),
             container,
-            ns_pid: status_text.and_then(ns_pid_from_status).filter(|&n| n != pid),
+            ns_pid: status_text
+                .and_then(ns_pid_from_status)
+                .filter(|&n| n != pid),
         }
     }
 
@@ -593,12 +605,17 @@ mod tests {
     fn proc_cgroup_files_v1_v2_and_hybrid() {
         // Pure v2.
         let v2 = format!("0::/system.slice/docker-{ID}.scope\n");
-        assert_eq!(proc_cgroup_path(&v2), Some(format!("/system.slice/docker-{ID}.scope").as_str()));
-        // Pure v1 (docker cgroupfs driver): name=systemd first.
-        let v1 = format!(
-            "12:pids:/docker/{ID}\n11:memory:/docker/{ID}\n1:name=systemd:/docker/{ID}\n"
+        assert_eq!(
+            proc_cgroup_path(&v2),
+            Some(format!("/system.slice/docker-{ID}.scope").as_str())
         );
-        assert_eq!(proc_cgroup_path(&v1), Some(format!("/docker/{ID}").as_str()));
+        // Pure v1 (docker cgroupfs driver): name=systemd first.
+        let v1 =
+            format!("12:pids:/docker/{ID}\n11:memory:/docker/{ID}\n1:name=systemd:/docker/{ID}\n");
+        assert_eq!(
+            proc_cgroup_path(&v1),
+            Some(format!("/docker/{ID}").as_str())
+        );
         // Hybrid: the unified line carries the path.
         let hybrid = "4:memory:/x\n1:name=systemd:/system.slice/a.service\n0::/lxc.payload.web\n";
         assert_eq!(proc_cgroup_path(hybrid), Some("/lxc.payload.web"));
@@ -613,21 +630,33 @@ mod tests {
 
     #[test]
     fn ns_pid_and_mount_and_short_labels() {
-        assert_eq!(ns_pid_from_status("Name:\tx\nNSpid:\t4321\t7\nNSpgid:\t1\n"), Some(7));
+        assert_eq!(
+            ns_pid_from_status("Name:\tx\nNSpid:\t4321\t7\nNSpgid:\t1\n"),
+            Some(7)
+        );
         assert_eq!(ns_pid_from_status("NSpid:\t4321\n"), Some(4321));
         assert_eq!(ns_pid_from_status("Name:\tx\n"), None);
         let mi = "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n\
                   40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd\n\
                   41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n";
-        assert_eq!(cgroup2_mount(mi), Some(PathBuf::from("/sys/fs/cgroup/unified")));
+        assert_eq!(
+            cgroup2_mount(mi),
+            Some(PathBuf::from("/sys/fs/cgroup/unified"))
+        );
         let mi = "30 23 0:26 / /sys/fs/cgroup rw,nosuid shared:9 - cgroup2 cgroup2 rw,nsdelegate\n";
         assert_eq!(cgroup2_mount(mi), Some(PathBuf::from("/sys/fs/cgroup")));
         let mi = "30 23 0:26 / /mnt/my\\040cg rw - cgroup2 none rw\n";
         assert_eq!(cgroup2_mount(mi), Some(PathBuf::from("/mnt/my cg")));
-        assert_eq!(cgroup2_mount("31 23 0:28 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n"), None);
+        assert_eq!(
+            cgroup2_mount("31 23 0:28 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n"),
+            None
+        );
         let c = parse_path(&format!("/docker/{ID}"));
         assert_eq!(c.short().as_deref(), Some("docker:3f2a0b9c8d7e"));
-        assert_eq!(parse_path("/lxc.payload.web").short().as_deref(), Some("lxc:web"));
+        assert_eq!(
+            parse_path("/lxc.payload.web").short().as_deref(),
+            Some("lxc:web")
+        );
         let p = parse_path(&format!("/kubepods/pod{UID}"));
         assert_eq!(p.short(), Some(format!("pod:{UID}")));
         assert!(parse_path("/").is_empty());
@@ -637,10 +666,15 @@ mod tests {
     fn identity_from_proc_texts() {
         let id = Identity::from_proc(
             4321,
-            Some(&format!("1:name=systemd:/docker/{ID}\n0::/system.slice/docker-{ID}.scope\n")),
+            Some(&format!(
+                "1:name=systemd:/docker/{ID}\n0::/system.slice/docker-{ID}.scope\n"
+            )),
             Some("NSpid:\t4321\t1\n"),
         );
-        assert_eq!(id.cgroup.as_deref(), Some(format!("/system.slice/docker-{ID}.scope").as_str()));
+        assert_eq!(
+            id.cgroup.as_deref(),
+            Some(format!("/system.slice/docker-{ID}.scope").as_str())
+        );
         assert_eq!(id.container.container_runtime, Some(Runtime::Docker));
         assert_eq!(id.ns_pid, Some(1));
         let json = serde_json::to_value(&id).unwrap();
@@ -667,7 +701,10 @@ mod tests {
         assert_eq!(h.path_of(ino).as_deref(), Some(want.as_str()));
         assert_eq!(h.id_of(Path::new(&want)).unwrap(), (ino, want.clone()));
         assert_eq!(h.id_of(&leaf).unwrap(), (ino, want));
-        assert_eq!(h.path_of(std::fs::metadata(&dir).unwrap().ino()).as_deref(), Some("/"));
+        assert_eq!(
+            h.path_of(std::fs::metadata(&dir).unwrap().ino()).as_deref(),
+            Some("/")
+        );
         assert_eq!(h.path_of(u64::MAX), None);
         assert!(h.missing.contains(&u64::MAX));
         let me = h.identity(ino, std::process::id());
@@ -682,7 +719,10 @@ mod tests {
         assert_eq!((f.id, f.level), (ino, 2));
         assert_eq!(h.follow(Path::new("/")).unwrap().level, 0);
         let e = h.follow(Path::new("/no/such")).unwrap_err().to_string();
-        assert!(e.starts_with("no cgroup /no/such: give a path under "), "{e}");
+        assert!(
+            e.starts_with("no cgroup /no/such: give a path under "),
+            "{e}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

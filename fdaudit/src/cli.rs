@@ -11,6 +11,10 @@ use crate::{bench, doctor, scan, trace, watch};
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// When to colour the output for people (never JSON): auto = when stdout is a terminal,
+    /// unless NO_COLOR is set (CLICOLOR_FORCE forces it).
+    #[arg(long, global = true, value_enum, value_name = "WHEN", default_value_t)]
+    pub color: crate::output::color::ColorChoice,
 }
 
 #[derive(Debug, Subcommand)]
@@ -26,16 +30,22 @@ pub enum Command {
     Bench(bench::BenchArgs),
     /// Check this machine and these privileges for tracing; load and attach every program.
     Doctor(doctor::DoctorArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) on stdout.
+    Completions(crate::usage::CompletionsArgs),
     /// Internal: the spawner that `bench` and the tests run (one strategy, N spawns).
     #[command(name = "__spawner", hide = true)]
     Spawner(crate::spawner::SpawnerArgs),
     /// Internal: the built-in workload of `trace --demo`.
     #[command(name = "__demo", hide = true)]
     Demo(crate::demo::DemoArgs),
+    /// Internal: write the manual pages into a directory (`cargo xtask man`).
+    #[command(name = "__man", hide = true)]
+    Man(crate::usage::ManArgs),
 }
 
 /// Runs the parsed command line; returns the process exit status.
 pub fn run(cli: Cli) -> anyhow::Result<u8> {
+    crate::output::color::init(cli.color);
     match cli.command {
         Command::Scan(a) => scan::run(a),
         Command::Trace(a) => trace::run(a),
@@ -44,6 +54,8 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Doctor(a) => doctor::run(a),
         Command::Spawner(a) => crate::spawner::run(a),
         Command::Demo(a) => crate::demo::run(a),
+        Command::Completions(a) => crate::usage::run_completions(a),
+        Command::Man(a) => crate::usage::run_man(a),
     }
 }
 

@@ -96,16 +96,12 @@ pub enum LoadError {
     },
 }
 
-/// Effective capabilities of this process, from /proc/self/status (CapEff).
+/// Effective capabilities of this process, from /proc/self/status (CapEff, parsed by
+/// procfs-core).
 pub fn effective_caps() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("CapEff:"))
-                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        })
-        .unwrap_or(0)
+    procfs::process::Process::myself()
+        .and_then(|p| p.status())
+        .map_or(0, |s| s.capeff)
 }
 
 pub fn has_cap(caps: u64, cap: u32) -> bool {

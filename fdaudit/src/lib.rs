@@ -13,10 +13,12 @@ pub mod fdkind;
 pub mod output;
 pub mod procfs_util;
 pub mod scan;
+pub mod signals;
 pub mod spawner;
 pub mod stats;
 pub mod sys;
 pub mod trace;
+pub mod usage;
 pub mod watch;
 
 /// The eBPF object built by build.rs (empty when built with FDAUDIT_SKIP_EBPF=1).

@@ -91,23 +91,25 @@ impl LinearFit {
     }
 
     /// Half-width of the slope's 95% confidence interval (Student's t, n−2 degrees of
-    /// freedom); infinite with two points.
-    pub fn slope_ci95(&self) -> f64 {
+    /// freedom); `None` with two points, where a line fits exactly and the data say nothing
+    /// about the slope's uncertainty.
+    pub fn slope_ci95(&self) -> Option<f64> {
         // Two-sided 97.5% quantiles of Student's t for 1..=10 degrees of freedom.
         const T: [f64; 10] = [
             12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
         ];
         match self.points.saturating_sub(2) {
-            0 => f64::INFINITY,
-            df @ 1..=10 => T[df - 1] * self.slope_se,
-            _ => 1.96 * self.slope_se,
+            0 => None,
+            df @ 1..=10 => Some(T[df - 1] * self.slope_se),
+            _ => Some(1.96 * self.slope_se),
         }
     }
 
     /// Whether the slope is not significantly above 0 at 95%: the cost is flat in x.
     /// (No strategy gets cheaper with more possible fds, so a negative slope is noise.)
+    /// Two points cannot show a slope, so they count as flat.
     pub fn is_flat(&self) -> bool {
-        self.slope <= self.slope_ci95()
+        self.slope_ci95().is_none_or(|ci| self.slope <= ci)
     }
 
     /// The fitted y at `x`.
@@ -180,11 +182,14 @@ mod tests {
             "se {}",
             noisy.slope_se
         );
-        assert!((noisy.slope_ci95() - 4.303 * 0.32f64.sqrt()).abs() < 1e-9);
+        assert!((noisy.slope_ci95().expect("4 points") - 4.303 * 0.32f64.sqrt()).abs() < 1e-9);
         assert!(noisy.is_flat(), "0.6 ± 2.4 is not told apart from 0");
         assert!(flat.is_flat());
         let down = LinearFit::fit(&[(1.0, 3.0), (2.0, 2.0), (3.0, 1.0)]).expect("fits");
         assert!(down.is_flat(), "a falling cost is treated as flat noise");
+        let two = LinearFit::fit(&[(1.0, 1.0), (2.0, 5.0)]).expect("fits");
+        assert_eq!(two.slope_ci95(), None, "two points have no interval");
+        assert!(two.is_flat(), "two points cannot show a slope");
     }
 
     #[test]

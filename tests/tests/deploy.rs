@@ -37,7 +37,10 @@ fn systemd_unit_verifies_cleanly() {
     let text = std::fs::read_to_string(repo().join("deploy/fdaudit.service"))
         .expect("deploy/fdaudit.service exists");
     let (ok, stderr) = verify_unit(&text);
-    assert!(ok && stderr.trim().is_empty(), "systemd-analyze verify: {stderr}");
+    assert!(
+        ok && stderr.trim().is_empty(),
+        "systemd-analyze verify: {stderr}"
+    );
     // The capabilities are the four tracing and /proc reading need, and nothing else.
     let caps = text
         .lines()
@@ -45,14 +48,32 @@ fn systemd_unit_verifies_cleanly() {
         .expect("the unit bounds capabilities");
     let mut caps: Vec<&str> = caps.split_whitespace().collect();
     caps.sort();
-    assert_eq!(caps, ["CAP_BPF", "CAP_DAC_READ_SEARCH", "CAP_PERFMON", "CAP_SYS_PTRACE"]);
-    for hardening in ["NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=read-only"] {
-        assert!(text.lines().any(|l| l == hardening), "unit lacks {hardening}");
+    assert_eq!(
+        caps,
+        [
+            "CAP_BPF",
+            "CAP_DAC_READ_SEARCH",
+            "CAP_PERFMON",
+            "CAP_SYS_PTRACE"
+        ]
+    );
+    for hardening in [
+        "NoNewPrivileges=yes",
+        "ProtectSystem=strict",
+        "ProtectHome=read-only",
+    ] {
+        assert!(
+            text.lines().any(|l| l == hardening),
+            "unit lacks {hardening}"
+        );
     }
     assert!(text.contains("ExecStart=/usr/local/bin/fdaudit watch "));
     // The check itself catches a broken unit.
     let (_, stderr) = verify_unit(&text.replace("ProtectSystem=strict", "ProtectSystem=strcit"));
-    assert!(stderr.contains("strcit"), "a bad value went unnoticed: {stderr}");
+    assert!(
+        stderr.contains("strcit"),
+        "a bad value went unnoticed: {stderr}"
+    );
 }
 
 fn validate(path: &std::path::Path) -> (bool, String) {
@@ -61,8 +82,8 @@ fn validate(path: &std::path::Path) -> (bool, String) {
         .arg(path)
         .output()
         .expect("failed to run kubernetes-validate (pip install kubernetes-validate; .ci/setup)");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned()
-        + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     (out.status.success(), text)
 }
 
@@ -71,7 +92,10 @@ fn daemonset_validates_against_the_kubernetes_schema() {
     let path = repo().join("deploy/kubernetes/daemonset.yaml");
     let (ok, text) = validate(&path);
     assert!(ok, "kubernetes-validate: {text}");
-    assert!(text.contains("daemonset/fdaudit"), "the DaemonSet was checked: {text}");
+    assert!(
+        text.contains("daemonset/fdaudit"),
+        "the DaemonSet was checked: {text}"
+    );
     let yaml = std::fs::read_to_string(&path).expect("read the manifest");
     for needed in [
         "hostPID: true",
@@ -89,7 +113,10 @@ fn daemonset_validates_against_the_kubernetes_schema() {
     std::fs::write(&bad, yaml.replace("hostPID:", "hostPid:")).expect("write a bad copy");
     let (ok, text) = validate(&bad);
     std::fs::remove_file(&bad).ok();
-    assert!(!ok && text.contains("hostPid"), "a bad manifest passed: {text}");
+    assert!(
+        !ok && text.contains("hostPid"),
+        "a bad manifest passed: {text}"
+    );
 }
 
 fn promtool_check_rules(path: &std::path::Path) -> (bool, String) {
@@ -116,11 +143,21 @@ fn prometheus_rules_documented_queries_and_dashboard_parse() {
         .skip(1)
         .map(|b| b.split("```").next().unwrap_or("").trim().to_owned())
         .collect();
-    assert!(queries.len() >= 8, "docs/fleet.md has {} queries", queries.len());
+    assert!(
+        queries.len() >= 8,
+        "docs/fleet.md has {} queries",
+        queries.len()
+    );
     check_queries("docs", &queries);
     // The check catches a broken query.
-    let broken: Vec<String> = queries.iter().map(|q| q.replace("sum by (severity)", "sum by (severity")).collect();
-    assert!(!queries_parse("broken", &broken).0, "promtool accepted a broken query");
+    let broken: Vec<String> = queries
+        .iter()
+        .map(|q| q.replace("sum by (severity)", "sum by (severity"))
+        .collect();
+    assert!(
+        !queries_parse("broken", &broken).0,
+        "promtool accepted a broken query"
+    );
 
     // The Grafana dashboard's queries too.
     let dash: serde_json::Value = serde_json::from_str(
@@ -135,7 +172,11 @@ fn prometheus_rules_documented_queries_and_dashboard_parse() {
         .flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default())
         .filter_map(|t| t["expr"].as_str().map(str::to_owned))
         .collect();
-    assert!(exprs.len() >= 8, "the dashboard has {} queries", exprs.len());
+    assert!(
+        exprs.len() >= 8,
+        "the dashboard has {} queries",
+        exprs.len()
+    );
     check_queries("dashboard", &exprs);
 }
 
@@ -143,7 +184,9 @@ fn prometheus_rules_documented_queries_and_dashboard_parse() {
 fn queries_parse(tag: &str, queries: &[String]) -> (bool, String) {
     let mut rules = String::from("groups:\n  - name: queries\n    rules:\n");
     for (i, q) in queries.iter().enumerate() {
-        let q = q.replace("$__rate_interval", "5m").replace("$instance", ".*");
+        let q = q
+            .replace("$__rate_interval", "5m")
+            .replace("$instance", ".*");
         rules.push_str(&format!("      - record: query_{i}\n        expr: |\n"));
         for line in q.lines() {
             rules.push_str(&format!("          {line}\n"));

@@ -86,3 +86,22 @@ fn block_reads_are_not_flagged() {
     let _ = std::fs::remove_file(&big);
     assert!(flagged.is_empty(), "{flagged:?}");
 }
+
+/// A storm's file is named even when its process is gone by the end of the trace: it is
+/// looked up while the process still reads.
+#[test]
+#[ignore = "needs root and BTF"]
+fn the_file_of_a_storm_is_named_after_its_process_exits() {
+    require_root();
+    let file = std::env::temp_dir().join(format!("fdaudit-reads-lines-{}", std::process::id()));
+    std::fs::write(&file, "a line of text\n".repeat(40)).unwrap();
+    let inner = format!("while read l; do sleep 0.02; done < {}", file.display());
+    let script = format!("dash -c '{inner}'; sleep 0.5");
+    let flagged = storms(&["sh", "-c", &script]);
+    let _ = std::fs::remove_file(&file);
+    let s = flagged
+        .iter()
+        .find(|s| s["fd"] == 0)
+        .unwrap_or_else(|| panic!("no storm on fd 0: {flagged:?}"));
+    assert_eq!(s["target"], file.display().to_string(), "{s}");
+}

@@ -27,12 +27,19 @@ fn free_port() -> u16 {
 fn http_get(port: u16, path: &str) -> Option<(String, String)> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
     let mut raw = Vec::new();
     s.read_to_end(&mut raw).ok()?;
     let text = String::from_utf8_lossy(&raw).into_owned();
     let (head, body) = text.split_once("\r\n\r\n")?;
-    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
         dechunk(body)
     } else {
         body.to_owned()
@@ -92,7 +99,9 @@ impl DockerCgroup {
         let mut seed = u64::from(std::process::id()) ^ now.as_nanos() as u64;
         let id: String = (0..64)
             .map(|_| {
-                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 char::from_digit(((seed >> 60) & 0xf) as u32, 16).expect("a hex digit")
             })
             .collect();
@@ -131,7 +140,8 @@ impl Drop for DockerCgroup {
     fn drop(&mut self) {
         let t0 = Instant::now();
         while std::fs::remove_dir(&self.scope).is_err() && t0.elapsed() < Duration::from_secs(5) {
-            let procs = std::fs::read_to_string(self.scope.join("cgroup.procs")).unwrap_or_default();
+            let procs =
+                std::fs::read_to_string(self.scope.join("cgroup.procs")).unwrap_or_default();
             for pid in procs.lines().filter_map(|l| l.parse::<i32>().ok()) {
                 // SAFETY: killing the test's own workload processes.
                 unsafe { libc::kill(pid, libc::SIGKILL) };
@@ -176,7 +186,10 @@ fn start_watch(port: u16, extra: &[&str]) -> Reaped {
             let _ = w.0.stderr.take().map(|mut e| e.read_to_string(&mut err));
             panic!("fdaudit watch exited early ({st}): {err}");
         }
-        assert!(t0.elapsed() < Duration::from_secs(30), "watch never listened");
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "watch never listened"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     w
@@ -193,28 +206,50 @@ fn sample(text: &str, metric: &str, needle: &str) -> Option<f64> {
 
 fn signal(child: &Child, sig: i32) {
     // SAFETY: signalling our own child.
-    assert_eq!(unsafe { libc::kill(child.id() as i32, sig) }, 0, "kill({sig})");
+    assert_eq!(
+        unsafe { libc::kill(child.id() as i32, sig) },
+        0,
+        "kill({sig})"
+    );
 }
 
 #[test]
 fn bad_input_fails_before_anything_is_loaded() {
     let run = |args: &[&str]| {
-        let out = Command::new(fdaudit()).arg("watch").args(args).output().unwrap();
-        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+        let out = Command::new(fdaudit())
+            .arg("watch")
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     };
     let (code, err) = run(&["--textfile", "/nonexistent-dir"]);
     assert_eq!(code, Some(2), "{err}");
-    assert!(err.starts_with("error: --textfile /nonexistent-dir: not a directory"), "{err}");
+    assert!(
+        err.starts_with("error: --textfile /nonexistent-dir: not a directory"),
+        "{err}"
+    );
     assert_eq!(err.lines().count(), 1, "{err}");
 
     let busy = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = busy.local_addr().unwrap().to_string();
     let (code, err) = run(&["--listen", &addr]);
     assert_eq!(code, Some(2), "{err}");
-    assert!(err.starts_with(&format!("error: failed to listen on {addr}")), "{err}");
+    assert!(
+        err.starts_with(&format!("error: failed to listen on {addr}")),
+        "{err}"
+    );
 
     let port = free_port().to_string();
-    let (code, err) = run(&["--listen", &format!("127.0.0.1:{port}"), "--cgroup", "/no/such/cgroup"]);
+    let (code, err) = run(&[
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--cgroup",
+        "/no/such/cgroup",
+    ]);
     assert_eq!(code, Some(2), "{err}");
     assert!(err.starts_with("error: no cgroup /no/such/cgroup"), "{err}");
 
@@ -232,7 +267,14 @@ fn container_leaks_reach_metrics_textfile_and_sigterm_detaches() {
     let parent = format!("/{}", cg.parent.file_name().unwrap().to_string_lossy());
     let mut w = start_watch(
         port,
-        &["--cgroup", &parent, "--scan-interval", "1", "--textfile", textdir.to_str().unwrap()],
+        &[
+            "--cgroup",
+            &parent,
+            "--scan-interval",
+            "1",
+            "--textfile",
+            textdir.to_str().unwrap(),
+        ],
     );
     // The shell sleeps on with fd 7 while the scans (every second) look at it.
     let mut load = cg.spawn("cat /dev/null; ls /dev/null >/dev/null; sleep 5");
@@ -244,15 +286,35 @@ fn container_leaks_reach_metrics_textfile_and_sigterm_detaches() {
         if sample(&body, "fdaudit_leaked_fds_total", &want).is_some() && scanned {
             break body;
         }
-        assert!(t0.elapsed() < Duration::from_secs(20), "no container samples: {body}");
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "no container samples: {body}"
+        );
         std::thread::sleep(Duration::from_millis(200));
     };
     let leaked = sample(&body, "fdaudit_leaked_fds_total", &format!("{want},cgroup=\"{parent}/docker-{}.scope\",parent=\"sh\",child=\"cat\",strategy=\"unknown\",kind=\"regular\"", cg.id));
     // fd 7 at least (whatever the test's caller passes down leaks too).
-    assert!(leaked.is_some_and(|v| v >= 1.0), "fd 7 leaked into cat: {body}");
-    assert_eq!(sample(&body, "fdaudit_spawns_total", &format!("{want},cgroup=\"{parent}/docker-{}.scope\",parent=\"sh\",child=\"ls\"", cg.id)), Some(1.0), "{body}");
+    assert!(
+        leaked.is_some_and(|v| v >= 1.0),
+        "fd 7 leaked into cat: {body}"
+    );
+    assert_eq!(
+        sample(
+            &body,
+            "fdaudit_spawns_total",
+            &format!(
+                "{want},cgroup=\"{parent}/docker-{}.scope\",parent=\"sh\",child=\"ls\"",
+                cg.id
+            )
+        ),
+        Some(1.0),
+        "{body}"
+    );
     // The scan saw the sleeping shell's inheritable fd 7 in the container.
-    assert!(sample(&body, "fdaudit_inheritable_fds", &want).is_some_and(|v| v >= 1.0), "{body}");
+    assert!(
+        sample(&body, "fdaudit_inheritable_fds", &want).is_some_and(|v| v >= 1.0),
+        "{body}"
+    );
     assert!(!body.contains("pid="), "no per-process labels");
     assert!(load.0.wait().unwrap().success());
 
@@ -264,9 +326,19 @@ fn container_leaks_reach_metrics_textfile_and_sigterm_detaches() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("promtool (package prometheus, .ci/setup)");
-    promtool.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+    promtool
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
     let out = promtool.wait_with_output().unwrap();
-    assert!(out.status.success(), "promtool: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "promtool: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     // SIGHUP rewrites the textfile at once, atomically, in the text format.
     let prom = textdir.join("fdaudit.prom");
@@ -274,11 +346,17 @@ fn container_leaks_reach_metrics_textfile_and_sigterm_detaches() {
     signal(&w.0, libc::SIGHUP);
     let t0 = Instant::now();
     while !prom.exists() {
-        assert!(t0.elapsed() < Duration::from_secs(5), "SIGHUP wrote no textfile");
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "SIGHUP wrote no textfile"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     let text = std::fs::read_to_string(&prom).unwrap();
-    assert!(text.contains("# TYPE fdaudit_leaked_fds_total counter") && text.contains(&want), "{text}");
+    assert!(
+        text.contains("# TYPE fdaudit_leaked_fds_total counter") && text.contains(&want),
+        "{text}"
+    );
 
     // SIGTERM: exit 0, nothing left attached (no other tracer runs: the test holds the lock).
     signal(&w.0, libc::SIGTERM);
@@ -287,9 +365,15 @@ fn container_leaks_reach_metrics_textfile_and_sigterm_detaches() {
     let _ = w.0.stderr.take().map(|mut e| e.read_to_string(&mut err));
     assert_eq!(st.code(), Some(0), "{err}");
     assert!(err.contains("every program detached"), "{err}");
-    let progs = Command::new("bpftool").args(["prog", "show"]).output().expect("bpftool");
+    let progs = Command::new("bpftool")
+        .args(["prog", "show"])
+        .output()
+        .expect("bpftool");
     let progs = String::from_utf8_lossy(&progs.stdout);
-    assert!(!progs.contains("sched_process_ex"), "programs left attached: {progs}");
+    assert!(
+        !progs.contains("sched_process_ex"),
+        "programs left attached: {progs}"
+    );
 }
 
 fn urlencode(s: &str) -> String {
@@ -324,7 +408,10 @@ fn a_real_prometheus_scrapes_container_leaks() {
     let _prom = Reaped(
         Command::new("prometheus")
             .arg(format!("--config.file={}", config.display()))
-            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
             .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -370,7 +457,15 @@ fn trace_cgroup_follows_a_container_and_nothing_else() {
     let parent = format!("/{}", cg.parent.file_name().unwrap().to_string_lossy());
     let mut t = Reaped(
         Command::new(fdaudit())
-            .args(["trace", "--json", "--leaks-only", "--duration", "4", "--cgroup", &parent])
+            .args([
+                "trace",
+                "--json",
+                "--leaks-only",
+                "--duration",
+                "4",
+                "--cgroup",
+                &parent,
+            ])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -382,7 +477,10 @@ fn trace_cgroup_follows_a_container_and_nothing_else() {
     err.read_line(&mut line).unwrap();
     assert!(line.contains(&format!("tracing cgroup {parent}")), "{line}");
     // Outside the cgroup: not traced. Inside: the shell moves in, then spawns.
-    let outside = Command::new("sh").args(["-c", "cat /dev/null"]).status().unwrap();
+    let outside = Command::new("sh")
+        .args(["-c", "cat /dev/null"])
+        .status()
+        .unwrap();
     assert!(outside.success());
     // And a child in a pid namespace of its own: `sleep` is pid 1 there.
     cg.run("cat /dev/null; sh -c 'ls /dev/null >/dev/null'; unshare --pid --fork sleep 1");
@@ -394,12 +492,22 @@ fn trace_cgroup_follows_a_container_and_nothing_else() {
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
         .filter(|v| v["type"] == "spawn")
         .collect();
-    let paths: Vec<&str> = spawns.iter().filter_map(|s| s["exec_path"].as_str()).collect();
+    let paths: Vec<&str> = spawns
+        .iter()
+        .filter_map(|s| s["exec_path"].as_str())
+        .collect();
     assert!(paths.iter().any(|p| p.ends_with("/cat")), "{out}");
-    assert!(paths.iter().any(|p| p.ends_with("/ls")), "grandchildren are followed: {out}");
+    assert!(
+        paths.iter().any(|p| p.ends_with("/ls")),
+        "grandchildren are followed: {out}"
+    );
     let scope = format!("{parent}/docker-{}.scope", cg.id);
     for s in &spawns {
-        assert_eq!(s["container_id"], cg.id.as_str(), "only the container's spawns: {s}");
+        assert_eq!(
+            s["container_id"],
+            cg.id.as_str(),
+            "only the container's spawns: {s}"
+        );
         assert_eq!(s["container_runtime"], "docker");
         assert_eq!(s["cgroup"], scope.as_str());
         assert!(s["cgroup_id"].as_u64().is_some_and(|id| id > 1));
@@ -411,9 +519,16 @@ fn trace_cgroup_follows_a_container_and_nothing_else() {
     assert_eq!(sleep["ns_pid"], 1, "{sleep}");
     assert_ne!(sleep["pid"], 1);
     assert!(cat_has_no_ns_pid(&spawns), "{out}");
-    let cat = spawns.iter().find(|s| s["exec_path"].as_str().unwrap().ends_with("/cat")).unwrap();
+    let cat = spawns
+        .iter()
+        .find(|s| s["exec_path"].as_str().unwrap().ends_with("/cat"))
+        .unwrap();
     assert!(
-        cat["leaked_fds"].as_array().unwrap().iter().any(|f| f["fd"] == 7 && f["target"] == "/etc/hostname"),
+        cat["leaked_fds"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["fd"] == 7 && f["target"] == "/etc/hostname"),
         "{cat}"
     );
 }
@@ -432,7 +547,10 @@ fn full_mode_counts_close_loops_per_container() {
     let cg = DockerCgroup::new("full");
     let port = free_port();
     let parent = format!("/{}", cg.parent.file_name().unwrap().to_string_lossy());
-    let _w = start_watch(port, &["--full", "--cgroup", &parent, "--scan-interval", "0"]);
+    let _w = start_watch(
+        port,
+        &["--full", "--cgroup", &parent, "--scan-interval", "0"],
+    );
     let spawner = fdaudit();
     cg.run(&format!(
         "'{}' __spawner --strategy close-loop --nofile 4096 -n 3",
@@ -442,15 +560,22 @@ fn full_mode_counts_close_loops_per_container() {
     let t0 = Instant::now();
     loop {
         let (_, body) = http_get(port, "/metrics").expect("watch is listening");
-        let closes = sample(&body, "fdaudit_preexec_close_calls_total", &format!("{want},"))
-            .filter(|_| body.contains("strategy=\"close-loop\""));
+        let closes = sample(
+            &body,
+            "fdaudit_preexec_close_calls_total",
+            &format!("{want},"),
+        )
+        .filter(|_| body.contains("strategy=\"close-loop\""));
         // 3 spawns closing fds 3..4096 each: at least 3 × 4000 close() calls.
         if closes.is_some_and(|c| c >= 12_000.0) {
             let spawns = sample(&body, "fdaudit_spawns_total", "strategy=\"close-loop\"");
             assert_eq!(spawns, Some(3.0), "{body}");
             break;
         }
-        assert!(t0.elapsed() < Duration::from_secs(20), "no close-loop counts: {body}");
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "no close-loop counts: {body}"
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
 }

@@ -1,4 +1,5 @@
 //! `cargo xtask build-ebpf`: builds the eBPF object and copies it to target/fdaudit-ebpf.o.
+//! `cargo xtask man`: regenerates the manual pages in docs/man from fdaudit's clap definition.
 
 use anyhow::{bail, Context as _, Result};
 
@@ -28,6 +29,24 @@ fn run() -> Result<()> {
             println!("{}", dest.display());
             Ok(())
         }
-        _ => bail!("usage: cargo xtask build-ebpf"),
+        Some("man") => {
+            // The pages come from fdaudit's own clap definition, rendered by its hidden
+            // `__man` command (xtask cannot depend on fdaudit: fdaudit's build uses xtask).
+            let root = xtask::workspace_root();
+            let dir = root.join("docs/man");
+            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+            let status = std::process::Command::new(cargo)
+                .current_dir(&root)
+                .args(["run", "--quiet", "-p", "fdaudit", "--", "__man"])
+                .arg(&dir)
+                .status()
+                .context("failed to run cargo")?;
+            if !status.success() {
+                bail!("`fdaudit __man` failed ({status})");
+            }
+            println!("{}", dir.display());
+            Ok(())
+        }
+        _ => bail!("usage: cargo xtask build-ebpf | cargo xtask man"),
     }
 }

@@ -46,6 +46,9 @@ pub struct Runner {
     pub exe: PathBuf,
     pub cmd: Vec<OsString>,
     pub cpu: Option<usize>,
+    /// What the command wrote on stderr in the first batch where a spawn exited non-zero:
+    /// shown once at the end, beside the failure count.
+    pub first_failure_text: std::cell::RefCell<Option<String>>,
 }
 
 impl Runner {
@@ -94,6 +97,13 @@ impl Runner {
                 times.len()
             );
         }
+        if times.iter().any(|&(_, code)| code != 0) {
+            let mut first = self.first_failure_text.borrow_mut();
+            if first.is_none() {
+                let text = String::from_utf8_lossy(&out.stderr);
+                *first = Some(text.lines().next().unwrap_or("").trim().to_string());
+            }
+        }
         Ok(times)
     }
 
@@ -137,23 +147,38 @@ pub fn cell_keys(limits: &[u64], open_fds: &[u64], methods: &[CloseMethod]) -> V
 
 /// The timed pass: `rounds` of one batch per cell, cells shuffled each round; the first
 /// spawn of every batch is a warm-up and is dropped.
+///
+/// Ctrl-C (SIGINT to the terminal's whole group, spawners included), SIGTERM or SIGHUP
+/// stops it: the batch under way is lost, the cells measured so far are returned (cells
+/// without a single batch left out) and [`Interrupted`] says how far it got.
 pub fn time_cells(
     runner: &Runner,
     keys: &[CellKey],
     n: u64,
     batch: u64,
-) -> anyhow::Result<BTreeMap<CellKey, Samples>> {
+) -> anyhow::Result<(BTreeMap<CellKey, Samples>, Option<Interrupted>)> {
     let rounds = n.div_ceil(batch);
     let bar = progress(rounds * keys.len() as u64, "timing", " eta {eta} {msg}");
     let mut samples: BTreeMap<CellKey, Samples> =
         keys.iter().map(|&k| (k, Samples::default())).collect();
     let mut order = keys.to_vec();
-    for round in 0..rounds {
+    crate::signals::install();
+    let mut done = 0u64;
+    'rounds: for round in 0..rounds {
         let n = batch.min(n - round * batch);
         shuffle(&mut order, round + 1);
         for &k in &order {
+            if crate::signals::received().is_some() {
+                break 'rounds;
+            }
             bar.set_message(format!("{} @ {}", k.strategy, k.nofile));
-            let times = runner.batch(k, n + 1)?;
+            let times = match runner.batch(k, n + 1) {
+                Ok(t) => t,
+                // The spawner got the terminal's Ctrl-C too: its batch is lost, not an error.
+                Err(_) if crate::signals::received().is_some() => break 'rounds,
+                Err(e) => return Err(e),
+            };
+            done += 1;
             let s = samples.get_mut(&k).expect("every key has samples");
             for &(ns, code) in &times[1..] {
                 s.times.push(ns);
@@ -165,7 +190,24 @@ pub fn time_cells(
         }
     }
     bar.finish_and_clear();
-    Ok(samples)
+    if crate::signals::received().is_none() {
+        return Ok((samples, None));
+    }
+    samples.retain(|_, s| !s.times.is_empty());
+    Ok((
+        samples,
+        Some(Interrupted {
+            batches_done: done,
+            batches: rounds * keys.len() as u64,
+        }),
+    ))
+}
+
+/// How far an interrupted timed pass got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Interrupted {
+    pub batches_done: u64,
+    pub batches: u64,
 }
 
 /// The traced pass (root only), apart so tracing does not slow the timed spawns: `spawns`
@@ -178,7 +220,7 @@ pub fn trace_cells(
     let mut tracer = match BenchTracer::start() {
         Ok(t) => t,
         Err(e) => {
-            crate::diag!("note: traced columns skipped: {e}");
+            crate::diag!("note: traced columns skipped: {e:#}");
             return Ok(());
         }
     };

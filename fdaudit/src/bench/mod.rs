@@ -21,6 +21,7 @@ use anyhow::{bail, Context as _};
 use serde::Serialize;
 
 use crate::output::json_line;
+use crate::output::table::Term;
 use crate::spawner::CloseMethod;
 use crate::{exit, sys};
 use matrix::Runner;
@@ -159,10 +160,44 @@ fn hard_limit() -> anyhow::Result<u64> {
     Ok(hard.min(nr_open))
 }
 
+/// Checks, before anything is measured, that `--cmd` names a program this user can run:
+/// found (through PATH when it has no slash), a regular file, executable.
+pub fn check_command(cmd: &std::ffi::OsStr) -> anyhow::Result<std::path::PathBuf> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let shown = cmd.to_string_lossy();
+    let path = crate::spawner::resolve_command(cmd)
+        .with_context(|| format!("--cmd {shown}: give a path or a program on PATH"))?;
+    let meta = std::fs::metadata(&path)
+        .with_context(|| format!("--cmd {shown}: cannot run {}", path.display()))?;
+    if meta.is_dir() {
+        bail!(
+            "--cmd {shown}: {} is a directory, not a program",
+            path.display()
+        );
+    }
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .with_context(|| format!("--cmd {shown}: the path contains a NUL byte"))?;
+    // SAFETY: access reads a NUL-terminated path.
+    if unsafe { libc::access(c.as_ptr(), libc::X_OK) } != 0 {
+        return Err(std::io::Error::last_os_error()).with_context(|| {
+            format!(
+                "--cmd {shown}: {} is not executable by this user",
+                path.display()
+            )
+        });
+    }
+    Ok(path)
+}
+
 /// `fdaudit bench`.
 pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
     if args.n == 0 || args.batch == 0 {
         bail!("-n and --batch must be at least 1");
+    }
+    // Everything that can be refused is refused before minutes of measuring.
+    check_command(&args.cmd)?;
+    for p in &args.plot {
+        plot::check_path(p).context("failed to check --plot")?;
     }
     let hard = hard_limit()?;
     let limits = parse_limits(&args.limits, hard)?;
@@ -197,10 +232,22 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
         exe: std::env::current_exe().context("failed to find the fdaudit executable")?,
         cmd,
         cpu,
+        first_failure_text: Default::default(),
     };
     let machine = Machine::detect(hard, cpu);
-    let mut samples = matrix::time_cells(&runner, &keys, args.n, args.batch)?;
-    if args.trace_spawns > 0 {
+    let (mut samples, interrupted) = matrix::time_cells(&runner, &keys, args.n, args.batch)?;
+    if let Some(i) = interrupted {
+        if samples.is_empty() {
+            crate::diag!("fdaudit bench: interrupted before any cell was measured");
+            return Ok(exit::INTERRUPTED);
+        }
+        crate::diag!(
+            "fdaudit bench: interrupted after {} of {} batches: the cells below have fewer \
+             spawns than asked, and the traced pass is skipped",
+            i.batches_done,
+            i.batches
+        );
+    } else if args.trace_spawns > 0 {
         matrix::trace_cells(&runner, &mut samples, args.trace_spawns)?;
     }
     let cells = matrix::cell_reports(&samples);
@@ -215,7 +262,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
         .map(|a| a.to_string_lossy())
         .collect::<Vec<_>>()
         .join(" ");
-    write_results(&args, &machine, &cells, &fits, &cmd_text, limits.len())
+    write_results(&args, &machine, &cells, &fits, &cmd_text)
         .context("failed to write to stdout")?;
     for p in &args.plot {
         let title = format!(
@@ -226,7 +273,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
             .with_context(|| format!("failed to draw {}", p.display()))?;
         crate::diag!("plot written to {}", p.display());
     }
-    Ok(exit_status(&cells))
+    if interrupted.is_some() {
+        return Ok(exit::INTERRUPTED);
+    }
+    Ok(exit_status(&cells, &cmd_text, &runner))
 }
 
 /// The machine, cells and fits as JSON lines, or as the header and tables for people.
@@ -236,7 +286,6 @@ fn write_results(
     cells: &[CellReport],
     fits: &[FitReport],
     cmd_text: &str,
-    nlimits: usize,
 ) -> std::io::Result<()> {
     let mut out = std::io::stdout().lock();
     if args.json {
@@ -249,8 +298,8 @@ fn write_results(
         }
         return out.flush();
     }
-    writeln!(
-        out,
+    let term = Term::stdout();
+    let intro = format!(
         "fdaudit bench: {} timed spawns of `{cmd_text}` per cell (batches of {}, each after a \
          warm-up spawn, cells interleaved), {}; per-spawn wall time fork/posix_spawn → waitpid",
         args.n,
@@ -259,19 +308,21 @@ fn write_results(
             || "unpinned".to_string(),
             |c| format!("spawner and children pinned to CPU {c}")
         )
+    );
+    writeln!(out, "{}", term.fill(&intro, 0))?;
+    writeln!(out, "{}\n", term.fill(&machine.line(), 0))?;
+    write!(
+        out,
+        "{}",
+        report::render_tables(cells, machine.hard_nofile, term)
     )?;
-    writeln!(out, "{}\n", machine.line())?;
-    write!(out, "{}", report::render_tables(cells, machine.hard_nofile))?;
-    if nlimits < 3 {
-        writeln!(out, "(fewer than 3 NOFILE limits: the fit below is weak)")?;
-    }
-    write!(out, "{}", report::render_fits(fits))?;
-    write!(out, "{}", report::render_published(fits))?;
+    write!(out, "{}", report::render_fits(fits, term))?;
+    write!(out, "{}", report::render_published(fits, term))?;
     out.flush()
 }
 
 /// 1 when a spawn failed or a traced count contradicts its method (each said on stderr).
-fn exit_status(cells: &[CellReport]) -> u8 {
+fn exit_status(cells: &[CellReport], cmd_text: &str, runner: &Runner) -> u8 {
     let failed: u64 = cells.iter().map(|c| c.failures).sum();
     let mismatches: Vec<String> = cells
         .iter()
@@ -288,7 +339,16 @@ fn exit_status(cells: &[CellReport]) -> u8 {
         crate::diag!("trace check failed: {m}");
     }
     if failed > 0 {
-        crate::diag!("warning: {failed} spawns did not exit 0");
+        match runner.first_failure_text.borrow().as_deref() {
+            Some(t) if !t.is_empty() => crate::diag!(
+                "warning: {} of `{cmd_text}` did not exit 0; the first said: {t}",
+                crate::output::count(failed, "spawn", "spawns")
+            ),
+            _ => crate::diag!(
+                "warning: {} of `{cmd_text}` did not exit 0 (nothing on stderr)",
+                crate::output::count(failed, "spawn", "spawns")
+            ),
+        }
     }
     if failed > 0 || !mismatches.is_empty() {
         exit::FINDINGS
@@ -317,5 +377,28 @@ mod tests {
         );
         assert!(parse_limits(&["x".into()], 20000).is_err(), "not a number");
         assert!(parse_limits(&["2".into()], 20000).is_err(), "too small");
+    }
+
+    #[test]
+    fn commands_are_checked_before_measuring() {
+        assert_eq!(
+            check_command("true".as_ref()).expect("on PATH").file_name(),
+            Some("true".as_ref())
+        );
+        assert!(check_command("/bin/true".as_ref()).is_ok());
+        let e = format!("{:#}", check_command("/nonexistent".as_ref()).unwrap_err());
+        assert!(e.contains("No such file"), "{e}");
+        let plain = std::env::temp_dir().join(format!("fdaudit-noexec-{}", std::process::id()));
+        std::fs::write(&plain, "data").expect("temp file");
+        let e = format!("{:#}", check_command(plain.as_os_str()).unwrap_err());
+        std::fs::remove_file(&plain).expect("cleans up");
+        assert!(e.contains("not executable"), "{e}");
+        let e = format!("{:#}", check_command("/".as_ref()).unwrap_err());
+        assert!(e.contains("is a directory"), "{e}");
+        let e = format!(
+            "{:#}",
+            check_command("no-such-program-here".as_ref()).unwrap_err()
+        );
+        assert!(e.contains("not found in PATH"), "{e}");
     }
 }

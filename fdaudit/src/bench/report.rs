@@ -5,7 +5,9 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use crate::output::color::Paint;
 use crate::output::fmt_ns;
+use crate::output::table::{Cell, Col, Table, Term};
 use crate::spawner::CloseMethod;
 use crate::stats::LinearFit;
 
@@ -78,8 +80,9 @@ pub struct FitReport {
     pub open_fds: u64,
     /// b: nanoseconds per unit of NOFILE.
     pub ns_per_fd: f64,
-    /// Half-width of b's 95% confidence interval.
-    pub ns_per_fd_ci95: f64,
+    /// Half-width of b's 95% confidence interval; absent (null) when only two limits were
+    /// fitted, which say nothing about it.
+    pub ns_per_fd_ci95: Option<f64>,
     /// The model predicting beyond the measured limits is flat (the mean cost): true for
     /// the strategies that make a fixed number of syscalls, false for the loops, which
     /// make one per possible fd (see [`CloseMethod::is_loop`]).
@@ -214,9 +217,21 @@ fn opt(v: Option<u64>) -> String {
     v.map_or_else(|| "-".to_string(), |v| v.to_string())
 }
 
+/// How the speed-up of close_range over a cell reads: red when the cell costs ten times
+/// or more, yellow from twice.
+fn speedup_paint(x: f64) -> Option<Paint> {
+    if x >= 10.0 {
+        Some(Paint::Bad)
+    } else if x >= 2.0 {
+        Some(Paint::Warn)
+    } else {
+        None
+    }
+}
+
 /// One table per NOFILE: each strategy's time, close_range's speed-up over it, and the
-/// traced counts when there are any.
-pub fn render_tables(cells: &[CellReport], hard: u64) -> String {
+/// traced counts when there are any. In a narrow terminal the less telling counts go first.
+pub fn render_tables(cells: &[CellReport], hard: u64, term: Term) -> String {
     let traced = cells.iter().any(|c| c.close_calls_per_spawn.is_some());
     let mut by_limit: BTreeMap<u64, Vec<&CellReport>> = BTreeMap::new();
     for c in cells {
@@ -231,109 +246,157 @@ pub fn render_tables(cells: &[CellReport], hard: u64) -> String {
             ""
         };
         let _ = writeln!(out, "NOFILE {limit}{hard_note}");
-        let mut header = vec![
-            "strategy",
-            "open fds",
-            "median",
-            "p95",
-            "close_range speed-up",
+        let mut cols = vec![
+            Col::new("strategy"),
+            Col::new("open fds").short("fds"),
+            Col::new("median"),
+            Col::new("p95").drop(7),
+            Col::new("close_range speed-up").short("speed-up"),
         ];
         if traced {
-            header.extend([
-                "close()",
-                "close_range()",
-                "F_SETFD",
-                "poll()",
-                "getdents64()",
-                "leaked fds",
-                "trace check",
+            cols.extend([
+                Col::new("close()"),
+                Col::new("close_range()").short("c_range()").drop(3),
+                Col::new("F_SETFD").drop(5),
+                Col::new("poll()").drop(4),
+                Col::new("getdents64()").short("getdents()").drop(6),
+                Col::new("leaked fds").short("leaked").drop(1),
+                Col::new("trace check").short("check").text().drop(2),
             ]);
         }
-        let mut t = crate::output::table(&header);
+        let mut t = Table::new(cols);
         for c in cs {
+            let name = if c.failures > 0 {
+                format!("{} ({} failed)", c.strategy, c.failures)
+            } else {
+                c.strategy.to_string()
+            };
             let mut row = vec![
-                c.strategy.to_string(),
-                c.open_fds.to_string(),
-                fmt_ns(c.median_ns as f64),
-                fmt_ns(c.p95_ns as f64),
-                c.close_range_speedup
-                    .map_or_else(|| "-".to_string(), |s| format!("{s:.1}×")),
+                Cell::painted(name, (c.failures > 0).then_some(Paint::Alarm)),
+                c.open_fds.to_string().into(),
+                fmt_ns(c.median_ns as f64).into(),
+                fmt_ns(c.p95_ns as f64).into(),
+                c.close_range_speedup.map_or_else(
+                    || Cell::from("-"),
+                    |s| Cell::painted(format!("{s:.1}×"), speedup_paint(s)),
+                ),
             ];
             if traced {
+                let check = c.trace_check.clone().unwrap_or_else(|| "-".into());
+                let bad_check = check != "ok" && check != "-";
                 row.extend([
-                    opt(c.close_calls_per_spawn),
-                    opt(c.close_range_calls_per_spawn),
-                    opt(c.fcntl_setfd_calls_per_spawn),
-                    opt(c.poll_calls_per_spawn),
-                    opt(c.getdents64_calls_per_spawn),
-                    opt(c.leaked_fds_per_spawn),
-                    c.trace_check.clone().unwrap_or_else(|| "-".into()),
+                    opt(c.close_calls_per_spawn).into(),
+                    opt(c.close_range_calls_per_spawn).into(),
+                    opt(c.fcntl_setfd_calls_per_spawn).into(),
+                    opt(c.poll_calls_per_spawn).into(),
+                    opt(c.getdents64_calls_per_spawn).into(),
+                    Cell::painted(
+                        opt(c.leaked_fds_per_spawn),
+                        c.leaked_fds_per_spawn
+                            .filter(|&n| n > 0)
+                            .map(|_| Paint::Warn),
+                    ),
+                    Cell::painted(check, bad_check.then_some(Paint::Alarm)),
                 ]);
-            }
-            if c.failures > 0 {
-                row[0] = format!("{} ({} failed)", c.strategy, c.failures);
             }
             t.add_row(row);
         }
-        let _ = writeln!(out, "{t}\n");
+        let _ = writeln!(out, "{}\n", t.render_for(term));
     }
     out
 }
 
 /// The fitted per-fd cost of each strategy and what it predicts beyond the measured limits.
-pub fn render_fits(fits: &[FitReport]) -> String {
+pub fn render_fits(fits: &[FitReport], term: Term) -> String {
     let mut out = String::new();
     let Some(first) = fits.first() else {
         return "No fit: measure at least two NOFILE limits (three or more for a fair R²).\n"
             .into();
     };
-    let _ = writeln!(
-        out,
-        "Fitted per-spawn cost = a + b·NOFILE (least squares over {} limits, b ± 95% CI; \
-         `b>0` says whether the data show a slope). The model that predicts is linear for the \
-         loops (one syscall per possible fd) and flat (the mean) for the rest (a fixed number \
-         of syscalls); columns marked extrapolated lie beyond the largest NOFILE measured",
-        first.limits_fitted
-    );
-    let mut header: Vec<String> = [
-        "strategy", "open fds", "b per fd", "a", "R²", "b>0", "model",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    for p in &first.predictions {
-        let tag = if p.extrapolated {
-            " (extrapolated)"
-        } else {
+    let two = first.limits_fitted < 3;
+    let intro = format!(
+        "Fitted per-spawn cost = a + b·NOFILE (least squares over {} limits{}). The model \
+         that predicts is linear for the loops (one syscall per possible fd) and flat (the mean) \
+         for the rest (a fixed number of syscalls); columns marked extrapolated lie beyond the \
+         largest NOFILE measured",
+        first.limits_fitted,
+        if two {
             ""
-        };
-        header.push(format!("at {}{tag}", p.nofile));
+        } else {
+            ", b ± 95% CI; `b>0` says whether the data show a slope"
+        }
+    );
+    let _ = writeln!(out, "{}", term.fill(&intro, 0));
+    if two {
+        let _ = writeln!(
+            out,
+            "{}",
+            term.fill(
+                "(two limits: a line fits them exactly, so b has no confidence interval and \
+                 R² means nothing; measure three or more for those)",
+                0
+            )
+        );
     }
-    let refs: Vec<&str> = header.iter().map(String::as_str).collect();
-    let mut t = crate::output::table(&refs);
+    let mut cols = vec![
+        Col::new("strategy"),
+        Col::new("open fds").short("fds"),
+        Col::new("b per fd"),
+        Col::new("a").drop(3),
+        Col::new("R²").drop(5),
+        Col::new("b>0").drop(4),
+        Col::new("model").drop(2),
+    ];
+    for p in &first.predictions {
+        let (long, short) = if p.extrapolated {
+            (
+                format!("at {} (extrapolated)", p.nofile),
+                format!("at {} (ext)", p.nofile),
+            )
+        } else {
+            (format!("at {}", p.nofile), format!("at {}", p.nofile))
+        };
+        // The published figures are at 524288: that column stays longest.
+        let drop = if p.nofile == 524288 { 0 } else { 1 };
+        cols.push(Col::new(long).short(short).drop(drop));
+    }
+    let mut t = Table::new(cols);
     for f in fits {
         let mut row = vec![
             f.strategy.to_string(),
             f.open_fds.to_string(),
-            format!("{:.2} ± {:.2} ns", f.ns_per_fd, f.ns_per_fd_ci95),
+            match f.ns_per_fd_ci95 {
+                Some(ci) => format!("{:.2} ± {ci:.2} ns", f.ns_per_fd),
+                None => format!("{:.2} ns", f.ns_per_fd),
+            },
             if f.intercept_ns < 0.0 {
                 format!("-{}", fmt_ns(-f.intercept_ns))
             } else {
                 fmt_ns(f.intercept_ns)
             },
-            format!("{:.3}", f.r2),
-            if f.slope_significant { "yes" } else { "no" }.to_string(),
+            // Two points: a line through them fits exactly; R² and the slope test say nothing.
+            if f.limits_fitted > 2 {
+                format!("{:.3}", f.r2)
+            } else {
+                "-".to_string()
+            },
+            match (f.ns_per_fd_ci95, f.slope_significant) {
+                (None, _) => "-",
+                (Some(_), true) => "yes",
+                (Some(_), false) => "no",
+            }
+            .to_string(),
             if f.flat { "flat" } else { "linear" }.to_string(),
         ];
         row.extend(f.predictions.iter().map(|p| fmt_ns(p.ns)));
         t.add_row(row);
     }
-    let _ = writeln!(out, "{t}\n");
+    let _ = writeln!(out, "{}\n", t.render_for(term));
     out
 }
 
 /// Ours (extrapolated from the fits with the fewest open fds) beside the published figures.
-pub fn render_published(fits: &[FitReport]) -> String {
+pub fn render_published(fits: &[FitReport], term: Term) -> String {
     let mut out = String::new();
     let Some(open) = fits.iter().map(|f| f.open_fds).min() else {
         return out;
@@ -343,12 +406,17 @@ pub fn render_published(fits: &[FitReport]) -> String {
             .find(|f| f.strategy == s && f.open_fds == open)
             .and_then(|f| f.predictions.iter().find(|p| p.nofile == n).cloned())
     };
-    let _ = writeln!(
-        out,
+    let intro = format!(
         "100 spawns of /bin/true at NOFILE 524288: published figures beside this machine's \
          (fit with {open} open fds)"
     );
-    let mut t = crate::output::table(&["who", "loop", "close_range", "close_range speed-up"]);
+    let _ = writeln!(out, "{}", term.fill(&intro, 0));
+    let mut t = Table::new([
+        Col::new("who").text(),
+        Col::new("loop"),
+        Col::new("close_range"),
+        Col::new("close_range speed-up").short("speed-up"),
+    ]);
     for p in PUBLISHED {
         t.add_row(vec![
             p.who.to_string(),
@@ -372,7 +440,7 @@ pub fn render_published(fits: &[FitReport]) -> String {
             },
         ]);
     }
-    let _ = writeln!(out, "{t}\n");
+    let _ = writeln!(out, "{}\n", t.render_for(term));
     out
 }
 
@@ -462,7 +530,7 @@ pub(crate) mod tests {
     #[test]
     fn renders_tables_fits_and_published() {
         let v = sample();
-        let tables = render_tables(&v, 20000);
+        let tables = render_tables(&v, 20000, Term::plain());
         assert!(tables.contains("NOFILE 20000 (the hard limit)"), "{tables}");
         assert!(tables.contains("NOFILE 1024\n"), "{tables}");
         assert!(
@@ -474,7 +542,7 @@ pub(crate) mod tests {
             "no traced columns untraced: {tables}"
         );
         let f = fits(&v);
-        let fits_text = render_fits(&f);
+        let fits_text = render_fits(&f, Term::plain());
         assert!(
             fits_text.contains("at 524288 (extrapolated)"),
             "{fits_text}"
@@ -484,7 +552,7 @@ pub(crate) mod tests {
             fits_text.contains("flat") && fits_text.contains("linear"),
             "{fits_text}"
         );
-        let published = render_published(&f);
+        let published = render_published(&f, Term::plain());
         assert!(
             published.contains("11.63 s") && published.contains("76×"),
             "{published}"
@@ -495,6 +563,26 @@ pub(crate) mod tests {
             published.contains("this machine, extrapolated"),
             "{published}"
         );
+    }
+
+    #[test]
+    fn two_limits_give_no_interval() {
+        let v: Vec<CellReport> = sample()
+            .into_iter()
+            .filter(|c| c.nofile == 1024 || c.nofile == 20000)
+            .collect();
+        let f = fits(&v);
+        assert!(f
+            .iter()
+            .all(|f| f.ns_per_fd_ci95.is_none() && !f.slope_significant));
+        let text = render_fits(&f, Term::plain());
+        assert!(!text.contains("inf") && !text.contains('±'), "{text}");
+        assert!(
+            text.contains("250.00 ns") && text.contains("no confidence interval"),
+            "{text}"
+        );
+        let json = serde_json::to_string(&f[0]).expect("serialises");
+        assert!(json.contains("\"ns_per_fd_ci95\":null"), "{json}");
     }
 
     #[test]

@@ -61,14 +61,22 @@ pub fn run(args: DoctorArgs) -> Result<u8> {
             output::json_line(&mut out, c)?;
         }
     } else {
-        let mut t = output::table(&["check", "status", "detail"]);
+        use output::{
+            color::Paint,
+            table::{Cell, Col, Table},
+        };
+        let mut t = Table::new([
+            Col::new("check"),
+            Col::new("status"),
+            Col::new("detail").text(),
+        ]);
         for c in &checks {
             let status = match c.status {
-                Status::Ok => "ok",
-                Status::Warn => "warn",
-                Status::Fail => "FAIL",
+                Status::Ok => Cell::painted("ok", Some(Paint::Good)),
+                Status::Warn => Cell::painted("warn", Some(Paint::Warn)),
+                Status::Fail => Cell::painted("FAIL", Some(Paint::Alarm)),
             };
-            t.add_row(vec![c.name.as_str(), status, c.detail.as_str()]);
+            t.add_row([c.name.as_str().into(), status, c.detail.as_str().into()]);
         }
         use std::io::Write as _;
         writeln!(out, "{t}")?;

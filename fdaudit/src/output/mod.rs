@@ -1,18 +1,33 @@
 //! Output helpers shared by the subcommands: tables for people, JSON lines for machines.
 
+pub mod color;
+pub mod table;
+
 use std::io::Write;
 
-use comfy_table::{presets, ContentArrangement, Table};
 use serde::Serialize;
 
-/// Prints a diagnostic line on stderr. Unlike `eprintln!` it never panics: a closed or full
-/// stderr must not turn a finished trace into a crash.
+/// Prints a diagnostic line on stderr, wrapped between words to stderr's terminal when it
+/// has a width. Unlike `eprintln!` it never panics: a closed or full stderr must not turn a
+/// finished trace into a crash.
 #[macro_export]
 macro_rules! diag {
     ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), $($arg)*);
+        $crate::output::diag_line(&format!($($arg)*));
     }};
+}
+
+/// What [`diag!`] does.
+pub fn diag_line(msg: &str) {
+    let text = match table::stderr_width() {
+        Some(w) => msg
+            .split('\n')
+            .map(|l| table::wrap_opts(l, w, 2, false).join("\n"))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        None => msg.to_string(),
+    };
+    let _ = writeln!(std::io::stderr(), "{text}");
 }
 
 /// Whether an error is a write to a closed pipe (`fdaudit ... | head`): not worth reporting.
@@ -23,13 +38,10 @@ pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
     })
 }
 
-/// A table for people: no borders, header row, wrapped to the terminal when there is one.
-pub fn table(header: &[&str]) -> Table {
-    let mut t = Table::new();
-    t.load_preset(presets::NOTHING)
-        .set_content_arrangement(ContentArrangement::Dynamic)
-        .set_header(header.iter().copied());
-    t
+/// A table for people: no borders, a header row, never a word broken (see [`table::Table`]
+/// for columns that give way in a narrow terminal).
+pub fn table(header: &[&str]) -> table::Table {
+    table::Table::new(header.iter().map(|h| table::Col::new(*h)))
 }
 
 /// A progress bar on stderr when it is a terminal (hidden otherwise): `{spinner} {what}
@@ -95,8 +107,21 @@ pub fn escape_bytes(bytes: &[u8]) -> String {
     s
 }
 
+/// `n` and the noun in the right number: `1 spawn`, `2 spawns`, `0 processes`.
+pub fn count(n: impl Into<u64>, singular: &str, plural: &str) -> String {
+    let n = n.into();
+    format!("{n} {}", if n == 1 { singular } else { plural })
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn counts_in_the_right_number() {
+        assert_eq!(super::count(1u32, "spawn", "spawns"), "1 spawn");
+        assert_eq!(super::count(0u32, "spawn", "spawns"), "0 spawns");
+        assert_eq!(super::count(2u64, "process", "processes"), "2 processes");
+    }
+
     #[test]
     fn durations_with_three_significant_digits() {
         assert_eq!(super::fmt_ns(512.0), "512 ns");

@@ -12,34 +12,33 @@ use std::{
 
 use crate::output::escape_bytes;
 
+/// /proc/PID/stat of `pid`, parsed by procfs-core (through the procfs crate).
+fn stat_of(pid: u32) -> Option<procfs::process::Stat> {
+    procfs::process::Process::new(i32::try_from(pid).ok()?)
+        .ok()?
+        .stat()
+        .ok()
+}
+
 /// Parent pid of `pid` from /proc/PID/stat.
 pub fn parent_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 2..];
-    rest.split(' ').nth(1)?.parse().ok()
+    u32::try_from(stat_of(pid)?.ppid).ok()
 }
 
 /// Whether `pid` is running: a zombie (state Z or X in /proc/PID/stat) is gone for our
 /// purposes.
 pub fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => s
-            .rfind(')')
-            .and_then(|i| s.get(i + 2..i + 3))
-            .is_some_and(|st| st != "Z" && st != "X"),
-        Err(_) => false,
-    }
+    stat_of(pid).is_some_and(|s| s.state != 'Z' && s.state != 'X')
 }
 
 /// Every current descendant of `root`, from /proc (children before grandchildren).
 pub fn descendants(root: u32) -> Vec<u32> {
     let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
-    if let Ok(dir) = std::fs::read_dir("/proc") {
-        for e in dir.flatten() {
-            if let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) {
-                if let Some(pp) = parent_of(pid) {
-                    children.entry(pp).or_default().push(pid);
-                }
+    if let Ok(all) = procfs::process::all_processes() {
+        for p in all.flatten() {
+            let Ok(st) = p.stat() else { continue };
+            if let (Ok(pid), Ok(pp)) = (u32::try_from(st.pid), u32::try_from(st.ppid)) {
+                children.entry(pp).or_default().push(pid);
             }
         }
     }
@@ -66,14 +65,31 @@ pub fn exe_of(pid: u32) -> Option<String> {
 }
 
 /// The target of /proc/PID/fd/FD, when that fd still refers to inode `ino` (escaped).
+///
+/// The inode comes from fdinfo's `ino:` line, never from a stat through the fd link: that
+/// would ask the file system behind the fd, which may never answer (a FUSE server that
+/// hangs, an NFS server gone).
 pub fn fd_target(pid: u32, fd: u32, ino: u64) -> Option<String> {
-    use std::os::unix::fs::MetadataExt as _;
-    let link = format!("/proc/{pid}/fd/{fd}");
-    let md = std::fs::metadata(&link).ok()?;
-    (md.ino() == ino)
-        .then(|| std::fs::read_link(&link).ok())
-        .flatten()
-        .map(|t| escape_bytes(t.as_os_str().as_encoded_bytes()))
+    let dir = at::open_dir_path(
+        libc::AT_FDCWD,
+        &std::ffi::CString::new(format!("/proc/{pid}")).ok()?,
+    )
+    .ok()?;
+    let name = at::NumName::new(u64::from(fd));
+    let fdinfo = at::open_dir_path(at::raw(&dir), c"fdinfo").ok()?;
+    let mut buf = [0u8; 1024];
+    let n = at::read_head_at(at::raw(&fdinfo), name.as_cstr(), &mut buf).ok()?;
+    let seen = buf[..n]
+        .split(|&b| b == b'\n')
+        .find_map(|l| l.strip_prefix(b"ino:"))
+        .and_then(|v| std::str::from_utf8(v).ok()?.trim().parse::<u64>().ok());
+    if seen != Some(ino) {
+        return None;
+    }
+    let fd_dir = at::open_dir_path(at::raw(&dir), c"fd").ok()?;
+    let mut link = vec![0u8; 4096];
+    let len = at::readlinkat(at::raw(&fd_dir), name.as_cstr(), &mut link).ok()?;
+    Some(escape_bytes(&link[..len]))
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 //! No eBPF, no privileges needed: what cannot be read is counted and skipped, as are
 //! processes and fds that vanish during the scan.
 
+pub mod alike;
 pub mod findings;
 pub mod net;
 pub mod parse;
@@ -54,6 +55,9 @@ pub struct ScanArgs {
     /// Worker threads [default: available CPUs, at most 8].
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
+    /// Name every process that could not be read (pid and comm), not just count them.
+    #[arg(short, long)]
+    pub verbose: bool,
 }
 
 /// How `--sort` orders processes.
@@ -96,7 +100,31 @@ fn uid_of(user: &str) -> anyhow::Result<u32> {
     Ok(unsafe { pw.assume_init() }.pw_uid)
 }
 
+extern "C" fn on_signal(_sig: libc::c_int) {
+    if scanner::SIGNALLED.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        // A second signal: the user wants out now.
+        // SAFETY: _exit is async-signal-safe.
+        unsafe { libc::_exit(i32::from(exit::INTERRUPTED)) };
+    }
+}
+
+/// SIGINT and SIGTERM end the scan at its next step, with the partial summary; a second
+/// one exits at once.
+fn install_signal_handlers() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only touches an atomic and calls _exit, both
+        // async-signal-safe.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_signal as *const () as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
 pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
+    install_signal_handlers();
     let uid = args.user.as_deref().map(uid_of).transpose()?;
     let close_ns = args
         .close_cost_ns
@@ -141,9 +169,16 @@ pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {}
         Err(e) => return Err(e).context("failed to write the scan output"),
     }
-    report::notes(&outcome, n_findings, close_ns, args.close_cost_ns.is_some());
+    report::notes(
+        &outcome,
+        n_findings,
+        close_ns,
+        args.close_cost_ns.is_some(),
+        args.verbose,
+    );
     Ok(match (args.fail_on, worst) {
         (Some(min), Some(w)) if w >= min => exit::FINDINGS,
+        _ if outcome.totals.interrupted => exit::INTERRUPTED,
         _ => exit::OK,
     })
 }

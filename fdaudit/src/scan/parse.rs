@@ -1,5 +1,14 @@
 //! Parsers for the procfs text files the scanner reads. They take bytes and never fail
 //! hard: a malformed or truncated file gives `None` fields, not an error.
+//!
+//! procfs-core parses the tcp/udp/raw tables (scan/net.rs) and /proc/PID/stat (trace);
+//! `status`, `limits` and `fdinfo` stay here, because a process chooses part of what they
+//! hold and procfs-core's parsers give up on the whole file where that part is odd:
+//! `Status` fails on a comm that is not UTF-8 (any process can set one with
+//! `PR_SET_NAME`, and would then drop out of `--user`) and cuts a comm at its first `:`;
+//! `Limits` needs all sixteen lines and reads past the start of a short line (an overflow
+//! panic in debug builds); neither has a field for `Kthread`, and procfs-core has no
+//! fdinfo parser (fdinfo is also the per-fd hot path, read 126k times in the benchmark).
 
 /// What `scan` uses from `/proc/PID/status`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -87,6 +96,9 @@ pub struct FdinfoEntry {
     pub flags: u32,
     pub mnt_id: Option<u32>,
     pub ino: Option<u64>,
+    /// An `scm_fds:` line follows `ino:`: the kernel prints it for unix sockets, and only
+    /// for them (`unix_show_fdinfo`, Linux 5.14+).
+    pub scm_fds: bool,
 }
 
 impl FdinfoEntry {
@@ -142,6 +154,7 @@ pub fn parse_fdinfo(data: &[u8]) -> Option<FdinfoEntry> {
             b"mnt_id" => info.mnt_id = first_u32(val),
             b"ino" => {
                 info.ino = parse_u64(val);
+                info.scm_fds = rest.starts_with(b"scm_fds:");
                 break; // the last line we need
             }
             _ => {}
@@ -230,6 +243,17 @@ mod tests {
         assert_eq!(st.ns_pid, None);
     }
 
+    /// Why `status` is not handed to procfs-core (see the module doc).
+    #[test]
+    fn a_non_utf8_comm_is_kept_where_procfs_core_gives_up() {
+        use procfs_core::FromRead as _;
+        let status = b"Name:\tev\xffl:x\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t7\nNgid:\t0\nPid:\t7\nPPid:\t1\nTracerPid:\t0\nUid:\t1000\t1000\t1000\t1000\nGid:\t1000\t1000\t1000\t1000\nFDSize:\t64\nGroups:\t\nThreads:\t1\nSigQ:\t0/1\nSigPnd:\t0\nShdPnd:\t0\nSigBlk:\t0\nSigIgn:\t0\nSigCgt:\t0\nCapInh:\t0\nCapPrm:\t0\nCapEff:\t0\n";
+        assert!(procfs_core::process::Status::from_read(&status[..]).is_err());
+        let st = parse_status(status);
+        assert_eq!(st.name.as_deref(), Some(&b"ev\xffl:x"[..]));
+        assert_eq!((st.ppid, st.euid), (Some(1), Some(1000)));
+    }
+
     #[test]
     fn limits() {
         let l = b"Limit                     Soft Limit           Hard Limit           Units     \n\
@@ -265,6 +289,9 @@ Max open files            1024                 524288               files     \n
         assert!(!i.cloexec());
         assert_eq!(i.access(), "w");
         assert_eq!(i.ino, None);
+        assert!(!i.scm_fds);
+        let u = parse_fdinfo(b"pos:\t0\nflags:\t02\nmnt_id:\t10\nino:\t7\nscm_fds: 0\n").unwrap();
+        assert!(u.scm_fds);
         assert_eq!(parse_fdinfo(b"pos:\t0\nfla"), None);
         assert_eq!(parse_fdinfo(b"pos:\t0\nflags:\t09\n"), None);
         assert_eq!(parse_fdinfo(b"flags:\t\n"), None);

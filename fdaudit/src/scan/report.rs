@@ -6,8 +6,14 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
-use super::{findings, FdRecord, Finding, Outcome, ProcReport, ScanTotals, SortKey};
-use crate::output::{escape_bytes, json_line, table};
+use super::{
+    alike, findings, FdRecord, Finding, Outcome, ProcReport, ScanTotals, Severity, SortKey,
+};
+use crate::output::{
+    color::Paint,
+    count, escape_bytes, json_line,
+    table::{Cell, Col, Table},
+};
 
 /// uid → user name, cached.
 #[derive(Default)]
@@ -215,7 +221,14 @@ fn process_json<'a>(r: &'a ProcReport, user: &'a str) -> ProcessJson<'a> {
 
 /// `pid N (comm) user U: K fds` and the table of its fds.
 fn fd_listing(out: &mut Vec<u8>, r: &ProcReport, user: &str) {
-    let mut t = table(&["FD", "KIND", "TARGET", "MODE", "CLOEXEC", "ADDRESS"]);
+    let mut t = Table::new([
+        Col::new("FD"),
+        Col::new("KIND"),
+        Col::new("TARGET").path(),
+        Col::new("MODE"),
+        Col::new("CLOEXEC"),
+        Col::new("ADDRESS").text(),
+    ]);
     for f in &r.fds {
         let kind = match (f.family, f.proto.as_deref()) {
             (Some(fam), Some(p)) => format!("{} {fam}/{p}", f.kind),
@@ -228,21 +241,27 @@ fn fd_listing(out: &mut Vec<u8>, r: &ProcReport, user: &str) {
         if f.listening {
             addr.push_str(" (listening)");
         }
-        t.add_row(vec![
-            f.fd.to_string(),
-            kind,
-            f.target.clone(),
-            f.mode.unwrap_or("?").to_owned(),
-            f.cloexec
-                .map_or("?", |c| if c { "yes" } else { "NO" })
-                .to_owned(),
-            addr,
+        // An fd without close-on-exec at 3 or above is what leaks.
+        let leaks = f.cloexec == Some(false) && f.fd >= 3;
+        t.add_row([
+            Cell::from(f.fd.to_string()),
+            kind.into(),
+            f.target.as_str().into(),
+            f.mode.unwrap_or("?").into(),
+            Cell::painted(
+                f.cloexec.map_or("?", |c| if c { "yes" } else { "NO" }),
+                leaks.then_some(Paint::Warn),
+            ),
+            addr.into(),
         ]);
     }
     let _ = writeln!(
         out,
-        "pid {} ({}) user {}: {} fds",
-        r.pid, r.comm, user, r.fd_count
+        "pid {} ({}) user {}: {}",
+        r.pid,
+        r.comm,
+        user,
+        count(r.fd_count, "fd", "fds")
     );
     let _ = writeln!(out, "{t}\n");
 }
@@ -306,20 +325,20 @@ pub fn write_tail(
         let containers = rows
             .iter()
             .any(|r| r.1.last().is_some_and(|c| !c.is_empty()));
-        let mut header = vec![
-            "PID",
-            "COMM",
-            "USER",
-            "NOFILE",
-            "HARD",
-            "FDS",
-            "MAXFD",
-            "NO_CLOEXEC",
+        let mut cols = vec![
+            Col::new("PID"),
+            Col::new("COMM"),
+            Col::new("USER"),
+            Col::new("NOFILE"),
+            Col::new("HARD").drop(2),
+            Col::new("FDS"),
+            Col::new("MAXFD").drop(1),
+            Col::new("NO_CLOEXEC").short("NOCLOEX"),
         ];
         if containers {
-            header.push("CONTAINER");
+            cols.push(Col::new("CONTAINER").short("CTR").drop(3));
         }
-        let mut t = table(&header);
+        let mut t = Table::new(cols);
         for (_, mut row) in rows {
             if !containers {
                 row.pop();
@@ -330,46 +349,94 @@ pub fn write_tail(
     }
     human_findings.extend(outcome.shared.iter().cloned());
     human_findings.sort_by(Finding::order);
-    findings_table(out, &human_findings)
+    findings_table(out, human_findings)
 }
 
-fn findings_table(out: &mut impl Write, findings: &[Finding]) -> io::Result<()> {
+/// How a severity reads.
+fn severity_paint(s: Severity) -> Option<Paint> {
+    match s {
+        Severity::Critical => Some(Paint::Alarm),
+        Severity::High => Some(Paint::Bad),
+        Severity::Medium => Some(Paint::Warn),
+        Severity::Low => None,
+        Severity::Info => Some(Paint::Dim),
+    }
+}
+
+/// The findings, worst first; alike findings of processes running the same program once,
+/// with their count and pids (see [`alike`]).
+fn findings_table(out: &mut impl Write, findings: Vec<Finding>) -> io::Result<()> {
     if findings.is_empty() {
         return writeln!(out, "no findings");
     }
-    let mut t = table(&["SEVERITY", "PID", "COMM", "FD", "REASON"]);
-    for f in findings {
-        t.add_row(vec![
-            f.severity.as_str().to_owned(),
-            f.pid.to_string(),
-            f.comm.clone(),
-            f.fd.map_or("-".into(), |fd| fd.to_string()),
-            f.reason.clone(),
+    let mut t = Table::new([
+        Col::new("SEVERITY"),
+        Col::new("PID"),
+        Col::new("COMM"),
+        Col::new("FD"),
+        Col::new("REASON").text(),
+    ]);
+    for a in alike::group_alike(findings) {
+        let f = &a.finding;
+        t.add_row([
+            Cell::painted(f.severity.as_str(), severity_paint(f.severity)),
+            f.pid.to_string().into(),
+            f.comm.as_str().into(),
+            a.fd.map_or("-".into(), |fd| fd.to_string()).into(),
+            a.reason().into(),
         ]);
     }
     writeln!(out, "{t}")
 }
 
-/// The closing notes on stderr: missing and unreadable pids, the counts, kcmp refusals.
-pub fn notes(outcome: &Outcome, n_findings: usize, close_ns: f64, close_given: bool) {
+/// The closing notes on stderr: missing and unreadable pids (every unreadable process with
+/// `verbose`), the counts, kcmp refusals.
+pub fn notes(
+    outcome: &Outcome,
+    n_findings: usize,
+    close_ns: f64,
+    close_given: bool,
+    verbose: bool,
+) {
     let t = &outcome.totals;
     for pid in &outcome.missing {
         crate::diag!("scan: pid {pid}: no such process");
     }
-    for pid in &outcome.unreadable_pids {
-        crate::diag!("scan: pid {pid}: fds not readable with these privileges");
+    if verbose {
+        for (pid, comm) in &outcome.unreadable_procs {
+            crate::diag!("scan: pid {pid} ({comm}): fds not readable with these privileges");
+        }
+    } else {
+        for pid in &outcome.unreadable_pids {
+            crate::diag!("scan: pid {pid}: fds not readable with these privileges");
+        }
     }
+    let unreadable = count(t.unreadable, "process", "processes");
+    let hint = if t.unreadable > 0 && !verbose && outcome.unreadable_pids.is_empty() {
+        " (-v names them)"
+    } else {
+        ""
+    };
     crate::diag!(
-        "scan: {} processes, {} fds, {} findings; {} processes not readable (permissions), {} vanished, {} fds vanished; close() cost {:.0} ns ({})",
-        t.processes,
-        t.fds,
-        n_findings,
-        t.unreadable,
+        "scan: {}, {}, {}; {unreadable} not readable (permissions){hint}, {} vanished, {} vanished; close() cost {:.0} ns ({})",
+        count(t.processes, "process", "processes"),
+        count(t.fds, "fd", "fds"),
+        count(n_findings as u64, "finding", "findings"),
         t.vanished,
-        t.vanished_fds,
+        count(t.vanished_fds, "fd", "fds"),
         close_ns,
         if close_given { "given" } else { "measured at start" }
     );
+    if t.unreadable_files > 0 {
+        crate::diag!(
+            "scan: {} procfs files skipped (not a regular file, over {} KiB, or unreadable)",
+            t.unreadable_files,
+            crate::procfs_util::at::MAX_FILE / 1024
+        );
+    }
+    if t.interrupted {
+        crate::diag!("scan: interrupted: the counts cover only what was scanned");
+    }
     if t.kcmp_refused > 0 {
         crate::diag!(
             "scan: {} parent/child pairs not compared (kcmp not permitted)",

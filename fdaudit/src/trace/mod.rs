@@ -2,19 +2,21 @@
 //! and what the child did between fork and exec.
 
 pub mod calibrate;
+pub mod chains;
 mod child;
 pub mod counts;
 pub mod decode;
 pub mod drain;
+pub mod filter;
 pub mod flags;
 pub mod reads;
 pub mod report;
 pub mod session;
+pub mod stamp;
 pub mod strategy;
 
 use std::{
     ffi::OsString,
-    sync::atomic::{AtomicI32, Ordering},
     time::{Duration, Instant},
 };
 
@@ -91,34 +93,47 @@ pub struct TraceArgs {
     #[arg(short, long)]
     pub quiet: bool,
 
+    /// Prefix each spawn line with the time of its exec, like strace: -t HH:MM:SS, -tt with
+    /// microseconds, -ttt seconds since the epoch.
+    #[arg(short = 't', action = clap::ArgAction::Count)]
+    pub time: u8,
+
+    /// Prefix each spawn line with the seconds since the previous one, like strace -r.
+    #[arg(short = 'r')]
+    pub relative: bool,
+
+    /// Show only spawns whose exec path matches this glob (`*` matches `/` too; repeatable).
+    #[arg(long, value_name = "GLOB", help_heading = FILTERS)]
+    pub exec: Vec<String>,
+
+    /// Show only spawns of this program (its name as in ps, the file name cut to 15
+    /// bytes; repeatable).
+    #[arg(long, value_name = "NAME", help_heading = FILTERS)]
+    pub comm: Vec<String>,
+
+    /// Show only spawns whose parent has this name (repeatable).
+    #[arg(long, value_name = "NAME", help_heading = FILTERS)]
+    pub parent_comm: Vec<String>,
+
+    /// Show only spawns that leaked an fd (what is traced stays the same; --leaks-only
+    /// instead traces less).
+    #[arg(long, help_heading = FILTERS)]
+    pub only_leaks: bool,
+
+    /// Show only spawns that made at least N close() calls before exec.
+    #[arg(long, value_name = "N", default_value_t = 0, help_heading = FILTERS)]
+    pub min_closes: u32,
+
     /// The command to start and trace from its first instruction.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<OsString>,
 }
 
-static SIGNALLED: AtomicI32 = AtomicI32::new(0);
+/// How often `--reads` looks for newly flagged storms to name their files.
+const READS_CHECK_EVERY: Duration = Duration::from_millis(100);
 
-extern "C" fn on_signal(sig: libc::c_int) {
-    SIGNALLED.store(sig, Ordering::SeqCst);
-}
-
-/// Ctrl-C, SIGTERM and SIGHUP end the trace with its summary; a signal the caller ignored
-/// (`nohup`, a shell's background job) stays ignored, as it does in the command.
-fn install_signal_handlers() {
-    let caller = crate::caller::CallerState::get();
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        if caller.ignores(sig) {
-            continue;
-        }
-        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_signal as *const () as usize;
-            libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(sig, &sa, std::ptr::null_mut());
-        }
-    }
-}
+/// Help heading of the output filters.
+const FILTERS: &str = "Output filters (the kernel still follows the whole tree)";
 
 pub fn run(mut args: TraceArgs) -> Result<u8> {
     if args.demo {
@@ -126,11 +141,19 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
         args.command = vec![me.into_os_string(), "__demo".into()];
     }
     check_targets(&args)?;
+    let filter = filter::Filter::new(
+        &args.exec,
+        &args.comm,
+        &args.parent_comm,
+        args.only_leaks,
+        args.min_closes,
+    )?;
     let followed = args.cgroup.as_deref().map(Followed::find).transpose()?;
-    install_signal_handlers();
+    crate::signals::install();
     let (mut session, child) = attach(&args, followed.as_ref())?;
-    let mut reporter = Reporter::new(&args, &session);
+    let mut reporter = Reporter::new(&args, &session, filter);
     let root_pids: Vec<u32> = child.map(|c| vec![c]).unwrap_or_else(|| args.pids.clone());
+    let mut targets = reads::LiveTargets::default();
     let exit_status = follow(
         &args,
         &mut session,
@@ -138,10 +161,14 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
         child,
         &root_pids,
         followed.as_ref(),
+        &mut targets,
     )?;
     let stats = session.stats()?;
     let storms = if args.reads {
-        reads::storms(&session.read_counts(), procfs_util::fd_target)
+        let counts = session.read_counts();
+        reads::storms(&counts, |pid, fd, ino| {
+            targets.resolve(pid, fd, ino, procfs_util::fd_target)
+        })
     } else {
         Vec::new()
     };
@@ -149,7 +176,7 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
     let leaked = reporter.leaked();
     reporter.finish(stats, storms)?;
 
-    if SIGNALLED.load(Ordering::SeqCst) != 0 && exit_status.is_none() {
+    if crate::signals::received().is_some() && exit_status.is_none() {
         return Ok(exit::INTERRUPTED);
     }
     let mut code = exit_status.map(exit::from_wait_status).unwrap_or(exit::OK);
@@ -218,7 +245,9 @@ fn attach(args: &TraceArgs, followed: Option<&Followed>) -> Result<(Session, Opt
     let what = match (child, followed) {
         (Some(pid), _) => format!("command (pid {pid})"),
         (None, Some(f)) => format!("cgroup {}", f.path),
-        (None, None) => format!("{} process tree(s)", args.pids.len()),
+        (None, None) => {
+            crate::output::count(args.pids.len() as u64, "process tree", "process trees")
+        }
     };
     crate::diag!(
         "fdaudit: tracing {what}{}; Ctrl-C to stop",
@@ -240,16 +269,23 @@ fn follow(
     child: Option<u32>,
     root_pids: &[u32],
     followed: Option<&Followed>,
+    targets: &mut reads::LiveTargets,
 ) -> Result<Option<i32>> {
     let deadline = args
         .duration
         .map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
     let mut exit_status: Option<i32> = None;
+    let mut reads_checked = Instant::now();
     loop {
         for ev in session.poll(Duration::from_millis(100))? {
             reporter.handle(ev, root_pids)?;
         }
-        if SIGNALLED.load(Ordering::SeqCst) != 0 {
+        // --reads: name each storm's file while its process still runs.
+        if args.reads && reads_checked.elapsed() >= READS_CHECK_EVERY {
+            targets.update(&session.read_counts(), procfs_util::fd_target);
+            reads_checked = Instant::now();
+        }
+        if crate::signals::received().is_some() {
             break;
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -275,4 +311,3 @@ fn follow(
     }
     Ok(exit_status)
 }
-

@@ -1,5 +1,7 @@
 //! `trace --reads`: byte-at-a-time read storms (the FreeBSD rc.subr `while read` disease).
 
+use std::collections::HashMap;
+
 use serde::Serialize;
 
 use super::decode::ReadCount;
@@ -47,6 +49,58 @@ pub fn target_of(c: &ReadCount, resolve: impl Fn(u32, u32, u64) -> Option<String
     }
 }
 
+/// Targets of storms resolved while their process still ran. By the end of a trace most
+/// processes that read a byte at a time (a shell's `while read`) are gone and procfs can no
+/// longer say what they read, so `trace` looks each one up as soon as it is flagged.
+#[derive(Debug, Default)]
+pub struct LiveTargets {
+    /// (pid, fd, inode) → path.
+    known: HashMap<(u32, u32, u64), String>,
+}
+
+impl LiveTargets {
+    /// Resolves, with `resolve` (the live /proc link), the storms among `counts` not
+    /// resolved yet. Pipes and sockets are named by inode and need no look-up.
+    pub fn update(
+        &mut self,
+        counts: &[ReadCount],
+        resolve: impl Fn(u32, u32, u64) -> Option<String>,
+    ) {
+        for c in counts {
+            let (k, st) = (&c.key, &c.stat);
+            if !is_storm(st.tiny_calls)
+                || matches!(
+                    fdkind::from_kernel(st.mode, st.magic, ""),
+                    FdKind::Pipe | FdKind::Socket
+                )
+            {
+                continue;
+            }
+            if let std::collections::hash_map::Entry::Vacant(e) =
+                self.known.entry((k.pid, st.fd, st.ino))
+            {
+                if let Some(t) = resolve(k.pid, st.fd, st.ino) {
+                    e.insert(t);
+                }
+            }
+        }
+    }
+
+    /// The target seen while the process ran, else what `live` finds now.
+    pub fn resolve(
+        &self,
+        pid: u32,
+        fd: u32,
+        ino: u64,
+        live: impl Fn(u32, u32, u64) -> Option<String>,
+    ) -> Option<String> {
+        self.known
+            .get(&(pid, fd, ino))
+            .cloned()
+            .or_else(|| live(pid, fd, ino))
+    }
+}
+
 /// Storms among the counts, worst (most calls) first.
 pub fn storms(
     counts: &[ReadCount],
@@ -77,16 +131,17 @@ pub fn storms(
 }
 
 /// The storms as a table for people.
-pub fn storm_table(storms: &[ReadStorm]) -> String {
-    let mut t = crate::output::table(&[
-        "pid",
-        "comm",
-        "fd",
-        "target",
-        "read calls",
-        "1-2 byte reads",
-        "bytes/call",
-        "block reads needed",
+pub fn storm_table(storms: &[ReadStorm], term: crate::output::table::Term) -> String {
+    use crate::output::table::{Col, Table};
+    let mut t = Table::new([
+        Col::new("pid"),
+        Col::new("comm"),
+        Col::new("fd"),
+        Col::new("target").path(),
+        Col::new("read calls").short("reads"),
+        Col::new("1-2 byte reads").short("small"),
+        Col::new("bytes/call").short("B/call"),
+        Col::new("block reads needed").short("blocks").drop(1),
     ]);
     for s in storms {
         t.add_row(vec![
@@ -100,7 +155,7 @@ pub fn storm_table(storms: &[ReadStorm]) -> String {
             s.block_calls.to_string(),
         ]);
     }
-    t.to_string()
+    t.render_for(term)
 }
 
 #[cfg(test)]
@@ -160,7 +215,7 @@ mod tests {
         assert_eq!(s[0].target, "/etc/environment");
         assert_eq!(s[0].block_calls, 1);
         assert_eq!(s[1].target, "pipe:[77]");
-        let table = storm_table(&s);
+        let table = storm_table(&s, crate::output::table::Term::plain());
         assert!(
             table.contains("pipe:[77]") && table.contains("3400"),
             "{table}"
@@ -169,5 +224,31 @@ mod tests {
             serde_json::to_value(super::super::TraceRecord::ReadStorm(s[1].clone())).unwrap();
         assert_eq!(json["type"], "read_storm");
         assert_eq!(json["calls"], 100);
+    }
+
+    #[test]
+    fn targets_seen_while_running_are_kept() {
+        let mut live = LiveTargets::default();
+        let counts = vec![
+            count(2, 3400, 3400, 0xef53, 0o100644),
+            count(1, 100, 100, fdkind::magic::PIPEFS, 0o010600),
+            count(3, 10, 40_960, 0xef53, 0o100644),
+        ];
+        let asked = std::cell::RefCell::new(Vec::new());
+        live.update(&counts, |pid, _, _| {
+            asked.borrow_mut().push(pid);
+            Some(format!("/run/file-{pid}"))
+        });
+        assert_eq!(
+            *asked.borrow(),
+            [2],
+            "only regular-file storms are looked up"
+        );
+        live.update(&counts, |_, _, _| panic!("looked up once"));
+        // The process is gone: the live look-up finds nothing, the kept path is used.
+        let s = storms(&counts, |p, f, i| live.resolve(p, f, i, |_, _, _| None));
+        assert_eq!(s[0].target, "/run/file-2");
+        let gone = storms(&counts, |_, _, _| None);
+        assert_eq!(gone[0].target, "inode 77");
     }
 }

@@ -1,6 +1,6 @@
 //! Rendering of trace results: a line per spawn, the summary table, JSON objects.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use serde::Serialize;
 
@@ -9,20 +9,37 @@ use std::io::Write as _;
 use anyhow::Result;
 
 use super::{
+    chains::{Chains, Link},
     counts::SyscallCounts,
     decode::{Event, Exit, LeakedFd, Spawn},
+    filter::Filter,
     flags::SpawnFlags,
     reads,
     session::Session,
+    stamp::Stamper,
+    strategy::Strategy,
     TraceArgs, TraceRecord,
 };
-use crate::{
-    output::{self, fmt_ns},
-    stats,
+use crate::output::{
+    self,
+    color::Paint,
+    count, fmt_ns,
+    table::{Cell, Col, Table, Term},
 };
 
-/// One line for a spawn, as it happens.
-pub fn spawn_line(s: &Spawn) -> String {
+/// What a strategy costs, as a colour: close_range is the cheap, correct way; the sweeps
+/// whose cost grows with NOFILE are red, those that grow with the fds open yellow.
+pub fn strategy_paint(s: &str) -> Option<Paint> {
+    match s {
+        "close-range" => Some(Paint::Good),
+        "close-loop" | "fcntl-scan" | "poll-scan" => Some(Paint::Bad),
+        "procfd-walk" => Some(Paint::Warn),
+        _ => None,
+    }
+}
+
+/// One line for a spawn, as it happens; coloured when `term` takes colour.
+pub fn spawn_line(s: &Spawn, term: Term) -> String {
     let mut line = if s.exec_ok {
         format!(
             "{}[{}] -> {} {}",
@@ -30,8 +47,12 @@ pub fn spawn_line(s: &Spawn) -> String {
         )
     } else {
         format!(
-            "{}[{}] -> {} EXEC FAILED ({} attempts), exited",
-            s.parent_comm, s.parent_pid, s.pid, s.exec_attempts
+            "{}[{}] -> {} {} ({} attempts), exited",
+            s.parent_comm,
+            s.parent_pid,
+            s.pid,
+            term.paint("EXEC FAILED", Paint::Bad),
+            s.exec_attempts
         )
     };
     if let Some(tid) = s.exec_tid {
@@ -53,7 +74,12 @@ pub fn spawn_line(s: &Spawn) -> String {
         ));
     }
     if !s.flags.contains(SpawnFlags::NO_SYSCALLS) {
-        line.push_str(&format!("  {}", s.strategy));
+        let name = s.strategy.as_str();
+        let shown = match strategy_paint(name) {
+            Some(p) => term.paint(name, p),
+            None => name.to_string(),
+        };
+        line.push_str(&format!("  {shown}"));
         if let Some(b) = s.close_loop_bound {
             line.push_str(&format!(" to {b}"));
         }
@@ -73,7 +99,8 @@ pub fn spawn_line(s: &Spawn) -> String {
                 _ => format!("{} {} {}", f.fd, f.kind, f.target),
             })
             .collect();
-        line.push_str(&format!("  LEAKED {}: {}", s.leaked_count, fds.join(", ")));
+        let leaked = term.paint(&format!("LEAKED {}:", s.leaked_count), Paint::Alarm);
+        line.push_str(&format!("  {leaked} {}", fds.join(", ")));
     }
     if !s.flags.is_empty() {
         line.push_str(&format!(
@@ -157,7 +184,8 @@ pub struct TraceTotals {
     pub window_corrected_ns: u64,
 }
 
-/// One row of the summary: spawns grouped by parent, exec path and strategy.
+/// One row of the summary: spawns grouped by parent, exec path (`first → last` for an
+/// exec chain) and strategy.
 #[derive(Debug, Clone, Serialize)]
 pub struct Group {
     /// The container the spawns ran in (`docker:0123456789ab`), when they ran in one.
@@ -171,7 +199,10 @@ pub struct Group {
     pub window_median_ns: u64,
     pub window_p95_ns: u64,
     pub strategy: String,
+    /// fds that reached the last image of each spawn.
     pub leaked_fds: u64,
+    /// fds that crossed into images that exec'd again (not counted as leaks).
+    pub transient_fds: u64,
 }
 
 /// The summary JSON object (last line with `--json`).
@@ -201,82 +232,78 @@ fn tagged_storms<S: serde::Serializer>(v: &[reads::ReadStorm], s: S) -> Result<S
     s.collect_seq(v.iter().cloned().map(TraceRecord::ReadStorm))
 }
 
-/// What a group keeps per spawn: the numbers its percentiles need.
-#[derive(Default)]
-struct Acc {
-    closes: Vec<u64>,
-    windows: Vec<u64>,
-    leaked: u64,
+/// What the summary needs from an exec record.
+fn link(s: &Spawn) -> Link<'_> {
+    Link {
+        pid: s.pid,
+        reexec: s.flags.contains(SpawnFlags::REEXEC),
+        container: s.identity.container_label(),
+        parent_comm: &s.parent_comm,
+        exec_path: &s.exec_path,
+        strategy: s.strategy.as_str(),
+        closed_fds: !matches!(s.strategy, Strategy::None | Strategy::Unknown),
+        close_calls: s.calls.close_calls,
+        window_ns: s.window_corrected_ns,
+        leaked: s.leaked_count,
+    }
 }
 
-/// Accumulates spawns for the summary.
+/// Accumulates spawns for the summary. Exec records of one process are one spawn (see
+/// [`Chains`]).
 #[derive(Default)]
 pub struct Collector {
-    groups: BTreeMap<(Option<String>, String, String, String), Acc>,
-    /// pid -> fds leaked at its latest exec.
-    last_leaks: HashMap<u32, u32>,
+    chains: Chains,
     totals: TraceTotals,
-    pub spawns: u64,
     pub fork_only: u64,
     flag_counts: BTreeMap<&'static str, u64>,
 }
 
 impl Collector {
     pub fn add(&mut self, s: &Spawn) {
-        self.spawns += 1;
         let t = &mut self.totals;
         t.calls += s.calls;
         t.fcntl_calls += s.calls.fcntl_calls();
         t.window_ns += s.window_ns;
         t.window_corrected_ns += s.window_corrected_ns;
-        // An exec of the same process supersedes the previous one: its fds went to an image
-        // that exec'd again, and what matters is what the last image got.
-        if let Some(prev) = self.last_leaks.insert(s.pid, s.leaked_count) {
-            t.transient_leaked_fds += u64::from(prev);
-        }
         for f in s.flags.partial().names() {
             *self.flag_counts.entry(f).or_default() += 1;
         }
-        let acc = self
-            .groups
-            .entry((
-                s.identity.container_label(),
-                s.parent_comm.clone(),
-                s.exec_path.clone(),
-                s.strategy.to_string(),
-            ))
-            .or_default();
-        acc.closes.push(s.calls.close_calls);
-        acc.windows.push(s.window_corrected_ns);
-        acc.leaked += u64::from(s.leaked_count);
+        self.chains.add(&link(s));
     }
 
     pub fn add_exit(&mut self, e: &Exit) {
         self.fork_only += u64::from(e.never_execd);
+        self.chains.exit(e.pid);
+    }
+
+    /// Spawns: exec records that were not re-execs of a process already counted.
+    pub fn spawns(&self) -> u64 {
+        self.chains.spawns()
     }
 
     /// The totals, with leaks counted at each process's last exec.
     pub fn totals(&self) -> TraceTotals {
         let mut t = self.totals.clone();
-        t.leaked_fds = self.last_leaks.values().map(|&n| u64::from(n)).sum();
-        t.spawns_with_leaks = self.last_leaks.values().filter(|&&n| n > 0).count() as u64;
+        (t.spawns_with_leaks, t.leaked_fds, t.transient_leaked_fds) = self.chains.leak_totals();
         t
     }
 
     pub fn groups(&self) -> Vec<Group> {
-        self.groups
-            .iter()
-            .map(|((container, parent, path, strategy), acc)| Group {
-                container: container.clone(),
-                parent_comm: parent.clone(),
-                exec_path: path.clone(),
-                spawns: acc.closes.len() as u64,
-                close_median: stats::median(&acc.closes).unwrap_or(0),
-                close_max: acc.closes.iter().copied().max().unwrap_or(0),
-                window_median_ns: stats::median(&acc.windows).unwrap_or(0),
-                window_p95_ns: stats::percentile(&acc.windows, 95.0).unwrap_or(0),
-                strategy: strategy.clone(),
-                leaked_fds: acc.leaked,
+        self.chains
+            .rows()
+            .into_iter()
+            .map(|r| Group {
+                container: r.container,
+                parent_comm: r.parent_comm,
+                exec_path: r.exec_path,
+                spawns: r.spawns,
+                close_median: r.close_median,
+                close_max: r.close_max,
+                window_median_ns: r.window_median_ns,
+                window_p95_ns: r.window_p95_ns,
+                strategy: r.strategy,
+                leaked_fds: r.leaked_fds,
+                transient_fds: r.transient_fds,
             })
             .collect()
     }
@@ -285,54 +312,92 @@ impl Collector {
     pub fn partial_notes(&self) -> Vec<String> {
         self.flag_counts
             .iter()
-            .map(|(f, n)| format!("{n} spawn(s) with {f}"))
+            .map(|(f, n)| format!("{} with {f}", count(*n, "spawn", "spawns")))
             .collect()
     }
 }
 
-/// The summary table for people; a container column when any group ran in a container.
-pub fn summary_table(groups: &[Group]) -> String {
+/// The summary table for people: in a narrow terminal the percentiles go first, paths
+/// are shortened in the middle; a container column when any group ran in a container, the
+/// transient column only when an exec chain had any.
+pub fn summary_table(groups: &[Group], term: Term) -> String {
+    let transient = groups.iter().any(|g| g.transient_fds > 0);
     let containers = groups.iter().any(|g| g.container.is_some());
-    let mut header = vec![
-        "parent",
-        "exec",
-        "spawns",
-        "close/spawn med",
-        "max",
-        "window med",
-        "p95",
-        "strategy",
-        "leaked fds",
-    ];
+    let mut cols = Vec::new();
     if containers {
-        header.insert(0, "container");
+        cols.push(Col::new("container"));
     }
-    let mut t = output::table(&header);
+    cols.extend([
+        Col::new("parent"),
+        Col::new("exec").path(),
+        Col::new("spawns"),
+        Col::new("close/spawn med").short("closes"),
+        Col::new("max").drop(4),
+        Col::new("window med").short("window"),
+        Col::new("p95").drop(3),
+        Col::new("strategy"),
+        Col::new("leaked fds").short("leaked"),
+    ]);
+    if transient {
+        cols.push(Col::new("transient fds").short("transient").drop(2));
+    }
+    let mut t = Table::new(cols);
     for g in groups {
-        let mut row = vec![
-            g.parent_comm.clone(),
-            g.exec_path.clone(),
-            g.spawns.to_string(),
-            g.close_median.to_string(),
-            g.close_max.to_string(),
-            fmt_ns(g.window_median_ns as f64),
-            fmt_ns(g.window_p95_ns as f64),
-            g.strategy.clone(),
-            g.leaked_fds.to_string(),
-        ];
+        let mut row = Vec::new();
         if containers {
-            row.insert(0, g.container.clone().unwrap_or_default());
+            row.push(Cell::from(g.container.clone().unwrap_or_default()));
+        }
+        row.extend([
+            Cell::from(g.parent_comm.as_str()),
+            g.exec_path.as_str().into(),
+            g.spawns.to_string().into(),
+            g.close_median.to_string().into(),
+            g.close_max.to_string().into(),
+            fmt_ns(g.window_median_ns as f64).into(),
+            fmt_ns(g.window_p95_ns as f64).into(),
+            Cell::painted(g.strategy.as_str(), strategy_paint(&g.strategy)),
+            Cell::painted(
+                g.leaked_fds.to_string(),
+                (g.leaked_fds > 0).then_some(Paint::Alarm),
+            ),
+        ]);
+        if transient {
+            row.push(Cell::painted(
+                g.transient_fds.to_string(),
+                (g.transient_fds > 0).then_some(Paint::Warn),
+            ));
         }
         t.add_row(row);
     }
-    t.to_string()
+    t.render_for(term)
+}
+
+/// The name of a spawn's parent when the kernel record has none (its fork was not seen):
+/// `fdaudit` for fdaudit itself (the traced command's own re-exec), else what procfs says.
+fn parent_name(ppid: u32) -> String {
+    if ppid == std::process::id() {
+        return "fdaudit".into();
+    }
+    std::fs::read_to_string(format!("/proc/{ppid}/comm"))
+        .map(|c| c.trim_end().to_string())
+        .ok()
+        .filter(|c| !c.is_empty())
+        .unwrap_or_else(|| "?".into())
 }
 
 /// Per-event handling and final output of `trace`: a line (or JSON object) per spawn as it
 /// comes, the summary at the end.
 pub struct Reporter<'a> {
     args: &'a TraceArgs,
+    /// The spawns the filters keep: what is printed and summed.
     collector: Collector,
+    /// Every spawn, when filters are set: `--fail-on-leak` judges them all.
+    unfiltered: Option<Chains>,
+    filter: Filter,
+    /// Exec records the filters left out.
+    hidden: u64,
+    stamper: Stamper,
+    term: Term,
     root_inherited: Vec<LeakedFd>,
     seen_root_exec: Vec<u32>,
     probe_cost_ns: f64,
@@ -352,10 +417,15 @@ pub fn lost_note(lost: u64, ring_bytes: u64) -> String {
 }
 
 impl<'a> Reporter<'a> {
-    pub fn new(args: &'a TraceArgs, s: &Session) -> Self {
+    pub fn new(args: &'a TraceArgs, s: &Session, filter: Filter) -> Self {
         Reporter {
             args,
             collector: Collector::default(),
+            unfiltered: filter.is_active().then(Chains::default),
+            filter,
+            hidden: 0,
+            stamper: Stamper::new(args.time, args.relative),
+            term: Term::stdout(),
             root_inherited: Vec::new(),
             seen_root_exec: Vec::new(),
             probe_cost_ns: s.probe_cost_ns(),
@@ -381,9 +451,12 @@ impl<'a> Reporter<'a> {
                 self.report_spawn(s)?;
             }
             Event::Exit(mut e) => {
-                self.collector.add_exit(&e);
                 if let Some(s) = e.failed_spawn.take() {
                     self.report_spawn(s)?;
+                }
+                self.collector.add_exit(&e);
+                if let Some(all) = &mut self.unfiltered {
+                    all.exit(e.pid);
                 }
             }
         }
@@ -392,18 +465,37 @@ impl<'a> Reporter<'a> {
 
     fn report_spawn(&mut self, mut s: Box<Spawn>) -> Result<()> {
         s.correct_for_probes(self.probe_cost_ns);
+        if s.parent_comm.is_empty() {
+            s.parent_comm = parent_name(s.parent_pid);
+        }
+        if let Some(all) = &mut self.unfiltered {
+            all.add(&link(&s));
+        }
+        if !self.filter.keeps(&s) {
+            self.hidden += 1;
+            return Ok(());
+        }
         self.collector.add(&s);
         if self.args.json {
             output::json_line(&mut std::io::stdout().lock(), &TraceRecord::Spawn(s))?;
         } else if !self.args.quiet {
-            writeln!(std::io::stdout().lock(), "{}", spawn_line(&s))?;
+            let line = format!(
+                "{}{}",
+                self.stamper.prefix(s.exec_ns),
+                spawn_line(&s, self.term)
+            );
+            writeln!(std::io::stdout().lock(), "{}", self.term.fill(&line, 4))?;
         }
         Ok(())
     }
 
-    /// Whether a process's last exec leaked an fd (what `--fail-on-leak` fails on).
+    /// Whether a process's last exec leaked an fd (what `--fail-on-leak` fails on), filters
+    /// or not.
     pub fn leaked(&self) -> bool {
-        self.collector.totals().spawns_with_leaks > 0
+        match &self.unfiltered {
+            Some(all) => all.leak_totals().0 > 0,
+            None => self.collector.totals().spawns_with_leaks > 0,
+        }
     }
 
     /// Prints the summary (JSON: the read storms and the summary object; text: the totals
@@ -415,7 +507,7 @@ impl<'a> Reporter<'a> {
             partial.insert(0, lost_note(stats.lost_records, self.ring_bytes));
         }
         let summary = Summary {
-            spawns: self.collector.spawns,
+            spawns: self.collector.spawns(),
             lost_records: stats.lost_records,
             untracked_forks: stats.tracked_full,
             read_table_full: stats.reads_full,
@@ -442,7 +534,11 @@ impl<'a> Reporter<'a> {
             }
             return Ok(());
         }
-        summary_text(&mut out, &summary)?;
+        let filtered = self
+            .filter
+            .is_active()
+            .then(|| (self.filter.describe(), self.hidden));
+        summary_text(&mut out, &summary, filtered, self.term)?;
         if summary.lost_records > 0 {
             writeln!(
                 out,
@@ -463,8 +559,8 @@ impl<'a> Reporter<'a> {
                 .map(|f| format!("{}={}", f.fd, f.target))
                 .collect();
             crate::diag!(
-                "note: the traced command itself inherited {} fd(s) from fdaudit's caller: {} (every spawn that does not close them leaks them too)",
-                fds.len(),
+                "note: the traced command itself inherited {} from fdaudit's caller: {} (every spawn that does not close them leaks them too)",
+                count(fds.len() as u64, "fd", "fds"),
                 fds.join(" ")
             );
         }
@@ -482,32 +578,55 @@ impl<'a> Reporter<'a> {
     }
 }
 
-/// The totals line, the group table and the read storms, for people.
-fn summary_text(out: &mut impl std::io::Write, summary: &Summary) -> std::io::Result<()> {
+/// The totals line, the group table and the read storms, for people. `filtered`: the
+/// filters in command-line form and the exec records they left out.
+fn summary_text(
+    out: &mut impl std::io::Write,
+    summary: &Summary,
+    filtered: Option<(String, u64)>,
+    term: Term,
+) -> std::io::Result<()> {
     writeln!(out)?;
     let t = &summary.totals;
-    writeln!(
-        out,
-        "{} spawns traced, {} with leaked fds ({} fds); {} close(), {} close_range()",
-        summary.spawns,
-        t.spawns_with_leaks,
-        t.leaked_fds,
+    let with_leaks = format!("{} with leaked fds", t.spawns_with_leaks);
+    let with_leaks = if t.spawns_with_leaks > 0 {
+        term.paint(&with_leaks, Paint::Alarm)
+    } else {
+        with_leaks
+    };
+    let headline = format!(
+        "{} {}, {with_leaks} ({}); {} close(), {} close_range()",
+        count(summary.spawns, "spawn", "spawns"),
+        if filtered.is_some() {
+            "shown"
+        } else {
+            "traced"
+        },
+        count(t.leaked_fds, "fd", "fds"),
         t.calls.close_calls,
         t.calls.close_range_calls
-    )?;
+    );
+    writeln!(out, "{}", term.fill(&headline, 0))?;
+    if let Some((filters, hidden)) = filtered {
+        let note = format!(
+            "(filters {filters}: {} traced but not shown; the kernel followed the whole tree)",
+            count(hidden, "exec record", "exec records")
+        );
+        writeln!(out, "{}", term.fill(&note, 0))?;
+    }
     if t.transient_leaked_fds > 0 {
-        writeln!(
-            out,
-            "({} more fds crossed into images that exec'd again, e.g. a spawn helper; not counted as leaks)",
-            t.transient_leaked_fds
-        )?;
+        let note = format!(
+            "({} crossed into images that exec'd again, e.g. a spawn helper; not counted as leaks)",
+            count(t.transient_leaked_fds, "more fd", "more fds")
+        );
+        writeln!(out, "{}", term.fill(&note, 0))?;
     }
     if !summary.groups.is_empty() {
-        writeln!(out, "{}", summary_table(&summary.groups))?;
+        writeln!(out, "{}", summary_table(&summary.groups, term))?;
     }
     if !summary.read_storms.is_empty() {
         writeln!(out, "\nbyte-at-a-time reads:")?;
-        writeln!(out, "{}", reads::storm_table(&summary.read_storms))?;
+        writeln!(out, "{}", reads::storm_table(&summary.read_storms, term))?;
     }
     Ok(())
 }
@@ -536,11 +655,12 @@ fn summary_warnings(summary: &Summary) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::trace::strategy::Strategy;
 
-    fn spawn(parent: &str, path: &str, close: u32, window: u64, leaked: u32) -> Spawn {
+    /// A spawn record for tests.
+    pub(crate) fn spawn(parent: &str, path: &str, close: u32, window: u64, leaked: u32) -> Spawn {
         Spawn {
             parent_pid: 1,
             parent_comm: parent.into(),
@@ -579,7 +699,7 @@ mod tests {
     fn spawn_line_names_strategy_counts_and_leaks() {
         let s = spawn("python3", "/bin/true", 19_997, 2_500_000, 0);
         assert_eq!(
-            spawn_line(&s),
+            spawn_line(&s, Term::plain()),
             "python3[1] -> 2 /bin/true (-x)  window 2.50 ms (untraced ~2.50 ms)  close-loop to 20000: close 19997 (19996 EBADF)"
         );
     }
@@ -619,16 +739,21 @@ mod tests {
         assert_eq!(g[0].leaked_fds, 1);
         assert_eq!(g[0].window_p95_ns, 3_000_000);
         assert_eq!((g[1].strategy.as_str(), g[1].spawns), ("none", 1));
-        // Both bash spawns were pid 2 in this test: the second exec supersedes the first.
-        assert_eq!(c.totals().spawns_with_leaks, 0);
-        assert_eq!(c.totals().transient_leaked_fds, 2);
-        let table = summary_table(&g);
+        // Every spawn here is pid 2, none a re-exec: each is a spawn of its own, the last
+        // leaked nothing.
+        assert_eq!(c.spawns(), 4);
+        assert_eq!(c.totals().spawns_with_leaks, 2);
+        assert_eq!(c.totals().transient_leaked_fds, 0);
+        let table = summary_table(&g, Term::plain());
         assert!(table.contains("python3"), "{table}");
         assert!(
             table.contains("close-loop") || table.contains("none"),
             "{table}"
         );
-        assert!(!table.contains("container"), "no container column without containers");
+        assert!(
+            !table.contains("container"),
+            "no container column without containers"
+        );
     }
 
     #[test]
@@ -640,7 +765,8 @@ mod tests {
             container: crate::cgroup::parse_path(&format!("/system.slice/docker-{id}.scope")),
             ..Default::default()
         };
-        assert!(spawn_line(&inside).contains(" in docker:3f2a0b9c8d7e "), "{}", spawn_line(&inside));
+        let line = spawn_line(&inside, Term::plain());
+        assert!(line.contains(" in docker:3f2a0b9c8d7e "), "{line}");
         let json = serde_json::to_value(&inside).unwrap();
         assert_eq!(json["container_id"], id);
         assert_eq!(json["container_runtime"], "docker");
@@ -648,8 +774,15 @@ mod tests {
         c.add(&inside);
         c.add(&spawn("sh", "/bin/cat", 0, 1000, 1));
         let g = c.groups();
-        assert_eq!(g.len(), 2, "the container's spawns are a group of their own");
-        let table = summary_table(&g);
-        assert!(table.contains("container") && table.contains("docker:3f2a0b9c8d7e"), "{table}");
+        assert_eq!(
+            g.len(),
+            2,
+            "the container's spawns are a group of their own"
+        );
+        let table = summary_table(&g, Term::plain());
+        assert!(
+            table.contains("container") && table.contains("docker:3f2a0b9c8d7e"),
+            "{table}"
+        );
     }
 }

@@ -368,16 +368,40 @@ mod tests {
         m.set_kernel_totals(5, 1);
         let t = m.encode();
         let sel = r#"{container_id="abc",cgroup="/system.slice/docker-abc.scope",parent="sh",child="cat",strategy="none""#;
-        assert_eq!(value(&t, &format!("fdaudit_spawns_total{sel}}}")), Some(2.0), "{t}");
-        assert_eq!(value(&t, &format!("fdaudit_spawns_with_leaks_total{sel}}}")), Some(1.0));
-        assert_eq!(value(&t, &format!("fdaudit_leaked_fds_total{sel},kind=\"file\"}}")), Some(2.0));
         assert_eq!(
-            value(&t, &format!("fdaudit_leaked_fds_total{sel},kind=\"socket-inet\"}}")),
+            value(&t, &format!("fdaudit_spawns_total{sel}}}")),
+            Some(2.0),
+            "{t}"
+        );
+        assert_eq!(
+            value(&t, &format!("fdaudit_spawns_with_leaks_total{sel}}}")),
             Some(1.0)
         );
-        assert_eq!(value(&t, &format!("fdaudit_preexec_close_calls_total{sel}}}")), Some(10.0));
-        let wsel = r#"{container_id="abc",cgroup="/system.slice/docker-abc.scope",strategy="none"}"#;
-        assert_eq!(value(&t, &format!("fdaudit_spawn_window_seconds_count{wsel}")), Some(2.0), "{t}");
+        assert_eq!(
+            value(
+                &t,
+                &format!("fdaudit_leaked_fds_total{sel},kind=\"file\"}}")
+            ),
+            Some(2.0)
+        );
+        assert_eq!(
+            value(
+                &t,
+                &format!("fdaudit_leaked_fds_total{sel},kind=\"socket-inet\"}}")
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(&t, &format!("fdaudit_preexec_close_calls_total{sel}}}")),
+            Some(10.0)
+        );
+        let wsel =
+            r#"{container_id="abc",cgroup="/system.slice/docker-abc.scope",strategy="none"}"#;
+        assert_eq!(
+            value(&t, &format!("fdaudit_spawn_window_seconds_count{wsel}")),
+            Some(2.0),
+            "{t}"
+        );
         assert_eq!(value(&t, "fdaudit_lost_records_total"), Some(5.0));
         assert_eq!(value(&t, "fdaudit_untracked_forks_total"), Some(1.0));
         assert_eq!(value(&t, "fdaudit_series_overflow_total"), Some(0.0));
@@ -415,21 +439,39 @@ mod tests {
             nofile_soft: Some(lim),
         };
         m.set_scan(
-            &[p("nginx", 3, 1024), p("nginx", 4, 65536), p("a", 1, 1), p("b", 1, 1)],
+            &[
+                p("nginx", 3, 1024),
+                p("nginx", 4, 65536),
+                p("a", 1, 1),
+                p("b", 1, 1),
+            ],
             &[("high".into(), 2), ("low".into(), 5)],
         );
         let t = m.encode();
         let sel = r#"{container_id="",cgroup="/",exe="nginx"}"#;
-        assert_eq!(value(&t, &format!("fdaudit_inheritable_fds{sel}")), Some(7.0), "{t}");
-        assert_eq!(value(&t, &format!("fdaudit_nofile_soft{sel}")), Some(65536.0));
         assert_eq!(
-            value(&t, r#"fdaudit_inheritable_fds{container_id="_overflow",cgroup="_overflow",exe="_overflow"}"#),
+            value(&t, &format!("fdaudit_inheritable_fds{sel}")),
+            Some(7.0),
+            "{t}"
+        );
+        assert_eq!(
+            value(&t, &format!("fdaudit_nofile_soft{sel}")),
+            Some(65536.0)
+        );
+        assert_eq!(
+            value(
+                &t,
+                r#"fdaudit_inheritable_fds{container_id="_overflow",cgroup="_overflow",exe="_overflow"}"#
+            ),
             Some(1.0)
         );
         assert_eq!(value(&t, r#"fdaudit_findings{severity="high"}"#), Some(2.0));
         m.set_scan(&[p("a", 0, 1)], &[]);
         let t = m.encode();
-        assert!(!t.contains("nginx"), "the previous scan's series are gone: {t}");
+        assert!(
+            !t.contains("nginx"),
+            "the previous scan's series are gone: {t}"
+        );
         assert!(!t.contains("severity="));
         assert_eq!(value(&t, "fdaudit_scans_total"), Some(2.0));
     }

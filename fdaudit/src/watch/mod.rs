@@ -124,10 +124,19 @@ pub fn observation(s: &Spawn, leaks_only: bool) -> SpawnObservation {
     );
     SpawnObservation {
         labels: SpawnLabels {
-            container_id: s.identity.container.container_id.clone().unwrap_or_default(),
+            container_id: s
+                .identity
+                .container
+                .container_id
+                .clone()
+                .unwrap_or_default(),
             cgroup: s.identity.cgroup.clone().unwrap_or_default(),
             parent: s.parent_comm.clone(),
-            child: if s.exec_ok { child.to_owned() } else { "(exec failed)".into() },
+            child: if s.exec_ok {
+                child.to_owned()
+            } else {
+                "(exec failed)".into()
+            },
             strategy: s.strategy.as_str().to_owned(),
         },
         leaked_kinds,
@@ -196,7 +205,10 @@ fn serve(server: tiny_http::Server, metrics: Arc<Mutex<Metrics>>, stop: Arc<Atom
             let (body, ct) = if openmetrics {
                 (text, metrics::CONTENT_TYPE)
             } else {
-                (prometheus_text(&text), "text/plain; version=0.0.4; charset=utf-8")
+                (
+                    prometheus_text(&text),
+                    "text/plain; version=0.0.4; charset=utf-8",
+                )
             };
             tiny_http::Response::from_string(body).with_header(
                 tiny_http::Header::from_bytes("Content-Type", ct).expect("a valid header"),
@@ -234,7 +246,12 @@ fn scan_once(metrics: &Mutex<Metrics>, close_ns: f64) -> Result<()> {
         |r| {
             let obs = ProcessObservation {
                 labels: ProcessLabels {
-                    container_id: r.identity.container.container_id.clone().unwrap_or_default(),
+                    container_id: r
+                        .identity
+                        .container
+                        .container_id
+                        .clone()
+                        .unwrap_or_default(),
                     cgroup: r.identity.cgroup.clone().unwrap_or_default(),
                     exe: r.comm.clone(),
                 },
@@ -328,7 +345,9 @@ pub fn run(args: WatchArgs) -> Result<u8> {
     let mut session = Session::start(&opts)?;
     if filter.is_none() {
         // No cgroup2 to filter on: follow init's tree (kernel usermode helpers are missed).
-        session.track_tree(1).context("failed to trace PID 1's tree")?;
+        session
+            .track_tree(1)
+            .context("failed to trace PID 1's tree")?;
     }
     let metrics = Arc::new(Mutex::new(Metrics::new(args.max_series)));
     let stop_http = Arc::new(AtomicBool::new(false));
@@ -367,12 +386,19 @@ pub fn run(args: WatchArgs) -> Result<u8> {
     Ok(0)
 }
 
-fn watch_loop(args: &WatchArgs, session: &mut Session, metrics: &Arc<Mutex<Metrics>>) -> Result<()> {
+fn watch_loop(
+    args: &WatchArgs,
+    session: &mut Session,
+    metrics: &Arc<Mutex<Metrics>>,
+) -> Result<()> {
     let leaks_only = !args.full;
     let start = Instant::now();
-    let deadline = args.duration.map(|s| start + Duration::from_secs_f64(s.max(0.0)));
+    let deadline = args
+        .duration
+        .map(|s| start + Duration::from_secs_f64(s.max(0.0)));
     let close_ns = crate::sys::close_cost_ns(10_000);
-    let scan_every = (args.scan_interval > 0.0).then(|| Duration::from_secs_f64(args.scan_interval));
+    let scan_every =
+        (args.scan_interval > 0.0).then(|| Duration::from_secs_f64(args.scan_interval));
     let text_every = Duration::from_secs_f64(args.textfile_interval.max(1.0));
     let mut next_scan = Instant::now();
     let mut next_text = Instant::now() + text_every;
@@ -404,7 +430,12 @@ fn watch_loop(args: &WatchArgs, session: &mut Session, metrics: &Arc<Mutex<Metri
         }
         if let Some(every) = scan_every {
             if scanner.as_ref().is_some_and(|h| h.is_finished()) {
-                if let Err(e) = scanner.take().expect("checked").join().expect("scan thread") {
+                if let Err(e) = scanner
+                    .take()
+                    .expect("checked")
+                    .join()
+                    .expect("scan thread")
+                {
                     crate::diag!("warning: {e:#}");
                 }
             }
@@ -460,7 +491,10 @@ mod tests {
         let om = m.encode();
         assert!(om.contains("# TYPE fdaudit_spawns counter\n"), "{om}");
         let text = prometheus_text(&om);
-        assert!(text.contains("# TYPE fdaudit_spawns_total counter\n"), "{text}");
+        assert!(
+            text.contains("# TYPE fdaudit_spawns_total counter\n"),
+            "{text}"
+        );
         assert!(text.contains("# HELP fdaudit_spawns_total "), "{text}");
         assert!(text.contains("# TYPE fdaudit_spawn_window_seconds histogram\n"));
         assert!(!text.contains("# EOF") && !text.contains("# UNIT"));
@@ -482,8 +516,14 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, ["fdaudit.prom"], "no temporary file is left");
-        assert_eq!(std::fs::read_to_string(dir.join("fdaudit.prom")).unwrap(), "a 2\n");
+        assert_eq!(
+            std::fs::read_to_string(dir.join("fdaudit.prom")).unwrap(),
+            "a 2\n"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
-        assert!(write_textfile(&dir, "a 3\n").is_err(), "a missing directory is an error");
+        assert!(
+            write_textfile(&dir, "a 3\n").is_err(),
+            "a missing directory is an error"
+        );
     }
 }

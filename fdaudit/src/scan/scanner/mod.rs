@@ -5,16 +5,16 @@
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{OwnedFd, RawFd};
+use std::os::fd::{FromRawFd as _, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use serde::Serialize;
 
 use super::findings::{self, FdFacts, Finding, FindingKind, Severity};
-use super::net::{NetTables, SockInfo};
+use super::net::{self, NetTables};
 use super::parse::{self, NofileLimits, ProcStatus};
 use crate::fdkind::FdKind;
 use crate::output::escape_bytes;
@@ -24,6 +24,10 @@ mod process;
 mod share;
 
 use share::ShareKey;
+
+/// Set by SIGINT / SIGTERM (see `scan::run`): every loop of the scan ends at its next step
+/// and the partial results are reported.
+pub static SIGNALLED: AtomicBool = AtomicBool::new(false);
 
 /// Errors that stop a scan before it starts (everything later is skipped and counted).
 #[derive(Debug, thiserror::Error)]
@@ -133,6 +137,13 @@ pub struct ScanTotals {
     /// Parent/child pairs not compared because kcmp was refused.
     pub kcmp_refused: u64,
     pub kcmp_calls: u64,
+    /// procfs files refused or unreadable: not a regular file (a FIFO, a device), larger
+    /// than the read limit, or failing to read (`limits`, `fdinfo/N`, `net/*` tables; a
+    /// process whose `status` fails counts under `unreadable`).
+    pub unreadable_files: u64,
+    /// The scan was cut short by SIGINT or SIGTERM: the counts cover what was done.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub interrupted: bool,
 }
 
 /// The end of a scan: totals and the parent/child share findings.
@@ -144,6 +155,9 @@ pub struct Outcome {
     pub missing: Vec<u32>,
     /// `-p` pids whose fds could not be read.
     pub unreadable_pids: Vec<u32>,
+    /// Every process whose fds could not be read, as (pid, comm), in pid order (`?` when
+    /// even its status was unreadable).
+    pub unreadable_procs: Vec<(u32, String)>,
 }
 
 struct Header {
@@ -185,6 +199,37 @@ struct Scanner<'a> {
     live: bool,
     net: Mutex<HashMap<NsKey, Arc<OnceLock<Arc<NetTables>>>>>,
     keys: Mutex<HashMap<u32, Vec<ShareKey>>>,
+    /// `net/*` tables that could not be read.
+    unreadable_net: AtomicU64,
+    /// This kernel prints `scm_fds:` in the fdinfo of unix sockets (5.14+), so fdinfo
+    /// alone tells a unix socket from any other (live only).
+    scm_fds: bool,
+}
+
+/// Whether this kernel's fdinfo of a unix socket has its `scm_fds:` line (a socketpair of
+/// our own, read back).
+fn kernel_prints_scm_fds() -> bool {
+    let mut sv = [0; 2];
+    // SAFETY: sv is valid for two ints.
+    if unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            0,
+            sv.as_mut_ptr(),
+        )
+    } != 0
+    {
+        return false;
+    }
+    // SAFETY: both fds were just created and are owned here only.
+    let _pair = unsafe { [OwnedFd::from_raw_fd(sv[0]), OwnedFd::from_raw_fd(sv[1])] };
+    let mut buf = [0u8; 256];
+    let name = CString::new(format!("/proc/self/fdinfo/{}", sv[0])).expect("no NUL");
+    match at::read_head_at(libc::AT_FDCWD, &name, &mut buf) {
+        Ok(n) => parse::parse_fdinfo(&buf[..n]).is_some_and(|i| i.scm_fds),
+        Err(_) => false,
+    }
 }
 
 /// Per-worker buffers, reused for every process and fd.
@@ -194,7 +239,6 @@ struct Scratch {
     link: Vec<u8>,
     file: Vec<u8>,
     fds: Vec<u32>,
-    modes: HashMap<(u32, u64), u32>,
     /// (mnt_id, "socket" | "pipe") learned by `learn_pseudo`.
     pseudo: Vec<(u32, &'static str)>,
     totals: ScanTotals,
@@ -208,7 +252,6 @@ impl Scratch {
             link: vec![0; 4096],
             file: Vec::with_capacity(8192),
             fds: Vec::new(),
-            modes: HashMap::new(),
             pseudo: Vec::new(),
             totals: ScanTotals::default(),
         }
@@ -246,6 +289,8 @@ pub fn scan<R: Send>(
         root,
         net: Mutex::new(HashMap::new()),
         keys: Mutex::new(HashMap::new()),
+        unreadable_net: AtomicU64::new(0),
+        scm_fds: live && kernel_prints_scm_fds(),
     };
     let mut outcome = Outcome::default();
     let headers = sc.headers(&mut outcome)?;
@@ -260,7 +305,7 @@ pub fn scan<R: Send>(
                 s.spawn(|| {
                     let mut scratch = Scratch::new();
                     loop {
-                        if cfg.stop.load(Ordering::Relaxed) {
+                        if sc.stopped() {
                             break;
                         }
                         let i = next.fetch_add(1, Ordering::Relaxed);
@@ -288,9 +333,15 @@ pub fn scan<R: Send>(
     for t in worker_totals {
         outcome.totals.add_worker(&t);
     }
-    outcome.unreadable_pids = denied.into_inner().unwrap_or_else(|p| p.into_inner());
-    outcome.unreadable_pids.sort_unstable();
+    outcome.totals.unreadable_files += sc.unreadable_net.load(Ordering::Relaxed);
+    let mut denied = denied.into_inner().unwrap_or_else(|p| p.into_inner());
+    outcome.unreadable_procs.append(&mut denied);
+    outcome.unreadable_procs.sort_unstable();
+    if cfg.pids.is_some() {
+        outcome.unreadable_pids = outcome.unreadable_procs.iter().map(|p| p.0).collect();
+    }
     sc.share_check(&headers, &mut outcome);
+    outcome.totals.interrupted = SIGNALLED.load(Ordering::Relaxed);
     Ok(outcome)
 }
 
@@ -302,17 +353,23 @@ impl ScanTotals {
         self.unreadable += t.unreadable;
         self.vanished += t.vanished;
         self.vanished_fds += t.vanished_fds;
+        self.unreadable_files += t.unreadable_files;
     }
 }
 
 impl Scanner<'_> {
+    /// Whether to stop early: the output's reader went away, or a signal came.
+    fn stopped(&self) -> bool {
+        self.cfg.stop.load(Ordering::Relaxed) || SIGNALLED.load(Ordering::Relaxed)
+    }
+
     /// Scans one process on a worker, counting it in the worker's totals; `None` when it
     /// vanished or could not be read (a `-p` pid that could not be read is remembered).
     fn scan_one(
         &self,
         h: &Header,
         scratch: &mut Scratch,
-        denied: &Mutex<Vec<u32>>,
+        denied: &Mutex<Vec<(u32, String)>>,
     ) -> Option<ProcReport> {
         match self.scan_process(h, scratch) {
             Ok(r) => {
@@ -327,9 +384,11 @@ impl Scanner<'_> {
             }
             Err(Skip::Denied) => {
                 scratch.totals.unreadable += 1;
-                if self.cfg.pids.is_some() {
-                    denied.lock().unwrap_or_else(|p| p.into_inner()).push(h.pid);
-                }
+                let comm = escape_bytes(h.status.name.as_deref().unwrap_or(b"?"));
+                denied
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push((h.pid, comm));
                 None
             }
         }
@@ -361,6 +420,9 @@ impl Scanner<'_> {
         let mut out = Vec::with_capacity(pids.len());
         let mut buf = Vec::with_capacity(4096);
         for pid in pids {
+            if self.stopped() {
+                break;
+            }
             let path = CString::new(format!("{pid}/status")).expect("no NUL in a number");
             match at::read_file_at(raw(&self.root), &path, &mut buf) {
                 Ok(()) => {}
@@ -374,6 +436,7 @@ impl Scanner<'_> {
                 }
                 Err(_) => {
                     outcome.totals.unreadable += 1;
+                    outcome.unreadable_procs.push((pid, "?".into()));
                     continue;
                 }
             }
@@ -416,7 +479,12 @@ impl Scanner<'_> {
         });
         match dir {
             Ok(d) => cell
-                .get_or_init(|| Arc::new(NetTables::load(raw(&d))))
+                .get_or_init(|| {
+                    let t = NetTables::load(raw(&d));
+                    self.unreadable_net
+                        .fetch_add(u64::from(t.unreadable), Ordering::Relaxed);
+                    Arc::new(t)
+                })
                 .clone(),
             Err(_) => Arc::new(NetTables::default()),
         }

@@ -13,6 +13,8 @@ struct ProcDirs {
     pid_dir: OwnedFd,
     fd_dir: OwnedFd,
     fdinfo_dir: OwnedFd,
+    /// `fdinfo_dir` is on a procfs (its files need no fstat before they are read).
+    fdinfo_procfs: bool,
 }
 
 impl Scanner<'_> {
@@ -31,14 +33,23 @@ impl Scanner<'_> {
         let dirs = ProcDirs {
             pid_dir,
             fd_dir,
+            fdinfo_procfs: at::is_procfs(raw(&fdinfo_dir)),
             fdinfo_dir,
         };
         let mut keys = Vec::with_capacity(s.fds.len());
         let mut tables: Option<Arc<NetTables>> = None;
         let fds = std::mem::take(&mut s.fds);
         for &fd in &fds {
+            if self.stopped() {
+                break;
+            }
             let name = NumName::new(u64::from(fd));
-            let info = match at::read_head_at(raw(&dirs.fdinfo_dir), name.as_cstr(), &mut s.info) {
+            let read = if dirs.fdinfo_procfs {
+                at::read_head_at_procfs
+            } else {
+                at::read_head_at
+            };
+            let info = match read(raw(&dirs.fdinfo_dir), name.as_cstr(), &mut s.info) {
                 Ok(n) => parse::parse_fdinfo(&s.info[..n]),
                 Err(e) if is_vanished(&e) => {
                     rep.vanished_fds += 1;
@@ -46,7 +57,10 @@ impl Scanner<'_> {
                 }
                 // Access is checked per process (ptrace read), so one refusal means all.
                 Err(e) if is_denied(&e) => return Err(Skip::Denied),
-                Err(_) => None,
+                Err(_) => {
+                    s.totals.unreadable_files += 1;
+                    None
+                }
             };
             let cloexec = info.map(|i| i.cloexec());
             let inheritable = cloexec == Some(false);
@@ -99,7 +113,10 @@ impl Scanner<'_> {
         let nofile = match at::read_file_at(raw(pid_dir), c"limits", &mut s.file) {
             Ok(()) => parse::parse_limits(&s.file),
             Err(e) if is_vanished(&e) => return Err(Skip::Vanished),
-            Err(_) => None,
+            Err(_) => {
+                s.totals.unreadable_files += 1;
+                None
+            }
         };
         let cgroup = match at::read_file_at(raw(pid_dir), c"cgroup", &mut s.file) {
             Ok(()) => Some(String::from_utf8_lossy(&s.file).into_owned()),
@@ -175,26 +192,52 @@ impl Scanner<'_> {
             },
         };
         let target = &s.link[..n];
-        let kind = self.kind_of(&dirs.fd_dir, name, target, info, &mut s.modes);
+        let kind = kind_of(target, info);
         let sock = if kind == FdKind::Socket {
+            // On a live system the kernel names the protocol of this very socket; the
+            // tables only add addresses, from that protocol's table.
             let t = tables.get_or_insert_with(|| self.net_tables(pid, raw(&dirs.pid_dir)));
-            let target = &s.link[..n];
-            match parse::bracket_inode(target).and_then(|ino| t.by_inode.get(&ino)) {
-                Some(si) => Some(SockRef::Table(si)),
-                None if self.live => {
-                    let path = self.cfg.root.join(format!("{pid}/fd/{fd}"));
-                    CString::new(path.as_os_str().as_bytes())
-                        .ok()
-                        .and_then(|p| crate::scan::net::sockprotoname(&p))
-                        .map(SockRef::Proto)
+            let ino = parse::bracket_inode(&s.link[..n]);
+            let (kernel, table) = if !self.live {
+                (None, ino.and_then(|i| t.lookup(i, None)))
+            } else if self.scm_fds && info.is_some_and(|i| i.ino.is_some() && i.ino == ino) {
+                // fdinfo (of this very socket: same inode as the link) told unix or not;
+                // no table of another protocol is asked.
+                if info.is_some_and(|i| i.scm_fds) {
+                    let table = ino.and_then(|i| t.unix_lookup(i, None));
+                    (Some(net::KernelProto::unix()), table)
+                } else if let Some(listed) = ino.and_then(|i| t.listed(i)) {
+                    (None, Some(listed))
+                } else {
+                    let kernel = self.sockprotoname(pid, fd, name, dirs);
+                    let table = kernel.as_ref().and_then(|k| t.lookup(ino?, Some(k)));
+                    (kernel, table)
                 }
-                None => None,
-            }
+            } else {
+                let kernel = self.sockprotoname(pid, fd, name, dirs);
+                let table = ino.and_then(|i| t.lookup(i, kernel.as_ref()));
+                (kernel, table)
+            };
+            Some(SockRef { kernel, table })
         } else {
             None
         };
         let target = &s.link[..n];
         Ok(Some(self.fd_record(fd, kind, target, info, sock)))
+    }
+
+    /// The kernel's name for the protocol of socket `fd` (the sockprotoname xattr).
+    fn sockprotoname(
+        &self,
+        pid: u32,
+        fd: u32,
+        name: &NumName,
+        dirs: &ProcDirs,
+    ) -> Option<net::KernelProto> {
+        net::sockprotoname(raw(&dirs.fd_dir), name.as_cstr(), || {
+            let path = self.cfg.root.join(format!("{pid}/fd/{fd}"));
+            CString::new(path.as_os_str().as_bytes()).ok()
+        })
     }
 
     /// Adds a recorded fd to the report: its inheritable-fd finding, and the record itself
@@ -260,56 +303,13 @@ impl Scanner<'_> {
         }
     }
 
-    /// Kind from the link text; a path is stat'ed (live only, cached by file identity)
-    /// unless fdinfo's O_DIRECTORY already says it is a directory.
-    fn kind_of(
-        &self,
-        fd_dir: &OwnedFd,
-        name: &NumName,
-        target: &[u8],
-        info: Option<parse::FdinfoEntry>,
-        modes: &mut HashMap<(u32, u64), u32>,
-    ) -> FdKind {
-        let base = FdKind::from_link(target, None);
-        if !matches!(base, FdKind::Regular | FdKind::Device) {
-            return base;
-        }
-        // O_DIRECTORY in fdinfo means a directory, except that O_TMPFILE files carry it too
-        // (O_TMPFILE = __O_TMPFILE | O_DIRECTORY): those fall through to the stat.
-        const O_TMPFILE_BIT: u32 = 0o20000000;
-        if info.is_some_and(|i| {
-            i.flags & libc::O_DIRECTORY as u32 != 0 && i.flags & O_TMPFILE_BIT == 0
-        }) {
-            return FdKind::Directory;
-        }
-        if !self.live {
-            return base;
-        }
-        let key = info.and_then(|i| Some((i.mnt_id?, i.ino?)));
-        if let Some(m) = key.and_then(|k| modes.get(&k)) {
-            return FdKind::from_link(target, Some(*m));
-        }
-        match at::stat_mode_at(raw(fd_dir), name.as_cstr()) {
-            Ok(mode) => {
-                if let Some(k) = key {
-                    if modes.len() > 100_000 {
-                        modes.clear();
-                    }
-                    modes.insert(k, mode);
-                }
-                FdKind::from_link(target, Some(mode))
-            }
-            Err(_) => base,
-        }
-    }
-
     fn fd_record(
         &self,
         fd: u32,
         kind: FdKind,
         target: &[u8],
         info: Option<parse::FdinfoEntry>,
-        sock: Option<SockRef<'_>>,
+        sock: Option<SockRef>,
     ) -> FdRecord {
         let mut r = FdRecord {
             fd,
@@ -323,39 +323,50 @@ impl Scanner<'_> {
             remote: None,
             listening: false,
         };
-        match sock {
-            Some(SockRef::Table(si)) => {
+        if let Some(sock) = sock {
+            if let Some(si) = &sock.table {
                 r.family = Some(si.family);
                 r.proto = Some(si.proto.to_owned());
                 r.local = si.local.as_ref().map(|a| a.render());
                 r.remote = si.remote.as_ref().map(|a| a.render());
                 r.listening = si.listening;
             }
-            Some(SockRef::Proto(p)) => {
-                r.family = Some(match p.as_str() {
-                    "tcp" | "udp" | "raw" | "ping" | "sctp" | "udplite" => "inet",
-                    "tcpv6" | "udpv6" | "rawv6" | "pingv6" | "sctpv6" | "udplitev6" => "inet6",
-                    "unix" => "unix",
-                    "netlink" => "netlink",
-                    "packet" => "packet",
-                    "vsock" => "vsock",
-                    _ => "other",
-                });
-                // The family says v4 or v6; the protocol is named as in the net tables.
-                r.proto = Some(match p.strip_suffix("v6") {
-                    Some(base) if r.family == Some("inet6") => base.to_owned(),
-                    _ => p,
-                });
+            if let Some(k) = sock.kernel {
+                // The kernel's word on family and protocol; the table's unix type
+                // (dgram, seqpacket) is kept where the kernel only says "not stream".
+                r.family = Some(k.family);
+                if !(k.proto == "unix" && sock.table.is_some()) {
+                    r.proto = Some(k.proto);
+                }
             }
-            None => {}
         }
         r
     }
 }
 
-enum SockRef<'a> {
-    Table(&'a SockInfo),
-    Proto(String),
+/// A socket: what the kernel says it is (live only) and what its table says.
+struct SockRef {
+    kernel: Option<net::KernelProto>,
+    table: Option<net::SockInfo>,
+}
+
+/// Kind from the link text alone: nothing is stat'ed through the fd link (that would ask
+/// the file system behind the fd, which may never answer: FUSE, a dead NFS server). A path
+/// is a directory when fdinfo's flags hold O_DIRECTORY, a device under /dev/, otherwise a
+/// regular file (a directory opened without O_DIRECTORY, or a named FIFO, shows as one).
+fn kind_of(target: &[u8], info: Option<parse::FdinfoEntry>) -> FdKind {
+    let base = FdKind::from_link(target, None);
+    // O_DIRECTORY in fdinfo means a directory, except that O_TMPFILE files carry it too
+    // (O_TMPFILE = __O_TMPFILE | O_DIRECTORY).
+    const O_TMPFILE_BIT: u32 = 0o20000000;
+    if matches!(base, FdKind::Regular | FdKind::Device)
+        && info.is_some_and(|i| {
+            i.flags & libc::O_DIRECTORY as u32 != 0 && i.flags & O_TMPFILE_BIT == 0
+        })
+    {
+        return FdKind::Directory;
+    }
+    base
 }
 
 /// `escape_bytes`, with a fast path for the common all-printable-ASCII target.

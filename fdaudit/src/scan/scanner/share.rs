@@ -70,6 +70,9 @@ impl Scanner<'_> {
         let pairs = self.share_pairs(headers, &by_pid, &keys);
         let mut s = Scratch::new();
         for &(child, parent) in &pairs {
+            if self.stopped() {
+                break;
+            }
             for p in [child, parent] {
                 if !keys.contains_key(&p) && self.cfg.pids.is_some() {
                     if let Some(k) = self.load_keys(p, &mut s) {

@@ -1,0 +1,130 @@
+//! For people: findings that say the same thing about processes running the same program
+//! (same severity, reason and comm: sixteen workers with the same NOFILE limit, three
+//! copies of a server holding the same directory) print once, with the count and the pids.
+//! JSON keeps one finding per process.
+
+use std::collections::HashMap;
+
+use super::Finding;
+
+/// Pids named in a grouped finding before `…`.
+const PIDS_SHOWN: usize = 10;
+
+/// A finding and every process it applies to.
+#[derive(Debug, Clone)]
+pub struct Alike {
+    /// The first (lowest pid) of the group.
+    pub finding: Finding,
+    /// Every pid, ascending (the first is `finding.pid`).
+    pub pids: Vec<u32>,
+    /// The fd, when every process has it at the same number.
+    pub fd: Option<u32>,
+}
+
+impl Alike {
+    /// The reason, with the count and pids when the finding applies to several processes.
+    pub fn reason(&self) -> String {
+        if self.pids.len() < 2 {
+            return self.finding.reason.clone();
+        }
+        let mut pids: Vec<String> = self
+            .pids
+            .iter()
+            .take(PIDS_SHOWN)
+            .map(u32::to_string)
+            .collect();
+        if self.pids.len() > PIDS_SHOWN {
+            pids.push("…".into());
+        }
+        format!(
+            "{} ({} processes: pids {})",
+            self.finding.reason,
+            self.pids.len(),
+            pids.join(", ")
+        )
+    }
+}
+
+/// Groups alike findings, keeping the order of each group's first finding (`v` comes
+/// sorted worst first).
+pub fn group_alike(v: Vec<Finding>) -> Vec<Alike> {
+    let mut out: Vec<Alike> = Vec::new();
+    let mut index: HashMap<(super::Severity, String, String), usize> = HashMap::new();
+    for f in v {
+        let key = (f.severity, f.reason.clone(), f.comm.clone());
+        match index.get(&key) {
+            Some(&i) => {
+                let a = &mut out[i];
+                a.pids.push(f.pid);
+                if a.fd != f.fd {
+                    a.fd = None;
+                }
+            }
+            None => {
+                index.insert(key, out.len());
+                out.push(Alike {
+                    fd: f.fd,
+                    pids: vec![f.pid],
+                    finding: f,
+                });
+            }
+        }
+    }
+    for a in &mut out {
+        a.pids.sort_unstable();
+        a.pids.dedup();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::findings::{FindingKind, Severity};
+    use super::*;
+
+    fn f(pid: u32, comm: &str, fd: Option<u32>, sev: Severity, reason: &str) -> Finding {
+        Finding::new(
+            pid,
+            comm,
+            fd,
+            sev,
+            FindingKind::NofileLimit,
+            0,
+            reason.into(),
+        )
+    }
+
+    #[test]
+    fn same_program_same_reason_once() {
+        let limit = "NOFILE soft limit 20000: costly";
+        let mut v = vec![f(30, "nginx", Some(8), Severity::High, "directory /srv")];
+        v.extend((1..=16).map(|p| f(100 + p, "worker", None, Severity::Medium, limit)));
+        v.push(f(20, "nginx", Some(8), Severity::High, "directory /srv"));
+        v.push(f(40, "other", None, Severity::Medium, limit));
+        v.push(f(21, "nginx", Some(9), Severity::Low, "pipe pipe:[1]"));
+        let g = group_alike(v);
+        assert_eq!(g.len(), 4, "{g:#?}");
+        assert_eq!(g[0].pids, [20, 30]);
+        assert_eq!(g[0].fd, Some(8), "the same fd in each");
+        assert_eq!(g[0].finding.pid, 30, "order of the first kept");
+        assert!(
+            g[0].reason().ends_with("(2 processes: pids 20, 30)"),
+            "{}",
+            g[0].reason()
+        );
+        assert_eq!(g[1].pids.len(), 16);
+        assert!(g[1].reason().contains("16 processes") && g[1].reason().ends_with(", …)"));
+        assert_eq!(g[2].pids, [40], "another program is another line");
+        assert_eq!(g[2].reason(), limit);
+        assert_eq!(g[3].fd, Some(9));
+        let mixed = group_alike(vec![
+            f(1, "a", Some(3), Severity::Low, "x"),
+            f(2, "a", Some(4), Severity::Low, "x"),
+        ]);
+        assert_eq!(
+            (mixed.len(), mixed[0].fd),
+            (1, None),
+            "fds differ: none shown"
+        );
+    }
+}

@@ -1,0 +1,289 @@
+//! Exec chains: a child that execs more than once without forking again (`env CMD`, a
+//! shell's `exec`, Java's jspawnhelper) is one spawn. Its records (the second one flagged
+//! `reexec`) are joined here for the summary: one spawn, one table row `first → last`, its
+//! close calls and window summed, the fds of its last image counted as leaks and those of
+//! the images that exec'd again as transient.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::stats;
+
+/// What the summary needs from one exec record.
+#[derive(Debug, Clone)]
+pub struct Link<'a> {
+    pub pid: u32,
+    /// The record continues this process's previous exec (flag `reexec`).
+    pub reexec: bool,
+    /// The container it runs in (`docker:0123456789ab`), if any: its own rows.
+    pub container: Option<String>,
+    pub parent_comm: &'a str,
+    pub exec_path: &'a str,
+    pub strategy: &'a str,
+    /// Whether the strategy says the child closed fds (anything but `none`/`unknown`).
+    pub closed_fds: bool,
+    pub close_calls: u64,
+    /// Window less the probes' cost, ns.
+    pub window_ns: u64,
+    pub leaked: u32,
+}
+
+/// One spawn, as far as it has exec'd.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Chain {
+    container: Option<String>,
+    parent_comm: String,
+    /// Exec paths in order (consecutive repeats once).
+    paths: Vec<String>,
+    strategy: String,
+    closed_fds: bool,
+    close_calls: u64,
+    window_ns: u64,
+    /// fds of the latest image.
+    leaked: u32,
+    /// fds of images that exec'd again.
+    transient: u64,
+}
+
+impl Chain {
+    fn new(l: &Link<'_>) -> Chain {
+        Chain {
+            container: l.container.clone(),
+            parent_comm: l.parent_comm.to_string(),
+            paths: vec![l.exec_path.to_string()],
+            strategy: l.strategy.to_string(),
+            closed_fds: l.closed_fds,
+            close_calls: l.close_calls,
+            window_ns: l.window_ns,
+            leaked: l.leaked,
+            transient: 0,
+        }
+    }
+
+    fn extend(&mut self, l: &Link<'_>) {
+        if self.paths.last().map(String::as_str) != Some(l.exec_path) {
+            self.paths.push(l.exec_path.to_string());
+        }
+        // The strategy that tells is the one that closed fds; else the latest.
+        if l.closed_fds || !self.closed_fds {
+            self.strategy = l.strategy.to_string();
+            self.closed_fds |= l.closed_fds;
+        }
+        self.close_calls += l.close_calls;
+        self.window_ns += l.window_ns;
+        self.transient += u64::from(self.leaked);
+        self.leaked = l.leaked;
+    }
+
+    /// `first → last` (`first → … → last` for longer chains).
+    fn exec_label(&self) -> String {
+        match self.paths.as_slice() {
+            [] => String::new(),
+            [one] => one.clone(),
+            [first, last] => format!("{first} → {last}"),
+            [first, .., last] => format!("{first} → … → {last}"),
+        }
+    }
+}
+
+/// Per-spawn numbers of one summary row.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+struct Acc {
+    closes: Vec<u64>,
+    windows: Vec<u64>,
+    leaked: u64,
+    transient: u64,
+}
+
+/// One summary row: spawns grouped by parent, exec chain and strategy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Row {
+    pub container: Option<String>,
+    pub parent_comm: String,
+    /// The exec path, or `first → last` for an exec chain.
+    pub exec_path: String,
+    pub strategy: String,
+    pub spawns: u64,
+    pub close_median: u64,
+    pub close_max: u64,
+    pub window_median_ns: u64,
+    pub window_p95_ns: u64,
+    /// fds that reached the last image of each spawn.
+    pub leaked_fds: u64,
+    /// fds that crossed into images that exec'd again.
+    pub transient_fds: u64,
+}
+
+/// (container, parent, exec chain, strategy).
+type GroupKey = (Option<String>, String, String, String);
+
+impl Chain {
+    fn key(&self) -> GroupKey {
+        (
+            self.container.clone(),
+            self.parent_comm.clone(),
+            self.exec_label(),
+            self.strategy.clone(),
+        )
+    }
+}
+
+/// Joins exec records into spawns and groups them.
+#[derive(Debug, Default)]
+pub struct Chains {
+    /// Processes still running, by pid: their chain so far.
+    open: HashMap<u32, Chain>,
+    done: BTreeMap<GroupKey, Acc>,
+    spawns: u64,
+    /// [`Chains::leak_totals`] of the chains closed so far.
+    done_totals: (u64, u64, u64),
+}
+
+impl Chains {
+    /// Adds an exec record.
+    pub fn add(&mut self, l: &Link<'_>) {
+        if l.reexec {
+            if let Some(c) = self.open.get_mut(&l.pid) {
+                c.extend(l);
+                return;
+            }
+        }
+        self.spawns += 1;
+        // A new spawn with a pid seen before: the earlier process is over.
+        if let Some(prev) = self.open.insert(l.pid, Chain::new(l)) {
+            self.close(prev);
+        }
+    }
+
+    /// A traced process exited: its chain is complete.
+    pub fn exit(&mut self, pid: u32) {
+        if let Some(c) = self.open.remove(&pid) {
+            self.close(c);
+        }
+    }
+
+    fn close(&mut self, c: Chain) {
+        self.done_totals.0 += u64::from(c.leaked > 0);
+        self.done_totals.1 += u64::from(c.leaked);
+        self.done_totals.2 += c.transient;
+        let acc = self.done.entry(c.key()).or_default();
+        acc.closes.push(c.close_calls);
+        acc.windows.push(c.window_ns);
+        acc.leaked += u64::from(c.leaked);
+        acc.transient += c.transient;
+    }
+
+    /// Spawns seen: exec records that were not re-execs of a process already counted.
+    pub fn spawns(&self) -> u64 {
+        self.spawns
+    }
+
+    /// (spawns whose last image got fds, those fds, transient fds), running ones included.
+    pub fn leak_totals(&self) -> (u64, u64, u64) {
+        let mut t = self.done_totals;
+        for c in self.open.values() {
+            t.0 += u64::from(c.leaked > 0);
+            t.1 += u64::from(c.leaked);
+            t.2 += c.transient;
+        }
+        t
+    }
+
+    /// The summary rows, running processes' chains included as they stand.
+    pub fn rows(&self) -> Vec<Row> {
+        let mut all = self.done.clone();
+        for c in self.open.values() {
+            let acc = all.entry(c.key()).or_default();
+            acc.closes.push(c.close_calls);
+            acc.windows.push(c.window_ns);
+            acc.leaked += u64::from(c.leaked);
+            acc.transient += c.transient;
+        }
+        all.into_iter()
+            .map(|((container, parent_comm, exec_path, strategy), acc)| Row {
+                container,
+                parent_comm,
+                exec_path,
+                strategy,
+                spawns: acc.closes.len() as u64,
+                close_median: stats::median(&acc.closes).unwrap_or(0),
+                close_max: acc.closes.iter().copied().max().unwrap_or(0),
+                window_median_ns: stats::median(&acc.windows).unwrap_or(0),
+                window_p95_ns: stats::percentile(&acc.windows, 95.0).unwrap_or(0),
+                leaked_fds: acc.leaked,
+                transient_fds: acc.transient,
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn link<'a>(pid: u32, reexec: bool, path: &'a str, strategy: &'a str, leaked: u32) -> Link<'a> {
+        Link {
+            pid,
+            reexec,
+            container: None,
+            parent_comm: "sh",
+            exec_path: path,
+            strategy,
+            closed_fds: strategy != "none",
+            close_calls: if strategy == "close-loop" { 100 } else { 0 },
+            window_ns: 1000,
+            leaked,
+        }
+    }
+
+    #[test]
+    fn env_then_true_is_one_spawn_with_transient_fds() {
+        let mut c = Chains::default();
+        c.add(&link(10, false, "/usr/bin/env", "none", 2));
+        c.add(&link(10, true, "/bin/true", "none", 2));
+        assert_eq!(c.spawns(), 1);
+        assert_eq!(c.leak_totals(), (1, 2, 2));
+        let rows = c.rows();
+        assert_eq!(rows.len(), 1, "{rows:?}");
+        let r = &rows[0];
+        assert_eq!(r.exec_path, "/usr/bin/env → /bin/true");
+        assert_eq!((r.spawns, r.leaked_fds, r.transient_fds), (1, 2, 2));
+        assert_eq!(r.window_median_ns, 2000, "fork to the last exec");
+        c.exit(10);
+        assert_eq!(c.rows(), rows, "an exit changes nothing but memory");
+        assert_eq!(c.leak_totals(), (1, 2, 2), "exited chains still count");
+    }
+
+    #[test]
+    fn the_helper_that_closes_names_the_strategy() {
+        let mut c = Chains::default();
+        c.add(&link(
+            20,
+            false,
+            "/usr/lib/jvm/lib/jspawnhelper",
+            "none",
+            14,
+        ));
+        c.add(&link(20, true, "/bin/true", "close-loop", 0));
+        let r = &c.rows()[0];
+        assert_eq!(r.strategy, "close-loop");
+        assert_eq!((r.leaked_fds, r.transient_fds, r.close_max), (0, 14, 100));
+    }
+
+    #[test]
+    fn separate_spawns_stay_separate() {
+        let mut c = Chains::default();
+        c.add(&link(1, false, "/bin/true", "none", 0));
+        c.add(&link(2, false, "/bin/true", "none", 1));
+        c.add(&link(1, false, "/bin/true", "none", 0)); // pid reused
+        c.add(&link(3, true, "/bin/true", "none", 0)); // a re-exec with no start seen
+        assert_eq!(c.spawns(), 4);
+        let rows = c.rows();
+        assert_eq!(rows.len(), 1);
+        assert_eq!((rows[0].spawns, rows[0].leaked_fds), (4, 1));
+        let mut long = Chains::default();
+        long.add(&link(5, false, "/a", "none", 0));
+        long.add(&link(5, true, "/b", "none", 0));
+        long.add(&link(5, true, "/c", "none", 0));
+        assert_eq!(long.rows()[0].exec_path, "/a → … → /c");
+    }
+}
