@@ -46,8 +46,8 @@ pub struct Session {
     pub(super) tracked: HashMap<MapData, u32, TaskState>,
     stats: PerCpuArray<MapData, Stats>,
     reads: Option<HashMap<MapData, ReadKey, ReadStat>>,
-    /// Keeps programs and links alive.
-    _bpf: Ebpf,
+    /// Keeps programs and links alive (taken in `drop`).
+    bpf: Option<Ebpf>,
     leaks_only: bool,
     /// Probe cost per counted syscall, ns, measured at start (0 with --leaks-only).
     probe_cost_ns: f64,
@@ -100,7 +100,7 @@ impl Session {
             tracked,
             stats,
             reads,
-            _bpf: bpf,
+            bpf: Some(bpf),
             leaks_only: opts.leaks_only,
             probe_cost_ns: 0.0,
             close_cost_ns,
@@ -273,5 +273,30 @@ impl Session {
                 comm: decode::cstr(&stat.comm),
             })
             .collect()
+    }
+}
+
+impl Drop for Session {
+    /// Detaches everything and waits (up to 200 ms) until the kernel has let go of the
+    /// programs (a raw tracepoint link frees its program after an RCU grace period): when
+    /// fdaudit says it is done, nothing of it is left loaded.
+    fn drop(&mut self) {
+        self.drain = None; // joins the drain thread
+        let Some(bpf) = self.bpf.take() else {
+            return;
+        };
+        let ids: Vec<u32> = bpf
+            .programs()
+            .filter_map(|(_, p)| p.info().ok().map(|i| i.id()))
+            .collect();
+        drop(bpf);
+        let deadline = std::time::Instant::now() + Duration::from_millis(200);
+        while std::time::Instant::now() < deadline
+            && aya::programs::loaded_programs()
+                .filter_map(|p| p.ok())
+                .any(|p| ids.contains(&p.id()))
+        {
+            std::thread::sleep(Duration::from_millis(2));
+        }
     }
 }
