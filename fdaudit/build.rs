@@ -12,7 +12,7 @@ fn main() {
         "fdaudit-ebpf/Cargo.toml",
         "fdaudit-common/src",
         "fdaudit-common/Cargo.toml",
-        "xtask/src",
+        "xtask/src/lib.rs",
     ] {
         println!("cargo:rerun-if-changed={}", root.join(p).display());
     }
@@ -23,7 +23,9 @@ fn main() {
         std::fs::write(&dest, b"").expect("write the empty eBPF placeholder");
         return;
     }
-    match xtask::build_ebpf(&root) {
+    // The programs are built for the architecture fdaudit is built for (cross builds too).
+    let arch = std::env::var("CARGO_CFG_TARGET_ARCH").expect("cargo sets CARGO_CFG_TARGET_ARCH");
+    match xtask::build_ebpf(&root, &arch) {
         Ok(obj) => {
             std::fs::copy(&obj, &dest).expect("copy the eBPF object into OUT_DIR");
         }

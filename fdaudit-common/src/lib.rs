@@ -57,24 +57,74 @@ pub const MAX_READS: u32 = 16384;
 /// Upper bound on fd-table words (64 fds each) the exec program walks: 2^20 fds.
 pub const MAX_FD_WORDS: u32 = 1 << 14;
 
-/// x86_64 syscall numbers the programs look at.
+/// Name of the program array holding the bounded exec walk's tail-call stages.
+pub const MAP_EXEC_CHAIN: &str = "EXEC_CHAIN";
+/// Slots of [`MAP_EXEC_CHAIN`].
+pub const EXEC_CHAIN_LEN: u32 = 2;
+/// fds the bounded exec walk looks at: chunks of [`BOUNDED_CHUNK_FDS`] chained by tail calls
+/// (the kernel allows 32 in a row).
+pub const BOUNDED_MAX_FDS: u32 = BOUNDED_CHUNK_FDS * 24;
+/// fds one stage of the bounded walk looks at (one bounded loop).
+pub const BOUNDED_CHUNK_FDS: u32 = 128;
+
+/// Syscall numbers the programs look at, for the architecture being built: the host's for
+/// userspace, `bpf_target_arch` for the eBPF object (set by `xtask::build_ebpf`).
+/// Syscalls an architecture lacks (aarch64 has no open, poll or dup2) are [`sysno::NONE`].
 pub mod sysno {
-    pub const READ: i64 = 0;
-    pub const OPEN: i64 = 2;
-    pub const CLOSE: i64 = 3;
-    pub const POLL: i64 = 7;
-    pub const PREAD64: i64 = 17;
-    pub const READV: i64 = 19;
-    pub const DUP2: i64 = 33;
-    pub const EXECVE: i64 = 59;
-    pub const FCNTL: i64 = 72;
-    pub const GETDENTS64: i64 = 217;
-    pub const OPENAT: i64 = 257;
-    pub const PPOLL: i64 = 271;
-    pub const DUP3: i64 = 292;
-    pub const EXECVEAT: i64 = 322;
-    pub const CLOSE_RANGE: i64 = 436;
-    pub const OPENAT2: i64 = 437;
+    /// A number no syscall has.
+    pub const NONE: i64 = i64::MIN;
+
+    /// x86_64 (arch/x86/entry/syscalls/syscall_64.tbl).
+    pub mod x86_64 {
+        pub const READ: i64 = 0;
+        pub const OPEN: i64 = 2;
+        pub const CLOSE: i64 = 3;
+        pub const POLL: i64 = 7;
+        pub const PREAD64: i64 = 17;
+        pub const READV: i64 = 19;
+        pub const DUP2: i64 = 33;
+        pub const EXECVE: i64 = 59;
+        pub const FCNTL: i64 = 72;
+        pub const GETDENTS64: i64 = 217;
+        pub const OPENAT: i64 = 257;
+        pub const PPOLL: i64 = 271;
+        pub const DUP3: i64 = 292;
+        pub const EXECVEAT: i64 = 322;
+        pub const CLOSE_RANGE: i64 = 436;
+        pub const OPENAT2: i64 = 437;
+    }
+
+    /// aarch64 (the generic table, include/uapi/asm-generic/unistd.h).
+    pub mod aarch64 {
+        use super::NONE;
+        pub const READ: i64 = 63;
+        pub const OPEN: i64 = NONE;
+        pub const CLOSE: i64 = 57;
+        pub const POLL: i64 = NONE;
+        pub const PREAD64: i64 = 67;
+        pub const READV: i64 = 65;
+        pub const DUP2: i64 = NONE;
+        pub const EXECVE: i64 = 221;
+        pub const FCNTL: i64 = 25;
+        pub const GETDENTS64: i64 = 61;
+        pub const OPENAT: i64 = 56;
+        pub const PPOLL: i64 = 73;
+        pub const DUP3: i64 = 24;
+        pub const EXECVEAT: i64 = 281;
+        pub const CLOSE_RANGE: i64 = 436;
+        pub const OPENAT2: i64 = 437;
+    }
+
+    #[cfg(any(
+        bpf_target_arch = "aarch64",
+        all(not(target_arch = "bpf"), target_arch = "aarch64")
+    ))]
+    pub use aarch64::*;
+    #[cfg(not(any(
+        bpf_target_arch = "aarch64",
+        all(not(target_arch = "bpf"), target_arch = "aarch64")
+    )))]
+    pub use x86_64::*;
 }
 
 /// i386 syscall numbers (arch/x86/entry/syscalls/syscall_32.tbl): what a task passes in a
@@ -99,8 +149,9 @@ pub mod sysno_ia32 {
     pub const CLOSE_RANGE: i64 = 436;
 
     /// The x86_64 number of the same call, or -1 for a call the programs do not count.
+    /// (Compat syscalls exist only on x86_64 here: the programs call this only there.)
     pub const fn to_native(id: i64) -> i64 {
-        use super::sysno as n;
+        use super::sysno::x86_64 as n;
         match id {
             READ => n::READ,
             CLOSE => n::CLOSE,
@@ -147,9 +198,14 @@ pub mod flags {
     /// The window started at this process's previous exec, not at a fork: an exec chain
     /// (a spawn helper such as Java's jspawnhelper, a shell's `exec`, `env CMD`).
     pub const REEXEC: u32 = 1 << 8;
+    /// Reduced data: the kernel lacks bpf_loop (before 5.17), so the exec program walked
+    /// the fd table in its bounded form, and the table was larger than that form looks at
+    /// ([`super::BOUNDED_MAX_FDS`] fds): leaked fds above it are missing. Set together with
+    /// FDTABLE_TRUNCATED; a newer kernel has no such bound.
+    pub const BOUNDED_WALK: u32 = 1 << 9;
     /// The window made compat (ia32, `int $0x80`) syscalls; they are counted by their
     /// meaning, mapped through [`super::sysno_ia32::to_native`].
-    pub const COMPAT_SYSCALLS: u32 = 1 << 9;
+    pub const COMPAT_SYSCALLS: u32 = 1 << 10;
 }
 
 /// Markers on one fd, in [`FdInfo::fd_flags`].
@@ -507,10 +563,17 @@ pub struct Config {
     pub mm_arg_start: u32,
     pub mm_arg_end: u32,
     pub bprm_filename: u32,
-    pub regs_di: u32,
-    pub regs_si: u32,
-    pub regs_dx: u32,
-    pub regs_orig_ax: u32,
+    /// pt_regs offsets of the first three syscall arguments at syscall entry (x86_64: di,
+    /// si, dx; aarch64: regs[0..3]).
+    pub regs_arg0: u32,
+    pub regs_arg1: u32,
+    pub regs_arg2: u32,
+    /// pt_regs offset of the syscall number (x86_64: orig_ax, 8 bytes; aarch64: syscallno,
+    /// 4 bytes).
+    pub regs_nr: u32,
+    /// pt_regs offset of the first argument at syscall exit, where aarch64 has overwritten
+    /// x0 with the return value (x86_64: di; aarch64: orig_x0).
+    pub regs_exit_arg0: u32,
     /// `HOT` array size - 1.
     pub hot_mask: u32,
     pub file_mnt: u32,
@@ -535,6 +598,10 @@ pub struct Config {
     pub magic: u32,
     /// `trace --cgroup`: depth of the followed cgroup below the cgroup2 root (root = 0).
     pub cgroup_level: u32,
+    /// Non-zero: the kernel has bpf_get_current_task_btf (5.11+). Zero: the programs do
+    /// not call it (the compat check and `--reads`' fd lookup take probe-reads instead).
+    /// Also keeps `cgroup_id` 8-aligned.
+    pub task_btf: u32,
     /// `trace --cgroup`: id of the followed cgroup, 0 to follow only the tracked trees. A
     /// process whose ancestor at `cgroup_level` is this cgroup is traced at its fork or exec.
     pub cgroup_id: u64,
@@ -579,10 +646,11 @@ impl Config {
         mm_arg_start: 0,
         mm_arg_end: 0,
         bprm_filename: 0,
-        regs_di: 0,
-        regs_si: 0,
-        regs_dx: 0,
-        regs_orig_ax: 0,
+        regs_arg0: 0,
+        regs_arg1: 0,
+        regs_arg2: 0,
+        regs_nr: 0,
+        regs_exit_arg0: 0,
         hot_mask: 0,
         file_mnt: 0,
         file_pos: 0,
@@ -598,6 +666,7 @@ impl Config {
         inode_nlink: 0,
         magic: 0,
         cgroup_level: 0,
+        task_btf: 0,
         cgroup_id: 0,
     };
 }
@@ -649,7 +718,7 @@ const _: () = {
     assert!(PathsRecord::sent_len(MAX_PATHS) == size_of::<PathsRecord>());
     assert!(size_of::<SpawnScratch>() == size_of::<SpawnRecord>() + size_of::<PathsRecord>());
     assert!(size_of::<ExitRecord>() == 8 + 8 + 16 + 8 + 16 + size_of::<Counters>());
-    assert!(size_of::<Config>() == 48 * 4 + 8);
+    assert!(size_of::<Config>() == 50 * 4 + 8);
     assert!(size_of::<FdPath>() == 16 + COMP_LEN * MAX_DEPTH);
     assert!(size_of::<FdCache>() == 32);
     assert!(size_of::<HotSlot>() == 48);

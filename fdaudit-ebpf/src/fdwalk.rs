@@ -2,10 +2,16 @@
 //!
 //! The table is walked one 64-fd word of `open_fds` at a time under bpf_loop (kernel 5.17+),
 //! so a table of 2^20 fds costs one helper call per word, and empty words cost nothing more.
+//! Kernels without bpf_loop get [`bounded`]: the same steps in bounded loops, chained by tail
+//! calls, over the first `BOUNDED_MAX_FDS` fds.
 
 use core::ffi::c_void;
 
-use aya_ebpf::helpers::{bpf_loop, bpf_probe_read_kernel_str_bytes};
+use aya_ebpf::{
+    helpers::{bpf_loop, bpf_probe_read_kernel_str_bytes},
+    macros::map,
+    maps::PerCpuArray,
+};
 use fdaudit_common::{
     fd_flags, flags, fs_magic, FdInfo, FdPath, PathsRecord, SpawnRecord, COMP_LEN, MAX_DEPTH,
     MAX_FDS, MAX_FD_WORDS, MAX_PATHS, NAME_LEN,
@@ -17,9 +23,13 @@ const S_IFMT: u32 = 0o170000;
 const S_IFSOCK: u32 = 0o140000;
 const S_IFIFO: u32 = 0o010000;
 
-struct Walk {
-    rec: *mut SpawnRecord,
-    paths: *mut PathsRecord,
+/// The walk of one exec's fd table, in the WALK per-CPU map rather than on the stack: the
+/// verifier does not track values in map memory, so the bpf_loop callbacks' states converge
+/// after an iteration or two. (On the stack, kernels from 6.7 on, which verify a callback
+/// until its state stops changing, followed every depth and flag value: sid's 7.x took
+/// 3.65 s to load the program against 0.061 s for 6.12 in the same emulator.)
+#[repr(C)]
+pub struct Walk {
     open_fds: u64,
     fd_array: u64,
     /// Files whose paths are built after the walk.
@@ -32,6 +42,28 @@ struct Walk {
     mnt: u64,
     depth: u32,
     done: u32,
+    /// fds to look at in all.
+    nfds: u32,
+    /// Bounded walk: the first fd of the next stage.
+    next: u32,
+}
+
+#[map]
+static WALK: PerCpuArray<Walk> = PerCpuArray::with_max_entries(1, 0);
+
+/// The current exec's record (SCRATCH) and walk (WALK). Tracepoint programs run with
+/// preemption off, so this CPU's entries belong to the current exec for the whole run,
+/// tail calls included.
+#[inline(always)]
+fn state() -> Option<(
+    &'static mut SpawnRecord,
+    &'static mut PathsRecord,
+    &'static mut Walk,
+)> {
+    let s = crate::SCRATCH.get_ptr_mut(0)?;
+    let walk = WALK.get_ptr_mut(0)?;
+    // SAFETY: pointers from per-CPU array lookups, valid for this program run.
+    Some(unsafe { (&mut (*s).spawn, &mut (*s).paths, &mut *walk) })
 }
 
 /// Steps each path walk may take: a component or a mount crossing per step.
@@ -40,23 +72,53 @@ const PATH_STEPS: u32 = MAX_DEPTH as u32 + 8;
 /// Fills `rec.fds`, `rec.nfds`, `rec.stdio` and `rec.stdio_mask` from the current fd table,
 /// and `paths.paths[..rec.npaths]` with the paths of the first leaked files.
 #[inline(always)]
-pub fn walk_fds(rec: &mut SpawnRecord, paths: &mut PathsRecord) {
+pub fn walk_fds(rec: &mut SpawnRecord) {
+    let Some(nfds) = prepare(rec, MAX_FD_WORDS * 64) else {
+        return;
+    };
+    // SAFETY: the callbacks take their state from the maps; no context is passed.
+    unsafe {
+        // One callback per fd of the table (max_fds is the table's allocated size, 64..1024
+        // for most processes, not RLIMIT_NOFILE); a word of open_fds is read every 64.
+        bpf_loop(nfds, walk_fd as *mut c_void, core::ptr::null_mut(), 0);
+        // Paths: one flat loop of PATH_STEPS steps per path (no nested loops: the verifier
+        // checks each callback once).
+        let n = rec.npaths;
+        bpf_loop(
+            n * PATH_STEPS,
+            path_step as *mut c_void,
+            core::ptr::null_mut(),
+            0,
+        );
+    }
+}
+
+/// Records stdio and sets up the walk of the rest of the table in WALK, up to `limit` fds:
+/// the number of fds to look at, or None when the table cannot be read.
+#[inline(always)]
+fn prepare(rec: &mut SpawnRecord, limit: u32) -> Option<u32> {
     rec.nfds = 0;
     rec.stdio_mask = 0;
+    rec.npaths = 0;
+    let walk = WALK.get_ptr_mut(0)?;
+    // SAFETY: pointer from a per-CPU array lookup, valid for this program run.
+    let walk = unsafe { &mut *walk };
+    walk.nfds = 0;
+    walk.next = 0;
     let Ok((fdt, max_fds)) = current_fdt() else {
         rec.header.flags |= flags::READ_FAILED;
-        return;
+        return None;
     };
     let (Ok(open_fds), Ok(fd_array)) = (
         read_kernel::<u64>(fdt + conf!(fdt_open_fds)),
         read_kernel::<u64>(fdt + conf!(fdt_fd)),
     ) else {
         rec.header.flags |= flags::READ_FAILED;
-        return;
+        return None;
     };
     let mut nfds = max_fds;
-    if nfds > MAX_FD_WORDS * 64 {
-        nfds = MAX_FD_WORDS * 64;
+    if nfds > limit {
+        nfds = limit;
         rec.header.flags |= flags::FDTABLE_TRUNCATED;
     }
     // Stdio first, with constant indices (the verifier wants provable bounds).
@@ -71,39 +133,97 @@ pub fn walk_fds(rec: &mut SpawnRecord, paths: &mut PathsRecord) {
             rec.stdio_mask |= 4;
         }
     }
-    rec.npaths = 0;
-    let mut walk = Walk {
-        rec: rec as *mut SpawnRecord,
-        paths: paths as *mut PathsRecord,
-        open_fds,
-        fd_array,
-        files: [0; MAX_PATHS],
-        word: 0,
-        dentry: 0,
-        vfsmnt: 0,
-        mnt: 0,
-        depth: 0,
-        done: 0,
-    };
-    // SAFETY: the callbacks only dereference `walk`, which outlives the calls.
-    unsafe {
-        // One callback per fd of the table (max_fds is the table's allocated size, 64..1024
-        // for most processes, not RLIMIT_NOFILE); a word of open_fds is read every 64.
-        bpf_loop(
-            nfds,
-            walk_fd as *mut c_void,
-            &mut walk as *mut Walk as *mut c_void,
-            0,
-        );
-        // Paths: one flat loop of PATH_STEPS steps per path (no nested loops: the verifier
-        // checks each callback once).
-        let n = (*walk.rec).npaths;
-        bpf_loop(
-            n * PATH_STEPS,
-            path_step as *mut c_void,
-            &mut walk as *mut Walk as *mut c_void,
-            0,
-        );
+    walk.open_fds = open_fds;
+    walk.fd_array = fd_array;
+    walk.word = 0;
+    walk.nfds = nfds;
+    Some(nfds)
+}
+
+/// [`super::EXEC_CHAIN`] slot of the fd stage of the bounded walk.
+pub const CHAIN_FDS: u32 = 0;
+/// [`super::EXEC_CHAIN`] slot of the path stage of the bounded walk.
+pub const CHAIN_PATHS: u32 = 1;
+
+/// The exec walk for kernels without bpf_loop (5.10, 5.15). Their verifier rejects the
+/// bpf_loop program outright: its callbacks are `BPF_PSEUDO_FUNC` references, which before
+/// 5.13 do not count as subprograms, so the program's BTF func_info has more functions than
+/// the verifier finds ("number of funcs in func_info doesn't match number of subprogs").
+///
+/// Here the same per-fd and per-path-step code runs in bounded loops (verified one
+/// iteration at a time, 5.3+) of [`BOUNDED_CHUNK_FDS`] fds per program; each stage tail-calls
+/// the next (4.2+); the walk stays in WALK between stages.
+pub mod bounded {
+    use aya_ebpf::{maps::ProgramArray, programs::RawTracePointContext};
+    use fdaudit_common::{BOUNDED_CHUNK_FDS, BOUNDED_MAX_FDS};
+
+    use super::*;
+
+    /// Sets up the walk in the current exec's record (stdio recorded); the caller
+    /// tail-calls the first fd stage.
+    #[inline(always)]
+    pub fn start(rec: &mut SpawnRecord) {
+        let _ = prepare(rec, BOUNDED_MAX_FDS);
+        if rec.header.flags & flags::FDTABLE_TRUNCATED != 0 {
+            // Cut at the bounded walk's limit, not at the bpf_loop walk's.
+            rec.header.flags |= flags::BOUNDED_WALK;
+        }
+    }
+
+    /// Looks at the next [`BOUNDED_CHUNK_FDS`] fds, then tail-calls itself for the next
+    /// chunk or the path stage; sends the record itself if no tail call is left.
+    #[inline(always)]
+    pub fn fds_stage(ctx: &RawTracePointContext, chain: &ProgramArray) {
+        let Some((rec, paths, walk)) = state() else {
+            return;
+        };
+        let base = walk.next;
+        let mut i = 0;
+        while i < BOUNDED_CHUNK_FDS {
+            let fd = base + i;
+            if fd >= walk.nfds {
+                break;
+            }
+            // A call, not inlined code: LLVM would unroll the loop around it, and the
+            // verifier would walk every copy (385k instructions against 104k).
+            if walk_fd(u64::from(fd), core::ptr::null_mut()) != 0 {
+                walk.nfds = 0; // a read failed (flagged): stop
+                break;
+            }
+            i += 1;
+        }
+        walk.next = base + BOUNDED_CHUNK_FDS;
+        if walk.next < walk.nfds {
+            // SAFETY: EXEC_CHAIN holds programs of this type, filled by the loader.
+            unsafe { chain.tail_call(ctx, CHAIN_FDS) };
+            // Out of tail calls.
+            rec.header.flags |= flags::FDTABLE_TRUNCATED | flags::BOUNDED_WALK;
+        }
+        // SAFETY: as above.
+        unsafe { chain.tail_call(ctx, CHAIN_PATHS) };
+        if rec.npaths > 0 {
+            rec.header.flags |= flags::PATH_PARTIAL;
+        }
+        crate::output_spawn(rec, paths);
+    }
+
+    /// Builds the queued paths, one bounded loop of PATH_STEPS steps per path, and sends
+    /// the record.
+    #[inline(always)]
+    pub fn paths_stage() {
+        let Some((rec, paths, _)) = state() else {
+            return;
+        };
+        let steps = rec.npaths * PATH_STEPS;
+        let mut i = 0;
+        while i < MAX_PATHS as u32 * PATH_STEPS {
+            if i >= steps {
+                break;
+            }
+            path_step(u64::from(i), core::ptr::null_mut());
+            i += 1;
+        }
+        crate::output_spawn(rec, paths);
     }
 }
 
@@ -116,16 +236,24 @@ fn current_fdt() -> Result<(u64, u32), i64> {
     Ok((fdt, max_fds))
 }
 
-extern "C" fn walk_fd(index: u64, ctx: *mut c_void) -> i64 {
-    // SAFETY: `ctx` is the `Walk` passed to bpf_loop by walk_fds.
-    let walk = unsafe { &mut *(ctx as *mut Walk) };
+/// bpf_loop callback: fd `index` of the table.
+extern "C" fn walk_fd(index: u64, _ctx: *mut c_void) -> i64 {
+    match state() {
+        Some((rec, paths, walk)) => fd_step(index, rec, paths, walk),
+        None => 1,
+    }
+}
+
+/// Looks at fd `index`: reads a word of open_fds every 64 fds, records open fds from 3 up.
+/// Non-zero when the walk must stop.
+#[inline(always)]
+fn fd_step(index: u64, rec: &mut SpawnRecord, paths: &mut PathsRecord, walk: &mut Walk) -> i64 {
     let bit = index % 64;
     if bit == 0 {
         match read_kernel::<u64>(walk.open_fds + (index / 64) * 8) {
             Ok(w) => walk.word = w,
             Err(_) => {
-                // SAFETY: the record lives in the SCRATCH map for the whole program run.
-                unsafe { (*walk.rec).header.flags |= flags::READ_FAILED };
+                rec.header.flags |= flags::READ_FAILED;
                 return 1;
             }
         }
@@ -133,15 +261,13 @@ extern "C" fn walk_fd(index: u64, ctx: *mut c_void) -> i64 {
     if index < 3 || (walk.word >> bit) & 1 == 0 {
         return 0; // stdio was recorded by walk_fds; closed fds are skipped
     }
-    // SAFETY: as above.
-    let rec = unsafe { &mut *walk.rec };
-    record_fd(rec, walk, index as u32);
+    record_fd(rec, paths, walk, index as u32);
     0
 }
 
 /// Records a leaked fd (>= 3), and queues files with a name in the tree for a path.
 #[inline(always)]
-fn record_fd(rec: &mut SpawnRecord, walk: &mut Walk, fd: u32) {
+fn record_fd(rec: &mut SpawnRecord, paths: &mut PathsRecord, walk: &mut Walk, fd: u32) {
     let n = rec.nfds as usize;
     rec.nfds += 1;
     if n >= MAX_FDS {
@@ -159,8 +285,7 @@ fn record_fd(rec: &mut SpawnRecord, walk: &mut Walk, fd: u32) {
                 let p = rec.npaths as usize;
                 if p < MAX_PATHS {
                     walk.files[p & (MAX_PATHS - 1)] = file;
-                    // SAFETY: the paths record lives in the SCRATCH map for the program run.
-                    unsafe { (*walk.paths).paths[p & (MAX_PATHS - 1)].index = n as u32 };
+                    paths.paths[p & (MAX_PATHS - 1)].index = n as u32;
                     rec.npaths += 1;
                 } else {
                     rec.header.flags |= flags::PATH_PARTIAL;
@@ -171,16 +296,20 @@ fn record_fd(rec: &mut SpawnRecord, walk: &mut Walk, fd: u32) {
     }
 }
 
-extern "C" fn path_step(index: u64, ctx: *mut c_void) -> i64 {
-    // SAFETY: `ctx` is the `Walk` passed to bpf_loop by walk_fds.
-    let walk = unsafe { &mut *(ctx as *mut Walk) };
-    // SAFETY: the record lives in the SCRATCH map for the whole program run.
-    let rec = unsafe { &mut *walk.rec };
+/// bpf_loop callback: step `index` of the path walks (PATH_STEPS per path).
+extern "C" fn path_step(index: u64, _ctx: *mut c_void) -> i64 {
+    if let Some((rec, paths, walk)) = state() {
+        one_path_step(index, rec, paths, walk);
+    }
+    0
+}
+
+#[inline(always)]
+fn one_path_step(index: u64, rec: &mut SpawnRecord, paths: &mut PathsRecord, walk: &mut Walk) {
     let i = ((index / u64::from(PATH_STEPS)) as usize) & (MAX_PATHS - 1);
     let first = index.is_multiple_of(u64::from(PATH_STEPS));
     let last = index % u64::from(PATH_STEPS) == u64::from(PATH_STEPS) - 1;
-    // SAFETY: as above.
-    let p = unsafe { &mut (*walk.paths).paths[i] };
+    let p = &mut paths.paths[i];
     if first {
         p.depth = 0;
         p.complete = 0;
@@ -200,7 +329,6 @@ extern "C" fn path_step(index: u64, ctx: *mut c_void) -> i64 {
     if last && p.complete == 0 {
         rec.header.flags |= flags::PATH_PARTIAL;
     }
-    0
 }
 
 #[inline(always)]
@@ -312,8 +440,13 @@ pub fn current_file(fd: u32) -> Result<u64, i64> {
 /// pointer (bpf_get_current_task_btf, 5.11+; the offsets come from the read-only CONFIG, so
 /// the verifier knows them and checks each load against the kernel's types), then one
 /// probe-read of the slot. On the `--reads` path, where it runs for every read().
+/// Before 5.11 (no such helper; CONFIG.task_btf is 0, a constant to the verifier, which then
+/// never visits the call) the probe-read walk of [`current_file`] instead.
 #[inline(always)]
 pub fn current_file_of_used_fd(fd: u32) -> Result<u64, i64> {
+    if conf!(task_btf) == 0 {
+        return current_file(fd);
+    }
     let (files_off, fdt_off, fd_off) = (
         conf!(task_files) as usize,
         conf!(files_fdt) as usize,

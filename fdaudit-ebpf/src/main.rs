@@ -8,6 +8,7 @@
 // On the host (clippy over the workspace) this is an ordinary binary with an empty main.
 #![cfg_attr(target_arch = "bpf", no_main)]
 
+mod arch;
 mod fdwalk;
 mod kernel;
 
@@ -24,14 +25,14 @@ use aya_ebpf::{
         bpf_get_current_pid_tgid, bpf_ktime_get_ns,
     },
     macros::{map, raw_tracepoint},
-    maps::{Array, HashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, ProgramArray, RingBuf},
     programs::RawTracePointContext,
 };
 use fdaudit_common::{
-    flags, sysno, sysno_ia32, Config, Counters, ExitRecord, FdCache, HotSlot, PathsRecord, ReadKey,
-    ReadStat, RecordHeader, RecordKind, SpawnRecord, SpawnScratch, Stats, TaskState, CONFIG_MAGIC,
-    GLOBAL_CONFIG, HOT_SLOTS, MAP_EVENTS, MAP_HOT, MAP_READS, MAP_SCRATCH, MAP_STATS, MAP_TRACKED,
-    MAX_RANGES, MAX_READS, MAX_TRACKED, NO_OFFSET,
+    flags, sysno, Config, Counters, ExitRecord, FdCache, HotSlot, PathsRecord, ReadKey, ReadStat,
+    RecordHeader, RecordKind, SpawnRecord, SpawnScratch, Stats, TaskState, CONFIG_MAGIC,
+    EXEC_CHAIN_LEN, GLOBAL_CONFIG, HOT_SLOTS, MAP_EVENTS, MAP_EXEC_CHAIN, MAP_HOT, MAP_READS,
+    MAP_SCRATCH, MAP_STATS, MAP_TRACKED, MAX_RANGES, MAX_READS, MAX_TRACKED,
 };
 use kernel::{conf, read_kernel, stat_add};
 
@@ -57,6 +58,11 @@ map_named!(STATS, MAP_STATS);
 #[map]
 static HOT: Array<HotSlot> = Array::with_max_entries(HOT_SLOTS, 0);
 map_named!(HOT, MAP_HOT);
+
+/// The bounded exec walk's later stages, reached by tail calls (see fdwalk::bounded).
+#[map]
+static EXEC_CHAIN: ProgramArray = ProgramArray::with_max_entries(EXEC_CHAIN_LEN, 0);
+map_named!(EXEC_CHAIN, MAP_EXEC_CHAIN);
 
 #[map]
 static READS: HashMap<ReadKey, ReadStat> = HashMap::with_max_entries(MAX_READS, 0);
@@ -222,33 +228,107 @@ fn take_counters(tgid: u32, st: &TaskState) -> Counters {
 // sched_process_exec: TP_PROTO(struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm).
 // Fires in exec_binprm() after begin_new_exec(), so close-on-exec fds are already closed and
 // the fd table holds exactly what the new image inherited. Raw tracepoint, since 4.17.
+//
+// Two forms of the same program; userspace loads one, chosen by probing for bpf_loop:
+// - sched_process_exec walks the fd table under bpf_loop (5.17+), any table size;
+// - sched_process_exec_bounded (for 5.10 and 5.15) walks it with bounded loops in chunks
+//   chained by tail calls (EXEC_CHAIN, since 4.2), up to BOUNDED_MAX_FDS fds, and marks
+//   records whose table was larger BOUNDED_WALK.
 #[raw_tracepoint(tracepoint = "sched_process_exec")]
 pub fn sched_process_exec(ctx: RawTracePointContext) -> i32 {
-    let _ = try_sched_process_exec(&ctx);
+    let _ = try_sched_process_exec(&ctx, false);
     0
 }
 
-fn try_sched_process_exec(ctx: &RawTracePointContext) -> Result<(), i64> {
+#[raw_tracepoint(tracepoint = "sched_process_exec")]
+pub fn sched_process_exec_bounded(ctx: RawTracePointContext) -> i32 {
+    if try_sched_process_exec(&ctx, true) == Ok(true) {
+        // The window state is saved: go on with the walk. A tail call does not return
+        // (and is only allowed here, in the program's own int-returning function).
+        // SAFETY: EXEC_CHAIN holds programs of this program's type, filled by the loader.
+        unsafe { EXEC_CHAIN.tail_call(&ctx, fdwalk::CHAIN_FDS) };
+        // Not reached unless the slot is empty: send what there is.
+        if let Some(scratch) = SCRATCH.get_ptr_mut(0) {
+            // SAFETY: pointer from a per-CPU array lookup, valid for this run.
+            let scratch = unsafe { &mut *scratch };
+            scratch.spawn.header.flags |= flags::FDTABLE_TRUNCATED;
+            output_spawn(&mut scratch.spawn, &mut scratch.paths);
+        }
+    }
+    0
+}
+
+/// Tail-call stage of the bounded walk: the next chunk of the fd table (EXEC_CHAIN slot
+/// fdwalk::CHAIN_FDS). Never attached.
+#[raw_tracepoint(tracepoint = "sched_process_exec")]
+pub fn exec_walk_fds(ctx: RawTracePointContext) -> i32 {
+    fdwalk::bounded::fds_stage(&ctx, &EXEC_CHAIN);
+    0
+}
+
+/// Tail-call stage of the bounded walk: the leaked files' paths, then the record goes out
+/// (EXEC_CHAIN slot fdwalk::CHAIN_PATHS). Never attached.
+#[raw_tracepoint(tracepoint = "sched_process_exec")]
+pub fn exec_walk_paths(_ctx: RawTracePointContext) -> i32 {
+    fdwalk::bounded::paths_stage();
+    0
+}
+
+/// Sends the finished records: the paths record first (so userspace has it when the spawn
+/// comes; `pid` and `exec_ns` set by the exec program), then the spawn up to its last leaked
+/// fd. Variable length: bpf_ringbuf_output takes a bounded size; the reserve helper would
+/// want a constant one.
+#[inline(always)]
+fn output_spawn(rec: &mut SpawnRecord, paths: &mut PathsRecord) {
+    if rec.npaths > 0 {
+        paths.header = RecordHeader {
+            kind: RecordKind::Paths as u32,
+            flags: 0,
+        };
+        paths.npaths = rec.npaths;
+        let len = PathsRecord::sent_len(rec.npaths as usize);
+        // SAFETY: `len` is at most the size of the record, which lives in the map value.
+        let bytes =
+            unsafe { core::slice::from_raw_parts((paths as *const PathsRecord).cast::<u8>(), len) };
+        if EVENTS.output::<[u8]>(bytes, 0).is_err() {
+            stat_add(&STATS, |s| &mut s.lost_records);
+            rec.npaths = 0;
+            rec.header.flags |= flags::PATH_PARTIAL;
+        }
+    }
+    let len = SpawnRecord::sent_len(rec.nfds as usize);
+    // SAFETY: as above.
+    let bytes =
+        unsafe { core::slice::from_raw_parts((rec as *const SpawnRecord).cast::<u8>(), len) };
+    if EVENTS.output::<[u8]>(bytes, 0).is_err() {
+        stat_add(&STATS, |s| &mut s.lost_records);
+    }
+}
+
+/// Fills the spawn record and starts a new window; with `bounded`, leaves the record in
+/// SCRATCH for the tail-called walk and returns Ok(true) when the caller must chain.
+#[inline(always)]
+fn try_sched_process_exec(ctx: &RawTracePointContext, bounded: bool) -> Result<bool, i64> {
     if !configured() {
-        return Ok(());
+        return Ok(false);
     }
     let tgid = current_tgid();
     if TRACKED.get_ptr(tgid).is_none() {
         // A process that entered the followed cgroup without a traced fork (moved in by a
         // runtime before it execs the payload, or cloned into it): traced from this exec on.
         if !in_followed_cgroup() {
-            return Ok(());
+            return Ok(false);
         }
         if TRACKED.insert(tgid, TaskState::default(), 0).is_err() {
             stat_add(&STATS, |s| &mut s.tracked_full);
-            return Ok(());
+            return Ok(false);
         }
     }
     let Some(st) = TRACKED.get_ptr_mut(tgid) else {
-        return Ok(());
+        return Ok(false);
     };
     let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
-        return Ok(());
+        return Ok(false);
     };
     // SAFETY: both pointers come from map lookups and stay valid for this program run.
     let (st, scratch) = unsafe { (&mut *st, &mut *scratch) };
@@ -281,36 +361,14 @@ fn try_sched_process_exec(ctx: &RawTracePointContext) -> Result<(), i64> {
     }
 
     kernel::read_exec_names(rec, bprm);
-    fdwalk::walk_fds(rec, &mut scratch.paths);
-
-    // Variable length: the paths record first (so userspace has it when the spawn comes),
-    // then the spawn up to its last leaked fd. bpf_ringbuf_output takes a bounded size; the
-    // reserve helper would want a constant one.
-    if rec.npaths > 0 {
-        let paths = &mut scratch.paths;
-        paths.header = RecordHeader {
-            kind: RecordKind::Paths as u32,
-            flags: 0,
-        };
-        paths.pid = tgid;
-        paths.npaths = rec.npaths;
-        paths.exec_ns = now;
-        let len = PathsRecord::sent_len(rec.npaths as usize);
-        // SAFETY: `len` is at most the size of the record, which lives in the map value.
-        let bytes =
-            unsafe { core::slice::from_raw_parts((paths as *const PathsRecord).cast::<u8>(), len) };
-        if EVENTS.output::<[u8]>(bytes, 0).is_err() {
-            stat_add(&STATS, |s| &mut s.lost_records);
-            rec.npaths = 0;
-            rec.header.flags |= flags::PATH_PARTIAL;
-        }
-    }
-    let len = SpawnRecord::sent_len(rec.nfds as usize);
-    // SAFETY: as above.
-    let bytes =
-        unsafe { core::slice::from_raw_parts((rec as *const SpawnRecord).cast::<u8>(), len) };
-    if EVENTS.output::<[u8]>(bytes, 0).is_err() {
-        stat_add(&STATS, |s| &mut s.lost_records);
+    // The paths record goes out with the spawn (output_spawn); its header now.
+    scratch.paths.pid = tgid;
+    scratch.paths.exec_ns = now;
+    if !bounded {
+        fdwalk::walk_fds(rec);
+        output_spawn(rec, &mut scratch.paths);
+    } else {
+        fdwalk::bounded::start(rec);
     }
 
     // The process stays traced: its children are spawns too, and what the new image does
@@ -323,7 +381,7 @@ fn try_sched_process_exec(ctx: &RawTracePointContext) -> Result<(), i64> {
     // begin_new_exec() may have given the process a new fd table (unshare_files()).
     st.cache = fd_cache_of(kernel::current_task()).unwrap_or_default();
     claim_hot(tgid, &st.cache);
-    Ok(())
+    Ok(bounded)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -384,9 +442,13 @@ fn try_sched_process_exit() -> Result<(), i64> {
 /// task pointer (bpf_get_current_task_btf, 5.11+): CONFIG is read-only, so the verifier
 /// knows the offset and checks it against task_struct; no probe-read on the close() path.
 #[inline(always)]
+#[cfg(not(bpf_target_arch = "aarch64"))]
 fn in_compat_syscall() -> bool {
     let off = conf!(task_ti_status);
-    if off == NO_OFFSET as u64 {
+    // Before 5.11 the helper does not exist: the loader sets task_btf to 0 (and
+    // task_ti_status to NO_OFFSET), and the verifier, which knows CONFIG's values, never
+    // visits the call.
+    if off == fdaudit_common::NO_OFFSET as u64 || conf!(task_btf) == 0 {
         return false;
     }
     // SAFETY: the helper returns current's task_struct, valid for this program run; the
@@ -395,10 +457,48 @@ fn in_compat_syscall() -> bool {
         let task = aya_ebpf::helpers::bpf_get_current_task_btf() as *const u8;
         core::ptr::read_volatile(task.add(off as usize).cast::<u32>())
     };
-    status & sysno_ia32::TS_COMPAT != 0
+    status & fdaudit_common::sysno_ia32::TS_COMPAT != 0
 }
 
-/// x86_64 numbers of the calls sys_enter counts.
+/// aarch64: no compat syscalls are told apart (32-bit arm tasks are not handled).
+#[cfg(bpf_target_arch = "aarch64")]
+#[inline(always)]
+fn in_compat_syscall() -> bool {
+    false
+}
+
+/// The native (x86_64) number of a compat syscall the programs count, or -1.
+#[inline(always)]
+fn compat_native(id: i64) -> i64 {
+    #[cfg(not(bpf_target_arch = "aarch64"))]
+    {
+        fdaudit_common::sysno_ia32::to_native(id)
+    }
+    #[cfg(bpf_target_arch = "aarch64")]
+    {
+        let _ = id;
+        -1
+    }
+}
+
+/// Whether `id` is a compat read, readv or pread64 (i386 numbers; never on aarch64).
+#[inline(always)]
+fn compat_read(id: i64) -> bool {
+    #[cfg(not(bpf_target_arch = "aarch64"))]
+    {
+        use fdaudit_common::sysno_ia32 as c;
+        matches!(id, c::READ | c::READV | c::PREAD64)
+    }
+    #[cfg(bpf_target_arch = "aarch64")]
+    {
+        let _ = id;
+        false
+    }
+}
+
+/// Native numbers of the calls sys_enter counts. Syscalls an architecture lacks are all
+/// sysno::NONE (aarch64: poll, dup2), so their patterns repeat there.
+#[allow(unreachable_patterns)]
 #[inline(always)]
 fn counted_native(id: i64) -> bool {
     matches!(
@@ -419,8 +519,8 @@ fn counted_native(id: i64) -> bool {
 // ---------------------------------------------------------------------------------------------
 // raw_syscalls/sys_enter: TP_PROTO(struct pt_regs *regs, long id). Runs for every syscall on
 // the machine while attached, so it leaves at the first check: the syscall id, then the
-// tgid lookup. Arguments come from pt_regs (x86_64 syscall ABI, or bx/cx/dx for a compat
-// syscall; offsets from BTF).
+// tgid lookup. Arguments come from pt_regs (offsets from BTF, per architecture: arch.rs;
+// bx/cx/dx for an x86_64 compat syscall).
 #[raw_tracepoint(tracepoint = "sys_enter")]
 pub fn sys_enter(ctx: RawTracePointContext) -> i32 {
     let _ = try_sys_enter(&ctx);
@@ -429,7 +529,7 @@ pub fn sys_enter(ctx: RawTracePointContext) -> i32 {
 
 fn try_sys_enter(ctx: &RawTracePointContext) -> Result<(), i64> {
     let raw_id: i64 = ctx.arg(1);
-    if !counted_native(raw_id) && sysno_ia32::to_native(raw_id) < 0 {
+    if !counted_native(raw_id) && compat_native(raw_id) < 0 {
         return Ok(());
     }
     // Every count is for a process inside its fork..exec window, and every such process
@@ -449,7 +549,7 @@ fn try_sys_enter(ctx: &RawTracePointContext) -> Result<(), i64> {
         // The path a close loop takes 2^20 times.
         slot.close_calls += 1;
         let regs: u64 = ctx.arg(0);
-        let fd: u64 = read_kernel(regs + conf!(regs_di))?;
+        let fd: u64 = arch::arg(regs, conf!(regs_arg0))?;
         if !fd_is_open(&mut slot.cache, fd as u32)? {
             slot.close_ebadf += 1;
         }
@@ -469,15 +569,15 @@ fn try_sys_enter(ctx: &RawTracePointContext) -> Result<(), i64> {
         let args = ArgRegs {
             arg0: conf!(regs_bx),
             arg1: conf!(regs_cx),
-            arg2: conf!(regs_dx),
+            arg2: conf!(regs_arg2), // dx
             compat: true,
         };
-        (sysno_ia32::to_native(raw_id), args)
+        (compat_native(raw_id), args)
     } else if counted_native(raw_id) {
         let args = ArgRegs {
-            arg0: conf!(regs_di),
-            arg1: conf!(regs_si),
-            arg2: conf!(regs_dx),
+            arg0: conf!(regs_arg0),
+            arg1: conf!(regs_arg1),
+            arg2: conf!(regs_arg2),
             compat: false,
         };
         (raw_id, args)
@@ -499,6 +599,7 @@ struct ArgRegs {
 /// Counts one syscall of a process inside its fork..exec window (`id` is one of those
 /// `try_sys_enter` lets through, as its x86_64 number). Adding a counter: a field in
 /// `Counters`, an arm here, a field in the user side's `SyscallCounts`.
+#[allow(unreachable_patterns)] // sysno::NONE repeats on aarch64, as in counted_native
 #[inline(always)]
 fn count_in_window(
     st: &mut TaskState,
@@ -511,7 +612,7 @@ fn count_in_window(
         sysno::CLOSE => {
             c.close_calls += 1;
             let regs: u64 = ctx.arg(0);
-            let fd: u64 = read_kernel(regs + a.arg0)?;
+            let fd: u64 = arch::arg(regs, a.arg0)?;
             if !fd_is_open(&mut st.cache, fd as u32)? {
                 st.counters.close_ebadf += 1;
             }
@@ -521,15 +622,15 @@ fn count_in_window(
             let i = c.close_range_calls as usize;
             if i < MAX_RANGES {
                 let r = &mut c.ranges[i];
-                r.first = read_kernel::<u64>(regs + a.arg0).unwrap_or(0) as u32;
-                r.last = read_kernel::<u64>(regs + a.arg1).unwrap_or(0) as u32;
-                r.flags = read_kernel::<u64>(regs + a.arg2).unwrap_or(0) as u32;
+                r.first = arch::arg(regs, a.arg0).unwrap_or(0) as u32;
+                r.last = arch::arg(regs, a.arg1).unwrap_or(0) as u32;
+                r.flags = arch::arg(regs, a.arg2).unwrap_or(0) as u32;
             }
             c.close_range_calls += 1;
         }
         sysno::FCNTL => {
             let regs: u64 = ctx.arg(0);
-            let cmd: u64 = read_kernel(regs + a.arg1)?;
+            let cmd: u64 = arch::arg(regs, a.arg1)?;
             match cmd as u32 {
                 1 => c.fcntl_getfd_calls += 1, // F_GETFD
                 2 => c.fcntl_setfd_calls += 1, // F_SETFD
@@ -538,7 +639,7 @@ fn count_in_window(
         }
         sysno::POLL | sysno::PPOLL => {
             let regs: u64 = ctx.arg(0);
-            let nfds: u64 = read_kernel(regs + a.arg1)?;
+            let nfds: u64 = arch::arg(regs, a.arg1)?;
             let nfds = if a.compat { nfds & 0xffff_ffff } else { nfds };
             c.poll_calls += 1;
             let nfds = if nfds > u32::MAX as u64 {
@@ -556,7 +657,7 @@ fn count_in_window(
             // /proc/thread-self/fd) that starts at offset 0 is a new fd walk. Checked here
             // rather than at open(), whose path string may sit in a page not yet faulted in.
             let regs: u64 = ctx.arg(0);
-            let fd: u64 = read_kernel(regs + a.arg0)?;
+            let fd: u64 = arch::arg(regs, a.arg0)?;
             if fdwalk::is_procfd_listing(fd as u32).unwrap_or(false) {
                 c.procfd_opens += 1;
             }
@@ -589,27 +690,18 @@ fn try_sys_exit(ctx: &RawTracePointContext) -> Result<(), i64> {
         return Ok(());
     }
     let regs: u64 = ctx.arg(0);
-    let raw_id: i64 = read_kernel(regs + conf!(regs_orig_ax))?;
-    if !matches!(
-        raw_id,
-        sysno::READ
-            | sysno::READV
-            | sysno::PREAD64
-            | sysno_ia32::READ
-            | sysno_ia32::READV
-            | sysno_ia32::PREAD64
-    ) {
+    let raw_id = arch::exit_syscall_nr(regs)?;
+    if !matches!(raw_id, sysno::READ | sysno::READV | sysno::PREAD64) && !compat_read(raw_id) {
         return Ok(());
     }
-    let (id, arg0) = if in_compat_syscall() {
-        (sysno_ia32::to_native(raw_id), conf!(regs_bx))
+    let (id, fd) = if in_compat_syscall() {
+        (compat_native(raw_id), arch::arg(regs, conf!(regs_bx))?)
     } else {
-        (raw_id, conf!(regs_di))
+        (raw_id, arch::exit_arg0(regs)?)
     };
     if id != sysno::READ && id != sysno::READV && id != sysno::PREAD64 {
         return Ok(());
     }
-    let fd: u64 = read_kernel(regs + arg0)?;
     let file = fdwalk::current_file_of_used_fd(fd as u32)?;
     let inode: u64 = read_kernel(file + conf!(file_inode))?;
     let key = ReadKey {

@@ -224,6 +224,7 @@ impl Btf {
 /// Every offset the programs need, looked up in `btf`.
 pub fn config_from_btf(btf: &Btf) -> Result<Config, BtfError> {
     let o = |ty: &str, path: &str| btf.offset(ty, path);
+    let regs = crate::arch::syscall_regs(btf)?;
     Ok(Config {
         task_pid: o("task_struct", "pid")?,
         task_tgid: o("task_struct", "tgid")?,
@@ -254,10 +255,11 @@ pub fn config_from_btf(btf: &Btf) -> Result<Config, BtfError> {
         mm_arg_start: o("mm_struct", "arg_start")?,
         mm_arg_end: o("mm_struct", "arg_end")?,
         bprm_filename: o("linux_binprm", "filename")?,
-        regs_di: o("pt_regs", "di")?,
-        regs_si: o("pt_regs", "si")?,
-        regs_dx: o("pt_regs", "dx")?,
-        regs_orig_ax: o("pt_regs", "orig_ax")?,
+        regs_arg0: regs.arg0,
+        regs_arg1: regs.arg1,
+        regs_arg2: regs.arg2,
+        regs_nr: regs.nr,
+        regs_exit_arg0: regs.exit_arg0,
         hot_mask: fdaudit_common::HOT_SLOTS - 1,
         file_mnt: o("file", "f_path.mnt")?,
         file_pos: o("file", "f_pos")?,
@@ -274,6 +276,7 @@ pub fn config_from_btf(btf: &Btf) -> Result<Config, BtfError> {
         inode_nlink: o("inode", "__i_nlink")?,
         magic: CONFIG_MAGIC,
         cgroup_level: 0,
+        task_btf: 0, // set by the loader, which probes for the helper
         cgroup_id: 0,
     })
 }
@@ -448,7 +451,7 @@ mod tests {
         // BTF is readable by any user; on a kernel without it the loader fails the same way.
         let btf = Btf::from_sys_fs().unwrap_or_else(|e| panic!("{VMLINUX_BTF} not readable: {e}"));
         let cfg = config_from_btf(&btf).expect("all offsets found");
-        assert!(cfg.task_tgid > 0 && cfg.files_fdt < 64 && cfg.regs_orig_ax > 0);
+        assert!(cfg.task_tgid > 0 && cfg.files_fdt < 64 && cfg.regs_nr > 0);
         assert_eq!(cfg.magic, CONFIG_MAGIC);
         if cfg!(target_arch = "x86_64") {
             // thread_info is the first member of task_struct on x86_64.

@@ -1,12 +1,18 @@
 //! Loading the embedded eBPF object, checking what the machine offers, attaching programs.
 
-use std::path::Path;
+use std::{
+    path::Path,
+    sync::OnceLock,
+    time::{Duration, Instant},
+};
 
 use aya::{
-    programs::{ProgramError, RawTracePoint},
+    maps::ProgramArray,
+    programs::{ProgramError, ProgramType, RawTracePoint},
+    sys::{is_helper_supported, BpfHelper},
     Ebpf, EbpfError, EbpfLoader,
 };
-use fdaudit_common::{Config, GLOBAL_CONFIG, MAP_EVENTS};
+use fdaudit_common::{Config, GLOBAL_CONFIG, MAP_EVENTS, MAP_EXEC_CHAIN};
 use thiserror::Error;
 
 use crate::btf::{self, Btf, BtfError};
@@ -78,6 +84,8 @@ pub enum LoadError {
     Offsets(#[source] BtfError),
     #[error("failed to create the BPF maps")]
     Maps(#[source] EbpfError),
+    #[error("the object has no map {0}")]
+    MissingMap(&'static str),
     #[error("the object has no program {0}")]
     MissingProgram(&'static str),
     #[error("the verifier rejected {name}: {summary}")]
@@ -87,6 +95,8 @@ pub enum LoadError {
         #[source]
         source: ProgramError,
     },
+    #[error("failed to fill the exec walk's tail-call map")]
+    Chain(#[source] EbpfError),
     #[error("failed to attach {name} to raw tracepoint {tracepoint}")]
     Attach {
         name: &'static str,
@@ -124,7 +134,28 @@ pub fn missing_trace_caps(caps: u64) -> Option<String> {
 /// The offsets of the running kernel, from its BTF.
 pub fn kernel_config() -> Result<Config, LoadError> {
     let btf = Btf::from_sys_fs().map_err(LoadError::NoBtf)?;
-    btf::config_from_btf(&btf).map_err(LoadError::Offsets)
+    let mut config = btf::config_from_btf(&btf).map_err(LoadError::Offsets)?;
+    if has_task_btf() {
+        config.task_btf = 1;
+    } else {
+        // Before 5.11: the programs must not reach the helper (the verifier rejects an
+        // unknown helper only on a path it visits; CONFIG's values are constants to it).
+        config.task_ti_status = fdaudit_common::NO_OFFSET;
+    }
+    Ok(config)
+}
+
+/// Whether the kernel offers bpf_get_current_task_btf (5.11+) to raw tracepoint programs,
+/// probed once like [`has_bpf_loop`].
+pub fn has_task_btf() -> bool {
+    static PROBE: OnceLock<bool> = OnceLock::new();
+    *PROBE.get_or_init(|| {
+        is_helper_supported(
+            ProgramType::RawTracePoint,
+            BpfHelper::BPF_FUNC_get_current_task_btf,
+        )
+        .unwrap_or(false)
+    })
 }
 
 /// Creates the maps of the embedded object with `config` written into its CONFIG global.
@@ -171,23 +202,129 @@ fn is_eperm(e: &EbpfError) -> bool {
     false
 }
 
+/// How the exec program walks the fd table on this kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecWalk {
+    /// Under bpf_loop (5.17+): any table size.
+    Loop,
+    /// Bounded loops in tail-called chunks (5.10, 5.15): the first
+    /// [`fdaudit_common::BOUNDED_MAX_FDS`] fds, records flagged `bounded_walk`.
+    Bounded,
+}
+
+/// Environment variable that forces an [`ExecWalk`] (`loop` or `bounded`), to test the
+/// bounded walk on a kernel that has bpf_loop.
+pub const EXEC_WALK_ENV: &str = "FDAUDIT_EXEC_WALK";
+
+/// Whether the kernel offers bpf_loop to raw tracepoint programs, probed once by loading a
+/// two-instruction program that calls it (never by kernel version: backports exist).
+pub fn has_bpf_loop() -> bool {
+    static PROBE: OnceLock<bool> = OnceLock::new();
+    *PROBE.get_or_init(|| {
+        is_helper_supported(ProgramType::RawTracePoint, BpfHelper::BPF_FUNC_loop).unwrap_or(false)
+    })
+}
+
+/// The fd walk the exec program uses here: bpf_loop when the kernel has it.
+pub fn exec_walk() -> ExecWalk {
+    match std::env::var(EXEC_WALK_ENV).as_deref() {
+        Ok("bounded") => ExecWalk::Bounded,
+        Ok("loop") => ExecWalk::Loop,
+        _ if has_bpf_loop() => ExecWalk::Loop,
+        _ => ExecWalk::Bounded,
+    }
+}
+
+/// One program as the verifier took it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Loaded {
+    pub name: &'static str,
+    /// Wall time of the BPF_PROG_LOAD call (verification and JIT).
+    pub load_time: Duration,
+    /// Instructions the verifier processed (`bpf_prog_info.verified_insns`, 5.16+).
+    pub verified_insns: Option<u32>,
+}
+
+/// The bounded exec walk's tail-call stages, by [`MAP_EXEC_CHAIN`] slot.
+const EXEC_CHAIN_STAGES: [&str; 2] = ["exec_walk_fds", "exec_walk_paths"];
+
 /// Loads one program into the kernel (verifier) and attaches it.
 pub fn load_and_attach(ebpf: &mut Ebpf, spec: &ProgramSpec) -> Result<(), LoadError> {
-    let prog: &mut RawTracePoint = ebpf
-        .program_mut(spec.name)
-        .ok_or(LoadError::MissingProgram(spec.name))?
+    load_and_attach_measured(ebpf, spec).map(drop)
+}
+
+/// [`load_and_attach`], returning each program the verifier took, with its figures: one,
+/// or for the exec program's bounded walk the entry and its tail-call stages.
+pub fn load_and_attach_measured(
+    ebpf: &mut Ebpf,
+    spec: &ProgramSpec,
+) -> Result<Vec<Loaded>, LoadError> {
+    if spec.name != "sched_process_exec" || exec_walk() == ExecWalk::Loop {
+        let loaded = load_one(ebpf, spec.name, spec.name)?;
+        attach(ebpf, spec.name, spec)?;
+        return Ok(vec![loaded]);
+    }
+    let mut all = Vec::new();
+    for (slot, stage) in (0u32..).zip(EXEC_CHAIN_STAGES) {
+        all.push(load_one(ebpf, stage, spec.name)?);
+        let fd = raw_tracepoint(ebpf, stage, spec.name)?
+            .fd()
+            .and_then(|fd| fd.try_clone().map_err(Into::into))
+            .map_err(|source| LoadError::Verifier {
+                name: spec.name,
+                summary: format!("no fd for {stage}"),
+                source,
+            })?;
+        let map = ebpf
+            .map_mut(MAP_EXEC_CHAIN)
+            .ok_or(LoadError::MissingMap(MAP_EXEC_CHAIN))?;
+        let mut chain = ProgramArray::try_from(map).map_err(|e| LoadError::Chain(e.into()))?;
+        chain
+            .set(slot, &fd, 0)
+            .map_err(|e| LoadError::Chain(e.into()))?;
+    }
+    let entry = "sched_process_exec_bounded";
+    all.push(load_one(ebpf, entry, spec.name)?);
+    attach(ebpf, entry, spec)?;
+    Ok(all)
+}
+
+fn raw_tracepoint<'a>(
+    ebpf: &'a mut Ebpf,
+    prog: &str,
+    name: &'static str,
+) -> Result<&'a mut RawTracePoint, LoadError> {
+    ebpf.program_mut(prog)
+        .ok_or(LoadError::MissingProgram(name))?
         .try_into()
         .map_err(|source| LoadError::Verifier {
-            name: spec.name,
+            name,
             summary: "not a raw tracepoint program".into(),
             source,
-        })?;
-    prog.load().map_err(|source| LoadError::Verifier {
-        name: spec.name,
+        })
+}
+
+/// Loads `prog` (reported as `name`), timing the verifier.
+fn load_one(ebpf: &mut Ebpf, prog: &'static str, name: &'static str) -> Result<Loaded, LoadError> {
+    let p = raw_tracepoint(ebpf, prog, name)?;
+    let t0 = Instant::now();
+    p.load().map_err(|source| LoadError::Verifier {
+        name,
         summary: verifier_summary(&source),
         source,
     })?;
-    prog.attach(spec.tracepoint)
+    let load_time = t0.elapsed();
+    let verified_insns = p.info().ok().and_then(|i| i.verified_instruction_count());
+    Ok(Loaded {
+        name: prog,
+        load_time,
+        verified_insns,
+    })
+}
+
+fn attach(ebpf: &mut Ebpf, prog: &str, spec: &ProgramSpec) -> Result<(), LoadError> {
+    raw_tracepoint(ebpf, prog, spec.name)?
+        .attach(spec.tracepoint)
         .map_err(|source| LoadError::Attach {
             name: spec.name,
             tracepoint: spec.tracepoint,

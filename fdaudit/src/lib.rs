@@ -1,5 +1,6 @@
 //! fdaudit: audits how processes hand file descriptors to their children.
 
+pub mod arch;
 pub mod bench;
 pub mod btf;
 pub mod caller;

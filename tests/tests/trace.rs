@@ -4,8 +4,10 @@
 mod common;
 
 use std::collections::BTreeSet;
+use std::process::{Command, Stdio};
 
 use common::*;
+use fdaudit_tests::fdaudit;
 use serde_json::Value;
 
 #[test]
@@ -62,6 +64,10 @@ fn close_range_is_one_call_with_its_range() {
         assert_eq!(u(&s["close_calls"]), 0);
         assert_eq!(s["strategy"], "close-range");
         assert_eq!(u(&s["leaked_count"]), 0);
+    }
+    if !fdaudit_tests::close_range_cloexec_supported() {
+        eprintln!("skipping close-range-cloexec: this kernel refuses CLOSE_RANGE_CLOEXEC (5.11+)");
+        return;
     }
     for s in true_spawns("close-range-cloexec", 1024, 10, 1) {
         assert_eq!(
@@ -284,4 +290,71 @@ fn dup2_redirections_in_the_window_are_counted() {
         .filter(|s| s["exec_path"] == "/bin/true")
         .collect();
     assert_eq!(u(&t[0]["dup_calls"]), 0, "{}", t[0]);
+}
+
+/// `fdaudit trace --json -- cmd` with extra environment; the spawn records of `exec_path`.
+fn spawns_with_env(env: &[(&str, &str)], cmd: &[&str], exec_path: &str) -> Vec<Value> {
+    let out = Command::new(fdaudit())
+        .args(["trace", "--json", "--"])
+        .args(cmd)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run fdaudit trace");
+    assert!(
+        out.status.success(),
+        "trace failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with("{\"type\":\"spawn\""))
+        .map(|l| serde_json::from_str::<Value>(l).expect("JSON"))
+        .filter(|s| s["exec_path"] == exec_path)
+        .collect()
+}
+
+fn leaked(s: &Value) -> Vec<(u64, String)> {
+    s["leaked_fds"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no leaked_fds: {s}"))
+        .iter()
+        .map(|f| (u(&f["fd"]), f["target"].as_str().unwrap_or("").to_string()))
+        .collect()
+}
+
+fn has_flag(s: &Value, flag: &str) -> bool {
+    s["flags"]
+        .as_array()
+        .is_some_and(|f| f.iter().any(|x| x == flag))
+}
+
+/// The exec walk kernels without bpf_loop get (forced here): fd 7 with its path, and a
+/// table larger than its bound reported as cut, with the bounded_walk flag.
+#[test]
+#[ignore = "needs root and BTF"]
+fn bounded_walk_reports_fd_7_and_flags_a_table_past_its_bound() {
+    let _g = guard();
+    let forced = [("FDAUDIT_EXEC_WALK", "bounded")];
+    let small = ["sh", "-c", "exec 7</etc/hostname; exec /bin/true"];
+    let s = &spawns_with_env(&forced, &small, "/bin/true")[0];
+    assert!(
+        leaked(s).contains(&(7, "/etc/hostname".into())),
+        "fd 7 missing: {s}"
+    );
+    assert!(!has_flag(s, "bounded_walk"), "a small table is whole: {s}");
+    // fd 4000 grows the table to 4096 entries, past the bounded walk's 3072.
+    let big = [
+        "bash",
+        "-c",
+        "ulimit -n 4096 && exec 7</etc/hostname 4000</etc/hostname && exec /bin/true",
+    ];
+    let s = &spawns_with_env(&forced, &big, "/bin/true")[0];
+    let fds = leaked(s);
+    assert!(fds.contains(&(7, "/etc/hostname".into())), "{s}");
+    assert!(!fds.iter().any(|(fd, _)| *fd == 4000), "{s}");
+    assert!(
+        has_flag(s, "bounded_walk") && has_flag(s, "fdtable_truncated"),
+        "{s}"
+    );
 }

@@ -32,6 +32,10 @@ pub fn ebpf_target_dir(root: &Path) -> PathBuf {
         .join("ebpf")
 }
 
+/// Architectures the eBPF object can be built for (`bpf_target_arch`: which syscall
+/// numbers and registers the programs use).
+pub const BPF_ARCHES: [&str; 2] = ["x86_64", "aarch64"];
+
 /// Whether bpf-linker can be found on PATH or in ~/.cargo/bin.
 pub fn bpf_linker() -> Option<PathBuf> {
     let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
@@ -48,13 +52,21 @@ pub fn bpf_linker() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// Builds `fdaudit-ebpf` in release mode for bpfel-unknown-none with BTF, and returns the
-/// path of the object (an ELF file with the programs, maps and .BTF).
-pub fn build_ebpf(root: &Path) -> Result<PathBuf> {
+/// Builds `fdaudit-ebpf` in release mode for bpfel-unknown-none with BTF, for the machine
+/// architecture `arch` (one of [`BPF_ARCHES`], passed as `--cfg bpf_target_arch`), and
+/// returns the path of the object (an ELF file with the programs, maps and .BTF).
+pub fn build_ebpf(root: &Path, arch: &str) -> Result<PathBuf> {
+    if !BPF_ARCHES.contains(&arch) {
+        bail!(
+            "no eBPF build for architecture {arch:?}: fdaudit supports {}",
+            BPF_ARCHES.join(", ")
+        );
+    }
     let linker = bpf_linker().context(
         "bpf-linker not found: run `.ci/setup` (or `cargo install bpf-linker --version 0.13.0 ...`, see README)",
     )?;
-    let target_dir = ebpf_target_dir(root);
+    // One target directory per architecture, so switching does not rebuild.
+    let target_dir = ebpf_target_dir(root).join(arch);
     let mut cmd = Command::new("rustup");
     cmd.current_dir(root)
         .args(["run", BPF_TOOLCHAIN, "cargo", "build", "--release"])
@@ -94,6 +106,7 @@ pub fn build_ebpf(root: &Path) -> Result<PathBuf> {
         "-Cdebuginfo=2".to_string(),
         "-Clink-arg=--btf".to_string(),
         format!("-Clinker={}", linker.display()),
+        format!("--cfg=bpf_target_arch=\"{arch}\""),
     ];
     cmd.env("CARGO_ENCODED_RUSTFLAGS", flags.join("\x1f"));
     let status = cmd
@@ -111,3 +124,7 @@ pub fn build_ebpf(root: &Path) -> Result<PathBuf> {
     }
     Ok(obj)
 }
+
+/// `cargo xtask vm-test`: the kernel matrix in QEMU.
+#[cfg(feature = "cli")]
+pub mod vm;

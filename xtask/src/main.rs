@@ -1,38 +1,126 @@
-//! `cargo xtask build-ebpf`: builds the eBPF object and copies it to target/fdaudit-ebpf.o.
-//! `cargo xtask man`: regenerates the manual pages in docs/man from fdaudit's clap definition.
+//! `cargo xtask build-ebpf` builds the eBPF object and copies it to target/fdaudit-ebpf.o;
+//! `cargo xtask man` regenerates the manual pages in docs/man from fdaudit's clap definition;
+//! `cargo xtask vm-test` runs fdaudit on Debian's kernels in QEMU (see `xtask::vm`).
+
+use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
+use clap::{Parser, Subcommand};
+use xtask::vm;
 
-fn main() {
-    if let Err(e) = run() {
-        eprintln!("error: {e}");
-        for cause in e.chain().skip(1) {
-            eprintln!("caused by: {cause}");
-        }
-        std::process::exit(1);
-    }
+/// Build and test tasks for fdaudit.
+#[derive(Debug, Parser)]
+#[command(name = "cargo xtask")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
 }
 
-fn run() -> Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.first().map(String::as_str) {
-        Some("build-ebpf") => {
-            let root = xtask::workspace_root();
-            let obj = xtask::build_ebpf(&root).context("failed to build the eBPF object")?;
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Build the eBPF object (bpfel-unknown-none, with BTF) into target/fdaudit-ebpf.o
+    /// (target/fdaudit-ebpf-ARCH.o for another architecture).
+    BuildEbpf {
+        /// The machine architecture whose syscalls the programs read.
+        #[arg(long, value_enum, default_value = "x86_64")]
+        arch: vm::Arch,
+    },
+    /// Regenerate the manual pages in docs/man from fdaudit's clap definition.
+    Man,
+    /// Boot Debian kernels in QEMU (software emulation) and run doctor, the demo, a fd-7
+    /// leak check and the root integration tests in each; one verdict line per kernel, then
+    /// a table. Exits 1 when any kernel fails. Kernels, packages and logs are cached under
+    /// target/vm/.
+    VmTest(VmTestArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct VmTestArgs {
+    /// A kernel to boot: a series (5.10, 6.1, 6.12, sid) fetched from Debian, or the path of
+    /// a kernel image. Repeat for several; default: every series of the architecture
+    /// (aarch64: 6.1).
+    #[arg(long = "kernel", value_name = "VER|PATH")]
+    kernels: Vec<String>,
+    /// Guest architecture (aarch64 cross-builds fdaudit and its tests).
+    #[arg(long, value_enum, default_value = "x86_64")]
+    arch: vm::Arch,
+    /// Run only these integration-test binaries (trace, scan, doctor...); repeatable.
+    #[arg(long = "test", value_name = "NAME")]
+    tests: Vec<String>,
+    /// Only doctor, the demo and the leak check: no integration tests.
+    #[arg(long, conflicts_with = "tests")]
+    no_tests: bool,
+    /// Environment for every step in the guest, KEY=VALUE; repeatable.
+    #[arg(long = "guest-env", value_name = "KEY=VALUE", value_parser = parse_env)]
+    guest_env: Vec<(String, String)>,
+    /// An extra shell command run in every guest after the standard steps; it must exit 0.
+    #[arg(long = "guest-cmd", value_name = "CMD")]
+    guest_cmds: Vec<String>,
+    /// An extra kernel command-line argument (`mitigations=off`, `lockdown=integrity`...);
+    /// repeatable.
+    #[arg(long = "kernel-arg", value_name = "ARG")]
+    kernel_args: Vec<String>,
+    /// Guest CPUs.
+    #[arg(long, default_value_t = 2)]
+    smp: u32,
+    /// Guest memory (QEMU syntax).
+    #[arg(long, default_value = "1G")]
+    mem: String,
+    /// Seconds one guest may run before it is stopped and failed.
+    #[arg(long, default_value_t = 1800)]
+    timeout: u64,
+    /// Re-read Debian's package lists (to pick up newer kernels).
+    #[arg(long)]
+    refresh: bool,
+}
+
+fn parse_env(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?} is not KEY=VALUE"))?;
+    if k.is_empty() || !k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(format!("{k:?} is not a variable name"));
+    }
+    Ok((k.to_string(), v.to_string()))
+}
+
+fn main() {
+    let code = match run(Cli::parse()) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            for cause in e.chain().skip(1) {
+                eprintln!("caused by: {cause}");
+            }
+            1
+        }
+    };
+    std::process::exit(code);
+}
+
+fn run(cli: Cli) -> Result<i32> {
+    let root = xtask::workspace_root();
+    match cli.cmd {
+        Cmd::BuildEbpf { arch } => {
+            let obj =
+                xtask::build_ebpf(&root, arch.name()).context("failed to build the eBPF object")?;
+            let name = match arch {
+                vm::Arch::X86_64 => "fdaudit-ebpf.o".to_string(),
+                other => format!("fdaudit-ebpf-{}.o", other.name()),
+            };
             let dest = xtask::ebpf_target_dir(&root)
                 .parent()
                 .expect("the ebpf target dir has a parent")
-                .join("fdaudit-ebpf.o");
+                .join(name);
             std::fs::copy(&obj, &dest).with_context(|| {
                 format!("failed to copy {} to {}", obj.display(), dest.display())
             })?;
             println!("{}", dest.display());
-            Ok(())
+            Ok(0)
         }
-        Some("man") => {
+        Cmd::Man => {
             // The pages come from fdaudit's own clap definition, rendered by its hidden
             // `__man` command (xtask cannot depend on fdaudit: fdaudit's build uses xtask).
-            let root = xtask::workspace_root();
             let dir = root.join("docs/man");
             let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
             let status = std::process::Command::new(cargo)
@@ -45,8 +133,52 @@ fn run() -> Result<()> {
                 bail!("`fdaudit __man` failed ({status})");
             }
             println!("{}", dir.display());
-            Ok(())
+            Ok(0)
         }
-        _ => bail!("usage: cargo xtask build-ebpf | cargo xtask man"),
+        Cmd::VmTest(a) => {
+            if a.timeout == 0 {
+                bail!("--timeout must be more than 0 seconds");
+            }
+            let opts = vm::Options {
+                arch: a.arch,
+                kernels: a.kernels,
+                tests: a.tests,
+                no_tests: a.no_tests,
+                guest_env: a.guest_env,
+                guest_cmds: a.guest_cmds,
+                kernel_args: a.kernel_args,
+                smp: a.smp,
+                mem: a.mem,
+                timeout: Duration::from_secs(a.timeout),
+                refresh: a.refresh,
+            };
+            let outcomes = vm::run(&root, &opts).context("failed to run the VM kernel matrix")?;
+            println!();
+            println!("{}", vm::table(opts.arch, &outcomes));
+            let failed = outcomes.iter().filter(|o| !o.failures().is_empty()).count();
+            if failed > 0 {
+                eprintln!("vm-test: {failed} of {} kernels failed", outcomes.len());
+                return Ok(1);
+            }
+            Ok(0)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory as _;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn guest_env_needs_a_name() {
+        assert_eq!(parse_env("A_1=x=y"), Ok(("A_1".into(), "x=y".into())));
+        assert!(parse_env("=x").is_err());
+        assert!(parse_env("noequals").is_err());
     }
 }

@@ -8,6 +8,8 @@ use std::path::Path;
 use anyhow::Result;
 use serde::Serialize;
 
+mod features;
+
 use crate::{
     btf,
     ebpf::{self, caps},
@@ -53,12 +55,28 @@ fn check(name: impl Into<String>, status: Status, detail: impl Into<String>) -> 
 
 const TRACEFS: &str = "/sys/kernel/tracing";
 
+/// How the verifier took one program (`doctor --json`, after the checks).
+#[derive(Debug, Serialize)]
+pub struct ProgramFigures {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// The program as named in the object (the bounded exec walk has three).
+    pub name: &'static str,
+    /// Instructions the verifier processed; null before 5.16 (no bpf_prog_info field).
+    pub verified_insns: Option<u32>,
+    /// Wall time of the load (verification and JIT), milliseconds.
+    pub load_ms: f64,
+}
+
 pub fn run(args: DoctorArgs) -> Result<u8> {
-    let checks = collect();
+    let (checks, programs) = collect_with_programs();
     let mut out = std::io::stdout().lock();
     if args.json {
         for c in &checks {
             output::json_line(&mut out, c)?;
+        }
+        for p in &programs {
+            output::json_line(&mut out, p)?;
         }
     } else {
         use output::{
@@ -95,15 +113,20 @@ pub fn run(args: DoctorArgs) -> Result<u8> {
 
 /// Runs every check, in order.
 pub fn collect() -> Vec<Check> {
+    collect_with_programs().0
+}
+
+/// Runs every check, in order, with the verifier's figures of each program loaded.
+pub fn collect_with_programs() -> (Vec<Check>, Vec<ProgramFigures>) {
     let mut checks = Vec::new();
     let uname = crate::sys::uname().unwrap_or_else(|| "unknown".into());
     checks.push(check("kernel", Status::Ok, uname));
-    if std::env::consts::ARCH != "x86_64" {
+    if !crate::arch::SUPPORTED {
         checks.push(check(
             "architecture",
             Status::Fail,
             format!(
-                "{}: the programs read x86_64 syscall registers; only x86_64 is supported",
+                "{}: the programs know the syscall registers of x86_64 and aarch64 only",
                 std::env::consts::ARCH
             ),
         ));
@@ -129,7 +152,7 @@ pub fn collect() -> Vec<Check> {
             Status::Fail,
             "built without the eBPF object (FDAUDIT_SKIP_EBPF=1): rebuild without that variable",
         ));
-        return checks;
+        return (checks, Vec::new());
     }
     if missing.is_some() || !btf_ok {
         checks.push(check(
@@ -137,10 +160,12 @@ pub fn collect() -> Vec<Check> {
             Status::Fail,
             "not loaded: needs the capabilities and BTF above",
         ));
-        return checks;
+        return (checks, Vec::new());
     }
-    checks.extend(program_checks());
-    checks
+    checks.extend(features::checks());
+    let (progs, figures) = program_checks();
+    checks.extend(progs);
+    (checks, figures)
 }
 
 /// Whether BTF is there and has every offset: the check, and whether it passed.
@@ -210,33 +235,60 @@ fn caps_checks(caps: u64, missing: Option<&str>) -> Vec<Check> {
     checks
 }
 
-/// Loads and attaches every program, reporting each, then detaches all by dropping them.
-fn program_checks() -> Vec<Check> {
+/// Loads and attaches every program, reporting each with the verifier's figures, then
+/// detaches all by dropping them.
+fn program_checks() -> (Vec<Check>, Vec<ProgramFigures>) {
     let config = match ebpf::kernel_config() {
         Ok(c) => c,
-        Err(e) => return vec![check("programs", Status::Fail, e.to_string())],
+        Err(e) => {
+            return (
+                vec![check("programs", Status::Fail, e.to_string())],
+                Vec::new(),
+            )
+        }
     };
     let mut bpf = match ebpf::open(&config) {
         Ok(b) => b,
-        Err(e) => return vec![check("maps", Status::Fail, one_line(&e))],
+        Err(e) => return (vec![check("maps", Status::Fail, one_line(&e))], Vec::new()),
     };
     let mut out = vec![check(
         "maps",
         Status::Ok,
         "created (ring buffer, hash maps, per-CPU arrays)",
     )];
+    let mut figures = Vec::new();
     for spec in &ebpf::PROGRAMS {
-        out.push(match ebpf::load_and_attach(&mut bpf, spec) {
-            Ok(()) => check(
-                format!("program {}", spec.name),
-                Status::Ok,
-                format!("loaded and attached to raw tracepoint {}", spec.tracepoint),
-            ),
+        out.push(match ebpf::load_and_attach_measured(&mut bpf, spec) {
+            Ok(loaded) => {
+                let insns: Option<u32> = loaded.iter().map(|l| l.verified_insns).sum();
+                let ms: f64 = loaded.iter().map(|l| l.load_time.as_secs_f64() * 1e3).sum();
+                let how = match loaded.len() {
+                    1 => String::new(),
+                    n => format!(" as {n} programs chained by tail calls (bounded fd walk)"),
+                };
+                figures.extend(loaded.iter().map(|l| ProgramFigures {
+                    kind: "program",
+                    name: l.name,
+                    verified_insns: l.verified_insns,
+                    load_ms: l.load_time.as_secs_f64() * 1e3,
+                }));
+                check(
+                    format!("program {}", spec.name),
+                    Status::Ok,
+                    format!(
+                        "loaded{how} and attached to raw tracepoint {}; verifier: {}, {ms:.1} ms",
+                        spec.tracepoint,
+                        insns
+                            .map(|n| format!("{n} insns"))
+                            .unwrap_or_else(|| "insn count not reported (before 5.16)".into()),
+                    ),
+                )
+            }
             Err(e) => check(format!("program {}", spec.name), Status::Fail, one_line(&e)),
         });
     }
     drop(bpf); // closes every link and program fd: nothing stays attached
-    out
+    (out, figures)
 }
 
 fn one_line(e: &ebpf::LoadError) -> String {

@@ -17,13 +17,14 @@ bitflags::bitflags! {
         const NO_SYSCALLS = k::NO_SYSCALLS;
         const PATH_PARTIAL = k::PATH_PARTIAL;
         const REEXEC = k::REEXEC;
+        const BOUNDED_WALK = k::BOUNDED_WALK;
         const COMPAT_SYSCALLS = k::COMPAT_SYSCALLS;
     }
 }
 
 impl SpawnFlags {
     /// Names in JSON and text, in bit order.
-    const NAMES: [(SpawnFlags, &'static str); 10] = [
+    const NAMES: [(SpawnFlags, &'static str); 11] = [
         (SpawnFlags::FDS_TRUNCATED, "fds_truncated"),
         (SpawnFlags::READ_FAILED, "read_failed"),
         (SpawnFlags::ARGV_TRUNCATED, "argv_truncated"),
@@ -33,6 +34,7 @@ impl SpawnFlags {
         (SpawnFlags::NO_SYSCALLS, "no_syscalls"),
         (SpawnFlags::PATH_PARTIAL, "path_partial"),
         (SpawnFlags::REEXEC, "reexec"),
+        (SpawnFlags::BOUNDED_WALK, "bounded_walk"),
         (SpawnFlags::COMPAT_SYSCALLS, "compat_syscalls"),
     ];
 

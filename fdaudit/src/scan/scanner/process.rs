@@ -62,6 +62,7 @@ impl Scanner<'_> {
                     None
                 }
             };
+            let info = info.map(|i| self.with_ino(i, raw(&dirs.fd_dir), name.as_cstr()));
             let cloexec = info.map(|i| i.cloexec());
             let inheritable = cloexec == Some(false);
             let record = if self.cfg.full_fds || (inheritable && fd >= 3) {

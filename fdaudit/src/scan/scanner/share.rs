@@ -27,6 +27,32 @@ impl ShareKey {
 }
 
 impl Scanner<'_> {
+    /// `info` with an identity in `ino` on kernels before 5.14, whose fdinfo has no `ino:`
+    /// line: the inode in the link's brackets (`socket:[N]`), else a hash of the link's
+    /// path (top bit set, so it never equals a real pseudo-file inode). readlink asks
+    /// procfs only; a stat through the link would ask the file system behind the fd, which
+    /// may never answer. Candidates found this way are still confirmed with kcmp.
+    pub(super) fn with_ino(
+        &self,
+        mut info: parse::FdinfoEntry,
+        fd_dir: std::os::fd::RawFd,
+        name: &std::ffi::CStr,
+    ) -> parse::FdinfoEntry {
+        if info.ino.is_none() && self.live {
+            let mut buf = [0u8; 4096];
+            if let Ok(n) = at::readlinkat(fd_dir, name, &mut buf) {
+                let target = &buf[..n];
+                info.ino = Some(parse::bracket_inode(target).unwrap_or_else(|| {
+                    use std::hash::{Hash as _, Hasher as _};
+                    let mut h = std::collections::hash_map::DefaultHasher::new();
+                    target.hash(&mut h);
+                    h.finish() | 1 << 63
+                }));
+            }
+        }
+        info
+    }
+
     /// Keys of a process outside the scanned set (a `-p` process's parent or child).
     fn load_keys(&self, pid: u32, s: &mut Scratch) -> Option<Vec<ShareKey>> {
         let pname = NumName::new(u64::from(pid));
@@ -41,7 +67,10 @@ impl Scanner<'_> {
             let Ok(n) = at::read_head_at(raw(&fdinfo_dir), name.as_cstr(), &mut s.info) else {
                 continue;
             };
-            if let Some(k) = parse::parse_fdinfo(&s.info[..n]).and_then(|i| ShareKey::of(&i, fd)) {
+            if let Some(k) = parse::parse_fdinfo(&s.info[..n])
+                .map(|i| self.with_ino(i, raw(&fd_dir), name.as_cstr()))
+                .and_then(|i| ShareKey::of(&i, fd))
+            {
                 keys.push(k);
             }
         }

@@ -1,0 +1,82 @@
+//! The kernel features fdaudit uses, probed one by one (never guessed from the version):
+//! found, or missing and what that costs.
+
+use std::path::Path;
+
+use aya::{
+    maps::MapType,
+    programs::ProgramType,
+    sys::{is_map_supported, is_program_supported},
+};
+use fdaudit_common::BOUNDED_MAX_FDS;
+
+use super::{check, Check, Status};
+use crate::{btf, ebpf};
+
+/// One row per feature. Needs CAP_BPF (the probes load tiny programs).
+pub fn checks() -> Vec<Check> {
+    let mut out = Vec::new();
+    let mut row = |name: &str, found: bool, status_missing: Status, cost: String| {
+        let (status, detail) = if found {
+            (Status::Ok, "found".to_string())
+        } else {
+            (status_missing, format!("missing: {cost}"))
+        };
+        out.push(check(format!("feature {name}"), status, detail));
+    };
+    row(
+        "btf",
+        Path::new(btf::VMLINUX_BTF).exists(),
+        Status::Fail,
+        "no kernel struct offsets: trace cannot run (needs CONFIG_DEBUG_INFO_BTF=y)".into(),
+    );
+    row(
+        "ring buffer",
+        is_map_supported(MapType::RingBuf).unwrap_or(false),
+        Status::Fail,
+        "no way to send records: trace cannot run (needs 5.8+)".into(),
+    );
+    row(
+        "raw tracepoints",
+        is_program_supported(ProgramType::RawTracePoint).unwrap_or(false),
+        Status::Fail,
+        "no hooks: trace cannot run (needs 4.17+)".into(),
+    );
+    let forced = std::env::var(ebpf::EXEC_WALK_ENV).ok();
+    row(
+        "bpf_loop",
+        ebpf::has_bpf_loop(),
+        Status::Warn,
+        format!(
+            "trace walks each exec's fd table with bounded loops in tail-called chunks: \
+             leaked fds from {BOUNDED_MAX_FDS} up are not seen, and records of processes \
+             with larger tables carry the bounded_walk flag"
+        ),
+    );
+    if let Some(f) = forced {
+        out.push(check(
+            "exec walk",
+            Status::Warn,
+            format!("forced by {}={f}", ebpf::EXEC_WALK_ENV),
+        ));
+    }
+    let mut row = |name: &str, found: bool, cost: &str| {
+        let detail = if found {
+            "found".to_string()
+        } else {
+            format!("missing: {cost}")
+        };
+        out.push(check(format!("feature {name}"), Status::Ok, detail));
+    };
+    row(
+        "fentry",
+        is_program_supported(ProgramType::Tracing).unwrap_or(false),
+        "nothing today (trace uses raw tracepoints); no fentry backend",
+    );
+    row(
+        "kprobes",
+        is_program_supported(ProgramType::KProbe).unwrap_or(false),
+        "nothing today (trace uses raw tracepoints)",
+    );
+    out
+}
