@@ -16,6 +16,13 @@ use fdaudit_tests::fdaudit;
 use serde_json::Value;
 
 /// A free TCP port on loopback (bound, read, released).
+/// The root tests load programs and check what is attached after they end: one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -260,6 +267,7 @@ fn bad_input_fails_before_anything_is_loaded() {
 #[test]
 #[ignore = "needs root"]
 fn container_leaks_reach_metrics_textfile_and_sigterm_detaches() {
+    let _serial = serial();
     let cg = DockerCgroup::new("watch");
     let port = free_port();
     let textdir = TempDir::new("textfile");
@@ -388,6 +396,7 @@ fn urlencode(s: &str) -> String {
 #[test]
 #[ignore = "needs root"]
 fn a_real_prometheus_scrapes_container_leaks() {
+    let _serial = serial();
     let tmp = TempDir::new("prometheus");
     let dir = &tmp.0;
     std::fs::create_dir_all(dir.join("data")).unwrap();
@@ -452,6 +461,7 @@ fn a_real_prometheus_scrapes_container_leaks() {
 #[test]
 #[ignore = "needs root"]
 fn trace_cgroup_follows_a_container_and_nothing_else() {
+    let _serial = serial();
     use std::io::BufRead as _;
     let cg = DockerCgroup::new("trace");
     let parent = format!("/{}", cg.parent.file_name().unwrap().to_string_lossy());
@@ -544,6 +554,7 @@ fn cat_has_no_ns_pid(spawns: &[Value]) -> bool {
 #[test]
 #[ignore = "needs root"]
 fn full_mode_counts_close_loops_per_container() {
+    let _serial = serial();
     let cg = DockerCgroup::new("full");
     let port = free_port();
     let parent = format!("/{}", cg.parent.file_name().unwrap().to_string_lossy());
