@@ -49,6 +49,13 @@ fn run_as_odd_caller(argv: &[&Path], cwd: &Path, pipe_r: i32, report: &Path) -> 
     unsafe {
         cmd.pre_exec(move || {
             libc::umask(0o027);
+            // Start from default dispositions: the caller's own (a VM guest's init ignores
+            // SIGQUIT) would otherwise add to the set.
+            for sig in 1..32 {
+                if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+                    libc::signal(sig, libc::SIG_DFL);
+                }
+            }
             for sig in [
                 libc::SIGINT,
                 libc::SIGHUP,

@@ -68,7 +68,8 @@ pub fn exe_of(pid: u32) -> Option<String> {
 ///
 /// The inode comes from fdinfo's `ino:` line, never from a stat through the fd link: that
 /// would ask the file system behind the fd, which may never answer (a FUSE server that
-/// hangs, an NFS server gone).
+/// hangs, an NFS server gone). Before 5.14 fdinfo has no `ino:` line: the link is returned
+/// unchecked, and the caller compares it with what the kernel recorded (the name it saw).
 pub fn fd_target(pid: u32, fd: u32, ino: u64) -> Option<String> {
     let dir = at::open_dir_path(
         libc::AT_FDCWD,
@@ -83,7 +84,8 @@ pub fn fd_target(pid: u32, fd: u32, ino: u64) -> Option<String> {
         .split(|&b| b == b'\n')
         .find_map(|l| l.strip_prefix(b"ino:"))
         .and_then(|v| std::str::from_utf8(v).ok()?.trim().parse::<u64>().ok());
-    if seen != Some(ino) {
+    let has_ino = buf[..n].starts_with(b"ino:") || buf[..n].windows(5).any(|w| w == b"\nino:");
+    if has_ino && seen != Some(ino) {
         return None;
     }
     let fd_dir = at::open_dir_path(at::raw(&dir), c"fd").ok()?;

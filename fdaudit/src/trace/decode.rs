@@ -280,6 +280,22 @@ pub fn join_path(p: &FdPath) -> String {
     s
 }
 
+/// Whether a live link can be the file the kernel saw: its last component starts with the
+/// kernel's leaf name, where there is one (the check that stands in for fdinfo's `ino:`
+/// line before 5.14; a cut leaf is a prefix).
+fn link_ends_in_leaf(link: &str, kernel_path: Option<&FdPath>) -> bool {
+    let Some(leaf) = kernel_path
+        .filter(|p| p.depth > 0)
+        .map(|p| cstr(&p.comps[0]))
+    else {
+        return true;
+    };
+    let (path, _) = strip_deleted(link.to_string());
+    path.rsplit('/')
+        .next()
+        .is_some_and(|last| last.starts_with(&leaf))
+}
+
 /// A target read from a live /proc link, without the " (deleted)" the kernel appends: (path,
 /// deleted).
 fn strip_deleted(link: String) -> (String, bool) {
@@ -317,7 +333,9 @@ fn leaked_from(
         // A memfd has no path (its dentry is a root of the kernel's internal shm mount): its
         // name is "memfd:NAME"; a cut one is read again from the live link ("/memfd:NAME
         // (deleted)").
-        FdKind::Memfd => match resolve(pid, parent, info.fd, info.ino).filter(|_| name_cut) {
+        FdKind::Memfd => match resolve(pid, parent, info.fd, info.ino)
+            .filter(|l| name_cut && l.strip_prefix('/').is_some_and(|l| l.starts_with(&name)))
+        {
             Some(link) => {
                 let (p, _) = strip_deleted(link);
                 p.strip_prefix('/').map(str::to_string).unwrap_or(p)
@@ -328,16 +346,18 @@ fn leaked_from(
         _ => match kernel_path {
             Some(p) if p.complete != 0 => join_path(p),
             // A cut or missing path: the live link is better, if the process is still there.
-            kp => match resolve(pid, parent, info.fd, info.ino) {
-                Some(link) => {
-                    let (p, d) = strip_deleted(link);
-                    deleted |= d;
-                    p
+            kp => {
+                match resolve(pid, parent, info.fd, info.ino).filter(|l| link_ends_in_leaf(l, kp)) {
+                    Some(link) => {
+                        let (p, d) = strip_deleted(link);
+                        deleted |= d;
+                        p
+                    }
+                    None => kp
+                        .map(join_path)
+                        .unwrap_or_else(|| format!("…/{name} (inode {})", info.ino)),
                 }
-                None => kp
-                    .map(join_path)
-                    .unwrap_or_else(|| format!("…/{name} (inode {})", info.ino)),
-            },
+            }
         },
     };
     LeakedFd {
