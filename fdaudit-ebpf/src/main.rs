@@ -441,21 +441,25 @@ fn try_sched_process_exit() -> Result<(), i64> {
 /// Whether the current task is in a compat syscall. A direct load through the BTF-typed
 /// task pointer (bpf_get_current_task_btf, 5.11+): CONFIG is read-only, so the verifier
 /// knows the offset and checks it against task_struct; no probe-read on the close() path.
+/// Before 5.11 the helper does not exist: the loader sets task_btf to 0, the verifier (which
+/// knows CONFIG's values) never visits the call, and a probe-read of the same field runs
+/// instead.
 #[inline(always)]
 #[cfg(not(bpf_target_arch = "aarch64"))]
 fn in_compat_syscall() -> bool {
     let off = conf!(task_ti_status);
-    // Before 5.11 the helper does not exist: the loader sets task_btf to 0 (and
-    // task_ti_status to NO_OFFSET), and the verifier, which knows CONFIG's values, never
-    // visits the call.
-    if off == fdaudit_common::NO_OFFSET as u64 || conf!(task_btf) == 0 {
+    if off == fdaudit_common::NO_OFFSET as u64 {
         return false;
     }
-    // SAFETY: the helper returns current's task_struct, valid for this program run; the
-    // load is at a BTF offset inside it, which the verifier checks.
-    let status = unsafe {
-        let task = aya_ebpf::helpers::bpf_get_current_task_btf() as *const u8;
-        core::ptr::read_volatile(task.add(off as usize).cast::<u32>())
+    let status = if conf!(task_btf) == 0 {
+        read_kernel::<u32>(kernel::current_task() + off).unwrap_or(0)
+    } else {
+        // SAFETY: the helper returns current's task_struct, valid for this program run;
+        // the load is at a BTF offset inside it, which the verifier checks.
+        unsafe {
+            let task = aya_ebpf::helpers::bpf_get_current_task_btf() as *const u8;
+            core::ptr::read_volatile(task.add(off as usize).cast::<u32>())
+        }
     };
     status & fdaudit_common::sysno_ia32::TS_COMPAT != 0
 }

@@ -135,13 +135,9 @@ pub fn missing_trace_caps(caps: u64) -> Option<String> {
 pub fn kernel_config() -> Result<Config, LoadError> {
     let btf = Btf::from_sys_fs().map_err(LoadError::NoBtf)?;
     let mut config = btf::config_from_btf(&btf).map_err(LoadError::Offsets)?;
-    if has_task_btf() {
-        config.task_btf = 1;
-    } else {
-        // Before 5.11: the programs must not reach the helper (the verifier rejects an
-        // unknown helper only on a path it visits; CONFIG's values are constants to it).
-        config.task_ti_status = fdaudit_common::NO_OFFSET;
-    }
+    // Before 5.11 (task_btf 0) the programs must not reach the helper: the verifier rejects
+    // an unknown helper only on a path it visits, and CONFIG's values are constants to it.
+    config.task_btf = u32::from(has_task_btf());
     Ok(config)
 }
 
