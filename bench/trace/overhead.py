@@ -1,31 +1,40 @@
 #!/usr/bin/env python3
-"""What tracing costs the traced: 100 spawns that each close() up to RLIMIT_NOFILE's hard limit,
-untraced, under `fdaudit trace`, `trace --leaks-only` and `trace --reads`; and a byte-at-a-time
-read workload untraced and under `trace --reads`.
+"""What tracing costs, as users feel it: wall time of whole commands, start-up and exit
+included, untraced and under each tracer, in interleaved rounds.
 
-Rounds are interleaved so drift hits every mode alike; the figure per mode is the median over
-rounds of the spawner's own time for its N spawns (fdaudit's start-up is not counted).
+Workloads:
+  storm      N spawns that each close() from 3 to NOFILE's hard limit (`fdaudit __spawner
+             --strategy close-loop`), the tracer started with the command (`-- CMD`)
+  true       `/bin/true` alone, the tracer started with it
+  bystander  an UNtraced storm of M spawns while the tracer follows an idle `sleep`
+  getppid    an untraced loop of getppid() calls while the tracer follows an idle `sleep`
+             (bench/trace/getppid.c, compiled on demand with cc; skipped without one)
 
-Usage: python3 bench/trace/overhead.py [--rounds 7] [--spawns 100] [--fdaudit target/release/fdaudit]
-Run as root on a quiet machine.
+Tracers: untraced; `fdaudit trace -q` (with --backend B when given); `trace -q --leaks-only`;
+`trace -q --reads`; bpftrace counting close() per process (installed with apt-get when
+--install-bpftrace and missing); `strace -f -c`.
+
+Figures: the median over rounds of the wall time; `vs untraced` is the ratio of medians, and
+for `true` the difference in ms. Rounds interleave every tracer so drift hits them alike.
+
+Usage (as root; on a shared machine under the lock other eBPF users take):
+  flock /tmp/fdaudit-bpf.lock python3 bench/trace/overhead.py [--rounds 5] [--spawns 100]
+      [--bystander-spawns 300] [--backend auto|fentry|raw-tp] [--workloads storm,true,...]
+      [--tracers untraced,trace,...] [--slow-rounds 1] [--json-out FILE]
 """
 import argparse
 import json
 import os
 import platform
 import resource
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
-
-def spawner_total_ns(cmd):
-    out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=True, text=True).stdout
-    times = [json.loads(l)["ns"] for l in out.splitlines() if l.startswith('{"type":"spawn_time"')]
-    if not times:
-        sys.exit(f"no spawn times from {cmd}")
-    return sum(times), len(times)
 
 
 def wall_ns(cmd):
@@ -34,46 +43,179 @@ def wall_ns(cmd):
     return time.perf_counter_ns() - t0
 
 
+def wait_for_line(proc, needle, timeout=60.0):
+    """Reads the tracer's stderr (or stdout) until `needle` shows it is attached."""
+    deadline = time.monotonic() + timeout
+    stream = proc.stdout
+    seen = []
+    while time.monotonic() < deadline:
+        line = stream.readline()
+        if not line:
+            break
+        seen.append(line)
+        if needle in line:
+            return
+    proc.kill()
+    sys.exit(f"tracer never said {needle!r}: {''.join(seen)}")
+
+
+def follow_idle(tracer_cmd, needle, workload):
+    """Starts an idle sleep, attaches the tracer to it, times `workload` (untraced), stops."""
+    idle = subprocess.Popen(["sleep", "1000"])
+    cmd = [a.replace("{PID}", str(idle.pid)) for a in tracer_cmd]
+    tr = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for_line(tr, needle)
+        time.sleep(0.05)
+        return wall_ns(workload)
+    finally:
+        tr.send_signal(signal.SIGINT)
+        try:
+            tr.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            tr.kill()
+            tr.wait()
+        idle.kill()
+        idle.wait()
+
+
+def bpftrace_close_counter(pid_filter):
+    prog = "tracepoint:syscalls:sys_enter_close " + pid_filter + "{ @closes[pid] = count(); }"
+    return prog
+
+
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=7)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--slow-rounds", type=int, default=1,
+                    help="rounds that also run strace on the storms (it is ~100x slower)")
     ap.add_argument("--spawns", type=int, default=100)
+    ap.add_argument("--bystander-spawns", type=int, default=300)
+    ap.add_argument("--getppid-calls", type=int, default=2_000_000)
     ap.add_argument("--fdaudit", default="target/release/fdaudit")
-    ap.add_argument("--read-bytes", type=int, default=200_000)
+    ap.add_argument("--backend", default=None, help="passed to fdaudit trace --backend")
+    ap.add_argument("--base-fdaudit", default=None,
+                    help="another fdaudit (e.g. main's) measured in the same rounds as "
+                         "base-trace and base-leaks-only")
+    ap.add_argument("--workloads", default="storm,true,bystander,getppid")
+    ap.add_argument("--tracers", default="untraced,trace,leaks-only,reads,bpftrace,strace")
+    ap.add_argument("--install-bpftrace", action="store_true",
+                    help="apt-get install bpftrace when it is missing")
+    ap.add_argument("--json-out", default=None)
+    ap.add_argument("--label", default="", help="printed in the header (e.g. 'VM guest, TCG')")
     a = ap.parse_args()
+
     fd = os.path.abspath(a.fdaudit)
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-    spawner = [fd, "__spawner", "--strategy", "close-loop", "--nofile", str(hard), "-n", str(a.spawns), "--json"]
-    modes = {
-        "untraced": spawner,
-        "trace": [fd, "trace", "-q", "--"] + spawner,
-        "trace --leaks-only": [fd, "trace", "-q", "--leaks-only", "--"] + spawner,
-        "trace --reads": [fd, "trace", "-q", "--reads", "--"] + spawner,
+    workloads = a.workloads.split(",")
+    tracers = a.tracers.split(",")
+    if "bpftrace" in tracers and not shutil.which("bpftrace"):
+        if a.install_bpftrace:
+            subprocess.run(["apt-get", "install", "-y", "-qq", "bpftrace"], check=True,
+                           env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
+        else:
+            print("bpftrace not found (--install-bpftrace installs it): skipped", file=sys.stderr)
+            tracers.remove("bpftrace")
+    if "strace" in tracers and not shutil.which("strace"):
+        print("strace not found: skipped", file=sys.stderr)
+        tracers.remove("strace")
+    tmp = tempfile.mkdtemp(prefix="fdaudit-overhead-")
+    getppid = os.path.join(tmp, "getppid")
+    if "getppid" in workloads:
+        src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "getppid.c")
+        if not shutil.which("cc") or subprocess.run(["cc", "-O2", "-o", getppid, src]).returncode:
+            print("no C compiler: the getppid workload is skipped", file=sys.stderr)
+            workloads.remove("getppid")
+
+    backend = ["--backend", a.backend] if a.backend else []
+    trace = {
+        "trace": [fd, "trace", "-q"] + backend,
+        "leaks-only": [fd, "trace", "-q", "--leaks-only"],
+        "reads": [fd, "trace", "-q", "--reads"] + backend,
     }
-    reader = ["dd", "if=/dev/zero", "of=/dev/null", "bs=1", f"count={a.read_bytes}", "status=none"]
-    read_modes = {
-        "reads untraced": reader,
-        "reads under trace --reads": [fd, "trace", "-q", "--reads", "--"] + reader,
+    if a.base_fdaudit:
+        base_fd = os.path.abspath(a.base_fdaudit)
+        trace["base-trace"] = [base_fd, "trace", "-q"]
+        trace["base-leaks-only"] = [base_fd, "trace", "-q", "--leaks-only"]
+        tracers[1:1] = ["base-trace", "base-leaks-only"]
+
+    def storm(n):
+        return [fd, "__spawner", "--strategy", "close-loop", "--nofile", str(hard), "-n", str(n)]
+
+    def with_tracer(t, cmd):
+        """The command run under tracer `t`, started with it."""
+        if t == "untraced":
+            return cmd
+        if t in trace:
+            return trace[t] + ["--"] + cmd
+        if t == "bpftrace":
+            return ["bpftrace", "-q", "-o", "/dev/null", "-c", " ".join(cmd),
+                    "-e", bpftrace_close_counter("")]
+        if t == "strace":
+            return ["strace", "-f", "-c", "-o", "/dev/null", "--"] + cmd
+        raise ValueError(t)
+
+    def bystander(t, cmd):
+        """Times `cmd`, untraced, while tracer `t` follows an idle process."""
+        if t == "untraced":
+            return wall_ns(cmd)
+        if t in trace:
+            return follow_idle(trace[t] + ["-p", "{PID}"], "fdaudit: tracing", cmd)
+        if t == "bpftrace":
+            return follow_idle(["bpftrace", "-e", bpftrace_close_counter("/pid == {PID}/")],
+                               "Attaching", cmd)
+        if t == "strace":
+            return follow_idle(["strace", "-f", "-c", "-o", "/dev/null", "-p", "{PID}"],
+                               "attached", cmd)
+        raise ValueError(t)
+
+    cases = {
+        "storm": (lambda t: wall_ns(with_tracer(t, storm(a.spawns)))),
+        "true": (lambda t: wall_ns(with_tracer(t, ["/bin/true"]))),
+        "bystander": (lambda t: bystander(t, storm(a.bystander_spawns))),
+        "getppid": (lambda t: bystander(t, [getppid, str(a.getppid_calls)])),
     }
-    res = {m: [] for m in list(modes) + list(read_modes)}
+    res = {w: {t: [] for t in tracers} for w in workloads}
+    load_before = os.getloadavg()
     for r in range(a.rounds):
-        for m, cmd in modes.items():
-            ns, n = spawner_total_ns(cmd)
-            assert n == a.spawns
-            res[m].append(ns)
-        for m, cmd in read_modes.items():
-            res[m].append(wall_ns(cmd))
-        print(f"round {r + 1}/{a.rounds} done", file=sys.stderr)
-    med = {m: statistics.median(v) for m, v in res.items()}
+        for w in workloads:
+            for t in tracers:
+                if t == "strace" and w == "storm" and r >= a.slow_rounds:
+                    continue
+                res[w][t].append(cases[w](t))
+        print(f"round {r + 1}/{a.rounds} done (load {os.getloadavg()[0]:.1f})", file=sys.stderr)
+    load_after = os.getloadavg()
+
     print(f"machine: {platform.node()} {platform.release()} {os.cpu_count()} CPUs; NOFILE {hard}; "
-          f"{a.spawns} spawns per run, {a.rounds} rounds, medians")
-    print(f"{'mode':28} {'time':>10} {'per spawn':>12} {'vs untraced':>12}")
-    base = med["untraced"]
-    for m in modes:
-        print(f"{m:28} {med[m] / 1e9:9.3f}s {med[m] / a.spawns / 1e6:10.2f}ms {med[m] / base:11.2f}x")
-    rb = med["reads untraced"]
-    for m in read_modes:
-        print(f"{m:28} {med[m] / 1e9:9.3f}s {'':>12} {med[m] / rb:11.2f}x   (dd bs=1 count={a.read_bytes}, wall incl. start-up)")
+          f"{a.rounds} interleaved rounds, medians of wall time{'; ' + a.label if a.label else ''}")
+    print(f"load average (1 min) {load_before[0]:.1f} before, {load_after[0]:.1f} after; "
+          f"fdaudit backend: {a.backend or 'auto'}")
+    what = {
+        "storm": f"{a.spawns} spawns closing 3..{hard}, tracer started with them",
+        "true": "/bin/true, tracer started with it",
+        "bystander": f"untraced {a.bystander_spawns}-spawn storm, tracer following an idle sleep",
+        "getppid": f"untraced {a.getppid_calls} getppid(), tracer following an idle sleep",
+    }
+    out = {"load": [load_before[0], load_after[0]], "backend": a.backend or "auto",
+           "label": a.label, "results": {}}
+    for w in workloads:
+        print(f"\n{w}: {what[w]}")
+        base = statistics.median(res[w]["untraced"]) if res[w].get("untraced") else None
+        for t in tracers:
+            if not res[w][t]:
+                continue
+            m = statistics.median(res[w][t])
+            rel = ""
+            if base:
+                rel = f"{m / base:6.2f}x"
+                if w == "true":
+                    rel += f"  +{(m - base) / 1e6:.1f} ms"
+            print(f"  {t:12} {m / 1e6:10.1f} ms  {rel}   (n={len(res[w][t])})")
+            out["results"].setdefault(w, {})[t] = {"median_ns": m, "runs": res[w][t]}
+    if a.json_out:
+        with open(a.json_out, "w") as f:
+            json.dump(out, f, indent=1)
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

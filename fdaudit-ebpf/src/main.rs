@@ -1,6 +1,8 @@
 //! fdaudit's eBPF programs. Built for bpfel-unknown-none by `xtask::build_ebpf`.
 //!
-//! Every hook is a raw tracepoint: no tracefs, no kprobes, attachable under lockdown.
+//! Every hook is a raw tracepoint: no tracefs, no kprobes, attachable under lockdown; where
+//! the kernel allows BPF trampolines, the syscall counts can come from fentry/fexit programs
+//! on the counted syscalls instead (the fentry backend), so other syscalls pay nothing.
 //! Per-process counters live in the TRACKED hash map, keyed by tgid; one record goes to the
 //! ring buffer per exec and per exit of a traced process, never one per syscall.
 //! Kernel struct offsets come from BTF at load time through the CONFIG global.
@@ -24,9 +26,9 @@ use aya_ebpf::{
         bpf_get_current_ancestor_cgroup_id, bpf_get_current_cgroup_id, bpf_get_current_comm,
         bpf_get_current_pid_tgid, bpf_ktime_get_ns,
     },
-    macros::{map, raw_tracepoint},
+    macros::{fentry, fexit, map, raw_tracepoint},
     maps::{Array, HashMap, PerCpuArray, ProgramArray, RingBuf},
-    programs::RawTracePointContext,
+    programs::{FEntryContext, FExitContext, RawTracePointContext},
 };
 use fdaudit_common::{
     flags, sysno, Config, Counters, ExitRecord, FdCache, HotSlot, PathsRecord, ReadKey, ReadStat,
@@ -536,6 +538,14 @@ fn try_sys_enter(ctx: &RawTracePointContext) -> Result<(), i64> {
     if !counted_native(raw_id) && compat_native(raw_id) < 0 {
         return Ok(());
     }
+    on_syscall(raw_id, ctx.arg(0), true)
+}
+
+/// Counts syscall `raw_id` (one of those counted, native or, with `may_be_compat`, an
+/// x86_64 compat number) of the current process; `regs` is the syscall's `struct pt_regs *`,
+/// from the raw tracepoint or the fentry backend (which hooks the native entry points only).
+#[inline(always)]
+fn on_syscall(raw_id: i64, regs: u64, may_be_compat: bool) -> Result<(), i64> {
     // Every count is for a process inside its fork..exec window, and every such process
     // owns its HOT slot (or marked the slot as overflowed): one array access, no hashing,
     // tells all other processes on the machine to leave.
@@ -548,11 +558,10 @@ fn try_sys_enter(ctx: &RawTracePointContext) -> Result<(), i64> {
     if slot.tgid != tgid && slot.overflow == 0 {
         return Ok(()); // nobody in a window hashes here: not traced
     }
-    let compat = in_compat_syscall();
+    let compat = may_be_compat && in_compat_syscall();
     if slot.tgid == tgid && raw_id == sysno::CLOSE && !compat {
         // The path a close loop takes 2^20 times.
         slot.close_calls += 1;
-        let regs: u64 = ctx.arg(0);
         let fd: u64 = arch::arg(regs, conf!(regs_arg0))?;
         if !fd_is_open(&mut slot.cache, fd as u32)? {
             slot.close_ebadf += 1;
@@ -588,7 +597,7 @@ fn try_sys_enter(ctx: &RawTracePointContext) -> Result<(), i64> {
     } else {
         return Ok(()); // an ia32 number made through the 64-bit entry: another call
     };
-    count_in_window(st, id, &args, ctx)
+    count_in_window(st, id, &args, regs)
 }
 
 /// Where a syscall's first three arguments are in pt_regs (offsets): di, si, dx for the
@@ -605,24 +614,17 @@ struct ArgRegs {
 /// `Counters`, an arm here, a field in the user side's `SyscallCounts`.
 #[allow(unreachable_patterns)] // sysno::NONE repeats on aarch64, as in counted_native
 #[inline(always)]
-fn count_in_window(
-    st: &mut TaskState,
-    id: i64,
-    a: &ArgRegs,
-    ctx: &RawTracePointContext,
-) -> Result<(), i64> {
+fn count_in_window(st: &mut TaskState, id: i64, a: &ArgRegs, regs: u64) -> Result<(), i64> {
     let c = &mut st.counters;
     match id {
         sysno::CLOSE => {
             c.close_calls += 1;
-            let regs: u64 = ctx.arg(0);
             let fd: u64 = arch::arg(regs, a.arg0)?;
             if !fd_is_open(&mut st.cache, fd as u32)? {
                 st.counters.close_ebadf += 1;
             }
         }
         sysno::CLOSE_RANGE => {
-            let regs: u64 = ctx.arg(0);
             let i = c.close_range_calls as usize;
             if i < MAX_RANGES {
                 let r = &mut c.ranges[i];
@@ -633,7 +635,6 @@ fn count_in_window(
             c.close_range_calls += 1;
         }
         sysno::FCNTL => {
-            let regs: u64 = ctx.arg(0);
             let cmd: u64 = arch::arg(regs, a.arg1)?;
             match cmd as u32 {
                 1 => c.fcntl_getfd_calls += 1, // F_GETFD
@@ -642,7 +643,6 @@ fn count_in_window(
             }
         }
         sysno::POLL | sysno::PPOLL => {
-            let regs: u64 = ctx.arg(0);
             let nfds: u64 = arch::arg(regs, a.arg1)?;
             let nfds = if a.compat { nfds & 0xffff_ffff } else { nfds };
             c.poll_calls += 1;
@@ -660,7 +660,6 @@ fn count_in_window(
             // A listing of /proc/<pid>/fd (however it was opened: /proc/self/fd, /dev/fd,
             // /proc/thread-self/fd) that starts at offset 0 is a new fd walk. Checked here
             // rather than at open(), whose path string may sit in a page not yet faulted in.
-            let regs: u64 = ctx.arg(0);
             let fd: u64 = arch::arg(regs, a.arg0)?;
             if fdwalk::is_procfd_listing(fd as u32).unwrap_or(false) {
                 c.procfd_opens += 1;
@@ -706,6 +705,12 @@ fn try_sys_exit(ctx: &RawTracePointContext) -> Result<(), i64> {
     if id != sysno::READ && id != sysno::READV && id != sysno::PREAD64 {
         return Ok(());
     }
+    count_read(tgid, fd, ret)
+}
+
+/// Counts one read()/readv()/pread64() of `tgid` on `fd` that returned `ret` >= 0 bytes.
+#[inline(always)]
+fn count_read(tgid: u32, fd: u64, ret: i64) -> Result<(), i64> {
     let file = fdwalk::current_file_of_used_fd(fd as u32)?;
     let inode: u64 = read_kernel(file + conf!(file_inode))?;
     let key = ReadKey {
@@ -738,6 +743,64 @@ fn try_sys_exit(ctx: &RawTracePointContext) -> Result<(), i64> {
         }
     }
     Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The fentry backend (`--backend fentry`): the same counts as sys_enter/sys_exit, from BPF
+// trampolines on the counted syscalls' entry points only (`__x64_sys_close(const struct
+// pt_regs *regs)` and so on; the loader names the function, arch prefix included), so that
+// every other syscall on the machine runs without a probe. BPF_PROG_TYPE_TRACING with
+// BPF_TRACE_FENTRY/FEXIT, since 5.5; argument 0 is the syscall's pt_regs as in sys_enter.
+// An fexit program sees the arguments then the return value: `ctx.arg(1)` is the syscall's
+// result, no bpf_get_func_ret (5.17) needed.
+
+/// One fentry program per counted syscall: `$sysno` is what sys_enter would have matched.
+macro_rules! fentry_syscall {
+    ($name:ident, $sysno:path) => {
+        #[fentry]
+        pub fn $name(ctx: FEntryContext) -> i32 {
+            let _ = on_syscall($sysno, ctx.arg(0), false);
+            0
+        }
+    };
+}
+
+fentry_syscall!(fentry_close, sysno::CLOSE);
+fentry_syscall!(fentry_close_range, sysno::CLOSE_RANGE);
+fentry_syscall!(fentry_fcntl, sysno::FCNTL);
+fentry_syscall!(fentry_poll, sysno::POLL);
+fentry_syscall!(fentry_ppoll, sysno::PPOLL);
+fentry_syscall!(fentry_getdents64, sysno::GETDENTS64);
+fentry_syscall!(fentry_execve, sysno::EXECVE);
+fentry_syscall!(fentry_execveat, sysno::EXECVEAT);
+fentry_syscall!(fentry_dup2, sysno::DUP2);
+fentry_syscall!(fentry_dup3, sysno::DUP3);
+
+/// One fexit program per read syscall (`--reads`), the same checks as sys_exit's.
+macro_rules! fexit_read {
+    ($name:ident) => {
+        #[fexit]
+        pub fn $name(ctx: FExitContext) -> i32 {
+            let _ = try_fexit_read(&ctx);
+            0
+        }
+    };
+}
+
+fexit_read!(fexit_read);
+fexit_read!(fexit_readv);
+fexit_read!(fexit_pread64);
+
+fn try_fexit_read(ctx: &FExitContext) -> Result<(), i64> {
+    let ret: i64 = ctx.arg(1);
+    if ret < 0 || conf!(reads) == 0 || !configured() {
+        return Ok(());
+    }
+    let tgid = current_tgid();
+    if TRACKED.get_ptr(tgid).is_none() {
+        return Ok(());
+    }
+    count_read(tgid, arch::exit_arg0(ctx.arg(0))?, ret)
 }
 
 #[cfg(target_arch = "bpf")]

@@ -72,6 +72,8 @@ enum Type {
     },
     /// TYPEDEF, VOLATILE, CONST, RESTRICT, TYPE_TAG: refers to another type.
     Alias(u32),
+    /// FUNC: a kernel function, by name.
+    Func(u32),
     Other,
 }
 
@@ -189,6 +191,14 @@ impl Btf {
         None
     }
 
+    /// The type id of kernel function `name` (what fentry programs attach to by id).
+    pub fn func_id(&self, name: &str) -> Option<u32> {
+        self.types.iter().enumerate().find_map(|(id, t)| match t {
+            Type::Func(n) if self.str_at(*n) == name => Some(id as u32),
+            _ => None,
+        })
+    }
+
     /// Byte offset of a dotted member path in a struct: `offset("file", "f_path.dentry")`.
     pub fn offset(&self, ty: &str, path: &str) -> Result<u32, BtfError> {
         let mut id = *self
@@ -302,7 +312,8 @@ fn read_type(data: &[u8], o: &mut usize) -> Result<Type, BtfError> {
             *o += 4;
             Type::Other
         }
-        KIND_PTR | KIND_FWD | KIND_FUNC | KIND_FUNC_PROTO | KIND_FLOAT => {
+        KIND_FUNC => Type::Func(name),
+        KIND_PTR | KIND_FWD | KIND_FUNC_PROTO | KIND_FLOAT => {
             if kind == KIND_FUNC_PROTO {
                 *o += 8 * vlen;
             }

@@ -219,27 +219,40 @@ pub fn closed_fd() -> c_int {
 }
 
 /// CPU ns this thread spent in `n` close(fd) calls: the best of three rounds. CPU time, not
-/// wall time, so other load on the machine does not inflate it. Async-signal-safe (the
-/// tracer's calibration runs it in a forked child).
+/// wall time, so other load on the machine does not inflate it; but where the scheduler's
+/// clock ticks in jiffies (emulated guests without a stable TSC: CPU time then moves in 4 ms
+/// steps, 0 for a short round) the wall time of the round is used instead. Async-signal-safe
+/// (the tracer's calibration runs it in a forked child).
 pub fn time_closes(fd: c_int, n: u32) -> u64 {
     (0..3).map(|_| time_closes_once(fd, n)).min().unwrap_or(0)
 }
 
 fn time_closes_once(fd: c_int, n: u32) -> u64 {
-    let mut a = libc::timespec {
+    let zero = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    let mut b = a;
+    let (mut cpu_a, mut cpu_b, mut wall_a, mut wall_b) = (zero, zero, zero, zero);
     // SAFETY: clock_gettime and close with plain arguments; `fd` is not open.
     unsafe {
-        libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut a);
+        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut wall_a);
+        libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut cpu_a);
         for _ in 0..n {
             libc::close(fd);
         }
-        libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut b);
+        libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut cpu_b);
+        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut wall_b);
     }
-    ((b.tv_sec - a.tv_sec) * 1_000_000_000 + (b.tv_nsec - a.tv_nsec)).max(0) as u64
+    let ns = |a: libc::timespec, b: libc::timespec| {
+        ((b.tv_sec - a.tv_sec) * 1_000_000_000 + (b.tv_nsec - a.tv_nsec)).max(0) as u64
+    };
+    let (cpu, wall) = (ns(cpu_a, cpu_b), ns(wall_a, wall_b));
+    // CPU time cannot exceed wall time, nor be 0 for real work, unless it ticks coarsely.
+    if cpu == 0 || cpu > wall {
+        wall
+    } else {
+        cpu
+    }
 }
 
 /// What one close() of an unopened fd costs here, in ns (CPU time, best of three rounds of

@@ -37,6 +37,22 @@ fn root_loads_and_attaches_every_program() {
         assert_eq!(c["status"], "ok", "{c}");
     }
     assert!(checks.iter().all(|c| c["status"] != "fail"), "{stdout}");
+    // Which backend trace will use, and why.
+    let backend = checks
+        .iter()
+        .find(|c| c["name"] == "backend")
+        .unwrap_or_else(|| panic!("no backend check: {stdout}"));
+    let detail = backend["detail"].as_str().unwrap_or_default();
+    let want = match std::env::var("FDAUDIT_BACKEND").as_deref() {
+        Ok("fentry") => "fentry: ",
+        Ok("raw-tp") => "raw-tp: ",
+        _ => "",
+    };
+    assert!(
+        (detail.starts_with("fentry: ") || detail.starts_with("raw-tp: "))
+            && detail.starts_with(want),
+        "{backend}"
+    );
 }
 
 #[test]

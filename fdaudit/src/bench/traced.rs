@@ -62,8 +62,11 @@ impl BenchTracer {
         if unsafe { libc::geteuid() } != 0 {
             return Err(TraceError::NotRoot);
         }
-        let session =
-            Session::start(&SessionOptions::default()).context("failed to start the tracer")?;
+        let session = Session::start(&SessionOptions {
+            backend: crate::ebpf::BackendChoice::from_env().map_err(anyhow::Error::msg)?,
+            ..SessionOptions::default()
+        })
+        .context("failed to start the tracer")?;
         Ok(BenchTracer { session })
     }
 

@@ -12,7 +12,7 @@ mod features;
 
 use crate::{
     btf,
-    ebpf::{self, caps},
+    ebpf::{self, caps, BackendChoice},
     output,
 };
 
@@ -238,8 +238,8 @@ fn caps_checks(caps: u64, missing: Option<&str>) -> Vec<Check> {
 /// Loads and attaches every program, reporting each with the verifier's figures, then
 /// detaches all by dropping them.
 fn program_checks() -> (Vec<Check>, Vec<ProgramFigures>) {
-    let config = match ebpf::kernel_config() {
-        Ok(c) => c,
+    let kernel = match ebpf::KernelBtf::read() {
+        Ok(k) => k,
         Err(e) => {
             return (
                 vec![check("programs", Status::Fail, e.to_string())],
@@ -247,9 +247,14 @@ fn program_checks() -> (Vec<Check>, Vec<ProgramFigures>) {
             )
         }
     };
-    let mut bpf = match ebpf::open(&config) {
+    let mut bpf = match ebpf::open(&kernel.config) {
         Ok(b) => b,
-        Err(e) => return (vec![check("maps", Status::Fail, one_line(&e))], Vec::new()),
+        Err(e) => {
+            return (
+                vec![check("maps", Status::Fail, ebpf::one_line(&e))],
+                Vec::new(),
+            )
+        }
     };
     let mut out = vec![check(
         "maps",
@@ -284,25 +289,66 @@ fn program_checks() -> (Vec<Check>, Vec<ProgramFigures>) {
                     ),
                 )
             }
-            Err(e) => check(format!("program {}", spec.name), Status::Fail, one_line(&e)),
+            Err(e) => check(
+                format!("program {}", spec.name),
+                Status::Fail,
+                ebpf::one_line(&e),
+            ),
         });
     }
+    out.push(backend_check(&mut bpf, &kernel));
     drop(bpf); // closes every link and program fd: nothing stays attached
     (out, figures)
 }
 
-fn one_line(e: &ebpf::LoadError) -> String {
-    let mut s = e.to_string();
-    if matches!(e, ebpf::LoadError::Verifier { .. }) {
-        return s; // already carries the verifier's own line
+/// Which backend `trace` will count syscalls with, and why: with auto (or
+/// FDAUDIT_BACKEND=fentry), the fentry programs are loaded, attached and detached.
+fn backend_check(bpf: &mut aya::Ebpf, kernel: &ebpf::KernelBtf) -> Check {
+    let choice = match BackendChoice::from_env() {
+        Ok(c) => c,
+        Err(e) => return check("backend", Status::Fail, e),
+    };
+    let raw_tp = "raw-tp: every syscall on the machine takes the sys_enter tracepoint while \
+                  tracing";
+    if choice == BackendChoice::RawTp {
+        return check(
+            "backend",
+            Status::Ok,
+            format!("{raw_tp} (FDAUDIT_BACKEND=raw-tp)"),
+        );
     }
-    let mut cur = std::error::Error::source(e);
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
+    let fentry = ebpf::probe_fentry(&kernel.btf).and_then(|()| {
+        let btf = kernel.for_aya().map_err(|e| ebpf::one_line(&e))?;
+        let attached = ebpf::attach_fentry(bpf, &btf, true).map_err(|e| ebpf::one_line(&e));
+        ebpf::detach_fentry(bpf);
+        attached
+    });
+    match (fentry, choice) {
+        (Ok(()), BackendChoice::Auto) => check(
+            "backend",
+            Status::Ok,
+            format!(
+                "{raw_tp} ({}; fentry loads and attaches here)",
+                ebpf::AUTO_REASON
+            ),
+        ),
+        (Ok(()), _) => check(
+            "backend",
+            Status::Ok,
+            format!(
+                "fentry: {} programs on {}close and the other counted syscalls loaded, \
+                 attached and detached; other syscalls pay nothing",
+                ebpf::FENTRY_PROGRAMS.len(),
+                ebpf::SYSCALL_PREFIX
+            ),
+        ),
+        (Err(why), BackendChoice::Fentry) => check(
+            "backend",
+            Status::Fail,
+            format!("FDAUDIT_BACKEND=fentry, but {why}"),
+        ),
+        (Err(why), _) => check("backend", Status::Ok, format!("{raw_tp} ({why})")),
     }
-    s.lines().next().unwrap_or_default().to_string()
 }
 
 /// tracefs is not needed by fdaudit's raw tracepoints, but tools users compare with

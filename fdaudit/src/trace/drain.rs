@@ -106,6 +106,12 @@ impl Drain {
         out
     }
 
+    /// Readable when records wait to be taken ([`Drain::wait`] resets it): for a caller
+    /// that polls it together with other fds.
+    pub fn ready_fd(&self) -> std::os::fd::RawFd {
+        self.shared.ready.as_raw_fd()
+    }
+
     /// Every record in the ring now: the thread makes one complete pass after this call
     /// and everything it copied is returned (waits at most `timeout` for the pass).
     pub fn flush(&self, timeout: Duration) -> Vec<Vec<u8>> {

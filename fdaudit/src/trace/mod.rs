@@ -14,6 +14,7 @@ pub mod report;
 pub mod session;
 pub mod stamp;
 pub mod strategy;
+pub mod wait;
 
 use std::{
     ffi::OsString,
@@ -22,7 +23,7 @@ use std::{
 
 use anyhow::{bail, Context as _, Result};
 
-use crate::{cgroup::Followed, exit, procfs_util};
+use crate::{cgroup::Followed, ebpf::BackendChoice, exit, procfs_util};
 use child::{start_held, try_wait};
 use report::Reporter;
 use session::{Session, SessionOptions};
@@ -124,6 +125,16 @@ pub struct TraceArgs {
     #[arg(long, value_name = "N", default_value_t = 0, help_heading = FILTERS)]
     pub min_closes: u32,
 
+    /// How to hook the counted syscalls: fentry (BPF trampolines on those syscalls only,
+    /// other syscalls pay nothing) or raw-tp (raw sys_enter/sys_exit tracepoints, every
+    /// syscall on the machine pays); auto is raw-tp for now (fentry is opt-in).
+    #[arg(long, value_enum, default_value_t, env = "FDAUDIT_BACKEND")]
+    pub backend: BackendChoice,
+
+    /// Print the backend used and where start-up and exit time went.
+    #[arg(short, long)]
+    pub verbose: bool,
+
     /// The command to start and trace from its first instruction.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<OsString>,
@@ -136,6 +147,7 @@ const READS_CHECK_EVERY: Duration = Duration::from_millis(100);
 const FILTERS: &str = "Output filters (the kernel still follows the whole tree)";
 
 pub fn run(mut args: TraceArgs) -> Result<u8> {
+    let t0 = Instant::now();
     if args.demo {
         let me = std::env::current_exe().context("failed to find fdaudit's own executable")?;
         args.command = vec![me.into_os_string(), "__demo".into()];
@@ -149,15 +161,22 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
         args.min_closes,
     )?;
     let followed = args.cgroup.as_deref().map(Followed::find).transpose()?;
+    let signal_rd = crate::signals::wake_pipe()?;
     crate::signals::install();
     let (mut session, child) = attach(&args, followed.as_ref())?;
-    let mut reporter = Reporter::new(&args, &session, filter);
     let root_pids: Vec<u32> = child.map(|c| vec![c]).unwrap_or_else(|| args.pids.clone());
+    let mut waiter = wait::Waiter::new(signal_rd, &root_pids);
+    let startup = t0.elapsed();
+    if args.verbose {
+        verbose_startup(&session, startup, child.is_some());
+    }
+    let mut reporter = Reporter::new(&args, &session, filter);
     let mut targets = reads::LiveTargets::default();
-    let exit_status = follow(
+    let (exit_status, ended) = follow(
         &args,
         &mut session,
         &mut reporter,
+        &mut waiter,
         child,
         &root_pids,
         followed.as_ref(),
@@ -172,9 +191,21 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
     } else {
         Vec::new()
     };
+    session.detach_after_exit();
     drop(session); // detach before printing the summary
     let leaked = reporter.leaked();
     reporter.finish(stats, storms)?;
+    if args.verbose {
+        crate::diag!(
+            "fdaudit: exit {:.1} ms (from the {} to fdaudit's exit)",
+            ms(ended.elapsed()),
+            if child.is_some() {
+                "command's exit"
+            } else {
+                "end of the trace"
+            }
+        );
+    }
 
     if crate::signals::received().is_some() && exit_status.is_none() {
         return Ok(exit::INTERRUPTED);
@@ -185,6 +216,41 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
         code = exit::LEAK;
     }
     Ok(code)
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// `-v`: the backend and where start-up time went.
+fn verbose_startup(session: &Session, startup: Duration, command: bool) {
+    match (session.backend(), session.fallback()) {
+        (None, _) => crate::diag!("fdaudit: backend: none (--leaks-only hooks no syscall)"),
+        (Some(b), None) => crate::diag!("fdaudit: backend: {}", b.as_str()),
+        (Some(b), Some(why)) => {
+            crate::diag!("fdaudit: backend: {} ({why})", b.as_str())
+        }
+    }
+    let t = session.timings();
+    crate::diag!(
+        "fdaudit: start-up {:.1} ms until {} (BTF {:.1} ms{}, maps {:.1} ms, programs {:.1} ms, \
+         calibration {:.1} ms)",
+        ms(startup),
+        if command {
+            "the command was released"
+        } else {
+            "the processes were traced"
+        },
+        t.btf_ms,
+        if t.aya_btf_ms > 0.0 {
+            format!(" + aya's parse {:.1} ms", t.aya_btf_ms)
+        } else {
+            String::new()
+        },
+        t.maps_ms,
+        t.attach_ms,
+        t.calibrate_ms,
+    );
 }
 
 /// Something to trace, and every `-p` process exists.
@@ -215,6 +281,7 @@ fn attach(args: &TraceArgs, followed: Option<&Followed>) -> Result<(Session, Opt
         leaks_only: args.leaks_only,
         reads: args.reads,
         ring_bytes,
+        backend: args.backend,
         cgroup: followed.map(|f| (f.id, f.level)),
     };
     let held = if args.command.is_empty() {
@@ -261,23 +328,35 @@ fn attach(args: &TraceArgs, followed: Option<&Followed>) -> Result<(Session, Opt
 
 /// Reports records until the command exits (its wait status), every `-p` root is gone,
 /// the followed cgroup is removed, the duration ends or a signal comes; then drains what is
-/// left.
+/// left. Also returns when the end was noticed (for `-v`'s exit time).
+#[allow(clippy::too_many_arguments)]
 fn follow(
     args: &TraceArgs,
     session: &mut Session,
     reporter: &mut Reporter,
+    waiter: &mut wait::Waiter,
     child: Option<u32>,
     root_pids: &[u32],
     followed: Option<&Followed>,
     targets: &mut reads::LiveTargets,
-) -> Result<Option<i32>> {
+) -> Result<(Option<i32>, Instant)> {
     let deadline = args
         .duration
         .map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
     let mut exit_status: Option<i32> = None;
     let mut reads_checked = Instant::now();
     loop {
-        for ev in session.poll(Duration::from_millis(100))? {
+        // A followed cgroup's removal has no fd to wait on, nor do --reads' storms: look
+        // every 100 ms.
+        let wake_by = if followed.is_some() || args.reads {
+            let tick = Instant::now() + READS_CHECK_EVERY;
+            Some(deadline.map_or(tick, |d| d.min(tick)))
+        } else {
+            deadline
+        };
+        let woken = waiter.wait(Some(session.events_fd()), wake_by)?;
+        // What the drain thread has copied out (resets its ready fd; no wait).
+        for ev in session.poll(Duration::ZERO)? {
             reporter.handle(ev, root_pids)?;
         }
         // --reads: name each storm's file while its process still runs.
@@ -285,13 +364,14 @@ fn follow(
             targets.update(&session.read_counts(), procfs_util::fd_target);
             reads_checked = Instant::now();
         }
-        if crate::signals::received().is_some() {
+        if woken.signal || crate::signals::received().is_some() {
             break;
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
             break;
         }
         if let Some(pid) = child {
+            // Cheap, and right even where pidfds are missing.
             if let Some(st) = try_wait(pid)? {
                 exit_status = Some(st);
                 break;
@@ -301,13 +381,15 @@ fn follow(
                 crate::diag!("fdaudit: cgroup {} was removed", f.path);
                 break;
             }
-        } else if root_pids.iter().all(|&p| !procfs_util::alive(p)) {
+        } else if waiter.all_exited() {
             break;
         }
     }
-    // Records written before the end are still in the ring buffer: take them all.
+    let ended = Instant::now();
+    // Records are written before their process can be reaped (the exit record in
+    // do_exit(), before the pidfd wakes): what is in the ring buffer now is everything.
     for ev in session.drain() {
         reporter.handle(ev, root_pids)?;
     }
-    Ok(exit_status)
+    Ok((exit_status, ended))
 }

@@ -4,7 +4,10 @@
 //! poll for [`Event`]s, read the kernel's own counters. Records are decoded in
 //! [`super::decode`]; the probes' cost is measured in [`super::calibrate`].
 
-use std::{os::fd::AsRawFd as _, time::Duration};
+use std::{
+    os::fd::AsRawFd as _,
+    time::{Duration, Instant},
+};
 
 use anyhow::{Context as _, Result};
 use aya::{
@@ -20,7 +23,15 @@ use super::{
     decode::{self, Decoder, Event, ReadCount},
     drain::{self, Drain},
 };
-use crate::{cgroup::Hierarchy, ebpf, procfs_util, sys};
+use crate::{
+    cgroup::Hierarchy,
+    ebpf::{self, Backend, BackendChoice},
+    procfs_util, sys,
+};
+
+/// close() calls timed per calibration batch (best of 3, traced and untraced): ~1 ms each
+/// on an idle machine, enough for a per-call cost within a few percent.
+const CALIBRATION_CLOSES: u32 = 2_000;
 
 /// What to attach.
 #[derive(Debug, Clone, Default)]
@@ -31,9 +42,67 @@ pub struct SessionOptions {
     pub reads: bool,
     /// Ring buffer size in bytes; `None`: [`drain::default_ring_bytes`] for the CPUs online.
     pub ring_bytes: Option<u64>,
+    /// How to hook the counted syscalls.
+    pub backend: BackendChoice,
     /// Also trace every process in this cgroup and below: (id, depth) on the cgroup2
     /// hierarchy, as [`crate::cgroup::Hierarchy::id_of`] gives them.
     pub cgroup: Option<(u64, u32)>,
+}
+
+/// Where start-up time went (ms), for `trace -v`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StartupTimings {
+    /// Reading and parsing vmlinux BTF (fdaudit's parse).
+    pub btf_ms: f64,
+    /// aya's parse of the same bytes, when fentry is tried.
+    pub aya_btf_ms: f64,
+    /// Creating the maps (aya's object load and feature probes).
+    pub maps_ms: f64,
+    /// Loading (verifier) and attaching the programs.
+    pub attach_ms: f64,
+    /// Measuring the probes' cost.
+    pub calibrate_ms: f64,
+}
+
+fn ms_since(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
+}
+
+/// Attaches the syscall-counting programs of the chosen backend; `auto` is raw tracepoints
+/// (fentry is opt-in), and an explicit fentry that fails is an error.
+fn attach_syscalls(
+    bpf: &mut Ebpf,
+    kernel: &ebpf::KernelBtf,
+    opts: &SessionOptions,
+    timings: &mut StartupTimings,
+) -> Result<(Backend, Option<String>)> {
+    let raw = |bpf: &mut Ebpf| -> Result<()> {
+        let wanted = |p: &&ebpf::ProgramSpec| p.syscall && (opts.reads || !p.reads_only);
+        for spec in ebpf::PROGRAMS.iter().filter(wanted) {
+            ebpf::load_and_attach(bpf, spec)
+                .with_context(|| format!("failed to start program {}", spec.name))?;
+        }
+        Ok(())
+    };
+    if opts.backend == BackendChoice::RawTp {
+        raw(bpf)?;
+        return Ok((Backend::RawTp, None));
+    }
+    if opts.backend == BackendChoice::Auto {
+        // fentry is opt-in until it is shown faster and safe on real hardware: in emulated
+        // guests it measured slower than raw-tp and attaching it once ended in a kernel Oops
+        // (README, "Backends").
+        raw(bpf)?;
+        return Ok((Backend::RawTp, Some(ebpf::AUTO_REASON.to_string())));
+    }
+    let t = Instant::now();
+    let aya_btf = kernel.for_aya();
+    timings.aya_btf_ms = ms_since(t);
+    let fentry = aya_btf.and_then(|btf| ebpf::attach_fentry(bpf, &btf, opts.reads));
+    match fentry {
+        Ok(()) => Ok((Backend::Fentry, None)),
+        Err(e) => Err(e).context("failed to use the fentry backend (--backend fentry)"),
+    }
 }
 
 /// Loaded and attached programs with their maps. Dropping it detaches everything.
@@ -53,6 +122,13 @@ pub struct Session {
     probe_cost_ns: f64,
     /// Untraced cost of one close() on a closed fd, ns, measured at start.
     close_cost_ns: f64,
+    /// The backend counting syscalls (None with --leaks-only: no syscall is hooked).
+    backend: Option<Backend>,
+    /// Why `auto` did not use fentry.
+    fallback: Option<String>,
+    timings: StartupTimings,
+    /// The fentry links were handed to a child that closes them after our exit.
+    handed_off: bool,
     /// The cgroup2 hierarchy, to name the cgroup ids of spawn records (None without cgroup2).
     cgroups: Option<Hierarchy>,
 }
@@ -60,26 +136,49 @@ pub struct Session {
 impl Session {
     /// Loads the programs, attaches them, and measures the probes' own cost.
     pub fn start(opts: &SessionOptions) -> Result<Session> {
-        let mut config = ebpf::kernel_config().context("failed to read kernel offsets")?;
+        let mut timings = StartupTimings::default();
+        // aya's loader parses vmlinux BTF on its own: let it, on another core, while the
+        // offsets are read and close() is timed here.
+        let loader = std::thread::spawn(aya::EbpfLoader::new);
+        let t = Instant::now();
+        let kernel = ebpf::KernelBtf::read().context("failed to read kernel offsets")?;
+        let mut config = kernel.config;
         config.reads = u32::from(opts.reads);
         if let Some((id, level)) = opts.cgroup {
             config.cgroup_id = id;
             config.cgroup_level = level;
         }
-        let close_cost_ns = sys::close_cost_ns(20_000);
+        timings.btf_ms = ms_since(t);
+        let t = Instant::now();
+        let close_cost_ns = if opts.leaks_only {
+            0.0
+        } else {
+            sys::close_cost_ns(CALIBRATION_CLOSES)
+        };
+        timings.calibrate_ms = ms_since(t);
+        let t = Instant::now();
+        let loader = loader
+            .join()
+            .map_err(|_| anyhow::anyhow!("aya's loader panicked"))?;
         let ring_bytes = opts
             .ring_bytes
             .unwrap_or_else(|| drain::default_ring_bytes(drain::online_cpus()));
         let ring_arg = u32::try_from(ring_bytes).context("the ring buffer size is too large")?;
-        let mut bpf = ebpf::open_with_ring(&config, Some(ring_arg))
+        let mut bpf = ebpf::open_with(loader, &config, Some(ring_arg))
             .context("failed to load the eBPF object")?;
-        let wanted = |p: &&ebpf::ProgramSpec| {
-            !(opts.leaks_only && p.syscall) && (opts.reads || !p.reads_only)
-        };
-        for spec in ebpf::PROGRAMS.iter().filter(wanted) {
+        timings.maps_ms = ms_since(t);
+        let t = Instant::now();
+        for spec in ebpf::PROGRAMS.iter().filter(|p| !p.syscall) {
             ebpf::load_and_attach(&mut bpf, spec)
                 .with_context(|| format!("failed to start program {}", spec.name))?;
         }
+        let (backend, fallback) = if opts.leaks_only {
+            (None, None)
+        } else {
+            let (b, why) = attach_syscalls(&mut bpf, &kernel, opts, &mut timings)?;
+            (Some(b), why)
+        };
+        timings.attach_ms = ms_since(t) - timings.aya_btf_ms;
         let take = |bpf: &mut Ebpf, name: &str| {
             bpf.take_map(name)
                 .with_context(|| format!("the eBPF object has no map {name}"))
@@ -104,17 +203,58 @@ impl Session {
             leaks_only: opts.leaks_only,
             probe_cost_ns: 0.0,
             close_cost_ns,
+            backend,
+            fallback,
+            timings,
+            handed_off: false,
             cgroups: Hierarchy::open(),
         };
         if !opts.leaks_only {
-            session.probe_cost_ns = calibrate::probe_cost_ns(&mut session, 20_000, close_cost_ns)
-                .context("failed to measure the probes' own cost")?;
+            let t = Instant::now();
+            session.probe_cost_ns =
+                calibrate::probe_cost_ns(&mut session, CALIBRATION_CLOSES, close_cost_ns)
+                    .context("failed to measure the probes' own cost")?;
+            if session.probe_cost_ns <= 0.0 {
+                // Lost in the noise (a loaded machine, an emulated guest's clock): once
+                // more, ten times longer.
+                let n = CALIBRATION_CLOSES * 10;
+                let untraced = sys::close_cost_ns(n);
+                session.close_cost_ns = untraced;
+                session.probe_cost_ns = calibrate::probe_cost_ns(&mut session, n, untraced)
+                    .context("failed to measure the probes' own cost")?;
+            }
+            session.timings.calibrate_ms += ms_since(t);
         }
         session.drain();
         let ring = session.events.take().context("the ring buffer is gone")?;
         session.drain =
             Some(Drain::start(ring).context("failed to start the ring buffer's drain thread")?);
         Ok(session)
+    }
+
+    /// For a process about to exit (trace): with fentry, the trampolines' slow removal
+    /// happens after the exit, in a child ([`ebpf::detach_after_exit`]), so the caller
+    /// does not wait for it. Not for a process that goes on (bench): its later work would
+    /// still run under this session's programs.
+    pub fn detach_after_exit(&mut self) {
+        if let (Some(Backend::Fentry), Some(bpf)) = (self.backend, &mut self.bpf) {
+            ebpf::detach_after_exit(bpf);
+            self.handed_off = true;
+        }
+    }
+
+    /// The backend counting syscalls (None with --leaks-only).
+    pub fn backend(&self) -> Option<Backend> {
+        self.backend
+    }
+
+    /// Why `--backend auto` fell back to raw tracepoints, in one line.
+    pub fn fallback(&self) -> Option<&str> {
+        self.fallback.as_deref()
+    }
+
+    pub fn timings(&self) -> StartupTimings {
+        self.timings
     }
 
     /// Probe cost per counted syscall (ns).
@@ -200,6 +340,16 @@ impl Session {
         Ok(self.drain())
     }
 
+    /// Readable when records wait: the drain thread's ready eventfd (the ring buffer's fd
+    /// before the thread starts).
+    pub fn events_fd(&self) -> std::os::fd::RawFd {
+        match (&self.drain, &self.events) {
+            (Some(d), _) => d.ready_fd(),
+            (None, Some(e)) => e.as_raw_fd(),
+            (None, None) => -1,
+        }
+    }
+
     /// Every record now in the ring buffer (and copied out before), decoded.
     pub fn drain(&mut self) -> Vec<Event> {
         if let Some(d) = &self.drain {
@@ -277,14 +427,22 @@ impl Session {
 }
 
 impl Drop for Session {
-    /// Detaches everything and waits (up to 200 ms) until the kernel has let go of the
-    /// programs (a raw tracepoint link frees its program after an RCU grace period): when
-    /// fdaudit says it is done, nothing of it is left loaded.
+    /// Detaches everything (the fentry programs in parallel, unless
+    /// [`Session::detach_after_exit`] has handed them to a child) and waits (up to 200 ms)
+    /// until the kernel has let go of the programs (a raw tracepoint link frees its program
+    /// after an RCU grace period): when fdaudit says it is done, nothing of it is left loaded
+    /// (but for what the child detaching the fentry programs holds).
     fn drop(&mut self) {
         self.drain = None; // joins the drain thread
-        let Some(bpf) = self.bpf.take() else {
+        let Some(mut bpf) = self.bpf.take() else {
             return;
         };
+        if self.backend == Some(Backend::Fentry) {
+            if self.handed_off {
+                return; // the child detaches them after our exit
+            }
+            ebpf::detach_fentry(&mut bpf);
+        }
         let ids: Vec<u32> = bpf
             .programs()
             .filter_map(|(_, p)| p.info().ok().map(|i| i.id()))

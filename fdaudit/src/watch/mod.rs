@@ -340,6 +340,9 @@ pub fn run(args: WatchArgs) -> Result<u8> {
         leaks_only: !args.full,
         reads: false,
         cgroup: filter.as_ref().map(|f| (f.0, f.1)),
+        // fentry where the kernel takes it (FDAUDIT_BACKEND to choose): a whole host's
+        // other syscalls then pay nothing for --full.
+        backend: crate::ebpf::BackendChoice::from_env().map_err(anyhow::Error::msg)?,
         ..Default::default()
     };
     let mut session = Session::start(&opts)?;
