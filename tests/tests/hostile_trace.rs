@@ -4,19 +4,34 @@
 //! storms on a reused fd. Root only (eBPF); CI runs them as root.
 
 use std::collections::BTreeSet;
+use std::ffi::OsStr;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::Mutex;
+use std::process::{Command, Output, Stdio};
 
-use fdaudit_tests::{check, fdaudit, require_root, target_bin};
+use fdaudit_tests::{check, fdaudit, guard, records, target_bin, temp_path};
+use serde_json::Value;
 
-/// The tests load programs and count syscalls: one at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn guard() -> std::sync::MutexGuard<'static, ()> {
-    require_root();
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+/// Runs `fdaudit trace --json -o FILE ARGS...` (stdin closed): the records from FILE,
+/// each checked against the schema, and the run's output (CMD's stdout, fdaudit's stderr).
+fn trace_json<S: AsRef<OsStr>>(args: impl IntoIterator<Item = S>) -> (Vec<Value>, Output) {
+    let file = temp_path("hostile-trace.jsonl");
+    let out = Command::new(fdaudit())
+        .args(["trace", "--json", "-o"])
+        .arg(&file)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run fdaudit trace --json");
+    let text = std::fs::read_to_string(&file).unwrap_or_default();
+    let _ = std::fs::remove_file(&file);
+    assert!(
+        out.status.success(),
+        "fdaudit trace failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (records(&text), out)
 }
 
 fn scratch_dir(name: &str) -> PathBuf {
@@ -167,35 +182,14 @@ fn burst_script(dir: &Path, n: u32) -> String {
     )
 }
 
-fn json_objects(stdout: &[u8]) -> Vec<serde_json::Value> {
-    String::from_utf8_lossy(stdout)
-        .lines()
-        .filter(|l| l.starts_with("{\"type\":"))
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON {l:?}: {e}")))
-        .collect()
-}
-
 #[test]
 #[ignore = "needs root and BTF"]
 fn a_burst_of_4000_spawns_with_60_deep_leaked_files_each_loses_no_record() {
     let _g = guard();
     let (top, dir) = deep_files("burst", 60);
-    let out = Command::new(fdaudit())
-        .args([
-            "trace",
-            "--json",
-            "--",
-            "bash",
-            "-c",
-            &burst_script(&dir, 4000),
-        ])
-        .stdin(Stdio::null())
-        .output()
-        .expect("run fdaudit trace");
+    let (objs, out) = trace_json(["--", "bash", "-c", &burst_script(&dir, 4000)]);
     let _ = std::fs::remove_dir_all(&top);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let objs = json_objects(&out.stdout);
     let summary = objs.last().expect("a summary");
     assert_eq!(summary["type"], "summary");
     assert_eq!(summary["lost_records"], 0, "{stderr}");
@@ -229,6 +223,12 @@ fn a_burst_of_4000_spawns_with_60_deep_leaked_files_each_loses_no_record() {
         );
     }
     assert!(!stderr.contains("LOST"), "{stderr}");
+    assert!(
+        !objs
+            .iter()
+            .any(|o| o["type"] == "note" && o["level"] == "warning"),
+        "no warning: {objs:?}"
+    );
 }
 
 #[test]
@@ -238,28 +238,18 @@ fn lost_records_are_said_loudly_in_json_and_text() {
     let (top, dir) = deep_files("lost", 60);
     // One page cannot hold a spawn with 60 leaked files: every such record is lost.
     let script = burst_script(&dir, 20);
-    let json = Command::new(fdaudit())
-        .args([
-            "trace",
-            "--json",
-            "--buffer-pages",
-            "1",
-            "--",
-            "bash",
-            "-c",
-            &script,
-        ])
-        .stdin(Stdio::null())
-        .output()
-        .expect("run fdaudit trace --json");
+    let (objs, json) = trace_json(["--buffer-pages", "1", "--", "bash", "-c", &script]);
+    let text_file = temp_path("hostile-lost.txt");
     let text = Command::new(fdaudit())
-        .args(["trace", "--buffer-pages", "1", "--", "bash", "-c", &script])
+        .args(["trace", "--buffer-pages", "1", "-o"])
+        .arg(&text_file)
+        .args(["--", "bash", "-c", &script])
         .stdin(Stdio::null())
         .output()
         .expect("run fdaudit trace");
     let _ = std::fs::remove_dir_all(&top);
-    let objs = json_objects(&json.stdout);
     let summary = objs.last().expect("a summary");
+    assert_eq!(summary["type"], "summary");
     let lost = summary["lost_records"].as_u64().unwrap();
     assert!(lost >= 20, "{summary}");
     let note = summary["partial"][0].as_str().unwrap_or("");
@@ -268,10 +258,17 @@ fn lost_records_are_said_loudly_in_json_and_text() {
         "{summary}"
     );
     assert!(
-        String::from_utf8_lossy(&json.stderr).contains("warning: "),
-        "JSON mode warns on stderr too"
+        objs.iter().any(|o| o["type"] == "note"
+            && o["level"] == "warning"
+            && o["message"].as_str() == Some(note)),
+        "a warning record in the stream: {objs:?}"
     );
-    let out = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        String::from_utf8_lossy(&json.stderr).contains("warning: "),
+        "JSON mode warns on stderr too when the records go to a file"
+    );
+    let out = std::fs::read_to_string(&text_file).expect("the text output");
+    let _ = std::fs::remove_file(&text_file);
     assert!(
         out.contains("WARNING: ") && out.contains("records LOST"),
         "{out}"
@@ -304,23 +301,21 @@ fn read_storms_are_per_open_file_and_counted_by_small_reads() {
         .iter()
         .map(|f| std::fs::metadata(f).unwrap().ino())
         .collect();
-    let out = Command::new(fdaudit())
-        .args(["trace", "--reads", "--json", "--"])
-        .arg(target_bin("read-patterns"))
-        .args(&files)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run fdaudit trace --reads");
+    let mut args: Vec<std::ffi::OsString> = vec![
+        "--reads".into(),
+        "--".into(),
+        target_bin("read-patterns").into(),
+    ];
+    args.extend(files.iter().map(|f| f.clone().into_os_string()));
+    let (objs, out) = trace_json(args);
     let _ = std::fs::remove_dir_all(&dir);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let fd: u64 = stdout
         .lines()
         .find_map(|l| l.strip_prefix("fd "))
         .and_then(|n| n.parse().ok())
         .expect("the fixture names its fd");
-    let storms: Vec<serde_json::Value> = json_objects(&out.stdout)
+    let storms: Vec<Value> = objs
         .into_iter()
         .filter(|o| o["type"] == "read_storm" && o["fd"] == fd)
         .collect();
@@ -358,15 +353,8 @@ fn ia32_closes_are_counted_and_ia32_reads_are_not_closes() {
         eprintln!("skipping: this kernel runs no ia32 syscalls (CONFIG_IA32_EMULATION off)");
         return;
     }
-    let out = Command::new(fdaudit())
-        .args(["trace", "--json", "--"])
-        .arg(target_bin("int80-closes"))
-        .stdin(Stdio::null())
-        .output()
-        .expect("run fdaudit trace");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let objs = json_objects(&out.stdout);
+    let int80 = target_bin("int80-closes");
+    let (objs, _) = trace_json([OsStr::new("--"), int80.as_os_str()]);
     let child = objs
         .iter()
         .find(|o| o["type"] == "spawn" && o["exec_path"] == "/bin/true")
@@ -384,18 +372,7 @@ fn ia32_closes_are_counted_and_ia32_reads_are_not_closes() {
     assert_eq!(child["strategy"], "close-loop", "{child}");
 
     // With --reads, the 500 one-byte ia32 reads are reads of /dev/zero.
-    let out = Command::new(fdaudit())
-        .args(["trace", "--reads", "--json", "--"])
-        .arg(target_bin("int80-closes"))
-        .stdin(Stdio::null())
-        .output()
-        .expect("run fdaudit trace --reads");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let objs = json_objects(&out.stdout);
+    let (objs, _) = trace_json([OsStr::new("--reads"), OsStr::new("--"), int80.as_os_str()]);
     let zero_ino = {
         use std::os::unix::fs::MetadataExt as _;
         std::fs::metadata("/dev/zero").unwrap().ino()
@@ -424,17 +401,14 @@ fn cut_paths_are_flagged_and_read_again_deleted_files_and_memfds_are_named() {
     let exe = exe_dir.join("sleep");
     std::fs::copy("/bin/sleep", &exe).expect("copy /bin/sleep");
     assert_eq!(exe.as_os_str().len(), 258);
-    let out = Command::new(fdaudit())
-        .args(["trace", "--json", "--"])
-        .arg(target_bin("odd-files"))
-        .arg(&exe)
-        .arg(&dir)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run fdaudit trace");
+    let odd = target_bin("odd-files");
+    let (objs, out) = trace_json([
+        OsStr::new("--"),
+        odd.as_os_str(),
+        exe.as_os_str(),
+        dir.as_os_str(),
+    ]);
     let _ = std::fs::remove_dir_all(&dir);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let fds: Vec<u64> = stdout
         .lines()
@@ -443,7 +417,6 @@ fn cut_paths_are_flagged_and_read_again_deleted_files_and_memfds_are_named() {
         .split(' ')
         .map(|n| n.parse().unwrap())
         .collect();
-    let objs = json_objects(&out.stdout);
     let s = objs
         .iter()
         .find(|o| o["type"] == "spawn" && o["parent_comm"] == "odd-files")
