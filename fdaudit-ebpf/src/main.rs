@@ -682,14 +682,14 @@ fn count_in_window(st: &mut TaskState, id: i64, a: &ArgRegs, regs: u64) -> Resul
         sysno::EXECVE | sysno::EXECVEAT => {
             c.exec_attempts += 1;
             // The path, should this exec fail (exec_exit): execve(filename, ...),
-            // execveat(dirfd, filename, ...). Only the pointer: read only on failure.
-            let off = if id == sysno::EXECVEAT {
-                conf!(regs_arg1)
-            } else {
-                conf!(regs_arg0)
-            };
-            if let Ok(p) = arch::arg(regs, off) {
-                let _ = EXEC_PENDING.insert(current_tgid(), p, 0);
+            // execveat(dirfd, filename, ...). Only the pointer: read only on failure. Not
+            // for a compat exec: the syscall tracepoints ignore compat syscalls
+            // (ARCH_TRACE_IGNORE_COMPAT_SYSCALLS), so no exit would take the pointer.
+            if !a.compat {
+                let off = if id == sysno::EXECVEAT { a.arg1 } else { a.arg0 };
+                if let Ok(p) = arch::arg(regs, off) {
+                    let _ = EXEC_PENDING.insert(current_tgid(), p, 0);
+                }
             }
         }
         sysno::DUP2 | sysno::DUP3 => c.dup_calls += 1,
