@@ -299,8 +299,15 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
         .map(|a| a.to_string_lossy())
         .collect::<Vec<_>>()
         .join(" ");
-    write_results(&args, &machine, &cells, &fits, &cmd_text, nlimits)?;
-    draw_plots(&args.plot, &machine, &cells, &fits, &cmd_text)?;
+    let results = Results {
+        machine: &machine,
+        cells: &cells,
+        fits: &fits,
+        cmd_text: &cmd_text,
+        nlimits,
+    };
+    write_results(&args, &results)?;
+    draw_plots(&args.plot, &results)?;
     if interrupted.is_some() {
         return Ok(exit::INTERRUPTED);
     }
@@ -308,19 +315,13 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
 }
 
 /// Each `--plot` file, with a note on stderr for each one written.
-fn draw_plots(
-    paths: &[PathBuf],
-    machine: &Machine,
-    cells: &[CellReport],
-    fits: &[FitReport],
-    cmd_text: &str,
-) -> anyhow::Result<()> {
+fn draw_plots(paths: &[PathBuf], r: &Results) -> anyhow::Result<()> {
     for p in paths {
         let title = format!(
-            "fork+exec of {cmd_text}: per-spawn time vs RLIMIT_NOFILE ({}, {})",
-            machine.kernel, machine.libc
+            "fork+exec of {}: per-spawn time vs RLIMIT_NOFILE ({}, {})",
+            r.cmd_text, r.machine.kernel, r.machine.libc
         );
-        plot::plot(p, cells, fits, &title)
+        plot::plot(p, r.cells, r.fits, &title)
             .with_context(|| format!("failed to draw {}", p.display()))?;
         stream::note(
             stream::Level::Note,
@@ -330,15 +331,25 @@ fn draw_plots(
     Ok(())
 }
 
-/// The machine, cells and fits as JSON lines, or as the header and tables for people.
-fn write_results(
-    args: &BenchArgs,
-    machine: &Machine,
-    cells: &[CellReport],
-    fits: &[FitReport],
-    cmd_text: &str,
+/// What a run measured, for writing and drawing.
+struct Results<'a> {
+    machine: &'a Machine,
+    cells: &'a [CellReport],
+    fits: &'a [FitReport],
+    /// The spawned command line, for people.
+    cmd_text: &'a str,
+    /// How many NOFILE limits were measured.
     nlimits: usize,
-) -> anyhow::Result<()> {
+}
+
+/// The machine, cells and fits as JSON lines, or as the header and tables for people.
+fn write_results(args: &BenchArgs, r: &Results) -> anyhow::Result<()> {
+    let Results {
+        machine,
+        cells,
+        fits,
+        ..
+    } = *r;
     if args.json {
         stream::record(&BenchRecord::Machine(machine))?;
         for c in cells {
@@ -350,22 +361,20 @@ fn write_results(
         return Ok(());
     }
     let mut out = String::new();
-    write_text(&mut out, args, machine, cells, fits, cmd_text, nlimits)
-        .expect("formatting to a String cannot fail");
+    write_text(&mut out, args, r).expect("formatting to a String cannot fail");
     stream::text(&out)
 }
 
 /// The header line, the machine and the tables, for people.
-fn write_text(
-    out: &mut String,
-    args: &BenchArgs,
-    machine: &Machine,
-    cells: &[CellReport],
-    fits: &[FitReport],
-    cmd_text: &str,
-    nlimits: usize,
-) -> std::fmt::Result {
+fn write_text(out: &mut String, args: &BenchArgs, r: &Results) -> std::fmt::Result {
     use std::fmt::Write as _;
+    let Results {
+        machine,
+        cells,
+        fits,
+        cmd_text,
+        nlimits,
+    } = *r;
     let term = stream::term();
     let intro = format!(
         "fdaudit bench: {} timed spawns of `{cmd_text}` per cell (batches of {}, each after a \
