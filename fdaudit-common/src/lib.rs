@@ -4,15 +4,15 @@
 //! out, so both sides agree on the layout byte for byte. Layout is checked by `const` asserts.
 #![no_std]
 
-/// Ring buffer carrying [`SpawnRecord`] and [`ExitRecord`] to userspace.
+/// Ring buffer carrying [`PathsRecord`], [`SpawnRecord`] and [`ExitRecord`] to userspace.
 pub const MAP_EVENTS: &str = "EVENTS";
 /// tgid -> [`TaskState`] for every process of the traced tree.
 pub const MAP_TRACKED: &str = "TRACKED";
-/// Scratch space (one [`SpawnRecord`] per CPU) the exec program fills before output.
+/// Scratch space (one [`SpawnScratch`] per CPU) the exec program fills before output.
 pub const MAP_SCRATCH: &str = "SCRATCH";
 /// Per-CPU array of [`Stats`] (one entry, index 0); userspace sums the CPUs.
 pub const MAP_STATS: &str = "STATS";
-/// [`ReadKey`] -> [`ReadStat`]: per-(process, fd) read counters (`trace --reads`).
+/// [`ReadKey`] -> [`ReadStat`]: per-(process, open file) read counters (`trace --reads`).
 pub const MAP_READS: &str = "READS";
 /// Array of [`HotSlot`] indexed by `tgid & Config::hot_mask`: the close() fast path.
 pub const MAP_HOT: &str = "HOT";
@@ -135,6 +135,54 @@ pub mod sysno {
     pub use x86_64::*;
 }
 
+/// i386 syscall numbers (arch/x86/entry/syscalls/syscall_32.tbl): what a task passes in a
+/// compat syscall (`int $0x80`, or a 32-bit process's sysenter), arguments in bx, cx, dx.
+/// The programs map them to [`sysno`] before counting; a compat syscall is never counted
+/// under the x86_64 number it happens to share (ia32 `read` is x86_64 `close`).
+pub mod sysno_ia32 {
+    pub const READ: i64 = 3;
+    pub const CLOSE: i64 = 6;
+    pub const EXECVE: i64 = 11;
+    pub const FCNTL: i64 = 55;
+    pub const DUP2: i64 = 63;
+    pub const READV: i64 = 145;
+    pub const POLL: i64 = 168;
+    pub const PREAD64: i64 = 180;
+    pub const GETDENTS64: i64 = 220;
+    pub const FCNTL64: i64 = 221;
+    pub const PPOLL: i64 = 309;
+    pub const DUP3: i64 = 330;
+    pub const EXECVEAT: i64 = 358;
+    pub const PPOLL_TIME64: i64 = 414;
+    pub const CLOSE_RANGE: i64 = 436;
+
+    /// The x86_64 number of the same call, or -1 for a call the programs do not count.
+    /// (Compat syscalls exist only on x86_64 here: the programs call this only there.)
+    pub const fn to_native(id: i64) -> i64 {
+        use super::sysno::x86_64 as n;
+        match id {
+            READ => n::READ,
+            CLOSE => n::CLOSE,
+            EXECVE => n::EXECVE,
+            FCNTL | FCNTL64 => n::FCNTL,
+            DUP2 => n::DUP2,
+            READV => n::READV,
+            POLL => n::POLL,
+            PREAD64 => n::PREAD64,
+            GETDENTS64 => n::GETDENTS64,
+            PPOLL | PPOLL_TIME64 => n::PPOLL,
+            DUP3 => n::DUP3,
+            EXECVEAT => n::EXECVEAT,
+            CLOSE_RANGE => n::CLOSE_RANGE,
+            _ => -1,
+        }
+    }
+
+    /// `TS_COMPAT` in `thread_info.status` (arch/x86/include/asm/thread_info.h): the task
+    /// is in a compat syscall (what the kernel's in_ia32_syscall() tests).
+    pub const TS_COMPAT: u32 = 0x0002;
+}
+
 /// Partial-data markers carried in [`RecordHeader::flags`].
 pub mod flags {
     /// More fds leaked than [`super::MAX_FDS`]; the list is cut, `nfds` holds the true count.
@@ -152,7 +200,8 @@ pub mod flags {
     /// Syscall tracepoints were not attached (`--leaks-only`): counters are absent.
     pub const NO_SYSCALLS: u32 = 1 << 6;
     /// A leaked file's path was deeper than [`super::MAX_DEPTH`] or a component longer than
-    /// [`super::COMP_LEN`]; or more files leaked than [`super::MAX_PATHS`] have paths.
+    /// [`super::COMP_LEN`]; or more files leaked than [`super::MAX_PATHS`] have paths; or a
+    /// name (the exec'd file, a leaked file's) was longer than its buffer.
     pub const PATH_PARTIAL: u32 = 1 << 7;
     /// The window started at this process's previous exec, not at a fork: an exec chain
     /// (a spawn helper such as Java's jspawnhelper, a shell's `exec`, `env CMD`).
@@ -162,6 +211,17 @@ pub mod flags {
     /// ([`super::BOUNDED_MAX_FDS`] fds): leaked fds above it are missing. Set together with
     /// FDTABLE_TRUNCATED; a newer kernel has no such bound.
     pub const BOUNDED_WALK: u32 = 1 << 9;
+    /// The window made compat (ia32, `int $0x80`) syscalls; they are counted by their
+    /// meaning, mapped through [`super::sysno_ia32::to_native`].
+    pub const COMPAT_SYSCALLS: u32 = 1 << 10;
+}
+
+/// Markers on one fd, in [`FdInfo::fd_flags`].
+pub mod fd_flags {
+    /// The file has no name left (inode->i_nlink == 0): deleted while open.
+    pub const DELETED: u32 = 1 << 0;
+    /// The dentry name was longer than [`super::NAME_LEN`] - 1 bytes and is cut.
+    pub const NAME_CUT: u32 = 1 << 1;
 }
 
 /// Record kinds on the ring buffer.
@@ -172,6 +232,8 @@ pub enum RecordKind {
     Spawn = 1,
     /// A traced process exited (its whole thread group): [`ExitRecord`].
     Exit = 2,
+    /// Paths of a spawn's leaked files: [`PathsRecord`], sent just before its spawn.
+    Paths = 3,
 }
 
 impl RecordKind {
@@ -179,6 +241,7 @@ impl RecordKind {
         match v {
             1 => Some(Self::Spawn),
             2 => Some(Self::Exit),
+            3 => Some(Self::Paths),
             _ => None,
         }
     }
@@ -287,6 +350,9 @@ pub struct FdInfo {
     pub dev: u32,
     /// inode->i_rdev for device files (kernel dev_t encoding).
     pub rdev: u32,
+    /// [`fd_flags`] bits.
+    pub fd_flags: u32,
+    pub _pad: u32,
     /// NUL-terminated dentry name ("[eventfd]", "memfd:x", a file's basename).
     pub name: [u8; NAME_LEN],
 }
@@ -303,12 +369,15 @@ impl Default for FdInfo {
             magic: 0,
             dev: 0,
             rdev: 0,
+            fd_flags: 0,
+            _pad: 0,
             name: [0; NAME_LEN],
         }
     }
 }
 
-/// Sent once per successful exec of a traced process.
+/// Sent once per successful exec of a traced process. Variable length: only the first
+/// `min(nfds, MAX_FDS)` entries of `fds` (the last field) are sent.
 #[repr(C)]
 #[derive(Copy, Clone, Debug)]
 pub struct SpawnRecord {
@@ -335,15 +404,62 @@ pub struct SpawnRecord {
     pub stdio_mask: u32,
     /// Stdio fds 0, 1, 2 (valid when the bit in `stdio_mask` is set).
     pub stdio: [FdInfo; 3],
-    pub fds: [FdInfo; MAX_FDS],
-    /// Full paths of the first [`MAX_PATHS`] leaked fds (index into `fds` in `FdPath::index`).
-    pub paths: [FdPath; MAX_PATHS],
+    /// Paths sent in the [`PathsRecord`] before this record (0 when none, or when it was lost:
+    /// then the `PATH_PARTIAL` flag is set).
     pub npaths: u32,
     pub _pad2: u32,
     /// The process's cgroup on the unified (v2) hierarchy at exec: its kernfs id, the inode
     /// number of the cgroup's directory (bpf_get_current_cgroup_id, since 4.18).
     pub cgroup_id: u64,
+    /// Leaked fds; last, so that a record is sent only up to the last one found.
+    pub fds: [FdInfo; MAX_FDS],
 }
+
+impl SpawnRecord {
+    /// Bytes of a record carrying `nfds` leaked fds (at most [`MAX_FDS`]).
+    pub const fn sent_len(nfds: usize) -> usize {
+        let n = if nfds > MAX_FDS { MAX_FDS } else { nfds };
+        core::mem::offset_of!(SpawnRecord, fds) + n * core::mem::size_of::<FdInfo>()
+    }
+}
+
+/// Full paths of a spawn's first [`MAX_PATHS`] leaked files, sent just before its
+/// [`SpawnRecord`] (same `pid` and `exec_ns`). Variable length: `npaths` entries are sent.
+#[repr(C)]
+#[derive(Copy, Clone, Debug)]
+pub struct PathsRecord {
+    pub header: RecordHeader,
+    pub pid: u32,
+    pub npaths: u32,
+    pub exec_ns: u64,
+    /// Index into [`SpawnRecord::fds`] in `FdPath::index`.
+    pub paths: [FdPath; MAX_PATHS],
+}
+
+impl PathsRecord {
+    /// Bytes of a record carrying `npaths` paths (at most [`MAX_PATHS`]).
+    pub const fn sent_len(npaths: usize) -> usize {
+        let n = if npaths > MAX_PATHS {
+            MAX_PATHS
+        } else {
+            npaths
+        };
+        core::mem::offset_of!(PathsRecord, paths) + n * core::mem::size_of::<FdPath>()
+    }
+}
+
+/// What the exec program fills per CPU before sending the two records.
+#[repr(C)]
+#[derive(Copy, Clone, Debug)]
+pub struct SpawnScratch {
+    pub spawn: SpawnRecord,
+    pub paths: PathsRecord,
+}
+
+/// The most bytes one exec puts on the ring buffer (both records, with the ring's 8-byte
+/// header each): what the ring is sized by.
+pub const MAX_SPAWN_BYTES: usize =
+    SpawnRecord::sent_len(MAX_FDS) + PathsRecord::sent_len(MAX_PATHS) + 2 * 8;
 
 /// A leaked fd's path as components from the file up (leaf first), built in the kernel by
 /// walking dentry->d_parent and crossing mounts, so it survives the process exiting.
@@ -405,12 +521,16 @@ pub struct ExecFailure {
     pub path: [u8; EXEC_PATH_LEN],
 }
 
-/// Key of [`MAP_READS`].
+/// Key of [`MAP_READS`]: a process and the open file it read: the `struct file` address (so
+/// that a reused fd number does not merge two files, and dup'd fds count as one file) and
+/// its inode number (a closed file's address is soon reused for the next open).
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct ReadKey {
     pub pid: u32,
-    pub fd: u32,
+    pub _pad: u32,
+    pub file: u64,
+    pub ino: u64,
 }
 
 /// Value of [`MAP_READS`].
@@ -427,7 +547,8 @@ pub struct ReadStat {
     pub magic: u64,
     /// inode->i_mode of the file read.
     pub mode: u32,
-    pub _pad: u32,
+    /// The fd the file was first read through.
+    pub fd: u32,
     /// comm of the reader when the entry was created.
     pub comm: [u8; 16],
 }
@@ -488,17 +609,30 @@ pub struct Config {
     pub mount_mountpoint: u32,
     /// Non-zero: count reads per fd (`trace --reads`).
     pub reads: u32,
+    /// `thread_info.status` in task_struct ([`NO_OFFSET`] where the kernel has no compat
+    /// syscalls to tell apart).
+    pub task_ti_status: u32,
+    /// pt_regs bx and cx: a compat syscall's first two arguments ([`NO_OFFSET`] off x86).
+    pub regs_bx: u32,
+    pub regs_cx: u32,
+    /// inode->__i_nlink: 0 for a deleted file.
+    pub inode_nlink: u32,
     /// [`CONFIG_MAGIC`] once userspace filled the config; the programs count nothing while
     /// it is anything else (zero: the loader did not set the global).
     pub magic: u32,
     /// `trace --cgroup`: depth of the followed cgroup below the cgroup2 root (root = 0).
     pub cgroup_level: u32,
-    /// Explicit padding: `cgroup_id` is 8-aligned.
-    pub _pad0: u32,
+    /// Non-zero: the kernel has bpf_get_current_task_btf (5.11+). Zero: the programs do
+    /// not call it (the compat check and `--reads`' fd lookup take probe-reads instead).
+    /// Also keeps `cgroup_id` 8-aligned.
+    pub task_btf: u32,
     /// `trace --cgroup`: id of the followed cgroup, 0 to follow only the tracked trees. A
     /// process whose ancestor at `cgroup_level` is this cgroup is traced at its fork or exec.
     pub cgroup_id: u64,
 }
+
+/// A [`Config`] offset the running kernel does not have: the programs skip what needs it.
+pub const NO_OFFSET: u32 = u32::MAX;
 
 /// Value userspace puts in [`Config::magic`].
 pub const CONFIG_MAGIC: u32 = 0xfda0_0001;
@@ -550,9 +684,13 @@ impl Config {
         mount_parent: 0,
         mount_mountpoint: 0,
         reads: 0,
+        task_ti_status: 0,
+        regs_bx: 0,
+        regs_cx: 0,
+        inode_nlink: 0,
         magic: 0,
         cgroup_level: 0,
-        _pad0: 0,
+        task_btf: 0,
         cgroup_id: 0,
     };
 }
@@ -597,14 +735,20 @@ const _: () = {
     assert!(size_of::<CloseRange>() == 16);
     assert!(size_of::<Counters>() == 12 * 4 + 16 * MAX_RANGES);
     assert!(size_of::<TaskState>() == 8 + 16 + 16 + size_of::<Counters>() + 32);
-    assert!(size_of::<FdInfo>() == 16 + 8 + 8 + 8 + NAME_LEN);
+    assert!(size_of::<FdInfo>() == 16 + 8 + 8 + 8 + 8 + NAME_LEN);
     assert!(size_of::<SpawnRecord>().is_multiple_of(8));
+    assert!(core::mem::offset_of!(SpawnRecord, fds).is_multiple_of(8));
+    assert!(SpawnRecord::sent_len(MAX_FDS + 5) == size_of::<SpawnRecord>());
+    assert!(size_of::<PathsRecord>() == 24 + MAX_PATHS * size_of::<FdPath>());
+    assert!(PathsRecord::sent_len(MAX_PATHS) == size_of::<PathsRecord>());
+    assert!(size_of::<SpawnScratch>() == size_of::<SpawnRecord>() + size_of::<PathsRecord>());
     assert!(size_of::<ExitRecord>() == 8 + 8 + 16 + 8 + 16 + size_of::<Counters>());
-    assert!(size_of::<Config>() == 46 * 4 + 8);
+    assert!(size_of::<Config>() == 50 * 4 + 8);
     assert!(size_of::<FdPath>() == 16 + COMP_LEN * MAX_DEPTH);
     assert!(size_of::<FdCache>() == 32);
     assert!(size_of::<HotSlot>() == 48);
     assert!(size_of::<ExecFailure>() == 8 + EXEC_PATH_LEN);
+    assert!(size_of::<ReadKey>() == 24);
     assert!(same_name(MAP_EVENTS, "EVENTS") && !same_name(MAP_EVENTS, "EVENT"));
 };
 

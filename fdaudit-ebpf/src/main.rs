@@ -32,16 +32,17 @@ use aya_ebpf::{
     programs::{FEntryContext, FExitContext, RawTracePointContext, TracePointContext},
 };
 use fdaudit_common::{
-    flags, sysno, Config, Counters, ExecFailure, ExitRecord, FdCache, HotSlot, ReadKey, ReadStat,
-    RecordHeader, RecordKind, SpawnRecord, Stats, TaskState, CONFIG_MAGIC, EXEC_CHAIN_LEN,
-    GLOBAL_CONFIG, HOT_SLOTS, MAP_EVENTS, MAP_EXEC_CHAIN, MAP_EXEC_FAILS, MAP_EXEC_PENDING,
-    MAP_EXEC_SCRATCH, MAP_HOT, MAP_READS, MAP_SCRATCH, MAP_STATS, MAP_TRACKED, MAX_EXEC_FAILS,
-    MAX_RANGES, MAX_READS, MAX_TRACKED,
+    flags, sysno, Config, Counters, ExecFailure, ExitRecord, FdCache, HotSlot, PathsRecord,
+    ReadKey, ReadStat, RecordHeader, RecordKind, SpawnRecord, SpawnScratch, Stats, TaskState,
+    CONFIG_MAGIC, EXEC_CHAIN_LEN, GLOBAL_CONFIG, HOT_SLOTS, MAP_EVENTS, MAP_EXEC_CHAIN,
+    MAP_EXEC_FAILS, MAP_EXEC_PENDING, MAP_EXEC_SCRATCH, MAP_HOT, MAP_READS, MAP_SCRATCH,
+    MAP_STATS, MAP_TRACKED, MAX_EXEC_FAILS, MAX_RANGES, MAX_READS, MAX_TRACKED,
 };
 use kernel::{conf, read_kernel, stat_add};
 
 // `#[map]` names each map after its static; `map_named!` checks at compile time that the
 // name is the `MAP_*` constant userspace looks the map up by.
+// The loader sizes the ring from the CPU count (`trace --buffer-pages`); 8 MiB otherwise.
 #[map]
 static EVENTS: RingBuf = RingBuf::with_byte_size(8 << 20, 0);
 map_named!(EVENTS, MAP_EVENTS);
@@ -51,7 +52,7 @@ static TRACKED: HashMap<u32, TaskState> = HashMap::with_max_entries(MAX_TRACKED,
 map_named!(TRACKED, MAP_TRACKED);
 
 #[map]
-static SCRATCH: PerCpuArray<SpawnRecord> = PerCpuArray::with_max_entries(1, 0);
+static SCRATCH: PerCpuArray<SpawnScratch> = PerCpuArray::with_max_entries(1, 0);
 map_named!(SCRATCH, MAP_SCRATCH);
 
 #[map]
@@ -263,11 +264,11 @@ pub fn sched_process_exec_bounded(ctx: RawTracePointContext) -> i32 {
         // SAFETY: EXEC_CHAIN holds programs of this program's type, filled by the loader.
         unsafe { EXEC_CHAIN.tail_call(&ctx, fdwalk::CHAIN_FDS) };
         // Not reached unless the slot is empty: send what there is.
-        if let Some(rec) = SCRATCH.get_ptr_mut(0) {
+        if let Some(scratch) = SCRATCH.get_ptr_mut(0) {
             // SAFETY: pointer from a per-CPU array lookup, valid for this run.
-            let rec = unsafe { &mut *rec };
-            rec.header.flags |= flags::FDTABLE_TRUNCATED;
-            output_spawn(rec);
+            let scratch = unsafe { &mut *scratch };
+            scratch.spawn.header.flags |= flags::FDTABLE_TRUNCATED;
+            output_spawn(&mut scratch.spawn, &mut scratch.paths);
         }
     }
     0
@@ -289,10 +290,33 @@ pub fn exec_walk_paths(_ctx: RawTracePointContext) -> i32 {
     0
 }
 
-/// Sends the finished spawn record.
+/// Sends the finished records: the paths record first (so userspace has it when the spawn
+/// comes; `pid` and `exec_ns` set by the exec program), then the spawn up to its last leaked
+/// fd. Variable length: bpf_ringbuf_output takes a bounded size; the reserve helper would
+/// want a constant one.
 #[inline(always)]
-fn output_spawn(rec: &SpawnRecord) {
-    if EVENTS.output::<SpawnRecord>(rec, 0).is_err() {
+fn output_spawn(rec: &mut SpawnRecord, paths: &mut PathsRecord) {
+    if rec.npaths > 0 {
+        paths.header = RecordHeader {
+            kind: RecordKind::Paths as u32,
+            flags: 0,
+        };
+        paths.npaths = rec.npaths;
+        let len = PathsRecord::sent_len(rec.npaths as usize);
+        // SAFETY: `len` is at most the size of the record, which lives in the map value.
+        let bytes =
+            unsafe { core::slice::from_raw_parts((paths as *const PathsRecord).cast::<u8>(), len) };
+        if EVENTS.output::<[u8]>(bytes, 0).is_err() {
+            stat_add(&STATS, |s| &mut s.lost_records);
+            rec.npaths = 0;
+            rec.header.flags |= flags::PATH_PARTIAL;
+        }
+    }
+    let len = SpawnRecord::sent_len(rec.nfds as usize);
+    // SAFETY: as above.
+    let bytes =
+        unsafe { core::slice::from_raw_parts((rec as *const SpawnRecord).cast::<u8>(), len) };
+    if EVENTS.output::<[u8]>(bytes, 0).is_err() {
         stat_add(&STATS, |s| &mut s.lost_records);
     }
 }
@@ -319,11 +343,12 @@ fn try_sched_process_exec(ctx: &RawTracePointContext, bounded: bool) -> Result<b
     let Some(st) = TRACKED.get_ptr_mut(tgid) else {
         return Ok(false);
     };
-    let Some(rec) = SCRATCH.get_ptr_mut(0) else {
+    let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
         return Ok(false);
     };
     // SAFETY: both pointers come from map lookups and stay valid for this program run.
-    let (st, rec) = unsafe { (&mut *st, &mut *rec) };
+    let (st, scratch) = unsafe { (&mut *st, &mut *scratch) };
+    let rec = &mut scratch.spawn;
     let now = unsafe { bpf_ktime_get_ns() };
     let old_pid: u64 = ctx.arg(1);
     let bprm: u64 = ctx.arg(2);
@@ -352,9 +377,12 @@ fn try_sched_process_exec(ctx: &RawTracePointContext, bounded: bool) -> Result<b
     }
 
     kernel::read_exec_names(rec, bprm);
+    // The paths record goes out with the spawn (output_spawn); its header now.
+    scratch.paths.pid = tgid;
+    scratch.paths.exec_ns = now;
     if !bounded {
         fdwalk::walk_fds(rec);
-        output_spawn(rec);
+        output_spawn(rec, &mut scratch.paths);
     } else {
         fdwalk::bounded::start(rec);
     }
@@ -421,39 +449,117 @@ fn try_sched_process_exit() -> Result<(), i64> {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Compat syscalls: a task in an ia32 syscall (int $0x80, or a 32-bit process) has TS_COMPAT
+// in thread_info.status, set by the kernel's 32-bit entry for the duration of the call
+// (what in_ia32_syscall() tests, x86_64 since 4.6); its number is from the i386 table and its
+// arguments are in bx, cx, dx.
+
+/// Whether the current task is in a compat syscall. A direct load through the BTF-typed
+/// task pointer (bpf_get_current_task_btf, 5.11+): CONFIG is read-only, so the verifier
+/// knows the offset and checks it against task_struct; no probe-read on the close() path.
+/// Before 5.11 the helper does not exist: the loader sets task_btf to 0, the verifier (which
+/// knows CONFIG's values) never visits the call, and a probe-read of the same field runs
+/// instead.
+#[inline(always)]
+#[cfg(not(bpf_target_arch = "aarch64"))]
+fn in_compat_syscall() -> bool {
+    let off = conf!(task_ti_status);
+    if off == fdaudit_common::NO_OFFSET as u64 {
+        return false;
+    }
+    let status = if conf!(task_btf) == 0 {
+        read_kernel::<u32>(kernel::current_task() + off).unwrap_or(0)
+    } else {
+        // SAFETY: the helper returns current's task_struct, valid for this program run;
+        // the load is at a BTF offset inside it, which the verifier checks.
+        unsafe {
+            let task = aya_ebpf::helpers::bpf_get_current_task_btf() as *const u8;
+            core::ptr::read_volatile(task.add(off as usize).cast::<u32>())
+        }
+    };
+    status & fdaudit_common::sysno_ia32::TS_COMPAT != 0
+}
+
+/// aarch64: no compat syscalls are told apart (32-bit arm tasks are not handled).
+#[cfg(bpf_target_arch = "aarch64")]
+#[inline(always)]
+fn in_compat_syscall() -> bool {
+    false
+}
+
+/// The native (x86_64) number of a compat syscall the programs count, or -1.
+#[inline(always)]
+fn compat_native(id: i64) -> i64 {
+    #[cfg(not(bpf_target_arch = "aarch64"))]
+    {
+        fdaudit_common::sysno_ia32::to_native(id)
+    }
+    #[cfg(bpf_target_arch = "aarch64")]
+    {
+        let _ = id;
+        -1
+    }
+}
+
+/// Whether `id` is a compat read, readv or pread64 (i386 numbers; never on aarch64).
+#[inline(always)]
+fn compat_read(id: i64) -> bool {
+    #[cfg(not(bpf_target_arch = "aarch64"))]
+    {
+        use fdaudit_common::sysno_ia32 as c;
+        matches!(id, c::READ | c::READV | c::PREAD64)
+    }
+    #[cfg(bpf_target_arch = "aarch64")]
+    {
+        let _ = id;
+        false
+    }
+}
+
+/// Native numbers of the calls sys_enter counts. Syscalls an architecture lacks are all
+/// sysno::NONE (aarch64: poll, dup2), so their patterns repeat there.
+#[allow(unreachable_patterns)]
+#[inline(always)]
+fn counted_native(id: i64) -> bool {
+    matches!(
+        id,
+        sysno::CLOSE
+            | sysno::CLOSE_RANGE
+            | sysno::FCNTL
+            | sysno::POLL
+            | sysno::PPOLL
+            | sysno::GETDENTS64
+            | sysno::EXECVE
+            | sysno::EXECVEAT
+            | sysno::DUP2
+            | sysno::DUP3
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
 // raw_syscalls/sys_enter: TP_PROTO(struct pt_regs *regs, long id). Runs for every syscall on
 // the machine while attached, so it leaves at the first check: the syscall id, then the
-// tgid lookup. Arguments come from pt_regs (offsets from BTF, per architecture: arch.rs).
+// tgid lookup. Arguments come from pt_regs (offsets from BTF, per architecture: arch.rs;
+// bx/cx/dx for an x86_64 compat syscall).
 #[raw_tracepoint(tracepoint = "sys_enter")]
 pub fn sys_enter(ctx: RawTracePointContext) -> i32 {
     let _ = try_sys_enter(&ctx);
     0
 }
 
-// Syscalls an architecture lacks are all sysno::NONE (aarch64: poll, dup2), so their
-// patterns repeat there.
-#[allow(unreachable_patterns)]
 fn try_sys_enter(ctx: &RawTracePointContext) -> Result<(), i64> {
-    let id: i64 = ctx.arg(1);
-    match id {
-        sysno::CLOSE
-        | sysno::CLOSE_RANGE
-        | sysno::FCNTL
-        | sysno::POLL
-        | sysno::PPOLL
-        | sysno::GETDENTS64
-        | sysno::EXECVE
-        | sysno::EXECVEAT
-        | sysno::DUP2
-        | sysno::DUP3 => on_syscall(id, ctx.arg(0)),
-        _ => Ok(()),
+    let raw_id: i64 = ctx.arg(1);
+    if !counted_native(raw_id) && compat_native(raw_id) < 0 {
+        return Ok(());
     }
+    on_syscall(raw_id, ctx.arg(0), true)
 }
 
-/// Counts syscall `id` (one of those counted) of the current process; `regs` is the
-/// syscall's `struct pt_regs *`, from the raw tracepoint or the fentry backend.
+/// Counts syscall `raw_id` (one of those counted, native or, with `may_be_compat`, an
+/// x86_64 compat number) of the current process; `regs` is the syscall's `struct pt_regs *`,
+/// from the raw tracepoint or the fentry backend (which hooks the native entry points only).
 #[inline(always)]
-fn on_syscall(id: i64, regs: u64) -> Result<(), i64> {
+fn on_syscall(raw_id: i64, regs: u64, may_be_compat: bool) -> Result<(), i64> {
     // Every count is for a process inside its fork..exec window, and every such process
     // owns its HOT slot (or marked the slot as overflowed): one array access, no hashing,
     // tells all other processes on the machine to leave.
@@ -463,18 +569,18 @@ fn on_syscall(id: i64, regs: u64) -> Result<(), i64> {
     };
     // SAFETY: pointer from an array lookup, valid for this program run.
     let slot = unsafe { &mut *slot };
-    if slot.tgid == tgid {
-        if id == sysno::CLOSE {
-            // The path a close loop takes 2^20 times.
-            slot.close_calls += 1;
-            let fd: u64 = arch::arg(regs, conf!(regs_arg0))?;
-            if !fd_is_open(&mut slot.cache, fd as u32)? {
-                slot.close_ebadf += 1;
-            }
-            return Ok(());
-        }
-    } else if slot.overflow == 0 {
+    if slot.tgid != tgid && slot.overflow == 0 {
         return Ok(()); // nobody in a window hashes here: not traced
+    }
+    let compat = may_be_compat && in_compat_syscall();
+    if slot.tgid == tgid && raw_id == sysno::CLOSE && !compat {
+        // The path a close loop takes 2^20 times.
+        slot.close_calls += 1;
+        let fd: u64 = arch::arg(regs, conf!(regs_arg0))?;
+        if !fd_is_open(&mut slot.cache, fd as u32)? {
+            slot.close_ebadf += 1;
+        }
+        return Ok(());
     }
     let Some(st) = TRACKED.get_ptr_mut(tgid) else {
         return Ok(());
@@ -484,19 +590,50 @@ fn on_syscall(id: i64, regs: u64) -> Result<(), i64> {
     if st.in_window == 0 {
         return Ok(());
     }
-    count_in_window(st, id, regs)
+    // Argument registers and the call's x86_64 number.
+    let (id, args) = if compat {
+        st.flags |= flags::COMPAT_SYSCALLS;
+        let args = ArgRegs {
+            arg0: conf!(regs_bx),
+            arg1: conf!(regs_cx),
+            arg2: conf!(regs_arg2), // dx
+            compat: true,
+        };
+        (compat_native(raw_id), args)
+    } else if counted_native(raw_id) {
+        let args = ArgRegs {
+            arg0: conf!(regs_arg0),
+            arg1: conf!(regs_arg1),
+            arg2: conf!(regs_arg2),
+            compat: false,
+        };
+        (raw_id, args)
+    } else {
+        return Ok(()); // an ia32 number made through the 64-bit entry: another call
+    };
+    count_in_window(st, id, &args, regs)
+}
+
+/// Where a syscall's first three arguments are in pt_regs (offsets): di, si, dx for the
+/// x86_64 ABI, bx, cx, dx for a compat one.
+struct ArgRegs {
+    arg0: u64,
+    arg1: u64,
+    arg2: u64,
+    compat: bool,
 }
 
 /// Counts one syscall of a process inside its fork..exec window (`id` is one of those
-/// `try_sys_enter` lets through). Adding a counter: a field in `Counters`, an arm here,
-/// a field in the user side's `SyscallCounts`.
+/// `try_sys_enter` lets through, as its x86_64 number). Adding a counter: a field in
+/// `Counters`, an arm here, a field in the user side's `SyscallCounts`.
+#[allow(unreachable_patterns)] // sysno::NONE repeats on aarch64, as in counted_native
 #[inline(always)]
-fn count_in_window(st: &mut TaskState, id: i64, regs: u64) -> Result<(), i64> {
+fn count_in_window(st: &mut TaskState, id: i64, a: &ArgRegs, regs: u64) -> Result<(), i64> {
     let c = &mut st.counters;
     match id {
         sysno::CLOSE => {
             c.close_calls += 1;
-            let fd: u64 = arch::arg(regs, conf!(regs_arg0))?;
+            let fd: u64 = arch::arg(regs, a.arg0)?;
             if !fd_is_open(&mut st.cache, fd as u32)? {
                 st.counters.close_ebadf += 1;
             }
@@ -505,22 +642,23 @@ fn count_in_window(st: &mut TaskState, id: i64, regs: u64) -> Result<(), i64> {
             let i = c.close_range_calls as usize;
             if i < MAX_RANGES {
                 let r = &mut c.ranges[i];
-                r.first = arch::arg(regs, conf!(regs_arg0)).unwrap_or(0) as u32;
-                r.last = arch::arg(regs, conf!(regs_arg1)).unwrap_or(0) as u32;
-                r.flags = arch::arg(regs, conf!(regs_arg2)).unwrap_or(0) as u32;
+                r.first = arch::arg(regs, a.arg0).unwrap_or(0) as u32;
+                r.last = arch::arg(regs, a.arg1).unwrap_or(0) as u32;
+                r.flags = arch::arg(regs, a.arg2).unwrap_or(0) as u32;
             }
             c.close_range_calls += 1;
         }
         sysno::FCNTL => {
-            let cmd: u64 = arch::arg(regs, conf!(regs_arg1))?;
-            match cmd {
+            let cmd: u64 = arch::arg(regs, a.arg1)?;
+            match cmd as u32 {
                 1 => c.fcntl_getfd_calls += 1, // F_GETFD
                 2 => c.fcntl_setfd_calls += 1, // F_SETFD
                 _ => {}
             }
         }
         sysno::POLL | sysno::PPOLL => {
-            let nfds: u64 = arch::arg(regs, conf!(regs_arg1))?;
+            let nfds: u64 = arch::arg(regs, a.arg1)?;
+            let nfds = if a.compat { nfds & 0xffff_ffff } else { nfds };
             c.poll_calls += 1;
             let nfds = if nfds > u32::MAX as u64 {
                 u32::MAX
@@ -536,7 +674,7 @@ fn count_in_window(st: &mut TaskState, id: i64, regs: u64) -> Result<(), i64> {
             // A listing of /proc/<pid>/fd (however it was opened: /proc/self/fd, /dev/fd,
             // /proc/thread-self/fd) that starts at offset 0 is a new fd walk. Checked here
             // rather than at open(), whose path string may sit in a page not yet faulted in.
-            let fd: u64 = arch::arg(regs, conf!(regs_arg0))?;
+            let fd: u64 = arch::arg(regs, a.arg0)?;
             if fdwalk::is_procfd_listing(fd as u32).unwrap_or(false) {
                 c.procfd_opens += 1;
             }
@@ -544,14 +682,14 @@ fn count_in_window(st: &mut TaskState, id: i64, regs: u64) -> Result<(), i64> {
         sysno::EXECVE | sysno::EXECVEAT => {
             c.exec_attempts += 1;
             // The path, should this exec fail (exec_exit): execve(filename, ...),
-            // execveat(dirfd, filename, ...). Only the pointer: read only on failure.
-            let off = if id == sysno::EXECVEAT {
-                conf!(regs_arg1)
-            } else {
-                conf!(regs_arg0)
-            };
-            if let Ok(p) = arch::arg(regs, off) {
-                let _ = EXEC_PENDING.insert(current_tgid(), p, 0);
+            // execveat(dirfd, filename, ...). Only the pointer: read only on failure. Not
+            // for a compat exec: the syscall tracepoints ignore compat syscalls
+            // (ARCH_TRACE_IGNORE_COMPAT_SYSCALLS), so no exit would take the pointer.
+            if !a.compat {
+                let off = if id == sysno::EXECVEAT { a.arg1 } else { a.arg0 };
+                if let Ok(p) = arch::arg(regs, off) {
+                    let _ = EXEC_PENDING.insert(current_tgid(), p, 0);
+                }
             }
         }
         sysno::DUP2 | sysno::DUP3 => c.dup_calls += 1,
@@ -562,8 +700,9 @@ fn count_in_window(st: &mut TaskState, id: i64, regs: u64) -> Result<(), i64> {
 
 // ---------------------------------------------------------------------------------------------
 // raw_syscalls/sys_exit: TP_PROTO(struct pt_regs *regs, long ret). Attached only with
-// `--reads`: counts read()/readv()/pread64() calls and bytes per (process, fd). The first
-// checks are the return value and the option, so most syscalls leave at once.
+// `--reads`: counts read()/readv()/pread64() calls and bytes per (process, open file): the
+// fd is looked up in task->files->fdt, still as it was for the read. The first checks are
+// the return value and the option, so most syscalls leave at once.
 #[raw_tracepoint(tracepoint = "sys_exit")]
 pub fn sys_exit(ctx: RawTracePointContext) -> i32 {
     let _ = try_sys_exit(&ctx);
@@ -580,20 +719,31 @@ fn try_sys_exit(ctx: &RawTracePointContext) -> Result<(), i64> {
         return Ok(());
     }
     let regs: u64 = ctx.arg(0);
-    let id = arch::exit_syscall_nr(regs)?;
+    let raw_id = arch::exit_syscall_nr(regs)?;
+    if !matches!(raw_id, sysno::READ | sysno::READV | sysno::PREAD64) && !compat_read(raw_id) {
+        return Ok(());
+    }
+    let (id, fd) = if in_compat_syscall() {
+        (compat_native(raw_id), arch::arg(regs, conf!(regs_bx))?)
+    } else {
+        (raw_id, arch::exit_arg0(regs)?)
+    };
     if id != sysno::READ && id != sysno::READV && id != sysno::PREAD64 {
         return Ok(());
     }
-    count_read(tgid, regs, ret)
+    count_read(tgid, fd, ret)
 }
 
-/// Counts one read()/readv()/pread64() of `tgid` that returned `ret` >= 0 bytes.
+/// Counts one read()/readv()/pread64() of `tgid` on `fd` that returned `ret` >= 0 bytes.
 #[inline(always)]
-fn count_read(tgid: u32, regs: u64, ret: i64) -> Result<(), i64> {
-    let fd = arch::exit_arg0(regs)?;
+fn count_read(tgid: u32, fd: u64, ret: i64) -> Result<(), i64> {
+    let file = fdwalk::current_file_of_used_fd(fd as u32)?;
+    let inode: u64 = read_kernel(file + conf!(file_inode))?;
     let key = ReadKey {
         pid: tgid,
-        fd: fd as u32,
+        _pad: 0,
+        file,
+        ino: read_kernel(inode + conf!(inode_ino))?,
     };
     let tiny = u64::from(ret > 0 && ret <= 2);
     if let Some(v) = READS.get_ptr_mut(key) {
@@ -603,7 +753,7 @@ fn count_read(tgid: u32, regs: u64, ret: i64) -> Result<(), i64> {
         v.bytes += ret as u64;
         v.tiny_calls += tiny;
     } else {
-        let (ino, magic, mode) = fdwalk::fd_file(fd as u32).unwrap_or((0, 0, 0));
+        let (ino, magic, mode) = fdwalk::file_identity(file).unwrap_or((0, 0, 0));
         let v = ReadStat {
             calls: 1,
             bytes: ret as u64,
@@ -611,7 +761,7 @@ fn count_read(tgid: u32, regs: u64, ret: i64) -> Result<(), i64> {
             ino,
             magic,
             mode,
-            _pad: 0,
+            fd: fd as u32,
             comm: bpf_get_current_comm().unwrap_or_default(),
         };
         if READS.insert(key, v, 0).is_err() {
@@ -684,7 +834,7 @@ macro_rules! fentry_syscall {
     ($name:ident, $sysno:path) => {
         #[fentry]
         pub fn $name(ctx: FEntryContext) -> i32 {
-            let _ = on_syscall($sysno, ctx.arg(0));
+            let _ = on_syscall($sysno, ctx.arg(0), false);
             0
         }
     };
@@ -725,7 +875,7 @@ fn try_fexit_read(ctx: &FExitContext) -> Result<(), i64> {
     if TRACKED.get_ptr(tgid).is_none() {
         return Ok(());
     }
-    count_read(tgid, ctx.arg(0), ret)
+    count_read(tgid, arch::exit_arg0(ctx.arg(0))?, ret)
 }
 
 #[cfg(target_arch = "bpf")]

@@ -12,7 +12,7 @@ use aya::{
     sys::{is_helper_supported, BpfHelper},
     Ebpf, EbpfError, EbpfLoader,
 };
-use fdaudit_common::{Config, GLOBAL_CONFIG, MAP_EXEC_CHAIN};
+use fdaudit_common::{Config, GLOBAL_CONFIG, MAP_EVENTS, MAP_EXEC_CHAIN};
 use thiserror::Error;
 
 use crate::btf::{self, Btf, BtfError};
@@ -316,7 +316,10 @@ impl KernelBtf {
             })
         })?;
         let btf = Btf::parse(&bytes).map_err(LoadError::NoBtf)?;
-        let config = btf::config_from_btf(&btf).map_err(LoadError::Offsets)?;
+        let mut config = btf::config_from_btf(&btf).map_err(LoadError::Offsets)?;
+        // Before 5.11 (task_btf 0) the programs must not reach the helper: the verifier
+        // rejects an unknown helper only on a path it visits; CONFIG's values are constants.
+        config.task_btf = u32::from(has_task_btf());
         Ok(KernelBtf { bytes, btf, config })
     }
 
@@ -326,16 +329,39 @@ impl KernelBtf {
     }
 }
 
+/// Whether the kernel offers bpf_get_current_task_btf (5.11+) to raw tracepoint programs,
+/// probed once like [`has_bpf_loop`].
+pub fn has_task_btf() -> bool {
+    static PROBE: OnceLock<bool> = OnceLock::new();
+    *PROBE.get_or_init(|| {
+        is_helper_supported(
+            ProgramType::RawTracePoint,
+            BpfHelper::BPF_FUNC_get_current_task_btf,
+        )
+        .unwrap_or(false)
+    })
+}
+
 /// Creates the maps of the embedded object with `config` written into its CONFIG global.
 /// Programs are not loaded yet: see [`load_and_attach`].
 pub fn open(config: &Config) -> Result<Ebpf, LoadError> {
-    open_with(EbpfLoader::new(), config)
+    open_with(EbpfLoader::new(), config, None)
 }
 
-/// [`open`] with a loader made beforehand: `EbpfLoader::new()` parses vmlinux BTF itself
-/// (~20 ms, unavoidable in aya 0.14), so a caller can make it on another thread while it
-/// reads the offsets.
-pub fn open_with<'a>(mut loader: EbpfLoader<'a>, config: &'a Config) -> Result<Ebpf, LoadError> {
+/// As [`open`], with the ring buffer ([`MAP_EVENTS`]) `ring_bytes` long (a power-of-two
+/// multiple of the page size) rather than the object's default.
+pub fn open_with_ring(config: &Config, ring_bytes: Option<u32>) -> Result<Ebpf, LoadError> {
+    open_with(EbpfLoader::new(), config, ring_bytes)
+}
+
+/// [`open_with_ring`] with a loader made beforehand: `EbpfLoader::new()` parses vmlinux BTF
+/// itself (~20 ms, unavoidable in aya 0.14), so a caller can make it on another thread while
+/// it reads the offsets.
+pub fn open_with<'a>(
+    mut loader: EbpfLoader<'a>,
+    config: &'a Config,
+    ring_bytes: Option<u32>,
+) -> Result<Ebpf, LoadError> {
     if crate::EBPF_OBJECT.is_empty() {
         return Err(LoadError::NoObject);
     }
@@ -348,7 +374,11 @@ pub fn open_with<'a>(mut loader: EbpfLoader<'a>, config: &'a Config) -> Result<E
     // No CO-RE relocations in Rust programs: aya needs no target BTF to load the object.
     loader
         .btf(None)
-        .override_global(GLOBAL_CONFIG, config, true)
+        .override_global(GLOBAL_CONFIG, config, true);
+    if let Some(bytes) = ring_bytes {
+        loader.map_max_entries(MAP_EVENTS, bytes);
+    }
+    loader
         .load(crate::EBPF_OBJECT)
         .map_err(|e| match is_eperm(&e) {
             true => LoadError::NoPrivileges {

@@ -6,6 +6,7 @@ pub mod chains;
 mod child;
 pub mod counts;
 pub mod decode;
+pub mod drain;
 pub mod filter;
 pub mod flags;
 pub mod reads;
@@ -85,9 +86,14 @@ pub struct TraceArgs {
     #[arg(long, conflicts_with = "reads")]
     pub leaks_only: bool,
 
-    /// Also count read()/readv()/pread64() calls per process and fd; flag byte-at-a-time reads.
+    /// Also count read()/readv()/pread64() calls per process and open file; flag byte-at-a-time reads.
     #[arg(long)]
     pub reads: bool,
+
+    /// Ring buffer size in pages (a power of two). Default: from the CPU count, room for
+    /// 256 of the largest spawn records per CPU (at least 8 MiB).
+    #[arg(long, value_name = "PAGES")]
+    pub buffer_pages: Option<u64>,
 
     /// Exit with status 3 when a spawn leaked an fd and the command itself exited 0 (for CI).
     /// fds the traced command inherited from fdaudit's caller do not count (see --no-baseline).
@@ -458,9 +464,14 @@ enum Attached {
 /// Starts the held command (if any), loads and attaches the programs, tracks the roots and
 /// releases the command. Returns the session and the command's pid.
 fn attach(args: &TraceArgs, pids: &[u32], followed: Option<&Followed>) -> Result<Attached> {
+    let ring_bytes = args
+        .buffer_pages
+        .map(|p| drain::ring_bytes_from_pages(p, drain::page_size()))
+        .transpose()?;
     let opts = SessionOptions {
         leaks_only: args.leaks_only,
         reads: args.reads,
+        ring_bytes,
         backend: args.backend,
         cgroup: followed.map(|f| (f.id, f.level)),
     };
@@ -543,7 +554,8 @@ fn follow(
             deadline
         };
         let woken = waiter.wait(Some(session.events_fd()), wake_by)?;
-        for ev in session.drain() {
+        // What the drain thread has copied out (resets its ready fd; no wait).
+        for ev in session.poll(Duration::ZERO)? {
             reporter.handle(ev, root_pids)?;
         }
         // --reads: name each storm's file while its process still runs.

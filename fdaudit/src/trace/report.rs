@@ -124,6 +124,7 @@ pub fn spawn_line(s: &Spawn, term: Term) -> String {
                 (Some(fam), Some(p)) => {
                     format!("{} {} {fam} {p} {}", f.fd, f.kind, f.target.escaped())
                 }
+                _ if f.deleted => format!("{} {} {} (deleted)", f.fd, f.kind, f.target.escaped()),
                 _ => format!("{} {} {}", f.fd, f.kind, f.target.escaped()),
             })
             .collect();
@@ -498,6 +499,17 @@ pub struct Reporter<'a> {
     probe_cost_ns: f64,
     close_cost_ns: f64,
     leaks_only: bool,
+    ring_bytes: u64,
+}
+
+/// What to say when records were lost: in the JSON summary's `partial` notes, on stderr, and
+/// on the totals line.
+pub fn lost_note(lost: u64, ring_bytes: u64) -> String {
+    format!(
+        "{lost} records LOST: the {} MiB ring buffer was full, some spawns are missing; raise --buffer-pages (now {})",
+        ring_bytes >> 20,
+        ring_bytes / crate::trace::drain::page_size()
+    )
 }
 
 /// How the run ended, for the summary.
@@ -530,6 +542,7 @@ impl<'a> Reporter<'a> {
             probe_cost_ns: s.probe_cost_ns().round(),
             close_cost_ns: s.close_cost_ns(),
             leaks_only: s.leaks_only(),
+            ring_bytes: s.ring_bytes(),
         }
     }
 
@@ -637,6 +650,10 @@ impl<'a> Reporter<'a> {
         storms: Vec<reads::ReadStorm>,
         ending: Ending,
     ) -> Result<()> {
+        let mut partial = self.collector.partial_notes();
+        if stats.lost_records > 0 {
+            partial.insert(0, lost_note(stats.lost_records, self.ring_bytes));
+        }
         let summary = Summary {
             spawns: self.collector.spawns(),
             lost_records: stats.lost_records,
@@ -652,7 +669,7 @@ impl<'a> Reporter<'a> {
             exit_reason: ending.exit_reason,
             totals: self.collector.totals(),
             groups: self.collector.groups(),
-            partial: self.collector.partial_notes(),
+            partial,
             read_storms: storms,
         };
         if self.args.json {
@@ -745,17 +762,24 @@ fn summary_text(
         writeln!(out, "\nbyte-at-a-time reads:")?;
         writeln!(out, "{}", reads::storm_table(&summary.read_storms, term))?;
     }
+    if let Some(note) = summary.partial.first().filter(|_| summary.lost_records > 0) {
+        let warning = term.paint(&format!("WARNING: {note}"), Paint::Alarm);
+        writeln!(out, "{}", term.fill(&warning, 0))?;
+    }
     Ok(())
 }
 
 /// Warnings about data the kernel side could not keep, on stderr.
 fn summary_warnings(summary: &Summary) {
     let warn = |m: String| stream::note(stream::Level::Warning, &m);
-    if summary.lost_records > 0 {
-        warn(format!(
-            "{} records were lost (ring buffer full): some spawns are missing",
-            summary.lost_records
-        ));
+    let lost = summary.partial.first().filter(|_| summary.lost_records > 0);
+    if let Some(note) = lost {
+        // Said everywhere someone looks: a warning record in the JSON stream (a line on
+        // stderr for people), and on stderr as well when the records go elsewhere.
+        warn(note.clone());
+        if stream::is_json() && !stream::is_stderr() {
+            crate::diag!("warning: {}", crate::output::text::escape(note));
+        }
     }
     if summary.read_table_full > 0 {
         warn(format!(
@@ -770,7 +794,7 @@ fn summary_warnings(summary: &Summary) {
             summary.untracked_forks
         ));
     }
-    for p in &summary.partial {
+    for p in summary.partial.iter().skip(usize::from(lost.is_some())) {
         warn(format!("partial data: {p}"));
     }
 }
@@ -815,6 +839,7 @@ pub(crate) mod tests {
             exec_ns: 0,
             identity: Default::default(),
             probed: close.into(),
+            exec_path_cut: false,
         }
     }
 

@@ -402,6 +402,7 @@ fn start_session(args: &WatchArgs, filter: Option<&Filter>) -> Result<Session> {
         // fentry where the kernel takes it (FDAUDIT_BACKEND to choose): a whole host's
         // other syscalls then pay nothing for --full.
         backend: crate::ebpf::BackendChoice::from_env().map_err(anyhow::Error::msg)?,
+        ..Default::default()
     };
     let mut session = Session::start(&opts)?;
     if filter.is_none() {
