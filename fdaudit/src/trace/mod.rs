@@ -303,21 +303,7 @@ fn wait_for_command(pid: u32) -> Result<Option<i32>> {
 
 pub fn run(mut args: TraceArgs) -> Result<u8> {
     let t0 = Instant::now();
-    if args.demo {
-        let me = std::env::current_exe().context("failed to find fdaudit's own executable")?;
-        args.command = vec![me.into_os_string(), "__demo".into()];
-    }
-    // With a command, stdout and stderr are the command's; fdaudit writes where strace does.
-    let default = if args.command.is_empty() {
-        StdStream::Stdout
-    } else {
-        StdStream::Stderr
-    };
-    stream::open(
-        Dest::new(args.output.as_deref(), default),
-        args.json,
-        "trace",
-    )?;
+    open_output(&mut args)?;
     let pids = check_targets(&args)?;
     let filter = filter::Filter::new(
         &args.exec,
@@ -352,14 +338,7 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
         &mut targets,
     )?;
     let stats = session.stats()?;
-    let storms = if args.reads {
-        let counts = session.read_counts();
-        reads::storms(&counts, |pid, fd, ino| {
-            targets.resolve(pid, fd, ino, procfs_util::fd_target)
-        })
-    } else {
-        Vec::new()
-    };
+    let storms = read_storms(&args, &session, &mut targets);
     session.detach_after_exit();
     drop(session); // detach before waiting or printing the summary
     if let (true, Some(pid)) = (timed_out, child) {
@@ -374,17 +353,57 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
     let ending = ending(&args, &reporter, exit_status);
     reporter.finish(stats, storms, ending)?;
     if args.verbose {
-        crate::diag!(
-            "fdaudit: exit {:.1} ms (from the {} to fdaudit's exit)",
-            ms(ended.elapsed()),
-            if child.is_some() {
-                "command's exit"
-            } else {
-                "end of the trace"
-            }
-        );
+        verbose_exit(ended, child.is_some());
     }
     Ok(ending.exit_code)
+}
+
+/// Opens the records stream: stdout, or stderr when fdaudit runs a command (`--demo`
+/// included: it runs fdaudit's own demo workload), or `-o FILE`.
+fn open_output(args: &mut TraceArgs) -> Result<()> {
+    if args.demo {
+        let me = std::env::current_exe().context("failed to find fdaudit's own executable")?;
+        args.command = vec![me.into_os_string(), "__demo".into()];
+    }
+    // With a command, stdout and stderr are the command's; fdaudit writes where strace does.
+    let default = if args.command.is_empty() {
+        StdStream::Stdout
+    } else {
+        StdStream::Stderr
+    };
+    stream::open(
+        Dest::new(args.output.as_deref(), default),
+        args.json,
+        "trace",
+    )
+}
+
+/// `--reads`: the byte-at-a-time read storms the kernel counted, their fds named.
+fn read_storms(
+    args: &TraceArgs,
+    session: &Session,
+    targets: &mut reads::LiveTargets,
+) -> Vec<reads::ReadStorm> {
+    if !args.reads {
+        return Vec::new();
+    }
+    let counts = session.read_counts();
+    reads::storms(&counts, |pid, fd, ino| {
+        targets.resolve(pid, fd, ino, procfs_util::fd_target)
+    })
+}
+
+/// `-v`: how long fdaudit took to exit after the command (or the trace) ended.
+fn verbose_exit(ended: Instant, command: bool) {
+    crate::diag!(
+        "fdaudit: exit {:.1} ms (from the {} to fdaudit's exit)",
+        ms(ended.elapsed()),
+        if command {
+            "command's exit"
+        } else {
+            "end of the trace"
+        }
+    );
 }
 
 /// fdaudit's exit status and why: CMD's own status, unless it exited 0 and
