@@ -10,7 +10,9 @@ use crate::output::stream;
 pub enum PidKind {
     Process,
     /// A thread id that is not its process's leader: the process is `tgid`.
-    Thread { tgid: u32 },
+    Thread {
+        tgid: u32,
+    },
     Zombie,
     KernelThread,
 }
