@@ -8,10 +8,8 @@ use aya_ebpf::{
 use fdaudit_common::sysno;
 
 use crate::{
-    arch, configured, current_tgid,
-    kernel::conf,
-    syscalls::{count_read, on_syscall},
-    TRACKED,
+    arch,
+    syscalls::{count_read, on_syscall, read_counter},
 };
 
 // The fentry backend (`--backend fentry`): the same counts as sys_enter/sys_exit, from BPF
@@ -61,12 +59,8 @@ fexit_read!(fexit_pread64);
 
 fn try_fexit_read(ctx: &FExitContext) -> Result<(), i64> {
     let ret: i64 = ctx.arg(1);
-    if ret < 0 || conf!(reads) == 0 || !configured() {
+    let Some(tgid) = read_counter(ret) else {
         return Ok(());
-    }
-    let tgid = current_tgid();
-    if TRACKED.get_ptr(tgid).is_none() {
-        return Ok(());
-    }
+    };
     count_read(tgid, arch::exit_arg0(ctx.arg(0))?, ret)
 }

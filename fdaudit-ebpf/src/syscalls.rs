@@ -194,13 +194,9 @@ pub fn sys_exit(ctx: RawTracePointContext) -> i32 {
 
 fn try_sys_exit(ctx: &RawTracePointContext) -> Result<(), i64> {
     let ret: i64 = ctx.arg(1);
-    if ret < 0 || conf!(reads) == 0 || !configured() {
+    let Some(tgid) = read_counter(ret) else {
         return Ok(());
-    }
-    let tgid = current_tgid();
-    if TRACKED.get_ptr(tgid).is_none() {
-        return Ok(());
-    }
+    };
     let regs: u64 = ctx.arg(0);
     let raw_id = arch::exit_syscall_nr(regs)?;
     if !matches!(raw_id, sysno::READ | sysno::READV | sysno::PREAD64) && !compat_read(raw_id) {
@@ -215,6 +211,19 @@ fn try_sys_exit(ctx: &RawTracePointContext) -> Result<(), i64> {
         return Ok(());
     }
     count_read(tgid, fd, ret)
+}
+
+/// The process whose read returned `ret`, when that read is to be counted: it succeeded,
+/// `--reads` is on, userspace filled the config and the process is traced. The first checks
+/// are the cheap ones, so most syscalls leave at once.
+#[inline(always)]
+pub(crate) fn read_counter(ret: i64) -> Option<u32> {
+    if ret < 0 || conf!(reads) == 0 || !configured() {
+        return None;
+    }
+    let tgid = current_tgid();
+    TRACKED.get_ptr(tgid)?;
+    Some(tgid)
 }
 
 /// Counts one read()/readv()/pread64() of `tgid` on `fd` that returned `ret` >= 0 bytes.
