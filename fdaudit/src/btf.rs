@@ -234,7 +234,7 @@ impl Btf {
 /// Every offset the programs need, looked up in `btf`.
 pub fn config_from_btf(btf: &Btf) -> Result<Config, BtfError> {
     let o = |ty: &str, path: &str| btf.offset(ty, path);
-    let regs = crate::arch::syscall_regs(btf)?;
+    let regs = crate::arch::syscall_regs(o)?;
     Ok(Config {
         task_pid: o("task_struct", "pid")?,
         task_tgid: o("task_struct", "tgid")?,
