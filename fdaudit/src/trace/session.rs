@@ -21,7 +21,8 @@ use fdaudit_common::{
 
 use super::{
     calibrate,
-    decode::{self, Event, ReadCount},
+    decode::{self, Decoder, Event, ReadCount},
+    drain::{self, Drain},
 };
 use crate::{
     cgroup::Hierarchy,
@@ -38,8 +39,10 @@ const CALIBRATION_CLOSES: u32 = 2_000;
 pub struct SessionOptions {
     /// Attach the scheduler tracepoints only: leaked fds, no syscall counts, near-zero cost.
     pub leaks_only: bool,
-    /// Count read()/readv()/pread64() calls and bytes per process and fd.
+    /// Count read()/readv()/pread64() calls and bytes per process and open file.
     pub reads: bool,
+    /// Ring buffer size in bytes; `None`: [`drain::default_ring_bytes`] for the CPUs online.
+    pub ring_bytes: Option<u64>,
     /// How to hook the counted syscalls.
     pub backend: BackendChoice,
     /// Also trace every process in this cgroup and below: (id, depth) on the cgroup2
@@ -64,16 +67,6 @@ pub struct StartupTimings {
 
 fn ms_since(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
-}
-
-impl Drop for Session {
-    /// Detaches the fentry programs in parallel, unless [`Session::detach_after_exit`] has
-    /// handed them to a child; the rest goes with the Ebpf object.
-    fn drop(&mut self) {
-        if self.backend == Some(Backend::Fentry) && !self.handed_off {
-            ebpf::detach_fentry(&mut self._bpf);
-        }
-    }
 }
 
 /// Attaches the syscall-counting programs of the chosen backend; `auto` is raw tracepoints
@@ -115,14 +108,18 @@ fn attach_syscalls(
 
 /// Loaded and attached programs with their maps. Dropping it detaches everything.
 pub struct Session {
-    pub(super) events: RingBuf<MapData>,
+    /// The ring until the drain thread takes it (calibration reads it directly).
+    events: Option<RingBuf<MapData>>,
+    drain: Option<Drain>,
+    decoder: Decoder,
+    ring_bytes: u64,
     pub(super) tracked: HashMap<MapData, u32, TaskState>,
     stats: PerCpuArray<MapData, Stats>,
     reads: Option<HashMap<MapData, ReadKey, ReadStat>>,
     /// Failed execs' errno and path, when the exec_exit programs could be attached.
     exec_fails: Option<HashMap<MapData, u32, ExecFailure>>,
-    /// Keeps programs and links alive.
-    _bpf: Ebpf,
+    /// Keeps programs and links alive (taken in `drop`).
+    bpf: Option<Ebpf>,
     leaks_only: bool,
     /// Probe cost per counted syscall, ns, measured at start (0 with --leaks-only).
     probe_cost_ns: f64,
@@ -166,7 +163,12 @@ impl Session {
         let loader = loader
             .join()
             .map_err(|_| anyhow::anyhow!("aya's loader panicked"))?;
-        let mut bpf = ebpf::open_with(loader, &config).context("failed to load the eBPF object")?;
+        let ring_bytes = opts
+            .ring_bytes
+            .unwrap_or_else(|| drain::default_ring_bytes(drain::online_cpus()));
+        let ring_arg = u32::try_from(ring_bytes).context("the ring buffer size is too large")?;
+        let mut bpf = ebpf::open_with(loader, &config, Some(ring_arg))
+            .context("failed to load the eBPF object")?;
         timings.maps_ms = ms_since(t);
         let t = Instant::now();
         for spec in ebpf::PROGRAMS.iter().filter(|p| !p.syscall) {
@@ -205,12 +207,15 @@ impl Session {
             None
         };
         let mut session = Session {
-            events,
+            events: Some(events),
+            drain: None,
+            decoder: Decoder::new(opts.leaks_only),
+            ring_bytes,
             tracked,
             stats,
             reads,
             exec_fails,
-            _bpf: bpf,
+            bpf: Some(bpf),
             leaks_only: opts.leaks_only,
             probe_cost_ns: 0.0,
             close_cost_ns,
@@ -236,6 +241,10 @@ impl Session {
             }
             session.timings.calibrate_ms += ms_since(t);
         }
+        session.drain();
+        let ring = session.events.take().context("the ring buffer is gone")?;
+        session.drain =
+            Some(Drain::start(ring).context("failed to start the ring buffer's drain thread")?);
         Ok(session)
     }
 
@@ -244,8 +253,8 @@ impl Session {
     /// does not wait for it. Not for a process that goes on (bench): its later work would
     /// still run under this session's programs.
     pub fn detach_after_exit(&mut self) {
-        if self.backend == Some(Backend::Fentry) {
-            ebpf::detach_after_exit(&mut self._bpf);
+        if let (Some(Backend::Fentry), Some(bpf)) = (self.backend, &mut self.bpf) {
+            ebpf::detach_after_exit(bpf);
             self.handed_off = true;
         }
     }
@@ -316,10 +325,22 @@ impl Session {
         Ok(())
     }
 
+    /// Size of the ring buffer in bytes.
+    pub fn ring_bytes(&self) -> u64 {
+        self.ring_bytes
+    }
+
     /// Waits up to `timeout` for records, then returns every record available.
     pub fn poll(&mut self, timeout: Duration) -> Result<Vec<Event>> {
+        if let Some(d) = &self.drain {
+            let raw = d.wait(timeout);
+            return Ok(self.decode_all(raw));
+        }
+        let Some(events) = &self.events else {
+            return Ok(Vec::new());
+        };
         let mut pfd = libc::pollfd {
-            fd: self.events.as_raw_fd(),
+            fd: events.as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
         };
@@ -335,17 +356,35 @@ impl Session {
         Ok(self.drain())
     }
 
-    /// The ring buffer's fd: readable when records wait.
+    /// Readable when records wait: the drain thread's ready eventfd (the ring buffer's fd
+    /// before the thread starts).
     pub fn events_fd(&self) -> std::os::fd::RawFd {
-        self.events.as_raw_fd()
+        match (&self.drain, &self.events) {
+            (Some(d), _) => d.ready_fd(),
+            (None, Some(e)) => e.as_raw_fd(),
+            (None, None) => -1,
+        }
     }
 
-    /// Every record now in the ring buffer, decoded.
+    /// Every record now in the ring buffer (and copied out before), decoded.
     pub fn drain(&mut self) -> Vec<Event> {
+        if let Some(d) = &self.drain {
+            let raw = d.flush(Duration::from_secs(2));
+            return self.decode_all(raw);
+        }
+        let mut raw = Vec::new();
+        if let Some(events) = &mut self.events {
+            while let Some(item) = events.next() {
+                raw.push(item.to_vec());
+            }
+        }
+        self.decode_all(raw)
+    }
+
+    fn decode_all(&mut self, raw: Vec<Vec<u8>>) -> Vec<Event> {
         let mut out = Vec::new();
-        let leaks_only = self.leaks_only;
-        while let Some(item) = self.events.next() {
-            if let Some(mut ev) = decode::decode(&item, leaks_only) {
+        for item in &raw {
+            if let Some(mut ev) = self.decoder.decode(item) {
                 if let Event::Spawn(s) = &mut ev {
                     if let (Some(id), Some(h)) = (s.identity.cgroup_id, &mut self.cgroups) {
                         s.identity = h.identity(id, s.pid);
@@ -418,7 +457,7 @@ impl Session {
         Ok(self.stats()?.lost_records)
     }
 
-    /// Read counters (with `reads` on), for every (process, fd) seen.
+    /// Read counters (with `reads` on), for every (process, open file) seen.
     pub fn read_counts(&self) -> Vec<ReadCount> {
         let Some(reads) = &self.reads else {
             return Vec::new();
@@ -432,5 +471,38 @@ impl Session {
                 comm: decode::cstr(&stat.comm),
             })
             .collect()
+    }
+}
+
+impl Drop for Session {
+    /// Detaches everything (the fentry programs in parallel, unless
+    /// [`Session::detach_after_exit`] has handed them to a child) and waits (up to 200 ms)
+    /// until the kernel has let go of the programs (a raw tracepoint link frees its program
+    /// after an RCU grace period): when fdaudit says it is done, nothing of it is left loaded
+    /// (but for what the child detaching the fentry programs holds).
+    fn drop(&mut self) {
+        self.drain = None; // joins the drain thread
+        let Some(mut bpf) = self.bpf.take() else {
+            return;
+        };
+        if self.backend == Some(Backend::Fentry) {
+            if self.handed_off {
+                return; // the child detaches them after our exit
+            }
+            ebpf::detach_fentry(&mut bpf);
+        }
+        let ids: Vec<u32> = bpf
+            .programs()
+            .filter_map(|(_, p)| p.info().ok().map(|i| i.id()))
+            .collect();
+        drop(bpf);
+        let deadline = std::time::Instant::now() + Duration::from_millis(200);
+        while std::time::Instant::now() < deadline
+            && aya::programs::loaded_programs()
+                .filter_map(|p| p.ok())
+                .any(|p| ids.contains(&p.id()))
+        {
+            std::thread::sleep(Duration::from_millis(2));
+        }
     }
 }
