@@ -265,7 +265,7 @@ fn fd_step(index: u64, rec: &mut SpawnRecord, paths: &mut PathsRecord, walk: &mu
 /// that have a name in the tree queued for a path. Stdio goes through the same fill_fd as
 /// the others, so that the program holds it once: verifiers from 6.19 run a stack liveness
 /// pass over every instruction of a program before verifying it, at a cost per instruction
-/// some 5 times that of 6.12's whole verification of one (see README, Kernel matrix).
+/// 5 to 7 times what 6.12 spends verifying one (see README, Kernel matrix).
 #[inline(always)]
 fn record_fd(rec: &mut SpawnRecord, paths: &mut PathsRecord, walk: &mut Walk, fd: u32) {
     let stdio = fd < 3;
