@@ -255,6 +255,7 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
         &mut targets,
     )?;
     let stats = session.stats()?;
+    let missed = session.missed_runs();
     let storms = read_storms(&args, &session, &mut targets);
     session.detach_after_exit();
     drop(session); // detach before waiting or printing the summary
@@ -268,7 +269,7 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
         exit_status = wait_for_command(pid)?;
     }
     let ending = ending(&args, &reporter, exit_status);
-    reporter.finish(stats, storms, ending)?;
+    reporter.finish(stats, missed, storms, ending)?;
     if args.verbose {
         verbose_exit(ended, child.is_some());
     }

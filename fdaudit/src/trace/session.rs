@@ -26,7 +26,7 @@ use super::{
 };
 use crate::{
     cgroup::Hierarchy,
-    ebpf::{self, Backend, BackendChoice},
+    ebpf::{self, Backend, BackendChoice, MissedRuns},
     procfs_util, sys,
 };
 
@@ -134,6 +134,9 @@ pub struct Session {
     handed_off: bool,
     /// The cgroup2 hierarchy, to name the cgroup ids of spawn records (None without cgroup2).
     cgroups: Option<Hierarchy>,
+    /// The programs' skipped runs when the session was ready (fresh programs: zero, unless
+    /// calibration's own syscalls were skipped).
+    missed_baseline: MissedRuns,
 }
 
 impl Session {
@@ -224,6 +227,7 @@ impl Session {
             timings,
             handed_off: false,
             cgroups: Hierarchy::open(),
+            missed_baseline: MissedRuns::default(),
         };
         if !opts.leaks_only {
             let t = Instant::now();
@@ -242,6 +246,7 @@ impl Session {
             session.timings.calibrate_ms += ms_since(t);
         }
         session.drain();
+        session.missed_baseline = session.missed_runs_total();
         let ring = session.events.take().context("the ring buffer is gone")?;
         session.drain =
             Some(Drain::start(ring).context("failed to start the ring buffer's drain thread")?);
@@ -451,6 +456,20 @@ impl Session {
             s.reads_full += v.reads_full;
         }
         Ok(s)
+    }
+
+    /// Runs of each program the kernel skipped since the session was ready
+    /// ([`crate::ebpf::misses`]): records or counts lost without a trace in the ring buffer.
+    pub fn missed_runs(&self) -> MissedRuns {
+        self.missed_runs_total().since(&self.missed_baseline)
+    }
+
+    /// The programs' skipped runs since they were loaded.
+    fn missed_runs_total(&self) -> MissedRuns {
+        match &self.bpf {
+            Some(bpf) => ebpf::misses::read_all(bpf),
+            None => MissedRuns::Unknown,
+        }
     }
 
     pub fn lost_records(&self) -> Result<u64> {
