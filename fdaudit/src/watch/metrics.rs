@@ -8,7 +8,7 @@
 //! `max_series` distinct label sets, new ones are folded into one set whose labels are all
 //! [`OVERFLOW`], and `fdaudit_series_overflow_total` counts what was folded.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
 use prometheus_client::{
     encoding::EncodeLabelSet,
@@ -25,6 +25,12 @@ use prometheus_client::{
 pub const OVERFLOW: &str = "_overflow";
 /// Default cap on distinct spawn label sets.
 pub const DEFAULT_MAX_SERIES: usize = 2000;
+
+/// An eBPF program of fdaudit's, by its name in the object.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProgramLabels {
+    pub program: String,
+}
 
 /// Where a spawn happened and what it ran.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -120,6 +126,9 @@ pub struct Metrics {
     window: Family<WindowLabels, Histogram, fn() -> Histogram>,
     lost_records: Counter,
     untracked_forks: Counter,
+    bpf_missed_runs: Family<ProgramLabels, Counter>,
+    /// The skipped runs already counted, per program.
+    missed_seen: BTreeMap<String, u64>,
     overflow: Counter,
     inheritable_fds: Family<ProcessLabels, Gauge>,
     nofile_soft: Family<ProcessLabels, Gauge>,
@@ -147,6 +156,8 @@ impl Metrics {
             window: Family::new_with_constructor(window_histogram),
             lost_records: Counter::default(),
             untracked_forks: Counter::default(),
+            bpf_missed_runs: Family::default(),
+            missed_seen: BTreeMap::new(),
             overflow: Counter::default(),
             inheritable_fds: Family::default(),
             nofile_soft: Family::default(),
@@ -189,6 +200,11 @@ impl Metrics {
             "untracked_forks",
             "Forks not followed because the kernel's process table was full",
             m.untracked_forks.clone(),
+        );
+        registry.register(
+            "bpf_missed_runs",
+            "Runs of an eBPF program the kernel skipped (preempted, and its hook fired again on that CPU): a skipped exec, fork or exit program loses a record, a syscall program a count. Absent before Linux 5.12",
+            m.bpf_missed_runs.clone(),
         );
         registry.register(
             "series_overflow",
@@ -267,6 +283,23 @@ impl Metrics {
         self.untracked_forks
             .inc_by(untracked_forks.saturating_sub(forks0));
         self.kernel_seen = (lost_records.max(lost0), untracked_forks.max(forks0));
+    }
+
+    /// The programs' skipped runs since they were loaded: the counters advance by what is
+    /// new. A kernel without the counter (before 5.12) exports no series.
+    pub fn set_missed_runs(&mut self, missed: &crate::ebpf::MissedRuns) {
+        let crate::ebpf::MissedRuns::Known(counts) = missed else {
+            return;
+        };
+        for (program, &n) in counts {
+            let seen = self.missed_seen.entry(program.clone()).or_default();
+            self.bpf_missed_runs
+                .get_or_create(&ProgramLabels {
+                    program: program.clone(),
+                })
+                .inc_by(n.saturating_sub(*seen));
+            *seen = n.max(*seen);
+        }
     }
 
     /// Replaces the scan gauges with one scan's results. Processes are summed (fds) or maxed
@@ -366,6 +399,16 @@ mod tests {
         m.observe_spawn(spawn("def", "ls", &["pipe"]));
         m.set_kernel_totals(3, 0);
         m.set_kernel_totals(5, 1);
+        let missed = |exec: u64| {
+            crate::ebpf::MissedRuns::Known(
+                [("sched_process_exec", exec), ("sys_enter", 0)]
+                    .map(|(p, n)| (p.to_string(), n))
+                    .into(),
+            )
+        };
+        m.set_missed_runs(&missed(200));
+        m.set_missed_runs(&missed(236));
+        m.set_missed_runs(&crate::ebpf::MissedRuns::Unknown);
         let t = m.encode();
         let sel = r#"{container_id="abc",cgroup="/system.slice/docker-abc.scope",parent="sh",child="cat",strategy="none""#;
         assert_eq!(
@@ -404,6 +447,16 @@ mod tests {
         );
         assert_eq!(value(&t, "fdaudit_lost_records_total"), Some(5.0));
         assert_eq!(value(&t, "fdaudit_untracked_forks_total"), Some(1.0));
+        assert_eq!(
+            value(&t, r#"fdaudit_bpf_missed_runs_total{program="sched_process_exec"}"#),
+            Some(236.0),
+            "{t}"
+        );
+        assert_eq!(
+            value(&t, r#"fdaudit_bpf_missed_runs_total{program="sys_enter"}"#),
+            Some(0.0),
+            "{t}"
+        );
         assert_eq!(value(&t, "fdaudit_series_overflow_total"), Some(0.0));
         assert!(t.ends_with("# EOF\n"));
         assert!(!t.contains("pid="), "no per-process labels");
