@@ -49,6 +49,38 @@ pub fn recursion_misses(fd: BorrowedFd<'_>) -> std::io::Result<Option<u64>> {
     Ok((filled >= end).then_some(info.recursion_misses))
 }
 
+/// Whether the kernel counts skipped runs (`recursion_misses`, 5.12+): loads the smallest
+/// socket filter (`r0 = 0; exit`) and reads its info. Needs CAP_BPF (or an unprivileged
+/// BPF sysctl that allows socket filters); false when the probe cannot load.
+pub fn probe() -> bool {
+    // mov64 r0, 0; exit
+    let insns: [u64; 2] = [0xb7, 0x95];
+    let license = c"GPL";
+    // SAFETY: all-zero bytes are a valid bpf_attr.
+    let mut attr: bpf_attr = unsafe { std::mem::zeroed() };
+    // SAFETY: the BPF_PROG_LOAD member of the zeroed union; every bit pattern is valid.
+    let load = unsafe { &mut attr.__bindgen_anon_3 };
+    load.prog_type = aya_obj::generated::bpf_prog_type::BPF_PROG_TYPE_SOCKET_FILTER as u32;
+    load.insn_cnt = insns.len() as u32;
+    load.insns = insns.as_ptr() as u64;
+    load.license = license.as_ptr() as u64;
+    // SAFETY: bpf(2) reads `attr` and the buffers it points to, which outlive the call.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            bpf_cmd::BPF_PROG_LOAD as libc::c_long,
+            std::ptr::from_mut(&mut attr),
+            size_of::<bpf_attr>() as u32,
+        )
+    };
+    if fd < 0 {
+        return false;
+    }
+    // SAFETY: BPF_PROG_LOAD returned a new fd that nothing else owns.
+    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) };
+    matches!(recursion_misses(fd.as_fd()), Ok(Some(_)))
+}
+
 /// Skipped runs of every loaded program, by program name; `None` when the kernel has no
 /// counter (before 5.12) or a program's info could not be read.
 pub fn read_all(ebpf: &Ebpf) -> MissedRuns {
