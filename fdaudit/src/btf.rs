@@ -284,6 +284,8 @@ pub fn config_from_btf(btf: &Btf) -> Result<Config, BtfError> {
         regs_bx: o("pt_regs", "bx").unwrap_or(NO_OFFSET),
         regs_cx: o("pt_regs", "cx").unwrap_or(NO_OFFSET),
         inode_nlink: o("inode", "__i_nlink")?,
+        task_self_exec_id: o("task_struct", "self_exec_id")?,
+        task_parent_exec_id: o("task_struct", "parent_exec_id")?,
         magic: CONFIG_MAGIC,
         cgroup_level: 0,
         task_btf: 0, // set by the loader, which probes for the helper
