@@ -75,6 +75,17 @@ pub const EXEC_EXIT_PROGRAMS: [(&str, &str); 2] = [
 
 /// Loads and attaches [`EXEC_EXIT_PROGRAMS`].
 pub fn attach_exec_exit(ebpf: &mut Ebpf) -> Result<(), LoadError> {
+    for (name, _) in EXEC_EXIT_PROGRAMS {
+        let prog = ebpf
+            .program_mut(name)
+            .ok_or(LoadError::MissingProgram(name))?;
+        load_program(prog, name)?;
+    }
+    attach_exec_exit_loaded(ebpf)
+}
+
+/// Attaches [`EXEC_EXIT_PROGRAMS`], loaded beforehand (see [`load_concurrently`]).
+pub fn attach_exec_exit_loaded(ebpf: &mut Ebpf) -> Result<(), LoadError> {
     for (name, tracepoint) in EXEC_EXIT_PROGRAMS {
         let prog: &mut TracePoint = ebpf
             .program_mut(name)
@@ -85,11 +96,6 @@ pub fn attach_exec_exit(ebpf: &mut Ebpf) -> Result<(), LoadError> {
                 summary: "not a tracepoint program".into(),
                 source,
             })?;
-        prog.load().map_err(|source| LoadError::Verifier {
-            name,
-            summary: verifier_summary(&source),
-            source,
-        })?;
         prog.attach("syscalls", tracepoint)
             .map_err(|source| LoadError::AttachTracepoint {
                 name,
@@ -98,6 +104,53 @@ pub fn attach_exec_exit(ebpf: &mut Ebpf) -> Result<(), LoadError> {
             })?;
     }
     Ok(())
+}
+
+/// Loads one raw tracepoint or tracepoint program into the kernel (the verifier and the
+/// JIT) without attaching it.
+pub fn load_program(prog: &mut Program, name: &'static str) -> Result<(), LoadError> {
+    let loaded = match prog {
+        Program::RawTracePoint(p) => p.load(),
+        Program::TracePoint(p) => p.load(),
+        _ => return Err(LoadError::MissingProgram(name)),
+    };
+    loaded.map_err(|source| LoadError::Verifier {
+        name,
+        summary: verifier_summary(&source),
+        source,
+    })
+}
+
+/// Loads the programs `names` (raw tracepoints or tracepoints), one thread each, and
+/// returns each one's result in the order of `names`. The verifier of privileged loads
+/// takes no global lock, so the kernel checks them on every core at once and start-up
+/// waits for the slowest (the exec program: 10-30 ms here) rather than for the sum.
+pub fn load_concurrently(ebpf: &mut Ebpf, names: &[&'static str]) -> Vec<Result<(), LoadError>> {
+    let mut results: Vec<Result<(), LoadError>> = names
+        .iter()
+        .map(|&n| Err(LoadError::MissingProgram(n)))
+        .collect();
+    std::thread::scope(|s| {
+        let running: Vec<_> = ebpf
+            .programs_mut()
+            .filter_map(|(n, prog)| {
+                let i = names.iter().position(|&w| w == n)?;
+                let name = names[i];
+                Some((i, s.spawn(move || load_program(prog, name))))
+            })
+            .collect();
+        for (i, handle) in running {
+            results[i] = handle
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        }
+    });
+    results
+}
+
+/// Attaches a program of [`PROGRAMS`] loaded beforehand (see [`load_concurrently`]).
+pub fn attach_loaded(ebpf: &mut Ebpf, spec: &ProgramSpec) -> Result<(), LoadError> {
+    attach(ebpf, spec.name, spec)
 }
 
 /// How the syscall counts are collected.
@@ -299,30 +352,23 @@ pub fn kernel_config() -> Result<Config, LoadError> {
     Ok(KernelBtf::read()?.config)
 }
 
-/// The running kernel's BTF, read once: its raw bytes (for aya, which needs its own parse
-/// only to load fentry programs), fdaudit's parse and the offsets from it.
+/// The running kernel's BTF, read once: fdaudit's index of it (its raw bytes are what aya
+/// parses, only to load fentry programs) and the offsets from it.
 pub struct KernelBtf {
-    pub bytes: Vec<u8>,
     pub btf: Btf,
     pub config: Config,
 }
 
 impl KernelBtf {
     pub fn read() -> Result<Self, LoadError> {
-        let bytes = std::fs::read(btf::VMLINUX_BTF).map_err(|source| {
-            LoadError::NoBtf(BtfError::Read {
-                path: btf::VMLINUX_BTF.into(),
-                source,
-            })
-        })?;
-        let btf = Btf::parse(&bytes).map_err(LoadError::NoBtf)?;
+        let btf = Btf::from_sys_fs().map_err(LoadError::NoBtf)?;
         let config = btf::config_from_btf(&btf).map_err(LoadError::Offsets)?;
-        Ok(KernelBtf { bytes, btf, config })
+        Ok(KernelBtf { btf, config })
     }
 
     /// aya's parse of the same bytes (FEntry::load looks the hooked function up in it).
     pub fn for_aya(&self) -> Result<aya::Btf, LoadError> {
-        aya::Btf::parse(&self.bytes, aya::Endianness::default()).map_err(LoadError::AyaBtf)
+        aya::Btf::parse(self.btf.bytes(), aya::Endianness::default()).map_err(LoadError::AyaBtf)
     }
 }
 

@@ -8,6 +8,7 @@ pub mod counts;
 pub mod decode;
 pub mod filter;
 pub mod flags;
+mod loader;
 pub mod reads;
 pub mod report;
 pub mod session;

@@ -22,16 +22,13 @@ use fdaudit_common::{
 use super::{
     calibrate,
     decode::{self, Event, ReadCount},
+    loader,
 };
 use crate::{
     cgroup::Hierarchy,
     ebpf::{self, Backend, BackendChoice},
     procfs_util, sys,
 };
-
-/// close() calls timed per calibration batch (best of 3, traced and untraced): ~1 ms each
-/// on an idle machine, enough for a per-call cost within a few percent.
-const CALIBRATION_CLOSES: u32 = 2_000;
 
 /// What to attach.
 #[derive(Debug, Clone, Default)]
@@ -76,43 +73,6 @@ impl Drop for Session {
     }
 }
 
-/// Attaches the syscall-counting programs of the chosen backend; `auto` is raw tracepoints
-/// (fentry is opt-in), and an explicit fentry that fails is an error.
-fn attach_syscalls(
-    bpf: &mut Ebpf,
-    kernel: &ebpf::KernelBtf,
-    opts: &SessionOptions,
-    timings: &mut StartupTimings,
-) -> Result<(Backend, Option<String>)> {
-    let raw = |bpf: &mut Ebpf| -> Result<()> {
-        let wanted = |p: &&ebpf::ProgramSpec| p.syscall && (opts.reads || !p.reads_only);
-        for spec in ebpf::PROGRAMS.iter().filter(wanted) {
-            ebpf::load_and_attach(bpf, spec)
-                .with_context(|| format!("failed to start program {}", spec.name))?;
-        }
-        Ok(())
-    };
-    if opts.backend == BackendChoice::RawTp {
-        raw(bpf)?;
-        return Ok((Backend::RawTp, None));
-    }
-    if opts.backend == BackendChoice::Auto {
-        // fentry is opt-in until it is shown faster and safe on real hardware: in emulated
-        // guests it measured slower than raw-tp and attaching it once ended in a kernel Oops
-        // (README, "Backends").
-        raw(bpf)?;
-        return Ok((Backend::RawTp, Some(ebpf::AUTO_REASON.to_string())));
-    }
-    let t = Instant::now();
-    let aya_btf = kernel.for_aya();
-    timings.aya_btf_ms = ms_since(t);
-    let fentry = aya_btf.and_then(|btf| ebpf::attach_fentry(bpf, &btf, opts.reads));
-    match fentry {
-        Ok(()) => Ok((Backend::Fentry, None)),
-        Err(e) => Err(e).context("failed to use the fentry backend (--backend fentry)"),
-    }
-}
-
 /// Loaded and attached programs with their maps. Dropping it detaches everything.
 pub struct Session {
     pub(super) events: RingBuf<MapData>,
@@ -142,51 +102,14 @@ pub struct Session {
 impl Session {
     /// Loads the programs, attaches them, and measures the probes' own cost.
     pub fn start(opts: &SessionOptions) -> Result<Session> {
-        let mut timings = StartupTimings::default();
-        // aya's loader parses vmlinux BTF on its own: let it, on another core, while the
-        // offsets are read and close() is timed here.
-        let loader = std::thread::spawn(aya::EbpfLoader::new);
-        let t = Instant::now();
-        let kernel = ebpf::KernelBtf::read().context("failed to read kernel offsets")?;
-        let mut config = kernel.config;
-        config.reads = u32::from(opts.reads);
-        if let Some((id, level)) = opts.cgroup {
-            config.cgroup_id = id;
-            config.cgroup_level = level;
-        }
-        timings.btf_ms = ms_since(t);
-        let t = Instant::now();
-        let close_cost_ns = if opts.leaks_only {
-            0.0
-        } else {
-            sys::close_cost_ns(CALIBRATION_CLOSES)
-        };
-        timings.calibrate_ms = ms_since(t);
-        let t = Instant::now();
-        let loader = loader
-            .join()
-            .map_err(|_| anyhow::anyhow!("aya's loader panicked"))?;
-        let mut bpf = ebpf::open_with(loader, &config).context("failed to load the eBPF object")?;
-        timings.maps_ms = ms_since(t);
-        let t = Instant::now();
-        for spec in ebpf::PROGRAMS.iter().filter(|p| !p.syscall) {
-            ebpf::load_and_attach(&mut bpf, spec)
-                .with_context(|| format!("failed to start program {}", spec.name))?;
-        }
-        let (backend, fallback) = if opts.leaks_only {
-            (None, None)
-        } else {
-            let (b, why) = attach_syscalls(&mut bpf, &kernel, opts, &mut timings)?;
-            (Some(b), why)
-        };
-        timings.attach_ms = ms_since(t) - timings.aya_btf_ms;
-        // Optional (see ebpf::EXEC_EXIT_PROGRAMS); needless with --leaks-only, which does not
-        // count exec attempts and so reports no failed exec.
-        // FDAUDIT_EXEC_EXIT=0 leaves them out: the overhead benchmark's switch
-        // (measured with bench/trace/overhead.py).
-        let exec_fails_ok = !opts.leaks_only
-            && std::env::var_os("FDAUDIT_EXEC_EXIT").is_none_or(|v| v != "0")
-            && ebpf::attach_exec_exit(&mut bpf).is_ok();
+        let loader::Loaded {
+            mut bpf,
+            backend,
+            fallback,
+            exec_fails: exec_fails_ok,
+            close_cost_ns,
+            timings,
+        } = loader::load(opts)?;
         let take = |bpf: &mut Ebpf, name: &str| {
             bpf.take_map(name)
                 .with_context(|| format!("the eBPF object has no map {name}"))
@@ -223,12 +146,12 @@ impl Session {
         if !opts.leaks_only {
             let t = Instant::now();
             session.probe_cost_ns =
-                calibrate::probe_cost_ns(&mut session, CALIBRATION_CLOSES, close_cost_ns)
+                calibrate::probe_cost_ns(&mut session, loader::CALIBRATION_CLOSES, close_cost_ns)
                     .context("failed to measure the probes' own cost")?;
             if session.probe_cost_ns <= 0.0 {
                 // Lost in the noise (a loaded machine, an emulated guest's clock): once
                 // more, ten times longer.
-                let n = CALIBRATION_CLOSES * 10;
+                let n = loader::CALIBRATION_CLOSES * 10;
                 let untraced = sys::close_cost_ns(n);
                 session.close_cost_ns = untraced;
                 session.probe_cost_ns = calibrate::probe_cost_ns(&mut session, n, untraced)
