@@ -162,12 +162,15 @@ impl Session {
         Ok(session)
     }
 
-    /// For a process about to exit (trace): with fentry, the trampolines' slow removal
-    /// happens after the exit, in a child ([`ebpf::detach_after_exit`]), so the caller
-    /// does not wait for it. Not for a process that goes on (bench): its later work would
-    /// still run under this session's programs.
+    /// For a process about to exit (trace): the slow detaches happen after the exit, in a
+    /// child ([`ebpf::detach_after_exit`]), so the caller does not wait for them: the
+    /// fentry trampolines' removal, and the exec_exit programs' (closing the last
+    /// reference to a syscall trace event's perf event waits for two RCU grace periods:
+    /// 65-85 ms each on this project's CI machine, most of fdaudit's exit time). Not for a
+    /// process that goes on (bench): its later work would still run under this session's
+    /// programs.
     pub fn detach_after_exit(&mut self) {
-        if self.backend == Some(Backend::Fentry) {
+        if self.backend == Some(Backend::Fentry) || self.exec_fails.is_some() {
             ebpf::detach_after_exit(&mut self._bpf);
             self.handed_off = true;
         }
