@@ -153,6 +153,22 @@ pub fn attach_loaded(ebpf: &mut Ebpf, spec: &ProgramSpec) -> Result<(), LoadErro
     attach(ebpf, spec.name, spec)
 }
 
+/// [`attach_loaded`] for a program borrowed on its own (from [`Ebpf::programs_mut`]).
+pub fn attach_program(prog: &mut Program, spec: &ProgramSpec) -> Result<(), LoadError> {
+    let p: &mut RawTracePoint = prog.try_into().map_err(|source| LoadError::Verifier {
+        name: spec.name,
+        summary: "not a raw tracepoint program".into(),
+        source,
+    })?;
+    p.attach(spec.tracepoint)
+        .map_err(|source| LoadError::Attach {
+            name: spec.name,
+            tracepoint: spec.tracepoint,
+            source,
+        })?;
+    Ok(())
+}
+
 /// How the syscall counts are collected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]

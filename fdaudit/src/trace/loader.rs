@@ -1,38 +1,55 @@
-//! Start-up: from `fdaudit trace` to programs attached, the part of a session's start that
-//! costs time, arranged so that work which does not depend on each other runs on both cores.
+//! Start-up: from `fdaudit trace` to programs attached and their cost measured, the part of
+//! a session's start that costs time, arranged so that work which does not depend on each
+//! other runs on both cores.
 //!
-//! Measured with `trace -v` and `perf record` on this project's 2-vCPU CI machine: aya
-//! 0.14's `EbpfLoader::new()` parses vmlinux BTF (17-50 ms) though fdaudit's programs have
-//! no CO-RE relocations to use it for, and its fields are private, so it cannot be skipped:
-//! it runs on another thread while fdaudit maps and indexes the same BTF for its offsets
-//! (1-3 ms, [`crate::btf`]), runs aya's feature probes, the bpf_loop probe and the untraced
-//! close() timing. Then the programs are verified one thread each (the exec program alone
-//! takes 10-30 ms of verifier time) and attached in order.
+//! Measured with `trace -v`, `strace -f` and `perf record` on this project's 2-vCPU CI
+//! machine: aya 0.14's `EbpfLoader::new()` parses vmlinux BTF (17-50 ms) though fdaudit's
+//! programs have no CO-RE relocations to use it for, and its fields are private, so it
+//! cannot be skipped: it runs on another thread while fdaudit maps and indexes the same BTF
+//! for its offsets (1-3 ms, [`crate::btf`]), runs aya's feature probes, the bpf_loop probe
+//! and the untraced close() timing. Then the programs are verified one thread each (the
+//! exec program alone takes 10-30 ms of verifier time), and the probes' cost is measured
+//! while the exec program is still being verified.
 
 use std::time::Instant;
 
 use anyhow::{Context as _, Result};
-use aya::{Ebpf, EbpfLoader};
+use aya::{
+    maps::{HashMap, MapData, RingBuf},
+    Ebpf, EbpfLoader,
+};
+use fdaudit_common::{TaskState, MAP_EVENTS, MAP_TRACKED};
 
-use super::session::{SessionOptions, StartupTimings};
+use super::{
+    calibrate,
+    session::{SessionOptions, StartupTimings},
+};
 use crate::{
-    ebpf::{self, Backend, BackendChoice, ExecWalk, KernelBtf, ProgramSpec},
+    ebpf::{self, Backend, BackendChoice, ExecWalk, KernelBtf, LoadError, ProgramSpec},
     sys,
 };
 
 /// close() calls timed per calibration batch (best of 3, traced and untraced): ~1 ms each
 /// on an idle machine, enough for a per-call cost within a few percent.
-pub(super) const CALIBRATION_CLOSES: u32 = 2_000;
+const CALIBRATION_CLOSES: u32 = 2_000;
+
+/// The exec program, whose bounded variant loads differently.
+const EXEC: &str = "sched_process_exec";
 
 /// The object with its programs attached.
 pub(super) struct Loaded {
     pub bpf: Ebpf,
+    /// Taken out of `bpf` for the calibration.
+    pub events: RingBuf<MapData>,
+    pub tracked: HashMap<MapData, u32, TaskState>,
     /// The backend counting syscalls (None with --leaks-only: no syscall is hooked).
     pub backend: Option<Backend>,
     /// Why `auto` did not use fentry.
     pub fallback: Option<String>,
     /// The exec_exit programs are attached: failed execs get their errno and path.
     pub exec_fails: bool,
+    /// Probe cost per counted syscall, ns (0 with --leaks-only).
+    pub probe_cost_ns: f64,
     /// Untraced cost of one close() on a closed fd, ns (0 with --leaks-only).
     pub close_cost_ns: f64,
     pub timings: StartupTimings,
@@ -42,7 +59,8 @@ fn ms_since(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
 }
 
-/// Creates the maps, loads the programs `opts` needs and attaches them.
+/// Creates the maps, loads the programs `opts` needs, attaches them and measures their
+/// cost.
 pub(super) fn load(opts: &SessionOptions) -> Result<Loaded> {
     let mut timings = StartupTimings::default();
     let loader = std::thread::spawn(|| {
@@ -79,32 +97,96 @@ pub(super) fn load(opts: &SessionOptions) -> Result<Loaded> {
         .join()
         .map_err(|_| anyhow::anyhow!("aya's loader panicked"))?;
     let mut bpf = ebpf::open_with(loader, &config).context("failed to load the eBPF object")?;
+    let mut take = |name: &str| {
+        bpf.take_map(name)
+            .with_context(|| format!("the eBPF object has no map {name}"))
+    };
+    let mut events = RingBuf::try_from(take(MAP_EVENTS)?)?;
+    let mut tracked = HashMap::try_from(take(MAP_TRACKED)?)?;
     timings.maps_ms = ms_since(t) + probes_ms;
     let t = Instant::now();
-    let (backend, fallback, exec_fails) =
-        load_and_attach(&mut bpf, &kernel, opts, exec_walk, &mut timings)?;
-    timings.attach_ms = ms_since(t) - timings.aya_btf_ms;
+    let mut maps = calibrate::Maps {
+        tracked: &mut tracked,
+        events: &mut events,
+    };
+    let a = load_and_attach(&mut bpf, &kernel, opts, exec_walk, &mut maps, close_cost_ns)?;
+    let (probe_cost_ns, close_cost_ns) = match a.calibration {
+        Some(c) => {
+            timings.calibrate_ms += c.ms;
+            timings.calibration_overlapped = c.overlapped;
+            (c.probe_cost_ns, c.close_cost_ns)
+        }
+        None => (0.0, close_cost_ns),
+    };
+    timings.aya_btf_ms = a.aya_btf_ms;
+    // The programs' own time: with calibration after them, not its share.
+    timings.attach_ms = ms_since(t)
+        - a.aya_btf_ms
+        - a.calibration
+            .filter(|c| !c.overlapped)
+            .map_or(0.0, |c| c.ms);
     Ok(Loaded {
         bpf,
-        backend,
-        fallback,
-        exec_fails,
+        events,
+        tracked,
+        backend: a.backend,
+        fallback: a.fallback,
+        exec_fails: a.exec_fails,
+        probe_cost_ns,
         close_cost_ns,
         timings,
     })
 }
 
-/// Loads every program `opts` needs at once, then attaches them in order: the scheduler
-/// hooks first (a spawn never has syscall counts without its fork), then the syscall
-/// counters, then the optional exec_exit programs. Returns the backend, why `auto` chose
-/// it, and whether failed execs are recorded.
+/// What [`load_and_attach`] did.
+struct Attached {
+    backend: Option<Backend>,
+    fallback: Option<String>,
+    exec_fails: bool,
+    aya_btf_ms: f64,
+    /// None with --leaks-only.
+    calibration: Option<Calibration>,
+}
+
+/// The probes' measured cost.
+#[derive(Debug, Clone, Copy)]
+struct Calibration {
+    probe_cost_ns: f64,
+    close_cost_ns: f64,
+    ms: f64,
+    /// Measured while the exec programs were verified.
+    overlapped: bool,
+}
+
+fn calibrate(
+    maps: &mut calibrate::Maps<'_>,
+    untraced_ns: f64,
+    overlapped: bool,
+) -> Result<Calibration> {
+    let t = Instant::now();
+    let (probe_cost_ns, close_cost_ns) = calibrate::measure(maps, CALIBRATION_CLOSES, untraced_ns)
+        .context("failed to measure the probes' own cost")?;
+    Ok(Calibration {
+        probe_cost_ns,
+        close_cost_ns,
+        ms: ms_since(t),
+        overlapped,
+    })
+}
+
+/// Loads every program `opts` needs at once (one thread each: the verifier of privileged
+/// loads takes no global lock, so the kernel checks them on both cores and start-up waits
+/// for the slowest, the exec program, rather than for the sum), attaches them in order
+/// (the scheduler hooks first: a spawn never has syscall counts without its fork; then
+/// the syscall counters; then the optional exec_exit programs) and measures their cost.
 fn load_and_attach(
     bpf: &mut Ebpf,
     kernel: &KernelBtf,
     opts: &SessionOptions,
     exec_walk: ExecWalk,
-    timings: &mut StartupTimings,
-) -> Result<(Option<Backend>, Option<String>, bool)> {
+    maps: &mut calibrate::Maps<'_>,
+    untraced_ns: f64,
+) -> Result<Attached> {
     let sched: Vec<&ProgramSpec> = ebpf::PROGRAMS.iter().filter(|p| !p.syscall).collect();
     let raw_syscalls: Vec<&ProgramSpec> = match (opts.leaks_only, opts.backend) {
         (true, _) | (false, BackendChoice::Fentry) => Vec::new(),
@@ -122,8 +204,8 @@ fn load_and_attach(
     let want_exec_exit =
         !opts.leaks_only && std::env::var_os("FDAUDIT_EXEC_EXIT").is_none_or(|v| v != "0");
     // The bounded exec walk (5.10, 5.15) fills a tail-call map between its loads: it keeps
-    // its own sequence.
-    let bounded = |p: &&&ProgramSpec| exec_walk == ExecWalk::Bounded && p.name == EXEC;
+    // its own sequence, after the others.
+    let bounded = |p: &ProgramSpec| exec_walk == ExecWalk::Bounded && p.name == EXEC;
     let mut names: Vec<&'static str> = sched
         .iter()
         .filter(|p| !bounded(p))
@@ -134,32 +216,98 @@ fn load_and_attach(
     if want_exec_exit {
         names.extend(ebpf::EXEC_EXIT_PROGRAMS.map(|(n, _)| n));
     }
-    let mut results = ebpf::load_concurrently(bpf, &names);
+    // Calibration needs the fork and exit programs and the syscall counters, not the exec
+    // ones: those are attached first and measured while the exec ones are verified.
+    // Nothing is traced before the session tracks its roots, so attaching the syscall
+    // counters before the exec program changes nothing; except with --cgroup, whose
+    // programs follow the cgroup's processes from their attach: there everything is
+    // attached in order first.
+    let early: Vec<&ProgramSpec> = if opts.cgroup.is_none() && !raw_syscalls.is_empty() {
+        sched
+            .iter()
+            .chain(&raw_syscalls)
+            .copied()
+            .filter(|p| p.name != EXEC)
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let (mut results, mut calibration) = std::thread::scope(|s| -> Result<_> {
+        let mut early_loads = Vec::new();
+        let mut late_loads = Vec::new();
+        for (name, prog) in bpf.programs_mut() {
+            let Some(i) = names.iter().position(|&n| n == name) else {
+                continue;
+            };
+            let name = names[i];
+            let load = s.spawn(move || {
+                let r = ebpf::load_program(prog, name);
+                (prog, r)
+            });
+            match early.iter().position(|p| p.name == name) {
+                Some(order) => early_loads.push((order, i, load)),
+                None => late_loads.push((i, load)),
+            }
+        }
+        let mut results: Vec<Option<Result<(), LoadError>>> = names.iter().map(|_| None).collect();
+        let mut calibration = None;
+        if !early.is_empty() {
+            early_loads.sort_by_key(|(order, _, _)| *order);
+            let mut loaded = Vec::new();
+            for (order, i, load) in early_loads {
+                let (prog, r) = load.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+                r.with_context(|| format!("failed to start program {}", names[i]))?;
+                results[i] = Some(Ok(()));
+                loaded.push((early[order], prog));
+            }
+            if loaded.len() < early.len() {
+                let missing = early
+                    .iter()
+                    .find(|p| !loaded.iter().any(|(l, _)| l.name == p.name));
+                let name = missing.map_or("?", |p| p.name);
+                return Err(anyhow::anyhow!("the eBPF object has no program {name}"));
+            }
+            for (spec, prog) in loaded {
+                ebpf::attach_program(prog, spec)
+                    .with_context(|| format!("failed to start program {}", spec.name))?;
+            }
+            calibration = Some(calibrate(maps, untraced_ns, true)?);
+        }
+        for (i, load) in late_loads {
+            let (_, r) = load.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+            results[i] = Some(r);
+        }
+        Ok((results, calibration))
+    })?;
     let exec_exit_loaded = results.split_off(required);
     for (name, loaded) in names.iter().zip(results) {
-        loaded.with_context(|| format!("failed to start program {name}"))?;
+        loaded
+            .unwrap_or(Err(LoadError::MissingProgram(name)))
+            .with_context(|| format!("failed to start program {name}"))?;
     }
-    for spec in &sched {
-        let attached = if bounded(&spec) {
+    let is_early = |spec: &ProgramSpec| early.iter().any(|p| p.name == spec.name);
+    for spec in sched.iter().filter(|p| !is_early(p)) {
+        let attached = if bounded(spec) {
             ebpf::load_and_attach(bpf, spec)
         } else {
             ebpf::attach_loaded(bpf, spec)
         };
         attached.with_context(|| format!("failed to start program {}", spec.name))?;
     }
+    let mut aya_btf_ms = 0.0;
     let (backend, fallback) = match (opts.leaks_only, opts.backend) {
         (true, _) => (None, None),
         (false, BackendChoice::Fentry) => {
             let t = Instant::now();
             let aya_btf = kernel.for_aya();
-            timings.aya_btf_ms = ms_since(t);
+            aya_btf_ms = ms_since(t);
             aya_btf
                 .and_then(|btf| ebpf::attach_fentry(bpf, &btf, opts.reads))
                 .context("failed to use the fentry backend (--backend fentry)")?;
             (Some(Backend::Fentry), None)
         }
         (false, choice) => {
-            for spec in &raw_syscalls {
+            for spec in raw_syscalls.iter().filter(|p| !is_early(p)) {
                 ebpf::attach_loaded(bpf, spec)
                     .with_context(|| format!("failed to start program {}", spec.name))?;
             }
@@ -168,10 +316,16 @@ fn load_and_attach(
         }
     };
     let exec_fails = want_exec_exit
-        && exec_exit_loaded.iter().all(Result::is_ok)
+        && exec_exit_loaded.iter().all(|r| matches!(r, Some(Ok(()))))
         && ebpf::attach_exec_exit_loaded(bpf).is_ok();
-    Ok((backend, fallback, exec_fails))
+    if calibration.is_none() && !opts.leaks_only {
+        calibration = Some(calibrate(maps, untraced_ns, false)?);
+    }
+    Ok(Attached {
+        backend,
+        fallback,
+        exec_fails,
+        aya_btf_ms,
+        calibration,
+    })
 }
-
-/// The exec program, whose bounded variant loads differently.
-const EXEC: &str = "sched_process_exec";

@@ -430,7 +430,7 @@ fn verbose_startup(session: &Session, startup: Duration, command: bool) {
     let t = session.timings();
     crate::diag!(
         "fdaudit: start-up {:.1} ms until {} (BTF {:.1} ms{}, maps {:.1} ms, programs {:.1} ms, \
-         calibration {:.1} ms)",
+         calibration {:.1} ms{})",
         ms(startup),
         if command {
             "the command was released"
@@ -446,6 +446,11 @@ fn verbose_startup(session: &Session, startup: Duration, command: bool) {
         t.maps_ms,
         t.attach_ms,
         t.calibrate_ms,
+        if t.calibration_overlapped {
+            " of it while the exec programs were verified"
+        } else {
+            ""
+        },
     );
 }
 

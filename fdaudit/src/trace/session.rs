@@ -2,12 +2,10 @@
 //!
 //! This is the library face of `trace` (also used by `bench`): start, track a root process,
 //! poll for [`Event`]s, read the kernel's own counters. Records are decoded in
-//! [`super::decode`]; the probes' cost is measured in [`super::calibrate`].
+//! [`super::decode`]; the programs are loaded and their cost measured in
+//! [`super::loader`].
 
-use std::{
-    os::fd::AsRawFd as _,
-    time::{Duration, Instant},
-};
+use std::{os::fd::AsRawFd as _, time::Duration};
 
 use anyhow::{Context as _, Result};
 use aya::{
@@ -15,12 +13,10 @@ use aya::{
     Ebpf,
 };
 use fdaudit_common::{
-    ExecFailure, ReadKey, ReadStat, Stats, TaskState, MAP_EVENTS, MAP_EXEC_FAILS, MAP_READS,
-    MAP_STATS, MAP_TRACKED,
+    ExecFailure, ReadKey, ReadStat, Stats, TaskState, MAP_EXEC_FAILS, MAP_READS, MAP_STATS,
 };
 
 use super::{
-    calibrate,
     decode::{self, Event, ReadCount},
     loader,
 };
@@ -57,10 +53,9 @@ pub struct StartupTimings {
     pub attach_ms: f64,
     /// Measuring the probes' cost.
     pub calibrate_ms: f64,
-}
-
-fn ms_since(t: Instant) -> f64 {
-    t.elapsed().as_secs_f64() * 1e3
+    /// The probes' cost was measured while the exec programs were verified (part of
+    /// `attach_ms`, not after it).
+    pub calibration_overlapped: bool,
 }
 
 impl Drop for Session {
@@ -104,9 +99,12 @@ impl Session {
     pub fn start(opts: &SessionOptions) -> Result<Session> {
         let loader::Loaded {
             mut bpf,
+            events,
+            tracked,
             backend,
             fallback,
             exec_fails: exec_fails_ok,
+            probe_cost_ns,
             close_cost_ns,
             timings,
         } = loader::load(opts)?;
@@ -114,8 +112,6 @@ impl Session {
             bpf.take_map(name)
                 .with_context(|| format!("the eBPF object has no map {name}"))
         };
-        let events = RingBuf::try_from(take(&mut bpf, MAP_EVENTS)?)?;
-        let tracked = HashMap::try_from(take(&mut bpf, MAP_TRACKED)?)?;
         let stats = PerCpuArray::try_from(take(&mut bpf, MAP_STATS)?)?;
         let reads = if opts.reads {
             Some(HashMap::try_from(take(&mut bpf, MAP_READS)?)?)
@@ -127,7 +123,7 @@ impl Session {
         } else {
             None
         };
-        let mut session = Session {
+        Ok(Session {
             events,
             tracked,
             stats,
@@ -135,31 +131,14 @@ impl Session {
             exec_fails,
             _bpf: bpf,
             leaks_only: opts.leaks_only,
-            probe_cost_ns: 0.0,
+            probe_cost_ns,
             close_cost_ns,
             backend,
             fallback,
             timings,
             handed_off: false,
             cgroups: Hierarchy::open(),
-        };
-        if !opts.leaks_only {
-            let t = Instant::now();
-            session.probe_cost_ns =
-                calibrate::probe_cost_ns(&mut session, loader::CALIBRATION_CLOSES, close_cost_ns)
-                    .context("failed to measure the probes' own cost")?;
-            if session.probe_cost_ns <= 0.0 {
-                // Lost in the noise (a loaded machine, an emulated guest's clock): once
-                // more, ten times longer.
-                let n = loader::CALIBRATION_CLOSES * 10;
-                let untraced = sys::close_cost_ns(n);
-                session.close_cost_ns = untraced;
-                session.probe_cost_ns = calibrate::probe_cost_ns(&mut session, n, untraced)
-                    .context("failed to measure the probes' own cost")?;
-            }
-            session.timings.calibrate_ms += ms_since(t);
-        }
-        Ok(session)
+        })
     }
 
     /// For a process about to exit (trace): the slow detaches happen after the exit, in a
