@@ -391,12 +391,42 @@ impl KernelBtf {
 /// Creates the maps of the embedded object with `config` written into its CONFIG global.
 /// Programs are not loaded yet: see [`load_and_attach`].
 pub fn open(config: &Config) -> Result<Ebpf, LoadError> {
-    open_with(EbpfLoader::new(), config)
+    let loader = spawn_loader()
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+    open_with(loader, config)
 }
 
-/// [`open`] with a loader made beforehand: `EbpfLoader::new()` parses vmlinux BTF itself
-/// (~20 ms, unavoidable in aya 0.14), so a caller can make it on another thread while it
-/// reads the offsets.
+/// Makes an `EbpfLoader` on a thread of its own, without aya's parse of vmlinux BTF where
+/// that can be avoided; join it when the loader is needed.
+///
+/// aya 0.14's `EbpfLoader::new()` always reads and parses /sys/kernel/btf/vmlinux (17-50 ms
+/// and ~30 MB of fresh memory on this project's CI machine) for CO-RE relocations, which
+/// fdaudit's programs do not have ([`open_with`] sets `btf(None)`); the loader's fields
+/// are private, so there is no constructor without it. The thread therefore first takes a
+/// filesystem root of its own (unshare(CLONE_FS) gives it a private root and cwd, then it
+/// chroots into /sys/kernel/btf, under which no `sys/kernel/btf/vmlinux` exists): aya's
+/// read fails at once and the loader starts without BTF, as `btf(None)` leaves it
+/// anyway. The root is this thread's alone and goes with it; the thread does nothing else.
+/// Without CAP_SYS_CHROOT (CAP_BPF and CAP_PERFMON only) the chroot fails and aya parses as
+/// before, on this thread, while the caller does its own work.
+pub fn spawn_loader() -> std::thread::JoinHandle<EbpfLoader<'static>> {
+    std::thread::spawn(|| {
+        // SAFETY: unshare(CLONE_FS) affects only this thread's root, cwd and umask (it is
+        // allowed in a multithreaded process); chroot then changes this thread's root.
+        unsafe {
+            if libc::unshare(libc::CLONE_FS) == 0 {
+                libc::chroot(c"/sys/kernel/btf".as_ptr());
+            }
+        }
+        let mut loader = EbpfLoader::new();
+        loader.btf(None); // frees a parse made anyway, here rather than on the caller
+        loader
+    })
+}
+
+/// [`open`] with a loader made beforehand ([`spawn_loader`]), so that a caller can do its
+/// own work meanwhile.
 pub fn open_with<'a>(mut loader: EbpfLoader<'a>, config: &'a Config) -> Result<Ebpf, LoadError> {
     if crate::EBPF_OBJECT.is_empty() {
         return Err(LoadError::NoObject);

@@ -16,7 +16,7 @@ use std::time::Instant;
 use anyhow::{Context as _, Result};
 use aya::{
     maps::{HashMap, MapData, RingBuf},
-    Ebpf, EbpfLoader,
+    Ebpf,
 };
 use fdaudit_common::{TaskState, MAP_EVENTS, MAP_TRACKED};
 
@@ -63,13 +63,7 @@ fn ms_since(t: Instant) -> f64 {
 /// cost.
 pub(super) fn load(opts: &SessionOptions) -> Result<Loaded> {
     let mut timings = StartupTimings::default();
-    let loader = std::thread::spawn(|| {
-        let mut loader = EbpfLoader::new();
-        // No CO-RE relocations: aya needs no target BTF. Dropping its parse here frees
-        // it on this thread too.
-        loader.btf(None);
-        loader
-    });
+    let loader = ebpf::spawn_loader();
     let t = Instant::now();
     let kernel = KernelBtf::read().context("failed to read kernel offsets")?;
     let mut config = kernel.config;
@@ -93,9 +87,11 @@ pub(super) fn load(opts: &SessionOptions) -> Result<Loaded> {
     };
     timings.calibrate_ms = ms_since(t);
     let t = Instant::now();
+    let wait = Instant::now();
     let loader = loader
         .join()
         .map_err(|_| anyhow::anyhow!("aya's loader panicked"))?;
+    timings.loader_wait_ms = ms_since(wait);
     let mut bpf = ebpf::open_with(loader, &config).context("failed to load the eBPF object")?;
     let mut take = |name: &str| {
         bpf.take_map(name)

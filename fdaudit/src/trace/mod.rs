@@ -429,8 +429,8 @@ fn verbose_startup(session: &Session, startup: Duration, command: bool) {
     }
     let t = session.timings();
     crate::diag!(
-        "fdaudit: start-up {:.1} ms until {} (BTF {:.1} ms{}, maps {:.1} ms, programs {:.1} ms, \
-         calibration {:.1} ms{})",
+        "fdaudit: start-up {:.1} ms until {} (BTF {:.1} ms{}, maps {:.1} ms (of it waiting for \
+         aya's loader {:.1} ms), programs {:.1} ms, calibration {:.1} ms{})",
         ms(startup),
         if command {
             "the command was released"
@@ -444,6 +444,7 @@ fn verbose_startup(session: &Session, startup: Duration, command: bool) {
             String::new()
         },
         t.maps_ms,
+        t.loader_wait_ms,
         t.attach_ms,
         t.calibrate_ms,
         if t.calibration_overlapped {

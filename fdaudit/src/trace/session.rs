@@ -47,6 +47,9 @@ pub struct StartupTimings {
     pub btf_ms: f64,
     /// aya's parse of the same bytes, when fentry is tried.
     pub aya_btf_ms: f64,
+    /// Waiting for aya's loader, made on another thread meanwhile
+    /// ([`crate::ebpf::spawn_loader`]): part of `maps_ms`.
+    pub loader_wait_ms: f64,
     /// Creating the maps (aya's object load and feature probes).
     pub maps_ms: f64,
     /// Loading (verifier) and attaching the programs.
