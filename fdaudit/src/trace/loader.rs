@@ -3,19 +3,25 @@
 //! other runs on both cores.
 //!
 //! Measured with `trace -v`, `strace -f` and `perf record` on this project's 2-vCPU CI
-//! machine: aya 0.14's `EbpfLoader::new()` parses vmlinux BTF (17-50 ms) though fdaudit's
-//! programs have no CO-RE relocations to use it for, and its fields are private, so it
-//! cannot be skipped: it runs on another thread while fdaudit maps and indexes the same BTF
-//! for its offsets (1-3 ms, [`crate::btf`]), runs aya's feature probes, the bpf_loop probe
-//! and the untraced close() timing. Then the programs are verified one thread each (the
-//! exec program alone takes 10-30 ms of verifier time), and the probes' cost is measured
-//! while the exec program is still being verified.
+//! machine, in start-up order:
+//! - aya's loader is made on another thread ([`ebpf::spawn_loader`]), where its own parse
+//!   of vmlinux BTF (17-50 ms) is avoided when it can be;
+//! - meanwhile this thread maps and indexes the same BTF for the offsets (1-3 ms,
+//!   [`crate::btf`]), runs aya's feature probes and the bpf_loop probe (0.4 ms) and times
+//!   an untraced close() (1 ms);
+//! - aya creates the maps (4-6 ms: the hash tables are preallocated, the ring buffer's
+//!   8 MiB mapped);
+//! - the exec program is verified on its own thread (10-30 ms of verifier time, the long
+//!   pole) while this one loads the fork, exit and syscall programs (3-4 ms), attaches them,
+//!   measures the probes' cost (3-4 ms) and loads the exec_exit ones;
+//! - the rest is attached.
 
 use std::time::Instant;
 
 use anyhow::{Context as _, Result};
 use aya::{
     maps::{HashMap, MapData, RingBuf},
+    programs::Program,
     Ebpf,
 };
 use fdaudit_common::{TaskState, MAP_EVENTS, MAP_TRACKED};
@@ -228,50 +234,53 @@ fn load_and_attach(
     } else {
         Vec::new()
     };
+    // The exec program's verifier is the long pole (10-30 ms; the others take 0.3-3 ms
+    // each): it runs on a thread of its own while this one loads the others, one after
+    // the other, attaches the early ones and calibrates (3-4 ms on a quiet machine). Two
+    // cores, two threads: with a thread per program the early ones shared the cores with
+    // the exec one and were attached after 12-28 ms (load 5-8 on the CI machine), this
+    // way after 3-16 ms.
     let (mut results, mut calibration) = std::thread::scope(|s| -> Result<_> {
-        let mut early_loads = Vec::new();
-        let mut late_loads = Vec::new();
+        let mut exec_load = None;
+        let mut here: Vec<(usize, &mut Program)> = Vec::new();
         for (name, prog) in bpf.programs_mut() {
             let Some(i) = names.iter().position(|&n| n == name) else {
                 continue;
             };
-            let name = names[i];
-            let load = s.spawn(move || {
-                let r = ebpf::load_program(prog, name);
-                (prog, r)
-            });
-            match early.iter().position(|p| p.name == name) {
-                Some(order) => early_loads.push((order, i, load)),
-                None => late_loads.push((i, load)),
+            if name == EXEC {
+                exec_load = Some((i, s.spawn(move || ebpf::load_program(prog, EXEC))));
+            } else {
+                here.push((i, prog));
             }
         }
+        // The early programs first, in attach order, then the rest in `names` order.
+        let rank = |i: usize| {
+            early
+                .iter()
+                .position(|p| p.name == names[i])
+                .unwrap_or(early.len() + i)
+        };
+        here.sort_by_key(|(i, _)| rank(*i));
         let mut results: Vec<Option<Result<(), LoadError>>> = names.iter().map(|_| None).collect();
         let mut calibration = None;
-        if !early.is_empty() {
-            early_loads.sort_by_key(|(order, _, _)| *order);
-            let mut loaded = Vec::new();
-            for (order, i, load) in early_loads {
-                let (prog, r) = load.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
-                r.with_context(|| format!("failed to start program {}", names[i]))?;
-                results[i] = Some(Ok(()));
-                loaded.push((early[order], prog));
-            }
-            if loaded.len() < early.len() {
-                let missing = early
-                    .iter()
-                    .find(|p| !loaded.iter().any(|(l, _)| l.name == p.name));
-                let name = missing.map_or("?", |p| p.name);
-                return Err(anyhow::anyhow!("the eBPF object has no program {name}"));
-            }
-            for (spec, prog) in loaded {
+        let mut attached = 0;
+        for (i, prog) in here {
+            let loaded = ebpf::load_program(prog, names[i]);
+            if let Some(spec) = early.iter().find(|p| p.name == names[i]) {
+                loaded.with_context(|| format!("failed to start program {}", spec.name))?;
                 ebpf::attach_program(prog, spec)
                     .with_context(|| format!("failed to start program {}", spec.name))?;
+                attached += 1;
+                if attached == early.len() {
+                    calibration = Some(calibrate(maps, untraced_ns, true)?);
+                }
+                results[i] = Some(Ok(()));
+            } else {
+                results[i] = Some(loaded);
             }
-            calibration = Some(calibrate(maps, untraced_ns, true)?);
         }
-        for (i, load) in late_loads {
-            let (_, r) = load.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
-            results[i] = Some(r);
+        if let Some((i, load)) = exec_load {
+            results[i] = Some(load.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
         }
         Ok((results, calibration))
     })?;
