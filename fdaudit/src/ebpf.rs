@@ -12,7 +12,7 @@ use aya::{
     sys::{is_helper_supported, BpfHelper},
     Ebpf, EbpfError, EbpfLoader,
 };
-use fdaudit_common::{Config, GLOBAL_CONFIG, MAP_EXEC_CHAIN};
+use fdaudit_common::{Config, GLOBAL_CONFIG, MAP_EXEC_CHAIN, MAP_READS};
 use thiserror::Error;
 
 use crate::btf::{self, Btf, BtfError};
@@ -436,6 +436,11 @@ pub fn open_with<'a>(mut loader: EbpfLoader<'a>, config: &'a Config) -> Result<E
     }
     if !Path::new(btf::VMLINUX_BTF).exists() {
         return Err(LoadError::NoBtf(BtfError::Malformed("file missing")));
+    }
+    // Only the --reads programs write the read table (16384 preallocated entries, ~0.5 ms
+    // of the kernel's map creation): without --reads it gets one.
+    if config.reads == 0 {
+        loader.map_max_entries(MAP_READS, 1);
     }
     // No CO-RE relocations in Rust programs: aya needs no target BTF to load the object.
     loader
