@@ -14,8 +14,9 @@ Tracers: untraced; `fdaudit trace -q` (with --backend B when given); `trace -q -
 `trace -q --reads`; bpftrace counting close() per process (installed with apt-get when
 --install-bpftrace and missing); `strace -f -c`.
 
-Figures: the median over rounds of the wall time; `vs untraced` is the ratio of medians, and
-for `true` the difference in ms. Rounds interleave every tracer so drift hits them alike.
+Figures: the median over rounds of the wall time, with the middle half of the runs (first to
+third quartile) as its spread; `vs untraced` is the ratio of medians, and for `true` the
+difference in ms. Rounds interleave every tracer so drift hits them alike.
 
 Usage (as root; on a shared machine under the lock other eBPF users take):
   flock /tmp/fdaudit-bpf.lock python3 bench/trace/overhead.py [--rounds 5] [--spawns 100]
@@ -35,6 +36,14 @@ import sys
 import tempfile
 import time
 
+
+
+def quartiles(xs):
+    """The first and third quartiles (the spread printed beside each median)."""
+    if len(xs) < 2:
+        return xs[0], xs[0]
+    q = statistics.quantiles(xs, n=4)
+    return q[0], q[2]
 
 
 def wall_ns(cmd):
@@ -210,8 +219,11 @@ def main():
                 rel = f"{m / base:6.2f}x"
                 if w == "true":
                     rel += f"  +{(m - base) / 1e6:.1f} ms"
-            print(f"  {t:12} {m / 1e6:10.1f} ms  {rel}   (n={len(res[w][t])})")
-            out["results"].setdefault(w, {})[t] = {"median_ns": m, "runs": res[w][t]}
+            q1, q3 = quartiles(res[w][t])
+            print(f"  {t:12} {m / 1e6:10.1f} ms  {rel}   (n={len(res[w][t])}, "
+                  f"middle half {q1 / 1e6:.1f}-{q3 / 1e6:.1f} ms)")
+            out["results"].setdefault(w, {})[t] = {"median_ns": m, "q1_ns": q1, "q3_ns": q3,
+                                                   "runs": res[w][t]}
     if a.json_out:
         with open(a.json_out, "w") as f:
             json.dump(out, f, indent=1)
