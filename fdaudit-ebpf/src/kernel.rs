@@ -3,7 +3,7 @@
 use aya_ebpf::{
     helpers::{
         bpf_get_current_task, bpf_probe_read_kernel, bpf_probe_read_kernel_str_bytes,
-        bpf_probe_read_user_buf, bpf_probe_read_user_str_bytes,
+        bpf_probe_read_user_buf,
     },
     maps::PerCpuArray,
 };
@@ -69,23 +69,20 @@ pub fn read_exec_names(rec: &mut SpawnRecord, bprm: u64) {
         rec.header.flags |= flags::READ_FAILED;
         return;
     };
-    let mut len = end.saturating_sub(start);
-    if len > ARGV_LEN as u64 {
-        len = ARGV_LEN as u64;
+    let mut len = end.saturating_sub(start) as usize;
+    if len > ARGV_LEN {
+        len = ARGV_LEN;
         rec.header.flags |= flags::ARGV_TRUNCATED;
     }
-    // Read the whole buffer (the verifier wants a constant size), then trim to `len`.
-    // SAFETY: the user stack of the new image was just written by exec; reads are bounded.
-    if len > 0 && unsafe { bpf_probe_read_user_buf(start as *const u8, &mut rec.argv) }.is_err() {
-        // The buffer may cross the end of the stack mapping: fall back to a string read.
-        // SAFETY: as above.
-        match unsafe { bpf_probe_read_user_str_bytes(start as *const u8, &mut rec.argv) } {
-            Ok(s) => len = s.len() as u64,
-            Err(_) => {
-                rec.header.flags |= flags::READ_FAILED;
-                len = 0;
-            }
-        }
+    // Read exactly `len` bytes (1..=ARGV_LEN, a bounded size the verifier accepts): with a
+    // short argv and environment the area ends less than ARGV_LEN bytes below the top of
+    // the stack, so a read of the whole buffer would fault there.
+    // SAFETY: the helper tolerates bad addresses; the slice bounds the write.
+    if len > 0
+        && unsafe { bpf_probe_read_user_buf(start as *const u8, &mut rec.argv[..len]) }.is_err()
+    {
+        rec.header.flags |= flags::READ_FAILED;
+        len = 0;
     }
     rec.argv_len = len as u32;
 }

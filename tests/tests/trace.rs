@@ -370,3 +370,75 @@ fn bounded_walk_reports_fd_7_and_flags_a_table_past_its_bound() {
         "{s}"
     );
 }
+
+/// argv is copied in the kernel at exec, byte for byte: empty elements (first, middle and
+/// last), a space and bytes that are not UTF-8 all come back. The command runs with an empty
+/// environment, so the new image's argument area ends a few bytes below the top of its stack:
+/// a read of the whole argv buffer from there faults (in the VM guests, whose environment is
+/// small, such a read once gave only argv[0]). An argv longer than the buffer is cut and
+/// flagged.
+#[test]
+#[ignore = "needs root and BTF"]
+fn argv_is_exact_at_the_top_of_a_bare_stack() {
+    use std::os::unix::ffi::OsStrExt as _;
+    let _g = guard();
+    let run = |args: &[&[u8]]| -> Value {
+        let file = fdaudit_tests::temp_path("argv.jsonl");
+        let out = Command::new(fdaudit())
+            .args(["trace", "--json", "-o"])
+            .arg(&file)
+            .args(["--", "/bin/sh", "-c", "exec /bin/true \"$@\"", "sh"])
+            .args(args.iter().map(|a| std::ffi::OsStr::from_bytes(a)))
+            .env_clear()
+            .stdin(Stdio::null())
+            .output()
+            .expect("run fdaudit trace");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = std::fs::read_to_string(&file).expect("the -o file");
+        let _ = std::fs::remove_file(&file);
+        fdaudit_tests::records(&text)
+            .into_iter()
+            .find(|s| s["type"] == "spawn" && s["exec_path"] == "/bin/true")
+            .unwrap_or_else(|| panic!("no spawn of /bin/true in {text}"))
+    };
+    let argv_bytes = |s: &Value| -> Vec<Vec<u8>> {
+        match s.get("argv_b64") {
+            Some(b) => b
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| fdaudit_tests::b64(e.as_str().unwrap()))
+                .collect(),
+            None => s["argv"]
+                .as_array()
+                .unwrap_or_else(|| panic!("no argv: {s}"))
+                .iter()
+                .map(|e| e.as_str().unwrap().as_bytes().to_vec())
+                .collect(),
+        }
+    };
+
+    let args: [&[u8]; 6] = [b"", b"x", b"", b"a b", b"\xff\xfe", b""];
+    let s = run(&args);
+    let mut want = vec![b"/bin/true".to_vec()];
+    want.extend(args.iter().map(|a| a.to_vec()));
+    assert_eq!(argv_bytes(&s), want, "{s}");
+    assert!(
+        !has_flag(&s, "argv_truncated") && !has_flag(&s, "read_failed"),
+        "{s}"
+    );
+
+    let long = vec![b'y'; 400];
+    let s = run(&[b"", &long]);
+    let got = argv_bytes(&s);
+    assert!(has_flag(&s, "argv_truncated"), "{s}");
+    assert_eq!(got[..2], [b"/bin/true".to_vec(), Vec::new()], "{s}");
+    assert!(
+        got[2].len() < long.len() && got[2].iter().all(|&b| b == b'y'),
+        "{s}"
+    );
+}

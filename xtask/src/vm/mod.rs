@@ -414,11 +414,6 @@ const HOST_ONLY_TESTS: &[(&str, &str)] = &[
          initramfs carries",
     ),
     (
-        "output",
-        "its argv round trip reads only argv[0] in the 5.10 and sid guests (an open defect, \
-         not yet understood); its 13 other tests pass there",
-    ),
-    (
         "scan_hostile",
         "mounts a FUSE file system (no /dev/fuse in the guests) and holds files the \
          initramfs lacks",
