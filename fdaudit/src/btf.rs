@@ -481,6 +481,19 @@ mod tests {
     }
 
     #[test]
+    fn a_file_that_cannot_be_mapped_is_read() {
+        // procfs files refuse mmap: the bytes are read instead, and parsed (as not BTF).
+        assert!(matches!(
+            Btf::from_file(Path::new("/proc/self/status")),
+            Err(BtfError::Malformed("bad magic"))
+        ));
+        assert!(matches!(
+            Btf::from_file(Path::new("/nonexistent/vmlinux")),
+            Err(BtfError::Read { .. })
+        ));
+    }
+
+    #[test]
     fn rejects_garbage_and_truncation() {
         assert!(matches!(
             Btf::parse(b"hello world, not btf at all"),
