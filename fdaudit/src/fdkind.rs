@@ -5,7 +5,7 @@ use serde::Serialize;
 
 /// Kind of an open file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum FdKind {
     Regular,
     Directory,
@@ -170,6 +170,19 @@ pub fn from_kernel(mode: u32, sb_magic: u64, name: &str) -> FdKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// JSON writes the same names people see and the schema lists (`anon_inode` once came out
+    /// as `anoninode` in scan records).
+    #[test]
+    fn json_names_are_the_display_names() {
+        use FdKind::*;
+        for kind in [
+            Regular, Directory, Socket, Pipe, Fifo, Eventfd, Epoll, Timerfd, Signalfd, Pidfd,
+            Inotify, Fanotify, Memfd, Bpf, Perf, AnonInode, Device, Symlink, Other,
+        ] {
+            assert_eq!(serde_json::to_value(kind).unwrap(), kind.as_str(), "{kind:?}");
+        }
+    }
 
     #[test]
     fn kernel_view_classification() {
