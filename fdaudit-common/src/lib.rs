@@ -4,15 +4,15 @@
 //! out, so both sides agree on the layout byte for byte. Layout is checked by `const` asserts.
 #![no_std]
 
-/// Ring buffer carrying [`SpawnRecord`] and [`ExitRecord`] to userspace.
+/// Ring buffer carrying [`PathsRecord`], [`SpawnRecord`] and [`ExitRecord`] to userspace.
 pub const MAP_EVENTS: &str = "EVENTS";
 /// tgid -> [`TaskState`] for every process of the traced tree.
 pub const MAP_TRACKED: &str = "TRACKED";
-/// Scratch space (one [`SpawnRecord`] per CPU) the exec program fills before output.
+/// Scratch space (one [`SpawnScratch`] per CPU) the exec program fills before output.
 pub const MAP_SCRATCH: &str = "SCRATCH";
 /// Per-CPU array of [`Stats`] (one entry, index 0); userspace sums the CPUs.
 pub const MAP_STATS: &str = "STATS";
-/// [`ReadKey`] -> [`ReadStat`]: per-(process, fd) read counters (`trace --reads`).
+/// [`ReadKey`] -> [`ReadStat`]: per-(process, open file) read counters (`trace --reads`).
 pub const MAP_READS: &str = "READS";
 /// Array of [`HotSlot`] indexed by `tgid & Config::hot_mask`: the close() fast path.
 pub const MAP_HOT: &str = "HOT";
@@ -135,427 +135,67 @@ pub mod sysno {
     pub use x86_64::*;
 }
 
-/// Partial-data markers carried in [`RecordHeader::flags`].
-pub mod flags {
-    /// More fds leaked than [`super::MAX_FDS`]; the list is cut, `nfds` holds the true count.
-    pub const FDS_TRUNCATED: u32 = 1 << 0;
-    /// A kernel read failed while building the record; some fields may be zero.
-    pub const READ_FAILED: u32 = 1 << 1;
-    /// The argument vector was longer than [`super::ARGV_LEN`].
-    pub const ARGV_TRUNCATED: u32 = 1 << 2;
-    /// More close_range() calls than [`super::MAX_RANGES`]; only the first are kept.
-    pub const RANGES_TRUNCATED: u32 = 1 << 3;
-    /// The fork was not seen (the process existed before tracing began): no window time.
-    pub const NO_FORK: u32 = 1 << 4;
-    /// The fd-table walk stopped at its bound before the end of the table.
-    pub const FDTABLE_TRUNCATED: u32 = 1 << 5;
-    /// Syscall tracepoints were not attached (`--leaks-only`): counters are absent.
-    pub const NO_SYSCALLS: u32 = 1 << 6;
-    /// A leaked file's path was deeper than [`super::MAX_DEPTH`] or a component longer than
-    /// [`super::COMP_LEN`]; or more files leaked than [`super::MAX_PATHS`] have paths.
-    pub const PATH_PARTIAL: u32 = 1 << 7;
-    /// The window started at this process's previous exec, not at a fork: an exec chain
-    /// (a spawn helper such as Java's jspawnhelper, a shell's `exec`, `env CMD`).
-    pub const REEXEC: u32 = 1 << 8;
-    /// Reduced data: the kernel lacks bpf_loop (before 5.17), so the exec program walked
-    /// the fd table in its bounded form, and the table was larger than that form looks at
-    /// ([`super::BOUNDED_MAX_FDS`] fds): leaked fds above it are missing. Set together with
-    /// FDTABLE_TRUNCATED; a newer kernel has no such bound.
-    pub const BOUNDED_WALK: u32 = 1 << 9;
-}
+/// i386 syscall numbers (arch/x86/entry/syscalls/syscall_32.tbl): what a task passes in a
+/// compat syscall (`int $0x80`, or a 32-bit process's sysenter), arguments in bx, cx, dx.
+/// The programs map them to [`sysno`] before counting; a compat syscall is never counted
+/// under the x86_64 number it happens to share (ia32 `read` is x86_64 `close`).
+pub mod sysno_ia32 {
+    pub const READ: i64 = 3;
+    pub const CLOSE: i64 = 6;
+    pub const EXECVE: i64 = 11;
+    pub const FCNTL: i64 = 55;
+    pub const DUP2: i64 = 63;
+    pub const READV: i64 = 145;
+    pub const POLL: i64 = 168;
+    pub const PREAD64: i64 = 180;
+    pub const GETDENTS64: i64 = 220;
+    pub const FCNTL64: i64 = 221;
+    pub const PPOLL: i64 = 309;
+    pub const DUP3: i64 = 330;
+    pub const EXECVEAT: i64 = 358;
+    pub const PPOLL_TIME64: i64 = 414;
+    pub const CLOSE_RANGE: i64 = 436;
 
-/// Record kinds on the ring buffer.
-#[repr(u32)]
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum RecordKind {
-    /// A traced process completed an exec: [`SpawnRecord`].
-    Spawn = 1,
-    /// A traced process exited (its whole thread group): [`ExitRecord`].
-    Exit = 2,
-}
-
-impl RecordKind {
-    pub fn from_u32(v: u32) -> Option<Self> {
-        match v {
-            1 => Some(Self::Spawn),
-            2 => Some(Self::Exit),
-            _ => None,
+    /// The x86_64 number of the same call, or -1 for a call the programs do not count.
+    /// (Compat syscalls exist only on x86_64 here: the programs call this only there.)
+    pub const fn to_native(id: i64) -> i64 {
+        use super::sysno::x86_64 as n;
+        match id {
+            READ => n::READ,
+            CLOSE => n::CLOSE,
+            EXECVE => n::EXECVE,
+            FCNTL | FCNTL64 => n::FCNTL,
+            DUP2 => n::DUP2,
+            READV => n::READV,
+            POLL => n::POLL,
+            PREAD64 => n::PREAD64,
+            GETDENTS64 => n::GETDENTS64,
+            PPOLL | PPOLL_TIME64 => n::PPOLL,
+            DUP3 => n::DUP3,
+            EXECVEAT => n::EXECVEAT,
+            CLOSE_RANGE => n::CLOSE_RANGE,
+            _ => -1,
         }
     }
+
+    /// `TS_COMPAT` in `thread_info.status` (arch/x86/include/asm/thread_info.h): the task
+    /// is in a compat syscall (what the kernel's in_ia32_syscall() tests).
+    pub const TS_COMPAT: u32 = 0x0002;
 }
 
-/// First field of every record.
-#[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub struct RecordHeader {
-    /// A [`RecordKind`] value.
-    pub kind: u32,
-    /// [`flags`] bits.
-    pub flags: u32,
-}
+mod config;
+mod maps;
+mod records;
 
-/// One close_range(first, last, flags) call.
-#[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub struct CloseRange {
-    pub first: u32,
-    pub last: u32,
-    pub flags: u32,
-    pub _pad: u32,
-}
-
-/// What a child did between fork and exec, counted in the kernel.
-#[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub struct Counters {
-    pub close_calls: u32,
-    pub close_ebadf: u32,
-    pub close_range_calls: u32,
-    pub fcntl_setfd_calls: u32,
-    pub fcntl_getfd_calls: u32,
-    pub poll_calls: u32,
-    pub poll_nfds_max: u32,
-    pub getdents64_calls: u32,
-    pub procfd_opens: u32,
-    pub exec_attempts: u32,
-    /// Other fd-creating or fd-probing calls seen (dup2/dup3 onto high fds), informational.
-    pub dup_calls: u32,
-    pub _pad: u32,
-    pub ranges: [CloseRange; MAX_RANGES],
-}
-
-/// Where a process's fd table is, cached at fork so close() can tell an open fd from EBADF
-/// with one or two reads instead of walking task->files->fdt every time.
-#[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub struct FdCache {
-    pub files: u64,
-    pub fdt: u64,
-    pub open_fds: u64,
-    pub max_fds: u32,
-    pub _pad: u32,
-}
-
-/// close() counters of one in-window process, in an array slot found without hashing.
-/// `tgid == 0` means the slot is free; `overflow` marks a slot another in-window process
-/// wanted too (that one is counted through [`MAP_TRACKED`] instead).
-#[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub struct HotSlot {
-    pub tgid: u32,
-    pub overflow: u32,
-    pub close_calls: u32,
-    pub close_ebadf: u32,
-    pub cache: FdCache,
-}
-
-/// Per-process state kept in [`MAP_TRACKED`], keyed by tgid.
-#[repr(C)]
-#[derive(Copy, Clone, Debug, Default)]
-pub struct TaskState {
-    /// bpf_ktime_get_ns() at the start of the current window: the fork, or the previous
-    /// exec of an exec chain; 0 when not seen.
-    pub fork_ns: u64,
-    pub parent_pid: u32,
-    /// 1 once the start of the window was seen (a fork or an exec); counters only grow then.
-    pub in_window: u32,
-    /// Successful execs seen for this process.
-    pub execs: u32,
-    pub flags: u32,
-    pub parent_comm: [u8; 16],
-    pub counters: Counters,
-    pub cache: FdCache,
-}
-
-/// Kind of file, as the kernel program sees it; userspace refines anon inodes by name.
-#[repr(C)]
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct FdInfo {
-    pub fd: u32,
-    /// inode->i_mode (S_IFMT bits and permissions).
-    pub mode: u32,
-    /// file->f_flags (O_ACCMODE, O_APPEND, ...).
-    pub f_flags: u32,
-    /// Socket family (AF_*) when the file is a socket, else 0.
-    pub family: u16,
-    /// Socket type (SOCK_STREAM, ...) when the file is a socket, else 0.
-    pub sock_type: u16,
-    pub ino: u64,
-    /// inode->i_sb->s_magic: tells pipefs, sockfs, anon_inodefs, tmpfs, procfs apart.
-    pub magic: u64,
-    /// inode->i_sb->s_dev (kernel dev_t encoding).
-    pub dev: u32,
-    /// inode->i_rdev for device files (kernel dev_t encoding).
-    pub rdev: u32,
-    /// NUL-terminated dentry name ("[eventfd]", "memfd:x", a file's basename).
-    pub name: [u8; NAME_LEN],
-}
-
-impl Default for FdInfo {
-    fn default() -> Self {
-        Self {
-            fd: 0,
-            mode: 0,
-            f_flags: 0,
-            family: 0,
-            sock_type: 0,
-            ino: 0,
-            magic: 0,
-            dev: 0,
-            rdev: 0,
-            name: [0; NAME_LEN],
-        }
-    }
-}
-
-/// Sent once per successful exec of a traced process.
-#[repr(C)]
-#[derive(Copy, Clone, Debug)]
-pub struct SpawnRecord {
-    pub header: RecordHeader,
-    /// The process id after exec (the tgid).
-    pub pid: u32,
-    /// The thread id that called exec (differs from `pid` when a non-main thread exec'd).
-    pub old_pid: u32,
-    pub parent_pid: u32,
-    /// Number of leaked fds (>= 3) found; may exceed [`MAX_FDS`].
-    pub nfds: u32,
-    pub fork_ns: u64,
-    pub exec_ns: u64,
-    pub parent_comm: [u8; 16],
-    /// The new image's comm.
-    pub comm: [u8; 16],
-    pub counters: Counters,
-    /// Exec'd file name (bprm->filename), NUL terminated.
-    pub filename: [u8; PATH_LEN],
-    /// Argument vector, NUL separated; `argv_len` bytes valid.
-    pub argv: [u8; ARGV_LEN],
-    pub argv_len: u32,
-    /// Number of fds 0..=2 open after exec (stdio), as a bitmask.
-    pub stdio_mask: u32,
-    /// Stdio fds 0, 1, 2 (valid when the bit in `stdio_mask` is set).
-    pub stdio: [FdInfo; 3],
-    pub fds: [FdInfo; MAX_FDS],
-    /// Full paths of the first [`MAX_PATHS`] leaked fds (index into `fds` in `FdPath::index`).
-    pub paths: [FdPath; MAX_PATHS],
-    pub npaths: u32,
-    pub _pad2: u32,
-    /// The process's cgroup on the unified (v2) hierarchy at exec: its kernfs id, the inode
-    /// number of the cgroup's directory (bpf_get_current_cgroup_id, since 4.18).
-    pub cgroup_id: u64,
-}
-
-/// A leaked fd's path as components from the file up (leaf first), built in the kernel by
-/// walking dentry->d_parent and crossing mounts, so it survives the process exiting.
-#[repr(C)]
-#[derive(Copy, Clone, Debug)]
-pub struct FdPath {
-    /// Index of the fd in [`SpawnRecord::fds`].
-    pub index: u32,
-    /// Components filled in `comps`.
-    pub depth: u32,
-    /// 1 when the walk reached the root; 0 when it was cut (deep path or read failure).
-    pub complete: u32,
-    pub _pad: u32,
-    pub comps: [[u8; COMP_LEN]; MAX_DEPTH],
-}
-
-/// Sent when a traced process's thread group dies.
-#[repr(C)]
-#[derive(Copy, Clone, Debug)]
-pub struct ExitRecord {
-    pub header: RecordHeader,
-    pub pid: u32,
-    pub parent_pid: u32,
-    pub fork_ns: u64,
-    pub exit_ns: u64,
-    /// 1 when the process exited without ever exec'ing (a fork-only child).
-    pub never_execd: u32,
-    pub exit_code: u32,
-    pub comm: [u8; 16],
-    pub counters: Counters,
-}
-
-/// Counters the programs keep about themselves.
-#[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub struct Stats {
-    /// Records that did not fit in the ring buffer.
-    pub lost_records: u64,
-    /// Forks not tracked because [`MAP_TRACKED`] was full.
-    pub tracked_full: u64,
-    /// Read counters not kept because [`MAP_READS`] was full.
-    pub reads_full: u64,
-    pub _reserved: u64,
-}
-
-/// Bytes of the path of a failed exec kept in [`ExecFailure`] (longer ones are cut).
-pub const EXEC_PATH_LEN: usize = 256;
-/// Entries of [`MAP_EXEC_FAILS`] (an LRU map: stale entries age out).
-pub const MAX_EXEC_FAILS: u32 = 4096;
-
-/// Value of [`MAP_EXEC_FAILS`]: a traced process's last exec that returned an error.
-#[repr(C)]
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct ExecFailure {
-    /// The exec syscall's return value, negated (2 for ENOENT).
-    pub errno: i32,
-    pub _pad: u32,
-    /// The path given to execve/execveat, NUL-terminated (cut at [`EXEC_PATH_LEN`]).
-    pub path: [u8; EXEC_PATH_LEN],
-}
-
-/// Key of [`MAP_READS`].
-#[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct ReadKey {
-    pub pid: u32,
-    pub fd: u32,
-}
-
-/// Value of [`MAP_READS`].
-#[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub struct ReadStat {
-    pub calls: u64,
-    pub bytes: u64,
-    /// Calls that returned 1 or 2 bytes.
-    pub tiny_calls: u64,
-    /// inode number of the file read, to name it after the process is gone.
-    pub ino: u64,
-    /// Superblock magic of the file read (pipefs, sockfs, ...).
-    pub magic: u64,
-    /// inode->i_mode of the file read.
-    pub mode: u32,
-    pub _pad: u32,
-    /// comm of the reader when the entry was created.
-    pub comm: [u8; 16],
-}
-
-/// Kernel struct offsets (bytes) read from /sys/kernel/btf/vmlinux at load time, plus run
-/// options. Passed to the programs as the global [`GLOBAL_CONFIG`].
-#[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub struct Config {
-    pub task_pid: u32,
-    pub task_tgid: u32,
-    pub task_files: u32,
-    pub task_mm: u32,
-    pub task_comm: u32,
-    pub task_signal: u32,
-    pub task_exit_code: u32,
-    pub signal_live: u32,
-    pub files_fdt: u32,
-    pub fdt_max_fds: u32,
-    pub fdt_fd: u32,
-    pub fdt_open_fds: u32,
-    pub file_inode: u32,
-    pub file_flags: u32,
-    pub file_dentry: u32,
-    pub file_private: u32,
-    pub dentry_name: u32,
-    pub inode_mode: u32,
-    pub inode_ino: u32,
-    pub inode_sb: u32,
-    pub inode_rdev: u32,
-    pub sb_magic: u32,
-    pub sb_dev: u32,
-    pub socket_sk: u32,
-    pub socket_type: u32,
-    pub sk_family: u32,
-    pub mm_arg_start: u32,
-    pub mm_arg_end: u32,
-    pub bprm_filename: u32,
-    /// pt_regs offsets of the first three syscall arguments at syscall entry (x86_64: di,
-    /// si, dx; aarch64: regs[0..3]).
-    pub regs_arg0: u32,
-    pub regs_arg1: u32,
-    pub regs_arg2: u32,
-    /// pt_regs offset of the syscall number (x86_64: orig_ax, 8 bytes; aarch64: syscallno,
-    /// 4 bytes).
-    pub regs_nr: u32,
-    /// pt_regs offset of the first argument at syscall exit, where aarch64 has overwritten
-    /// x0 with the return value (x86_64: di; aarch64: orig_x0).
-    pub regs_exit_arg0: u32,
-    /// `HOT` array size - 1.
-    pub hot_mask: u32,
-    pub file_mnt: u32,
-    pub file_pos: u32,
-    pub dentry_parent: u32,
-    pub vfsmount_root: u32,
-    pub mount_mnt: u32,
-    pub mount_parent: u32,
-    pub mount_mountpoint: u32,
-    /// Non-zero: count reads per fd (`trace --reads`).
-    pub reads: u32,
-    /// [`CONFIG_MAGIC`] once userspace filled the config; the programs count nothing while
-    /// it is anything else (zero: the loader did not set the global).
-    pub magic: u32,
-    /// `trace --cgroup`: depth of the followed cgroup below the cgroup2 root (root = 0).
-    pub cgroup_level: u32,
-    /// Explicit padding: `cgroup_id` is 8-aligned.
-    pub _pad0: u32,
-    /// `trace --cgroup`: id of the followed cgroup, 0 to follow only the tracked trees. A
-    /// process whose ancestor at `cgroup_level` is this cgroup is traced at its fork or exec.
-    pub cgroup_id: u64,
-}
-
-/// Value userspace puts in [`Config::magic`].
-pub const CONFIG_MAGIC: u32 = 0xfda0_0001;
-
-impl Config {
-    /// All offsets zero and no magic: the eBPF side's initial value of the global, which
-    /// the loader overrides.
-    pub const ZEROED: Config = Config {
-        task_pid: 0,
-        task_tgid: 0,
-        task_files: 0,
-        task_mm: 0,
-        task_comm: 0,
-        task_signal: 0,
-        task_exit_code: 0,
-        signal_live: 0,
-        files_fdt: 0,
-        fdt_max_fds: 0,
-        fdt_fd: 0,
-        fdt_open_fds: 0,
-        file_inode: 0,
-        file_flags: 0,
-        file_dentry: 0,
-        file_private: 0,
-        dentry_name: 0,
-        inode_mode: 0,
-        inode_ino: 0,
-        inode_sb: 0,
-        inode_rdev: 0,
-        sb_magic: 0,
-        sb_dev: 0,
-        socket_sk: 0,
-        socket_type: 0,
-        sk_family: 0,
-        mm_arg_start: 0,
-        mm_arg_end: 0,
-        bprm_filename: 0,
-        regs_arg0: 0,
-        regs_arg1: 0,
-        regs_arg2: 0,
-        regs_nr: 0,
-        regs_exit_arg0: 0,
-        hot_mask: 0,
-        file_mnt: 0,
-        file_pos: 0,
-        dentry_parent: 0,
-        vfsmount_root: 0,
-        mount_mnt: 0,
-        mount_parent: 0,
-        mount_mountpoint: 0,
-        reads: 0,
-        magic: 0,
-        cgroup_level: 0,
-        _pad0: 0,
-        cgroup_id: 0,
-    };
-}
+pub use config::{Config, CONFIG_MAGIC, NO_OFFSET};
+pub use maps::{
+    ExecFailure, FdCache, HotSlot, ReadKey, ReadStat, Stats, TaskState, EXEC_PATH_LEN,
+    MAX_EXEC_FAILS,
+};
+pub use records::{
+    fd_flags, flags, CloseRange, Counters, ExitRecord, FdInfo, FdPath, PathsRecord, RecordHeader,
+    RecordKind, SpawnRecord, SpawnScratch, MAX_SPAWN_BYTES,
+};
 
 /// Whether two names are equal, at compile time: the eBPF crate checks with it that each
 /// map's static (whose identifier `#[map]` uses as the map's name) is named as the `MAP_*`
@@ -597,14 +237,20 @@ const _: () = {
     assert!(size_of::<CloseRange>() == 16);
     assert!(size_of::<Counters>() == 12 * 4 + 16 * MAX_RANGES);
     assert!(size_of::<TaskState>() == 8 + 16 + 16 + size_of::<Counters>() + 32);
-    assert!(size_of::<FdInfo>() == 16 + 8 + 8 + 8 + NAME_LEN);
+    assert!(size_of::<FdInfo>() == 16 + 8 + 8 + 8 + 8 + NAME_LEN);
     assert!(size_of::<SpawnRecord>().is_multiple_of(8));
+    assert!(core::mem::offset_of!(SpawnRecord, fds).is_multiple_of(8));
+    assert!(SpawnRecord::sent_len(MAX_FDS + 5) == size_of::<SpawnRecord>());
+    assert!(size_of::<PathsRecord>() == 24 + MAX_PATHS * size_of::<FdPath>());
+    assert!(PathsRecord::sent_len(MAX_PATHS) == size_of::<PathsRecord>());
+    assert!(size_of::<SpawnScratch>() == size_of::<SpawnRecord>() + size_of::<PathsRecord>());
     assert!(size_of::<ExitRecord>() == 8 + 8 + 16 + 8 + 16 + size_of::<Counters>());
-    assert!(size_of::<Config>() == 46 * 4 + 8);
+    assert!(size_of::<Config>() == 50 * 4 + 8);
     assert!(size_of::<FdPath>() == 16 + COMP_LEN * MAX_DEPTH);
     assert!(size_of::<FdCache>() == 32);
     assert!(size_of::<HotSlot>() == 48);
     assert!(size_of::<ExecFailure>() == 8 + EXEC_PATH_LEN);
+    assert!(size_of::<ReadKey>() == 24);
     assert!(same_name(MAP_EVENTS, "EVENTS") && !same_name(MAP_EVENTS, "EVENT"));
 };
 

@@ -13,10 +13,11 @@ use aya_ebpf::{
     maps::PerCpuArray,
 };
 use fdaudit_common::{
-    flags, fs_magic, FdInfo, FdPath, SpawnRecord, MAX_DEPTH, MAX_FDS, MAX_FD_WORDS, MAX_PATHS,
+    fd_flags, flags, fs_magic, FdInfo, FdPath, PathsRecord, SpawnRecord, COMP_LEN, MAX_DEPTH,
+    MAX_FDS, MAX_FD_WORDS, MAX_PATHS, NAME_LEN,
 };
 
-use crate::kernel::{conf, current_task, read_kernel};
+use crate::kernel::{conf, current_task, read_kernel, was_cut};
 
 const S_IFMT: u32 = 0o170000;
 const S_IFSOCK: u32 = 0o140000;
@@ -54,17 +55,22 @@ static WALK: PerCpuArray<Walk> = PerCpuArray::with_max_entries(1, 0);
 /// preemption off, so this CPU's entries belong to the current exec for the whole run,
 /// tail calls included.
 #[inline(always)]
-fn state() -> Option<(&'static mut SpawnRecord, &'static mut Walk)> {
-    let rec = crate::SCRATCH.get_ptr_mut(0)?;
+fn state() -> Option<(
+    &'static mut SpawnRecord,
+    &'static mut PathsRecord,
+    &'static mut Walk,
+)> {
+    let s = crate::SCRATCH.get_ptr_mut(0)?;
     let walk = WALK.get_ptr_mut(0)?;
     // SAFETY: pointers from per-CPU array lookups, valid for this program run.
-    Some(unsafe { (&mut *rec, &mut *walk) })
+    Some(unsafe { (&mut (*s).spawn, &mut (*s).paths, &mut *walk) })
 }
 
 /// Steps each path walk may take: a component or a mount crossing per step.
 const PATH_STEPS: u32 = MAX_DEPTH as u32 + 8;
 
-/// Fills `rec.fds`, `rec.nfds`, `rec.stdio` and `rec.stdio_mask` from the current fd table.
+/// Fills `rec.fds`, `rec.nfds`, `rec.stdio` and `rec.stdio_mask` from the current fd table,
+/// and `paths.paths[..rec.npaths]` with the paths of the first leaked files.
 #[inline(always)]
 pub fn walk_fds(rec: &mut SpawnRecord) {
     let Some(nfds) = prepare(rec, MAX_FD_WORDS * 64) else {
@@ -168,7 +174,7 @@ pub mod bounded {
     /// chunk or the path stage; sends the record itself if no tail call is left.
     #[inline(always)]
     pub fn fds_stage(ctx: &RawTracePointContext, chain: &ProgramArray) {
-        let Some((rec, walk)) = state() else {
+        let Some((rec, paths, walk)) = state() else {
             return;
         };
         let base = walk.next;
@@ -198,14 +204,14 @@ pub mod bounded {
         if rec.npaths > 0 {
             rec.header.flags |= flags::PATH_PARTIAL;
         }
-        crate::output_spawn(rec);
+        crate::output_spawn(rec, paths);
     }
 
     /// Builds the queued paths, one bounded loop of PATH_STEPS steps per path, and sends
     /// the record.
     #[inline(always)]
     pub fn paths_stage() {
-        let Some((rec, _)) = state() else {
+        let Some((rec, paths, _)) = state() else {
             return;
         };
         let steps = rec.npaths * PATH_STEPS;
@@ -217,7 +223,7 @@ pub mod bounded {
             path_step(u64::from(i), core::ptr::null_mut());
             i += 1;
         }
-        crate::output_spawn(rec);
+        crate::output_spawn(rec, paths);
     }
 }
 
@@ -233,7 +239,7 @@ fn current_fdt() -> Result<(u64, u32), i64> {
 /// bpf_loop callback: fd `index` of the table.
 extern "C" fn walk_fd(index: u64, _ctx: *mut c_void) -> i64 {
     match state() {
-        Some((rec, walk)) => fd_step(index, rec, walk),
+        Some((rec, paths, walk)) => fd_step(index, rec, paths, walk),
         None => 1,
     }
 }
@@ -241,7 +247,7 @@ extern "C" fn walk_fd(index: u64, _ctx: *mut c_void) -> i64 {
 /// Looks at fd `index`: reads a word of open_fds every 64 fds, records open fds from 3 up.
 /// Non-zero when the walk must stop.
 #[inline(always)]
-fn fd_step(index: u64, rec: &mut SpawnRecord, walk: &mut Walk) -> i64 {
+fn fd_step(index: u64, rec: &mut SpawnRecord, paths: &mut PathsRecord, walk: &mut Walk) -> i64 {
     let bit = index % 64;
     if bit == 0 {
         match read_kernel::<u64>(walk.open_fds + (index / 64) * 8) {
@@ -255,13 +261,13 @@ fn fd_step(index: u64, rec: &mut SpawnRecord, walk: &mut Walk) -> i64 {
     if index < 3 || (walk.word >> bit) & 1 == 0 {
         return 0; // stdio was recorded by walk_fds; closed fds are skipped
     }
-    record_fd(rec, walk, index as u32);
+    record_fd(rec, paths, walk, index as u32);
     0
 }
 
 /// Records a leaked fd (>= 3), and queues files with a name in the tree for a path.
 #[inline(always)]
-fn record_fd(rec: &mut SpawnRecord, walk: &mut Walk, fd: u32) {
+fn record_fd(rec: &mut SpawnRecord, paths: &mut PathsRecord, walk: &mut Walk, fd: u32) {
     let n = rec.nfds as usize;
     rec.nfds += 1;
     if n >= MAX_FDS {
@@ -279,7 +285,7 @@ fn record_fd(rec: &mut SpawnRecord, walk: &mut Walk, fd: u32) {
                 let p = rec.npaths as usize;
                 if p < MAX_PATHS {
                     walk.files[p & (MAX_PATHS - 1)] = file;
-                    rec.paths[p & (MAX_PATHS - 1)].index = n as u32;
+                    paths.paths[p & (MAX_PATHS - 1)].index = n as u32;
                     rec.npaths += 1;
                 } else {
                     rec.header.flags |= flags::PATH_PARTIAL;
@@ -292,18 +298,18 @@ fn record_fd(rec: &mut SpawnRecord, walk: &mut Walk, fd: u32) {
 
 /// bpf_loop callback: step `index` of the path walks (PATH_STEPS per path).
 extern "C" fn path_step(index: u64, _ctx: *mut c_void) -> i64 {
-    if let Some((rec, walk)) = state() {
-        one_path_step(index, rec, walk);
+    if let Some((rec, paths, walk)) = state() {
+        one_path_step(index, rec, paths, walk);
     }
     0
 }
 
 #[inline(always)]
-fn one_path_step(index: u64, rec: &mut SpawnRecord, walk: &mut Walk) {
+fn one_path_step(index: u64, rec: &mut SpawnRecord, paths: &mut PathsRecord, walk: &mut Walk) {
     let i = ((index / u64::from(PATH_STEPS)) as usize) & (MAX_PATHS - 1);
     let first = index.is_multiple_of(u64::from(PATH_STEPS));
     let last = index % u64::from(PATH_STEPS) == u64::from(PATH_STEPS) - 1;
-    let p = &mut rec.paths[i];
+    let p = &mut paths.paths[i];
     if first {
         p.depth = 0;
         p.complete = 0;
@@ -356,12 +362,16 @@ fn path_one_step(walk: &mut Walk, p: &mut FdPath) -> Result<bool, i64> {
     }
     let name: u64 = read_kernel(walk.dentry + conf!(dentry_name))?;
     // SAFETY: bounded read of a kernel string.
-    unsafe {
+    let len = unsafe {
         bpf_probe_read_kernel_str_bytes(name as *const u8, &mut p.comps[d & (MAX_DEPTH - 1)])
     }
-    .map_err(|e| e as i64)?;
+    .map_err(|e| e as i64)?
+    .len();
     walk.depth += 1;
     p.depth = walk.depth;
+    if was_cut(name, len, COMP_LEN) {
+        return Ok(true); // a component longer than its slot: cut, complete stays 0
+    }
     walk.dentry = parent;
     Ok(false)
 }
@@ -375,6 +385,7 @@ fn fill_fd(out: &mut FdInfo, fd_array: u64, fd: u32) -> Result<u64, i64> {
     out.sock_type = 0;
     out.ino = 0;
     out.magic = 0;
+    out.fd_flags = 0;
     out.name[0] = 0;
     let file: u64 = read_kernel(fd_array + u64::from(fd) * 8)?;
     if file == 0 {
@@ -391,8 +402,15 @@ fn fill_fd(out: &mut FdInfo, fd_array: u64, fd: u32) -> Result<u64, i64> {
     let dentry: u64 = read_kernel(file + conf!(file_dentry))?;
     let name: u64 = read_kernel(dentry + conf!(dentry_name))?;
     // SAFETY: bounded read of a kernel string; failure is reported.
-    unsafe { bpf_probe_read_kernel_str_bytes(name as *const u8, &mut out.name) }
-        .map_err(|e| e as i64)?;
+    let len = unsafe { bpf_probe_read_kernel_str_bytes(name as *const u8, &mut out.name) }
+        .map_err(|e| e as i64)?
+        .len();
+    if was_cut(name, len, NAME_LEN) {
+        out.fd_flags |= fd_flags::NAME_CUT;
+    }
+    if read_kernel::<u32>(inode + conf!(inode_nlink)).is_ok_and(|n| n == 0) {
+        out.fd_flags |= fd_flags::DELETED;
+    }
     if out.mode & S_IFMT == S_IFSOCK {
         let sock: u64 = read_kernel(file + conf!(file_private))?;
         out.sock_type = read_kernel::<i16>(sock + conf!(socket_type))? as u16;
@@ -404,12 +422,44 @@ fn fill_fd(out: &mut FdInfo, fd_array: u64, fd: u32) -> Result<u64, i64> {
 
 /// The current task's `struct file` at `fd`.
 #[inline(always)]
-fn current_file(fd: u32) -> Result<u64, i64> {
+pub fn current_file(fd: u32) -> Result<u64, i64> {
     let (fdt, max_fds) = current_fdt()?;
     if fd >= max_fds {
         return Err(-1);
     }
     let fd_array: u64 = read_kernel(fdt + conf!(fdt_fd))?;
+    let file: u64 = read_kernel(fd_array + u64::from(fd) * 8)?;
+    if file == 0 {
+        return Err(-1);
+    }
+    Ok(file)
+}
+
+/// The current task's `struct file` at `fd`, where `fd` was just used successfully (so it
+/// is inside the table): task->files->fdt->fd as direct loads through the BTF-typed task
+/// pointer (bpf_get_current_task_btf, 5.11+; the offsets come from the read-only CONFIG, so
+/// the verifier knows them and checks each load against the kernel's types), then one
+/// probe-read of the slot. On the `--reads` path, where it runs for every read().
+/// Before 5.11 (no such helper; CONFIG.task_btf is 0, a constant to the verifier, which then
+/// never visits the call) the probe-read walk of [`current_file`] instead.
+#[inline(always)]
+pub fn current_file_of_used_fd(fd: u32) -> Result<u64, i64> {
+    if conf!(task_btf) == 0 {
+        return current_file(fd);
+    }
+    let (files_off, fdt_off, fd_off) = (
+        conf!(task_files) as usize,
+        conf!(files_fdt) as usize,
+        conf!(fdt_fd) as usize,
+    );
+    // SAFETY: current's task_struct, valid for this program run; every load is at a BTF
+    // offset of the type it reads, which the verifier checks (faults read as 0).
+    let fd_array = unsafe {
+        let task = aya_ebpf::helpers::bpf_get_current_task_btf() as *const u8;
+        let files = core::ptr::read_volatile(task.add(files_off).cast::<*const u8>());
+        let fdt = core::ptr::read_volatile(files.add(fdt_off).cast::<*const u8>());
+        core::ptr::read_volatile(fdt.add(fd_off).cast::<u64>())
+    };
     let file: u64 = read_kernel(fd_array + u64::from(fd) * 8)?;
     if file == 0 {
         return Err(-1);
@@ -440,11 +490,10 @@ pub fn is_procfd_listing(fd: u32) -> Result<bool, i64> {
     Ok(n == 2 && buf[0] == b'f' && buf[1] == b'd')
 }
 
-/// (inode number, superblock magic, mode) of the current task's `fd`, to name the file
-/// after its reader is gone.
+/// (inode number, superblock magic, mode) of an open file, to name it after its reader is
+/// gone.
 #[inline(always)]
-pub fn fd_file(fd: u32) -> Result<(u64, u64, u32), i64> {
-    let file = current_file(fd)?;
+pub fn file_identity(file: u64) -> Result<(u64, u64, u32), i64> {
     let inode: u64 = read_kernel(file + conf!(file_inode))?;
     let ino = read_kernel(inode + conf!(inode_ino))?;
     let mode = u32::from(read_kernel::<u16>(inode + conf!(inode_mode))?);

@@ -7,7 +7,7 @@ use aya_ebpf::{
     },
     maps::PerCpuArray,
 };
-use fdaudit_common::{flags, SpawnRecord, Stats, ARGV_LEN};
+use fdaudit_common::{flags, SpawnRecord, Stats, ARGV_LEN, PATH_LEN};
 
 /// Reads one field of the CONFIG global. The read is volatile so the compiler cannot fold
 /// the all-zero default the object is built with: the loader rewrites it before loading.
@@ -41,6 +41,13 @@ pub fn stat_add(map: &PerCpuArray<Stats>, field: impl Fn(&mut Stats) -> &mut u64
     }
 }
 
+/// Whether the kernel string at `addr`, read into a buffer of `cap` bytes as `len` bytes
+/// before the NUL, went on beyond the buffer.
+#[inline(always)]
+pub fn was_cut(addr: u64, len: usize, cap: usize) -> bool {
+    len + 1 >= cap && read_kernel::<u8>(addr + (cap as u64 - 1)).is_ok_and(|b| b != 0)
+}
+
 /// Fills `filename` (bprm->filename) and `argv` (the new image's mm->arg_start..arg_end).
 #[inline(always)]
 pub fn read_exec_names(rec: &mut SpawnRecord, bprm: u64) {
@@ -50,10 +57,13 @@ pub fn read_exec_names(rec: &mut SpawnRecord, bprm: u64) {
     match name {
         Ok(p) => {
             // SAFETY: the helper bounds the read by the buffer and tolerates bad addresses.
-            if unsafe { bpf_probe_read_kernel_str_bytes(p as *const u8, &mut rec.filename) }
-                .is_err()
-            {
-                rec.header.flags |= flags::READ_FAILED;
+            match unsafe { bpf_probe_read_kernel_str_bytes(p as *const u8, &mut rec.filename) } {
+                Ok(s) => {
+                    if was_cut(p, s.len(), PATH_LEN) {
+                        rec.header.flags |= flags::PATH_PARTIAL;
+                    }
+                }
+                Err(_) => rec.header.flags |= flags::READ_FAILED,
             }
         }
         Err(_) => rec.header.flags |= flags::READ_FAILED,

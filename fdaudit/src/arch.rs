@@ -1,8 +1,9 @@
 //! What differs between the architectures fdaudit runs on (x86_64, aarch64): where the
 //! syscall arguments and number sit in `struct pt_regs`. Syscall numbers are in
 //! `fdaudit_common::sysno`, selected the same way.
-
-use crate::btf::{Btf, BtfError};
+//!
+//! The offsets are looked up by a function the caller passes (the BTF reader's), so this
+//! module knows register names only and does not import the reader that calls it.
 
 /// `pt_regs` offsets the syscall programs read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,26 +20,26 @@ pub const SUPPORTED: bool = cfg!(any(target_arch = "x86_64", target_arch = "aarc
 
 /// x86_64: arguments in di, si, dx; the number in orig_ax; di intact at exit.
 #[cfg(not(target_arch = "aarch64"))]
-pub fn syscall_regs(btf: &Btf) -> Result<SyscallRegs, BtfError> {
+pub fn syscall_regs<E>(offset: impl Fn(&str, &str) -> Result<u32, E>) -> Result<SyscallRegs, E> {
     Ok(SyscallRegs {
-        arg0: btf.offset("pt_regs", "di")?,
-        arg1: btf.offset("pt_regs", "si")?,
-        arg2: btf.offset("pt_regs", "dx")?,
-        nr: btf.offset("pt_regs", "orig_ax")?,
-        exit_arg0: btf.offset("pt_regs", "di")?,
+        arg0: offset("pt_regs", "di")?,
+        arg1: offset("pt_regs", "si")?,
+        arg2: offset("pt_regs", "dx")?,
+        nr: offset("pt_regs", "orig_ax")?,
+        exit_arg0: offset("pt_regs", "di")?,
     })
 }
 
 /// aarch64: arguments in regs[0..3]; the number in syscallno; x0 is the return value at
 /// exit, the first argument is kept in orig_x0.
 #[cfg(target_arch = "aarch64")]
-pub fn syscall_regs(btf: &Btf) -> Result<SyscallRegs, BtfError> {
-    let regs = btf.offset("pt_regs", "regs")?;
+pub fn syscall_regs<E>(offset: impl Fn(&str, &str) -> Result<u32, E>) -> Result<SyscallRegs, E> {
+    let regs = offset("pt_regs", "regs")?;
     Ok(SyscallRegs {
         arg0: regs,
         arg1: regs + 8,
         arg2: regs + 16,
-        nr: btf.offset("pt_regs", "syscallno")?,
-        exit_arg0: btf.offset("pt_regs", "orig_x0")?,
+        nr: offset("pt_regs", "syscallno")?,
+        exit_arg0: offset("pt_regs", "orig_x0")?,
     })
 }

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use fdaudit_common::{Config, CONFIG_MAGIC};
+use fdaudit_common::{Config, CONFIG_MAGIC, NO_OFFSET};
 use thiserror::Error;
 
 /// Where the running kernel exposes its BTF.
@@ -305,7 +305,7 @@ fn is_alias(kind: u32) -> bool {
 /// Every offset the programs need, looked up in `btf`.
 pub fn config_from_btf(btf: &Btf) -> Result<Config, BtfError> {
     let o = |ty: &str, path: &str| btf.offset(ty, path);
-    let regs = crate::arch::syscall_regs(btf)?;
+    let regs = crate::arch::syscall_regs(o)?;
     Ok(Config {
         task_pid: o("task_struct", "pid")?,
         task_tgid: o("task_struct", "tgid")?,
@@ -350,9 +350,14 @@ pub fn config_from_btf(btf: &Btf) -> Result<Config, BtfError> {
         mount_parent: o("mount", "mnt_parent")?,
         mount_mountpoint: o("mount", "mnt_mountpoint")?,
         reads: 0,
+        // x86 only: what tells a compat (int $0x80) syscall apart, and its argument registers.
+        task_ti_status: o("task_struct", "thread_info.status").unwrap_or(NO_OFFSET),
+        regs_bx: o("pt_regs", "bx").unwrap_or(NO_OFFSET),
+        regs_cx: o("pt_regs", "cx").unwrap_or(NO_OFFSET),
+        inode_nlink: o("inode", "__i_nlink")?,
         magic: CONFIG_MAGIC,
         cgroup_level: 0,
-        _pad0: 0,
+        task_btf: 0, // set by the loader, which probes for the helper
         cgroup_id: 0,
     })
 }
@@ -513,5 +518,10 @@ mod tests {
         let cfg = config_from_btf(&btf).expect("all offsets found");
         assert!(cfg.task_tgid > 0 && cfg.files_fdt < 64 && cfg.regs_nr > 0);
         assert_eq!(cfg.magic, CONFIG_MAGIC);
+        if cfg!(target_arch = "x86_64") {
+            // thread_info is the first member of task_struct on x86_64.
+            assert!(cfg.task_ti_status < 64, "{cfg:?}");
+            assert!(cfg.regs_bx != NO_OFFSET && cfg.regs_cx != NO_OFFSET);
+        }
     }
 }

@@ -1,6 +1,6 @@
 //! Command-line interface: one subcommand per module.
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, Parser, Subcommand};
 
 use crate::{bench, doctor, scan, trace, watch};
 
@@ -54,17 +54,17 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Doctor(a) => doctor::run(a),
         Command::Spawner(a) => crate::spawner::run(a),
         Command::Demo(a) => crate::demo::run(a),
-        Command::Completions(a) => crate::usage::run_completions(a),
-        Command::Man(a) => crate::usage::run_man(a),
+        Command::Completions(a) => crate::usage::run_completions(Cli::command(), a),
+        Command::Man(a) => crate::usage::run_man(Cli::command(), a),
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use clap::CommandFactory as _;
+    use super::*;
 
     #[test]
     fn cli_is_consistent() {
-        super::Cli::command().debug_assert();
+        Cli::command().debug_assert();
     }
 }

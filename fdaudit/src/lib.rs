@@ -3,6 +3,7 @@
 pub mod arch;
 pub mod bench;
 pub mod btf;
+pub mod caller;
 pub mod cgroup;
 pub mod cli;
 pub mod demo;

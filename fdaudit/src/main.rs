@@ -14,6 +14,12 @@ use fdaudit::{
 #[unsafe(link_section = ".init_array")]
 static PROBE_STD_FDS: extern "C" fn() = stream::probe_std_fds;
 
+/// Records what the caller gave fdaudit (signal mask, ignored signals, closed stdio) before
+/// the Rust runtime changes any of it: see `fdaudit::caller`.
+#[used]
+#[unsafe(link_section = ".init_array")]
+static CAPTURE_CALLER: extern "C" fn() = fdaudit::caller::capture_at_start;
+
 fn main() -> ExitCode {
     stream::guard_std_fds();
     let cli = Cli::parse();

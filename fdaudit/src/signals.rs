@@ -42,9 +42,14 @@ pub fn wake_pipe() -> Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fds[0]) })
 }
 
-/// Catches SIGINT, SIGTERM and SIGHUP from now on.
+/// Catches SIGINT, SIGTERM and SIGHUP from now on; a signal fdaudit's caller ignored
+/// (`nohup`, a shell's background job) stays ignored, as it does in a command `trace` starts.
 pub fn install() {
+    let caller = crate::caller::CallerState::get();
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        if caller.ignores(sig) {
+            continue;
+        }
         // SAFETY: the handler only stores to an atomic and write(2)s, async-signal-safe.
         unsafe {
             let mut sa: libc::sigaction = std::mem::zeroed();

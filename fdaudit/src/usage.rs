@@ -1,16 +1,14 @@
 //! Shell completions (`fdaudit completions SHELL`) and manual pages (`cargo xtask man`), both
-//! generated from the clap definition so they cannot drift from `--help`.
+//! generated from the clap definition so they cannot drift from `--help`. The definition is
+//! passed in by [`crate::cli`], so this module does not import the CLI that calls it.
 
 use std::io::Write;
 use std::path::Path;
 
 use anyhow::Context as _;
-use clap::CommandFactory as _;
 use clap_complete::Shell;
 use clap_mangen::roff::{bold, roman, Roff};
 use clap_mangen::Man;
-
-use crate::cli::Cli;
 
 /// Arguments of `fdaudit completions`.
 #[derive(Debug, clap::Args)]
@@ -27,16 +25,15 @@ pub struct ManArgs {
     pub out_dir: std::path::PathBuf,
 }
 
-/// Writes the completion script for `shell` to `out`.
-pub fn write_completions(shell: Shell, out: &mut dyn Write) {
-    let mut cmd = Cli::command();
-    clap_complete::generate(shell, &mut cmd, "fdaudit", out);
+/// Writes the completion script of the command line `cli` for `shell` to `out`.
+pub fn write_completions(mut cli: clap::Command, shell: Shell, out: &mut dyn Write) {
+    clap_complete::generate(shell, &mut cli, "fdaudit", out);
 }
 
-/// `fdaudit completions SHELL`: the script on stdout.
-pub fn run_completions(args: CompletionsArgs) -> anyhow::Result<u8> {
+/// `fdaudit completions SHELL`: the script of `cli` on stdout.
+pub fn run_completions(cli: clap::Command, args: CompletionsArgs) -> anyhow::Result<u8> {
     let mut buf = Vec::new();
-    write_completions(args.shell, &mut buf);
+    write_completions(cli, args.shell, &mut buf);
     let mut out = std::io::stdout().lock();
     out.write_all(&buf)
         .and_then(|()| out.flush())
@@ -95,10 +92,10 @@ fn render_page(cmd: clap::Command, top: Option<&[String]>) -> std::io::Result<(S
     Ok((name, page))
 }
 
-/// Every manual page: `fdaudit.1` and `fdaudit-<sub>.1` for each visible subcommand, as
-/// (file name, roff source).
-pub fn man_pages() -> std::io::Result<Vec<(String, Vec<u8>)>> {
-    let mut cmd = Cli::command().disable_help_subcommand(true);
+/// Every manual page of the command line `cli`: `fdaudit.1` and `fdaudit-<sub>.1` for each
+/// visible subcommand, as (file name, roff source).
+pub fn man_pages(cli: clap::Command) -> std::io::Result<Vec<(String, Vec<u8>)>> {
+    let mut cmd = cli.disable_help_subcommand(true);
     cmd.build();
     let subs: Vec<String> = cmd
         .get_subcommands()
@@ -112,8 +109,8 @@ pub fn man_pages() -> std::io::Result<Vec<(String, Vec<u8>)>> {
     Ok(pages)
 }
 
-/// Writes every page into `dir`, removing pages of subcommands that no longer exist.
-pub fn write_man_pages(dir: &Path) -> anyhow::Result<()> {
+/// Writes every page of `cli` into `dir`, removing pages of subcommands that no longer exist.
+pub fn write_man_pages(cli: clap::Command, dir: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("failed to create {}", dir.display()))?;
     let entries =
         std::fs::read_dir(dir).with_context(|| format!("failed to read {}", dir.display()))?;
@@ -127,7 +124,7 @@ pub fn write_man_pages(dir: &Path) -> anyhow::Result<()> {
                 .with_context(|| format!("failed to remove {}", path.display()))?;
         }
     }
-    for (name, page) in man_pages().context("failed to render the manual pages")? {
+    for (name, page) in man_pages(cli).context("failed to render the manual pages")? {
         let path = dir.join(&name);
         std::fs::write(&path, page)
             .with_context(|| format!("failed to write {}", path.display()))?;
@@ -135,21 +132,23 @@ pub fn write_man_pages(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `fdaudit __man DIR`.
-pub fn run_man(args: ManArgs) -> anyhow::Result<u8> {
-    write_man_pages(&args.out_dir)?;
+/// `fdaudit __man DIR`: the pages of `cli`.
+pub fn run_man(cli: clap::Command, args: ManArgs) -> anyhow::Result<u8> {
+    write_man_pages(cli, &args.out_dir)?;
     Ok(0)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::Cli;
+    use clap::CommandFactory as _;
 
     /// The pages shipped in docs/man are what the current clap definition generates.
     #[test]
     fn shipped_man_pages_are_current() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/man");
-        let fresh = man_pages().unwrap();
+        let fresh = man_pages(Cli::command()).unwrap();
         let mut shipped: Vec<String> = std::fs::read_dir(&dir)
             .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -175,13 +174,13 @@ mod tests {
     #[test]
     fn completions_name_every_visible_subcommand() {
         let mut buf = Vec::new();
-        write_completions(Shell::Bash, &mut buf);
+        write_completions(Cli::command(), Shell::Bash, &mut buf);
         let s = String::from_utf8(buf).unwrap();
         for sub in ["scan", "trace", "bench", "doctor", "completions"] {
             assert!(s.contains(sub), "bash completion lacks {sub}");
         }
         let mut buf = Vec::new();
-        write_completions(Shell::Fish, &mut buf);
+        write_completions(Cli::command(), Shell::Fish, &mut buf);
         assert!(String::from_utf8(buf).unwrap().contains("-a \"trace\""));
     }
 }

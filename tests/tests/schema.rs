@@ -33,7 +33,8 @@ fn the_schema_rejects_unknown_fields_wrong_types_and_noise() {
         json!({"type": "nonsense"}),
         json!({"message": "no type"}),
         json!({"type": "read_storm", "pid": 1, "comm": "sh", "fd": 0, "target": "pipe:[1]",
-               "calls": 100, "bytes": 100, "bytes_per_call": 1.0000000001, "block_calls": 1}),
+               "ino": 1, "calls": 100, "small_reads": 100, "bytes": 100,
+               "bytes_per_call": 1.0000000001, "block_calls": 1}),
     ] {
         let r = std::panic::catch_unwind(|| fdaudit_tests::check_record(&bad));
         assert!(r.is_err(), "accepted {bad}");

@@ -125,6 +125,10 @@ pub fn build_ebpf(root: &Path, arch: &str) -> Result<PathBuf> {
     Ok(obj)
 }
 
+/// `cargo xtask sizes`: file and function lengths, import cycles.
+#[cfg(feature = "cli")]
+pub mod layout;
+
 /// `cargo xtask vm-test`: the kernel matrix in QEMU.
 #[cfg(feature = "cli")]
 pub mod vm;

@@ -1,12 +1,13 @@
 //! `cargo xtask build-ebpf` builds the eBPF object and copies it to target/fdaudit-ebpf.o;
 //! `cargo xtask man` regenerates the manual pages in docs/man from fdaudit's clap definition;
-//! `cargo xtask vm-test` runs fdaudit on Debian's kernels in QEMU (see `xtask::vm`).
+//! `cargo xtask vm-test` runs fdaudit on Debian's kernels in QEMU (see `xtask::vm`);
+//! `cargo xtask sizes` checks file and function lengths and import cycles (see `xtask::layout`).
 
 use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
 use clap::{Parser, Subcommand};
-use xtask::vm;
+use xtask::{layout, vm};
 
 /// Build and test tasks for fdaudit.
 #[derive(Debug, Parser)]
@@ -32,7 +33,19 @@ enum Cmd {
     /// a table. Exits 1 when any kernel fails. Kernels, packages and logs are cached under
     /// target/vm/.
     VmTest(VmTestArgs),
+    /// List the largest files and functions outside tests and the import cycles between
+    /// sibling modules; exits 1 when a file is over 600 lines, a function over 80, or any
+    /// modules import each other round a loop.
+    Sizes {
+        /// How many of the largest files and functions to list.
+        #[arg(long, default_value_t = 10)]
+        top: usize,
+    },
 }
+
+/// Issue #9's limits: lines a file (before its tests), lines a function.
+const MAX_FILE_LINES: usize = 600;
+const MAX_FN_LINES: usize = 80;
 
 #[derive(Debug, clap::Args)]
 struct VmTestArgs {
@@ -98,9 +111,57 @@ fn main() {
     std::process::exit(code);
 }
 
+/// `cargo xtask sizes`: two tables and the cycles; 1 when anything is over its limit.
+fn sizes(root: &std::path::Path, top: usize) -> Result<i32> {
+    let mut files = Vec::new();
+    let mut fns = Vec::new();
+    let mut cycles = Vec::new();
+    for krate in layout::CRATES {
+        let sources = layout::sources(root, krate)?;
+        for s in &sources {
+            files.push((layout::line_count(&s.code), s.path.clone()));
+            fns.extend(layout::functions(&s.path, &s.code));
+        }
+        cycles.extend(layout::cycles(&sources).into_iter().map(|c| (krate, c)));
+    }
+    files.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    fns.sort_by(|a, b| b.lines.cmp(&a.lines).then(a.path.cmp(&b.path)));
+    let over = |n: usize, max: usize| if n > max { "over" } else { "" };
+    let mut t = comfy_table::Table::new();
+    t.load_preset(comfy_table::presets::ASCII_MARKDOWN);
+    t.set_header(vec!["file (outside tests)", "lines", ""]);
+    for (n, path) in files.iter().take(top) {
+        let row = vec![path.display().to_string(), n.to_string()];
+        t.add_row([row, vec![over(*n, MAX_FILE_LINES).into()]].concat());
+    }
+    println!("{t}\n");
+    let mut t = comfy_table::Table::new();
+    t.load_preset(comfy_table::presets::ASCII_MARKDOWN);
+    t.set_header(vec!["function", "file", "lines", ""]);
+    for f in fns.iter().take(top) {
+        let at = format!("{}:{}", f.path.display(), f.line);
+        let row = vec![f.name.clone(), at, f.lines.to_string()];
+        t.add_row([row, vec![over(f.lines, MAX_FN_LINES).into()]].concat());
+    }
+    println!("{t}\n");
+    for (krate, c) in &cycles {
+        let names: Vec<String> = c.iter().map(|m| m.join("::")).collect();
+        println!("import cycle in {krate}: {}", names.join(" <-> "));
+    }
+    let big_files = files.iter().filter(|f| f.0 > MAX_FILE_LINES).count();
+    let big_fns = fns.iter().filter(|f| f.lines > MAX_FN_LINES).count();
+    println!(
+        "{big_files} files over {MAX_FILE_LINES} lines, {big_fns} functions over {MAX_FN_LINES}, \
+         {} import cycles",
+        cycles.len()
+    );
+    Ok(i32::from(big_files + big_fns + cycles.len() > 0))
+}
+
 fn run(cli: Cli) -> Result<i32> {
     let root = xtask::workspace_root();
     match cli.cmd {
+        Cmd::Sizes { top } => sizes(&root, top),
         Cmd::BuildEbpf { arch } => {
             let obj =
                 xtask::build_ebpf(&root, arch.name()).context("failed to build the eBPF object")?;

@@ -188,6 +188,71 @@ pub fn check_command(cmd: &std::ffi::OsStr) -> anyhow::Result<std::path::PathBuf
     Ok(path)
 }
 
+/// What `bench` measures, checked before anything is: the cells and how to spawn.
+struct Setup {
+    /// The hard RLIMIT_NOFILE (capped at fs.nr_open).
+    hard: u64,
+    /// How many NOFILE limits (the fits need two, and are weak under three).
+    nlimits: usize,
+    keys: Vec<matrix::CellKey>,
+    runner: Runner,
+}
+
+impl Setup {
+    /// Checks the arguments (everything that can be refused is refused before minutes of
+    /// measuring) and picks the cells and the CPU to pin to.
+    fn check(args: &BenchArgs) -> anyhow::Result<Setup> {
+        if args.n == 0 || args.batch == 0 {
+            bail!("-n and --batch must be at least 1");
+        }
+        check_command(&args.cmd)?;
+        for p in &args.plot {
+            plot::check_path(p).context("failed to check --plot")?;
+        }
+        let hard = hard_limit()?;
+        let limits = parse_limits(&args.limits, hard)?;
+        let mut open_fds = args.open_fds.clone();
+        open_fds.sort_unstable();
+        open_fds.dedup();
+        let methods = if args.strategies.is_empty() {
+            CloseMethod::ALL.to_vec()
+        } else {
+            let mut s = args.strategies.clone();
+            s.sort();
+            s.dedup();
+            s
+        };
+        let keys = matrix::cell_keys(&limits, &open_fds, &methods);
+        if keys.is_empty() {
+            bail!("nothing to measure: no cell fits the limits and fd counts given");
+        }
+        let mut cmd = vec![args.cmd.clone()];
+        cmd.extend(args.cmd_args.iter().cloned());
+        let cpu = if args.no_pin {
+            None
+        } else if args.cpu.is_some() {
+            args.cpu
+        } else {
+            sys::allowed_cpus()
+                .context("failed to read the CPU affinity")?
+                .last()
+                .copied()
+        };
+        let runner = Runner {
+            exe: std::env::current_exe().context("failed to find the fdaudit executable")?,
+            cmd,
+            cpu,
+            first_failure_text: Default::default(),
+        };
+        Ok(Setup {
+            hard,
+            nlimits: limits.len(),
+            keys,
+            runner,
+        })
+    }
+}
+
 /// `fdaudit bench`.
 pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
     stream::open(
@@ -195,50 +260,13 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
         args.json,
         "bench",
     )?;
-    if args.n == 0 || args.batch == 0 {
-        bail!("-n and --batch must be at least 1");
-    }
-    // Everything that can be refused is refused before minutes of measuring.
-    check_command(&args.cmd)?;
-    for p in &args.plot {
-        plot::check_path(p).context("failed to check --plot")?;
-    }
-    let hard = hard_limit()?;
-    let limits = parse_limits(&args.limits, hard)?;
-    let mut open_fds = args.open_fds.clone();
-    open_fds.sort_unstable();
-    open_fds.dedup();
-    let methods = if args.strategies.is_empty() {
-        CloseMethod::ALL.to_vec()
-    } else {
-        let mut s = args.strategies.clone();
-        s.sort();
-        s.dedup();
-        s
-    };
-    let keys = matrix::cell_keys(&limits, &open_fds, &methods);
-    if keys.is_empty() {
-        bail!("nothing to measure: no cell fits the limits and fd counts given");
-    }
-    let mut cmd = vec![args.cmd.clone()];
-    cmd.extend(args.cmd_args.iter().cloned());
-    let cpu = if args.no_pin {
-        None
-    } else if args.cpu.is_some() {
-        args.cpu
-    } else {
-        sys::allowed_cpus()
-            .context("failed to read the CPU affinity")?
-            .last()
-            .copied()
-    };
-    let runner = Runner {
-        exe: std::env::current_exe().context("failed to find the fdaudit executable")?,
-        cmd,
-        cpu,
-        first_failure_text: Default::default(),
-    };
-    let machine = Machine::detect(hard, cpu);
+    let Setup {
+        hard,
+        nlimits,
+        keys,
+        runner,
+    } = Setup::check(&args)?;
+    let machine = Machine::detect(hard, runner.cpu);
     let (mut samples, interrupted) = matrix::time_cells(&runner, &keys, args.n, args.batch)?;
     if let Some(i) = interrupted {
         if samples.is_empty() {
@@ -260,7 +288,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
         matrix::trace_cells(&runner, &mut samples, args.trace_spawns)?;
     }
     let cells = matrix::cell_reports(&samples);
-    let fits: Vec<FitReport> = if limits.len() >= 2 {
+    let fits: Vec<FitReport> = if nlimits >= 2 {
         report::fits(&cells)
     } else {
         Vec::new()
@@ -271,34 +299,57 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
         .map(|a| a.to_string_lossy())
         .collect::<Vec<_>>()
         .join(" ");
-    write_results(&args, &machine, &cells, &fits, &cmd_text, limits.len())?;
-    for p in &args.plot {
-        let title = format!(
-            "fork+exec of {cmd_text}: per-spawn time vs RLIMIT_NOFILE ({}, {})",
-            machine.kernel, machine.libc
-        );
-        plot::plot(p, &cells, &fits, &title)
-            .with_context(|| format!("failed to draw {}", p.display()))?;
-        stream::note(
-            stream::Level::Note,
-            &format!("plot written to {}", crate::output::text::escape_path(p)),
-        );
-    }
+    let results = Results {
+        machine: &machine,
+        cells: &cells,
+        fits: &fits,
+        cmd_text: &cmd_text,
+        nlimits,
+    };
+    write_results(&args, &results)?;
+    draw_plots(&args.plot, &results)?;
     if interrupted.is_some() {
         return Ok(exit::INTERRUPTED);
     }
     Ok(exit_status(&cells, &cmd_text, &runner))
 }
 
-/// The machine, cells and fits as JSON lines, or as the header and tables for people.
-fn write_results(
-    args: &BenchArgs,
-    machine: &Machine,
-    cells: &[CellReport],
-    fits: &[FitReport],
-    cmd_text: &str,
+/// Each `--plot` file, with a note on stderr for each one written.
+fn draw_plots(paths: &[PathBuf], r: &Results) -> anyhow::Result<()> {
+    for p in paths {
+        let title = format!(
+            "fork+exec of {}: per-spawn time vs RLIMIT_NOFILE ({}, {})",
+            r.cmd_text, r.machine.kernel, r.machine.libc
+        );
+        plot::plot(p, r.cells, r.fits, &title)
+            .with_context(|| format!("failed to draw {}", p.display()))?;
+        stream::note(
+            stream::Level::Note,
+            &format!("plot written to {}", crate::output::text::escape_path(p)),
+        );
+    }
+    Ok(())
+}
+
+/// What a run measured, for writing and drawing.
+struct Results<'a> {
+    machine: &'a Machine,
+    cells: &'a [CellReport],
+    fits: &'a [FitReport],
+    /// The spawned command line, for people.
+    cmd_text: &'a str,
+    /// How many NOFILE limits were measured.
     nlimits: usize,
-) -> anyhow::Result<()> {
+}
+
+/// The machine, cells and fits as JSON lines, or as the header and tables for people.
+fn write_results(args: &BenchArgs, r: &Results) -> anyhow::Result<()> {
+    let Results {
+        machine,
+        cells,
+        fits,
+        ..
+    } = *r;
     if args.json {
         stream::record(&BenchRecord::Machine(machine))?;
         for c in cells {
@@ -310,22 +361,20 @@ fn write_results(
         return Ok(());
     }
     let mut out = String::new();
-    write_text(&mut out, args, machine, cells, fits, cmd_text, nlimits)
-        .expect("formatting to a String cannot fail");
+    write_text(&mut out, args, r).expect("formatting to a String cannot fail");
     stream::text(&out)
 }
 
 /// The header line, the machine and the tables, for people.
-fn write_text(
-    out: &mut String,
-    args: &BenchArgs,
-    machine: &Machine,
-    cells: &[CellReport],
-    fits: &[FitReport],
-    cmd_text: &str,
-    nlimits: usize,
-) -> std::fmt::Result {
+fn write_text(out: &mut String, args: &BenchArgs, r: &Results) -> std::fmt::Result {
     use std::fmt::Write as _;
+    let Results {
+        machine,
+        cells,
+        fits,
+        cmd_text,
+        nlimits,
+    } = *r;
     let term = stream::term();
     let intro = format!(
         "fdaudit bench: {} timed spawns of `{cmd_text}` per cell (batches of {}, each after a \

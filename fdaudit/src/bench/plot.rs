@@ -236,7 +236,7 @@ fn draw<DB: DrawingBackend>(
     title: &str,
     (rows, cols): (usize, usize),
 ) -> Result<(), PlotError> {
-    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| PlotError::Draw(e.to_string());
+    let e = draw_error::<DB::ErrorType>;
     root.fill(&WHITE).map_err(e)?;
     let root = root.titled(title, ("sans-serif", 20)).map_err(e)?;
     let (body, key) = {
@@ -304,15 +304,34 @@ fn y_range(cells: &[CellReport], fits: &[FitReport]) -> (f64, f64) {
     (y_min, y_max)
 }
 
+/// A panel's chart: log-log, NOFILE against milliseconds per spawn.
+type Chart<'a, DB> = ChartContext<'a, DB, Cartesian2d<LogCoord<f64>, LogCoord<f64>>>;
+
 /// One strategy's panel: axes, its series, the published figures it compares with, and
 /// the labels at the line ends.
 fn draw_panel<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     s: CloseMethod,
     series: &[Series],
-    ((x_min, x_max), (y_min, y_max)): ((f64, f64), (f64, f64)),
+    range: ((f64, f64), (f64, f64)),
 ) -> Result<(), PlotError> {
-    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| PlotError::Draw(e.to_string());
+    let mut chart = panel_axes(area, s, range)?;
+    let ends = draw_series(&mut chart, series)?;
+    draw_published(area, &mut chart, s)?;
+    draw_end_labels(area, &chart, series, &ends)
+}
+
+fn draw_error<E: std::error::Error + Send + Sync>(e: DrawingAreaErrorKind<E>) -> PlotError {
+    PlotError::Draw(e.to_string())
+}
+
+/// The panel's chart with its caption, axes and tick labels drawn.
+fn panel_axes<'a, DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    s: CloseMethod,
+    ((x_min, x_max), (y_min, y_max)): ((f64, f64), (f64, f64)),
+) -> Result<Chart<'a, DB>, PlotError> {
+    let e = draw_error::<DB::ErrorType>;
     let mut chart = ChartBuilder::on(area)
         .caption(s.name(), ("sans-serif", 16))
         .margin(6)
@@ -346,6 +365,16 @@ fn draw_panel<DB: DrawingBackend>(
         .axis_desc_style(("sans-serif", 12))
         .draw()
         .map_err(e)?;
+    Ok(chart)
+}
+
+/// Each series' measured line (with dots unless it is a thin comparison line) and dashed
+/// extension; returns where each line ends, in backend pixels.
+fn draw_series<DB: DrawingBackend>(
+    chart: &mut Chart<'_, DB>,
+    series: &[Series],
+) -> Result<Vec<(i32, i32)>, PlotError> {
+    let e = draw_error::<DB::ErrorType>;
     let mut ends = Vec::new();
     for sr in series {
         let style = sr.color.stroke_width(sr.width);
@@ -371,8 +400,17 @@ fn draw_panel<DB: DrawingBackend>(
             .expect("non-empty");
         ends.push(chart.backend_coord(&end));
     }
+    Ok(ends)
+}
+
+/// Published figures in the panels of the strategies they compare with.
+fn draw_published<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    chart: &mut Chart<'_, DB>,
+    s: CloseMethod,
+) -> Result<(), PlotError> {
+    let e = draw_error::<DB::ErrorType>;
     let base = area.get_base_pixel();
-    // Published figures in the panels of the strategies they compare with.
     for p in PUBLISHED {
         let who = p.who.split_whitespace().next().unwrap_or(p.who);
         let secs = if p.like == s {
@@ -398,12 +436,24 @@ fn draw_panel<DB: DrawingBackend>(
         ))
         .map_err(e)?;
     }
-    // Labels at the line ends, right of the plotting area, spread apart.
+    Ok(())
+}
+
+/// Labels at the line ends, right of the plotting area, spread apart, each joined to its
+/// line's end by a leader.
+fn draw_end_labels<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    chart: &Chart<'_, DB>,
+    series: &[Series],
+    ends: &[(i32, i32)],
+) -> Result<(), PlotError> {
+    let e = draw_error::<DB::ErrorType>;
+    let base = area.get_base_pixel();
     let (xr, yr) = chart.plotting_area().get_pixel_range();
     let end_ys: Vec<i32> = ends.iter().map(|p| p.1).collect();
     let label_ys = spread_labels(&end_ys, 13, yr.start + 6, yr.end - 6);
     let lx = xr.end + 10;
-    for ((sr, end), ly) in series.iter().zip(&ends).zip(label_ys) {
+    for ((sr, end), ly) in series.iter().zip(ends).zip(label_ys) {
         let leader = vec![
             (end.0 - base.0, end.1 - base.1),
             (lx - 2 - base.0, ly - base.1),

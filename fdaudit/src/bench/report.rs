@@ -321,6 +321,18 @@ pub fn render_fits(fits: &[FitReport], term: Term) -> String {
         return "No fit: measure at least two NOFILE limits (three or more for a fair R²).\n"
             .into();
     };
+    out.push_str(&fits_intro(first, term));
+    let mut t = Table::new(fit_columns(first));
+    for f in fits {
+        t.add_row(fit_row(f));
+    }
+    let _ = writeln!(out, "{}\n", t.render_for(term));
+    out
+}
+
+/// What the fit table shows, and a warning when two limits make its statistics meaningless.
+fn fits_intro(first: &FitReport, term: Term) -> String {
+    let mut out = String::new();
     let two = first.limits_fitted < 3;
     let intro = format!(
         "Fitted per-spawn cost = a + b·NOFILE (least squares over {} limits{}). The model \
@@ -346,6 +358,11 @@ pub fn render_fits(fits: &[FitReport], term: Term) -> String {
             )
         );
     }
+    out
+}
+
+/// The fit table's columns: the fit itself, then one per predicted NOFILE (as in `first`).
+fn fit_columns(first: &FitReport) -> Vec<Col> {
     let mut cols = vec![
         Col::new("strategy"),
         Col::new("open fds").short("fds"),
@@ -368,39 +385,39 @@ pub fn render_fits(fits: &[FitReport], term: Term) -> String {
         let drop = if p.nofile == 524288 { 0 } else { 1 };
         cols.push(Col::new(long).short(short).drop(drop));
     }
-    let mut t = Table::new(cols);
-    for f in fits {
-        let mut row = vec![
-            f.strategy.to_string(),
-            f.open_fds.to_string(),
-            match f.ns_per_fd_ci95 {
-                Some(ci) => format!("{:.2} ± {ci:.2} ns", f.ns_per_fd),
-                None => format!("{:.2} ns", f.ns_per_fd),
-            },
-            if f.intercept_ns < 0.0 {
-                format!("-{}", fmt_ns(-f.intercept_ns))
-            } else {
-                fmt_ns(f.intercept_ns)
-            },
-            // Two points: a line through them fits exactly; R² and the slope test say nothing.
-            if f.limits_fitted > 2 {
-                format!("{:.3}", f.r2)
-            } else {
-                "-".to_string()
-            },
-            match (f.ns_per_fd_ci95, f.slope_significant) {
-                (None, _) => "-",
-                (Some(_), true) => "yes",
-                (Some(_), false) => "no",
-            }
-            .to_string(),
-            if f.flat { "flat" } else { "linear" }.to_string(),
-        ];
-        row.extend(f.predictions.iter().map(|p| fmt_ns(p.ns)));
-        t.add_row(row);
-    }
-    let _ = writeln!(out, "{}\n", t.render_for(term));
-    out
+    cols
+}
+
+/// One fit's row of the fit table.
+fn fit_row(f: &FitReport) -> Vec<String> {
+    let mut row = vec![
+        f.strategy.to_string(),
+        f.open_fds.to_string(),
+        match f.ns_per_fd_ci95 {
+            Some(ci) => format!("{:.2} ± {ci:.2} ns", f.ns_per_fd),
+            None => format!("{:.2} ns", f.ns_per_fd),
+        },
+        if f.intercept_ns < 0.0 {
+            format!("-{}", fmt_ns(-f.intercept_ns))
+        } else {
+            fmt_ns(f.intercept_ns)
+        },
+        // Two points: a line through them fits exactly; R² and the slope test say nothing.
+        if f.limits_fitted > 2 {
+            format!("{:.3}", f.r2)
+        } else {
+            "-".to_string()
+        },
+        match (f.ns_per_fd_ci95, f.slope_significant) {
+            (None, _) => "-",
+            (Some(_), true) => "yes",
+            (Some(_), false) => "no",
+        }
+        .to_string(),
+        if f.flat { "flat" } else { "linear" }.to_string(),
+    ];
+    row.extend(f.predictions.iter().map(|p| fmt_ns(p.ns)));
+    row
 }
 
 /// Ours (extrapolated from the fits with the fewest open fds) beside the published figures.

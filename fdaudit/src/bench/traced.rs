@@ -92,11 +92,35 @@ impl BenchTracer {
         result
     }
 
+    /// Tracks the spawner once it says it is ready, starts it, and collects its spawns.
     fn follow(
         &mut self,
         child: &mut std::process::Child,
         spawns: u64,
     ) -> Result<Vec<TracedSpawn>, TraceError> {
+        let (pid, mut stdout) = self.track_when_ready(child)?;
+        // Drain the spawner's stdout meanwhile, so a chatty command cannot block it.
+        let drain = std::thread::spawn(move || {
+            let mut rest = Vec::new();
+            let _ = stdout.read_to_end(&mut rest);
+        });
+        child
+            .stdin
+            .take()
+            .context("no spawner stdin")?
+            .write_all(b"go\n")
+            .context("failed to start the spawner")?;
+        let seen = self.collect(child, pid, spawns)?;
+        let _ = drain.join();
+        self.check_finished(child, seen, spawns)
+    }
+
+    /// Waits for the spawner's `ready <pid>` line and tracks that pid; returns it and the
+    /// rest of the spawner's stdout.
+    fn track_when_ready(
+        &mut self,
+        child: &mut std::process::Child,
+    ) -> Result<(u32, BufReader<std::process::ChildStdout>), TraceError> {
         let mut stdout = BufReader::new(child.stdout.take().context("no spawner stdout")?);
         let mut line = String::new();
         stdout
@@ -110,17 +134,17 @@ impl BenchTracer {
         self.session
             .track(pid)
             .context("failed to track the spawner")?;
-        // Drain the spawner's stdout meanwhile, so a chatty command cannot block it.
-        let drain = std::thread::spawn(move || {
-            let mut rest = Vec::new();
-            let _ = stdout.read_to_end(&mut rest);
-        });
-        child
-            .stdin
-            .take()
-            .context("no spawner stdin")?
-            .write_all(b"go\n")
-            .context("failed to start the spawner")?;
+        Ok((pid, stdout))
+    }
+
+    /// The spawns of `pid`'s children, polled until it has exited and all `spawns` are seen
+    /// (or [`DRAIN`] after its exit); an error after [`RUN_TIMEOUT`].
+    fn collect(
+        &mut self,
+        child: &mut std::process::Child,
+        pid: u32,
+        spawns: u64,
+    ) -> Result<Vec<TracedSpawn>, TraceError> {
         let start = Instant::now();
         let mut seen = Vec::new();
         let mut exited_at = None;
@@ -146,14 +170,22 @@ impl BenchTracer {
             }
             if let Some(t) = exited_at {
                 if seen.len() as u64 >= spawns || t.elapsed() > DRAIN {
-                    break;
+                    return Ok(seen);
                 }
             }
             if start.elapsed() > RUN_TIMEOUT {
                 return Err(anyhow!("the traced spawner did not finish in {RUN_TIMEOUT:?}").into());
             }
         }
-        let _ = drain.join();
+    }
+
+    /// `seen`, once the spawner has exited well and the tracer saw every one of its spawns.
+    fn check_finished(
+        &self,
+        child: &mut std::process::Child,
+        seen: Vec<TracedSpawn>,
+        spawns: u64,
+    ) -> Result<Vec<TracedSpawn>, TraceError> {
         let status = child.wait().context("failed to wait for the spawner")?;
         // Exit 1 says some children exited non-zero: the timed pass counts those as
         // failures, so the traced one reports them too rather than giving up.

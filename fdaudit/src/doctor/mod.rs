@@ -354,7 +354,10 @@ fn backend_check(bpf: &mut aya::Ebpf, kernel: &ebpf::KernelBtf) -> Check {
         (Ok(()), BackendChoice::Auto) => check(
             "backend",
             Status::Ok,
-            format!("{raw_tp} ({}; fentry loads and attaches here)", ebpf::AUTO_REASON),
+            format!(
+                "{raw_tp} ({}; fentry loads and attaches here)",
+                ebpf::AUTO_REASON
+            ),
         ),
         (Ok(()), _) => check(
             "backend",

@@ -265,6 +265,15 @@ pub fn term() -> super::table::Term {
     }
 }
 
+// Here rather than in `table`, which then need not know about the stream.
+impl std::fmt::Display for super::table::Table {
+    /// Fitted to the records stream's terminal (stdout's when none is open; no fitting
+    /// into an `-o` file), coloured when colour is on there.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.render_for(term()))
+    }
+}
+
 /// The error for a failed write to the stream, naming where it goes.
 fn write_error(e: io::Error) -> anyhow::Error {
     let what = lock()

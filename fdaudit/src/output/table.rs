@@ -7,7 +7,6 @@
 //! reports 0 columns, as `script` and serial consoles do) means no fitting at all: full
 //! rows, every column.
 
-use std::fmt;
 use std::io::IsTerminal as _;
 
 use comfy_table::{presets, ContentArrangement};
@@ -264,14 +263,6 @@ impl Table {
             }));
         }
         t.trim_fmt()
-    }
-}
-
-impl fmt::Display for Table {
-    /// Fitted to the records stream's terminal (stdout's when none is open; no fitting
-    /// into an `-o` file), coloured when colour is on there.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.render_for(super::stream::term()))
     }
 }
 

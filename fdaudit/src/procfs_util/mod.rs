@@ -55,11 +55,20 @@ pub fn descendants(root: u32) -> Vec<u32> {
     out
 }
 
+/// The executable of a live process, /proc/PID/exe (bytes, as the kernel gives them).
+pub fn exe_of(pid: u32) -> Option<Vec<u8>> {
+    std::fs::read_link(format!("/proc/{pid}/exe"))
+        .ok()
+        .map(|t| t.into_os_string().into_encoded_bytes())
+}
+
 /// The target of /proc/PID/fd/FD, when that fd still refers to inode `ino` (escaped).
 ///
 /// The inode comes from fdinfo's `ino:` line, never from a stat through the fd link: that
 /// would ask the file system behind the fd, which may never answer (a FUSE server that
-/// hangs, an NFS server gone).
+/// hangs, an NFS server gone). Before 5.14 fdinfo has no `ino:` line: an anonymous target
+/// is checked by the inode in its brackets, a path returned unchecked (the caller compares
+/// it with what the kernel recorded, the name it saw).
 pub fn fd_target(pid: u32, fd: u32, ino: u64) -> Option<Vec<u8>> {
     let dir = at::open_dir_path(
         libc::AT_FDCWD,

@@ -207,22 +207,7 @@ pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
     )?;
     check_input(&args)?;
     install_signal_handlers();
-    let uid = args.user.as_deref().map(uid_of).transpose()?;
-    let close_ns = args.close_cost_ns as f64;
-    let threads = args.threads.unwrap_or_else(|| {
-        std::thread::available_parallelism()
-            .map_or(2, |n| n.get())
-            .min(8)
-    });
-    let cfg = ScanOptions {
-        root: args.procfs_root.clone(),
-        pids: (!args.pids.is_empty()).then(|| args.pids.clone()),
-        uid,
-        full_fds: !args.only_findings && (args.json || args.fds || !args.pids.is_empty()),
-        close_ns,
-        threads,
-        stop: Default::default(),
-    };
+    let cfg = scan_options(&args)?;
     let opts = RenderOptions {
         json: args.json,
         list_fds: cfg.full_fds,
@@ -239,17 +224,7 @@ pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
         _ if outcome.totals.interrupted => exit::INTERRUPTED,
         _ => exit::OK,
     };
-    let lost_pid = outcome
-        .missing
-        .first()
-        .map(|p| format!("no process with PID {p}: it exited during the scan"))
-        .or_else(|| {
-            outcome.unreadable_pids.first().map(|p| {
-                format!(
-                    "cannot read the fds of PID {p} with these privileges: run fdaudit as its user or as root"
-                )
-            })
-        });
+    let lost_pid = lost_pid(&outcome);
     let notes = report::notes(&outcome, n_findings, args.close_cost_ns, args.verbose);
     let verdict = report::Verdict {
         close_cost_ns: args.close_cost_ns,
@@ -282,6 +257,40 @@ pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
         bail!(msg);
     }
     Ok(exit_code)
+}
+
+/// What to scan and how, from the arguments (`--user` resolved to a uid).
+fn scan_options(args: &ScanArgs) -> anyhow::Result<ScanOptions> {
+    let uid = args.user.as_deref().map(uid_of).transpose()?;
+    let threads = args.threads.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map_or(2, |n| n.get())
+            .min(8)
+    });
+    Ok(ScanOptions {
+        root: args.procfs_root.clone(),
+        pids: (!args.pids.is_empty()).then(|| args.pids.clone()),
+        uid,
+        full_fds: !args.only_findings && (args.json || args.fds || !args.pids.is_empty()),
+        close_ns: args.close_cost_ns as f64,
+        threads,
+        stop: Default::default(),
+    })
+}
+
+/// The error for a `-p` process that exited or turned unreadable during the scan.
+fn lost_pid(outcome: &Outcome) -> Option<String> {
+    outcome
+        .missing
+        .first()
+        .map(|p| format!("no process with PID {p}: it exited during the scan"))
+        .or_else(|| {
+            outcome.unreadable_pids.first().map(|p| {
+                format!(
+                    "cannot read the fds of PID {p} with these privileges: run fdaudit as its user or as root"
+                )
+            })
+        })
 }
 
 /// Scans with `cfg`, rendering each process on the workers and writing it to `out` as it

@@ -5,7 +5,7 @@ use std::ffi::OsString;
 
 use anyhow::{Context as _, Result};
 
-use crate::exit;
+use crate::{caller::CallerState, exit};
 
 /// The command, forked and held before exec until the programs are attached.
 pub struct Held {
@@ -43,6 +43,8 @@ impl Held {
 
 /// Forks CMD with exactly fdaudit's own fds, environment and limits; it waits on a
 /// close-on-exec pipe before exec, so none of fdaudit's own fds (created later) cross into it.
+/// Before exec it takes back the signal dispositions, mask and closed stdio fdaudit's caller
+/// had ([`CallerState`]).
 pub fn start_held(cmd: &[OsString]) -> Result<Held> {
     use std::os::unix::ffi::OsStrExt as _;
     let argv: Vec<std::ffi::CString> = cmd
@@ -52,6 +54,7 @@ pub fn start_held(cmd: &[OsString]) -> Result<Held> {
         .context("the command has an argument with a NUL byte")?;
     let mut argv_ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
     argv_ptrs.push(std::ptr::null());
+    let caller = CallerState::get();
     let (mut hold, mut err) = ([0i32; 2], [0i32; 2]);
     // SAFETY: pipe2 fills arrays we own.
     if unsafe { libc::pipe2(hold.as_mut_ptr(), libc::O_CLOEXEC) } != 0
@@ -74,8 +77,9 @@ pub fn start_held(cmd: &[OsString]) -> Result<Held> {
                 // fdaudit went away before attaching: do not run untraced.
                 libc::_exit(exit::INTERRUPTED as i32);
             }
-            // Rust ignores SIGPIPE in fdaudit; the command gets the default, as from a shell.
-            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+            // fdaudit's handlers and the runtime's SIGPIPE go; the caller's ignored
+            // signals, mask and closed stdio come back: CMD starts as it would untraced.
+            caller.restore_in_child();
             libc::execvp(argv_ptrs[0], argv_ptrs.as_ptr());
             let errno = *libc::__errno_location();
             libc::write(err[1], errno.to_ne_bytes().as_ptr().cast(), 4);

@@ -2,8 +2,11 @@
 //! (but for the live-link [`Resolver`], stubbed in tests). The probe-cost correction is not
 //! applied here but by the consumer ([`Spawn::correct_for_probes`]).
 
+use std::collections::VecDeque;
+
 use fdaudit_common::{
-    Counters, ExitRecord, FdInfo, FdPath, RecordHeader, RecordKind, SpawnRecord, MAX_FDS,
+    fd_flags, Counters, ExitRecord, FdInfo, FdPath, PathsRecord, RecordHeader, RecordKind,
+    SpawnRecord, MAX_FDS,
 };
 use serde::Serialize;
 
@@ -46,6 +49,9 @@ pub struct LeakedFd {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub protocol: Option<&'static str>,
     pub ino: u64,
+    /// The file was deleted while open (no name left; `target` is its last one).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub deleted: bool,
 }
 
 /// One spawn: a traced child that completed an exec (`"type":"spawn"` in JSON).
@@ -104,6 +110,9 @@ pub struct Spawn {
     /// attempts the kernel saw): what [`Spawn::correct_for_probes`] charges for.
     #[serde(skip)]
     pub probed: u64,
+    /// `exec_path` is the first bytes of a longer name (the kernel's buffer was full).
+    #[serde(skip)]
+    pub exec_path_cut: bool,
 }
 
 impl Spawn {
@@ -135,8 +144,8 @@ pub enum Event {
     Exit(Exit),
 }
 
-/// Read counters for one (process, fd), from `--reads`: the kernel's entry as it is, with
-/// the reader's comm decoded.
+/// Read counters for one (process, open file), from `--reads`: the kernel's entry as it is,
+/// with the reader's comm decoded.
 #[derive(Debug, Clone)]
 pub struct ReadCount {
     pub key: fdaudit_common::ReadKey,
@@ -144,22 +153,88 @@ pub struct ReadCount {
     /// The reader's comm, bytes.
     pub comm: Vec<u8>,
 }
-/// Decodes one ring-buffer record.
-pub fn decode(bytes: &[u8], leaks_only: bool) -> Option<Event> {
+/// A record of type `T` from the first bytes of `bytes` (a variable-length record: the
+/// fields not sent are zero).
+fn record_from<T: Copy>(bytes: &[u8]) -> Box<T> {
+    // SAFETY: only used with the repr(C) integer-only record types, for which all-zero is a
+    // valid value; at most size_of::<T>() bytes are copied into it.
+    unsafe {
+        let mut rec: Box<T> = Box::new(std::mem::zeroed());
+        let n = bytes.len().min(size_of::<T>());
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), (&mut *rec as *mut T).cast::<u8>(), n);
+        rec
+    }
+}
+
+/// Paths records waiting for their spawn (they come just before it; one whose spawn was lost
+/// is dropped once this many newer ones came).
+const PENDING_PATHS: usize = 64;
+
+/// Decodes ring-buffer records in order, pairing each spawn with the paths sent before it.
+#[derive(Default)]
+pub struct Decoder {
+    leaks_only: bool,
+    pending: VecDeque<Box<PathsRecord>>,
+}
+
+impl Decoder {
+    pub fn new(leaks_only: bool) -> Decoder {
+        Decoder {
+            leaks_only,
+            pending: VecDeque::new(),
+        }
+    }
+
+    /// Decodes one record; a paths record gives nothing until its spawn comes. An exec path
+    /// the kernel cut is read again from /proc/PID/exe while the process lives, when that
+    /// starts with what the kernel kept.
+    pub fn decode(&mut self, bytes: &[u8]) -> Option<Event> {
+        let mut ev = decode_with(bytes, self.leaks_only, &mut self.pending, resolve_target);
+        if let Some(Event::Spawn(s)) = &mut ev {
+            if s.exec_path_cut {
+                if let Some(exe) =
+                    procfs_util::exe_of(s.pid).filter(|e| e.starts_with(&s.exec_path))
+                {
+                    s.exec_path = Lossless::new(exe);
+                    s.exec_path_cut = false;
+                }
+            }
+        }
+        ev
+    }
+}
+
+fn decode_with(
+    bytes: &[u8],
+    leaks_only: bool,
+    pending: &mut VecDeque<Box<PathsRecord>>,
+    resolve: Resolver,
+) -> Option<Event> {
     if bytes.len() < size_of::<RecordHeader>() {
         return None;
     }
     // SAFETY: length checked; RecordHeader is plain integers; read_unaligned copies.
     let header: RecordHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
     match RecordKind::from_u32(header.kind)? {
-        RecordKind::Spawn if bytes.len() >= size_of::<SpawnRecord>() => {
-            // SAFETY: as above, for the full record.
-            let rec: Box<SpawnRecord> =
-                Box::new(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) });
+        RecordKind::Paths if bytes.len() >= PathsRecord::sent_len(0) => {
+            if pending.len() >= PENDING_PATHS {
+                pending.pop_front();
+            }
+            pending.push_back(record_from::<PathsRecord>(bytes));
+            None
+        }
+        RecordKind::Spawn if bytes.len() >= SpawnRecord::sent_len(0) => {
+            let rec = record_from::<SpawnRecord>(bytes);
+            let paths = pending
+                .iter()
+                .position(|p| p.pid == rec.pid && p.exec_ns == rec.exec_ns)
+                .and_then(|i| pending.remove(i));
+            let npaths = paths
+                .as_ref()
+                .map_or(0, |p| (p.npaths as usize).min(p.paths.len()));
+            let paths = paths.as_ref().map_or(&[][..], |p| &p.paths[..npaths]);
             Some(Event::Spawn(Box::new(spawn_from_record(
-                &rec,
-                leaks_only,
-                resolve_target,
+                &rec, paths, leaks_only, resolve,
             ))))
         }
         RecordKind::Exit if bytes.len() >= size_of::<ExitRecord>() => {
@@ -236,6 +311,34 @@ pub fn join_path(p: &FdPath) -> Vec<u8> {
     s
 }
 
+/// Whether a live link can be the file the kernel saw: its last component starts with the
+/// kernel's leaf name, where there is one (the check that stands in for fdinfo's `ino:`
+/// line before 5.14; a cut leaf is a prefix).
+fn link_ends_in_leaf(link: &[u8], kernel_path: Option<&FdPath>) -> bool {
+    let Some(leaf) = kernel_path
+        .filter(|p| p.depth > 0)
+        .map(|p| cstr(&p.comps[0]))
+    else {
+        return true;
+    };
+    let path = link.strip_suffix(DELETED_SUFFIX).unwrap_or(link);
+    path.rsplit(|&b| b == b'/')
+        .next()
+        .is_some_and(|last| last.starts_with(&leaf))
+}
+
+/// What the kernel appends to the link of a file deleted while open.
+const DELETED_SUFFIX: &[u8] = b" (deleted)";
+
+/// A target read from a live /proc link, without the " (deleted)" the kernel appends: (path,
+/// deleted).
+fn strip_deleted(link: Vec<u8>) -> (Vec<u8>, bool) {
+    match link.strip_suffix(DELETED_SUFFIX) {
+        Some(p) => (p.to_vec(), true),
+        None => (link, false),
+    }
+}
+
 fn leaked_from(
     info: &FdInfo,
     kernel_path: Option<&FdPath>,
@@ -246,6 +349,9 @@ fn leaked_from(
     let name = cstr(&info.name);
     let name_text = String::from_utf8_lossy(&name);
     let kind = fdkind::from_kernel(info.mode, info.magic, &name_text);
+    let name_cut = info.fd_flags & fd_flags::NAME_CUT != 0;
+    let mut deleted = info.fd_flags & fd_flags::DELETED != 0
+        && matches!(kind, FdKind::Regular | FdKind::Directory);
     let target: Vec<u8> = match kind {
         FdKind::Socket => format!("socket:[{}]", info.ino).into_bytes(),
         FdKind::Pipe => format!("pipe:[{}]", info.ino).into_bytes(),
@@ -259,17 +365,37 @@ fn leaked_from(
         | FdKind::Perf
         | FdKind::AnonInode => [b"anon_inode:".as_slice(), &name].concat(),
         FdKind::Pidfd => b"anon_inode:[pidfd]".to_vec(),
+        // A memfd has no path (its dentry is a root of the kernel's internal shm mount): its
+        // name is "memfd:NAME"; a cut one is read again from the live link ("/memfd:NAME
+        // (deleted)").
+        FdKind::Memfd => match resolve(pid, parent, info.fd, info.ino)
+            .filter(|l| name_cut && l.strip_prefix(b"/").is_some_and(|l| l.starts_with(&name)))
+        {
+            Some(link) => {
+                let (p, _) = strip_deleted(link);
+                p.strip_prefix(b"/").map(<[u8]>::to_vec).unwrap_or(p)
+            }
+            None if name_cut => [name.as_slice(), "…".as_bytes()].concat(),
+            None => name,
+        },
         _ => match kernel_path {
             Some(p) if p.complete != 0 => join_path(p),
             // A cut or missing path: the live link is better, if the process is still there.
-            kp => resolve(pid, parent, info.fd, info.ino)
-                .or_else(|| kp.map(join_path))
-                .unwrap_or_else(|| {
-                    let mut t = "…/".as_bytes().to_vec();
-                    t.extend_from_slice(&name);
-                    t.extend_from_slice(format!(" (inode {})", info.ino).as_bytes());
-                    t
-                }),
+            kp => {
+                match resolve(pid, parent, info.fd, info.ino).filter(|l| link_ends_in_leaf(l, kp)) {
+                    Some(link) => {
+                        let (p, d) = strip_deleted(link);
+                        deleted |= d;
+                        p
+                    }
+                    None => kp.map(join_path).unwrap_or_else(|| {
+                        let mut t = "…/".as_bytes().to_vec();
+                        t.extend_from_slice(&name);
+                        t.extend_from_slice(format!(" (inode {})", info.ino).as_bytes());
+                        t
+                    }),
+                }
+            }
         },
     };
     LeakedFd {
@@ -282,6 +408,7 @@ fn leaked_from(
         protocol: (kind == FdKind::Socket && info.sock_type != 0)
             .then(|| protocol_name(info.family, info.sock_type)),
         ino: info.ino,
+        deleted,
     }
 }
 
@@ -296,8 +423,14 @@ pub fn split_argv(block: &[u8]) -> Vec<Vec<u8>> {
     body.split(|&b| b == 0).map(<[u8]>::to_vec).collect()
 }
 
-/// Turns a kernel record into a [`Spawn`]. Pure but for `resolve` (unit tested with a stub).
-pub fn spawn_from_record(rec: &SpawnRecord, leaks_only: bool, resolve: Resolver) -> Spawn {
+/// Turns a kernel record and the paths sent with it into a [`Spawn`]. Pure but for `resolve`
+/// (unit tested with a stub).
+pub fn spawn_from_record(
+    rec: &SpawnRecord,
+    paths: &[FdPath],
+    leaks_only: bool,
+    resolve: Resolver,
+) -> Spawn {
     let mut flags = SpawnFlags::from_bits_retain(rec.header.flags);
     if leaks_only {
         flags |= SpawnFlags::NO_SYSCALLS;
@@ -310,8 +443,7 @@ pub fn spawn_from_record(rec: &SpawnRecord, leaks_only: bool, resolve: Resolver)
         0
     };
     let shown = (rec.nfds as usize).min(MAX_FDS);
-    let npaths = (rec.npaths as usize).min(rec.paths.len());
-    let path_of = |i: usize| rec.paths[..npaths].iter().find(|p| p.index as usize == i);
+    let path_of = |i: usize| paths.iter().find(|p| p.index as usize == i);
     let leaked_fds: Vec<LeakedFd> = rec.fds[..shown]
         .iter()
         .enumerate()
@@ -321,7 +453,19 @@ pub fn spawn_from_record(rec: &SpawnRecord, leaks_only: bool, resolve: Resolver)
         .filter(|i| rec.stdio_mask & (1 << i) != 0)
         .map(|i| leaked_from(&rec.stdio[i], None, rec.pid, rec.parent_pid, resolve))
         .collect();
+    // A name cut by its buffer is a partial path too.
+    if rec.fds[..shown]
+        .iter()
+        .chain(&rec.stdio)
+        .any(|f| f.fd_flags & fd_flags::NAME_CUT != 0)
+    {
+        flags |= SpawnFlags::PATH_PARTIAL;
+    }
+    let filename_len = rec.filename.iter().position(|&b| b == 0);
+    let exec_path_cut =
+        flags.contains(SpawnFlags::PATH_PARTIAL) && filename_len == Some(rec.filename.len() - 1);
     Spawn {
+        exec_path_cut,
         exec_tid: (rec.old_pid != rec.pid).then_some(rec.old_pid),
         exec_path: Lossless::new(cstr(&rec.filename)),
         argv: Lossless::new(argv),
@@ -420,6 +564,7 @@ fn window_spawn(
         exec_ns: 0,
         identity: Identity::default(),
         probed: calls.probed() + u64::from(c.exec_attempts),
+        exec_path_cut: false,
     }
 }
 
@@ -431,6 +576,13 @@ mod tests {
     fn zeroed_record() -> Box<SpawnRecord> {
         // SAFETY: SpawnRecord is plain integers and arrays; all-zero is valid.
         Box::new(unsafe { std::mem::zeroed() })
+    }
+
+    /// The first `len` bytes of a record, as the ring buffer carries them.
+    fn sent<T>(rec: &T, len: usize) -> &[u8] {
+        assert!(len <= size_of::<T>());
+        // SAFETY: `len` bytes of a plain-integer record.
+        unsafe { std::slice::from_raw_parts((rec as *const T).cast::<u8>(), len) }
     }
 
     fn put(dst: &mut [u8], s: &[u8]) {
@@ -463,18 +615,42 @@ mod tests {
         rec.fds[0].ino = 99;
         put(&mut rec.fds[0].name, b"secret.key");
         rec.npaths = 1;
-        rec.paths[0].index = 0;
-        rec.paths[0].depth = 2;
-        rec.paths[0].complete = 1;
-        put(&mut rec.paths[0].comps[0], b"secret.key");
-        put(&mut rec.paths[0].comps[1], b"etc");
+        // SAFETY: PathsRecord is plain integers and arrays; all-zero is valid.
+        let mut paths: Box<PathsRecord> = Box::new(unsafe { std::mem::zeroed() });
+        paths.header = RecordHeader { kind: 3, flags: 0 };
+        paths.pid = 42;
+        paths.exec_ns = rec.exec_ns;
+        paths.npaths = 1;
+        paths.paths[0].index = 0;
+        paths.paths[0].depth = 2;
+        paths.paths[0].complete = 1;
+        put(&mut paths.paths[0].comps[0], b"secret.key");
+        put(&mut paths.paths[0].comps[1], b"etc");
         rec.stdio_mask = 0b101;
         rec.stdio[0].mode = 0o020666;
         rec.stdio[2].mode = 0o010600;
         rec.stdio[2].magic = fdkind::magic::PIPEFS;
         rec.stdio[2].fd = 2;
         rec.stdio[2].ino = 5;
-        let mut s = spawn_from_record(&rec, false, |_, _, _, _| None);
+        // As the kernel sends them: the paths, then the spawn up to its one leaked fd.
+        let mut pending = VecDeque::new();
+        let none = |_, _, _, _| None;
+        assert!(decode_with(
+            sent(&*paths, PathsRecord::sent_len(1)),
+            false,
+            &mut pending,
+            none
+        )
+        .is_none());
+        let Some(Event::Spawn(mut s)) = decode_with(
+            sent(&*rec, SpawnRecord::sent_len(1)),
+            false,
+            &mut pending,
+            none,
+        ) else {
+            panic!("no spawn decoded");
+        };
+        assert!(pending.is_empty(), "the paths went with their spawn");
         assert_eq!(
             s.window_corrected_ns, s.window_ns,
             "no correction before the collector's"
@@ -495,7 +671,7 @@ mod tests {
         assert!(s.flags.is_empty());
         assert_eq!(s.calls.close_calls, 19_997);
         assert_eq!(s.exec_tid, None);
-        let json = serde_json::to_value(super::super::TraceRecord::Spawn(Box::new(s))).unwrap();
+        let json = serde_json::to_value(super::super::TraceRecord::Spawn(s)).unwrap();
         assert_eq!(json["type"], "spawn");
         assert_eq!(json["strategy"], "close-loop");
         assert_eq!(json["leaked_fds"][0]["fd"], 7);
@@ -510,6 +686,61 @@ mod tests {
         assert_eq!(split_argv(b"a\0\0"), [b"a".to_vec(), Vec::new()]);
         assert_eq!(split_argv(b"cut-shor"), [b"cut-shor".to_vec()]);
         assert!(split_argv(b"").is_empty());
+    }
+
+    #[test]
+    fn memfds_deleted_files_and_cut_names() {
+        let mut rec = zeroed_record();
+        rec.header = RecordHeader { kind: 1, flags: 0 };
+        rec.pid = 5;
+        rec.nfds = 3;
+        rec.fds[0].fd = 3;
+        rec.fds[0].mode = 0o100777;
+        rec.fds[0].magic = fdkind::magic::TMPFS;
+        put(&mut rec.fds[0].name, b"memfd:cache");
+        rec.fds[0].fd_flags = fd_flags::DELETED;
+        rec.fds[1].fd = 4;
+        rec.fds[1].mode = 0o100644;
+        rec.fds[1].magic = 0xef53;
+        put(&mut rec.fds[1].name, b"gone");
+        rec.fds[1].fd_flags = fd_flags::DELETED;
+        rec.fds[2].fd = 5;
+        rec.fds[2].mode = 0o100777;
+        rec.fds[2].magic = fdkind::magic::TMPFS;
+        put(
+            &mut rec.fds[2].name,
+            &[b"memfd:".as_slice(), &[b'm'; 57]].concat(),
+        );
+        rec.fds[2].fd_flags = fd_flags::NAME_CUT;
+        put(&mut rec.filename, &[b'a'; 255]);
+        let live = |_, _, fd, _| match fd {
+            4 => Some(b"/srv/gone (deleted)".to_vec()),
+            _ => None,
+        };
+        let s = spawn_from_record(&rec, &[], false, live);
+        assert_eq!(s.leaked_fds[0].target.lossy(), "memfd:cache");
+        assert!(
+            !s.leaked_fds[0].deleted,
+            "a memfd is never anything but unlinked"
+        );
+        assert_eq!(s.leaked_fds[1].target.lossy(), "/srv/gone");
+        assert!(s.leaked_fds[1].deleted);
+        assert!(
+            s.leaked_fds[2].target.lossy().ends_with('…'),
+            "{}",
+            s.leaked_fds[2].target.lossy()
+        );
+        assert!(
+            s.flags.contains(SpawnFlags::PATH_PARTIAL),
+            "a cut name is a partial path"
+        );
+        assert!(
+            s.exec_path_cut,
+            "255 bytes and partial: the exec path may be cut"
+        );
+        let json = serde_json::to_value(&s.leaked_fds).unwrap();
+        assert_eq!(json[1]["deleted"], true);
+        assert!(json[0].get("deleted").is_none());
     }
 
     #[test]
@@ -555,7 +786,7 @@ mod tests {
             flags: 4,
             _pad: 0,
         };
-        let s = spawn_from_record(&rec, false, |_, _, _, _| None);
+        let s = spawn_from_record(&rec, &[], false, |_, _, _, _| None);
         assert_eq!(s.leaked_count, 70);
         assert_eq!(s.leaked_fds.len(), MAX_FDS);
         assert_eq!(s.leaked_fds[0].target.lossy(), "socket:[1000]");
@@ -567,7 +798,7 @@ mod tests {
         assert_eq!(s.close_ranges.len(), 4);
         assert_eq!(s.close_ranges[0], [3, u32::MAX, 4]);
         assert_eq!(s.flags, SpawnFlags::FDS_TRUNCATED | SpawnFlags::NO_FORK);
-        let s = spawn_from_record(&rec, true, |_, _, _, _| None);
+        let s = spawn_from_record(&rec, &[], true, |_, _, _, _| None);
         assert!(s.flags.contains(SpawnFlags::NO_SYSCALLS));
         assert_eq!(s.strategy, Strategy::Unknown);
     }

@@ -18,12 +18,13 @@ bitflags::bitflags! {
         const PATH_PARTIAL = k::PATH_PARTIAL;
         const REEXEC = k::REEXEC;
         const BOUNDED_WALK = k::BOUNDED_WALK;
+        const COMPAT_SYSCALLS = k::COMPAT_SYSCALLS;
     }
 }
 
 impl SpawnFlags {
     /// Names in JSON and text, in bit order.
-    const NAMES: [(SpawnFlags, &'static str); 10] = [
+    const NAMES: [(SpawnFlags, &'static str); 11] = [
         (SpawnFlags::FDS_TRUNCATED, "fds_truncated"),
         (SpawnFlags::READ_FAILED, "read_failed"),
         (SpawnFlags::ARGV_TRUNCATED, "argv_truncated"),
@@ -34,6 +35,7 @@ impl SpawnFlags {
         (SpawnFlags::PATH_PARTIAL, "path_partial"),
         (SpawnFlags::REEXEC, "reexec"),
         (SpawnFlags::BOUNDED_WALK, "bounded_walk"),
+        (SpawnFlags::COMPAT_SYSCALLS, "compat_syscalls"),
     ];
 
     /// The names of the set flags, in bit order (unknown bits are dropped).
@@ -45,9 +47,12 @@ impl SpawnFlags {
     }
 
     /// Flags that mean data is missing, as opposed to facts about the spawn (`no_fork`,
-    /// `reexec`) or the run (`no_syscalls`).
+    /// `reexec`, `compat_syscalls`: counted by their meaning) or the run (`no_syscalls`).
     pub fn partial(self) -> SpawnFlags {
-        self - (SpawnFlags::NO_FORK | SpawnFlags::REEXEC | SpawnFlags::NO_SYSCALLS)
+        self - (SpawnFlags::NO_FORK
+            | SpawnFlags::REEXEC
+            | SpawnFlags::NO_SYSCALLS
+            | SpawnFlags::COMPAT_SYSCALLS)
     }
 }
 

@@ -27,7 +27,7 @@ use aya::{
 use fdaudit_common::{TaskState, MAP_EVENTS, MAP_TRACKED};
 
 use super::{
-    calibrate,
+    calibrate, drain,
     session::{SessionOptions, StartupTimings},
 };
 use crate::{
@@ -48,6 +48,8 @@ pub(super) struct Loaded {
     /// Taken out of `bpf` for the calibration.
     pub events: RingBuf<MapData>,
     pub tracked: HashMap<MapData, u32, TaskState>,
+    /// The ring buffer's size in bytes.
+    pub ring_bytes: u64,
     /// The backend counting syscalls (None with --leaks-only: no syscall is hooked).
     pub backend: Option<Backend>,
     /// Why `auto` did not use fentry.
@@ -98,7 +100,12 @@ pub(super) fn load(opts: &SessionOptions) -> Result<Loaded> {
         .join()
         .map_err(|_| anyhow::anyhow!("aya's loader panicked"))?;
     timings.loader_wait_ms = ms_since(wait);
-    let mut bpf = ebpf::open_with(loader, &config).context("failed to load the eBPF object")?;
+    let ring_bytes = opts
+        .ring_bytes
+        .unwrap_or_else(|| drain::default_ring_bytes(drain::online_cpus()));
+    let ring_arg = u32::try_from(ring_bytes).context("the ring buffer size is too large")?;
+    let mut bpf = ebpf::open_with(loader, &config, Some(ring_arg))
+        .context("failed to load the eBPF object")?;
     let mut take = |name: &str| {
         bpf.take_map(name)
             .with_context(|| format!("the eBPF object has no map {name}"))
@@ -131,6 +138,7 @@ pub(super) fn load(opts: &SessionOptions) -> Result<Loaded> {
         bpf,
         events,
         tracked,
+        ring_bytes,
         backend: a.backend,
         fallback: a.fallback,
         exec_fails: a.exec_fails,

@@ -6,6 +6,7 @@ pub mod chains;
 mod child;
 pub mod counts;
 pub mod decode;
+pub mod drain;
 pub mod filter;
 pub mod flags;
 mod loader;
@@ -14,6 +15,7 @@ pub mod report;
 pub mod session;
 pub mod stamp;
 pub mod strategy;
+pub mod targets;
 pub mod wait;
 
 use std::{
@@ -22,7 +24,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{Context as _, Result};
 
 use crate::{
     cgroup::Followed,
@@ -34,6 +36,7 @@ use crate::{
 use child::{start_held, try_wait};
 use report::{Ending, ExitReason, Reporter};
 use session::{Session, SessionOptions};
+use targets::check_targets;
 
 /// Every JSON object `trace --json` prints, one per line, tagged by `"type"`.
 #[derive(Debug, serde::Serialize)]
@@ -86,9 +89,14 @@ pub struct TraceArgs {
     #[arg(long, conflicts_with = "reads")]
     pub leaks_only: bool,
 
-    /// Also count read()/readv()/pread64() calls per process and fd; flag byte-at-a-time reads.
+    /// Also count read()/readv()/pread64() calls per process and open file; flag byte-at-a-time reads.
     #[arg(long)]
     pub reads: bool,
+
+    /// Ring buffer size in pages (a power of two). Default: from the CPU count, room for
+    /// 256 of the largest spawn records per CPU (at least 8 MiB).
+    #[arg(long, value_name = "PAGES")]
+    pub buffer_pages: Option<u64>,
 
     /// Exit with status 3 when a spawn leaked an fd and the command itself exited 0 (for CI).
     /// fds the traced command inherited from fdaudit's caller do not count (see --no-baseline).
@@ -180,91 +188,6 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("{s:?} seconds is out of range"))
 }
 
-/// What /proc says about a `-p` target.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PidKind {
-    Process,
-    /// A thread id that is not its process's leader: the process is `tgid`.
-    Thread { tgid: u32 },
-    Zombie,
-    KernelThread,
-}
-
-/// Classifies a `-p` target from /proc/PID/stat (state, flags) and /proc/PID/status (Tgid).
-pub fn pid_kind(pid: u32) -> Option<PidKind> {
-    const PF_KTHREAD: u64 = 0x0020_0000;
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = stat.get(stat.rfind(')')? + 2..)?;
-    let fields: Vec<&str> = rest.split(' ').collect();
-    // After "pid (comm) ": state is field 3 of stat(5), flags field 9.
-    let state = *fields.first()?;
-    let flags: u64 = fields.get(6)?.parse().ok()?;
-    if flags & PF_KTHREAD != 0 {
-        return Some(PidKind::KernelThread);
-    }
-    if state == "Z" || state == "X" {
-        return Some(PidKind::Zombie);
-    }
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let tgid: u32 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Tgid:"))?
-        .trim()
-        .parse()
-        .ok()?;
-    Some(if tgid != pid {
-        PidKind::Thread { tgid }
-    } else {
-        PidKind::Process
-    })
-}
-
-/// Something to trace, and the `-p` targets checked before anything starts: an error for a
-/// missing process or a kernel thread; a warning for a zombie; a thread id becomes its
-/// process.
-fn check_targets(args: &TraceArgs) -> Result<Vec<u32>> {
-    if args.pids.is_empty() && args.command.is_empty() && args.cgroup.is_none() {
-        bail!("nothing to trace: give -p PID, --cgroup PATH, -- CMD ARGS... or --demo");
-    }
-    let pids = &args.pids;
-    let mut out = Vec::new();
-    for &pid in pids {
-        // SAFETY: signal 0 only checks that the process exists.
-        if pid == 0
-            || unsafe { libc::kill(pid as i32, 0) } != 0
-                && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
-        {
-            bail!("no process with PID {pid}: check it with `ps -p {pid}`");
-        }
-        match pid_kind(pid) {
-            Some(PidKind::KernelThread) => bail!(
-                "PID {pid} is a kernel thread: it never spawns programs, so there is nothing to trace"
-            ),
-            Some(PidKind::Zombie) => stream::note(
-                stream::Level::Warning,
-                &format!(
-                    "PID {pid} is a zombie (it has exited and waits to be reaped): only its living descendants can be traced"
-                ),
-            ),
-            Some(PidKind::Thread { tgid }) => {
-                stream::note(
-                    stream::Level::Warning,
-                    &format!("PID {pid} is a thread of process {tgid}: tracing process {tgid}"),
-                );
-                if !out.contains(&tgid) {
-                    out.push(tgid);
-                }
-                continue;
-            }
-            Some(PidKind::Process) | None => {}
-        }
-        if !out.contains(&pid) {
-            out.push(pid);
-        }
-    }
-    Ok(out)
-}
-
 /// The exec errno of a command that could not start: the human message and exit status.
 fn exec_failure(name: &str, errno: i32) -> (String, u8) {
     let err = std::io::Error::from_raw_os_error(errno);
@@ -298,21 +221,7 @@ fn wait_for_command(pid: u32) -> Result<Option<i32>> {
 
 pub fn run(mut args: TraceArgs) -> Result<u8> {
     let t0 = Instant::now();
-    if args.demo {
-        let me = std::env::current_exe().context("failed to find fdaudit's own executable")?;
-        args.command = vec![me.into_os_string(), "__demo".into()];
-    }
-    // With a command, stdout and stderr are the command's; fdaudit writes where strace does.
-    let default = if args.command.is_empty() {
-        StdStream::Stdout
-    } else {
-        StdStream::Stderr
-    };
-    stream::open(
-        Dest::new(args.output.as_deref(), default),
-        args.json,
-        "trace",
-    )?;
+    open_output(&mut args)?;
     let pids = check_targets(&args)?;
     let filter = filter::Filter::new(
         &args.exec,
@@ -347,14 +256,7 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
         &mut targets,
     )?;
     let stats = session.stats()?;
-    let storms = if args.reads {
-        let counts = session.read_counts();
-        reads::storms(&counts, |pid, fd, ino| {
-            targets.resolve(pid, fd, ino, procfs_util::fd_target)
-        })
-    } else {
-        Vec::new()
-    };
+    let storms = read_storms(&args, &session, &mut targets);
     session.detach_after_exit();
     drop(session); // detach before waiting or printing the summary
     if let (true, Some(pid)) = (timed_out, child) {
@@ -369,17 +271,57 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
     let ending = ending(&args, &reporter, exit_status);
     reporter.finish(stats, storms, ending)?;
     if args.verbose {
-        crate::diag!(
-            "fdaudit: exit {:.1} ms (from the {} to fdaudit's exit)",
-            ms(ended.elapsed()),
-            if child.is_some() {
-                "command's exit"
-            } else {
-                "end of the trace"
-            }
-        );
+        verbose_exit(ended, child.is_some());
     }
     Ok(ending.exit_code)
+}
+
+/// Opens the records stream: stdout, or stderr when fdaudit runs a command (`--demo`
+/// included: it runs fdaudit's own demo workload), or `-o FILE`.
+fn open_output(args: &mut TraceArgs) -> Result<()> {
+    if args.demo {
+        let me = std::env::current_exe().context("failed to find fdaudit's own executable")?;
+        args.command = vec![me.into_os_string(), "__demo".into()];
+    }
+    // With a command, stdout and stderr are the command's; fdaudit writes where strace does.
+    let default = if args.command.is_empty() {
+        StdStream::Stdout
+    } else {
+        StdStream::Stderr
+    };
+    stream::open(
+        Dest::new(args.output.as_deref(), default),
+        args.json,
+        "trace",
+    )
+}
+
+/// `--reads`: the byte-at-a-time read storms the kernel counted, their fds named.
+fn read_storms(
+    args: &TraceArgs,
+    session: &Session,
+    targets: &mut reads::LiveTargets,
+) -> Vec<reads::ReadStorm> {
+    if !args.reads {
+        return Vec::new();
+    }
+    let counts = session.read_counts();
+    reads::storms(&counts, |pid, fd, ino| {
+        targets.resolve(pid, fd, ino, procfs_util::fd_target)
+    })
+}
+
+/// `-v`: how long fdaudit took to exit after the command (or the trace) ended.
+fn verbose_exit(ended: Instant, command: bool) {
+    crate::diag!(
+        "fdaudit: exit {:.1} ms (from the {} to fdaudit's exit)",
+        ms(ended.elapsed()),
+        if command {
+            "command's exit"
+        } else {
+            "end of the trace"
+        }
+    );
 }
 
 /// fdaudit's exit status and why: CMD's own status, unless it exited 0 and
@@ -465,9 +407,14 @@ enum Attached {
 /// Starts the held command (if any), loads and attaches the programs, tracks the roots and
 /// releases the command. Returns the session and the command's pid.
 fn attach(args: &TraceArgs, pids: &[u32], followed: Option<&Followed>) -> Result<Attached> {
+    let ring_bytes = args
+        .buffer_pages
+        .map(|p| drain::ring_bytes_from_pages(p, drain::page_size()))
+        .transpose()?;
     let opts = SessionOptions {
         leaks_only: args.leaks_only,
         reads: args.reads,
+        ring_bytes,
         backend: args.backend,
         cgroup: followed.map(|f| (f.id, f.level)),
     };
@@ -550,7 +497,8 @@ fn follow(
             deadline
         };
         let woken = waiter.wait(Some(session.events_fd()), wake_by)?;
-        for ev in session.drain() {
+        // What the drain thread has copied out (resets its ready fd; no wait).
+        for ev in session.poll(Duration::ZERO)? {
             reporter.handle(ev, root_pids)?;
         }
         // --reads: name each storm's file while its process still runs.

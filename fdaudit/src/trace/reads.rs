@@ -13,23 +13,28 @@ use crate::{
 
 lossless_field!(CommField, "comm");
 
-/// A (process, fd) is a storm when it made at least this many read calls...
-pub const STORM_MIN_CALLS: u64 = 64;
-/// ...returning at most this many bytes per call on average.
-pub const STORM_MAX_BYTES_PER_CALL: f64 = 2.0;
+/// A (process, open file) is a storm when it made at least this many small reads: calls that
+/// returned 1 or 2 bytes. Counted, not averaged, so large reads earlier on the same file do
+/// not hide a byte-at-a-time loop after them.
+pub const STORM_MIN_SMALL_READS: u64 = 64;
 /// The block size a buffered reader would use.
 pub const BLOCK: u64 = 4096;
 
-/// A flagged (process, fd).
+/// A flagged (process, open file).
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ReadStorm {
     pub pid: u32,
     #[serde(flatten)]
     pub comm: Lossless<Vec<u8>, CommField>,
+    /// The fd the file was first read through.
     pub fd: u32,
     #[serde(flatten)]
     pub target: Target,
+    /// Inode number of the file read.
+    pub ino: u64,
     pub calls: u64,
+    /// Calls that returned 1 or 2 bytes: what flags the storm.
+    pub small_reads: u64,
     pub bytes: u64,
     /// `bytes / calls`, to 3 decimals.
     pub bytes_per_call: f64,
@@ -37,9 +42,9 @@ pub struct ReadStorm {
     pub block_calls: u64,
 }
 
-/// Whether these counts are a storm.
-pub fn is_storm(calls: u64, bytes: u64) -> bool {
-    calls >= STORM_MIN_CALLS && (bytes as f64 / calls as f64) <= STORM_MAX_BYTES_PER_CALL
+/// Whether a file read with this many small (1-2 byte) reads is a storm.
+pub fn is_storm(small_reads: u64) -> bool {
+    small_reads >= STORM_MIN_SMALL_READS
 }
 
 /// Names the file read: a pipe or socket by inode, else what `resolve` finds (the live
@@ -49,7 +54,7 @@ pub fn target_of(c: &ReadCount, resolve: impl Fn(u32, u32, u64) -> Option<Vec<u8
     match fdkind::from_kernel(s.mode, s.magic, "") {
         FdKind::Pipe => format!("pipe:[{}]", s.ino).into_bytes(),
         FdKind::Socket => format!("socket:[{}]", s.ino).into_bytes(),
-        _ => resolve(k.pid, k.fd, s.ino).unwrap_or_else(|| format!("inode {}", s.ino).into_bytes()),
+        _ => resolve(k.pid, s.fd, s.ino).unwrap_or_else(|| format!("inode {}", s.ino).into_bytes()),
     }
 }
 
@@ -72,7 +77,7 @@ impl LiveTargets {
     ) {
         for c in counts {
             let (k, st) = (&c.key, &c.stat);
-            if !is_storm(st.calls, st.bytes)
+            if !is_storm(st.tiny_calls)
                 || matches!(
                     fdkind::from_kernel(st.mode, st.magic, ""),
                     FdKind::Pipe | FdKind::Socket
@@ -81,9 +86,9 @@ impl LiveTargets {
                 continue;
             }
             if let std::collections::hash_map::Entry::Vacant(e) =
-                self.known.entry((k.pid, k.fd, st.ino))
+                self.known.entry((k.pid, st.fd, st.ino))
             {
-                if let Some(t) = resolve(k.pid, k.fd, st.ino) {
+                if let Some(t) = resolve(k.pid, st.fd, st.ino) {
                     e.insert(t);
                 }
             }
@@ -112,19 +117,25 @@ pub fn storms(
 ) -> Vec<ReadStorm> {
     let mut out: Vec<ReadStorm> = counts
         .iter()
-        .filter(|c| is_storm(c.stat.calls, c.stat.bytes))
+        .filter(|c| is_storm(c.stat.tiny_calls))
         .map(|c| ReadStorm {
             pid: c.key.pid,
             comm: Lossless::new(c.comm.clone()),
-            fd: c.key.fd,
+            fd: c.stat.fd,
             target: Lossless::new(target_of(c, &resolve)),
+            ino: c.stat.ino,
             calls: c.stat.calls,
+            small_reads: c.stat.tiny_calls,
             bytes: c.stat.bytes,
             bytes_per_call: crate::output::round(c.stat.bytes as f64 / c.stat.calls as f64, 3),
             block_calls: c.stat.bytes.div_ceil(BLOCK).max(1),
         })
         .collect();
-    out.sort_by(|a, b| b.calls.cmp(&a.calls).then(a.pid.cmp(&b.pid)));
+    out.sort_by(|a, b| {
+        (b.small_reads, b.calls)
+            .cmp(&(a.small_reads, a.calls))
+            .then(a.pid.cmp(&b.pid))
+    });
     out
 }
 
@@ -137,6 +148,7 @@ pub fn storm_table(storms: &[ReadStorm], term: crate::output::table::Term) -> St
         Col::new("fd"),
         Col::new("target").path(),
         Col::new("read calls").short("reads"),
+        Col::new("1-2 byte reads").short("small"),
         Col::new("bytes/call").short("B/call"),
         Col::new("block reads needed").short("blocks").drop(1),
     ]);
@@ -147,6 +159,7 @@ pub fn storm_table(storms: &[ReadStorm], term: crate::output::table::Term) -> St
             s.fd.to_string(),
             s.target.escaped(),
             s.calls.to_string(),
+            s.small_reads.to_string(),
             format!("{:.2}", s.bytes_per_call),
             s.block_calls.to_string(),
         ]);
@@ -160,11 +173,16 @@ mod tests {
 
     fn count(pid: u32, calls: u64, bytes: u64, magic: u64, mode: u32) -> ReadCount {
         ReadCount {
-            key: fdaudit_common::ReadKey { pid, fd: 0 },
+            key: fdaudit_common::ReadKey {
+                pid,
+                _pad: 0,
+                file: 0xffff_8880_0000_0000 + u64::from(pid) * 256,
+                ino: 77,
+            },
             stat: fdaudit_common::ReadStat {
                 calls,
                 bytes,
-                tiny_calls: calls,
+                tiny_calls: if bytes <= 2 * calls { calls } else { 0 },
                 ino: 77,
                 magic,
                 mode,
@@ -176,10 +194,21 @@ mod tests {
 
     #[test]
     fn byte_at_a_time_is_a_storm_block_reads_are_not() {
-        assert!(is_storm(3400, 3400));
-        assert!(is_storm(64, 128));
-        assert!(!is_storm(63, 63));
-        assert!(!is_storm(100, 409_600));
+        assert!(is_storm(3400));
+        assert!(is_storm(64));
+        assert!(!is_storm(63));
+        assert!(!is_storm(0));
+    }
+
+    #[test]
+    fn small_reads_after_large_ones_on_the_same_file_are_a_storm() {
+        // 30 reads of ~2 KB, then 500 one-byte reads: 115 bytes per call on average.
+        let mut c = count(9, 530, 30 * 2_000 + 500, 0xef53, 0o100644);
+        c.stat.tiny_calls = 500;
+        let s = storms(&[c], |_, _, _| Some(b"/srv/data".to_vec()));
+        assert_eq!(s.len(), 1);
+        assert_eq!(s[0].small_reads, 500);
+        assert!(s[0].bytes_per_call > 100.0);
     }
 
     #[test]

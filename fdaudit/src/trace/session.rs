@@ -17,7 +17,8 @@ use fdaudit_common::{
 };
 
 use super::{
-    decode::{self, Event, ReadCount},
+    decode::{self, Decoder, Event, ReadCount},
+    drain::Drain,
     loader,
 };
 use crate::{
@@ -31,8 +32,10 @@ use crate::{
 pub struct SessionOptions {
     /// Attach the scheduler tracepoints only: leaked fds, no syscall counts, near-zero cost.
     pub leaks_only: bool,
-    /// Count read()/readv()/pread64() calls and bytes per process and fd.
+    /// Count read()/readv()/pread64() calls and bytes per process and open file.
     pub reads: bool,
+    /// Ring buffer size in bytes; `None`: [`super::drain::default_ring_bytes`] for the CPUs online.
+    pub ring_bytes: Option<u64>,
     /// How to hook the counted syscalls.
     pub backend: BackendChoice,
     /// Also trace every process in this cgroup and below: (id, depth) on the cgroup2
@@ -61,26 +64,20 @@ pub struct StartupTimings {
     pub calibration_overlapped: bool,
 }
 
-impl Drop for Session {
-    /// Detaches the fentry programs in parallel, unless [`Session::detach_after_exit`] has
-    /// handed them to a child; the rest goes with the Ebpf object.
-    fn drop(&mut self) {
-        if self.backend == Some(Backend::Fentry) && !self.handed_off {
-            ebpf::detach_fentry(&mut self._bpf);
-        }
-    }
-}
-
 /// Loaded and attached programs with their maps. Dropping it detaches everything.
 pub struct Session {
-    pub(super) events: RingBuf<MapData>,
+    /// The ring until the drain thread takes it (calibration reads it directly).
+    events: Option<RingBuf<MapData>>,
+    drain: Option<Drain>,
+    decoder: Decoder,
+    ring_bytes: u64,
     pub(super) tracked: HashMap<MapData, u32, TaskState>,
     stats: PerCpuArray<MapData, Stats>,
     reads: Option<HashMap<MapData, ReadKey, ReadStat>>,
     /// Failed execs' errno and path, when the exec_exit programs could be attached.
     exec_fails: Option<HashMap<MapData, u32, ExecFailure>>,
-    /// Keeps programs and links alive.
-    _bpf: Ebpf,
+    /// Keeps programs and links alive (taken in `drop`).
+    bpf: Option<Ebpf>,
     leaks_only: bool,
     /// Probe cost per counted syscall, ns, measured at start (0 with --leaks-only).
     probe_cost_ns: f64,
@@ -91,8 +88,10 @@ pub struct Session {
     /// Why `auto` did not use fentry.
     fallback: Option<String>,
     timings: StartupTimings,
-    /// The fentry links were handed to a child that closes them after our exit.
+    /// The fentry or exec_exit links were handed to a child that closes them after our exit.
     handed_off: bool,
+    /// [`Session::detach_after_exit`] was called: the process exits next.
+    exiting: bool,
     /// The cgroup2 hierarchy, to name the cgroup ids of spawn records (None without cgroup2).
     cgroups: Option<Hierarchy>,
 }
@@ -104,6 +103,7 @@ impl Session {
             mut bpf,
             events,
             tracked,
+            ring_bytes,
             backend,
             fallback,
             exec_fails: exec_fails_ok,
@@ -127,12 +127,17 @@ impl Session {
             None
         };
         Ok(Session {
-            events,
+            events: None,
+            drain: Some(
+                Drain::start(events).context("failed to start the ring buffer's drain thread")?,
+            ),
+            decoder: Decoder::new(opts.leaks_only),
+            ring_bytes,
             tracked,
             stats,
             reads,
             exec_fails,
-            _bpf: bpf,
+            bpf: Some(bpf),
             leaks_only: opts.leaks_only,
             probe_cost_ns,
             close_cost_ns,
@@ -140,6 +145,7 @@ impl Session {
             fallback,
             timings,
             handed_off: false,
+            exiting: false,
             cgroups: Hierarchy::open(),
         })
     }
@@ -150,10 +156,12 @@ impl Session {
     /// reference to a syscall trace event's perf event waits for two RCU grace periods:
     /// 65-85 ms each on this project's CI machine, most of fdaudit's exit time). Not for a
     /// process that goes on (bench): its later work would still run under this session's
-    /// programs.
+    /// programs. Dropping the session then does not wait for the kernel to free the rest.
     pub fn detach_after_exit(&mut self) {
-        if self.backend == Some(Backend::Fentry) || self.exec_fails.is_some() {
-            ebpf::detach_after_exit(&mut self._bpf);
+        self.exiting = true;
+        let hand_off = self.backend == Some(Backend::Fentry) || self.exec_fails.is_some();
+        if let (true, Some(bpf)) = (hand_off, &mut self.bpf) {
+            ebpf::detach_after_exit(bpf);
             self.handed_off = true;
         }
     }
@@ -224,10 +232,22 @@ impl Session {
         Ok(())
     }
 
+    /// Size of the ring buffer in bytes.
+    pub fn ring_bytes(&self) -> u64 {
+        self.ring_bytes
+    }
+
     /// Waits up to `timeout` for records, then returns every record available.
     pub fn poll(&mut self, timeout: Duration) -> Result<Vec<Event>> {
+        if let Some(d) = &self.drain {
+            let raw = d.wait(timeout);
+            return Ok(self.decode_all(raw));
+        }
+        let Some(events) = &self.events else {
+            return Ok(Vec::new());
+        };
         let mut pfd = libc::pollfd {
-            fd: self.events.as_raw_fd(),
+            fd: events.as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
         };
@@ -243,17 +263,35 @@ impl Session {
         Ok(self.drain())
     }
 
-    /// The ring buffer's fd: readable when records wait.
+    /// Readable when records wait: the drain thread's ready eventfd (the ring buffer's fd
+    /// before the thread starts).
     pub fn events_fd(&self) -> std::os::fd::RawFd {
-        self.events.as_raw_fd()
+        match (&self.drain, &self.events) {
+            (Some(d), _) => d.ready_fd(),
+            (None, Some(e)) => e.as_raw_fd(),
+            (None, None) => -1,
+        }
     }
 
-    /// Every record now in the ring buffer, decoded.
+    /// Every record now in the ring buffer (and copied out before), decoded.
     pub fn drain(&mut self) -> Vec<Event> {
+        if let Some(d) = &self.drain {
+            let raw = d.flush(Duration::from_secs(2));
+            return self.decode_all(raw);
+        }
+        let mut raw = Vec::new();
+        if let Some(events) = &mut self.events {
+            while let Some(item) = events.next() {
+                raw.push(item.to_vec());
+            }
+        }
+        self.decode_all(raw)
+    }
+
+    fn decode_all(&mut self, raw: Vec<Vec<u8>>) -> Vec<Event> {
         let mut out = Vec::new();
-        let leaks_only = self.leaks_only;
-        while let Some(item) = self.events.next() {
-            if let Some(mut ev) = decode::decode(&item, leaks_only) {
+        for item in &raw {
+            if let Some(mut ev) = self.decoder.decode(item) {
                 if let Event::Spawn(s) = &mut ev {
                     if let (Some(id), Some(h)) = (s.identity.cgroup_id, &mut self.cgroups) {
                         s.identity = h.identity(id, s.pid);
@@ -326,7 +364,7 @@ impl Session {
         Ok(self.stats()?.lost_records)
     }
 
-    /// Read counters (with `reads` on), for every (process, fd) seen.
+    /// Read counters (with `reads` on), for every (process, open file) seen.
     pub fn read_counts(&self) -> Vec<ReadCount> {
         let Some(reads) = &self.reads else {
             return Vec::new();
@@ -340,5 +378,44 @@ impl Session {
                 comm: decode::cstr(&stat.comm),
             })
             .collect()
+    }
+}
+
+impl Drop for Session {
+    /// Detaches everything (the fentry programs in parallel, unless
+    /// [`Session::detach_after_exit`] has handed them to a child) and waits (up to 200 ms)
+    /// until the kernel has let go of the programs (a raw tracepoint link frees its program
+    /// after an RCU grace period): when fdaudit says it is done, nothing of it is left loaded
+    /// (but for what the child detaching the fentry and exec_exit programs holds). After
+    /// [`Session::detach_after_exit`] it does not wait: the caller is about to exit, and
+    /// that grace period (10-80 ms on this project's CI machine) would be most of its exit
+    /// time.
+    fn drop(&mut self) {
+        self.drain = None; // joins the drain thread
+        let Some(mut bpf) = self.bpf.take() else {
+            return;
+        };
+        if self.handed_off {
+            return; // the child detaches the slow ones after our exit
+        }
+        if self.backend == Some(Backend::Fentry) {
+            ebpf::detach_fentry(&mut bpf);
+        }
+        if self.exiting {
+            return;
+        }
+        let ids: Vec<u32> = bpf
+            .programs()
+            .filter_map(|(_, p)| p.info().ok().map(|i| i.id()))
+            .collect();
+        drop(bpf);
+        let deadline = std::time::Instant::now() + Duration::from_millis(200);
+        while std::time::Instant::now() < deadline
+            && aya::programs::loaded_programs()
+                .filter_map(|p| p.ok())
+                .any(|p| ids.contains(&p.id()))
+        {
+            std::thread::sleep(Duration::from_millis(2));
+        }
     }
 }

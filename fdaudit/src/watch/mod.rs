@@ -285,72 +285,16 @@ fn scan_once(metrics: &Mutex<Metrics>, close_ns: f64) -> Result<()> {
     Ok(())
 }
 
+/// The cgroup whose spawns are watched: its id, level and path on the hierarchy.
+type Filter = (u64, u32, String);
+
 pub fn run(args: WatchArgs) -> Result<u8> {
-    if let Some(dir) = &args.textfile {
-        if !dir.is_dir() {
-            bail!(
-                "--textfile {}: not a directory; give node_exporter's --collector.textfile.directory",
-                dir.display()
-            );
-        }
-    }
-    for (name, v) in [
-        ("--scan-interval", args.scan_interval),
-        ("--textfile-interval", args.textfile_interval),
-    ] {
-        if !v.is_finite() || v < 0.0 {
-            bail!("{name} {v}: give a number of seconds, 0 or more");
-        }
-    }
-    if args.max_series == 0 {
-        bail!("--max-series 0: give at least 1");
-    }
+    check_args(&args)?;
     // Everything that can fail on bad input fails before a program is loaded.
-    let server = if args.no_listen {
-        None
-    } else {
-        Some(
-            tiny_http::Server::http(args.listen)
-                .map_err(|e| anyhow::anyhow!("{e}"))
-                .with_context(|| {
-                    format!(
-                        "failed to listen on {}: is another fdaudit watch running? pick another --listen",
-                        args.listen
-                    )
-                })?,
-        )
-    };
-    let hierarchy = crate::cgroup::Hierarchy::open();
-    let filter = match (&args.cgroup, &hierarchy) {
-        (Some(p), _) => {
-            let f = crate::cgroup::Followed::find(p)?;
-            Some((f.id, f.level, f.path))
-        }
-        // The whole host: every process is below the root cgroup.
-        (None, Some(h)) => {
-            let (id, _) = h
-                .id_of(h.root())
-                .with_context(|| format!("failed to stat {}", h.root().display()))?;
-            Some((id, 0, "/".to_owned()))
-        }
-        (None, None) => None,
-    };
+    let server = listen(&args)?;
+    let filter = watched_cgroup(&args)?;
     install_signal_handlers();
-    let opts = SessionOptions {
-        leaks_only: !args.full,
-        reads: false,
-        cgroup: filter.as_ref().map(|f| (f.0, f.1)),
-        // fentry where the kernel takes it (FDAUDIT_BACKEND to choose): a whole host's
-        // other syscalls then pay nothing for --full.
-        backend: crate::ebpf::BackendChoice::from_env().map_err(anyhow::Error::msg)?,
-    };
-    let mut session = Session::start(&opts)?;
-    if filter.is_none() {
-        // No cgroup2 to filter on: follow init's tree (kernel usermode helpers are missed).
-        session
-            .track_tree(1)
-            .context("failed to trace PID 1's tree")?;
-    }
+    let mut session = start_session(&args, filter.as_ref())?;
     let metrics = Arc::new(Mutex::new(Metrics::new(args.max_series)));
     let stop_http = Arc::new(AtomicBool::new(false));
     let http = server.map(|s| {
@@ -388,6 +332,89 @@ pub fn run(args: WatchArgs) -> Result<u8> {
     Ok(0)
 }
 
+/// Refuses arguments no run could use: a --textfile that is not a directory, negative or
+/// non-finite intervals, no series allowed.
+fn check_args(args: &WatchArgs) -> Result<()> {
+    if let Some(dir) = &args.textfile {
+        if !dir.is_dir() {
+            bail!(
+                "--textfile {}: not a directory; give node_exporter's --collector.textfile.directory",
+                dir.display()
+            );
+        }
+    }
+    for (name, v) in [
+        ("--scan-interval", args.scan_interval),
+        ("--textfile-interval", args.textfile_interval),
+    ] {
+        if !v.is_finite() || v < 0.0 {
+            bail!("{name} {v}: give a number of seconds, 0 or more");
+        }
+    }
+    if args.max_series == 0 {
+        bail!("--max-series 0: give at least 1");
+    }
+    Ok(())
+}
+
+/// The HTTP server on --listen, unless --no-listen.
+fn listen(args: &WatchArgs) -> Result<Option<tiny_http::Server>> {
+    if args.no_listen {
+        return Ok(None);
+    }
+    let server = tiny_http::Server::http(args.listen)
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .with_context(|| {
+            format!(
+                "failed to listen on {}: is another fdaudit watch running? pick another --listen",
+                args.listen
+            )
+        })?;
+    Ok(Some(server))
+}
+
+/// The cgroup to filter on: --cgroup, else the hierarchy's root (the whole host); none
+/// without a cgroup2 hierarchy.
+fn watched_cgroup(args: &WatchArgs) -> Result<Option<Filter>> {
+    let hierarchy = crate::cgroup::Hierarchy::open();
+    Ok(match (&args.cgroup, &hierarchy) {
+        (Some(p), _) => {
+            let f = crate::cgroup::Followed::find(p)?;
+            Some((f.id, f.level, f.path))
+        }
+        // The whole host: every process is below the root cgroup.
+        (None, Some(h)) => {
+            let (id, _) = h
+                .id_of(h.root())
+                .with_context(|| format!("failed to stat {}", h.root().display()))?;
+            Some((id, 0, "/".to_owned()))
+        }
+        (None, None) => None,
+    })
+}
+
+/// Loads and attaches the tracer for `filter`, or for init's tree without one.
+fn start_session(args: &WatchArgs, filter: Option<&Filter>) -> Result<Session> {
+    let opts = SessionOptions {
+        leaks_only: !args.full,
+        reads: false,
+        cgroup: filter.map(|f| (f.0, f.1)),
+        // fentry where the kernel takes it (FDAUDIT_BACKEND to choose): a whole host's
+        // other syscalls then pay nothing for --full.
+        backend: crate::ebpf::BackendChoice::from_env().map_err(anyhow::Error::msg)?,
+        ..Default::default()
+    };
+    let mut session = Session::start(&opts)?;
+    if filter.is_none() {
+        // No cgroup2 to filter on: follow init's tree (kernel usermode helpers are missed).
+        session
+            .track_tree(1)
+            .context("failed to trace PID 1's tree")?;
+    }
+    Ok(session)
+}
+
+/// Traces and scans until SIGTERM/SIGINT or --duration, keeping `metrics` up to date.
 fn watch_loop(
     args: &WatchArgs,
     session: &mut Session,
@@ -398,77 +425,135 @@ fn watch_loop(
     let deadline = args
         .duration
         .map(|s| start + Duration::from_secs_f64(s.max(0.0)));
-    let close_ns = crate::sys::close_cost_ns(10_000);
-    let scan_every =
-        (args.scan_interval > 0.0).then(|| Duration::from_secs_f64(args.scan_interval));
-    let text_every = Duration::from_secs_f64(args.textfile_interval.max(1.0));
-    let mut next_scan = Instant::now();
-    let mut next_text = Instant::now() + text_every;
-    let mut next_stats = Instant::now();
-    let mut scanner: Option<std::thread::JoinHandle<Result<()>>> = None;
+    let mut jobs = Periodic::new(args);
     loop {
         let events = session.poll(Duration::from_millis(200))?;
-        {
-            let mut m = metrics.lock().unwrap_or_else(|p| p.into_inner());
-            for ev in events {
-                match ev {
-                    Event::Spawn(s) => m.observe_spawn(observation(&s, leaks_only)),
-                    Event::Exit(e) => {
-                        if let Some(s) = e.failed_spawn {
-                            m.observe_spawn(observation(&s, leaks_only));
-                        }
-                    }
-                }
-            }
-        }
+        observe(metrics, events, leaks_only);
         let now = Instant::now();
-        if now >= next_stats {
-            let st = session.stats()?;
-            metrics
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .set_kernel_totals(st.lost_records, st.tracked_full);
-            next_stats = now + Duration::from_secs(1);
-        }
-        if let Some(every) = scan_every {
-            if scanner.as_ref().is_some_and(|h| h.is_finished()) {
-                if let Err(e) = scanner
-                    .take()
-                    .expect("checked")
-                    .join()
-                    .expect("scan thread")
-                {
-                    crate::diag!("warning: {e:#}");
-                }
-            }
-            if now >= next_scan && scanner.is_none() {
-                let m = metrics.clone();
-                scanner = Some(std::thread::spawn(move || scan_once(&m, close_ns)));
-                next_scan = now + every;
-            }
-        }
+        jobs.kernel_totals(now, session, metrics)?;
+        jobs.scan(now, metrics);
         if let Some(dir) = &args.textfile {
-            let hup = HUP.swap(false, Ordering::SeqCst);
-            if hup || now >= next_text {
-                if hup {
-                    crate::diag!("fdaudit: SIGHUP: rewriting {}/fdaudit.prom", dir.display());
-                }
-                let text = metrics.lock().unwrap_or_else(|p| p.into_inner()).encode();
-                // A vanished directory is reported and retried, not fatal: it may be remounted.
-                if let Err(e) = write_textfile(dir, &prometheus_text(&text)) {
-                    crate::diag!("warning: {e:#}");
-                }
-                next_text = now + text_every;
-            }
+            jobs.textfile(now, dir, metrics);
         }
         if STOP.load(Ordering::SeqCst) != 0 || deadline.is_some_and(|d| now >= d) {
             break;
         }
     }
-    if let Some(h) = scanner {
-        let _ = h.join();
-    }
+    jobs.finish();
     Ok(())
+}
+
+/// Counts the spawns among `events` (a failed exec counts when its process exits).
+fn observe(metrics: &Mutex<Metrics>, events: Vec<Event>, leaks_only: bool) {
+    let mut m = metrics.lock().unwrap_or_else(|p| p.into_inner());
+    for ev in events {
+        match ev {
+            Event::Spawn(s) => m.observe_spawn(observation(&s, leaks_only)),
+            Event::Exit(e) => {
+                if let Some(s) = e.failed_spawn {
+                    m.observe_spawn(observation(&s, leaks_only));
+                }
+            }
+        }
+    }
+}
+
+/// The watch loop's periodic jobs (kernel counters, /proc scans, textfile writes) and when
+/// each is next due.
+struct Periodic {
+    /// What one close(2) costs here, for the scans' estimates.
+    close_ns: f64,
+    scan_every: Option<Duration>,
+    text_every: Duration,
+    next_scan: Instant,
+    next_text: Instant,
+    next_stats: Instant,
+    /// The scan under way, on its own thread.
+    scanner: Option<std::thread::JoinHandle<Result<()>>>,
+}
+
+impl Periodic {
+    fn new(args: &WatchArgs) -> Periodic {
+        let close_ns = crate::sys::close_cost_ns(10_000);
+        let scan_every =
+            (args.scan_interval > 0.0).then(|| Duration::from_secs_f64(args.scan_interval));
+        let text_every = Duration::from_secs_f64(args.textfile_interval.max(1.0));
+        Periodic {
+            close_ns,
+            scan_every,
+            text_every,
+            next_scan: Instant::now(),
+            next_text: Instant::now() + text_every,
+            next_stats: Instant::now(),
+            scanner: None,
+        }
+    }
+
+    /// Once a second: the kernel's lost-record and tracked-table-full counters.
+    fn kernel_totals(
+        &mut self,
+        now: Instant,
+        session: &Session,
+        metrics: &Mutex<Metrics>,
+    ) -> Result<()> {
+        if now >= self.next_stats {
+            let st = session.stats()?;
+            metrics
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .set_kernel_totals(st.lost_records, st.tracked_full);
+            self.next_stats = now + Duration::from_secs(1);
+        }
+        Ok(())
+    }
+
+    /// Every --scan-interval: a scan of /proc on its own thread (one at a time; a failed
+    /// one is a warning).
+    fn scan(&mut self, now: Instant, metrics: &Arc<Mutex<Metrics>>) {
+        let Some(every) = self.scan_every else {
+            return;
+        };
+        if self.scanner.as_ref().is_some_and(|h| h.is_finished()) {
+            if let Err(e) = self
+                .scanner
+                .take()
+                .expect("checked")
+                .join()
+                .expect("scan thread")
+            {
+                crate::diag!("warning: {e:#}");
+            }
+        }
+        if now >= self.next_scan && self.scanner.is_none() {
+            let m = metrics.clone();
+            let close_ns = self.close_ns;
+            self.scanner = Some(std::thread::spawn(move || scan_once(&m, close_ns)));
+            self.next_scan = now + every;
+        }
+    }
+
+    /// Every --textfile-interval, or at once on SIGHUP: the metrics into `dir`.
+    fn textfile(&mut self, now: Instant, dir: &Path, metrics: &Mutex<Metrics>) {
+        let hup = HUP.swap(false, Ordering::SeqCst);
+        if hup || now >= self.next_text {
+            if hup {
+                crate::diag!("fdaudit: SIGHUP: rewriting {}/fdaudit.prom", dir.display());
+            }
+            let text = metrics.lock().unwrap_or_else(|p| p.into_inner()).encode();
+            // A vanished directory is reported and retried, not fatal: it may be remounted.
+            if let Err(e) = write_textfile(dir, &prometheus_text(&text)) {
+                crate::diag!("warning: {e:#}");
+            }
+            self.next_text = now + self.text_every;
+        }
+    }
+
+    /// Waits for the scan under way, if any.
+    fn finish(self) {
+        if let Some(h) = self.scanner {
+            let _ = h.join();
+        }
+    }
 }
 
 #[cfg(test)]

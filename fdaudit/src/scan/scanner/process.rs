@@ -17,6 +17,14 @@ struct ProcDirs {
     fdinfo_procfs: bool,
 }
 
+/// One process while its fds are read: its directories, the keys its fds are shared by,
+/// and the socket tables (read once, at its first socket).
+struct ProcScan {
+    dirs: ProcDirs,
+    keys: Vec<ShareKey>,
+    tables: Option<Arc<NetTables>>,
+}
+
 impl Scanner<'_> {
     pub(super) fn scan_process(&self, h: &Header, s: &mut Scratch) -> Result<ProcReport, Skip> {
         let pid = h.pid;
@@ -30,71 +38,26 @@ impl Scanner<'_> {
         s.fds.sort_unstable();
         let fdinfo_dir = at::open_dir_path(raw(&pid_dir), c"fdinfo").map_err(|e| skip_for(&e))?;
         let mut rep = self.new_report(h, &pid_dir, s)?;
-        let dirs = ProcDirs {
-            pid_dir,
-            fd_dir,
-            fdinfo_procfs: at::is_procfs(raw(&fdinfo_dir)),
-            fdinfo_dir,
+        let mut p = ProcScan {
+            dirs: ProcDirs {
+                pid_dir,
+                fd_dir,
+                fdinfo_procfs: at::is_procfs(raw(&fdinfo_dir)),
+                fdinfo_dir,
+            },
+            keys: Vec::with_capacity(s.fds.len()),
+            tables: None,
         };
-        let mut keys = Vec::with_capacity(s.fds.len());
-        let mut tables: Option<Arc<NetTables>> = None;
         let fds = std::mem::take(&mut s.fds);
         for &fd in &fds {
             if self.stopped() {
                 break;
             }
-            let name = NumName::new(u64::from(fd));
-            let read = if dirs.fdinfo_procfs {
-                at::read_head_at_procfs
-            } else {
-                at::read_head_at
-            };
-            let info = match read(raw(&dirs.fdinfo_dir), name.as_cstr(), &mut s.info) {
-                Ok(n) => parse::parse_fdinfo(&s.info[..n]),
-                Err(e) if is_vanished(&e) => {
-                    rep.vanished_fds += 1;
-                    continue;
-                }
-                // Access is checked per process (ptrace read), so one refusal means all.
-                Err(e) if is_denied(&e) => return Err(Skip::Denied),
-                Err(_) => {
-                    s.totals.unreadable_files += 1;
-                    None
-                }
-            };
-            let info = info.map(|i| self.with_ino(i, raw(&dirs.fd_dir), name.as_cstr()));
-            let cloexec = info.map(|i| i.cloexec());
-            let inheritable = cloexec == Some(false);
-            let record = if self.cfg.full_fds || (inheritable && fd >= 3) {
-                match self.record_of(pid, fd, &name, info, &dirs, s, &mut tables)? {
-                    Some(r) => Some(r),
-                    None => {
-                        rep.vanished_fds += 1;
-                        continue;
-                    }
-                }
-            } else {
-                None
-            };
-            rep.fd_count += 1;
-            rep.max_fd = Some(fd);
-            match cloexec {
-                Some(false) => {
-                    rep.no_cloexec += 1;
-                    rep.inheritable += u32::from(fd >= 3);
-                }
-                None => rep.unknown_fds += 1,
-                Some(true) => {}
-            }
-            if let Some(k) = info.as_ref().and_then(|i| ShareKey::of(i, fd)) {
-                keys.push(k);
-            }
-            if let Some(r) = record {
-                self.add_fd(&mut rep, r, inheritable, info);
-            }
+            self.scan_fd(fd, &mut p, &mut rep, s)?;
         }
         s.fds = fds;
         rep.findings.sort_by(Finding::order);
+        let mut keys = p.keys;
         keys.sort_unstable();
         keys.shrink_to_fit();
         self.keys
@@ -102,6 +65,67 @@ impl Scanner<'_> {
             .unwrap_or_else(|p| p.into_inner())
             .insert(pid, keys);
         Ok(rep)
+    }
+
+    /// Reads fd `fd` of the process into `rep` (counts, record, findings) and `p` (its
+    /// share key). A fd that vanished meanwhile is counted as such.
+    fn scan_fd(
+        &self,
+        fd: u32,
+        p: &mut ProcScan,
+        rep: &mut ProcReport,
+        s: &mut Scratch,
+    ) -> Result<(), Skip> {
+        let name = NumName::new(u64::from(fd));
+        let read = if p.dirs.fdinfo_procfs {
+            at::read_head_at_procfs
+        } else {
+            at::read_head_at
+        };
+        let info = match read(raw(&p.dirs.fdinfo_dir), name.as_cstr(), &mut s.info) {
+            Ok(n) => parse::parse_fdinfo(&s.info[..n]),
+            Err(e) if is_vanished(&e) => {
+                rep.vanished_fds += 1;
+                return Ok(());
+            }
+            // Access is checked per process (ptrace read), so one refusal means all.
+            Err(e) if is_denied(&e) => return Err(Skip::Denied),
+            Err(_) => {
+                s.totals.unreadable_files += 1;
+                None
+            }
+        };
+        let info = info.map(|i| self.with_ino(i, raw(&p.dirs.fd_dir), name.as_cstr()));
+        let cloexec = info.map(|i| i.cloexec());
+        let inheritable = cloexec == Some(false);
+        let record = if self.cfg.full_fds || (inheritable && fd >= 3) {
+            match self.record_of(rep.pid, fd, &name, info, &p.dirs, s, &mut p.tables)? {
+                Some(r) => Some(r),
+                None => {
+                    rep.vanished_fds += 1;
+                    return Ok(());
+                }
+            }
+        } else {
+            None
+        };
+        rep.fd_count += 1;
+        rep.max_fd = Some(fd);
+        match cloexec {
+            Some(false) => {
+                rep.no_cloexec += 1;
+                rep.inheritable += u32::from(fd >= 3);
+            }
+            None => rep.unknown_fds += 1,
+            Some(true) => {}
+        }
+        if let Some(k) = info.as_ref().and_then(|i| ShareKey::of(i, fd)) {
+            p.keys.push(k);
+        }
+        if let Some(r) = record {
+            self.add_fd(rep, r, inheritable, info);
+        }
+        Ok(())
     }
 
     /// The report before its fds: identity, limits and the NOFILE finding.

@@ -12,56 +12,18 @@ use aya::{
     sys::{is_helper_supported, BpfHelper},
     Ebpf, EbpfError, EbpfLoader,
 };
-use fdaudit_common::{Config, GLOBAL_CONFIG, MAP_EXEC_CHAIN, MAP_READS};
+use fdaudit_common::{Config, GLOBAL_CONFIG, MAP_EVENTS, MAP_EXEC_CHAIN, MAP_READS};
 use thiserror::Error;
 
 use crate::btf::{self, Btf, BtfError};
 
-/// A program in the object and the raw tracepoint it attaches to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProgramSpec {
-    pub name: &'static str,
-    pub tracepoint: &'static str,
-    /// A syscall tracepoint: slows every syscall on the machine while attached.
-    pub syscall: bool,
-    /// Only needed for `trace --reads`.
-    pub reads_only: bool,
-}
+pub mod caps;
+mod fentry;
+mod programs;
 
-/// Every program in the object, in attach order: the scheduler hooks first, so that a spawn
-/// never has syscall counts without its fork being seen.
-pub const PROGRAMS: [ProgramSpec; 5] = [
-    ProgramSpec {
-        name: "sched_process_fork",
-        tracepoint: "sched_process_fork",
-        syscall: false,
-        reads_only: false,
-    },
-    ProgramSpec {
-        name: "sched_process_exec",
-        tracepoint: "sched_process_exec",
-        syscall: false,
-        reads_only: false,
-    },
-    ProgramSpec {
-        name: "sched_process_exit",
-        tracepoint: "sched_process_exit",
-        syscall: false,
-        reads_only: false,
-    },
-    ProgramSpec {
-        name: "sys_enter",
-        tracepoint: "sys_enter",
-        syscall: true,
-        reads_only: false,
-    },
-    ProgramSpec {
-        name: "sys_exit",
-        tracepoint: "sys_exit",
-        syscall: true,
-        reads_only: true,
-    },
-];
+pub use caps::{effective_caps, has_cap, missing_trace_caps};
+pub use fentry::{attach_fentry, detach_after_exit, detach_fentry, probe_fentry};
+pub use programs::{FentrySpec, ProgramSpec, FENTRY_PROGRAMS, PROGRAMS, SYSCALL_PREFIX};
 
 /// The optional programs on the exec syscalls' exit tracepoints (syscalls category), with
 /// the tracepoint each attaches to: they record a failed exec's errno and path
@@ -84,7 +46,7 @@ pub fn attach_exec_exit(ebpf: &mut Ebpf) -> Result<(), LoadError> {
     attach_exec_exit_loaded(ebpf)
 }
 
-/// Attaches [`EXEC_EXIT_PROGRAMS`], loaded beforehand (see [`load_concurrently`]).
+/// Attaches [`EXEC_EXIT_PROGRAMS`], loaded beforehand (see [`load_program`]).
 pub fn attach_exec_exit_loaded(ebpf: &mut Ebpf) -> Result<(), LoadError> {
     for (name, tracepoint) in EXEC_EXIT_PROGRAMS {
         let prog: &mut TracePoint = ebpf
@@ -121,34 +83,7 @@ pub fn load_program(prog: &mut Program, name: &'static str) -> Result<(), LoadEr
     })
 }
 
-/// Loads the programs `names` (raw tracepoints or tracepoints), one thread each, and
-/// returns each one's result in the order of `names`. The verifier of privileged loads
-/// takes no global lock, so the kernel checks them on every core at once and start-up
-/// waits for the slowest (the exec program: 10-30 ms here) rather than for the sum.
-pub fn load_concurrently(ebpf: &mut Ebpf, names: &[&'static str]) -> Vec<Result<(), LoadError>> {
-    let mut results: Vec<Result<(), LoadError>> = names
-        .iter()
-        .map(|&n| Err(LoadError::MissingProgram(n)))
-        .collect();
-    std::thread::scope(|s| {
-        let running: Vec<_> = ebpf
-            .programs_mut()
-            .filter_map(|(n, prog)| {
-                let i = names.iter().position(|&w| w == n)?;
-                let name = names[i];
-                Some((i, s.spawn(move || load_program(prog, name))))
-            })
-            .collect();
-        for (i, handle) in running {
-            results[i] = handle
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        }
-    });
-    results
-}
-
-/// Attaches a program of [`PROGRAMS`] loaded beforehand (see [`load_concurrently`]).
+/// Attaches a program of [`PROGRAMS`] loaded beforehand (see [`load_program`]).
 pub fn attach_loaded(ebpf: &mut Ebpf, spec: &ProgramSpec) -> Result<(), LoadError> {
     attach(ebpf, spec.name, spec)
 }
@@ -216,77 +151,6 @@ impl BackendChoice {
     }
 }
 
-/// The entry-point prefix of syscall `foo`'s handler (`__x64_sys_foo`), per architecture.
-#[cfg(target_arch = "x86_64")]
-pub const SYSCALL_PREFIX: &str = "__x64_sys_";
-#[cfg(target_arch = "aarch64")]
-pub const SYSCALL_PREFIX: &str = "__arm64_sys_";
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-pub const SYSCALL_PREFIX: &str = "__se_sys_";
-
-/// A program of the fentry backend and the syscall it hooks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FentrySpec {
-    pub name: &'static str,
-    /// The syscall (`close`): the program hooks [`SYSCALL_PREFIX`]`close`.
-    pub syscall: &'static str,
-    /// fexit (after the syscall, with its result) rather than fentry.
-    pub exit: bool,
-    /// Only needed for `trace --reads`.
-    pub reads_only: bool,
-}
-
-impl FentrySpec {
-    /// The kernel function hooked (`__x64_sys_close`).
-    pub fn function(&self) -> String {
-        format!("{SYSCALL_PREFIX}{}", self.syscall)
-    }
-}
-
-const fn entry(name: &'static str, syscall: &'static str) -> FentrySpec {
-    FentrySpec {
-        name,
-        syscall,
-        exit: false,
-        reads_only: false,
-    }
-}
-
-const fn read_exit(name: &'static str, syscall: &'static str) -> FentrySpec {
-    FentrySpec {
-        name,
-        syscall,
-        exit: true,
-        reads_only: true,
-    }
-}
-
-/// The fentry backend's programs: the same counts as `sys_enter` and `sys_exit`, one
-/// program per counted syscall.
-pub const FENTRY_PROGRAMS: [FentrySpec; 13] = [
-    entry("fentry_close", "close"),
-    entry("fentry_close_range", "close_range"),
-    entry("fentry_fcntl", "fcntl"),
-    entry("fentry_poll", "poll"),
-    entry("fentry_ppoll", "ppoll"),
-    entry("fentry_getdents64", "getdents64"),
-    entry("fentry_execve", "execve"),
-    entry("fentry_execveat", "execveat"),
-    entry("fentry_dup2", "dup2"),
-    entry("fentry_dup3", "dup3"),
-    read_exit("fexit_read", "read"),
-    read_exit("fexit_readv", "readv"),
-    read_exit("fexit_pread64", "pread64"),
-];
-
-/// Linux capability numbers fdaudit cares about.
-pub mod caps {
-    pub const CAP_SYS_PTRACE: u32 = 19;
-    pub const CAP_SYS_ADMIN: u32 = 21;
-    pub const CAP_PERFMON: u32 = 38;
-    pub const CAP_BPF: u32 = 39;
-}
-
 /// Why the programs could not be loaded or attached.
 #[derive(Debug, Error)]
 pub enum LoadError {
@@ -338,31 +202,6 @@ pub enum LoadError {
     },
 }
 
-/// Effective capabilities of this process, from /proc/self/status (CapEff, parsed by
-/// procfs-core).
-pub fn effective_caps() -> u64 {
-    procfs::process::Process::myself()
-        .and_then(|p| p.status())
-        .map_or(0, |s| s.capeff)
-}
-
-pub fn has_cap(caps: u64, cap: u32) -> bool {
-    caps & (1u64 << cap) != 0
-}
-
-/// The capabilities tracing lacks, named, or None when it has what it needs.
-pub fn missing_trace_caps(caps: u64) -> Option<String> {
-    let admin = has_cap(caps, caps::CAP_SYS_ADMIN);
-    let mut missing = Vec::new();
-    if !admin && !has_cap(caps, caps::CAP_BPF) {
-        missing.push("CAP_BPF");
-    }
-    if !admin && !has_cap(caps, caps::CAP_PERFMON) {
-        missing.push("CAP_PERFMON");
-    }
-    (!missing.is_empty()).then(|| missing.join(" and "))
-}
-
 /// The offsets of the running kernel, from its BTF.
 pub fn kernel_config() -> Result<Config, LoadError> {
     Ok(KernelBtf::read()?.config)
@@ -378,7 +217,10 @@ pub struct KernelBtf {
 impl KernelBtf {
     pub fn read() -> Result<Self, LoadError> {
         let btf = Btf::from_sys_fs().map_err(LoadError::NoBtf)?;
-        let config = btf::config_from_btf(&btf).map_err(LoadError::Offsets)?;
+        let mut config = btf::config_from_btf(&btf).map_err(LoadError::Offsets)?;
+        // Before 5.11 (task_btf 0) the programs must not reach the helper: the verifier
+        // rejects an unknown helper only on a path it visits; CONFIG's values are constants.
+        config.task_btf = u32::from(has_task_btf());
         Ok(KernelBtf { btf, config })
     }
 
@@ -388,13 +230,32 @@ impl KernelBtf {
     }
 }
 
+/// Whether the kernel offers bpf_get_current_task_btf (5.11+) to raw tracepoint programs,
+/// probed once like [`has_bpf_loop`].
+pub fn has_task_btf() -> bool {
+    static PROBE: OnceLock<bool> = OnceLock::new();
+    *PROBE.get_or_init(|| {
+        is_helper_supported(
+            ProgramType::RawTracePoint,
+            BpfHelper::BPF_FUNC_get_current_task_btf,
+        )
+        .unwrap_or(false)
+    })
+}
+
 /// Creates the maps of the embedded object with `config` written into its CONFIG global.
 /// Programs are not loaded yet: see [`load_and_attach`].
 pub fn open(config: &Config) -> Result<Ebpf, LoadError> {
+    open_with_ring(config, None)
+}
+
+/// As [`open`], with the ring buffer ([`MAP_EVENTS`]) `ring_bytes` long (a power-of-two
+/// multiple of the page size) rather than the object's default.
+pub fn open_with_ring(config: &Config, ring_bytes: Option<u32>) -> Result<Ebpf, LoadError> {
     let loader = spawn_loader()
         .join()
         .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-    open_with(loader, config)
+    open_with(loader, config, ring_bytes)
 }
 
 /// Makes an `EbpfLoader` on a thread of its own, without aya's parse of vmlinux BTF where
@@ -425,9 +286,13 @@ pub fn spawn_loader() -> std::thread::JoinHandle<EbpfLoader<'static>> {
     })
 }
 
-/// [`open`] with a loader made beforehand ([`spawn_loader`]), so that a caller can do its
-/// own work meanwhile.
-pub fn open_with<'a>(mut loader: EbpfLoader<'a>, config: &'a Config) -> Result<Ebpf, LoadError> {
+/// [`open_with_ring`] with a loader made beforehand ([`spawn_loader`]), so that a caller
+/// can do its own work meanwhile.
+pub fn open_with<'a>(
+    mut loader: EbpfLoader<'a>,
+    config: &'a Config,
+    ring_bytes: Option<u32>,
+) -> Result<Ebpf, LoadError> {
     if crate::EBPF_OBJECT.is_empty() {
         return Err(LoadError::NoObject);
     }
@@ -445,7 +310,11 @@ pub fn open_with<'a>(mut loader: EbpfLoader<'a>, config: &'a Config) -> Result<E
     // No CO-RE relocations in Rust programs: aya needs no target BTF to load the object.
     loader
         .btf(None)
-        .override_global(GLOBAL_CONFIG, config, true)
+        .override_global(GLOBAL_CONFIG, config, true);
+    if let Some(bytes) = ring_bytes {
+        loader.map_max_entries(MAP_EVENTS, bytes);
+    }
+    loader
         .load(crate::EBPF_OBJECT)
         .map_err(|e| match is_eperm(&e) {
             true => LoadError::NoPrivileges {
@@ -594,215 +463,6 @@ fn attach(ebpf: &mut Ebpf, prog: &str, spec: &ProgramSpec) -> Result<(), LoadErr
             tracepoint: spec.tracepoint,
             source,
         })?;
-    Ok(())
-}
-
-/// Loads one fentry-backend program against `btf` and attaches it.
-fn load_and_attach_fentry(
-    prog: &mut Program,
-    spec: &FentrySpec,
-    btf: &aya::Btf,
-) -> Result<(), LoadError> {
-    let function = spec.function();
-    let fail = |source| LoadError::Fentry {
-        name: spec.name,
-        function: function.clone(),
-        source,
-    };
-    match prog {
-        Program::FEntry(p) => {
-            p.load(&function, btf).map_err(fail)?;
-            p.attach().map_err(fail)?;
-        }
-        Program::FExit(p) => {
-            p.load(&function, btf).map_err(fail)?;
-            p.attach().map_err(fail)?;
-        }
-        _ => return Err(LoadError::MissingProgram(spec.name)),
-    }
-    Ok(())
-}
-
-/// Loads and attaches every fentry-backend program (the read ones only with `reads`), one
-/// after the other: each attach rewrites the hooked function's entry under ftrace's lock
-/// anyway, and attaching from one thread per program was no faster in a 6.12 guest
-/// (0.36–0.62 s against 0.29 s).
-pub fn attach_fentry(ebpf: &mut Ebpf, btf: &aya::Btf, reads: bool) -> Result<(), LoadError> {
-    for spec in FENTRY_PROGRAMS.iter().filter(|p| reads || !p.reads_only) {
-        let prog = ebpf
-            .program_mut(spec.name)
-            .ok_or(LoadError::MissingProgram(spec.name))?;
-        load_and_attach_fentry(prog, spec, btf)?;
-    }
-    Ok(())
-}
-
-/// Detaches and unloads the fentry-backend programs (all of them, or the ones a failed
-/// [`attach_fentry`] attached), one thread each: removing a trampoline waits for RCU
-/// grace periods, which concurrent removals share (13 one after the other took 1.3 s in a
-/// 6.12 guest).
-pub fn detach_fentry(ebpf: &mut Ebpf) {
-    std::thread::scope(|s| {
-        for (name, prog) in ebpf.programs_mut() {
-            if !FENTRY_PROGRAMS.iter().any(|p| p.name == name) {
-                continue;
-            }
-            // Not loaded is the usual case after a failure: nothing to undo.
-            match prog {
-                Program::FEntry(p) => drop(s.spawn(move || p.unload())),
-                Program::FExit(p) => drop(s.spawn(move || p.unload())),
-                _ => {}
-            }
-        }
-    });
-}
-
-/// Whether the kernel accepts a tracing (fentry) program on [`SYSCALL_PREFIX`]`close`,
-/// found by loading the smallest one (`r0 = 0; exit`): a refusal costs one syscall, where
-/// trying the real programs first needs aya's own parse of vmlinux BTF (~20 ms) and
-/// aya's `is_program_supported` parses it too. Err is the reason, in one line.
-pub fn probe_fentry(btf: &Btf) -> Result<(), String> {
-    /// The head of `union bpf_attr` for BPF_PROG_LOAD (include/uapi/linux/bpf.h), up to
-    /// attach_btf_id; the kernel zero-fills the fields after `size`.
-    #[repr(C)]
-    #[derive(Default)]
-    struct ProgLoadAttr {
-        prog_type: u32,
-        insn_cnt: u32,
-        insns: u64,
-        license: u64,
-        log_level: u32,
-        log_size: u32,
-        log_buf: u64,
-        kern_version: u32,
-        prog_flags: u32,
-        prog_name: [u8; 16],
-        prog_ifindex: u32,
-        expected_attach_type: u32,
-        prog_btf_fd: u32,
-        func_info_rec_size: u32,
-        func_info: u64,
-        func_info_cnt: u32,
-        line_info_rec_size: u32,
-        line_info: u64,
-        line_info_cnt: u32,
-        attach_btf_id: u32,
-    }
-    const BPF_PROG_LOAD: libc::c_long = 5;
-    const BPF_PROG_TYPE_TRACING: u32 = 26;
-    const BPF_TRACE_FENTRY: u32 = 24;
-    let function = format!("{SYSCALL_PREFIX}close");
-    let id = btf
-        .func_id(&function)
-        .ok_or_else(|| format!("{function} is not in the kernel BTF"))?;
-    // mov64 r0, 0; exit
-    let insns: [u64; 2] = [0xb7, 0x95];
-    let license = c"GPL";
-    let attr = ProgLoadAttr {
-        prog_type: BPF_PROG_TYPE_TRACING,
-        insn_cnt: insns.len() as u32,
-        insns: insns.as_ptr() as u64,
-        license: license.as_ptr() as u64,
-        expected_attach_type: BPF_TRACE_FENTRY,
-        attach_btf_id: id,
-        ..Default::default()
-    };
-    // SAFETY: bpf(2) reads `attr` (which outlives the call) and the buffers it points to.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_PROG_LOAD,
-            &attr as *const ProgLoadAttr,
-            std::mem::size_of::<ProgLoadAttr>() as u32,
-        )
-    };
-    if fd < 0 {
-        let e = std::io::Error::last_os_error();
-        return Err(format!(
-            "the kernel refuses tracing programs on {function} (BPF_PROG_LOAD: {e})"
-        ));
-    }
-    // SAFETY: closing the program fd we just got.
-    unsafe { libc::close(fd as libc::c_int) };
-    Ok(())
-}
-
-/// Detaches everything at once except the fentry backend's programs and the exec_exit
-/// tracepoints, whose links are left to a child that closes them once fdaudit has exited.
-///
-/// Removing a BPF trampoline waits for RCU-tasks grace periods under ftrace's lock, one
-/// trampoline after the other (10 took 1.5–2 s in a 6.12 guest), and closing the last fd
-/// of a link does that removal; detaching a program from a syscall trace event (a perf
-/// event) waits for two grace periods too (65-85 ms each on a loaded 2-vCPU 6.18 host):
-/// on fdaudit's way out, its caller would wait for all of them. The raw tracepoints go
-/// first (quick), then a child that holds a copy of every BPF fd (and nothing else: not
-/// the caller's pipes) waits for fdaudit to exit and exits in turn, and the kernel
-/// detaches when that last copy goes. Until then those programs stay attached, writing
-/// into maps nobody reads. Falls back to [`detach_fentry`] when the child cannot be made.
-pub fn detach_after_exit(ebpf: &mut Ebpf) {
-    for (name, prog) in ebpf.programs_mut() {
-        if let Program::RawTracePoint(p) = prog {
-            let _ = p.unload(); // not loaded (--leaks-only's sys_enter) is fine
-        } else if !FENTRY_PROGRAMS.iter().any(|p| p.name == name) {
-            let _ = prog_unload(prog);
-        }
-    }
-    if hand_bpf_fds_to_a_child().is_err() {
-        detach_fentry(ebpf);
-    }
-}
-
-fn prog_unload(prog: &mut Program) -> Result<(), ProgramError> {
-    match prog {
-        Program::FEntry(p) => p.unload(),
-        Program::FExit(p) => p.unload(),
-        Program::RawTracePoint(p) => p.unload(),
-        _ => Ok(()),
-    }
-}
-
-/// Forks a child that keeps this process's BPF fds open until this process exits.
-fn hand_bpf_fds_to_a_child() -> std::io::Result<()> {
-    let mut gone = [0i32; 2];
-    // SAFETY: pipe2 fills the array we own.
-    if unsafe { libc::pipe2(gone.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // Every fd that is not a BPF object, listed before the fork (the child may only make
-    // async-signal-safe calls).
-    let mut others: Vec<i32> = Vec::new();
-    for e in std::fs::read_dir("/proc/self/fd")?.flatten() {
-        let Some(fd) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-            continue;
-        };
-        let bpf = std::fs::read_link(e.path())
-            .is_ok_and(|t| t.to_string_lossy().starts_with("anon_inode:bpf"));
-        if !bpf && fd != gone[0] {
-            others.push(fd);
-        }
-    }
-    // SAFETY: the child only calls setsid, close, read and _exit.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    if pid == 0 {
-        // SAFETY: async-signal-safe calls on fds this process owns.
-        unsafe {
-            libc::setsid(); // out of the terminal's process group: Ctrl-C is not for it
-            for &fd in &others {
-                libc::close(fd);
-            }
-            let mut b = 0u8;
-            // EOF once every copy of the write end is closed: when fdaudit has exited.
-            while libc::read(gone[0], (&mut b as *mut u8).cast(), 1) != 0
-                && *libc::__errno_location() == libc::EINTR
-            {}
-            libc::_exit(0);
-        }
-    }
-    // SAFETY: our copy of the read end; the write end stays open until we exit.
-    unsafe { libc::close(gone[0]) };
     Ok(())
 }
 

@@ -1,0 +1,143 @@
+//! The kernel offsets and run options userspace passes to the programs.
+
+/// Kernel struct offsets (bytes) read from /sys/kernel/btf/vmlinux at load time, plus run
+/// options. Passed to the programs as the global [`GLOBAL_CONFIG`](crate::GLOBAL_CONFIG).
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Config {
+    pub task_pid: u32,
+    pub task_tgid: u32,
+    pub task_files: u32,
+    pub task_mm: u32,
+    pub task_comm: u32,
+    pub task_signal: u32,
+    pub task_exit_code: u32,
+    pub signal_live: u32,
+    pub files_fdt: u32,
+    pub fdt_max_fds: u32,
+    pub fdt_fd: u32,
+    pub fdt_open_fds: u32,
+    pub file_inode: u32,
+    pub file_flags: u32,
+    pub file_dentry: u32,
+    pub file_private: u32,
+    pub dentry_name: u32,
+    pub inode_mode: u32,
+    pub inode_ino: u32,
+    pub inode_sb: u32,
+    pub inode_rdev: u32,
+    pub sb_magic: u32,
+    pub sb_dev: u32,
+    pub socket_sk: u32,
+    pub socket_type: u32,
+    pub sk_family: u32,
+    pub mm_arg_start: u32,
+    pub mm_arg_end: u32,
+    pub bprm_filename: u32,
+    /// pt_regs offsets of the first three syscall arguments at syscall entry (x86_64: di,
+    /// si, dx; aarch64: regs[0..3]).
+    pub regs_arg0: u32,
+    pub regs_arg1: u32,
+    pub regs_arg2: u32,
+    /// pt_regs offset of the syscall number (x86_64: orig_ax, 8 bytes; aarch64: syscallno,
+    /// 4 bytes).
+    pub regs_nr: u32,
+    /// pt_regs offset of the first argument at syscall exit, where aarch64 has overwritten
+    /// x0 with the return value (x86_64: di; aarch64: orig_x0).
+    pub regs_exit_arg0: u32,
+    /// `HOT` array size - 1.
+    pub hot_mask: u32,
+    pub file_mnt: u32,
+    pub file_pos: u32,
+    pub dentry_parent: u32,
+    pub vfsmount_root: u32,
+    pub mount_mnt: u32,
+    pub mount_parent: u32,
+    pub mount_mountpoint: u32,
+    /// Non-zero: count reads per fd (`trace --reads`).
+    pub reads: u32,
+    /// `thread_info.status` in task_struct ([`NO_OFFSET`] where the kernel has no compat
+    /// syscalls to tell apart).
+    pub task_ti_status: u32,
+    /// pt_regs bx and cx: a compat syscall's first two arguments ([`NO_OFFSET`] off x86).
+    pub regs_bx: u32,
+    pub regs_cx: u32,
+    /// inode->__i_nlink: 0 for a deleted file.
+    pub inode_nlink: u32,
+    /// [`CONFIG_MAGIC`] once userspace filled the config; the programs count nothing while
+    /// it is anything else (zero: the loader did not set the global).
+    pub magic: u32,
+    /// `trace --cgroup`: depth of the followed cgroup below the cgroup2 root (root = 0).
+    pub cgroup_level: u32,
+    /// Non-zero: the kernel has bpf_get_current_task_btf (5.11+). Zero: the programs do
+    /// not call it (the compat check and `--reads`' fd lookup take probe-reads instead).
+    /// Also keeps `cgroup_id` 8-aligned.
+    pub task_btf: u32,
+    /// `trace --cgroup`: id of the followed cgroup, 0 to follow only the tracked trees. A
+    /// process whose ancestor at `cgroup_level` is this cgroup is traced at its fork or exec.
+    pub cgroup_id: u64,
+}
+
+/// A [`Config`] offset the running kernel does not have: the programs skip what needs it.
+pub const NO_OFFSET: u32 = u32::MAX;
+
+/// Value userspace puts in [`Config::magic`].
+pub const CONFIG_MAGIC: u32 = 0xfda0_0001;
+
+impl Config {
+    /// All offsets zero and no magic: the eBPF side's initial value of the global, which
+    /// the loader overrides.
+    pub const ZEROED: Config = Config {
+        task_pid: 0,
+        task_tgid: 0,
+        task_files: 0,
+        task_mm: 0,
+        task_comm: 0,
+        task_signal: 0,
+        task_exit_code: 0,
+        signal_live: 0,
+        files_fdt: 0,
+        fdt_max_fds: 0,
+        fdt_fd: 0,
+        fdt_open_fds: 0,
+        file_inode: 0,
+        file_flags: 0,
+        file_dentry: 0,
+        file_private: 0,
+        dentry_name: 0,
+        inode_mode: 0,
+        inode_ino: 0,
+        inode_sb: 0,
+        inode_rdev: 0,
+        sb_magic: 0,
+        sb_dev: 0,
+        socket_sk: 0,
+        socket_type: 0,
+        sk_family: 0,
+        mm_arg_start: 0,
+        mm_arg_end: 0,
+        bprm_filename: 0,
+        regs_arg0: 0,
+        regs_arg1: 0,
+        regs_arg2: 0,
+        regs_nr: 0,
+        regs_exit_arg0: 0,
+        hot_mask: 0,
+        file_mnt: 0,
+        file_pos: 0,
+        dentry_parent: 0,
+        vfsmount_root: 0,
+        mount_mnt: 0,
+        mount_parent: 0,
+        mount_mountpoint: 0,
+        reads: 0,
+        task_ti_status: 0,
+        regs_bx: 0,
+        regs_cx: 0,
+        inode_nlink: 0,
+        magic: 0,
+        cgroup_level: 0,
+        task_btf: 0,
+        cgroup_id: 0,
+    };
+}

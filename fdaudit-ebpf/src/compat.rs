@@ -1,0 +1,93 @@
+//! Compat (ia32) syscalls: telling them apart and mapping their numbers to native ones.
+
+use fdaudit_common::sysno;
+
+use crate::kernel::{self, conf, read_kernel};
+
+// ---------------------------------------------------------------------------------------------
+// Compat syscalls: a task in an ia32 syscall (int $0x80, or a 32-bit process) has TS_COMPAT
+// in thread_info.status, set by the kernel's 32-bit entry for the duration of the call
+// (what in_ia32_syscall() tests, x86_64 since 4.6); its number is from the i386 table and its
+// arguments are in bx, cx, dx.
+
+/// Whether the current task is in a compat syscall. A direct load through the BTF-typed
+/// task pointer (bpf_get_current_task_btf, 5.11+): CONFIG is read-only, so the verifier
+/// knows the offset and checks it against task_struct; no probe-read on the close() path.
+/// Before 5.11 the helper does not exist: the loader sets task_btf to 0, the verifier (which
+/// knows CONFIG's values) never visits the call, and a probe-read of the same field runs
+/// instead.
+#[inline(always)]
+#[cfg(not(bpf_target_arch = "aarch64"))]
+pub(crate) fn in_compat_syscall() -> bool {
+    let off = conf!(task_ti_status);
+    if off == fdaudit_common::NO_OFFSET as u64 {
+        return false;
+    }
+    let status = if conf!(task_btf) == 0 {
+        read_kernel::<u32>(kernel::current_task() + off).unwrap_or(0)
+    } else {
+        // SAFETY: the helper returns current's task_struct, valid for this program run;
+        // the load is at a BTF offset inside it, which the verifier checks.
+        unsafe {
+            let task = aya_ebpf::helpers::bpf_get_current_task_btf() as *const u8;
+            core::ptr::read_volatile(task.add(off as usize).cast::<u32>())
+        }
+    };
+    status & fdaudit_common::sysno_ia32::TS_COMPAT != 0
+}
+
+/// aarch64: no compat syscalls are told apart (32-bit arm tasks are not handled).
+#[cfg(bpf_target_arch = "aarch64")]
+#[inline(always)]
+pub(crate) fn in_compat_syscall() -> bool {
+    false
+}
+
+/// The native (x86_64) number of a compat syscall the programs count, or -1.
+#[inline(always)]
+pub(crate) fn compat_native(id: i64) -> i64 {
+    #[cfg(not(bpf_target_arch = "aarch64"))]
+    {
+        fdaudit_common::sysno_ia32::to_native(id)
+    }
+    #[cfg(bpf_target_arch = "aarch64")]
+    {
+        let _ = id;
+        -1
+    }
+}
+
+/// Whether `id` is a compat read, readv or pread64 (i386 numbers; never on aarch64).
+#[inline(always)]
+pub(crate) fn compat_read(id: i64) -> bool {
+    #[cfg(not(bpf_target_arch = "aarch64"))]
+    {
+        use fdaudit_common::sysno_ia32 as c;
+        matches!(id, c::READ | c::READV | c::PREAD64)
+    }
+    #[cfg(bpf_target_arch = "aarch64")]
+    {
+        let _ = id;
+        false
+    }
+}
+
+/// Native numbers of the calls sys_enter counts. Syscalls an architecture lacks are all
+/// sysno::NONE (aarch64: poll, dup2), so their patterns repeat there.
+#[allow(unreachable_patterns)]
+#[inline(always)]
+pub(crate) fn counted_native(id: i64) -> bool {
+    matches!(
+        id,
+        sysno::CLOSE
+            | sysno::CLOSE_RANGE
+            | sysno::FCNTL
+            | sysno::POLL
+            | sysno::PPOLL
+            | sysno::GETDENTS64
+            | sysno::EXECVE
+            | sysno::EXECVEAT
+            | sysno::DUP2
+            | sysno::DUP3
+    )
+}

@@ -1,0 +1,178 @@
+//! Exec: one spawn record per successful exec of a traced process, with the fds it kept.
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_ktime_get_ns},
+    macros::raw_tracepoint,
+    programs::RawTracePointContext,
+};
+use fdaudit_common::{
+    flags, PathsRecord, RecordHeader, RecordKind, SpawnRecord, TaskState, MAX_RANGES,
+};
+
+use crate::{
+    configured, current_tgid, fdwalk,
+    fork::{claim_hot, fd_cache_of, take_counters},
+    in_followed_cgroup,
+    kernel::{self, stat_add},
+    EVENTS, EXEC_CHAIN, SCRATCH, STATS, TRACKED,
+};
+
+// ---------------------------------------------------------------------------------------------
+// sched_process_exec: TP_PROTO(struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm).
+// Fires in exec_binprm() after begin_new_exec(), so close-on-exec fds are already closed and
+// the fd table holds exactly what the new image inherited. Raw tracepoint, since 4.17.
+//
+// Two forms of the same program; userspace loads one, chosen by probing for bpf_loop:
+// - sched_process_exec walks the fd table under bpf_loop (5.17+), any table size;
+// - sched_process_exec_bounded (for 5.10 and 5.15) walks it with bounded loops in chunks
+//   chained by tail calls (EXEC_CHAIN, since 4.2), up to BOUNDED_MAX_FDS fds, and marks
+//   records whose table was larger BOUNDED_WALK.
+#[raw_tracepoint(tracepoint = "sched_process_exec")]
+pub fn sched_process_exec(ctx: RawTracePointContext) -> i32 {
+    let _ = try_sched_process_exec(&ctx, false);
+    0
+}
+
+#[raw_tracepoint(tracepoint = "sched_process_exec")]
+pub fn sched_process_exec_bounded(ctx: RawTracePointContext) -> i32 {
+    if try_sched_process_exec(&ctx, true) == Ok(true) {
+        // The window state is saved: go on with the walk. A tail call does not return
+        // (and is only allowed here, in the program's own int-returning function).
+        // SAFETY: EXEC_CHAIN holds programs of this program's type, filled by the loader.
+        unsafe { EXEC_CHAIN.tail_call(&ctx, fdwalk::CHAIN_FDS) };
+        // Not reached unless the slot is empty: send what there is.
+        if let Some(scratch) = SCRATCH.get_ptr_mut(0) {
+            // SAFETY: pointer from a per-CPU array lookup, valid for this run.
+            let scratch = unsafe { &mut *scratch };
+            scratch.spawn.header.flags |= flags::FDTABLE_TRUNCATED;
+            output_spawn(&mut scratch.spawn, &mut scratch.paths);
+        }
+    }
+    0
+}
+
+/// Tail-call stage of the bounded walk: the next chunk of the fd table (EXEC_CHAIN slot
+/// fdwalk::CHAIN_FDS). Never attached.
+#[raw_tracepoint(tracepoint = "sched_process_exec")]
+pub fn exec_walk_fds(ctx: RawTracePointContext) -> i32 {
+    fdwalk::bounded::fds_stage(&ctx, &EXEC_CHAIN);
+    0
+}
+
+/// Tail-call stage of the bounded walk: the leaked files' paths, then the record goes out
+/// (EXEC_CHAIN slot fdwalk::CHAIN_PATHS). Never attached.
+#[raw_tracepoint(tracepoint = "sched_process_exec")]
+pub fn exec_walk_paths(_ctx: RawTracePointContext) -> i32 {
+    fdwalk::bounded::paths_stage();
+    0
+}
+
+/// Sends the finished records: the paths record first (so userspace has it when the spawn
+/// comes; `pid` and `exec_ns` set by the exec program), then the spawn up to its last leaked
+/// fd. Variable length: bpf_ringbuf_output takes a bounded size; the reserve helper would
+/// want a constant one.
+#[inline(always)]
+pub(crate) fn output_spawn(rec: &mut SpawnRecord, paths: &mut PathsRecord) {
+    if rec.npaths > 0 {
+        paths.header = RecordHeader {
+            kind: RecordKind::Paths as u32,
+            flags: 0,
+        };
+        paths.npaths = rec.npaths;
+        let len = PathsRecord::sent_len(rec.npaths as usize);
+        // SAFETY: `len` is at most the size of the record, which lives in the map value.
+        let bytes =
+            unsafe { core::slice::from_raw_parts((paths as *const PathsRecord).cast::<u8>(), len) };
+        if EVENTS.output::<[u8]>(bytes, 0).is_err() {
+            stat_add(&STATS, |s| &mut s.lost_records);
+            rec.npaths = 0;
+            rec.header.flags |= flags::PATH_PARTIAL;
+        }
+    }
+    let len = SpawnRecord::sent_len(rec.nfds as usize);
+    // SAFETY: as above.
+    let bytes =
+        unsafe { core::slice::from_raw_parts((rec as *const SpawnRecord).cast::<u8>(), len) };
+    if EVENTS.output::<[u8]>(bytes, 0).is_err() {
+        stat_add(&STATS, |s| &mut s.lost_records);
+    }
+}
+
+/// Fills the spawn record and starts a new window; with `bounded`, leaves the record in
+/// SCRATCH for the tail-called walk and returns Ok(true) when the caller must chain.
+#[inline(always)]
+fn try_sched_process_exec(ctx: &RawTracePointContext, bounded: bool) -> Result<bool, i64> {
+    if !configured() {
+        return Ok(false);
+    }
+    let tgid = current_tgid();
+    if TRACKED.get_ptr(tgid).is_none() {
+        // A process that entered the followed cgroup without a traced fork (moved in by a
+        // runtime before it execs the payload, or cloned into it): traced from this exec on.
+        if !in_followed_cgroup() {
+            return Ok(false);
+        }
+        if TRACKED.insert(tgid, TaskState::default(), 0).is_err() {
+            stat_add(&STATS, |s| &mut s.tracked_full);
+            return Ok(false);
+        }
+    }
+    let Some(st) = TRACKED.get_ptr_mut(tgid) else {
+        return Ok(false);
+    };
+    let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
+        return Ok(false);
+    };
+    // SAFETY: both pointers come from map lookups and stay valid for this program run.
+    let (st, scratch) = unsafe { (&mut *st, &mut *scratch) };
+    let rec = &mut scratch.spawn;
+    let now = unsafe { bpf_ktime_get_ns() };
+    let old_pid: u64 = ctx.arg(1);
+    let bprm: u64 = ctx.arg(2);
+
+    rec.header = RecordHeader {
+        kind: RecordKind::Spawn as u32,
+        flags: st.flags,
+    };
+    if st.in_window == 0 {
+        rec.header.flags |= flags::NO_FORK;
+    } else if st.execs > 0 {
+        rec.header.flags |= flags::REEXEC;
+    }
+    rec.pid = tgid;
+    rec.old_pid = old_pid as u32;
+    rec.parent_pid = st.parent_pid;
+    rec.fork_ns = st.fork_ns;
+    rec.exec_ns = now;
+    rec.parent_comm = st.parent_comm;
+    rec.comm = bpf_get_current_comm().unwrap_or_default();
+    // SAFETY: the helper only reads current's css_set.
+    rec.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+    rec.counters = take_counters(tgid, st);
+    if st.counters.close_range_calls as usize > MAX_RANGES {
+        rec.header.flags |= flags::RANGES_TRUNCATED;
+    }
+
+    kernel::read_exec_names(rec, bprm);
+    // The paths record goes out with the spawn (output_spawn); its header now.
+    scratch.paths.pid = tgid;
+    scratch.paths.exec_ns = now;
+    if !bounded {
+        fdwalk::walk_fds(rec);
+        output_spawn(rec, &mut scratch.paths);
+    } else {
+        fdwalk::bounded::start(rec);
+    }
+
+    // The process stays traced: its children are spawns too, and what the new image does
+    // before exec'ing again (a spawn helper's close loop, a shell's `exec`) opens a new window.
+    st.in_window = 1;
+    st.execs += 1;
+    st.fork_ns = now;
+    st.flags = 0;
+    st.counters = Default::default();
+    // begin_new_exec() may have given the process a new fd table (unshare_files()).
+    st.cache = fd_cache_of(kernel::current_task()).unwrap_or_default();
+    claim_hot(tgid, &st.cache);
+    Ok(bounded)
+}

@@ -1,0 +1,142 @@
+//! Fork: start tracking a traced process's child, and the per-process fd-table cache and
+//! close() hot slot it sets up (used by the exec, exit and syscall programs).
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_comm, bpf_ktime_get_ns},
+    macros::raw_tracepoint,
+    programs::RawTracePointContext,
+};
+use fdaudit_common::{Counters, FdCache, HotSlot, TaskState};
+
+use crate::{
+    configured, current_tgid, in_followed_cgroup,
+    kernel::{conf, read_kernel, stat_add},
+    HOT, STATS, TRACKED,
+};
+
+// ---------------------------------------------------------------------------------------------
+// sched_process_fork: TP_PROTO(struct task_struct *parent, struct task_struct *child).
+// Raw tracepoint, stable since 4.17 (bpf_raw_tracepoint_open). Fires in kernel_clone() for
+// every new task, threads included; current is the parent.
+#[raw_tracepoint(tracepoint = "sched_process_fork")]
+pub fn sched_process_fork(ctx: RawTracePointContext) -> i32 {
+    let _ = try_sched_process_fork(&ctx);
+    0
+}
+
+fn try_sched_process_fork(ctx: &RawTracePointContext) -> Result<(), i64> {
+    let parent_tgid = current_tgid();
+    // The child starts in its parent's cgroup (clone3's CLONE_INTO_CGROUP aside: such a
+    // child is caught at its exec below).
+    if !configured() || TRACKED.get_ptr(parent_tgid).is_none() && !in_followed_cgroup() {
+        return Ok(());
+    }
+    let child: u64 = ctx.arg(1);
+    let child_tgid: u32 = read_kernel(child + conf!(task_tgid))?;
+    if child_tgid == parent_tgid {
+        return Ok(()); // a new thread of a traced process: covered by its tgid
+    }
+    let mut st = TaskState {
+        fork_ns: unsafe { bpf_ktime_get_ns() },
+        parent_pid: parent_tgid,
+        in_window: 1,
+        flags: 0,
+        ..Default::default()
+    };
+    st.parent_comm = bpf_get_current_comm().unwrap_or_default();
+    // copy_process() has given the child its own fd table by now: cache where it is.
+    st.cache = fd_cache_of(child).unwrap_or_default();
+    claim_hot(child_tgid, &st.cache);
+    if TRACKED.insert(child_tgid, st, 0).is_err() {
+        stat_add(&STATS, |s| &mut s.tracked_full);
+        release_hot(child_tgid);
+    }
+    Ok(())
+}
+
+/// Claims `tgid`'s HOT slot so its syscalls skip the hash lookup; when another process in a
+/// window holds it, marks it overflowed so both are counted through TRACKED instead.
+#[inline(always)]
+pub(crate) fn claim_hot(tgid: u32, cache: &FdCache) {
+    if let Some(slot) = HOT.get_ptr_mut(tgid & conf!(hot_mask) as u32) {
+        // SAFETY: pointer from an array lookup, valid for this program run.
+        let slot = unsafe { &mut *slot };
+        if slot.tgid == 0 {
+            *slot = HotSlot {
+                tgid,
+                overflow: slot.overflow,
+                close_calls: 0,
+                close_ebadf: 0,
+                cache: *cache,
+            };
+        } else if slot.tgid != tgid {
+            slot.overflow = 1;
+        }
+    }
+}
+
+/// The fd table of `task` (a task_struct address).
+#[inline(always)]
+pub(crate) fn fd_cache_of(task: u64) -> Result<FdCache, i64> {
+    let files: u64 = read_kernel(task + conf!(task_files))?;
+    let fdt: u64 = read_kernel(files + conf!(files_fdt))?;
+    Ok(FdCache {
+        files,
+        fdt,
+        open_fds: read_kernel(fdt + conf!(fdt_open_fds))?,
+        max_fds: read_kernel(fdt + conf!(fdt_max_fds))?,
+        _pad: 0,
+    })
+}
+
+/// Whether `fd` is open in the current process: close() on it will not fail with EBADF.
+///
+/// The table only moves when the kernel grows it (expand_fdtable(), on allocating an fd
+/// beyond it), which a close loop never does. So an fd beyond the cached table is closed
+/// without a read, and the table pointer is re-checked for fds inside it and at every
+/// 64th fd: a close loop to 2^20 costs one read per close within the table and one per
+/// 64 beyond it.
+#[inline(always)]
+pub(crate) fn fd_is_open(cache: &mut FdCache, fd: u32) -> Result<bool, i64> {
+    if fd >= cache.max_fds && !fd.is_multiple_of(64) {
+        return Ok(false);
+    }
+    let fdt: u64 = read_kernel(cache.files + conf!(files_fdt))?;
+    if fdt != cache.fdt {
+        cache.fdt = fdt;
+        cache.open_fds = read_kernel(fdt + conf!(fdt_open_fds))?;
+        cache.max_fds = read_kernel(fdt + conf!(fdt_max_fds))?;
+    }
+    if fd >= cache.max_fds {
+        return Ok(false);
+    }
+    let word: u64 = read_kernel(cache.open_fds + u64::from(fd / 64) * 8)?;
+    Ok((word >> (fd % 64)) & 1 != 0)
+}
+
+/// Frees `tgid`'s HOT slot and returns its close() counts (calls, EBADF).
+#[inline(always)]
+fn release_hot(tgid: u32) -> (u32, u32) {
+    if let Some(slot) = HOT.get_ptr_mut(tgid & conf!(hot_mask) as u32) {
+        // SAFETY: pointer from an array lookup, valid for this program run.
+        let slot = unsafe { &mut *slot };
+        if slot.tgid == tgid {
+            let counts = (slot.close_calls, slot.close_ebadf);
+            slot.tgid = 0;
+            slot.close_calls = 0;
+            slot.close_ebadf = 0;
+            return counts;
+        }
+    }
+    (0, 0)
+}
+
+/// The window's counters: the hash map's plus the HOT slot's close() counts (slot freed).
+#[inline(always)]
+pub(crate) fn take_counters(tgid: u32, st: &TaskState) -> Counters {
+    let mut c = st.counters;
+    let (calls, ebadf) = release_hot(tgid);
+    c.close_calls += calls;
+    c.close_ebadf += ebadf;
+    c
+}

@@ -1,0 +1,111 @@
+//! The programs in the object: the raw tracepoint programs and the fentry backend's, with
+//! what each hooks.
+
+/// A program in the object and the raw tracepoint it attaches to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProgramSpec {
+    pub name: &'static str,
+    pub tracepoint: &'static str,
+    /// A syscall tracepoint: slows every syscall on the machine while attached.
+    pub syscall: bool,
+    /// Only needed for `trace --reads`.
+    pub reads_only: bool,
+}
+
+/// Every program in the object, in attach order: the scheduler hooks first, so that a spawn
+/// never has syscall counts without its fork being seen.
+pub const PROGRAMS: [ProgramSpec; 5] = [
+    ProgramSpec {
+        name: "sched_process_fork",
+        tracepoint: "sched_process_fork",
+        syscall: false,
+        reads_only: false,
+    },
+    ProgramSpec {
+        name: "sched_process_exec",
+        tracepoint: "sched_process_exec",
+        syscall: false,
+        reads_only: false,
+    },
+    ProgramSpec {
+        name: "sched_process_exit",
+        tracepoint: "sched_process_exit",
+        syscall: false,
+        reads_only: false,
+    },
+    ProgramSpec {
+        name: "sys_enter",
+        tracepoint: "sys_enter",
+        syscall: true,
+        reads_only: false,
+    },
+    ProgramSpec {
+        name: "sys_exit",
+        tracepoint: "sys_exit",
+        syscall: true,
+        reads_only: true,
+    },
+];
+
+/// The entry-point prefix of syscall `foo`'s handler (`__x64_sys_foo`), per architecture.
+#[cfg(target_arch = "x86_64")]
+pub const SYSCALL_PREFIX: &str = "__x64_sys_";
+#[cfg(target_arch = "aarch64")]
+pub const SYSCALL_PREFIX: &str = "__arm64_sys_";
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+pub const SYSCALL_PREFIX: &str = "__se_sys_";
+
+/// A program of the fentry backend and the syscall it hooks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FentrySpec {
+    pub name: &'static str,
+    /// The syscall (`close`): the program hooks [`SYSCALL_PREFIX`]`close`.
+    pub syscall: &'static str,
+    /// fexit (after the syscall, with its result) rather than fentry.
+    pub exit: bool,
+    /// Only needed for `trace --reads`.
+    pub reads_only: bool,
+}
+
+impl FentrySpec {
+    /// The kernel function hooked (`__x64_sys_close`).
+    pub fn function(&self) -> String {
+        format!("{SYSCALL_PREFIX}{}", self.syscall)
+    }
+}
+
+const fn entry(name: &'static str, syscall: &'static str) -> FentrySpec {
+    FentrySpec {
+        name,
+        syscall,
+        exit: false,
+        reads_only: false,
+    }
+}
+
+const fn read_exit(name: &'static str, syscall: &'static str) -> FentrySpec {
+    FentrySpec {
+        name,
+        syscall,
+        exit: true,
+        reads_only: true,
+    }
+}
+
+/// The fentry backend's programs: the same counts as `sys_enter` and `sys_exit`, one
+/// program per counted syscall.
+pub const FENTRY_PROGRAMS: [FentrySpec; 13] = [
+    entry("fentry_close", "close"),
+    entry("fentry_close_range", "close_range"),
+    entry("fentry_fcntl", "fcntl"),
+    entry("fentry_poll", "poll"),
+    entry("fentry_ppoll", "ppoll"),
+    entry("fentry_getdents64", "getdents64"),
+    entry("fentry_execve", "execve"),
+    entry("fentry_execveat", "execveat"),
+    entry("fentry_dup2", "dup2"),
+    entry("fentry_dup3", "dup3"),
+    read_exit("fexit_read", "read"),
+    read_exit("fexit_readv", "readv"),
+    read_exit("fexit_pread64", "pread64"),
+];

@@ -1,0 +1,284 @@
+//! The ring-buffer drain: a thread of its own that only copies records out of the kernel's
+//! ring into memory, so that a burst of spawns never waits for decoding, /proc look-ups or
+//! printing to free ring space. Self-contained: it owns the ring and hands out raw records
+//! in ring order; whoever consumes them decodes at its own pace.
+
+use std::{
+    os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
+    sync::{
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        mpsc, Arc,
+    },
+    thread::JoinHandle,
+    time::{Duration, Instant},
+};
+
+use aya::maps::{MapData, RingBuf};
+
+/// What the consumer and the thread share.
+struct Shared {
+    stop: AtomicBool,
+    /// Flush requests made (a counter), and the last one a complete pass has answered.
+    flush_requested: AtomicU64,
+    flush_done: AtomicU64,
+    /// Wakes the thread's poll for a flush or the stop.
+    wake: OwnedFd,
+    /// Written by the thread when it queued records: what [`Drain::wait`] polls, so that a
+    /// signal interrupts the wait (EINTR) as it did a poll on the ring itself.
+    ready: OwnedFd,
+}
+
+/// Adds one to an eventfd.
+fn post(fd: &OwnedFd) {
+    let one: u64 = 1;
+    // SAFETY: an 8-byte write to an eventfd.
+    unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+}
+
+/// Resets a non-blocking eventfd.
+fn take(fd: &OwnedFd) {
+    let mut n = 0u64;
+    // SAFETY: an 8-byte read from a non-blocking eventfd.
+    unsafe { libc::read(fd.as_raw_fd(), (&mut n as *mut u64).cast(), 8) };
+}
+
+fn eventfd() -> std::io::Result<OwnedFd> {
+    // SAFETY: eventfd returns a new fd or -1.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a fresh fd we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+impl Shared {
+    fn wake(&self) {
+        post(&self.wake);
+    }
+}
+
+/// A running drain thread and the records it has copied out.
+pub struct Drain {
+    shared: Arc<Shared>,
+    records: mpsc::Receiver<Vec<u8>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drain {
+    /// Starts the thread; it owns `ring` from now on.
+    pub fn start(ring: RingBuf<MapData>) -> std::io::Result<Drain> {
+        let shared = Arc::new(Shared {
+            stop: AtomicBool::new(false),
+            flush_requested: AtomicU64::new(0),
+            flush_done: AtomicU64::new(0),
+            wake: eventfd()?,
+            ready: eventfd()?,
+        });
+        let (tx, rx) = mpsc::channel();
+        let thread_shared = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("fdaudit-drain".into())
+            .spawn(move || run(ring, &thread_shared, &tx))?;
+        Ok(Drain {
+            shared,
+            records: rx,
+            thread: Some(thread),
+        })
+    }
+
+    /// Waits up to `timeout` for a record (a signal ends the wait early, as it ends a
+    /// poll(2)), then returns every record copied out so far.
+    pub fn wait(&self, timeout: Duration) -> Vec<Vec<u8>> {
+        let mut out: Vec<Vec<u8>> = self.records.try_iter().collect();
+        if out.is_empty() {
+            let mut pfd = libc::pollfd {
+                fd: self.shared.ready.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+            // SAFETY: one valid pollfd; EINTR (a signal) just ends the wait.
+            unsafe { libc::poll(&mut pfd, 1, ms) };
+        }
+        take(&self.shared.ready);
+        out.extend(self.records.try_iter());
+        out
+    }
+
+    /// Readable when records wait to be taken ([`Drain::wait`] resets it): for a caller
+    /// that polls it together with other fds.
+    pub fn ready_fd(&self) -> std::os::fd::RawFd {
+        self.shared.ready.as_raw_fd()
+    }
+
+    /// Every record in the ring now: the thread makes one complete pass after this call
+    /// and everything it copied is returned (waits at most `timeout` for the pass).
+    pub fn flush(&self, timeout: Duration) -> Vec<Vec<u8>> {
+        let want = self.shared.flush_requested.fetch_add(1, Ordering::AcqRel) + 1;
+        self.shared.wake();
+        let deadline = Instant::now() + timeout;
+        let mut out = Vec::new();
+        while self.shared.flush_done.load(Ordering::Acquire) < want && Instant::now() < deadline {
+            out.extend(self.records.recv_timeout(Duration::from_millis(1)));
+        }
+        out.extend(self.records.try_iter());
+        out
+    }
+}
+
+impl Drop for Drain {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        self.shared.wake();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The thread: copy out everything, answer flushes, sleep in poll until the kernel or the
+/// consumer wakes it.
+fn run(mut ring: RingBuf<MapData>, shared: &Shared, tx: &mpsc::Sender<Vec<u8>>) {
+    // Signals are for the consumer's thread: its wait is what a signal must interrupt.
+    // SAFETY: a full set, applied to this thread only.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
+    }
+    let mut fds = [
+        libc::pollfd {
+            fd: ring.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: shared.wake.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    loop {
+        let asked = shared.flush_requested.load(Ordering::Acquire);
+        let mut sent = false;
+        while let Some(item) = ring.next() {
+            if tx.send(item.to_vec()).is_err() {
+                return; // the consumer is gone
+            }
+            sent = true;
+        }
+        if sent {
+            post(&shared.ready);
+        }
+        shared.flush_done.store(asked, Ordering::Release);
+        if shared.stop.load(Ordering::Acquire) {
+            return;
+        }
+        // The kernel wakes the ring's poll when a record is committed while we have read
+        // everything before it; the timeout is only a safety net.
+        // SAFETY: two valid pollfds.
+        unsafe { libc::poll(fds.as_mut_ptr(), 2, 200) };
+        if fds[1].revents != 0 {
+            take(&shared.wake);
+        }
+    }
+}
+
+/// Spawns per CPU the default ring holds at their largest (with their exit records): what
+/// one CPU can produce while the drain thread waits for a CPU of its own.
+pub const RECORDS_PER_CPU: u64 = 256;
+/// Bounds of the default ring size.
+pub const MIN_RING_BYTES: u64 = 8 << 20;
+pub const MAX_RING_BYTES: u64 = 256 << 20;
+/// The largest ring `--buffer-pages` may ask for.
+pub const MAX_BUFFER_BYTES: u64 = 1 << 30;
+
+/// The most bytes one spawn and its exit put on the ring.
+pub fn max_spawn_bytes() -> u64 {
+    (fdaudit_common::MAX_SPAWN_BYTES + size_of::<fdaudit_common::ExitRecord>() + 8) as u64
+}
+
+/// Default ring size for `ncpus` CPUs: [`RECORDS_PER_CPU`] of the largest spawns per CPU,
+/// a power of two (the kernel's rule), within [`MIN_RING_BYTES`]..=[`MAX_RING_BYTES`].
+pub fn default_ring_bytes(ncpus: u64) -> u64 {
+    (ncpus.max(1) * RECORDS_PER_CPU * max_spawn_bytes())
+        .next_power_of_two()
+        .clamp(MIN_RING_BYTES, MAX_RING_BYTES)
+}
+
+/// Why a `--buffer-pages` value cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum BufferPagesError {
+    #[error("--buffer-pages {0} is not a power of two (the kernel sizes ring buffers in powers of two): try {1}")]
+    NotPowerOfTwo(u64, u64),
+    #[error(
+        "--buffer-pages {pages} is {bytes} bytes, above the {max}-byte limit: ask for fewer pages"
+    )]
+    TooLarge { pages: u64, bytes: u64, max: u64 },
+}
+
+/// Ring size in bytes for `pages` pages of `page_size`.
+pub fn ring_bytes_from_pages(pages: u64, page_size: u64) -> Result<u64, BufferPagesError> {
+    if pages == 0 || !pages.is_power_of_two() {
+        return Err(BufferPagesError::NotPowerOfTwo(
+            pages,
+            pages.max(1).next_power_of_two(),
+        ));
+    }
+    let bytes = pages.saturating_mul(page_size);
+    if bytes > MAX_BUFFER_BYTES {
+        return Err(BufferPagesError::TooLarge {
+            pages,
+            bytes,
+            max: MAX_BUFFER_BYTES,
+        });
+    }
+    Ok(bytes)
+}
+
+/// CPUs online (every one of them can write to the ring).
+pub fn online_cpus() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    n.max(1) as u64
+}
+
+/// The system page size.
+pub fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if n > 0 {
+        n as u64
+    } else {
+        4096
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_sizes_are_powers_of_two_from_cpus_and_record_size() {
+        let one = default_ring_bytes(1);
+        assert!(one.is_power_of_two() && one >= MIN_RING_BYTES);
+        assert!(one >= RECORDS_PER_CPU * max_spawn_bytes());
+        let many = default_ring_bytes(64);
+        assert!(many.is_power_of_two() && many <= MAX_RING_BYTES);
+        assert!(default_ring_bytes(8) >= 8 * RECORDS_PER_CPU * max_spawn_bytes());
+        assert!(
+            max_spawn_bytes() > 8 * 1024,
+            "the largest spawn is the fd list and 8 paths"
+        );
+    }
+
+    #[test]
+    fn buffer_pages_must_be_a_power_of_two_within_limits() {
+        assert_eq!(ring_bytes_from_pages(4096, 4096).unwrap(), 16 << 20);
+        let e = ring_bytes_from_pages(3000, 4096).unwrap_err();
+        assert!(e.to_string().contains("try 4096"), "{e}");
+        assert!(ring_bytes_from_pages(0, 4096).is_err());
+        assert!(ring_bytes_from_pages(1 << 20, 4096).is_err());
+    }
+}

@@ -1,0 +1,184 @@
+//! The line printed for each spawn as it happens.
+
+use super::super::{decode::Spawn, flags::SpawnFlags};
+use crate::output::{self, color::Paint, fmt_ns, table::Term};
+
+/// What a strategy costs, as a colour: close_range is the cheap, correct way; the sweeps
+/// whose cost grows with NOFILE are red, those that grow with the fds open yellow.
+pub fn strategy_paint(s: &str) -> Option<Paint> {
+    match s {
+        "close-range" => Some(Paint::Good),
+        "close-loop" | "fcntl-scan" | "poll-scan" => Some(Paint::Bad),
+        "procfd-walk" => Some(Paint::Warn),
+        _ => None,
+    }
+}
+
+/// One line for a spawn, as it happens; coloured when `term` takes colour.
+pub fn spawn_line(s: &Spawn, term: Term) -> String {
+    let mut line = exec_part(s, term);
+    if let Some(tid) = s.exec_tid {
+        line.push_str(&format!(" (exec by thread {tid})"));
+    }
+    if let Some(c) = s.identity.container_label() {
+        line.push_str(&format!(" in {c}"));
+    }
+    if s.argv.len() > 1 {
+        line.push_str(&args_part(s));
+    }
+    if s.window_ns > 0 {
+        line.push_str(&format!(
+            "  window {} (untraced ~{})",
+            fmt_ns(s.window_ns as f64),
+            fmt_ns(s.window_corrected_ns as f64)
+        ));
+    }
+    if !s.flags.contains(SpawnFlags::NO_SYSCALLS) {
+        line.push_str(&strategy_part(s, term));
+    }
+    if s.leaked_count > 0 {
+        line.push_str(&leaks_part(s, term));
+    }
+    if !s.flags.is_empty() {
+        line.push_str(&format!(
+            "  [{}]",
+            s.flags.names().collect::<Vec<_>>().join(",")
+        ));
+    }
+    line
+}
+
+/// `parent[ppid] -> pid path`, or what failed when the exec did not succeed.
+fn exec_part(s: &Spawn, term: Term) -> String {
+    let parent = s.parent_comm.escaped();
+    if s.exec_ok {
+        return format!(
+            "{parent}[{}] -> {} {}",
+            s.parent_pid,
+            s.pid,
+            s.exec_path.escaped()
+        );
+    }
+    let path = if s.exec_path.is_empty() {
+        String::new()
+    } else {
+        format!(" {}", s.exec_path.escaped())
+    };
+    let errno = match (s.exec_error, s.exec_errno) {
+        (Some(name), _) => format!(": {name}"),
+        (None, Some(n)) => format!(": errno {n}"),
+        (None, None) => String::new(),
+    };
+    format!(
+        "{parent}[{}] -> {} {}{path}{errno} ({} attempts), exited",
+        s.parent_pid,
+        s.pid,
+        term.paint("EXEC FAILED", Paint::Bad),
+        s.exec_attempts
+    )
+}
+
+/// ` (arg1 arg2 …)`: the arguments after argv[0], escaped, `''` for an empty one.
+fn args_part(s: &Spawn) -> String {
+    let args: Vec<String> = s.argv[1..]
+        .iter()
+        .map(|a| {
+            if a.is_empty() {
+                "''".to_owned()
+            } else {
+                output::escape_bytes(a)
+            }
+        })
+        .collect();
+    format!(" ({})", args.join(" "))
+}
+
+/// `  strategy to bound: counts`: how the child closed fds before exec.
+fn strategy_part(s: &Spawn, term: Term) -> String {
+    let name = s.strategy.as_str();
+    let shown = match strategy_paint(name) {
+        Some(p) => term.paint(name, p),
+        None => name.to_string(),
+    };
+    let mut part = format!("  {shown}");
+    if let Some(b) = s.close_loop_bound {
+        part.push_str(&format!(" to {b}"));
+    }
+    let counts = window_counts(s);
+    if !counts.is_empty() {
+        part.push_str(": ");
+        part.push_str(&counts.join(", "));
+    }
+    part
+}
+
+/// `  LEAKED n: fd kind target, …`: the fds that crossed the exec.
+fn leaks_part(s: &Spawn, term: Term) -> String {
+    let fds: Vec<String> = s
+        .leaked_fds
+        .iter()
+        .map(|f| match (f.family, f.protocol) {
+            (Some(fam), Some(p)) => {
+                format!("{} {} {fam} {p} {}", f.fd, f.kind, f.target.escaped())
+            }
+            _ if f.deleted => format!("{} {} {} (deleted)", f.fd, f.kind, f.target.escaped()),
+            _ => format!("{} {} {}", f.fd, f.kind, f.target.escaped()),
+        })
+        .collect();
+    let leaked = term.paint(&format!("LEAKED {}:", s.leaked_count), Paint::Alarm);
+    format!("  {leaked} {}", fds.join(", "))
+}
+
+/// The window's syscall counts, for the spawn line.
+fn window_counts(s: &Spawn) -> Vec<String> {
+    let mut counts = Vec::new();
+    let c = &s.calls;
+    if c.close_calls > 0 {
+        counts.push(format!("close {} ({} EBADF)", c.close_calls, c.close_ebadf));
+    }
+    if c.close_range_calls > 0 {
+        let r: Vec<String> = s
+            .close_ranges
+            .iter()
+            .map(|[a, b, f]| format!("close_range({a}, {}, {})", bound(*b), range_flags(*f)))
+            .collect();
+        counts.push(r.join(" "));
+    }
+    if c.fcntl_calls() > 0 {
+        counts.push(format!("fcntl {}", c.fcntl_calls()));
+    }
+    if c.poll_calls > 0 {
+        counts.push(format!("poll {} (nfds {})", c.poll_calls, c.poll_nfds_max));
+    }
+    if c.getdents64_calls > 0 {
+        counts.push(format!("getdents64 {}", c.getdents64_calls));
+    }
+    if s.exec_attempts > 1 {
+        counts.push(format!("exec attempts {}", s.exec_attempts));
+    }
+    counts
+}
+
+fn bound(b: u32) -> String {
+    if b == u32::MAX {
+        "~0U".into()
+    } else {
+        b.to_string()
+    }
+}
+
+/// close_range() flags by name.
+pub fn range_flags(f: u32) -> String {
+    let mut names = Vec::new();
+    if f & 2 != 0 {
+        names.push("UNSHARE");
+    }
+    if f & 4 != 0 {
+        names.push("CLOEXEC");
+    }
+    if names.is_empty() {
+        "0".into()
+    } else {
+        names.join("|")
+    }
+}

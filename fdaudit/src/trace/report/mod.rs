@@ -1,0 +1,410 @@
+//! Rendering of trace results: a line per spawn ([`line`]), the summary's totals and groups
+//! ([`summary`]) and its text for people ([`text`]), JSON objects; [`Reporter`] handles each
+//! event and writes the end.
+
+mod line;
+mod summary;
+mod text;
+
+pub use line::{range_flags, spawn_line, strategy_paint};
+pub use summary::{Collector, ExitReason, Group, LeakPolicy, Summary, TraceTotals};
+pub use text::summary_table;
+
+use summary::link;
+use text::{summary_text, summary_warnings};
+
+use anyhow::Result;
+
+use super::{
+    chains::Chains,
+    decode::{Event, LeakedFd, Spawn},
+    filter::Filter,
+    flags::SpawnFlags,
+    reads,
+    session::Session,
+    stamp::Stamper,
+    TraceArgs, TraceRecord,
+};
+use crate::output::{count, stream, table::Term, text::Lossless};
+
+/// The name of a spawn's parent when the kernel record has none (its fork was not seen):
+/// `fdaudit` for fdaudit itself (the traced command's own re-exec), else what procfs says.
+fn parent_name(ppid: u32) -> Vec<u8> {
+    if ppid == std::process::id() {
+        return b"fdaudit".to_vec();
+    }
+    std::fs::read(format!("/proc/{ppid}/comm"))
+        .ok()
+        .map(|mut c| {
+            if c.last() == Some(&b'\n') {
+                c.pop();
+            }
+            c
+        })
+        .filter(|c| !c.is_empty())
+        .unwrap_or_else(|| b"?".to_vec())
+}
+
+/// Per-event handling and final output of `trace`: a line (or JSON record) per spawn as it
+/// comes, the summary at the end, all on the records stream ([`stream`]).
+pub struct Reporter<'a> {
+    args: &'a TraceArgs,
+    /// The spawns the filters keep: what is printed and summed.
+    collector: Collector,
+    /// Every spawn, when filters are set: `--fail-on-leak` judges them all.
+    unfiltered: Option<Chains>,
+    filter: Filter,
+    /// Exec records the filters left out.
+    hidden: u64,
+    stamper: Stamper,
+    term: Term,
+    root_inherited: Vec<LeakedFd>,
+    seen_root_exec: Vec<u32>,
+    probe_cost_ns: f64,
+    close_cost_ns: f64,
+    leaks_only: bool,
+    ring_bytes: u64,
+}
+
+/// What to say when records were lost: in the JSON summary's `partial` notes, on stderr, and
+/// on the totals line.
+pub fn lost_note(lost: u64, ring_bytes: u64) -> String {
+    format!(
+        "{lost} records LOST: the {} MiB ring buffer was full, some spawns are missing; raise --buffer-pages (now {})",
+        ring_bytes >> 20,
+        ring_bytes / crate::trace::drain::page_size()
+    )
+}
+
+/// How the run ended, for the summary.
+#[derive(Debug, Clone, Copy)]
+pub struct Ending {
+    pub command_status: Option<u8>,
+    pub exit_code: u8,
+    pub exit_reason: ExitReason,
+}
+
+impl<'a> Reporter<'a> {
+    pub fn new(args: &'a TraceArgs, s: &Session, filter: Filter) -> Self {
+        let collector = Collector::new(LeakPolicy {
+            baseline: Vec::new(),
+            ignore_fds: args.ignore_fds.clone(),
+        });
+        Reporter {
+            args,
+            collector,
+            unfiltered: filter.is_active().then(Chains::default),
+            filter,
+            hidden: 0,
+            stamper: Stamper::new(args.time, args.relative),
+            term: stream::term(),
+            root_inherited: Vec::new(),
+            seen_root_exec: Vec::new(),
+            probe_cost_ns: s.probe_cost_ns().round(),
+            close_cost_ns: s.close_cost_ns(),
+            leaks_only: s.leaks_only(),
+            ring_bytes: s.ring_bytes(),
+        }
+    }
+
+    pub fn handle(&mut self, ev: Event, roots: &[u32]) -> Result<()> {
+        match ev {
+            Event::Spawn(s) => {
+                // The traced command's own exec (or a -p root's re-exec) is not a spawn: what it
+                // inherited came from fdaudit's caller, the baseline every spawn starts from.
+                if roots.contains(&s.pid)
+                    && s.flags.contains(SpawnFlags::NO_FORK)
+                    && !self.seen_root_exec.contains(&s.pid)
+                {
+                    self.seen_root_exec.push(s.pid);
+                    self.set_baseline(&s.leaked_fds);
+                    return Ok(());
+                }
+                self.report_spawn(s)?;
+            }
+            Event::Exit(mut e) => {
+                if let Some(s) = e.failed_spawn.take() {
+                    self.report_spawn(s)?;
+                }
+                self.collector.add_exit(&e);
+                if let Some(all) = &mut self.unfiltered {
+                    all.exit(e.pid);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Records what the traced command inherited, says so once, and (unless
+    /// `--no-baseline`) keeps `--fail-on-leak` from counting it.
+    fn set_baseline(&mut self, fds: &[LeakedFd]) {
+        self.root_inherited.extend(fds.iter().cloned());
+        if !self.args.no_baseline {
+            self.collector
+                .policy
+                .baseline
+                .extend(fds.iter().map(|f| (f.fd, f.ino)));
+        }
+        if fds.is_empty() {
+            return;
+        }
+        let list: Vec<String> = fds
+            .iter()
+            .map(|f| format!("{}={}", f.fd, f.target.escaped()))
+            .collect();
+        stream::note(
+            stream::Level::Note,
+            &format!(
+                "the traced command itself inherited {} from fdaudit's caller: {} (every spawn that does not close them leaks them too; {})",
+                count(list.len() as u64, "fd", "fds"),
+                list.join(" "),
+                if self.args.no_baseline {
+                    "--no-baseline: --fail-on-leak counts them"
+                } else {
+                    "--fail-on-leak does not count them, --no-baseline does"
+                }
+            ),
+        );
+    }
+
+    fn report_spawn(&mut self, mut s: Box<Spawn>) -> Result<()> {
+        s.time_ns = stream::since_header(s.exec_ns);
+        s.correct_for_probes(self.probe_cost_ns);
+        if s.parent_comm.is_empty() {
+            s.parent_comm = Lossless::new(parent_name(s.parent_pid));
+        }
+        if let Some(all) = &mut self.unfiltered {
+            all.add(&link(&s, &self.collector.policy));
+        }
+        if !self.filter.keeps(&s) {
+            self.hidden += 1;
+            return Ok(());
+        }
+        self.collector.add(&s);
+        if self.args.json {
+            stream::record(&TraceRecord::Spawn(s))?;
+        } else if !self.args.quiet {
+            let line = format!(
+                "{}{}",
+                self.stamper.prefix(s.exec_ns),
+                spawn_line(&s, self.term)
+            );
+            stream::text(&format!("{}\n", self.term.fill(&line, 4)))?;
+        }
+        Ok(())
+    }
+
+    /// Whether a process's last exec leaked an fd that the policy counts (what
+    /// `--fail-on-leak` fails on), filters or not.
+    pub fn leaked(&self) -> bool {
+        match &self.unfiltered {
+            Some(all) => all.leak_totals().spawns_with_new_leaks > 0,
+            None => self.collector.totals().spawns_with_new_leaks > 0,
+        }
+    }
+
+    /// Writes the summary (JSON: the read storms and the summary record; text: the totals
+    /// line, the table, the storms) and the notes.
+    pub fn finish(
+        self,
+        stats: fdaudit_common::Stats,
+        storms: Vec<reads::ReadStorm>,
+        ending: Ending,
+    ) -> Result<()> {
+        let mut partial = self.collector.partial_notes();
+        if stats.lost_records > 0 {
+            partial.insert(0, lost_note(stats.lost_records, self.ring_bytes));
+        }
+        let summary = Summary {
+            spawns: self.collector.spawns(),
+            lost_records: stats.lost_records,
+            untracked_forks: stats.tracked_full,
+            read_table_full: stats.reads_full,
+            fork_only_children: self.collector.fork_only,
+            probe_cost_ns: self.probe_cost_ns.round() as u64,
+            close_cost_ns: self.close_cost_ns.round() as u64,
+            leaks_only: self.leaks_only,
+            inherited_fds: self.root_inherited.clone(),
+            command_status: ending.command_status,
+            exit_code: ending.exit_code,
+            exit_reason: ending.exit_reason,
+            totals: self.collector.totals(),
+            groups: self.collector.groups(),
+            partial,
+            read_storms: storms,
+        };
+        if self.args.json {
+            for s in &summary.read_storms {
+                stream::record(&TraceRecord::ReadStorm(s.clone()))?;
+            }
+        } else {
+            let filtered = self
+                .filter
+                .is_active()
+                .then(|| (self.filter.describe(), self.hidden));
+            let mut text = Vec::new();
+            summary_text(&mut text, &summary, filtered, self.term)?;
+            stream::text(&String::from_utf8_lossy(&text))?;
+        }
+        self.notes(&summary);
+        if self.args.json {
+            stream::record(&TraceRecord::Summary(Box::new(summary)))?;
+        }
+        Ok(())
+    }
+
+    /// The notes and warnings after the summary.
+    fn notes(&self, summary: &Summary) {
+        if self.leaks_only {
+            stream::note(
+                stream::Level::Note,
+                "--leaks-only: syscalls were not traced, so no close counts or strategies",
+            );
+        } else {
+            stream::note(
+                stream::Level::Note,
+                &format!(
+                    "probes cost ~{} ns per counted syscall (close() itself ~{} ns untraced); 'untraced' windows subtract it",
+                    summary.probe_cost_ns, summary.close_cost_ns
+                ),
+            );
+        }
+        summary_warnings(summary);
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::trace::{counts::SyscallCounts, strategy::Strategy};
+
+    /// A spawn record for tests.
+    pub(crate) fn spawn(parent: &str, path: &str, close: u32, window: u64, leaked: u32) -> Spawn {
+        Spawn {
+            parent_pid: 1,
+            parent_comm: parent.into(),
+            pid: 2,
+            exec_tid: None,
+            exec_path: path.into(),
+            argv: Lossless::new(vec![path.into(), b"-x".to_vec()]),
+            exec_errno: None,
+            exec_error: None,
+            time_ns: 0,
+            exec_ok: true,
+            exec_attempts: 1,
+            window_ns: window,
+            window_corrected_ns: window,
+            calls: SyscallCounts {
+                close_calls: close.into(),
+                close_ebadf: close.saturating_sub(1).into(),
+                ..Default::default()
+            },
+            close_ranges: vec![],
+            strategy: if close >= 64 {
+                Strategy::CloseLoop
+            } else {
+                Strategy::None
+            },
+            close_loop_bound: (close >= 64).then_some(close + 3),
+            leaked_fds: vec![],
+            leaked_count: leaked,
+            stdio: vec![],
+            flags: SpawnFlags::empty(),
+            exec_ns: 0,
+            identity: Default::default(),
+            probed: close.into(),
+            exec_path_cut: false,
+        }
+    }
+
+    #[test]
+    fn spawn_line_names_strategy_counts_and_leaks() {
+        let s = spawn("python3", "/bin/true", 19_997, 2_500_000, 0);
+        assert_eq!(
+            spawn_line(&s, Term::plain()),
+            "python3[1] -> 2 /bin/true (-x)  window 2.50 ms (untraced ~2.50 ms)  close-loop to 20000: close 19997 (19996 EBADF)"
+        );
+    }
+
+    #[test]
+    fn exec_chain_leaks_count_at_the_last_exec() {
+        let mut c = Collector::default();
+        let mut helper = spawn("java", "/usr/lib/jvm/lib/jspawnhelper", 0, 1_000, 14);
+        helper.pid = 40;
+        let mut fin = spawn("java", "/bin/true", 15, 2_000, 0);
+        fin.pid = 40;
+        fin.flags = SpawnFlags::REEXEC;
+        let mut other = spawn("bash", "/bin/cat", 0, 1_000, 1);
+        other.pid = 41;
+        c.add(&helper);
+        c.add(&fin);
+        c.add(&other);
+        let t = c.totals();
+        assert_eq!(
+            (t.spawns_with_leaks, t.leaked_fds, t.transient_leaked_fds),
+            (1, 1, 14)
+        );
+    }
+
+    #[test]
+    fn summary_groups_by_parent_and_path() {
+        let mut c = Collector::default();
+        c.add(&spawn("bash", "/bin/true", 3, 1_000_000, 1));
+        c.add(&spawn("bash", "/bin/true", 19_997, 3_000_000, 1));
+        c.add(&spawn("python3", "/bin/ls", 0, 500_000, 0));
+        c.add(&spawn("bash", "/bin/true", 19_993, 2_000_000, 0));
+        let g = c.groups();
+        assert_eq!(g.len(), 3);
+        assert_eq!((g[0].strategy.as_str(), g[0].spawns), ("close-loop", 2));
+        assert_eq!(g[0].close_max, 19_997);
+        assert_eq!(g[0].close_median, 19_995, "mean of the two middle values");
+        assert_eq!(g[0].leaked_fds, 1);
+        assert_eq!(g[0].window_p95_ns, 3_000_000);
+        assert_eq!((g[1].strategy.as_str(), g[1].spawns), ("none", 1));
+        // Every spawn here is pid 2, none a re-exec: each is a spawn of its own, the last
+        // leaked nothing.
+        assert_eq!(c.spawns(), 4);
+        assert_eq!(c.totals().spawns_with_leaks, 2);
+        assert_eq!(c.totals().transient_leaked_fds, 0);
+        let table = summary_table(&g, Term::plain());
+        assert!(table.contains("python3"), "{table}");
+        assert!(
+            table.contains("close-loop") || table.contains("none"),
+            "{table}"
+        );
+        assert!(
+            !table.contains("container"),
+            "no container column without containers"
+        );
+    }
+
+    #[test]
+    fn containers_get_a_column_and_their_own_groups() {
+        let id = "3f2a0b9c8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a";
+        let mut inside = spawn("sh", "/bin/cat", 0, 1000, 1);
+        inside.identity = crate::cgroup::Identity {
+            cgroup: Some(format!("/system.slice/docker-{id}.scope")),
+            container: crate::cgroup::parse_path(&format!("/system.slice/docker-{id}.scope")),
+            ..Default::default()
+        };
+        let line = spawn_line(&inside, Term::plain());
+        assert!(line.contains(" in docker:3f2a0b9c8d7e "), "{line}");
+        let json = serde_json::to_value(&inside).unwrap();
+        assert_eq!(json["container_id"], id);
+        assert_eq!(json["container_runtime"], "docker");
+        let mut c = Collector::default();
+        c.add(&inside);
+        c.add(&spawn("sh", "/bin/cat", 0, 1000, 1));
+        let g = c.groups();
+        assert_eq!(
+            g.len(),
+            2,
+            "the container's spawns are a group of their own"
+        );
+        let table = summary_table(&g, Term::plain());
+        assert!(
+            table.contains("container") && table.contains("docker:3f2a0b9c8d7e"),
+            "{table}"
+        );
+    }
+}

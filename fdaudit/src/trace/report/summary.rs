@@ -1,0 +1,245 @@
+//! What the summary adds up: the totals, the groups of spawns by parent and path, the
+//! `--fail-on-leak` policy, and the summary record itself.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::super::{
+    chains::{Chains, Link},
+    counts::SyscallCounts,
+    decode::{Exit, LeakedFd, Spawn},
+    flags::SpawnFlags,
+    reads,
+    strategy::Strategy,
+    TraceRecord,
+};
+use crate::{
+    lossless_field,
+    output::{count, text::Lossless},
+};
+
+lossless_field!(GroupExecPath, "exec_path");
+lossless_field!(GroupParentComm, "parent_comm");
+
+/// Totals over a trace.
+#[derive(Debug, Default, Clone, Serialize, PartialEq, Eq)]
+pub struct TraceTotals {
+    /// Every window counter, summed (`poll_nfds_max`: the largest).
+    #[serde(flatten)]
+    pub calls: SyscallCounts,
+    /// fcntl() calls of either kind (`fcntl_setfd_calls + fcntl_getfd_calls`).
+    pub fcntl_calls: u64,
+    /// fds leaked at each process's last exec (what reached the image that runs).
+    pub leaked_fds: u64,
+    /// Processes whose last exec leaked an fd.
+    pub spawns_with_leaks: u64,
+    /// Of those, the ones that leaked an fd other than what the traced command itself
+    /// inherited (unless `--no-baseline`) and the `--ignore-fd` ones: what `--fail-on-leak`
+    /// fails on.
+    pub spawns_with_new_leaks: u64,
+    /// fds that crossed an exec into an image that exec'd again (a spawn helper such as
+    /// jspawnhelper, a shell's `exec`): reported per record, not counted as leaks above.
+    pub transient_leaked_fds: u64,
+    pub window_ns: u64,
+    pub window_corrected_ns: u64,
+}
+
+/// One row of the summary: spawns grouped by parent, exec path (`first → last` for an
+/// exec chain) and strategy.
+#[derive(Debug, Clone, Serialize)]
+pub struct Group {
+    /// The container the spawns ran in (`docker:0123456789ab`), when they ran in one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+    #[serde(flatten)]
+    pub parent_comm: Lossless<Vec<u8>, GroupParentComm>,
+    /// The exec path, or `first → last` (`first → … → last`) for an exec chain.
+    #[serde(flatten)]
+    pub exec_path: Lossless<Vec<u8>, GroupExecPath>,
+    pub spawns: u64,
+    pub close_median: u64,
+    pub close_max: u64,
+    pub window_median_ns: u64,
+    pub window_p95_ns: u64,
+    pub strategy: String,
+    /// fds that reached the last image of each spawn.
+    pub leaked_fds: u64,
+    /// fds that crossed into images that exec'd again (not counted as leaks).
+    pub transient_fds: u64,
+}
+
+/// The summary JSON object (last line with `--json`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub spawns: u64,
+    pub lost_records: u64,
+    pub untracked_forks: u64,
+    /// (process, fd) read counters not kept because the kernel's table was full (`--reads`).
+    pub read_table_full: u64,
+    pub fork_only_children: u64,
+    /// The probes' measured cost per counted syscall (what `window_corrected_ns` subtracts).
+    pub probe_cost_ns: u64,
+    /// One close() of a closed fd, untraced, measured at start.
+    pub close_cost_ns: u64,
+    pub leaks_only: bool,
+    /// The fds the traced command inherited from fdaudit's caller (the baseline).
+    pub inherited_fds: Vec<LeakedFd>,
+    /// The command's own exit status (shell-like: 128+N when killed by signal N); null
+    /// with `-p` or when it had not exited.
+    pub command_status: Option<u8>,
+    /// fdaudit's exit status.
+    pub exit_code: u8,
+    /// Why fdaudit exits with `exit_code`: "command" (CMD's own status), "leak"
+    /// (`--fail-on-leak`, CMD exited 0), "interrupted", or "ok".
+    pub exit_reason: ExitReason,
+    pub totals: TraceTotals,
+    pub groups: Vec<Group>,
+    pub partial: Vec<String>,
+    /// Each with its `"type":"read_storm"`, as on its own line.
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        serialize_with = "tagged_storms"
+    )]
+    pub read_storms: Vec<reads::ReadStorm>,
+}
+
+fn tagged_storms<S: serde::Serializer>(v: &[reads::ReadStorm], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(v.iter().cloned().map(TraceRecord::ReadStorm))
+}
+
+/// Why `trace` exits with its status (the summary's `exit_reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExitReason {
+    /// Nothing to report: 0.
+    Ok,
+    /// CMD's own exit status (0 included when nothing failed the policy).
+    Command,
+    /// `--fail-on-leak` and a spawn leaked an fd while CMD exited 0.
+    Leak,
+    /// Ctrl-C, SIGTERM or SIGHUP before CMD exited.
+    Interrupted,
+}
+
+/// Which leaked fds `--fail-on-leak` ignores.
+#[derive(Debug, Clone, Default)]
+pub struct LeakPolicy {
+    /// fds the traced command inherited: (fd, inode). Empty with `--no-baseline`.
+    pub baseline: Vec<(u32, u64)>,
+    /// `--ignore-fd`.
+    pub ignore_fds: Vec<u32>,
+}
+
+impl LeakPolicy {
+    /// The leaked fds of a spawn that count against the policy. fds beyond the record's list
+    /// (`fds_truncated`) count: they cannot be shown to be inherited.
+    pub fn new_leaks(&self, s: &Spawn) -> u64 {
+        let listed = s
+            .leaked_fds
+            .iter()
+            .filter(|f| !self.ignore_fds.contains(&f.fd) && !self.baseline.contains(&(f.fd, f.ino)))
+            .count() as u64;
+        listed + u64::from(s.leaked_count).saturating_sub(s.leaked_fds.len() as u64)
+    }
+}
+
+/// What the summary needs from an exec record.
+pub(super) fn link<'a>(s: &'a Spawn, policy: &LeakPolicy) -> Link<'a> {
+    Link {
+        pid: s.pid,
+        reexec: s.flags.contains(SpawnFlags::REEXEC),
+        container: s.identity.container_label(),
+        parent_comm: &s.parent_comm,
+        exec_path: &s.exec_path,
+        strategy: s.strategy.as_str(),
+        closed_fds: !matches!(s.strategy, Strategy::None | Strategy::Unknown),
+        close_calls: s.calls.close_calls,
+        window_ns: s.window_corrected_ns,
+        leaked: s.leaked_count,
+        new_leaks: policy.new_leaks(s),
+    }
+}
+
+/// Accumulates spawns for the summary. Exec records of one process are one spawn (see
+/// [`Chains`]).
+#[derive(Default)]
+pub struct Collector {
+    chains: Chains,
+    totals: TraceTotals,
+    pub fork_only: u64,
+    flag_counts: BTreeMap<&'static str, u64>,
+    /// What `--fail-on-leak` does not count.
+    pub policy: LeakPolicy,
+}
+
+impl Collector {
+    /// An empty collector that judges leaks by `policy`.
+    pub fn new(policy: LeakPolicy) -> Collector {
+        Collector {
+            policy,
+            ..Collector::default()
+        }
+    }
+
+    pub fn add(&mut self, s: &Spawn) {
+        let t = &mut self.totals;
+        t.calls += s.calls;
+        t.fcntl_calls += s.calls.fcntl_calls();
+        t.window_ns += s.window_ns;
+        t.window_corrected_ns += s.window_corrected_ns;
+        for f in s.flags.partial().names() {
+            *self.flag_counts.entry(f).or_default() += 1;
+        }
+        self.chains.add(&link(s, &self.policy));
+    }
+
+    pub fn add_exit(&mut self, e: &Exit) {
+        self.fork_only += u64::from(e.never_execd);
+        self.chains.exit(e.pid);
+    }
+
+    /// Spawns: exec records that were not re-execs of a process already counted.
+    pub fn spawns(&self) -> u64 {
+        self.chains.spawns()
+    }
+
+    /// The totals, with leaks counted at each process's last exec.
+    pub fn totals(&self) -> TraceTotals {
+        let mut t = self.totals.clone();
+        let l = self.chains.leak_totals();
+        t.spawns_with_leaks = l.spawns_with_leaks;
+        t.leaked_fds = l.leaked_fds;
+        t.transient_leaked_fds = l.transient_fds;
+        t.spawns_with_new_leaks = l.spawns_with_new_leaks;
+        t
+    }
+
+    pub fn groups(&self) -> Vec<Group> {
+        self.chains
+            .rows()
+            .into_iter()
+            .map(|r| Group {
+                container: r.container,
+                parent_comm: Lossless::new(r.parent_comm),
+                exec_path: Lossless::new(r.exec_path),
+                spawns: r.spawns,
+                close_median: r.close_median,
+                close_max: r.close_max,
+                window_median_ns: r.window_median_ns,
+                window_p95_ns: r.window_p95_ns,
+                strategy: r.strategy,
+                leaked_fds: r.leaked_fds,
+                transient_fds: r.transient_fds,
+            })
+            .collect()
+    }
+
+    /// Human notes on partial data.
+    pub fn partial_notes(&self) -> Vec<String> {
+        self.flag_counts
+            .iter()
+            .map(|(f, n)| format!("{} with {f}", count(*n, "spawn", "spawns")))
+            .collect()
+    }
+}

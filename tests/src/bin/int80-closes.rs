@@ -1,0 +1,81 @@
+//! Fixture: a 64-bit child that closes fds 3..1024 through the 32-bit `int $0x80` entry
+//! (1021 ia32 close calls, number 6) and makes 500 one-byte ia32 `read`s (number 3, which is
+//! x86_64's close) from /dev/zero into a buffer below 4 GiB, then execs /bin/true. Prints
+//! `int80 ok` when the kernel runs ia32 syscalls, `int80 unavailable` (and execs nothing)
+//! when it does not (a kernel without CONFIG_IA32_EMULATION, or booted with it off).
+
+#[cfg(target_arch = "x86_64")]
+fn int80(nr: u32, a: u32, b: u32, c: u32) -> i32 {
+    let ret: i32;
+    // SAFETY: the ia32 syscall ABI: number in eax, arguments in ebx, ecx, edx; the kernel
+    // preserves every other register. rbx is reserved by LLVM, so it is swapped by hand.
+    unsafe {
+        std::arch::asm!(
+            "xchg {a:r}, rbx",
+            "int 0x80",
+            "xchg {a:r}, rbx",
+            a = inout(reg) u64::from(a) => _,
+            inlateout("eax") nr as i32 => ret,
+            in("ecx") b,
+            in("edx") c,
+            options(nostack)
+        );
+    }
+    ret
+}
+
+#[cfg(target_arch = "x86_64")]
+fn main() {
+    use fdaudit_tests::check;
+    // SAFETY: fork; the child only makes raw syscalls, then execs or _exits.
+    unsafe {
+        // getpid (ia32 20): ENOSYS when ia32 emulation is off.
+        if int80(20, 0, 0, 0) != libc::getpid() {
+            println!("int80 unavailable");
+            return;
+        }
+        let buf = libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_32BIT,
+            -1,
+            0,
+        );
+        assert!(buf != libc::MAP_FAILED && (buf as u64) < (1 << 32));
+        let zero = check(
+            libc::open(c"/dev/zero".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC),
+            "open /dev/zero",
+        );
+        let zero = check(
+            libc::fcntl(zero, libc::F_DUPFD_CLOEXEC, 2000),
+            "dup /dev/zero to 2000+",
+        );
+        println!("int80 ok");
+        let pid = check(libc::fork(), "fork");
+        if pid == 0 {
+            for _ in 0..500 {
+                if int80(3, zero as u32, buf as u32, 1) != 1 {
+                    libc::_exit(3);
+                }
+            }
+            for fd in 3..1024u32 {
+                int80(6, fd, 0, 0);
+            }
+            let argv = [c"/bin/true".as_ptr(), std::ptr::null()];
+            libc::execv(argv[0], argv.as_ptr());
+            libc::_exit(127);
+        }
+        let mut status = 0;
+        libc::waitpid(pid, &mut status, 0);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "child: {status:#x}"
+        );
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn main() {
+    println!("int80 unavailable");
+}

@@ -1,0 +1,172 @@
+//! Building fdaudit, its fixtures and the integration-test binaries for the guest's
+//! architecture, and picking which test binaries go into the guests.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+};
+
+use anyhow::{bail, Context as _, Result};
+use serde::Deserialize;
+
+use super::{Arch, Options};
+
+/// What the guest carries from the build.
+pub(super) struct Built {
+    pub(super) fdaudit: PathBuf,
+    /// target/<triple>/release: packed at this same path (test binaries have it compiled in).
+    pub(super) profile_dir: PathBuf,
+    pub(super) bins: Vec<PathBuf>,
+    pub(super) tests: Vec<(String, PathBuf)>,
+}
+
+#[derive(Deserialize)]
+struct Artifact {
+    reason: String,
+    #[serde(default)]
+    executable: Option<PathBuf>,
+    #[serde(default)]
+    target: Option<ArtifactTarget>,
+}
+
+#[derive(Deserialize)]
+struct ArtifactTarget {
+    name: String,
+    kind: Vec<String>,
+}
+
+/// Runs cargo with JSON messages and returns the (kind, name, executable) of what it built.
+fn cargo_artifacts(
+    root: &Path,
+    arch: Arch,
+    args: &[&str],
+) -> Result<Vec<(String, String, PathBuf)>> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(root)
+        .args(args)
+        .args([
+            "--release",
+            "--locked",
+            "--message-format=json-render-diagnostics",
+        ])
+        // A fixed target directory: the test binaries have its absolute paths compiled in
+        // (CARGO_BIN_EXE_*, CARGO_MANIFEST_DIR) and are packed at the same paths.
+        .env("CARGO_TARGET_DIR", root.join("target"))
+        .stderr(Stdio::inherit());
+    if Some(arch) != Arch::host() {
+        let triple = arch.rust_target();
+        cmd.args(["--target", &triple]);
+        let var = format!(
+            "CARGO_TARGET_{}_LINKER",
+            triple.to_uppercase().replace('-', "_")
+        );
+        if std::env::var_os(&var).is_none() {
+            cmd.env(var, format!("{}-gcc", arch.multiarch()));
+        }
+    }
+    let out = cmd.output().context("failed to run cargo")?;
+    if !out.status.success() {
+        bail!("cargo {} failed ({})", args.join(" "), out.status);
+    }
+    let mut arts = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(a) = serde_json::from_str::<Artifact>(line) else {
+            continue;
+        };
+        if a.reason != "compiler-artifact" {
+            continue;
+        }
+        if let (Some(exe), Some(t)) = (a.executable, a.target) {
+            let kind = t.kind.first().cloned().unwrap_or_default();
+            arts.push((kind, t.name, exe));
+        }
+    }
+    Ok(arts)
+}
+
+pub(super) fn build(root: &Path, opts: &Options) -> Result<Built> {
+    eprintln!(
+        "vm-test: building fdaudit and the test binaries for {}",
+        opts.arch.name()
+    );
+    let bins = cargo_artifacts(
+        root,
+        opts.arch,
+        &["build", "-p", "fdaudit", "-p", "fdaudit-tests", "--bins"],
+    )?;
+    let fdaudit = bins
+        .iter()
+        .find(|(k, n, _)| k == "bin" && n == "fdaudit")
+        .map(|(_, _, p)| p.clone())
+        .context("cargo built no fdaudit binary")?;
+    let profile_dir = fdaudit
+        .parent()
+        .context("fdaudit has no parent directory")?
+        .to_path_buf();
+    let mut tests = Vec::new();
+    if !opts.no_tests {
+        let arts = cargo_artifacts(
+            root,
+            opts.arch,
+            &["test", "-p", "fdaudit-tests", "--no-run"],
+        )?;
+        for (kind, name, exe) in arts {
+            if kind != "test" {
+                continue;
+            }
+            let wanted = if opts.tests.is_empty() {
+                match HOST_ONLY_TESTS.iter().find(|(n, _)| *n == name) {
+                    Some((_, why)) => {
+                        eprintln!("vm-test: not in the guests by default: {name} ({why}; --test {name} to run it)");
+                        false
+                    }
+                    None => true,
+                }
+            } else {
+                opts.tests.contains(&name)
+            };
+            if wanted {
+                tests.push((name, exe));
+            }
+        }
+        for want in &opts.tests {
+            if !tests.iter().any(|(n, _)| n == want) {
+                bail!("no integration test binary named {want:?} in fdaudit-tests");
+            }
+        }
+    }
+    Ok(Built {
+        fdaudit,
+        profile_dir,
+        bins: bins
+            .into_iter()
+            .filter(|(k, _, _)| k == "bin")
+            .map(|(_, _, p)| p)
+            .collect(),
+        tests,
+    })
+}
+
+/// Integration-test binaries left out of the guests unless asked for with `--test`, and why:
+/// they check the host's deployment rather than the kernel, with tools the initramfs lacks.
+const HOST_ONLY_TESTS: &[(&str, &str)] = &[
+    (
+        "deploy",
+        "validates deployment files with promtool, systemd-analyze and kubernetes-validate",
+    ),
+    (
+        "watch",
+        "scrapes with a real prometheus and runs coreutils' cat under unshare",
+    ),
+    (
+        "terminal",
+        "checks rendering in tmux, script's pty, man and bash completion, none of which the \
+         initramfs carries",
+    ),
+    (
+        "scan_hostile",
+        "mounts a FUSE file system (no /dev/fuse in the guests) and holds files the \
+         initramfs lacks",
+    ),
+];
