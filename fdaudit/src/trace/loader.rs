@@ -26,14 +26,48 @@ use aya::{
 };
 use fdaudit_common::{TaskState, MAP_EVENTS, MAP_TRACKED};
 
-use super::{
-    calibrate, drain,
-    session::{SessionOptions, StartupTimings},
-};
+use super::{calibrate, drain};
 use crate::{
     ebpf::{self, Backend, BackendChoice, ExecWalk, KernelBtf, LoadError, ProgramSpec},
     sys,
 };
+
+/// What to attach.
+#[derive(Debug, Clone, Default)]
+pub struct SessionOptions {
+    /// Attach the scheduler tracepoints only: leaked fds, no syscall counts, near-zero cost.
+    pub leaks_only: bool,
+    /// Count read()/readv()/pread64() calls and bytes per process and open file.
+    pub reads: bool,
+    /// Ring buffer size in bytes; `None`: [`super::drain::default_ring_bytes`] for the CPUs online.
+    pub ring_bytes: Option<u64>,
+    /// How to hook the counted syscalls.
+    pub backend: BackendChoice,
+    /// Also trace every process in this cgroup and below: (id, depth) on the cgroup2
+    /// hierarchy, as [`crate::cgroup::Hierarchy::id_of`] gives them.
+    pub cgroup: Option<(u64, u32)>,
+}
+
+/// Where start-up time went (ms), for `trace -v`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StartupTimings {
+    /// Reading and parsing vmlinux BTF (fdaudit's parse).
+    pub btf_ms: f64,
+    /// aya's parse of the same bytes, when fentry is tried.
+    pub aya_btf_ms: f64,
+    /// Waiting for aya's loader, made on another thread meanwhile
+    /// ([`crate::ebpf::spawn_loader`]): part of `maps_ms`.
+    pub loader_wait_ms: f64,
+    /// Creating the maps (aya's object load and feature probes).
+    pub maps_ms: f64,
+    /// Loading (verifier) and attaching the programs.
+    pub attach_ms: f64,
+    /// Measuring the probes' cost.
+    pub calibrate_ms: f64,
+    /// The probes' cost was measured while the exec programs were verified (part of
+    /// `attach_ms`, not after it).
+    pub calibration_overlapped: bool,
+}
 
 /// close() calls timed per calibration batch (best of 3, traced and untraced): ~1 ms each
 /// on an idle machine, enough for a per-call cost within a few percent.
@@ -184,11 +218,105 @@ fn calibrate(
     })
 }
 
-/// Loads every program `opts` needs at once (one thread each: the verifier of privileged
-/// loads takes no global lock, so the kernel checks them on both cores and start-up waits
-/// for the slowest, the exec program, rather than for the sum), attaches them in order
-/// (the scheduler hooks first: a spawn never has syscall counts without its fork; then
-/// the syscall counters; then the optional exec_exit programs) and measures their cost.
+/// Which programs a session loads, and in what order they are attached.
+struct Plan {
+    /// The scheduler programs (fork, exec, exit).
+    sched: Vec<&'static ProgramSpec>,
+    /// The raw-tracepoint syscall counters (none with --leaks-only or fentry).
+    raw_syscalls: Vec<&'static ProgramSpec>,
+    /// Every program loaded in one go: the required ones, then the optional exec_exit ones.
+    names: Vec<&'static str>,
+    /// How many of `names` are required.
+    required: usize,
+    /// Attached (in this order) and calibrated while the exec program is verified.
+    early: Vec<&'static ProgramSpec>,
+    exec_walk: ExecWalk,
+    want_exec_exit: bool,
+}
+
+impl Plan {
+    fn new(opts: &SessionOptions, exec_walk: ExecWalk) -> Self {
+        const SPECS: &[ProgramSpec] = &ebpf::PROGRAMS;
+        let sched: Vec<&ProgramSpec> = SPECS.iter().filter(|p| !p.syscall).collect();
+        let raw_syscalls: Vec<&ProgramSpec> = match (opts.leaks_only, opts.backend) {
+            (true, _) | (false, BackendChoice::Fentry) => Vec::new(),
+            // auto is raw-tp: fentry is opt-in until it is shown faster and safe on real
+            // hardware (in emulated guests it measured slower than raw-tp and attaching it
+            // once ended in a kernel Oops: README, "Backends").
+            (false, BackendChoice::Auto | BackendChoice::RawTp) => SPECS
+                .iter()
+                .filter(|p| p.syscall && (opts.reads || !p.reads_only))
+                .collect(),
+        };
+        // Optional (see ebpf::EXEC_EXIT_PROGRAMS); needless with --leaks-only, which does
+        // not count exec attempts and so reports no failed exec. FDAUDIT_EXEC_EXIT=0 leaves
+        // them out: the overhead benchmark's switch (bench/trace/overhead.py).
+        let want_exec_exit =
+            !opts.leaks_only && std::env::var_os("FDAUDIT_EXEC_EXIT").is_none_or(|v| v != "0");
+        let mut plan = Plan {
+            sched,
+            raw_syscalls,
+            names: Vec::new(),
+            required: 0,
+            early: Vec::new(),
+            exec_walk,
+            want_exec_exit,
+        };
+        plan.names = plan
+            .sched
+            .iter()
+            .filter(|p| !plan.bounded(p))
+            .chain(&plan.raw_syscalls)
+            .map(|p| p.name)
+            .collect();
+        plan.required = plan.names.len();
+        if want_exec_exit {
+            plan.names.extend(ebpf::EXEC_EXIT_PROGRAMS.map(|(n, _)| n));
+        }
+        // Calibration needs the fork and exit programs and the syscall counters, not the
+        // exec ones: those are attached first and measured while the exec ones are
+        // verified. Nothing is traced before the session tracks its roots, so attaching
+        // the syscall counters before the exec program changes nothing; except with
+        // --cgroup, whose programs follow the cgroup's processes from their attach: there
+        // everything is attached in order first.
+        if opts.cgroup.is_none() && !plan.raw_syscalls.is_empty() {
+            plan.early = plan
+                .sched
+                .iter()
+                .chain(&plan.raw_syscalls)
+                .copied()
+                .filter(|p| p.name != EXEC)
+                .collect();
+        }
+        plan
+    }
+
+    /// The bounded exec walk (5.10, 5.15) fills a tail-call map between its loads: it
+    /// keeps its own sequence, after the others.
+    fn bounded(&self, p: &ProgramSpec) -> bool {
+        self.exec_walk == ExecWalk::Bounded && p.name == EXEC
+    }
+
+    fn is_early(&self, spec: &ProgramSpec) -> bool {
+        self.early.iter().any(|p| p.name == spec.name)
+    }
+
+    /// Position in the loading order of `names[i]`: the early programs first, in attach
+    /// order, then the rest in `names` order.
+    fn rank(&self, i: usize) -> usize {
+        self.early
+            .iter()
+            .position(|p| p.name == self.names[i])
+            .unwrap_or(self.early.len() + i)
+    }
+}
+
+/// One load result per [`Plan::names`] entry (None: the object has no such program).
+type LoadResults = Vec<Option<Result<(), LoadError>>>;
+
+/// Loads every program `opts` needs (see [`load_all`]), attaches them in order (the
+/// scheduler hooks first: a spawn never has syscall counts without its fork; then the
+/// syscall counters; then the optional exec_exit programs) and measures their cost.
 fn load_and_attach(
     bpf: &mut Ebpf,
     kernel: &KernelBtf,
@@ -197,138 +325,24 @@ fn load_and_attach(
     maps: &mut calibrate::Maps<'_>,
     untraced_ns: f64,
 ) -> Result<Attached> {
-    let sched: Vec<&ProgramSpec> = ebpf::PROGRAMS.iter().filter(|p| !p.syscall).collect();
-    let raw_syscalls: Vec<&ProgramSpec> = match (opts.leaks_only, opts.backend) {
-        (true, _) | (false, BackendChoice::Fentry) => Vec::new(),
-        // auto is raw-tp: fentry is opt-in until it is shown faster and safe on real
-        // hardware (in emulated guests it measured slower than raw-tp and attaching it once
-        // ended in a kernel Oops: README, "Backends").
-        (false, BackendChoice::Auto | BackendChoice::RawTp) => ebpf::PROGRAMS
-            .iter()
-            .filter(|p| p.syscall && (opts.reads || !p.reads_only))
-            .collect(),
-    };
-    // Optional (see ebpf::EXEC_EXIT_PROGRAMS); needless with --leaks-only, which does not
-    // count exec attempts and so reports no failed exec. FDAUDIT_EXEC_EXIT=0 leaves them
-    // out: the overhead benchmark's switch (bench/trace/overhead.py).
-    let want_exec_exit =
-        !opts.leaks_only && std::env::var_os("FDAUDIT_EXEC_EXIT").is_none_or(|v| v != "0");
-    // The bounded exec walk (5.10, 5.15) fills a tail-call map between its loads: it keeps
-    // its own sequence, after the others.
-    let bounded = |p: &ProgramSpec| exec_walk == ExecWalk::Bounded && p.name == EXEC;
-    let mut names: Vec<&'static str> = sched
-        .iter()
-        .filter(|p| !bounded(p))
-        .chain(&raw_syscalls)
-        .map(|p| p.name)
-        .collect();
-    let required = names.len();
-    if want_exec_exit {
-        names.extend(ebpf::EXEC_EXIT_PROGRAMS.map(|(n, _)| n));
-    }
-    // Calibration needs the fork and exit programs and the syscall counters, not the exec
-    // ones: those are attached first and measured while the exec ones are verified.
-    // Nothing is traced before the session tracks its roots, so attaching the syscall
-    // counters before the exec program changes nothing; except with --cgroup, whose
-    // programs follow the cgroup's processes from their attach: there everything is
-    // attached in order first.
-    let early: Vec<&ProgramSpec> = if opts.cgroup.is_none() && !raw_syscalls.is_empty() {
-        sched
-            .iter()
-            .chain(&raw_syscalls)
-            .copied()
-            .filter(|p| p.name != EXEC)
-            .collect()
-    } else {
-        Vec::new()
-    };
-    // The exec program's verifier is the long pole (10-30 ms; the others take 0.3-3 ms
-    // each): it runs on a thread of its own while this one loads the others, one after
-    // the other, attaches the early ones and calibrates (3-4 ms on a quiet machine). Two
-    // cores, two threads: with a thread per program the early ones shared the cores with
-    // the exec one and were attached after 12-28 ms (load 5-8 on the CI machine), this
-    // way after 3-16 ms.
-    let (mut results, mut calibration) = std::thread::scope(|s| -> Result<_> {
-        let mut exec_load = None;
-        let mut here: Vec<(usize, &mut Program)> = Vec::new();
-        for (name, prog) in bpf.programs_mut() {
-            let Some(i) = names.iter().position(|&n| n == name) else {
-                continue;
-            };
-            if name == EXEC {
-                exec_load = Some((i, s.spawn(move || ebpf::load_program(prog, EXEC))));
-            } else {
-                here.push((i, prog));
-            }
-        }
-        // The early programs first, in attach order, then the rest in `names` order.
-        let rank = |i: usize| {
-            early
-                .iter()
-                .position(|p| p.name == names[i])
-                .unwrap_or(early.len() + i)
-        };
-        here.sort_by_key(|(i, _)| rank(*i));
-        let mut results: Vec<Option<Result<(), LoadError>>> = names.iter().map(|_| None).collect();
-        let mut calibration = None;
-        let mut attached = 0;
-        for (i, prog) in here {
-            let loaded = ebpf::load_program(prog, names[i]);
-            if let Some(spec) = early.iter().find(|p| p.name == names[i]) {
-                loaded.with_context(|| format!("failed to start program {}", spec.name))?;
-                ebpf::attach_program(prog, spec)
-                    .with_context(|| format!("failed to start program {}", spec.name))?;
-                attached += 1;
-                if attached == early.len() {
-                    calibration = Some(calibrate(maps, untraced_ns, true)?);
-                }
-                results[i] = Some(Ok(()));
-            } else {
-                results[i] = Some(loaded);
-            }
-        }
-        if let Some((i, load)) = exec_load {
-            results[i] = Some(load.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
-        }
-        Ok((results, calibration))
-    })?;
-    let exec_exit_loaded = results.split_off(required);
-    for (name, loaded) in names.iter().zip(results) {
+    let plan = Plan::new(opts, exec_walk);
+    let (mut results, mut calibration) = load_all(bpf, &plan, maps, untraced_ns)?;
+    let exec_exit_loaded = results.split_off(plan.required);
+    for (name, loaded) in plan.names.iter().zip(results) {
         loaded
             .unwrap_or(Err(LoadError::MissingProgram(name)))
             .with_context(|| format!("failed to start program {name}"))?;
     }
-    let is_early = |spec: &ProgramSpec| early.iter().any(|p| p.name == spec.name);
-    for spec in sched.iter().filter(|p| !is_early(p)) {
-        let attached = if bounded(spec) {
+    for spec in plan.sched.iter().filter(|p| !plan.is_early(p)) {
+        let attached = if plan.bounded(spec) {
             ebpf::load_and_attach(bpf, spec)
         } else {
             ebpf::attach_loaded(bpf, spec)
         };
         attached.with_context(|| format!("failed to start program {}", spec.name))?;
     }
-    let mut aya_btf_ms = 0.0;
-    let (backend, fallback) = match (opts.leaks_only, opts.backend) {
-        (true, _) => (None, None),
-        (false, BackendChoice::Fentry) => {
-            let t = Instant::now();
-            let aya_btf = kernel.for_aya();
-            aya_btf_ms = ms_since(t);
-            aya_btf
-                .and_then(|btf| ebpf::attach_fentry(bpf, &btf, opts.reads))
-                .context("failed to use the fentry backend (--backend fentry)")?;
-            (Some(Backend::Fentry), None)
-        }
-        (false, choice) => {
-            for spec in raw_syscalls.iter().filter(|p| !is_early(p)) {
-                ebpf::attach_loaded(bpf, spec)
-                    .with_context(|| format!("failed to start program {}", spec.name))?;
-            }
-            let why = (choice == BackendChoice::Auto).then(|| ebpf::AUTO_REASON.to_string());
-            (Some(Backend::RawTp), why)
-        }
-    };
-    let exec_fails = want_exec_exit
+    let (backend, fallback, aya_btf_ms) = attach_syscall_counters(bpf, kernel, opts, &plan)?;
+    let exec_fails = plan.want_exec_exit
         && exec_exit_loaded.iter().all(|r| matches!(r, Some(Ok(()))))
         && ebpf::attach_exec_exit_loaded(bpf).is_ok();
     if calibration.is_none() && !opts.leaks_only {
@@ -341,4 +355,87 @@ fn load_and_attach(
         aya_btf_ms,
         calibration,
     })
+}
+
+/// Loads every program of the plan at once. The exec program's verifier is the long pole
+/// (10-30 ms; the others take 0.3-3 ms each): it runs on a thread of its own (the verifier
+/// of privileged loads takes no global lock) while this one loads the others, one after
+/// the other, attaches the early ones and calibrates (3-4 ms on a quiet machine). Two
+/// cores, two threads: with a thread per program the early ones shared the cores with the
+/// exec one and were attached after 12-28 ms (load 5-8 on the CI machine), this way after
+/// 3-16 ms.
+fn load_all(
+    bpf: &mut Ebpf,
+    plan: &Plan,
+    maps: &mut calibrate::Maps<'_>,
+    untraced_ns: f64,
+) -> Result<(LoadResults, Option<Calibration>)> {
+    let names = &plan.names;
+    std::thread::scope(|s| -> Result<_> {
+        let mut exec_load = None;
+        let mut here: Vec<(usize, &mut Program)> = Vec::new();
+        for (name, prog) in bpf.programs_mut() {
+            let Some(i) = names.iter().position(|&n| n == name) else {
+                continue;
+            };
+            if name == EXEC {
+                exec_load = Some((i, s.spawn(move || ebpf::load_program(prog, EXEC))));
+            } else {
+                here.push((i, prog));
+            }
+        }
+        here.sort_by_key(|(i, _)| plan.rank(*i));
+        let mut results: LoadResults = names.iter().map(|_| None).collect();
+        let mut calibration = None;
+        let mut attached = 0;
+        for (i, prog) in here {
+            let loaded = ebpf::load_program(prog, names[i]);
+            if let Some(spec) = plan.early.iter().find(|p| p.name == names[i]) {
+                loaded.with_context(|| format!("failed to start program {}", spec.name))?;
+                ebpf::attach_program(prog, spec)
+                    .with_context(|| format!("failed to start program {}", spec.name))?;
+                attached += 1;
+                if attached == plan.early.len() {
+                    calibration = Some(calibrate(maps, untraced_ns, true)?);
+                }
+                results[i] = Some(Ok(()));
+            } else {
+                results[i] = Some(loaded);
+            }
+        }
+        if let Some((i, load)) = exec_load {
+            results[i] = Some(load.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+        }
+        Ok((results, calibration))
+    })
+}
+
+/// Attaches the syscall counters of the chosen backend: (backend, why auto chose it,
+/// aya's BTF parse in ms).
+fn attach_syscall_counters(
+    bpf: &mut Ebpf,
+    kernel: &KernelBtf,
+    opts: &SessionOptions,
+    plan: &Plan,
+) -> Result<(Option<Backend>, Option<String>, f64)> {
+    match (opts.leaks_only, opts.backend) {
+        (true, _) => Ok((None, None, 0.0)),
+        (false, BackendChoice::Fentry) => {
+            let t = Instant::now();
+            let aya_btf = kernel.for_aya();
+            let aya_btf_ms = ms_since(t);
+            aya_btf
+                .and_then(|btf| ebpf::attach_fentry(bpf, &btf, opts.reads))
+                .context("failed to use the fentry backend (--backend fentry)")?;
+            Ok((Some(Backend::Fentry), None, aya_btf_ms))
+        }
+        (false, choice) => {
+            for spec in plan.raw_syscalls.iter().filter(|p| !plan.is_early(p)) {
+                ebpf::attach_loaded(bpf, spec)
+                    .with_context(|| format!("failed to start program {}", spec.name))?;
+            }
+            let why = (choice == BackendChoice::Auto).then(|| ebpf::AUTO_REASON.to_string());
+            Ok((Some(Backend::RawTp), why, 0.0))
+        }
+    }
 }

@@ -21,48 +21,12 @@ use super::{
     drain::Drain,
     loader,
 };
+pub use super::loader::{SessionOptions, StartupTimings};
 use crate::{
     cgroup::Hierarchy,
-    ebpf::{self, Backend, BackendChoice},
+    ebpf::{self, Backend},
     procfs_util, sys,
 };
-
-/// What to attach.
-#[derive(Debug, Clone, Default)]
-pub struct SessionOptions {
-    /// Attach the scheduler tracepoints only: leaked fds, no syscall counts, near-zero cost.
-    pub leaks_only: bool,
-    /// Count read()/readv()/pread64() calls and bytes per process and open file.
-    pub reads: bool,
-    /// Ring buffer size in bytes; `None`: [`super::drain::default_ring_bytes`] for the CPUs online.
-    pub ring_bytes: Option<u64>,
-    /// How to hook the counted syscalls.
-    pub backend: BackendChoice,
-    /// Also trace every process in this cgroup and below: (id, depth) on the cgroup2
-    /// hierarchy, as [`crate::cgroup::Hierarchy::id_of`] gives them.
-    pub cgroup: Option<(u64, u32)>,
-}
-
-/// Where start-up time went (ms), for `trace -v`.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct StartupTimings {
-    /// Reading and parsing vmlinux BTF (fdaudit's parse).
-    pub btf_ms: f64,
-    /// aya's parse of the same bytes, when fentry is tried.
-    pub aya_btf_ms: f64,
-    /// Waiting for aya's loader, made on another thread meanwhile
-    /// ([`crate::ebpf::spawn_loader`]): part of `maps_ms`.
-    pub loader_wait_ms: f64,
-    /// Creating the maps (aya's object load and feature probes).
-    pub maps_ms: f64,
-    /// Loading (verifier) and attaching the programs.
-    pub attach_ms: f64,
-    /// Measuring the probes' cost.
-    pub calibrate_ms: f64,
-    /// The probes' cost was measured while the exec programs were verified (part of
-    /// `attach_ms`, not after it).
-    pub calibration_overlapped: bool,
-}
 
 /// Loaded and attached programs with their maps. Dropping it detaches everything.
 pub struct Session {
