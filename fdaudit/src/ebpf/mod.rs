@@ -49,15 +49,7 @@ pub fn attach_exec_exit(ebpf: &mut Ebpf) -> Result<(), LoadError> {
 /// Attaches [`EXEC_EXIT_PROGRAMS`], loaded beforehand (see [`load_program`]).
 pub fn attach_exec_exit_loaded(ebpf: &mut Ebpf) -> Result<(), LoadError> {
     for (name, tracepoint) in EXEC_EXIT_PROGRAMS {
-        let prog: &mut TracePoint = ebpf
-            .program_mut(name)
-            .ok_or(LoadError::MissingProgram(name))?
-            .try_into()
-            .map_err(|source| LoadError::Verifier {
-                name,
-                summary: "not a tracepoint program".into(),
-                source,
-            })?;
+        let prog: &mut TracePoint = program_as(ebpf, name, name, "a tracepoint")?;
         prog.attach("syscalls", tracepoint)
             .map_err(|source| LoadError::AttachTracepoint {
                 name,
@@ -427,12 +419,25 @@ fn raw_tracepoint<'a>(
     prog: &str,
     name: &'static str,
 ) -> Result<&'a mut RawTracePoint, LoadError> {
+    program_as(ebpf, prog, name, "a raw tracepoint")
+}
+
+/// The object's program `prog` (reported as `name`) as the program type `T`.
+fn program_as<'a, T>(
+    ebpf: &'a mut Ebpf,
+    prog: &str,
+    name: &'static str,
+    kind: &str,
+) -> Result<&'a mut T, LoadError>
+where
+    &'a mut T: TryFrom<&'a mut Program, Error = aya::programs::ProgramError>,
+{
     ebpf.program_mut(prog)
         .ok_or(LoadError::MissingProgram(name))?
         .try_into()
         .map_err(|source| LoadError::Verifier {
             name,
-            summary: "not a raw tracepoint program".into(),
+            summary: format!("not {kind} program"),
             source,
         })
 }
