@@ -9,6 +9,7 @@ pub mod decode;
 pub mod drain;
 pub mod filter;
 pub mod flags;
+mod loader;
 pub mod reads;
 pub mod report;
 pub mod session;
@@ -371,8 +372,8 @@ fn verbose_startup(session: &Session, startup: Duration, command: bool) {
     }
     let t = session.timings();
     crate::diag!(
-        "fdaudit: start-up {:.1} ms until {} (BTF {:.1} ms{}, maps {:.1} ms, programs {:.1} ms, \
-         calibration {:.1} ms)",
+        "fdaudit: start-up {:.1} ms until {} (BTF {:.1} ms{}, maps {:.1} ms (of it waiting for \
+         aya's loader {:.1} ms), programs {:.1} ms, calibration {:.1} ms{})",
         ms(startup),
         if command {
             "the command was released"
@@ -386,8 +387,14 @@ fn verbose_startup(session: &Session, startup: Duration, command: bool) {
             String::new()
         },
         t.maps_ms,
+        t.loader_wait_ms,
         t.attach_ms,
         t.calibrate_ms,
+        if t.calibration_overlapped {
+            " of it while the exec programs were verified"
+        } else {
+            ""
+        },
     );
 }
 
