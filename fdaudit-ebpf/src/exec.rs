@@ -1,7 +1,7 @@
 //! Exec: one spawn record per successful exec of a traced process, with the fds it kept.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_ktime_get_ns},
+    helpers::{bpf_get_current_cgroup_id, bpf_ktime_get_ns},
     macros::raw_tracepoint,
     programs::RawTracePointContext,
 };
@@ -11,7 +11,7 @@ use fdaudit_common::{
 
 use crate::{
     configured, current_tgid, fdwalk,
-    fork::{claim_hot, fd_cache_of, take_counters},
+    fork::{add_hot_counts, claim_hot, fd_cache_of},
     in_followed_cgroup,
     kernel::{self, stat_add},
     EVENTS, EXEC_CHAIN, SCRATCH, STATS, TRACKED,
@@ -98,6 +98,20 @@ pub(crate) fn output_spawn(rec: &mut SpawnRecord, paths: &mut PathsRecord) {
     }
 }
 
+/// A new TRACKED entry's value (`TaskState::default()`).
+// SAFETY: TaskState is integers and arrays of them; all zeroes is its default.
+static ZERO_TASK: TaskState = unsafe { core::mem::zeroed() };
+
+// The record's and the TRACKED entry's fields copied or cleared with
+// kernel::copy_words/zero_words sit at 8-aligned offsets of 8-aligned map values.
+const _: () = assert!(
+    core::mem::offset_of!(TaskState, counters).is_multiple_of(8)
+        && core::mem::offset_of!(SpawnRecord, counters).is_multiple_of(8)
+        && core::mem::offset_of!(TaskState, parent_comm).is_multiple_of(8)
+        && core::mem::offset_of!(SpawnRecord, parent_comm).is_multiple_of(8)
+        && core::mem::offset_of!(SpawnRecord, comm).is_multiple_of(8)
+);
+
 /// Fills the spawn record and starts a new window; with `bounded`, leaves the record in
 /// SCRATCH for the tail-called walk and returns Ok(true) when the caller must chain.
 #[inline(always)]
@@ -112,7 +126,10 @@ fn try_sched_process_exec(ctx: &RawTracePointContext, bounded: bool) -> Result<b
         if !in_followed_cgroup() {
             return Ok(false);
         }
-        if TRACKED.insert(tgid, TaskState::default(), 0).is_err() {
+        // From a zeroed static, not a default built on the stack (a 184-byte memset): by
+        // reference, or it is copied there.
+        #[allow(clippy::needless_borrows_for_generic_args)]
+        if TRACKED.insert(tgid, &ZERO_TASK, 0).is_err() {
             stat_add(&STATS, |s| &mut s.tracked_full);
             return Ok(false);
         }
@@ -130,6 +147,32 @@ fn try_sched_process_exec(ctx: &RawTracePointContext, bounded: bool) -> Result<b
     let old_pid: u64 = ctx.arg(1);
     let bprm: u64 = ctx.arg(2);
 
+    fill_spawn(rec, st, tgid, now, old_pid as u32);
+
+    kernel::read_exec_names(rec, bprm);
+    // The paths record goes out with the spawn (output_spawn); its header now.
+    scratch.paths.pid = tgid;
+    scratch.paths.exec_ns = now;
+    if !bounded {
+        fdwalk::walk_fds();
+        // The walk wrote the records through lookups of its own (see walk_fds): send them
+        // from a fresh one.
+        if let Some(scratch) = SCRATCH.get_ptr_mut(0) {
+            // SAFETY: pointer from a per-CPU array lookup, valid for this program run.
+            let scratch = unsafe { &mut *scratch };
+            output_spawn(&mut scratch.spawn, &mut scratch.paths);
+        }
+    } else {
+        fdwalk::bounded::start(rec);
+    }
+
+    open_new_window(st, tgid, now);
+    Ok(bounded)
+}
+
+/// The spawn record's fixed part, from the window that ends at this exec.
+#[inline(always)]
+fn fill_spawn(rec: &mut SpawnRecord, st: &TaskState, tgid: u32, now: u64, old_pid: u32) {
     rec.header = RecordHeader {
         kind: RecordKind::Spawn as u32,
         flags: st.flags,
@@ -140,39 +183,31 @@ fn try_sched_process_exec(ctx: &RawTracePointContext, bounded: bool) -> Result<b
         rec.header.flags |= flags::REEXEC;
     }
     rec.pid = tgid;
-    rec.old_pid = old_pid as u32;
+    rec.old_pid = old_pid;
     rec.parent_pid = st.parent_pid;
     rec.fork_ns = st.fork_ns;
     rec.exec_ns = now;
-    rec.parent_comm = st.parent_comm;
-    rec.comm = bpf_get_current_comm().unwrap_or_default();
+    kernel::copy_words(&mut rec.parent_comm, &st.parent_comm);
+    kernel::current_comm_into(&mut rec.comm);
     // SAFETY: the helper only reads current's css_set.
     rec.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
-    rec.counters = take_counters(tgid, st);
+    kernel::copy_words(&mut rec.counters, &st.counters);
+    add_hot_counts(tgid, &mut rec.counters);
     if st.counters.close_range_calls as usize > MAX_RANGES {
         rec.header.flags |= flags::RANGES_TRUNCATED;
     }
+}
 
-    kernel::read_exec_names(rec, bprm);
-    // The paths record goes out with the spawn (output_spawn); its header now.
-    scratch.paths.pid = tgid;
-    scratch.paths.exec_ns = now;
-    if !bounded {
-        fdwalk::walk_fds(rec);
-        output_spawn(rec, &mut scratch.paths);
-    } else {
-        fdwalk::bounded::start(rec);
-    }
-
-    // The process stays traced: its children are spawns too, and what the new image does
-    // before exec'ing again (a spawn helper's close loop, a shell's `exec`) opens a new window.
+/// The process stays traced: its children are spawns too, and what the new image does
+/// before exec'ing again (a spawn helper's close loop, a shell's `exec`) opens a new window.
+#[inline(always)]
+fn open_new_window(st: &mut TaskState, tgid: u32, now: u64) {
     st.in_window = 1;
     st.execs += 1;
     st.fork_ns = now;
     st.flags = 0;
-    st.counters = Default::default();
+    kernel::zero_words(&mut st.counters);
     // begin_new_exec() may have given the process a new fd table (unshare_files()).
     st.cache = fd_cache_of(kernel::current_task()).unwrap_or_default();
     claim_hot(tgid, &st.cache);
-    Ok(bounded)
 }

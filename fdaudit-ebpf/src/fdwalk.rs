@@ -69,11 +69,18 @@ fn state() -> Option<(
 /// Steps each path walk may take: a component or a mount crossing per step.
 const PATH_STEPS: u32 = MAX_DEPTH as u32 + 8;
 
-/// Fills `rec.fds`, `rec.nfds`, `rec.stdio` and `rec.stdio_mask` from the current fd table,
-/// and `paths.paths[..rec.npaths]` with the paths of the first leaked files.
+/// Fills the current exec's record in SCRATCH (`fds`, `nfds`, `stdio`, `stdio_mask`, and in
+/// the paths record the paths of the first leaked files) from the current fd table.
+///
+/// The bpf_loop callbacks write the record through lookups of their own, so no reference to
+/// it may be held across a bpf_loop call: a `&mut SpawnRecord` is exclusive, and LLVM, given
+/// one across the calls, folded `rec.npaths` after the fd walk to the 0 `prepare` stores, so
+/// the path loop ran no step (and the verifier, seeing 0 iterations, dropped the callback
+/// and then failed: "verifier bug: No program to jit"). The record is looked up again after
+/// each walk, and the caller sends it from a lookup of its own.
 #[inline(always)]
-pub fn walk_fds(rec: &mut SpawnRecord) {
-    let Some(nfds) = prepare(rec, MAX_FD_WORDS * 64) else {
+pub fn walk_fds() {
+    let Some(nfds) = state().and_then(|(rec, _, _)| prepare(rec, MAX_FD_WORDS * 64)) else {
         return;
     };
     // SAFETY: the callbacks take their state from the maps; no context is passed.
@@ -81,20 +88,21 @@ pub fn walk_fds(rec: &mut SpawnRecord) {
         // One callback per fd of the table (max_fds is the table's allocated size, 64..1024
         // for most processes, not RLIMIT_NOFILE); a word of open_fds is read every 64.
         bpf_loop(nfds, walk_fd as *mut c_void, core::ptr::null_mut(), 0);
+    }
+    let Some((rec, _, _)) = state() else {
+        return;
+    };
+    let steps = rec.npaths * PATH_STEPS;
+    // SAFETY: as above.
+    unsafe {
         // Paths: one flat loop of PATH_STEPS steps per path (no nested loops: the verifier
         // checks each callback once).
-        let n = rec.npaths;
-        bpf_loop(
-            n * PATH_STEPS,
-            path_step as *mut c_void,
-            core::ptr::null_mut(),
-            0,
-        );
+        bpf_loop(steps, path_step as *mut c_void, core::ptr::null_mut(), 0);
     }
 }
 
-/// Records stdio and sets up the walk of the rest of the table in WALK, up to `limit` fds:
-/// the number of fds to look at, or None when the table cannot be read.
+/// Clears the record's fd lists and sets up the walk of the table in WALK, up to `limit`
+/// fds: the number of fds to look at, or None when the table cannot be read.
 #[inline(always)]
 fn prepare(rec: &mut SpawnRecord, limit: u32) -> Option<u32> {
     rec.nfds = 0;
@@ -120,18 +128,6 @@ fn prepare(rec: &mut SpawnRecord, limit: u32) -> Option<u32> {
     if nfds > limit {
         nfds = limit;
         rec.header.flags |= flags::FDTABLE_TRUNCATED;
-    }
-    // Stdio first, with constant indices (the verifier wants provable bounds).
-    if let Ok(word0) = read_kernel::<u64>(open_fds) {
-        if word0 & 1 != 0 && fill_fd(&mut rec.stdio[0], fd_array, 0).is_ok() {
-            rec.stdio_mask |= 1;
-        }
-        if word0 & 2 != 0 && fill_fd(&mut rec.stdio[1], fd_array, 1).is_ok() {
-            rec.stdio_mask |= 2;
-        }
-        if word0 & 4 != 0 && fill_fd(&mut rec.stdio[2], fd_array, 2).is_ok() {
-            rec.stdio_mask |= 4;
-        }
     }
     walk.open_fds = open_fds;
     walk.fd_array = fd_array;
@@ -159,7 +155,7 @@ pub mod bounded {
 
     use super::*;
 
-    /// Sets up the walk in the current exec's record (stdio recorded); the caller
+    /// Sets up the walk in the current exec's record; the caller
     /// tail-calls the first fd stage.
     #[inline(always)]
     pub fn start(rec: &mut SpawnRecord) {
@@ -258,25 +254,44 @@ fn fd_step(index: u64, rec: &mut SpawnRecord, paths: &mut PathsRecord, walk: &mu
             }
         }
     }
-    if index < 3 || (walk.word >> bit) & 1 == 0 {
-        return 0; // stdio was recorded by walk_fds; closed fds are skipped
+    if (walk.word >> bit) & 1 == 0 {
+        return 0; // closed
     }
     record_fd(rec, paths, walk, index as u32);
     0
 }
 
-/// Records a leaked fd (>= 3), and queues files with a name in the tree for a path.
+/// Records an open fd: stdio in its own slots; a leaked fd (>= 3) in `fds`, with files
+/// that have a name in the tree queued for a path. Stdio goes through the same fill_fd as
+/// the others, so that the program holds it once: verifiers from 6.19 run a stack liveness
+/// pass over every instruction of a program before verifying it, at a cost per instruction
+/// some 5 times that of 6.12's whole verification of one (see README, Kernel matrix).
 #[inline(always)]
 fn record_fd(rec: &mut SpawnRecord, paths: &mut PathsRecord, walk: &mut Walk, fd: u32) {
+    let stdio = fd < 3;
     let n = rec.nfds as usize;
-    rec.nfds += 1;
-    if n >= MAX_FDS {
-        rec.header.flags |= flags::FDS_TRUNCATED;
+    let slot = if stdio {
+        &mut rec.stdio[fd as usize]
+    } else {
+        rec.nfds += 1;
+        if n >= MAX_FDS {
+            rec.header.flags |= flags::FDS_TRUNCATED;
+            return;
+        }
+        &mut rec.fds[n & (MAX_FDS - 1)]
+    };
+    // The file's address, 0 when a read failed (a `Result` would be kept on the stack).
+    let file = fill_fd(slot, walk.fd_array, fd).unwrap_or(0);
+    // Opaque to LLVM, which would otherwise copy fill_fd into both arms of `stdio`.
+    if core::hint::black_box(stdio) {
+        if file != 0 {
+            rec.stdio_mask |= 1 << fd;
+        }
         return;
     }
-    let slot = &mut rec.fds[n & (MAX_FDS - 1)];
-    match fill_fd(slot, walk.fd_array, fd) {
-        Ok(file) => {
+    match file {
+        0 => rec.header.flags |= flags::READ_FAILED,
+        file => {
             let pseudo = slot.mode & S_IFMT == S_IFSOCK
                 || (slot.mode & S_IFMT == S_IFIFO && slot.magic == fs_magic::PIPEFS)
                 || slot.magic == fs_magic::ANON_INODE_FS
@@ -292,7 +307,6 @@ fn record_fd(rec: &mut SpawnRecord, paths: &mut PathsRecord, walk: &mut Walk, fd
                 }
             }
         }
-        Err(_) => rec.header.flags |= flags::READ_FAILED,
     }
 }
 
@@ -381,10 +395,15 @@ fn path_one_step(walk: &mut Walk, p: &mut FdPath) -> Result<bool, i64> {
 fn fill_fd(out: &mut FdInfo, fd_array: u64, fd: u32) -> Result<u64, i64> {
     out.fd = fd;
     out.mode = 0;
-    out.family = 0;
-    out.sock_type = 0;
-    out.ino = 0;
-    out.magic = 0;
+    // Volatile: LLVM would merge these adjacent stores into a call of the target's
+    // byte-at-a-time memset, 20 iterations the verifier walks at every visit of the callback.
+    // SAFETY: plain stores to fields of `out`.
+    unsafe {
+        core::ptr::write_volatile(&mut out.family, 0);
+        core::ptr::write_volatile(&mut out.sock_type, 0);
+        core::ptr::write_volatile(&mut out.ino, 0);
+        core::ptr::write_volatile(&mut out.magic, 0);
+    }
     out.fd_flags = 0;
     out.name[0] = 0;
     let file: u64 = read_kernel(fd_array + u64::from(fd) * 8)?;

@@ -135,8 +135,14 @@ fn release_hot(tgid: u32) -> (u32, u32) {
 #[inline(always)]
 pub(crate) fn take_counters(tgid: u32, st: &TaskState) -> Counters {
     let mut c = st.counters;
+    add_hot_counts(tgid, &mut c);
+    c
+}
+
+/// Adds `tgid`'s HOT slot close() counts to `c` and frees the slot.
+#[inline(always)]
+pub(crate) fn add_hot_counts(tgid: u32, c: &mut Counters) {
     let (calls, ebadf) = release_hot(tgid);
     c.close_calls += calls;
     c.close_ebadf += ebadf;
-    c
 }

@@ -6,6 +6,7 @@ use aya_ebpf::{
         bpf_probe_read_user_buf,
     },
     maps::PerCpuArray,
+    TASK_COMM_LEN,
 };
 use fdaudit_common::{flags, SpawnRecord, Stats, ARGV_LEN, PATH_LEN};
 
@@ -30,6 +31,49 @@ pub fn read_kernel<T>(addr: u64) -> Result<T, i64> {
 pub fn current_task() -> u64 {
     // SAFETY: the helper takes no arguments and returns current's task_struct address.
     unsafe { bpf_get_current_task() }
+}
+
+/// The current task's name straight into `out` (a map value), zeroed if the helper fails:
+/// `bpf_get_current_comm()`'s `Result` comes back through the stack and is copied byte by
+/// byte, some 80 instructions.
+#[inline(always)]
+pub fn current_comm_into(out: &mut [u8; TASK_COMM_LEN]) {
+    // SAFETY: the helper writes at most TASK_COMM_LEN bytes into `out`.
+    let ret = unsafe {
+        aya_ebpf::helpers::generated::bpf_get_current_comm(
+            out.as_mut_ptr().cast(),
+            TASK_COMM_LEN as u32,
+        )
+    };
+    if ret != 0 {
+        zero_words(out);
+    }
+}
+
+/// `*dst = *src`, 8 bytes at a time. A plain assignment of a struct or array in a map
+/// value becomes a copy through the stack and back or a call of the eBPF target's
+/// byte-at-a-time memmove, whose every iteration the verifier walks (112 of them for
+/// `Counters`). The accesses are volatile, or LLVM turns the loop back into that memmove.
+/// Both must be 8-aligned (fields at 8-aligned offsets of map values: the callers assert it).
+#[inline(always)]
+pub fn copy_words<T: Copy>(dst: &mut T, src: &T) {
+    const { assert!(core::mem::size_of::<T>().is_multiple_of(8)) };
+    let (d, s) = ((dst as *mut T).cast::<u64>(), (src as *const T).cast::<u64>());
+    for i in 0..core::mem::size_of::<T>() / 8 {
+        // SAFETY: in bounds of both, 8-aligned (see above).
+        unsafe { core::ptr::write_volatile(d.add(i), core::ptr::read_volatile(s.add(i))) };
+    }
+}
+
+/// Zeroes `dst`, 8 bytes at a time (see [`copy_words`]; `T` must be valid all-zero).
+#[inline(always)]
+pub fn zero_words<T: Copy>(dst: &mut T) {
+    const { assert!(core::mem::size_of::<T>().is_multiple_of(8)) };
+    let d = (dst as *mut T).cast::<u64>();
+    for i in 0..core::mem::size_of::<T>() / 8 {
+        // SAFETY: in bounds, 8-aligned (see copy_words).
+        unsafe { core::ptr::write_volatile(d.add(i), 0) };
+    }
 }
 
 /// Adds one to a field of this CPU's STATS entry (per-CPU, so no atomics are needed).

@@ -85,6 +85,11 @@ struct VmTestArgs {
     /// Re-read Debian's package lists (to pick up newer kernels).
     #[arg(long)]
     refresh: bool,
+    /// Run the guest's clock on its instruction count (QEMU -icount, one host thread): the
+    /// verifier figures become deterministic (1 ms = 1 M guest instructions) however busy
+    /// the host is. Slow; meant for comparing load times, with --no-tests.
+    #[arg(long)]
+    icount: bool,
 }
 
 fn parse_env(s: &str) -> Result<(String, String), String> {
@@ -212,6 +217,7 @@ fn run(cli: Cli) -> Result<i32> {
                 mem: a.mem,
                 timeout: Duration::from_secs(a.timeout),
                 refresh: a.refresh,
+                icount: a.icount,
             };
             let outcomes = vm::run(&root, &opts).context("failed to run the VM kernel matrix")?;
             println!();

@@ -47,18 +47,26 @@ impl Arch {
         }
     }
     /// The QEMU system emulator and the machine arguments (software emulation: /dev/kvm on
-    /// these machines is PVM, which cannot boot stock kernels).
-    pub fn qemu(self) -> (&'static str, Vec<&'static str>) {
-        match self {
-            Self::X86_64 => (
-                "qemu-system-x86_64",
-                vec!["-accel", "tcg,thread=multi", "-cpu", "max"],
-            ),
-            Self::Aarch64 => (
-                "qemu-system-aarch64",
-                vec!["-M", "virt", "-accel", "tcg,thread=multi", "-cpu", "max"],
-            ),
+    /// these machines is PVM, which cannot boot stock kernels). With `icount`, the guest's
+    /// clock counts its instructions (one host thread, 1 ns per instruction, no sleeping):
+    /// times measured in the guest are then instruction counts, the same from run to run
+    /// however busy the host is.
+    pub fn qemu(self, icount: bool) -> (&'static str, Vec<&'static str>) {
+        let mut args = match self {
+            Self::X86_64 => vec![],
+            Self::Aarch64 => vec!["-M", "virt"],
+        };
+        if icount {
+            args.extend(["-accel", "tcg,thread=single", "-icount", "shift=0,sleep=off"]);
+        } else {
+            args.extend(["-accel", "tcg,thread=multi"]);
         }
+        args.extend(["-cpu", "max"]);
+        let qemu = match self {
+            Self::X86_64 => "qemu-system-x86_64",
+            Self::Aarch64 => "qemu-system-aarch64",
+        };
+        (qemu, args)
     }
     /// The serial console device of the guest kernel.
     pub fn console(self) -> &'static str {

@@ -47,6 +47,8 @@ pub struct Options {
     pub timeout: Duration,
     /// Re-read the Debian package lists.
     pub refresh: bool,
+    /// Count guest time in instructions (deterministic load times; see [`Arch::qemu`]).
+    pub icount: bool,
 }
 
 /// The kernels a run boots by default for `arch`.
@@ -70,7 +72,7 @@ fn boot(
     plan: Plan,
 ) -> Result<Outcome> {
     let _ = std::fs::remove_file(log_path);
-    let (qemu, machine) = opts.arch.qemu();
+    let (qemu, machine) = opts.arch.qemu(opts.icount);
     let start = Instant::now();
     let mut child = Command::new(qemu)
         .args(&machine)
