@@ -166,68 +166,78 @@ impl Metrics {
             kernel_seen: (0, 0),
             registry: Registry::default(),
         };
+        m.register_spawn_metrics(&mut registry);
+        m.register_scan_metrics(&mut registry);
+        Metrics { registry, ..m }
+    }
+
+    /// The metrics `trace`'s records and the kernel's counters feed.
+    fn register_spawn_metrics(&self, registry: &mut Registry) {
         registry.register(
             "spawns",
             "Processes that completed an exec (spawns)",
-            m.spawns.clone(),
+            self.spawns.clone(),
         );
         registry.register(
             "spawns_with_leaks",
             "Spawns whose new image inherited at least one fd >= 3",
-            m.spawns_with_leaks.clone(),
+            self.spawns_with_leaks.clone(),
         );
         registry.register(
             "leaked_fds",
             "File descriptors >= 3 that crossed execve, by kind",
-            m.leaked_fds.clone(),
+            self.leaked_fds.clone(),
         );
         registry.register(
             "preexec_close_calls",
             "close() calls made between fork and exec (not counted with --leaks-only)",
-            m.close_calls.clone(),
+            self.close_calls.clone(),
         );
         registry.register(
             "spawn_window_seconds",
             "Time from fork to exec of a spawn, probes included",
-            m.window.clone(),
+            self.window.clone(),
         );
         registry.register(
             "lost_records",
             "Spawn and exit records the kernel could not hand over (ring buffer full)",
-            m.lost_records.clone(),
+            self.lost_records.clone(),
         );
         registry.register(
             "untracked_forks",
             "Forks not followed because the kernel's process table was full",
-            m.untracked_forks.clone(),
+            self.untracked_forks.clone(),
         );
         registry.register(
             "bpf_missed_runs",
             "Runs of an eBPF program the kernel skipped (preempted, and its hook fired again on that CPU): a skipped exec, fork or exit program loses a record, a syscall program a count. Absent before Linux 5.12",
-            m.bpf_missed_runs.clone(),
+            self.bpf_missed_runs.clone(),
         );
         registry.register(
             "series_overflow",
             "Spawns folded into the _overflow label set because the label-set cap was reached",
-            m.overflow.clone(),
+            self.overflow.clone(),
         );
+    }
+
+    /// The metrics the periodic scan of /proc sets.
+    fn register_scan_metrics(&self, registry: &mut Registry) {
         registry.register(
             "inheritable_fds",
             "fds >= 3 without close-on-exec held by processes, at the last scan",
-            m.inheritable_fds.clone(),
+            self.inheritable_fds.clone(),
         );
         registry.register(
             "nofile_soft",
             "Highest RLIMIT_NOFILE soft limit among processes, at the last scan",
-            m.nofile_soft.clone(),
+            self.nofile_soft.clone(),
         );
         registry.register(
             "findings",
             "Scan findings at the last scan, by severity",
-            m.findings.clone(),
+            self.findings.clone(),
         );
-        registry.register("scans", "Scans of /proc completed", m.scans.clone());
-        Metrics { registry, ..m }
+        registry.register("scans", "Scans of /proc completed", self.scans.clone());
     }
 
     /// The label set to count under: `labels` when it is known or there is room, else the
