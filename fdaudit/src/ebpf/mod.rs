@@ -463,14 +463,10 @@ fn load_one(ebpf: &mut Ebpf, prog: &'static str, name: &'static str) -> Result<L
 }
 
 fn attach(ebpf: &mut Ebpf, prog: &str, spec: &ProgramSpec) -> Result<(), LoadError> {
-    raw_tracepoint(ebpf, prog, spec.name)?
-        .attach(spec.tracepoint)
-        .map_err(|source| LoadError::Attach {
-            name: spec.name,
-            tracepoint: spec.tracepoint,
-            source,
-        })?;
-    Ok(())
+    let p = ebpf
+        .program_mut(prog)
+        .ok_or(LoadError::MissingProgram(spec.name))?;
+    attach_program(p, spec)
 }
 
 /// A load error in one line: its message and its causes', or the verifier's own line.
