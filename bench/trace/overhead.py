@@ -14,8 +14,12 @@ Tracers: untraced; `fdaudit trace -q` (with --backend B when given); `trace -q -
 `trace -q --reads`; bpftrace counting close() per process (installed with apt-get when
 --install-bpftrace and missing); `strace -f -c`.
 
-Figures: the median over rounds of the wall time; `vs untraced` is the ratio of medians, and
-for `true` the difference in ms. Rounds interleave every tracer so drift hits them alike.
+Figures: the median over rounds of the wall time, with the middle half of the runs (first to
+third quartile) as its spread; `vs untraced` is the ratio of medians, and for `true` the
+difference in ms. Rounds interleave every tracer so drift hits them alike. For the commands
+started with their tracer (storm, true), the median CPU time (user + system, of the command
+and every descendant it waited for) is printed too: on a shared machine it moves far less
+than wall time.
 
 Usage (as root; on a shared machine under the lock other eBPF users take):
   flock /tmp/fdaudit-bpf.lock python3 bench/trace/overhead.py [--rounds 5] [--spawns 100]
@@ -37,10 +41,29 @@ import time
 
 
 
+def quartiles(xs):
+    """The first and third quartiles (the spread printed beside each median)."""
+    if len(xs) < 2:
+        return xs[0], xs[0]
+    q = statistics.quantiles(xs, n=4)
+    return q[0], q[2]
+
+
 def wall_ns(cmd):
+    return run_ns(cmd)[0]
+
+
+def run_ns(cmd):
+    """Wall time of `cmd`, and the CPU time (user + system) of it and the descendants it
+    waited for: less sensitive than wall time to the other load of a shared machine."""
     t0 = time.perf_counter_ns()
-    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-    return time.perf_counter_ns() - t0
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, ru = os.wait4(p.pid, 0)
+    wall = time.perf_counter_ns() - t0
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode != 0:
+        raise subprocess.CalledProcessError(p.returncode, cmd)
+    return wall, int((ru.ru_utime + ru.ru_stime) * 1e9)
 
 
 def wait_for_line(proc, needle, timeout=60.0):
@@ -169,9 +192,17 @@ def main():
                                "attached", cmd)
         raise ValueError(t)
 
+    cpu = {}
+
+    def timed(w, t, cmd):
+        """Wall time of a command started with its tracer; keeps its CPU time too."""
+        wall, used = run_ns(cmd)
+        cpu.setdefault(w, {}).setdefault(t, []).append(used)
+        return wall
+
     cases = {
-        "storm": (lambda t: wall_ns(with_tracer(t, storm(a.spawns)))),
-        "true": (lambda t: wall_ns(with_tracer(t, ["/bin/true"]))),
+        "storm": (lambda t: timed("storm", t, with_tracer(t, storm(a.spawns)))),
+        "true": (lambda t: timed("true", t, with_tracer(t, ["/bin/true"]))),
         "bystander": (lambda t: bystander(t, storm(a.bystander_spawns))),
         "getppid": (lambda t: bystander(t, [getppid, str(a.getppid_calls)])),
     }
@@ -210,8 +241,17 @@ def main():
                 rel = f"{m / base:6.2f}x"
                 if w == "true":
                     rel += f"  +{(m - base) / 1e6:.1f} ms"
-            print(f"  {t:12} {m / 1e6:10.1f} ms  {rel}   (n={len(res[w][t])})")
-            out["results"].setdefault(w, {})[t] = {"median_ns": m, "runs": res[w][t]}
+            q1, q3 = quartiles(res[w][t])
+            used = ""
+            if cpu.get(w, {}).get(t):
+                c = statistics.median(cpu[w][t])
+                cbase = statistics.median(cpu[w]["untraced"]) if cpu[w].get("untraced") else None
+                used = f"; CPU {c / 1e6:.1f} ms" + (f" ({c / cbase:.2f}x)" if cbase else "")
+            print(f"  {t:12} {m / 1e6:10.1f} ms  {rel}   (n={len(res[w][t])}, "
+                  f"middle half {q1 / 1e6:.1f}-{q3 / 1e6:.1f} ms{used})")
+            out["results"].setdefault(w, {})[t] = {"median_ns": m, "q1_ns": q1, "q3_ns": q3,
+                                                   "runs": res[w][t],
+                                                   "cpu_ns": cpu.get(w, {}).get(t, [])}
     if a.json_out:
         with open(a.json_out, "w") as f:
             json.dump(out, f, indent=1)

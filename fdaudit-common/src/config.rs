@@ -64,6 +64,11 @@ pub struct Config {
     pub regs_cx: u32,
     /// inode->__i_nlink: 0 for a deleted file.
     pub inode_nlink: u32,
+    /// task_struct->self_exec_id and ->parent_exec_id: a forked child starts with both
+    /// equal and every exec increments the first, so an exit can tell that the process
+    /// exec'd although the exec program did not run (the kernel skipped it).
+    pub task_self_exec_id: u32,
+    pub task_parent_exec_id: u32,
     /// [`CONFIG_MAGIC`] once userspace filled the config; the programs count nothing while
     /// it is anything else (zero: the loader did not set the global).
     pub magic: u32,
@@ -135,6 +140,8 @@ impl Config {
         regs_bx: 0,
         regs_cx: 0,
         inode_nlink: 0,
+        task_self_exec_id: 0,
+        task_parent_exec_id: 0,
         magic: 0,
         cgroup_level: 0,
         task_btf: 0,

@@ -245,7 +245,7 @@ const _: () = {
     assert!(PathsRecord::sent_len(MAX_PATHS) == size_of::<PathsRecord>());
     assert!(size_of::<SpawnScratch>() == size_of::<SpawnRecord>() + size_of::<PathsRecord>());
     assert!(size_of::<ExitRecord>() == 8 + 8 + 16 + 8 + 16 + size_of::<Counters>());
-    assert!(size_of::<Config>() == 50 * 4 + 8);
+    assert!(size_of::<Config>() == 52 * 4 + 8);
     assert!(size_of::<FdPath>() == 16 + COMP_LEN * MAX_DEPTH);
     assert!(size_of::<FdCache>() == 32);
     assert!(size_of::<HotSlot>() == 48);

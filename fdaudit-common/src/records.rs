@@ -34,6 +34,11 @@ pub mod flags {
     /// The window made compat (ia32, `int $0x80`) syscalls; they are counted by their
     /// meaning, mapped through [`crate::sysno_ia32::to_native`].
     pub const COMPAT_SYSCALLS: u32 = 1 << 10;
+    /// On an exit record: the process exec'd, but the kernel skipped the exec program (a
+    /// run of it was preempted on that CPU and its hook fired again: recursion protection),
+    /// so no spawn record was sent. Userspace reports the spawn from the exit, without the
+    /// image's path, argv or leaked fds.
+    pub const EXEC_MISSED: u32 = 1 << 11;
 }
 
 /// Markers on one fd, in [`FdInfo::fd_flags`].

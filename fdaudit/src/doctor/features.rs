@@ -74,6 +74,12 @@ pub fn checks() -> Vec<Check> {
         "nothing today (trace uses raw tracepoints); no fentry backend",
     );
     row(
+        "recursion-miss counter",
+        ebpf::misses::probe(),
+        "runs the kernel skips (a program preempted and its hook fired again on that CPU) \
+         cannot be counted: trace's bpf_missed_runs says \"unknown\" (needs 5.12+)",
+    );
+    row(
         "kprobes",
         is_program_supported(ProgramType::KProbe).unwrap_or(false),
         "nothing today (trace uses raw tracepoints)",

@@ -139,17 +139,18 @@ pub fn probe_fentry(btf: &Btf) -> Result<(), String> {
     Ok(())
 }
 
-/// Detaches everything at once except the fentry backend's programs, whose links are left
-/// to a child that closes them once fdaudit has exited.
+/// Detaches everything at once except the fentry backend's programs and the exec_exit
+/// tracepoints, whose links are left to a child that closes them once fdaudit has exited.
 ///
 /// Removing a BPF trampoline waits for RCU-tasks grace periods under ftrace's lock, one
 /// trampoline after the other (10 took 1.5–2 s in a 6.12 guest), and closing the last fd
-/// of a link does that removal: on fdaudit's way out, its caller would wait for all of
-/// them. The raw tracepoints go first (quick), then a child that holds a copy of every BPF
-/// fd (and nothing else: not the caller's pipes) waits for fdaudit to exit and exits in
-/// turn, and the kernel detaches when that last copy goes. Until then the fentry programs
-/// stay attached, counting into maps nobody reads. Falls back to [`detach_fentry`] when
-/// the child cannot be made.
+/// of a link does that removal; detaching a program from a syscall trace event (a perf
+/// event) waits for two grace periods too (65-85 ms each on a loaded 2-vCPU 6.18 host):
+/// on fdaudit's way out, its caller would wait for all of them. The raw tracepoints go
+/// first (quick), then a child that holds a copy of every BPF fd (and nothing else: not
+/// the caller's pipes) waits for fdaudit to exit and exits in turn, and the kernel
+/// detaches when that last copy goes. Until then those programs stay attached, writing
+/// into maps nobody reads. Falls back to [`detach_fentry`] when the child cannot be made.
 pub fn detach_after_exit(ebpf: &mut Ebpf) {
     for (name, prog) in ebpf.programs_mut() {
         if let Program::RawTracePoint(p) = prog {

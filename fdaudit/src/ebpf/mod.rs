@@ -8,20 +8,22 @@ use std::{
 
 use aya::{
     maps::ProgramArray,
-    programs::{ProgramError, ProgramType, RawTracePoint, TracePoint},
+    programs::{Program, ProgramError, ProgramType, RawTracePoint, TracePoint},
     sys::{is_helper_supported, BpfHelper},
     Ebpf, EbpfError, EbpfLoader,
 };
-use fdaudit_common::{Config, GLOBAL_CONFIG, MAP_EVENTS, MAP_EXEC_CHAIN};
+use fdaudit_common::{Config, GLOBAL_CONFIG, MAP_EVENTS, MAP_EXEC_CHAIN, MAP_READS};
 use thiserror::Error;
 
 use crate::btf::{self, Btf, BtfError};
 
 pub mod caps;
 mod fentry;
+pub mod misses;
 mod programs;
 
 pub use caps::{effective_caps, has_cap, missing_trace_caps};
+pub use misses::MissedRuns;
 pub use fentry::{attach_fentry, detach_after_exit, detach_fentry, probe_fentry};
 pub use programs::{FentrySpec, ProgramSpec, FENTRY_PROGRAMS, PROGRAMS, SYSCALL_PREFIX};
 
@@ -37,21 +39,19 @@ pub const EXEC_EXIT_PROGRAMS: [(&str, &str); 2] = [
 
 /// Loads and attaches [`EXEC_EXIT_PROGRAMS`].
 pub fn attach_exec_exit(ebpf: &mut Ebpf) -> Result<(), LoadError> {
-    for (name, tracepoint) in EXEC_EXIT_PROGRAMS {
-        let prog: &mut TracePoint = ebpf
+    for (name, _) in EXEC_EXIT_PROGRAMS {
+        let prog = ebpf
             .program_mut(name)
-            .ok_or(LoadError::MissingProgram(name))?
-            .try_into()
-            .map_err(|source| LoadError::Verifier {
-                name,
-                summary: "not a tracepoint program".into(),
-                source,
-            })?;
-        prog.load().map_err(|source| LoadError::Verifier {
-            name,
-            summary: verifier_summary(&source),
-            source,
-        })?;
+            .ok_or(LoadError::MissingProgram(name))?;
+        load_program(prog, name)?;
+    }
+    attach_exec_exit_loaded(ebpf)
+}
+
+/// Attaches [`EXEC_EXIT_PROGRAMS`], loaded beforehand (see [`load_program`]).
+pub fn attach_exec_exit_loaded(ebpf: &mut Ebpf) -> Result<(), LoadError> {
+    for (name, tracepoint) in EXEC_EXIT_PROGRAMS {
+        let prog: &mut TracePoint = program_as(ebpf, name, name, "a tracepoint")?;
         prog.attach("syscalls", tracepoint)
             .map_err(|source| LoadError::AttachTracepoint {
                 name,
@@ -59,6 +59,42 @@ pub fn attach_exec_exit(ebpf: &mut Ebpf) -> Result<(), LoadError> {
                 source,
             })?;
     }
+    Ok(())
+}
+
+/// Loads one raw tracepoint or tracepoint program into the kernel (the verifier and the
+/// JIT) without attaching it.
+pub fn load_program(prog: &mut Program, name: &'static str) -> Result<(), LoadError> {
+    let loaded = match prog {
+        Program::RawTracePoint(p) => p.load(),
+        Program::TracePoint(p) => p.load(),
+        _ => return Err(LoadError::MissingProgram(name)),
+    };
+    loaded.map_err(|source| LoadError::Verifier {
+        name,
+        summary: verifier_summary(&source),
+        source,
+    })
+}
+
+/// Attaches a program of [`PROGRAMS`] loaded beforehand (see [`load_program`]).
+pub fn attach_loaded(ebpf: &mut Ebpf, spec: &ProgramSpec) -> Result<(), LoadError> {
+    attach(ebpf, spec.name, spec)
+}
+
+/// [`attach_loaded`] for a program borrowed on its own (from [`Ebpf::programs_mut`]).
+pub fn attach_program(prog: &mut Program, spec: &ProgramSpec) -> Result<(), LoadError> {
+    let p: &mut RawTracePoint = prog.try_into().map_err(|source| LoadError::Verifier {
+        name: spec.name,
+        summary: "not a raw tracepoint program".into(),
+        source,
+    })?;
+    p.attach(spec.tracepoint)
+        .map_err(|source| LoadError::Attach {
+            name: spec.name,
+            tracepoint: spec.tracepoint,
+            source,
+        })?;
     Ok(())
 }
 
@@ -165,33 +201,26 @@ pub fn kernel_config() -> Result<Config, LoadError> {
     Ok(KernelBtf::read()?.config)
 }
 
-/// The running kernel's BTF, read once: its raw bytes (for aya, which needs its own parse
-/// only to load fentry programs), fdaudit's parse and the offsets from it.
+/// The running kernel's BTF, read once: fdaudit's index of it (its raw bytes are what aya
+/// parses, only to load fentry programs) and the offsets from it.
 pub struct KernelBtf {
-    pub bytes: Vec<u8>,
     pub btf: Btf,
     pub config: Config,
 }
 
 impl KernelBtf {
     pub fn read() -> Result<Self, LoadError> {
-        let bytes = std::fs::read(btf::VMLINUX_BTF).map_err(|source| {
-            LoadError::NoBtf(BtfError::Read {
-                path: btf::VMLINUX_BTF.into(),
-                source,
-            })
-        })?;
-        let btf = Btf::parse(&bytes).map_err(LoadError::NoBtf)?;
+        let btf = Btf::from_sys_fs().map_err(LoadError::NoBtf)?;
         let mut config = btf::config_from_btf(&btf).map_err(LoadError::Offsets)?;
         // Before 5.11 (task_btf 0) the programs must not reach the helper: the verifier
         // rejects an unknown helper only on a path it visits; CONFIG's values are constants.
         config.task_btf = u32::from(has_task_btf());
-        Ok(KernelBtf { bytes, btf, config })
+        Ok(KernelBtf { btf, config })
     }
 
     /// aya's parse of the same bytes (FEntry::load looks the hooked function up in it).
     pub fn for_aya(&self) -> Result<aya::Btf, LoadError> {
-        aya::Btf::parse(&self.bytes, aya::Endianness::default()).map_err(LoadError::AyaBtf)
+        aya::Btf::parse(self.btf.bytes(), aya::Endianness::default()).map_err(LoadError::AyaBtf)
     }
 }
 
@@ -211,18 +240,48 @@ pub fn has_task_btf() -> bool {
 /// Creates the maps of the embedded object with `config` written into its CONFIG global.
 /// Programs are not loaded yet: see [`load_and_attach`].
 pub fn open(config: &Config) -> Result<Ebpf, LoadError> {
-    open_with(EbpfLoader::new(), config, None)
+    open_with_ring(config, None)
 }
 
 /// As [`open`], with the ring buffer ([`MAP_EVENTS`]) `ring_bytes` long (a power-of-two
 /// multiple of the page size) rather than the object's default.
 pub fn open_with_ring(config: &Config, ring_bytes: Option<u32>) -> Result<Ebpf, LoadError> {
-    open_with(EbpfLoader::new(), config, ring_bytes)
+    let loader = spawn_loader()
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+    open_with(loader, config, ring_bytes)
 }
 
-/// [`open_with_ring`] with a loader made beforehand: `EbpfLoader::new()` parses vmlinux BTF
-/// itself (~20 ms, unavoidable in aya 0.14), so a caller can make it on another thread while
-/// it reads the offsets.
+/// Makes an `EbpfLoader` on a thread of its own, without aya's parse of vmlinux BTF where
+/// that can be avoided; join it when the loader is needed.
+///
+/// aya 0.14's `EbpfLoader::new()` always reads and parses /sys/kernel/btf/vmlinux (17-50 ms
+/// and ~30 MB of fresh memory on this project's CI machine) for CO-RE relocations, which
+/// fdaudit's programs do not have ([`open_with`] sets `btf(None)`); the loader's fields
+/// are private, so there is no constructor without it. The thread therefore first takes a
+/// filesystem root of its own (unshare(CLONE_FS) gives it a private root and cwd, then it
+/// chroots into /sys/kernel/btf, under which no `sys/kernel/btf/vmlinux` exists): aya's
+/// read fails at once and the loader starts without BTF, as `btf(None)` leaves it
+/// anyway. The root is this thread's alone and goes with it; the thread does nothing else.
+/// Without CAP_SYS_CHROOT (CAP_BPF and CAP_PERFMON only) the chroot fails and aya parses as
+/// before, on this thread, while the caller does its own work.
+pub fn spawn_loader() -> std::thread::JoinHandle<EbpfLoader<'static>> {
+    std::thread::spawn(|| {
+        // SAFETY: unshare(CLONE_FS) affects only this thread's root, cwd and umask (it is
+        // allowed in a multithreaded process); chroot then changes this thread's root.
+        unsafe {
+            if libc::unshare(libc::CLONE_FS) == 0 {
+                libc::chroot(c"/sys/kernel/btf".as_ptr());
+            }
+        }
+        let mut loader = EbpfLoader::new();
+        loader.btf(None); // frees a parse made anyway, here rather than on the caller
+        loader
+    })
+}
+
+/// [`open_with_ring`] with a loader made beforehand ([`spawn_loader`]), so that a caller
+/// can do its own work meanwhile.
 pub fn open_with<'a>(
     mut loader: EbpfLoader<'a>,
     config: &'a Config,
@@ -236,6 +295,11 @@ pub fn open_with<'a>(
     }
     if !Path::new(btf::VMLINUX_BTF).exists() {
         return Err(LoadError::NoBtf(BtfError::Malformed("file missing")));
+    }
+    // Only the --reads programs write the read table (16384 preallocated entries, ~0.5 ms
+    // of the kernel's map creation): without --reads it gets one.
+    if config.reads == 0 {
+        loader.map_max_entries(MAP_READS, 1);
     }
     // No CO-RE relocations in Rust programs: aya needs no target BTF to load the object.
     loader
@@ -357,12 +421,25 @@ fn raw_tracepoint<'a>(
     prog: &str,
     name: &'static str,
 ) -> Result<&'a mut RawTracePoint, LoadError> {
+    program_as(ebpf, prog, name, "a raw tracepoint")
+}
+
+/// The object's program `prog` (reported as `name`) as the program type `T`.
+fn program_as<'a, T>(
+    ebpf: &'a mut Ebpf,
+    prog: &str,
+    name: &'static str,
+    kind: &str,
+) -> Result<&'a mut T, LoadError>
+where
+    &'a mut T: TryFrom<&'a mut Program, Error = aya::programs::ProgramError>,
+{
     ebpf.program_mut(prog)
         .ok_or(LoadError::MissingProgram(name))?
         .try_into()
         .map_err(|source| LoadError::Verifier {
             name,
-            summary: "not a raw tracepoint program".into(),
+            summary: format!("not {kind} program"),
             source,
         })
 }
@@ -386,14 +463,10 @@ fn load_one(ebpf: &mut Ebpf, prog: &'static str, name: &'static str) -> Result<L
 }
 
 fn attach(ebpf: &mut Ebpf, prog: &str, spec: &ProgramSpec) -> Result<(), LoadError> {
-    raw_tracepoint(ebpf, prog, spec.name)?
-        .attach(spec.tracepoint)
-        .map_err(|source| LoadError::Attach {
-            name: spec.name,
-            tracepoint: spec.tracepoint,
-            source,
-        })?;
-    Ok(())
+    let p = ebpf
+        .program_mut(prog)
+        .ok_or(LoadError::MissingProgram(spec.name))?;
+    attach_program(p, spec)
 }
 
 /// A load error in one line: its message and its causes', or the verifier's own line.

@@ -489,10 +489,14 @@ pub fn spawn_from_record(
     }
 }
 
-/// A child that exec'd and never succeeded: it exited with `exec_attempts` failed execs.
-/// Reported as a spawn with `exec_ok: false` (no image, so no path and no leaks).
+/// The spawn an exit record stands for, when no exec record came:
+/// - a child that exec'd and never succeeded (it exited with `exec_attempts` failed
+///   execs): a spawn with `exec_ok: false` (no image, so no path and no leaks);
+/// - a child whose exec the kernel skipped the program of (`EXEC_MISSED`): a spawn flagged
+///   `exec_missed`, without path, argv or leaked fds.
 pub fn failed_spawn_from_exit(rec: &ExitRecord, leaks_only: bool) -> Option<Spawn> {
-    if rec.never_execd == 0 || rec.counters.exec_attempts == 0 {
+    let missed = rec.header.flags & fdaudit_common::flags::EXEC_MISSED != 0;
+    if !missed && (rec.never_execd == 0 || rec.counters.exec_attempts == 0) {
         return None;
     }
     let window_ns = if rec.fork_ns != 0 {
@@ -500,19 +504,21 @@ pub fn failed_spawn_from_exit(rec: &ExitRecord, leaks_only: bool) -> Option<Spaw
     } else {
         0
     };
-    // Never exec'd: its comm is still its parent's.
-    let comm = cstr(&rec.comm);
+    // Never exec'd: its comm is still its parent's. Exec'd unseen: the comm is the new
+    // image's, and the parent's is looked up when the spawn is reported.
+    let parent_comm = if missed { Vec::new() } else { cstr(&rec.comm) };
     let mut s = window_spawn(
         rec.pid,
         rec.parent_pid,
-        comm,
+        parent_comm,
         &rec.counters,
         window_ns,
         leaks_only,
     );
-    s.exec_ok = false;
-    s.exec_attempts = rec.counters.exec_attempts;
+    s.exec_ok = missed;
+    s.exec_attempts = rec.counters.exec_attempts.max(u32::from(missed));
     s.exec_ns = rec.exit_ns;
+    s.flags |= SpawnFlags::from_bits_retain(rec.header.flags) & SpawnFlags::EXEC_MISSED;
     Some(s)
 }
 
@@ -801,5 +807,49 @@ mod tests {
         let s = spawn_from_record(&rec, &[], true, |_, _, _, _| None);
         assert!(s.flags.contains(SpawnFlags::NO_SYSCALLS));
         assert_eq!(s.strategy, Strategy::Unknown);
+    }
+
+    #[test]
+    fn an_exit_stands_for_a_failed_or_an_unseen_exec() {
+        let mut rec = ExitRecord {
+            header: RecordHeader {
+                kind: RecordKind::Exit as u32,
+                flags: 0,
+            },
+            pid: 42,
+            parent_pid: 7,
+            fork_ns: 1_000,
+            exit_ns: 5_000,
+            never_execd: 1,
+            exit_code: 0,
+            comm: *b"bash\0\0\0\0\0\0\0\0\0\0\0\0",
+            counters: Counters::default(),
+        };
+        assert!(
+            failed_spawn_from_exit(&rec, false).is_none(),
+            "fork-only: no spawn"
+        );
+        rec.counters.exec_attempts = 2;
+        let failed = failed_spawn_from_exit(&rec, false).expect("a failed spawn");
+        assert!(!failed.exec_ok);
+        assert_eq!(failed.exec_attempts, 2);
+        assert_eq!(&failed.parent_comm[..], b"bash");
+        assert!(failed.flags.is_empty());
+
+        // The exec succeeded but its program was skipped (sys_enter may have been too).
+        rec.never_execd = 0;
+        rec.counters.exec_attempts = 0;
+        rec.header.flags = fdaudit_common::flags::EXEC_MISSED;
+        rec.comm = *b"true\0\0\0\0\0\0\0\0\0\0\0\0";
+        let missed = failed_spawn_from_exit(&rec, false).expect("a spawn");
+        assert!(missed.exec_ok);
+        assert_eq!(missed.exec_attempts, 1);
+        assert_eq!(missed.flags, SpawnFlags::EXEC_MISSED);
+        assert!(missed.flags.partial().contains(SpawnFlags::EXEC_MISSED));
+        assert!(
+            missed.parent_comm.is_empty(),
+            "the comm is the new image's, not the parent's"
+        );
+        assert_eq!(missed.window_ns, 4_000);
     }
 }

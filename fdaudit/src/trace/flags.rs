@@ -19,12 +19,13 @@ bitflags::bitflags! {
         const REEXEC = k::REEXEC;
         const BOUNDED_WALK = k::BOUNDED_WALK;
         const COMPAT_SYSCALLS = k::COMPAT_SYSCALLS;
+        const EXEC_MISSED = k::EXEC_MISSED;
     }
 }
 
 impl SpawnFlags {
     /// Names in JSON and text, in bit order.
-    const NAMES: [(SpawnFlags, &'static str); 11] = [
+    const NAMES: [(SpawnFlags, &'static str); 12] = [
         (SpawnFlags::FDS_TRUNCATED, "fds_truncated"),
         (SpawnFlags::READ_FAILED, "read_failed"),
         (SpawnFlags::ARGV_TRUNCATED, "argv_truncated"),
@@ -36,6 +37,7 @@ impl SpawnFlags {
         (SpawnFlags::REEXEC, "reexec"),
         (SpawnFlags::BOUNDED_WALK, "bounded_walk"),
         (SpawnFlags::COMPAT_SYSCALLS, "compat_syscalls"),
+        (SpawnFlags::EXEC_MISSED, "exec_missed"),
     ];
 
     /// The names of the set flags, in bit order (unknown bits are dropped).

@@ -9,6 +9,7 @@ pub mod decode;
 pub mod drain;
 pub mod filter;
 pub mod flags;
+mod loader;
 pub mod reads;
 pub mod report;
 pub mod session;
@@ -255,6 +256,7 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
         &mut targets,
     )?;
     let stats = session.stats()?;
+    let missed = session.missed_runs();
     let storms = read_storms(&args, &session, &mut targets);
     session.detach_after_exit();
     drop(session); // detach before waiting or printing the summary
@@ -268,7 +270,7 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
         exit_status = wait_for_command(pid)?;
     }
     let ending = ending(&args, &reporter, exit_status);
-    reporter.finish(stats, storms, ending)?;
+    reporter.finish(stats, missed, storms, ending)?;
     if args.verbose {
         verbose_exit(ended, child.is_some());
     }
@@ -370,8 +372,8 @@ fn verbose_startup(session: &Session, startup: Duration, command: bool) {
     }
     let t = session.timings();
     crate::diag!(
-        "fdaudit: start-up {:.1} ms until {} (BTF {:.1} ms{}, maps {:.1} ms, programs {:.1} ms, \
-         calibration {:.1} ms)",
+        "fdaudit: start-up {:.1} ms until {} (BTF {:.1} ms{}, maps {:.1} ms (of it waiting for \
+         aya's loader {:.1} ms), programs {:.1} ms, calibration {:.1} ms{})",
         ms(startup),
         if command {
             "the command was released"
@@ -385,8 +387,14 @@ fn verbose_startup(session: &Session, startup: Duration, command: bool) {
             String::new()
         },
         t.maps_ms,
+        t.loader_wait_ms,
         t.attach_ms,
         t.calibrate_ms,
+        if t.calibration_overlapped {
+            " of it while the exec programs were verified"
+        } else {
+            ""
+        },
     );
 }
 

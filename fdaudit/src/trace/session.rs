@@ -2,12 +2,10 @@
 //!
 //! This is the library face of `trace` (also used by `bench`): start, track a root process,
 //! poll for [`Event`]s, read the kernel's own counters. Records are decoded in
-//! [`super::decode`]; the probes' cost is measured in [`super::calibrate`].
+//! [`super::decode`]; the programs are loaded and their cost measured in
+//! [`super::loader`].
 
-use std::{
-    os::fd::AsRawFd as _,
-    time::{Duration, Instant},
-};
+use std::{os::fd::AsRawFd as _, time::Duration};
 
 use anyhow::{Context as _, Result};
 use aya::{
@@ -15,96 +13,20 @@ use aya::{
     Ebpf,
 };
 use fdaudit_common::{
-    ExecFailure, ReadKey, ReadStat, Stats, TaskState, MAP_EVENTS, MAP_EXEC_FAILS, MAP_READS,
-    MAP_STATS, MAP_TRACKED,
+    ExecFailure, ReadKey, ReadStat, Stats, TaskState, MAP_EXEC_FAILS, MAP_READS, MAP_STATS,
 };
 
 use super::{
-    calibrate,
     decode::{self, Decoder, Event, ReadCount},
-    drain::{self, Drain},
+    drain::Drain,
+    loader,
 };
+pub use super::loader::{SessionOptions, StartupTimings};
 use crate::{
     cgroup::Hierarchy,
-    ebpf::{self, Backend, BackendChoice},
+    ebpf::{self, Backend, MissedRuns},
     procfs_util, sys,
 };
-
-/// close() calls timed per calibration batch (best of 3, traced and untraced): ~1 ms each
-/// on an idle machine, enough for a per-call cost within a few percent.
-const CALIBRATION_CLOSES: u32 = 2_000;
-
-/// What to attach.
-#[derive(Debug, Clone, Default)]
-pub struct SessionOptions {
-    /// Attach the scheduler tracepoints only: leaked fds, no syscall counts, near-zero cost.
-    pub leaks_only: bool,
-    /// Count read()/readv()/pread64() calls and bytes per process and open file.
-    pub reads: bool,
-    /// Ring buffer size in bytes; `None`: [`drain::default_ring_bytes`] for the CPUs online.
-    pub ring_bytes: Option<u64>,
-    /// How to hook the counted syscalls.
-    pub backend: BackendChoice,
-    /// Also trace every process in this cgroup and below: (id, depth) on the cgroup2
-    /// hierarchy, as [`crate::cgroup::Hierarchy::id_of`] gives them.
-    pub cgroup: Option<(u64, u32)>,
-}
-
-/// Where start-up time went (ms), for `trace -v`.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct StartupTimings {
-    /// Reading and parsing vmlinux BTF (fdaudit's parse).
-    pub btf_ms: f64,
-    /// aya's parse of the same bytes, when fentry is tried.
-    pub aya_btf_ms: f64,
-    /// Creating the maps (aya's object load and feature probes).
-    pub maps_ms: f64,
-    /// Loading (verifier) and attaching the programs.
-    pub attach_ms: f64,
-    /// Measuring the probes' cost.
-    pub calibrate_ms: f64,
-}
-
-fn ms_since(t: Instant) -> f64 {
-    t.elapsed().as_secs_f64() * 1e3
-}
-
-/// Attaches the syscall-counting programs of the chosen backend; `auto` is raw tracepoints
-/// (fentry is opt-in), and an explicit fentry that fails is an error.
-fn attach_syscalls(
-    bpf: &mut Ebpf,
-    kernel: &ebpf::KernelBtf,
-    opts: &SessionOptions,
-    timings: &mut StartupTimings,
-) -> Result<(Backend, Option<String>)> {
-    let raw = |bpf: &mut Ebpf| -> Result<()> {
-        let wanted = |p: &&ebpf::ProgramSpec| p.syscall && (opts.reads || !p.reads_only);
-        for spec in ebpf::PROGRAMS.iter().filter(wanted) {
-            ebpf::load_and_attach(bpf, spec)
-                .with_context(|| format!("failed to start program {}", spec.name))?;
-        }
-        Ok(())
-    };
-    if opts.backend == BackendChoice::RawTp {
-        raw(bpf)?;
-        return Ok((Backend::RawTp, None));
-    }
-    if opts.backend == BackendChoice::Auto {
-        // fentry is opt-in until it is shown faster and safe on real hardware: in emulated
-        // guests it measured slower than raw-tp and attaching it once ended in a kernel Oops
-        // (README, "Backends").
-        raw(bpf)?;
-        return Ok((Backend::RawTp, Some(ebpf::AUTO_REASON.to_string())));
-    }
-    let t = Instant::now();
-    let aya_btf = kernel.for_aya();
-    timings.aya_btf_ms = ms_since(t);
-    let fentry = aya_btf.and_then(|btf| ebpf::attach_fentry(bpf, &btf, opts.reads));
-    match fentry {
-        Ok(()) => Ok((Backend::Fentry, None)),
-        Err(e) => Err(e).context("failed to use the fentry backend (--backend fentry)"),
-    }
-}
 
 /// Loaded and attached programs with their maps. Dropping it detaches everything.
 pub struct Session {
@@ -130,71 +52,35 @@ pub struct Session {
     /// Why `auto` did not use fentry.
     fallback: Option<String>,
     timings: StartupTimings,
-    /// The fentry links were handed to a child that closes them after our exit.
+    /// The fentry or exec_exit links were handed to a child that closes them after our exit.
     handed_off: bool,
+    /// [`Session::detach_after_exit`] was called: the process exits next.
+    exiting: bool,
     /// The cgroup2 hierarchy, to name the cgroup ids of spawn records (None without cgroup2).
     cgroups: Option<Hierarchy>,
+    /// The programs' skipped runs when the session was ready.
+    missed_baseline: MissedRuns,
 }
 
 impl Session {
     /// Loads the programs, attaches them, and measures the probes' own cost.
     pub fn start(opts: &SessionOptions) -> Result<Session> {
-        let mut timings = StartupTimings::default();
-        // aya's loader parses vmlinux BTF on its own: let it, on another core, while the
-        // offsets are read and close() is timed here.
-        let loader = std::thread::spawn(aya::EbpfLoader::new);
-        let t = Instant::now();
-        let kernel = ebpf::KernelBtf::read().context("failed to read kernel offsets")?;
-        let mut config = kernel.config;
-        config.reads = u32::from(opts.reads);
-        if let Some((id, level)) = opts.cgroup {
-            config.cgroup_id = id;
-            config.cgroup_level = level;
-        }
-        timings.btf_ms = ms_since(t);
-        let t = Instant::now();
-        let close_cost_ns = if opts.leaks_only {
-            0.0
-        } else {
-            sys::close_cost_ns(CALIBRATION_CLOSES)
-        };
-        timings.calibrate_ms = ms_since(t);
-        let t = Instant::now();
-        let loader = loader
-            .join()
-            .map_err(|_| anyhow::anyhow!("aya's loader panicked"))?;
-        let ring_bytes = opts
-            .ring_bytes
-            .unwrap_or_else(|| drain::default_ring_bytes(drain::online_cpus()));
-        let ring_arg = u32::try_from(ring_bytes).context("the ring buffer size is too large")?;
-        let mut bpf = ebpf::open_with(loader, &config, Some(ring_arg))
-            .context("failed to load the eBPF object")?;
-        timings.maps_ms = ms_since(t);
-        let t = Instant::now();
-        for spec in ebpf::PROGRAMS.iter().filter(|p| !p.syscall) {
-            ebpf::load_and_attach(&mut bpf, spec)
-                .with_context(|| format!("failed to start program {}", spec.name))?;
-        }
-        let (backend, fallback) = if opts.leaks_only {
-            (None, None)
-        } else {
-            let (b, why) = attach_syscalls(&mut bpf, &kernel, opts, &mut timings)?;
-            (Some(b), why)
-        };
-        timings.attach_ms = ms_since(t) - timings.aya_btf_ms;
-        // Optional (see ebpf::EXEC_EXIT_PROGRAMS); needless with --leaks-only, which does not
-        // count exec attempts and so reports no failed exec.
-        // FDAUDIT_EXEC_EXIT=0 leaves them out: the overhead benchmark's switch
-        // (measured with bench/trace/overhead.py).
-        let exec_fails_ok = !opts.leaks_only
-            && std::env::var_os("FDAUDIT_EXEC_EXIT").is_none_or(|v| v != "0")
-            && ebpf::attach_exec_exit(&mut bpf).is_ok();
+        let loader::Loaded {
+            mut bpf,
+            events,
+            tracked,
+            ring_bytes,
+            backend,
+            fallback,
+            exec_fails: exec_fails_ok,
+            probe_cost_ns,
+            close_cost_ns,
+            timings,
+        } = loader::load(opts)?;
         let take = |bpf: &mut Ebpf, name: &str| {
             bpf.take_map(name)
                 .with_context(|| format!("the eBPF object has no map {name}"))
         };
-        let events = RingBuf::try_from(take(&mut bpf, MAP_EVENTS)?)?;
-        let tracked = HashMap::try_from(take(&mut bpf, MAP_TRACKED)?)?;
         let stats = PerCpuArray::try_from(take(&mut bpf, MAP_STATS)?)?;
         let reads = if opts.reads {
             Some(HashMap::try_from(take(&mut bpf, MAP_READS)?)?)
@@ -206,9 +92,13 @@ impl Session {
         } else {
             None
         };
-        let mut session = Session {
-            events: Some(events),
-            drain: None,
+        // Fresh programs: zero, unless calibration's own syscalls were skipped.
+        let missed_baseline = ebpf::misses::read_all(&bpf);
+        Ok(Session {
+            events: None,
+            drain: Some(
+                Drain::start(events).context("failed to start the ring buffer's drain thread")?,
+            ),
             decoder: Decoder::new(opts.leaks_only),
             ring_bytes,
             tracked,
@@ -217,43 +107,29 @@ impl Session {
             exec_fails,
             bpf: Some(bpf),
             leaks_only: opts.leaks_only,
-            probe_cost_ns: 0.0,
+            probe_cost_ns,
             close_cost_ns,
             backend,
             fallback,
             timings,
             handed_off: false,
+            exiting: false,
             cgroups: Hierarchy::open(),
-        };
-        if !opts.leaks_only {
-            let t = Instant::now();
-            session.probe_cost_ns =
-                calibrate::probe_cost_ns(&mut session, CALIBRATION_CLOSES, close_cost_ns)
-                    .context("failed to measure the probes' own cost")?;
-            if session.probe_cost_ns <= 0.0 {
-                // Lost in the noise (a loaded machine, an emulated guest's clock): once
-                // more, ten times longer.
-                let n = CALIBRATION_CLOSES * 10;
-                let untraced = sys::close_cost_ns(n);
-                session.close_cost_ns = untraced;
-                session.probe_cost_ns = calibrate::probe_cost_ns(&mut session, n, untraced)
-                    .context("failed to measure the probes' own cost")?;
-            }
-            session.timings.calibrate_ms += ms_since(t);
-        }
-        session.drain();
-        let ring = session.events.take().context("the ring buffer is gone")?;
-        session.drain =
-            Some(Drain::start(ring).context("failed to start the ring buffer's drain thread")?);
-        Ok(session)
+            missed_baseline,
+        })
     }
 
-    /// For a process about to exit (trace): with fentry, the trampolines' slow removal
-    /// happens after the exit, in a child ([`ebpf::detach_after_exit`]), so the caller
-    /// does not wait for it. Not for a process that goes on (bench): its later work would
-    /// still run under this session's programs.
+    /// For a process about to exit (trace): the slow detaches happen after the exit, in a
+    /// child ([`ebpf::detach_after_exit`]), so the caller does not wait for them: the
+    /// fentry trampolines' removal, and the exec_exit programs' (closing the last
+    /// reference to a syscall trace event's perf event waits for two RCU grace periods:
+    /// 65-85 ms each on this project's CI machine, most of fdaudit's exit time). Not for a
+    /// process that goes on (bench): its later work would still run under this session's
+    /// programs. Dropping the session then does not wait for the kernel to free the rest.
     pub fn detach_after_exit(&mut self) {
-        if let (Some(Backend::Fentry), Some(bpf)) = (self.backend, &mut self.bpf) {
+        self.exiting = true;
+        let hand_off = self.backend == Some(Backend::Fentry) || self.exec_fails.is_some();
+        if let (true, Some(bpf)) = (hand_off, &mut self.bpf) {
             ebpf::detach_after_exit(bpf);
             self.handed_off = true;
         }
@@ -453,6 +329,20 @@ impl Session {
         Ok(s)
     }
 
+    /// Runs of each program the kernel skipped since the session was ready
+    /// ([`crate::ebpf::misses`]): records or counts lost without a trace in the ring buffer.
+    pub fn missed_runs(&self) -> MissedRuns {
+        self.missed_runs_total().since(&self.missed_baseline)
+    }
+
+    /// The programs' skipped runs since they were loaded.
+    fn missed_runs_total(&self) -> MissedRuns {
+        match &self.bpf {
+            Some(bpf) => ebpf::misses::read_all(bpf),
+            None => MissedRuns::Unknown,
+        }
+    }
+
     pub fn lost_records(&self) -> Result<u64> {
         Ok(self.stats()?.lost_records)
     }
@@ -479,17 +369,23 @@ impl Drop for Session {
     /// [`Session::detach_after_exit`] has handed them to a child) and waits (up to 200 ms)
     /// until the kernel has let go of the programs (a raw tracepoint link frees its program
     /// after an RCU grace period): when fdaudit says it is done, nothing of it is left loaded
-    /// (but for what the child detaching the fentry programs holds).
+    /// (but for what the child detaching the fentry and exec_exit programs holds). After
+    /// [`Session::detach_after_exit`] it does not wait: the caller is about to exit, and
+    /// that grace period (10-80 ms on this project's CI machine) would be most of its exit
+    /// time.
     fn drop(&mut self) {
         self.drain = None; // joins the drain thread
         let Some(mut bpf) = self.bpf.take() else {
             return;
         };
+        if self.handed_off {
+            return; // the child detaches the slow ones after our exit
+        }
         if self.backend == Some(Backend::Fentry) {
-            if self.handed_off {
-                return; // the child detaches them after our exit
-            }
             ebpf::detach_fentry(&mut bpf);
+        }
+        if self.exiting {
+            return;
         }
         let ids: Vec<u32> = bpf
             .programs()

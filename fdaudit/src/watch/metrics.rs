@@ -8,7 +8,7 @@
 //! `max_series` distinct label sets, new ones are folded into one set whose labels are all
 //! [`OVERFLOW`], and `fdaudit_series_overflow_total` counts what was folded.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
 use prometheus_client::{
     encoding::EncodeLabelSet,
@@ -25,6 +25,12 @@ use prometheus_client::{
 pub const OVERFLOW: &str = "_overflow";
 /// Default cap on distinct spawn label sets.
 pub const DEFAULT_MAX_SERIES: usize = 2000;
+
+/// An eBPF program of fdaudit's, by its name in the object.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProgramLabels {
+    pub program: String,
+}
 
 /// Where a spawn happened and what it ran.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -120,6 +126,9 @@ pub struct Metrics {
     window: Family<WindowLabels, Histogram, fn() -> Histogram>,
     lost_records: Counter,
     untracked_forks: Counter,
+    bpf_missed_runs: Family<ProgramLabels, Counter>,
+    /// The skipped runs already counted, per program.
+    missed_seen: BTreeMap<String, u64>,
     overflow: Counter,
     inheritable_fds: Family<ProcessLabels, Gauge>,
     nofile_soft: Family<ProcessLabels, Gauge>,
@@ -147,6 +156,8 @@ impl Metrics {
             window: Family::new_with_constructor(window_histogram),
             lost_records: Counter::default(),
             untracked_forks: Counter::default(),
+            bpf_missed_runs: Family::default(),
+            missed_seen: BTreeMap::new(),
             overflow: Counter::default(),
             inheritable_fds: Family::default(),
             nofile_soft: Family::default(),
@@ -155,63 +166,78 @@ impl Metrics {
             kernel_seen: (0, 0),
             registry: Registry::default(),
         };
+        m.register_spawn_metrics(&mut registry);
+        m.register_scan_metrics(&mut registry);
+        Metrics { registry, ..m }
+    }
+
+    /// The metrics `trace`'s records and the kernel's counters feed.
+    fn register_spawn_metrics(&self, registry: &mut Registry) {
         registry.register(
             "spawns",
             "Processes that completed an exec (spawns)",
-            m.spawns.clone(),
+            self.spawns.clone(),
         );
         registry.register(
             "spawns_with_leaks",
             "Spawns whose new image inherited at least one fd >= 3",
-            m.spawns_with_leaks.clone(),
+            self.spawns_with_leaks.clone(),
         );
         registry.register(
             "leaked_fds",
             "File descriptors >= 3 that crossed execve, by kind",
-            m.leaked_fds.clone(),
+            self.leaked_fds.clone(),
         );
         registry.register(
             "preexec_close_calls",
             "close() calls made between fork and exec (not counted with --leaks-only)",
-            m.close_calls.clone(),
+            self.close_calls.clone(),
         );
         registry.register(
             "spawn_window_seconds",
             "Time from fork to exec of a spawn, probes included",
-            m.window.clone(),
+            self.window.clone(),
         );
         registry.register(
             "lost_records",
             "Spawn and exit records the kernel could not hand over (ring buffer full)",
-            m.lost_records.clone(),
+            self.lost_records.clone(),
         );
         registry.register(
             "untracked_forks",
             "Forks not followed because the kernel's process table was full",
-            m.untracked_forks.clone(),
+            self.untracked_forks.clone(),
+        );
+        registry.register(
+            "bpf_missed_runs",
+            "Runs of an eBPF program the kernel skipped (preempted, and its hook fired again on that CPU): a skipped exec, fork or exit program loses a record, a syscall program a count. Absent before Linux 5.12",
+            self.bpf_missed_runs.clone(),
         );
         registry.register(
             "series_overflow",
             "Spawns folded into the _overflow label set because the label-set cap was reached",
-            m.overflow.clone(),
+            self.overflow.clone(),
         );
+    }
+
+    /// The metrics the periodic scan of /proc sets.
+    fn register_scan_metrics(&self, registry: &mut Registry) {
         registry.register(
             "inheritable_fds",
             "fds >= 3 without close-on-exec held by processes, at the last scan",
-            m.inheritable_fds.clone(),
+            self.inheritable_fds.clone(),
         );
         registry.register(
             "nofile_soft",
             "Highest RLIMIT_NOFILE soft limit among processes, at the last scan",
-            m.nofile_soft.clone(),
+            self.nofile_soft.clone(),
         );
         registry.register(
             "findings",
             "Scan findings at the last scan, by severity",
-            m.findings.clone(),
+            self.findings.clone(),
         );
-        registry.register("scans", "Scans of /proc completed", m.scans.clone());
-        Metrics { registry, ..m }
+        registry.register("scans", "Scans of /proc completed", self.scans.clone());
     }
 
     /// The label set to count under: `labels` when it is known or there is room, else the
@@ -267,6 +293,23 @@ impl Metrics {
         self.untracked_forks
             .inc_by(untracked_forks.saturating_sub(forks0));
         self.kernel_seen = (lost_records.max(lost0), untracked_forks.max(forks0));
+    }
+
+    /// The programs' skipped runs since they were loaded: the counters advance by what is
+    /// new. A kernel without the counter (before 5.12) exports no series.
+    pub fn set_missed_runs(&mut self, missed: &crate::ebpf::MissedRuns) {
+        let crate::ebpf::MissedRuns::Known(counts) = missed else {
+            return;
+        };
+        for (program, &n) in counts {
+            let seen = self.missed_seen.entry(program.clone()).or_default();
+            self.bpf_missed_runs
+                .get_or_create(&ProgramLabels {
+                    program: program.clone(),
+                })
+                .inc_by(n.saturating_sub(*seen));
+            *seen = n.max(*seen);
+        }
     }
 
     /// Replaces the scan gauges with one scan's results. Processes are summed (fds) or maxed
@@ -366,6 +409,16 @@ mod tests {
         m.observe_spawn(spawn("def", "ls", &["pipe"]));
         m.set_kernel_totals(3, 0);
         m.set_kernel_totals(5, 1);
+        let missed = |exec: u64| {
+            crate::ebpf::MissedRuns::Known(
+                [("sched_process_exec", exec), ("sys_enter", 0)]
+                    .map(|(p, n)| (p.to_string(), n))
+                    .into(),
+            )
+        };
+        m.set_missed_runs(&missed(200));
+        m.set_missed_runs(&missed(236));
+        m.set_missed_runs(&crate::ebpf::MissedRuns::Unknown);
         let t = m.encode();
         let sel = r#"{container_id="abc",cgroup="/system.slice/docker-abc.scope",parent="sh",child="cat",strategy="none""#;
         assert_eq!(
@@ -404,6 +457,16 @@ mod tests {
         );
         assert_eq!(value(&t, "fdaudit_lost_records_total"), Some(5.0));
         assert_eq!(value(&t, "fdaudit_untracked_forks_total"), Some(1.0));
+        assert_eq!(
+            value(&t, r#"fdaudit_bpf_missed_runs_total{program="sched_process_exec"}"#),
+            Some(236.0),
+            "{t}"
+        );
+        assert_eq!(
+            value(&t, r#"fdaudit_bpf_missed_runs_total{program="sys_enter"}"#),
+            Some(0.0),
+            "{t}"
+        );
         assert_eq!(value(&t, "fdaudit_series_overflow_total"), Some(0.0));
         assert!(t.ends_with("# EOF\n"));
         assert!(!t.contains("pid="), "no per-process labels");

@@ -489,7 +489,8 @@ impl Periodic {
         }
     }
 
-    /// Once a second: the kernel's lost-record and tracked-table-full counters.
+    /// Once a second: the kernel's lost-record and tracked-table-full counters, and the
+    /// programs' skipped runs.
     fn kernel_totals(
         &mut self,
         now: Instant,
@@ -498,10 +499,10 @@ impl Periodic {
     ) -> Result<()> {
         if now >= self.next_stats {
             let st = session.stats()?;
-            metrics
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .set_kernel_totals(st.lost_records, st.tracked_full);
+            let missed = session.missed_runs();
+            let mut m = metrics.lock().unwrap_or_else(|p| p.into_inner());
+            m.set_kernel_totals(st.lost_records, st.tracked_full);
+            m.set_missed_runs(&missed);
             self.next_stats = now + Duration::from_secs(1);
         }
         Ok(())

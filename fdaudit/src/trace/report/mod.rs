@@ -25,7 +25,10 @@ use super::{
     stamp::Stamper,
     TraceArgs, TraceRecord,
 };
-use crate::output::{count, stream, table::Term, text::Lossless};
+use crate::{
+    ebpf::MissedRuns,
+    output::{count, stream, table::Term, text::Lossless},
+};
 
 /// The name of a spawn's parent when the kernel record has none (its fork was not seen):
 /// `fdaudit` for fdaudit itself (the traced command's own re-exec), else what procfs says.
@@ -208,16 +211,20 @@ impl<'a> Reporter<'a> {
     pub fn finish(
         self,
         stats: fdaudit_common::Stats,
+        missed: MissedRuns,
         storms: Vec<reads::ReadStorm>,
         ending: Ending,
     ) -> Result<()> {
-        let mut partial = self.collector.partial_notes();
-        if stats.lost_records > 0 {
-            partial.insert(0, lost_note(stats.lost_records, self.ring_bytes));
-        }
+        let partial = summary::partial_notes(
+            stats.lost_records,
+            self.ring_bytes,
+            &missed,
+            self.collector.partial_notes(),
+        );
         let summary = Summary {
             spawns: self.collector.spawns(),
             lost_records: stats.lost_records,
+            bpf_missed_runs: missed,
             untracked_forks: stats.tracked_full,
             read_table_full: stats.reads_full,
             fork_only_children: self.collector.fork_only,
@@ -315,6 +322,83 @@ pub(crate) mod tests {
             probed: close.into(),
             exec_path_cut: false,
         }
+    }
+
+    /// A summary with these notes and counts, nothing traced.
+    fn summary_with(lost: u64, missed: MissedRuns, flags: Vec<String>) -> Summary {
+        Summary {
+            spawns: 0,
+            lost_records: lost,
+            partial: summary::partial_notes(lost, 4 << 20, &missed, flags),
+            bpf_missed_runs: missed,
+            untracked_forks: 0,
+            read_table_full: 0,
+            fork_only_children: 0,
+            probe_cost_ns: 0,
+            close_cost_ns: 0,
+            leaks_only: false,
+            inherited_fds: vec![],
+            command_status: Some(0),
+            exit_code: 0,
+            exit_reason: ExitReason::Command,
+            totals: TraceTotals::default(),
+            groups: vec![],
+            read_storms: vec![],
+        }
+    }
+
+    fn warning_lines(s: &Summary) -> Vec<String> {
+        let mut text = Vec::new();
+        text::summary_text(&mut text, s, None, Term::plain()).unwrap();
+        String::from_utf8(text)
+            .unwrap()
+            .lines()
+            .filter(|l| l.starts_with("WARNING: "))
+            .map(String::from)
+            .collect()
+    }
+
+    #[test]
+    fn skipped_runs_are_said_like_lost_records() {
+        let missed = MissedRuns::Known(
+            [("sched_process_exec", 236), ("sys_enter", 13_271), ("sys_exit", 0)]
+                .map(|(p, n)| (p.to_string(), n))
+                .into(),
+        );
+        let flags = vec!["2 spawns with path_partial".to_string()];
+        let s = summary_with(3, missed.clone(), flags.clone());
+        assert_eq!(s.partial.len(), 3, "{:?}", s.partial);
+        assert!(s.partial[0].starts_with("3 records LOST"), "{:?}", s.partial);
+        assert!(
+            s.partial[1].starts_with(
+                "the kernel SKIPPED 13507 runs of fdaudit's programs (sys_enter 13271, sched_process_exec 236)"
+            ),
+            "{:?}",
+            s.partial
+        );
+        assert_eq!(s.warnings(), &s.partial[..2]);
+        let w = warning_lines(&s);
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(w[1].contains("SKIPPED 13507 runs"), "{w:?}");
+        let json = serde_json::to_value(&s).unwrap();
+        assert_eq!(json["bpf_missed_runs"]["sched_process_exec"], 236);
+        assert_eq!(json["bpf_missed_runs"]["sys_exit"], 0);
+
+        // Skipped runs alone: the first note and the only warning.
+        let s = summary_with(0, missed, flags.clone());
+        assert_eq!(s.warnings().len(), 1);
+        assert!(s.warnings()[0].contains("SKIPPED"), "{:?}", s.partial);
+        assert_eq!(warning_lines(&s).len(), 1);
+
+        // None skipped, or a kernel without the counter: no note, no warning.
+        for missed in [MissedRuns::default(), MissedRuns::Unknown] {
+            let s = summary_with(0, missed, flags.clone());
+            assert_eq!(s.partial, flags);
+            assert!(s.warnings().is_empty());
+            assert!(warning_lines(&s).is_empty());
+        }
+        let json = serde_json::to_value(summary_with(0, MissedRuns::Unknown, vec![])).unwrap();
+        assert_eq!(json["bpf_missed_runs"], "unknown");
     }
 
     #[test]

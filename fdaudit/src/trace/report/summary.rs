@@ -15,6 +15,7 @@ use super::super::{
     TraceRecord,
 };
 use crate::{
+    ebpf::MissedRuns,
     lossless_field,
     output::{count, text::Lossless},
 };
@@ -74,6 +75,10 @@ pub struct Group {
 pub struct Summary {
     pub spawns: u64,
     pub lost_records: u64,
+    /// Runs of each program the kernel skipped (a run preempted and its hook fired again on
+    /// that CPU): by program name, or "unknown" before Linux 5.12. A skipped exec, fork or
+    /// exit program loses a record, a skipped syscall program a count.
+    pub bpf_missed_runs: MissedRuns,
     pub untracked_forks: u64,
     /// (process, fd) read counters not kept because the kernel's table was full (`--reads`).
     pub read_table_full: u64,
@@ -102,6 +107,32 @@ pub struct Summary {
         serialize_with = "tagged_storms"
     )]
     pub read_storms: Vec<reads::ReadStorm>,
+}
+
+impl Summary {
+    /// The notes said as warnings (records the kernel could not keep or skipped): the first
+    /// of `partial`, as [`partial_notes`] orders them.
+    pub fn warnings(&self) -> &[String] {
+        let n = usize::from(self.lost_records > 0) + usize::from(self.bpf_missed_runs.note().is_some());
+        &self.partial[..n.min(self.partial.len())]
+    }
+}
+
+/// The summary's `partial` notes: lost records first, then the runs the kernel skipped
+/// (both said as warnings, see [`Summary::warnings`]), then the spawns' partial-data flags.
+pub fn partial_notes(
+    lost_records: u64,
+    ring_bytes: u64,
+    missed: &MissedRuns,
+    flags: Vec<String>,
+) -> Vec<String> {
+    let mut notes = Vec::new();
+    if lost_records > 0 {
+        notes.push(super::lost_note(lost_records, ring_bytes));
+    }
+    notes.extend(missed.note());
+    notes.extend(flags);
+    notes
 }
 
 fn tagged_storms<S: serde::Serializer>(v: &[reads::ReadStorm], s: S) -> Result<S::Ok, S::Error> {

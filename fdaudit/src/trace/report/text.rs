@@ -114,7 +114,7 @@ pub(super) fn summary_text(
         writeln!(out, "\nbyte-at-a-time reads:")?;
         writeln!(out, "{}", reads::storm_table(&summary.read_storms, term))?;
     }
-    if let Some(note) = summary.partial.first().filter(|_| summary.lost_records > 0) {
+    for note in summary.warnings() {
         let warning = term.paint(&format!("WARNING: {note}"), Paint::Alarm);
         writeln!(out, "{}", term.fill(&warning, 0))?;
     }
@@ -124,8 +124,8 @@ pub(super) fn summary_text(
 /// Warnings about data the kernel side could not keep, on stderr.
 pub(super) fn summary_warnings(summary: &Summary) {
     let warn = |m: String| stream::note(stream::Level::Warning, &m);
-    let lost = summary.partial.first().filter(|_| summary.lost_records > 0);
-    if let Some(note) = lost {
+    let loud = summary.warnings();
+    for note in loud {
         // Said everywhere someone looks: a warning record in the JSON stream (a line on
         // stderr for people), and on stderr as well when the records go elsewhere.
         warn(note.clone());
@@ -146,7 +146,7 @@ pub(super) fn summary_warnings(summary: &Summary) {
             summary.untracked_forks
         ));
     }
-    for p in summary.partial.iter().skip(usize::from(lost.is_some())) {
+    for p in summary.partial.iter().skip(loud.len()) {
         warn(format!("partial data: {p}"));
     }
 }
