@@ -258,7 +258,8 @@ pub fn unified_path(text: &str) -> Option<&str> {
 }
 
 /// The last pid of the `NSpid:` line of /proc/PID/status: the pid as the process's own pid
-/// namespace sees it (the first is the host's).
+/// namespace sees it (the first is the host's). None for 0, what a process that is being
+/// reaped shows (its pids are already detached; seen in a sid guest, 2026-12-01).
 pub fn ns_pid_from_status(status: &str) -> Option<u32> {
     let line = status.lines().find(|l| l.starts_with("NSpid:"))?;
     line["NSpid:".len()..]
@@ -266,6 +267,7 @@ pub fn ns_pid_from_status(status: &str) -> Option<u32> {
         .last()?
         .parse()
         .ok()
+        .filter(|&n| n != 0)
 }
 
 /// Where cgroup2 is mounted, from /proc/self/mountinfo text (fstype after the ` - `).
@@ -636,6 +638,7 @@ mod tests {
         );
         assert_eq!(ns_pid_from_status("NSpid:\t4321\n"), Some(4321));
         assert_eq!(ns_pid_from_status("Name:\tx\n"), None);
+        assert_eq!(ns_pid_from_status("NSpid:\t0\n"), None, "a process being reaped");
         let mi = "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n\
                   40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd\n\
                   41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n";

@@ -53,6 +53,7 @@ pub fn parse_status(data: &[u8]) -> ProcStatus {
                     .split(u8::is_ascii_whitespace)
                     .rfind(|s| !s.is_empty())
                     .and_then(crate::procfs_util::at::parse_u32)
+                    .filter(|&n| n != 0) // a process being reaped
             }
             _ => {}
         }
