@@ -66,9 +66,13 @@ pub fn exe_of(pid: u32) -> Option<Vec<u8>> {
 ///
 /// The inode comes from fdinfo's `ino:` line, never from a stat through the fd link: that
 /// would ask the file system behind the fd, which may never answer (a FUSE server that
-/// hangs, an NFS server gone). Before 5.14 fdinfo has no `ino:` line: an anonymous target
-/// is checked by the inode in its brackets, a path returned unchecked (the caller compares
-/// it with what the kernel recorded, the name it saw).
+/// hangs, an NFS server gone). Before 5.14 fdinfo has no `ino:` line: a path is returned
+/// unchecked (the caller compares it with what the kernel recorded, the name it saw). An
+/// anonymous target (`pipe:[N]`) is always checked by the inode in its brackets too.
+///
+/// The link is read before and after fdinfo and must not change in between: the fd may be
+/// replaced meanwhile (a shell that points its stdout at /dev/null for a builtin and back
+/// gave /dev/null's inode with the pipe's link, in a sid guest on 2026-12-01).
 pub fn fd_target(pid: u32, fd: u32, ino: u64) -> Option<Vec<u8>> {
     let dir = at::open_dir_path(
         libc::AT_FDCWD,
@@ -76,6 +80,14 @@ pub fn fd_target(pid: u32, fd: u32, ino: u64) -> Option<Vec<u8>> {
     )
     .ok()?;
     let name = at::NumName::new(u64::from(fd));
+    let fd_dir = at::open_dir_path(at::raw(&dir), c"fd").ok()?;
+    let read_link = || {
+        let mut link = vec![0u8; 4096];
+        let len = at::readlinkat(at::raw(&fd_dir), name.as_cstr(), &mut link).ok()?;
+        link.truncate(len);
+        Some(link)
+    };
+    let link = read_link()?;
     let fdinfo = at::open_dir_path(at::raw(&dir), c"fdinfo").ok()?;
     let mut buf = [0u8; 1024];
     let n = at::read_head_at(at::raw(&fdinfo), name.as_cstr(), &mut buf).ok()?;
@@ -83,20 +95,10 @@ pub fn fd_target(pid: u32, fd: u32, ino: u64) -> Option<Vec<u8>> {
         .split(|&b| b == b'\n')
         .find_map(|l| l.strip_prefix(b"ino:"))
         .and_then(|v| std::str::from_utf8(v).ok()?.trim().parse::<u64>().ok());
-    if seen.is_some_and(|s| s != ino) {
+    if seen.is_some_and(|s| s != ino) || bracket_inode(&link).is_some_and(|n| n != ino) {
         return None;
     }
-    let fd_dir = at::open_dir_path(at::raw(&dir), c"fd").ok()?;
-    let mut link = vec![0u8; 4096];
-    let len = at::readlinkat(at::raw(&fd_dir), name.as_cstr(), &mut link).ok()?;
-    link.truncate(len);
-    // Kernels before 5.14 print no `ino:` in fdinfo. An anonymous target (`pipe:[N]`) still
-    // names its inode; a path cannot be checked without a stat through the link (which
-    // blocks on a hung mount), so it is taken as the fd's file.
-    if seen.is_none() && bracket_inode(&link).is_some_and(|n| n != ino) {
-        return None;
-    }
-    Some(link)
+    (read_link()? == link).then_some(link)
 }
 
 /// The number in `socket:[N]` / `pipe:[N]` / `net:[N]` link texts.
