@@ -58,7 +58,10 @@ pub fn current_comm_into(out: &mut [u8; TASK_COMM_LEN]) {
 #[inline(always)]
 pub fn copy_words<T: Copy>(dst: &mut T, src: &T) {
     const { assert!(core::mem::size_of::<T>().is_multiple_of(8)) };
-    let (d, s) = ((dst as *mut T).cast::<u64>(), (src as *const T).cast::<u64>());
+    let (d, s) = (
+        (dst as *mut T).cast::<u64>(),
+        (src as *const T).cast::<u64>(),
+    );
     for i in 0..core::mem::size_of::<T>() / 8 {
         // SAFETY: in bounds of both, 8-aligned (see above).
         unsafe { core::ptr::write_volatile(d.add(i), core::ptr::read_volatile(s.add(i))) };

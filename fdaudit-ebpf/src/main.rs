@@ -40,10 +40,10 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, ProgramArray, RingBuf},
 };
 use fdaudit_common::{
-    Config, ExecFailure, HotSlot, ReadKey, ReadStat, SpawnScratch, Stats, TaskState,
-    CONFIG_MAGIC, EXEC_CHAIN_LEN, GLOBAL_CONFIG, HOT_SLOTS, MAP_EVENTS, MAP_EXEC_CHAIN,
-    MAP_EXEC_FAILS, MAP_EXEC_PENDING, MAP_EXEC_SCRATCH, MAP_HOT, MAP_READS, MAP_SCRATCH,
-    MAP_STATS, MAP_TRACKED, MAX_EXEC_FAILS, MAX_READS, MAX_TRACKED,
+    Config, ExecFailure, HotSlot, ReadKey, ReadStat, SpawnScratch, Stats, TaskState, CONFIG_MAGIC,
+    EXEC_CHAIN_LEN, GLOBAL_CONFIG, HOT_SLOTS, MAP_EVENTS, MAP_EXEC_CHAIN, MAP_EXEC_FAILS,
+    MAP_EXEC_PENDING, MAP_EXEC_SCRATCH, MAP_HOT, MAP_READS, MAP_SCRATCH, MAP_STATS, MAP_TRACKED,
+    MAX_EXEC_FAILS, MAX_READS, MAX_TRACKED,
 };
 // fdwalk sends the records through `crate::output_spawn`.
 use exec::output_spawn;

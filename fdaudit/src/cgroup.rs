@@ -638,7 +638,11 @@ mod tests {
         );
         assert_eq!(ns_pid_from_status("NSpid:\t4321\n"), Some(4321));
         assert_eq!(ns_pid_from_status("Name:\tx\n"), None);
-        assert_eq!(ns_pid_from_status("NSpid:\t0\n"), None, "a process being reaped");
+        assert_eq!(
+            ns_pid_from_status("NSpid:\t0\n"),
+            None,
+            "a process being reaped"
+        );
         let mi = "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n\
                   40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd\n\
                   41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n";

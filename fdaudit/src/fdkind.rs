@@ -180,7 +180,11 @@ mod tests {
             Regular, Directory, Socket, Pipe, Fifo, Eventfd, Epoll, Timerfd, Signalfd, Pidfd,
             Inotify, Fanotify, Memfd, Bpf, Perf, AnonInode, Device, Symlink, Other,
         ] {
-            assert_eq!(serde_json::to_value(kind).unwrap(), kind.as_str(), "{kind:?}");
+            assert_eq!(
+                serde_json::to_value(kind).unwrap(),
+                kind.as_str(),
+                "{kind:?}"
+            );
         }
     }
 

@@ -8,7 +8,7 @@ use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use fdaudit_tests::{b64, guard, fdaudit, is_root, of_type, records, temp_path};
+use fdaudit_tests::{b64, fdaudit, guard, is_root, of_type, records, temp_path};
 use serde_json::Value;
 
 /// The root tests load programs: one at a time.
@@ -111,7 +111,10 @@ fn error_messages_escape_control_and_bidi_characters() {
     let o = run(&["scan", "/tmp/\x1b[31mred\u{202e}txt"]);
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(2));
-    assert!(!err.contains('\x1b') && !err.contains('\u{202e}'), "{err:?}");
+    assert!(
+        !err.contains('\x1b') && !err.contains('\u{202e}'),
+        "{err:?}"
+    );
     assert!(err.contains("\\u{1b}[31mred\\u{202e}txt"), "{err}");
 }
 
@@ -150,7 +153,12 @@ fn closed_or_full_output_exits_2() {
             .stdout(full)
             .output()
             .unwrap();
-        assert_eq!(o.status.code(), Some(2), "{args} >/dev/full: {}", stderr(&o));
+        assert_eq!(
+            o.status.code(),
+            Some(2),
+            "{args} >/dev/full: {}",
+            stderr(&o)
+        );
         assert!(stderr(&o).contains("No space left"), "{}", stderr(&o));
     }
     let o = run(&["scan", fixture, "-o", "/dev/full"]);
@@ -205,7 +213,10 @@ impl Holder {
         let fd5 = format!("/proc/{}/fd/5", child.id());
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while std::fs::read_link(&fd5).map_or(true, |t| t != file) {
-            assert!(std::time::Instant::now() < deadline, "holder never opened fd 5");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "holder never opened fd 5"
+            );
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         Holder { child, file }
@@ -249,12 +260,23 @@ fn scan_fail_on_gives_the_same_answer_under_load() {
         assert_eq!(*code, Some(want), "--fail-on {level}: {codes:?}");
     }
     // --close-cost-ns moves the rating: 20000 x 1000 ns = 20 ms is high.
-    let o = run(&["scan", "-p", &pid, "--fail-on", "high", "--close-cost-ns", "1000"]);
+    let o = run(&[
+        "scan",
+        "-p",
+        &pid,
+        "--fail-on",
+        "high",
+        "--close-cost-ns",
+        "1000",
+    ]);
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     let o = run(&["scan", "-p", &pid, "--json", "--close-cost-ns", "1000"]);
     let recs = records(&String::from_utf8_lossy(&o.stdout));
     let s = recs.last().unwrap();
-    assert_eq!((s["close_cost_ns"].as_u64(), s["worst"].as_str()), (Some(1000), Some("high")));
+    assert_eq!(
+        (s["close_cost_ns"].as_u64(), s["worst"].as_str()),
+        (Some(1000), Some("high"))
+    );
 }
 
 // ---- trace (root) ----
@@ -271,7 +293,15 @@ fn trace_leaves_the_commands_stdout_alone() {
     assert_eq!(recs.last().unwrap()["type"], "summary");
 
     let f = temp_path("echo.jsonl");
-    let o = run(&["trace", "--json", "-o", f.to_str().unwrap(), "--", "/bin/echo", "hello"]);
+    let o = run(&[
+        "trace",
+        "--json",
+        "-o",
+        f.to_str().unwrap(),
+        "--",
+        "/bin/echo",
+        "hello",
+    ]);
     assert_eq!(o.stdout, b"hello\n");
     assert!(o.stderr.is_empty(), "{}", stderr(&o));
     let recs = file_records(&f);
@@ -280,7 +310,11 @@ fn trace_leaves_the_commands_stdout_alone() {
     let last = recs.last().unwrap();
     assert_eq!(last["type"], "summary");
     assert_eq!(
-        (&last["command_status"], &last["exit_code"], &last["exit_reason"]),
+        (
+            &last["command_status"],
+            &last["exit_code"],
+            &last["exit_reason"]
+        ),
         (&Value::from(0), &Value::from(0), &Value::from("command"))
     );
 }
@@ -385,9 +419,19 @@ fn fail_on_leak_ignores_what_fdaudits_caller_passed() {
     let (c, e) = code(&["trace", "--fail-on-leak", "--", "/bin/true"]);
     assert_eq!(c, Some(0), "{e}");
     // sh exec's /bin/true with fd 9 still open: inherited, not a leak of the command's.
-    let (c, e) = code(&["trace", "--fail-on-leak", "--", "sh", "-c", "/bin/true; true"]);
+    let (c, e) = code(&[
+        "trace",
+        "--fail-on-leak",
+        "--",
+        "sh",
+        "-c",
+        "/bin/true; true",
+    ]);
     assert_eq!(c, Some(0), "{e}");
-    assert!(e.contains("inherited 1 fd from fdaudit's caller: 9=/etc/hostname"), "the baseline note: {e}");
+    assert!(
+        e.contains("inherited 1 fd from fdaudit's caller: 9=/etc/hostname"),
+        "the baseline note: {e}"
+    );
     let (c, e) = code(&[
         "trace",
         "--fail-on-leak",
@@ -398,34 +442,70 @@ fn fail_on_leak_ignores_what_fdaudits_caller_passed() {
     ]);
     assert_eq!(c, Some(3), "{e}");
     // --no-baseline counts fd 9; --ignore-fd forgives it again.
-    let (c, e) = code(&["trace", "--fail-on-leak", "--no-baseline", "--", "sh", "-c", "/bin/true; true"]);
+    let (c, e) = code(&[
+        "trace",
+        "--fail-on-leak",
+        "--no-baseline",
+        "--",
+        "sh",
+        "-c",
+        "/bin/true; true",
+    ]);
     assert_eq!(c, Some(3), "{e}");
     let (c, e) = code(&[
-        "trace", "--fail-on-leak", "--no-baseline", "--ignore-fd", "9", "--", "sh", "-c",
+        "trace",
+        "--fail-on-leak",
+        "--no-baseline",
+        "--ignore-fd",
+        "9",
+        "--",
+        "sh",
+        "-c",
         "/bin/true; true",
     ]);
     assert_eq!(c, Some(0), "{e}");
     // The command's own failure wins over the leak verdict, and the summary says which.
     let f = temp_path("leak.jsonl");
     let o = trace_with_inherited_fd(&[
-        "trace", "--json", "--fail-on-leak", "-o", f.to_str().unwrap(), "--", "sh", "-c",
+        "trace",
+        "--json",
+        "--fail-on-leak",
+        "-o",
+        f.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
         "exec 7</etc/hostname; /bin/true; exit 4",
     ]);
     assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
     let s = file_records(&f).pop().unwrap();
     assert_eq!(
-        (&s["exit_reason"], &s["command_status"], &s["totals"]["spawns_with_new_leaks"]),
+        (
+            &s["exit_reason"],
+            &s["command_status"],
+            &s["totals"]["spawns_with_new_leaks"]
+        ),
         (&Value::from("command"), &Value::from(4), &Value::from(1)),
         "{s}"
     );
     let f = temp_path("leak0.jsonl");
     let o = trace_with_inherited_fd(&[
-        "trace", "--json", "--fail-on-leak", "-o", f.to_str().unwrap(), "--", "sh", "-c",
+        "trace",
+        "--json",
+        "--fail-on-leak",
+        "-o",
+        f.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
         "exec 7</etc/hostname; /bin/true",
     ]);
     assert_eq!(o.status.code(), Some(3));
     let s = file_records(&f).pop().unwrap();
-    assert_eq!((&s["exit_reason"], &s["exit_code"]), (&Value::from("leak"), &Value::from(3)));
+    assert_eq!(
+        (&s["exit_reason"], &s["exit_code"]),
+        (&Value::from("leak"), &Value::from(3))
+    );
     assert_eq!(s["inherited_fds"][0]["fd"], 9, "{s}");
 }
 
@@ -436,20 +516,35 @@ fn duration_end_detaches_and_waits_for_the_command() {
     let f = temp_path("dur.jsonl");
     let t = std::time::Instant::now();
     let o = run(&[
-        "trace", "--json", "-o", f.to_str().unwrap(), "--duration", "0.5", "--", "sh", "-c",
+        "trace",
+        "--json",
+        "-o",
+        f.to_str().unwrap(),
+        "--duration",
+        "0.5",
+        "--",
+        "sh",
+        "-c",
         "sleep 2; exit 5",
     ]);
     assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
-    assert!(t.elapsed() >= std::time::Duration::from_secs(2), "waited for the command");
+    assert!(
+        t.elapsed() >= std::time::Duration::from_secs(2),
+        "waited for the command"
+    );
     let recs = file_records(&f);
     assert!(
-        of_type(&recs, "note")
-            .iter()
-            .any(|n| n["message"].as_str().unwrap().contains("--duration ended: probes detached")),
+        of_type(&recs, "note").iter().any(|n| n["message"]
+            .as_str()
+            .unwrap()
+            .contains("--duration ended: probes detached")),
         "{recs:?}"
     );
     let s = recs.last().unwrap();
-    assert_eq!((&s["command_status"], &s["exit_code"]), (&Value::from(5), &Value::from(5)));
+    assert_eq!(
+        (&s["command_status"], &s["exit_code"]),
+        (&Value::from(5), &Value::from(5))
+    );
 }
 
 #[test]
@@ -468,7 +563,10 @@ fn pid_of_a_zombie_or_a_thread_gets_a_warning() {
     let _ = z.wait();
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(0), "{err}");
-    assert!(err.contains("warning: PID") && err.contains("is a zombie"), "{err}");
+    assert!(
+        err.contains("warning: PID") && err.contains("is a zombie"),
+        "{err}"
+    );
 
     // A thread id that is not its process's leader: this test process has several.
     let me = std::process::id();
@@ -482,7 +580,9 @@ fn pid_of_a_zombie_or_a_thread_gets_a_warning() {
     handle.join().unwrap();
     let err = stderr(&o);
     assert!(
-        err.contains(&format!("warning: PID {tid} is a thread of process {me}: tracing process {me}")),
+        err.contains(&format!(
+            "warning: PID {tid} is a thread of process {me}: tracing process {me}"
+        )),
         "{err}"
     );
 }
@@ -493,7 +593,16 @@ fn a_failed_exec_shows_its_path_and_errno() {
     let _g = guard();
     let script = "/nonexistent/cmd; true";
     let f = temp_path("failed.jsonl");
-    let o = run(&["trace", "--json", "-o", f.to_str().unwrap(), "--", "sh", "-c", script]);
+    let o = run(&[
+        "trace",
+        "--json",
+        "-o",
+        f.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        script,
+    ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let recs = file_records(&f);
     let failed: Vec<&Value> = of_type(&recs, "spawn")
@@ -504,7 +613,11 @@ fn a_failed_exec_shows_its_path_and_errno() {
     let s = failed[0];
     assert_eq!(
         (&s["exec_errno"], &s["exec_error"], &s["exec_path"]),
-        (&Value::from(2), &Value::from("ENOENT"), &Value::from("/nonexistent/cmd")),
+        (
+            &Value::from(2),
+            &Value::from("ENOENT"),
+            &Value::from("/nonexistent/cmd")
+        ),
         "{s}"
     );
     let o = run(&["trace", "--", "sh", "-c", script]);

@@ -49,8 +49,21 @@ fn scan_bench_doctor_share_the_header_and_match_the_schema() {
     assert!(!of_type(&scan, "finding").is_empty());
     assert_eq!(scan.last().unwrap()["type"], "summary");
     let bench = json_run(&[
-        "bench", "--json", "--limits", "1024,2048", "--open-fds", "3", "--strategies",
-        "close-loop,close-range", "-n", "2", "--batch", "2", "--trace-spawns", "0", "--no-pin",
+        "bench",
+        "--json",
+        "--limits",
+        "1024,2048",
+        "--open-fds",
+        "3",
+        "--strategies",
+        "close-loop,close-range",
+        "-n",
+        "2",
+        "--batch",
+        "2",
+        "--trace-spawns",
+        "0",
+        "--no-pin",
     ]);
     assert_eq!(of_type(&bench, "cell").len(), 4);
     assert_eq!(of_type(&bench, "fit").len(), 2);

@@ -38,7 +38,10 @@ fn wait_attached(stream: &mut impl std::io::BufRead) -> String {
     loop {
         let mut line = String::new();
         assert!(
-            stream.read_line(&mut line).expect("read the tracer's output") > 0,
+            stream
+                .read_line(&mut line)
+                .expect("read the tracer's output")
+                > 0,
             "tracer ended early: {seen}"
         );
         seen.push_str(&line);
@@ -57,7 +60,10 @@ fn wait_attached_file(path: &std::path::Path) {
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    panic!("the tracer never said it was attached in {}", path.display());
+    panic!(
+        "the tracer never said it was attached in {}",
+        path.display()
+    );
 }
 
 #[test]

@@ -488,7 +488,10 @@ fn trace_cgroup_follows_a_container_and_nothing_else() {
     let mut out = String::new();
     loop {
         let mut line = String::new();
-        assert!(reader.read_line(&mut line).unwrap() > 0, "tracer ended early: {out}");
+        assert!(
+            reader.read_line(&mut line).unwrap() > 0,
+            "tracer ended early: {out}"
+        );
         out.push_str(&line);
         if line.contains("Ctrl-C to stop") {
             assert!(line.contains(&format!("tracing cgroup {parent}")), "{line}");

@@ -23,8 +23,8 @@ pub mod misses;
 mod programs;
 
 pub use caps::{effective_caps, has_cap, missing_trace_caps};
-pub use misses::MissedRuns;
 pub use fentry::{attach_fentry, detach_after_exit, detach_fentry, probe_fentry};
+pub use misses::MissedRuns;
 pub use programs::{FentrySpec, ProgramSpec, FENTRY_PROGRAMS, PROGRAMS, SYSCALL_PREFIX};
 
 /// The optional programs on the exec syscalls' exit tracepoints (syscalls category), with

@@ -186,8 +186,7 @@ impl Header {
             command,
             host: hostname(),
             kernel: crate::sys::uname().unwrap_or_else(|| "unknown".into()),
-            started_at: humantime::format_rfc3339_millis(std::time::SystemTime::now())
-                .to_string(),
+            started_at: humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
             argv: Lossless::new(std::env::args_os().map(|a| a.into_vec()).collect()),
         }
     }
@@ -209,7 +208,10 @@ pub fn open(dest: Dest, json: bool, command: &'static str) -> anyhow::Result<()>
         Dest::Std(s) => {
             // SAFETY: fd 1 or 2 is open (guard_std_fds filled a closed one); ManuallyDrop
             // keeps it from being closed.
-            (ManuallyDrop::new(unsafe { File::from_raw_fd(s.fd()) }), false)
+            (
+                ManuallyDrop::new(unsafe { File::from_raw_fd(s.fd()) }),
+                false,
+            )
         }
         // std opens with O_CLOEXEC: a traced command never inherits it.
         Dest::File(p) => (

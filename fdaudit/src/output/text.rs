@@ -189,7 +189,11 @@ impl<F: FieldName> Serialize for Lossless<Vec<u8>, F> {
 impl<F: FieldName> Serialize for Lossless<Vec<Vec<u8>>, F> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(None)?;
-        let lossy: Vec<Cow<'_, str>> = self.raw.iter().map(|a| String::from_utf8_lossy(a)).collect();
+        let lossy: Vec<Cow<'_, str>> = self
+            .raw
+            .iter()
+            .map(|a| String::from_utf8_lossy(a))
+            .collect();
         m.serialize_entry(F::NAME, &lossy)?;
         if self.raw.iter().any(|a| std::str::from_utf8(a).is_err()) {
             let all: Vec<String> = self
@@ -235,7 +239,10 @@ mod tests {
         let j = serde_json::to_string(&r).unwrap();
         assert_eq!(j, r#"{"fd":3,"path":"/tmp/x\u001b[31m\nFAKE"}"#);
         let back: serde_json::Value = serde_json::from_str(&j).unwrap();
-        assert_eq!(back["path"].as_str().unwrap().as_bytes(), b"/tmp/x\x1b[31m\nFAKE");
+        assert_eq!(
+            back["path"].as_str().unwrap().as_bytes(),
+            b"/tmp/x\x1b[31m\nFAKE"
+        );
 
         let r = Rec {
             fd: 4,
@@ -270,6 +277,9 @@ mod tests {
         }
         let v = serde_json::to_value(R { argv: &a }).unwrap();
         assert_eq!(v["argv"], serde_json::json!(["/bin/true", "", "\u{FFFD}"]));
-        assert_eq!(v["argv_b64"], serde_json::json!(["L2Jpbi90cnVl", "", "/w=="]));
+        assert_eq!(
+            v["argv_b64"],
+            serde_json::json!(["L2Jpbi90cnVl", "", "/w=="])
+        );
     }
 }

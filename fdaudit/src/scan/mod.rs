@@ -112,7 +112,9 @@ fn check_input(args: &ScanArgs) -> anyhow::Result<()> {
         bail!("{shown} is not a directory: give a procfs root such as /proc");
     }
     if !looks_like_procfs(root) {
-        bail!("{shown} is not a procfs (no process directories in it): give /proc or a copy of one");
+        bail!(
+            "{shown} is not a procfs (no process directories in it): give /proc or a copy of one"
+        );
     }
     for &pid in &args.pids {
         let dir = root.join(pid.to_string());
@@ -142,7 +144,12 @@ fn open_fd_dir(path: &Path) -> std::io::Result<()> {
     let c = CString::new(path.as_os_str().as_bytes())
         .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
     // SAFETY: c is a valid C string; the fd is closed at once.
-    let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
     if fd < 0 {
         return Err(std::io::Error::last_os_error());
     }

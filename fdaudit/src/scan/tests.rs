@@ -129,12 +129,7 @@ fn basic_tree_fds_exactly() {
     );
     let s7 = &server.fds[7];
     assert_eq!(
-        (
-            s7.family,
-            s7.proto.as_deref(),
-            opt(&s7.local),
-            s7.listening
-        ),
+        (s7.family, s7.proto.as_deref(), opt(&s7.local), s7.listening),
         (Some("unix"), Some("stream"), Some("@app"), true)
     );
     let s10 = &server.fds[10];

@@ -347,7 +347,10 @@ fn ending(args: &TraceArgs, reporter: &Reporter, exit_status: Option<i32>) -> En
     } else if exit_reason == ExitReason::Leak {
         stream::note(
             stream::Level::Note,
-            &format!("spawns leaked fds (--fail-on-leak): exit status {}", exit::POLICY),
+            &format!(
+                "spawns leaked fds (--fail-on-leak): exit status {}",
+                exit::POLICY
+            ),
         );
     }
     Ending {
@@ -447,9 +450,7 @@ fn attach(args: &TraceArgs, pids: &[u32], followed: Option<&Followed>) -> Result
     let what = match (child, followed) {
         (Some(pid), _) => format!("command (pid {pid})"),
         (None, Some(f)) => format!("cgroup {}", f.path),
-        (None, None) => {
-            crate::output::count(pids.len() as u64, "process tree", "process trees")
-        }
+        (None, None) => crate::output::count(pids.len() as u64, "process tree", "process trees"),
     };
     stream::note(
         stream::Level::Note,

@@ -16,12 +16,12 @@ use fdaudit_common::{
     ExecFailure, ReadKey, ReadStat, Stats, TaskState, MAP_EXEC_FAILS, MAP_READS, MAP_STATS,
 };
 
+pub use super::loader::{SessionOptions, StartupTimings};
 use super::{
     decode::{self, Decoder, Event, ReadCount},
     drain::Drain,
     loader,
 };
-pub use super::loader::{SessionOptions, StartupTimings};
 use crate::{
     cgroup::Hierarchy,
     ebpf::{self, Backend, MissedRuns},

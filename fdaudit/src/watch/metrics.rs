@@ -458,7 +458,10 @@ mod tests {
         assert_eq!(value(&t, "fdaudit_lost_records_total"), Some(5.0));
         assert_eq!(value(&t, "fdaudit_untracked_forks_total"), Some(1.0));
         assert_eq!(
-            value(&t, r#"fdaudit_bpf_missed_runs_total{program="sched_process_exec"}"#),
+            value(
+                &t,
+                r#"fdaudit_bpf_missed_runs_total{program="sched_process_exec"}"#
+            ),
             Some(236.0),
             "{t}"
         );

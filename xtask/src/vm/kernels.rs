@@ -58,7 +58,12 @@ impl Arch {
             Self::Aarch64 => vec!["-M", "virt"],
         };
         if icount {
-            args.extend(["-accel", "tcg,thread=single", "-icount", "shift=0,sleep=off"]);
+            args.extend([
+                "-accel",
+                "tcg,thread=single",
+                "-icount",
+                "shift=0,sleep=off",
+            ]);
         } else if one_thread {
             args.extend(["-accel", "tcg,thread=single"]);
         } else {

@@ -361,14 +361,22 @@ pub(crate) mod tests {
     #[test]
     fn skipped_runs_are_said_like_lost_records() {
         let missed = MissedRuns::Known(
-            [("sched_process_exec", 236), ("sys_enter", 13_271), ("sys_exit", 0)]
-                .map(|(p, n)| (p.to_string(), n))
-                .into(),
+            [
+                ("sched_process_exec", 236),
+                ("sys_enter", 13_271),
+                ("sys_exit", 0),
+            ]
+            .map(|(p, n)| (p.to_string(), n))
+            .into(),
         );
         let flags = vec!["2 spawns with path_partial".to_string()];
         let s = summary_with(3, missed.clone(), flags.clone());
         assert_eq!(s.partial.len(), 3, "{:?}", s.partial);
-        assert!(s.partial[0].starts_with("3 records LOST"), "{:?}", s.partial);
+        assert!(
+            s.partial[0].starts_with("3 records LOST"),
+            "{:?}",
+            s.partial
+        );
         assert!(
             s.partial[1].starts_with(
                 "the kernel SKIPPED 13507 runs of fdaudit's programs (sys_enter 13271, sched_process_exec 236)"

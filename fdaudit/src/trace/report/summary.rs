@@ -113,7 +113,8 @@ impl Summary {
     /// The notes said as warnings (records the kernel could not keep or skipped): the first
     /// of `partial`, as [`partial_notes`] orders them.
     pub fn warnings(&self) -> &[String] {
-        let n = usize::from(self.lost_records > 0) + usize::from(self.bpf_missed_runs.note().is_some());
+        let n =
+            usize::from(self.lost_records > 0) + usize::from(self.bpf_missed_runs.note().is_some());
         &self.partial[..n.min(self.partial.len())]
     }
 }
