@@ -57,8 +57,8 @@ impl FdKind {
         }
     }
 
-    /// Kind of an anon inode from its name as the kernel shows it: "[eventfd]",
-    /// "anon_inode:[eventfd]", "[eventpoll]", "bpf-map", "[pidfd]", ...
+    /// Kind of an anon inode from its name as the kernel shows it: `[eventfd]`,
+    /// `anon_inode:[eventfd]`, `[eventpoll]`, `bpf-map`, `[pidfd]`, ...
     pub fn from_anon_name(name: &str) -> FdKind {
         let n = name.strip_prefix("anon_inode:").unwrap_or(name);
         let n = n.trim_start_matches('[').trim_end_matches(']');

@@ -193,6 +193,35 @@ pub fn temp_path(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("fdaudit-test-{}-{n}-{name}", std::process::id()))
 }
 
+/// Runs `fdaudit trace --json -o FILE` followed by what `args` adds (options, `-- CMD`,
+/// environment), stdin closed, and returns the run's output with FILE's text; FILE is
+/// removed. With `-o` the records never share the traced command's stdout (#10).
+pub fn trace_to_file(
+    name: &str,
+    args: impl FnOnce(&mut std::process::Command),
+) -> (std::process::Output, String) {
+    let file = temp_path(name);
+    let mut cmd = std::process::Command::new(fdaudit());
+    cmd.args(["trace", "--json", "-o"])
+        .arg(&file)
+        .stdin(std::process::Stdio::null());
+    args(&mut cmd);
+    let out = cmd.output().expect("run fdaudit trace");
+    let text = std::fs::read_to_string(&file).unwrap_or_default();
+    let _ = std::fs::remove_file(&file);
+    (out, text)
+}
+
+/// Panics with fdaudit's exit status and stderr unless the run succeeded.
+pub fn assert_success(out: &std::process::Output) {
+    assert!(
+        out.status.success(),
+        "fdaudit failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Decodes a base64 `_b64` field.
 pub fn b64(s: &str) -> Vec<u8> {
     use base64::Engine as _;

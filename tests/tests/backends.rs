@@ -5,7 +5,7 @@
 //! records; the comparison itself runs in the VM matrix (`cargo xtask vm-test`), whose
 //! kernels accept fentry.
 
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 use fdaudit_tests::{fdaudit, guard};
 use serde_json::Value;
@@ -13,20 +13,14 @@ use serde_json::Value;
 /// `trace --json -o FILE -v --backend B ... -- CMD`, with the records of FILE in place of
 /// stdout: with `-- CMD` the records never share CMD's stdout (#10).
 fn run(backend: &str, extra: &[&str], cmd: &[String]) -> Output {
-    let file = fdaudit_tests::temp_path("backends.jsonl");
-    let mut out = Command::new(fdaudit())
-        .args(["trace", "--json", "-o"])
-        .arg(&file)
-        .args(["-v", "--backend", backend])
-        .args(extra)
-        .arg("--")
-        .args(cmd)
-        .env_remove("FDAUDIT_BACKEND")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run fdaudit trace");
-    out.stdout = std::fs::read(&file).unwrap_or_default();
-    let _ = std::fs::remove_file(&file);
+    let (mut out, text) = fdaudit_tests::trace_to_file("backends.jsonl", |c| {
+        c.args(["-v", "--backend", backend])
+            .args(extra)
+            .arg("--")
+            .args(cmd)
+            .env_remove("FDAUDIT_BACKEND");
+    });
+    out.stdout = text.into_bytes();
     out
 }
 

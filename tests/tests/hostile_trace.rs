@@ -15,22 +15,10 @@ use serde_json::Value;
 /// Runs `fdaudit trace --json -o FILE ARGS...` (stdin closed): the records from FILE,
 /// each checked against the schema, and the run's output (CMD's stdout, fdaudit's stderr).
 fn trace_json<S: AsRef<OsStr>>(args: impl IntoIterator<Item = S>) -> (Vec<Value>, Output) {
-    let file = temp_path("hostile-trace.jsonl");
-    let out = Command::new(fdaudit())
-        .args(["trace", "--json", "-o"])
-        .arg(&file)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run fdaudit trace --json");
-    let text = std::fs::read_to_string(&file).unwrap_or_default();
-    let _ = std::fs::remove_file(&file);
-    assert!(
-        out.status.success(),
-        "fdaudit trace failed ({}): {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (out, text) = fdaudit_tests::trace_to_file("hostile-trace.jsonl", |c| {
+        c.args(args);
+    });
+    fdaudit_tests::assert_success(&out);
     (records(&text), out)
 }
 

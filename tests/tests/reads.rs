@@ -3,7 +3,7 @@
 
 use std::process::{Command, Stdio};
 
-use fdaudit_tests::{fdaudit, records, require_root, temp_path};
+use fdaudit_tests::{records, require_root};
 use serde_json::Value;
 
 const ENV: [&str; 4] = [
@@ -15,22 +15,10 @@ const ENV: [&str; 4] = [
 const LOOP: &str = "printenv; seq 1 300 | while read l; do :; done";
 
 fn storms(cmd: &[&str]) -> Vec<Value> {
-    let file = temp_path("reads.jsonl");
-    let out = Command::new(fdaudit())
-        .args(["trace", "--reads", "--json", "-o"])
-        .arg(&file)
-        .arg("--")
-        .args(cmd)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run fdaudit trace --reads");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = std::fs::read_to_string(&file).expect("the -o file");
-    let _ = std::fs::remove_file(&file);
+    let (out, text) = fdaudit_tests::trace_to_file("reads.jsonl", |c| {
+        c.args(["--reads", "--"]).args(cmd);
+    });
+    fdaudit_tests::assert_success(&out);
     records(&text)
         .into_iter()
         .filter(|r| r["type"] == "read_storm")

@@ -4,10 +4,8 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::process::{Command, Stdio};
 
 use common::*;
-use fdaudit_tests::fdaudit;
 use serde_json::Value;
 
 #[test]
@@ -303,23 +301,10 @@ fn dup2_redirections_in_the_window_are_counted() {
 /// with `-- CMD` they never share CMD's stdout); the spawn records of `exec_path`, every
 /// record checked against the schema.
 fn spawns_with_env(env: &[(&str, &str)], cmd: &[&str], exec_path: &str) -> Vec<Value> {
-    let file = fdaudit_tests::temp_path("trace-env.jsonl");
-    let out = Command::new(fdaudit())
-        .args(["trace", "--json", "-o"])
-        .arg(&file)
-        .arg("--")
-        .args(cmd)
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .output()
-        .expect("run fdaudit trace");
-    assert!(
-        out.status.success(),
-        "trace failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = std::fs::read_to_string(&file).expect("the -o file");
-    let _ = std::fs::remove_file(&file);
+    let (out, text) = fdaudit_tests::trace_to_file("trace-env.jsonl", |c| {
+        c.arg("--").args(cmd).envs(env.iter().copied());
+    });
+    fdaudit_tests::assert_success(&out);
     fdaudit_tests::records(&text)
         .into_iter()
         .filter(|s| s["type"] == "spawn" && s["exec_path"] == exec_path)
@@ -383,23 +368,12 @@ fn argv_is_exact_at_the_top_of_a_bare_stack() {
     use std::os::unix::ffi::OsStrExt as _;
     let _g = guard();
     let run = |args: &[&[u8]]| -> Value {
-        let file = fdaudit_tests::temp_path("argv.jsonl");
-        let out = Command::new(fdaudit())
-            .args(["trace", "--json", "-o"])
-            .arg(&file)
-            .args(["--", "/bin/sh", "-c", "exec /bin/true \"$@\"", "sh"])
-            .args(args.iter().map(|a| std::ffi::OsStr::from_bytes(a)))
-            .env_clear()
-            .stdin(Stdio::null())
-            .output()
-            .expect("run fdaudit trace");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let text = std::fs::read_to_string(&file).expect("the -o file");
-        let _ = std::fs::remove_file(&file);
+        let (out, text) = fdaudit_tests::trace_to_file("argv.jsonl", |c| {
+            c.args(["--", "/bin/sh", "-c", "exec /bin/true \"$@\"", "sh"])
+                .args(args.iter().map(|a| std::ffi::OsStr::from_bytes(a)))
+                .env_clear();
+        });
+        fdaudit_tests::assert_success(&out);
         fdaudit_tests::records(&text)
             .into_iter()
             .find(|s| s["type"] == "spawn" && s["exec_path"] == "/bin/true")
