@@ -70,7 +70,8 @@ pub const MAX_EXEC_FAILS: u32 = 4096;
 pub struct ExecFailure {
     /// The exec syscall's return value, negated (2 for ENOENT).
     pub errno: i32,
-    pub _pad: u32,
+    /// 1 when the path was longer than [`EXEC_PATH_LEN`] - 1 bytes and `path` holds its start.
+    pub path_cut: u32,
     /// The path given to execve/execveat, NUL-terminated (cut at [`EXEC_PATH_LEN`]).
     pub path: [u8; EXEC_PATH_LEN],
 }

@@ -1,8 +1,11 @@
 //! Failed execs: the errno and path of an exec that returned an error.
 
 use aya_ebpf::{
-    helpers::bpf_probe_read_user_str_bytes, macros::tracepoint, programs::TracePointContext,
+    helpers::{bpf_probe_read_user, bpf_probe_read_user_str_bytes},
+    macros::tracepoint,
+    programs::TracePointContext,
 };
+use fdaudit_common::EXEC_PATH_LEN;
 
 use crate::{configured, current_tgid, EXEC_FAILS, EXEC_PENDING, EXEC_SCRATCH};
 
@@ -47,9 +50,17 @@ fn try_exec_exit(ctx: &TracePointContext) -> Result<(), i64> {
     let v = unsafe { &mut *v };
     v.errno = (-ret) as i32;
     v.path[0] = 0;
+    v.path_cut = 0;
     // SAFETY: the helper bounds the read by the buffer and tolerates bad addresses; the
     // caller's memory is intact, as the exec failed.
-    let _ = unsafe { bpf_probe_read_user_str_bytes(name as *const u8, &mut v.path) };
+    let read = unsafe { bpf_probe_read_user_str_bytes(name as *const u8, &mut v.path) };
+    // A full buffer is a path of exactly EXEC_PATH_LEN - 1 bytes or a longer one: the byte
+    // after the last one kept tells them apart.
+    if read.is_ok_and(|p| p.len() == EXEC_PATH_LEN - 1) {
+        // SAFETY: bpf_probe_read_user tolerates bad addresses.
+        let next = unsafe { bpf_probe_read_user((name as *const u8).add(EXEC_PATH_LEN - 1)) };
+        v.path_cut = u32::from(next.is_ok_and(|b| b != 0));
+    }
     // By reference: a copy of the value would not fit on the eBPF stack.
     #[allow(clippy::needless_borrows_for_generic_args)]
     EXEC_FAILS.insert(tgid, &*v, 0)?;

@@ -242,6 +242,26 @@ fn a_child_whose_every_exec_fails_is_a_failed_spawn() {
     assert_eq!(spawns[0]["exec_ok"], false);
     assert_eq!(u(&spawns[0]["exec_attempts"]), 1);
     assert_eq!(spawns[0]["parent_comm"], "sh");
+    assert_eq!(spawns[0]["exec_path"], "/nonexistent/fdaudit-test");
+    assert_eq!(spawns[0]["exec_error"], "ENOENT");
+    // The kernel keeps 255 bytes of a failed exec's path: exactly that many is whole, one
+    // more is cut and flagged.
+    let flags = |s: &Value| s["flags"].as_array().cloned().unwrap_or_default();
+    let exact = format!("/nonexistent/{}", "a".repeat(242));
+    let longer = format!("{exact}/b");
+    assert_eq!(exact.len(), 255);
+    for (path, cut) in [(&exact, false), (&longer, true)] {
+        let (spawns, _, _) = trace(&[], &["sh", "-c", &format!("{path}; true")]);
+        assert_eq!(spawns.len(), 1, "{spawns:?}");
+        assert_eq!(spawns[0]["exec_path"].as_str(), Some(exact.as_str()));
+        assert_eq!(spawns[0]["exec_error"], "ENOENT");
+        assert_eq!(
+            flags(&spawns[0]).contains(&Value::from("path_partial")),
+            cut,
+            "{path}: {}",
+            spawns[0]
+        );
+    }
 }
 
 #[test]

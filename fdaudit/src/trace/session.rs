@@ -303,6 +303,9 @@ impl Session {
                         s.exec_errno = Some(f.errno);
                         s.exec_error = sys::errno_name(f.errno);
                         s.exec_path = crate::output::text::Lossless::new(decode::cstr(&f.path));
+                        if f.path_cut != 0 {
+                            s.flags |= super::flags::SpawnFlags::PATH_PARTIAL;
+                        }
                         let _ = map.remove(&s.pid);
                     }
                 }

@@ -2,9 +2,9 @@
 //! the fixture, one test at a time.
 #![allow(dead_code)] // each test binary uses its own subset
 
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
-use fdaudit_tests::{fdaudit, records, target_bin, temp_path};
+use fdaudit_tests::{fdaudit, records, target_bin};
 use serde_json::Value;
 
 /// The tests load programs and time syscalls: one at a time (asserts root first).
@@ -13,26 +13,9 @@ pub use fdaudit_tests::guard;
 /// Runs `fdaudit trace --json -o FILE [extra] -- cmd...`; returns every record of FILE
 /// (checked against the schema: the first is the header) and the output.
 pub fn trace_records(extra: &[&str], cmd: &[&str]) -> (Vec<Value>, Output) {
-    let file = temp_path("trace.jsonl");
-    let out = Command::new(fdaudit())
-        .arg("trace")
-        .arg("--json")
-        .arg("-o")
-        .arg(&file)
-        .args(extra)
-        .arg("--")
-        .args(cmd)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run fdaudit trace");
-    let text = std::fs::read_to_string(&file).unwrap_or_else(|e| {
-        panic!(
-            "no -o file ({e}); status {}; stderr: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        )
+    let (out, text) = fdaudit_tests::trace_to_file("trace.jsonl", |c| {
+        c.args(extra).arg("--").args(cmd);
     });
-    let _ = std::fs::remove_file(&file);
     (records(&text), out)
 }
 
