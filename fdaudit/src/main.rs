@@ -8,14 +8,9 @@ use fdaudit::{
     output::{is_broken_pipe, stream},
 };
 
-/// Runs before the Rust runtime, which fills closed fds 0-2 with /dev/null: see
-/// [`stream::probe_std_fds`].
-#[used]
-#[unsafe(link_section = ".init_array")]
-static PROBE_STD_FDS: extern "C" fn() = stream::probe_std_fds;
-
 /// Records what the caller gave fdaudit (signal mask, ignored signals, closed stdio) before
-/// the Rust runtime changes any of it: see `fdaudit::caller`.
+/// the Rust runtime changes any of it (it fills closed fds 0-2 with /dev/null): see
+/// `fdaudit::caller` and [`stream::guard_std_fds`].
 #[used]
 #[unsafe(link_section = ".init_array")]
 static CAPTURE_CALLER: extern "C" fn() = fdaudit::caller::capture_at_start;

@@ -17,7 +17,7 @@ use std::{
     os::fd::FromRawFd as _,
     path::{Path, PathBuf},
     sync::{
-        atomic::{AtomicBool, AtomicU64, Ordering},
+        atomic::{AtomicU64, Ordering},
         Mutex,
     },
 };
@@ -78,31 +78,17 @@ impl Dest {
     }
 }
 
-/// Which of fds 0-2 were closed when fdaudit started (see [`guard_std_fds`]).
-static STD_CLOSED: [AtomicBool; 3] = [
-    AtomicBool::new(false),
-    AtomicBool::new(false),
-    AtomicBool::new(false),
-];
-
-/// Records which of fds 0-2 are closed. Must run before the Rust runtime starts: it fills a
-/// closed one with /dev/null, after which a closed stdout looks like a good one and every
-/// record written to it is silently lost. The binary calls it from `.init_array`.
-pub extern "C" fn probe_std_fds() {
-    for fd in 0..3 {
-        // SAFETY: F_GETFD only queries.
-        if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
-            STD_CLOSED[fd as usize].store(true, Ordering::Relaxed);
-        }
-    }
-}
-
 /// Makes the /dev/null the runtime put on a closed fd 0-2 close-on-exec, so a traced command
 /// still finds that fd closed, as fdaudit's caller left it. Writing records to a closed
 /// stream is then an error (EBADF), not a silent loss.
+///
+/// Which fds were closed comes from [`crate::caller`]'s capture before `main`: the Rust
+/// runtime fills a closed one with /dev/null, after which a closed stdout looks like a good
+/// one and every record written to it would be silently lost.
 pub fn guard_std_fds() {
+    let closed = crate::caller::CallerState::get().stdio_closed;
     for fd in 0..3 {
-        if STD_CLOSED[fd as usize].load(Ordering::Relaxed) {
+        if closed & (1 << fd) != 0 {
             // SAFETY: fd is open (the runtime's /dev/null); F_SETFD changes only its flag.
             unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
         }
@@ -111,7 +97,7 @@ pub fn guard_std_fds() {
 
 /// Whether fd 0, 1 or 2 was closed when fdaudit started.
 pub fn std_closed(s: StdStream) -> bool {
-    STD_CLOSED[s.fd() as usize].load(Ordering::Relaxed)
+    crate::caller::CallerState::get().stdio_closed & (1 << s.fd()) != 0
 }
 
 struct Inner {
