@@ -465,20 +465,19 @@ fn fail_on_leak_ignores_what_fdaudits_caller_passed() {
     ]);
     assert_eq!(c, Some(0), "{e}");
     // The command's own failure wins over the leak verdict, and the summary says which.
-    let f = temp_path("leak.jsonl");
-    let o = trace_with_inherited_fd(&[
-        "trace",
-        "--json",
-        "--fail-on-leak",
-        "-o",
-        f.to_str().unwrap(),
-        "--",
-        "sh",
-        "-c",
-        "exec 7</etc/hostname; /bin/true; exit 4",
-    ]);
+    // `trace --json --fail-on-leak -o FILE -- sh -c SCRIPT` with fd 9 inherited: the run
+    // and FILE's summary record.
+    let fail_on_leak = |script: &str| {
+        let f = temp_path("leak.jsonl");
+        let args = ["trace", "--json", "--fail-on-leak", "-o"];
+        let o = trace_with_inherited_fd(
+            &[&args[..], &[f.to_str().unwrap(), "--", "sh", "-c", script]].concat(),
+        );
+        let summary = file_records(&f).pop().unwrap();
+        (o, summary)
+    };
+    let (o, s) = fail_on_leak("exec 7</etc/hostname; /bin/true; exit 4");
     assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
-    let s = file_records(&f).pop().unwrap();
     assert_eq!(
         (
             &s["exit_reason"],
@@ -488,20 +487,8 @@ fn fail_on_leak_ignores_what_fdaudits_caller_passed() {
         (&Value::from("command"), &Value::from(4), &Value::from(1)),
         "{s}"
     );
-    let f = temp_path("leak0.jsonl");
-    let o = trace_with_inherited_fd(&[
-        "trace",
-        "--json",
-        "--fail-on-leak",
-        "-o",
-        f.to_str().unwrap(),
-        "--",
-        "sh",
-        "-c",
-        "exec 7</etc/hostname; /bin/true",
-    ]);
+    let (o, s) = fail_on_leak("exec 7</etc/hostname; /bin/true");
     assert_eq!(o.status.code(), Some(3));
-    let s = file_records(&f).pop().unwrap();
     assert_eq!(
         (&s["exit_reason"], &s["exit_code"]),
         (&Value::from("leak"), &Value::from(3))
