@@ -50,9 +50,17 @@ impl Arch {
     /// these machines is PVM, which cannot boot stock kernels). With `icount`, the guest's
     /// clock counts its instructions (one host thread, 1 ns per instruction, no sleeping):
     /// times measured in the guest are then instruction counts, the same from run to run
-    /// however busy the host is. With `one_thread` (and with `icount`), every vCPU runs on
-    /// one host thread, taking turns.
-    pub fn qemu(self, icount: bool, one_thread: bool) -> (&'static str, Vec<&'static str>) {
+    /// however busy the host is.
+    ///
+    /// x86_64 guests run every vCPU on one host thread, taking turns (`thread=single`):
+    /// under multi-threaded TCG (QEMU 7.2) Debian's kernels die of `Oops: int3` when they
+    /// patch their own text while another vCPU runs it (text_poke_bp's int3 is seen after
+    /// the patch is done). On 2026-12-01: sid at boot (a static key in `sched_clock_cpu`,
+    /// before any of fdaudit ran) and on BPF trampoline updates (2 of 4 runs of the
+    /// backends test); 6.12 when the raw_syscalls tracepoint was switched
+    /// (`syscall_trace_enter`), and earlier on an fentry attach. With one thread the patch
+    /// and the other vCPU's next instruction are ordered: no Oops in 22 sid runs since.
+    pub fn qemu(self, icount: bool) -> (&'static str, Vec<&'static str>) {
         let mut args = match self {
             Self::X86_64 => vec![],
             Self::Aarch64 => vec!["-M", "virt"],
@@ -64,7 +72,7 @@ impl Arch {
                 "-icount",
                 "shift=0,sleep=off",
             ]);
-        } else if one_thread {
+        } else if self == Self::X86_64 {
             args.extend(["-accel", "tcg,thread=single"]);
         } else {
             args.extend(["-accel", "tcg,thread=multi"]);
@@ -166,22 +174,6 @@ pub struct Kernel {
     /// The kernel release (`uname -r`), when known before booting.
     pub release: String,
     pub image: PathBuf,
-}
-
-impl Kernel {
-    /// Whether QEMU must run this kernel's vCPUs on one host thread. Debian's 7.x kernels
-    /// die of `Oops: int3` under this machine's multi-threaded TCG (QEMU 7.2) when the kernel
-    /// patches its own text while another vCPU runs it: at boot (a static key in
-    /// `sched_clock_cpu`, before any of fdaudit runs) and when a BPF trampoline is replaced
-    /// (sid's backends test, 2 of 4 runs on 2026-12-01). One host thread makes the patch
-    /// and the other vCPU's next instruction ordered; 5.10 to 6.12 never showed it.
-    pub fn needs_one_tcg_thread(&self) -> bool {
-        self.release
-            .split('.')
-            .next()
-            .and_then(|major| major.parse::<u32>().ok())
-            .is_some_and(|major| major >= 7)
-    }
 }
 
 /// Resolves one `--kernel` argument: a path to a kernel image, or a series alias fetched

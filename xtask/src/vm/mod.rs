@@ -72,7 +72,7 @@ fn boot(
     plan: Plan,
 ) -> Result<Outcome> {
     let _ = std::fs::remove_file(log_path);
-    let (qemu, machine) = opts.arch.qemu(opts.icount, kernel.needs_one_tcg_thread());
+    let (qemu, machine) = opts.arch.qemu(opts.icount);
     let start = Instant::now();
     let mut child = Command::new(qemu)
         .args(&machine)
