@@ -6,7 +6,9 @@ use aya::{
     Ebpf,
 };
 
-use super::{FentrySpec, LoadError, FENTRY_PROGRAMS, SYSCALL_PREFIX};
+use aya_obj::generated::{bpf_attach_type, bpf_prog_type};
+
+use super::{raw, FentrySpec, LoadError, FENTRY_PROGRAMS, SYSCALL_PREFIX};
 use crate::btf::Btf;
 
 /// Loads one fentry-backend program against `btf` and attaches it.
@@ -74,69 +76,16 @@ pub fn detach_fentry(ebpf: &mut Ebpf) {
 /// trying the real programs first needs aya's own parse of vmlinux BTF (~20 ms) and
 /// aya's `is_program_supported` parses it too. Err is the reason, in one line.
 pub fn probe_fentry(btf: &Btf) -> Result<(), String> {
-    /// The head of `union bpf_attr` for BPF_PROG_LOAD (include/uapi/linux/bpf.h), up to
-    /// attach_btf_id; the kernel zero-fills the fields after `size`.
-    #[repr(C)]
-    #[derive(Default)]
-    struct ProgLoadAttr {
-        prog_type: u32,
-        insn_cnt: u32,
-        insns: u64,
-        license: u64,
-        log_level: u32,
-        log_size: u32,
-        log_buf: u64,
-        kern_version: u32,
-        prog_flags: u32,
-        prog_name: [u8; 16],
-        prog_ifindex: u32,
-        expected_attach_type: u32,
-        prog_btf_fd: u32,
-        func_info_rec_size: u32,
-        func_info: u64,
-        func_info_cnt: u32,
-        line_info_rec_size: u32,
-        line_info: u64,
-        line_info_cnt: u32,
-        attach_btf_id: u32,
-    }
-    const BPF_PROG_LOAD: libc::c_long = 5;
-    const BPF_PROG_TYPE_TRACING: u32 = 26;
-    const BPF_TRACE_FENTRY: u32 = 24;
     let function = format!("{SYSCALL_PREFIX}close");
     let id = btf
         .func_id(&function)
         .ok_or_else(|| format!("{function} is not in the kernel BTF"))?;
-    // mov64 r0, 0; exit
-    let insns: [u64; 2] = [0xb7, 0x95];
-    let license = c"GPL";
-    let attr = ProgLoadAttr {
-        prog_type: BPF_PROG_TYPE_TRACING,
-        insn_cnt: insns.len() as u32,
-        insns: insns.as_ptr() as u64,
-        license: license.as_ptr() as u64,
-        expected_attach_type: BPF_TRACE_FENTRY,
-        attach_btf_id: id,
-        ..Default::default()
-    };
-    // SAFETY: bpf(2) reads `attr` (which outlives the call) and the buffers it points to.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_PROG_LOAD,
-            &attr as *const ProgLoadAttr,
-            std::mem::size_of::<ProgLoadAttr>() as u32,
-        )
-    };
-    if fd < 0 {
-        let e = std::io::Error::last_os_error();
-        return Err(format!(
-            "the kernel refuses tracing programs on {function} (BPF_PROG_LOAD: {e})"
-        ));
-    }
-    // SAFETY: closing the program fd we just got.
-    unsafe { libc::close(fd as libc::c_int) };
-    Ok(())
+    let fentry = Some((bpf_attach_type::BPF_TRACE_FENTRY as u32, id));
+    raw::load_minimal(bpf_prog_type::BPF_PROG_TYPE_TRACING, fentry)
+        .map(drop)
+        .map_err(|e| {
+            format!("the kernel refuses tracing programs on {function} (BPF_PROG_LOAD: {e})")
+        })
 }
 
 /// Detaches everything at once except the fentry backend's programs and the exec_exit

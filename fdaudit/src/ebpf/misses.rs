@@ -19,7 +19,7 @@ use std::{
 };
 
 use aya::Ebpf;
-use aya_obj::generated::{bpf_attr, bpf_cmd, bpf_prog_info};
+use aya_obj::generated::{bpf_attr, bpf_cmd, bpf_prog_info, bpf_prog_type};
 use serde::{Serialize, Serializer};
 
 /// One program's skipped runs: `None` when the kernel has no such counter (before 5.12).
@@ -30,19 +30,9 @@ pub fn recursion_misses(fd: BorrowedFd<'_>) -> std::io::Result<Option<u64>> {
     attr.info.bpf_fd = fd.as_raw_fd() as u32;
     attr.info.info_len = size_of::<bpf_prog_info>() as u32;
     attr.info.info = std::ptr::from_mut(&mut info) as u64;
-    // SAFETY: bpf(2) reads `attr` and writes at most `info_len` bytes into `info`, both of
-    // which outlive the call; it writes the length it filled back into `attr`.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            bpf_cmd::BPF_OBJ_GET_INFO_BY_FD as libc::c_long,
-            std::ptr::from_mut(&mut attr),
-            size_of::<bpf_attr>() as u32,
-        )
-    };
-    if rc < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+    // SAFETY: the kernel writes at most `info_len` bytes into `info`, which outlives the
+    // call, and writes the length it filled back into `attr`.
+    unsafe { super::raw::bpf(bpf_cmd::BPF_OBJ_GET_INFO_BY_FD, &mut attr) }?;
     // SAFETY: the kernel filled the `info` member.
     let filled = unsafe { attr.info.info_len } as usize;
     let end = offset_of!(bpf_prog_info, recursion_misses) + size_of::<u64>();
@@ -53,32 +43,8 @@ pub fn recursion_misses(fd: BorrowedFd<'_>) -> std::io::Result<Option<u64>> {
 /// socket filter (`r0 = 0; exit`) and reads its info. Needs CAP_BPF (or an unprivileged
 /// BPF sysctl that allows socket filters); false when the probe cannot load.
 pub fn probe() -> bool {
-    // mov64 r0, 0; exit
-    let insns: [u64; 2] = [0xb7, 0x95];
-    let license = c"GPL";
-    // SAFETY: all-zero bytes are a valid bpf_attr.
-    let mut attr: bpf_attr = unsafe { std::mem::zeroed() };
-    // SAFETY: the BPF_PROG_LOAD member of the zeroed union; every bit pattern is valid.
-    let load = unsafe { &mut attr.__bindgen_anon_3 };
-    load.prog_type = aya_obj::generated::bpf_prog_type::BPF_PROG_TYPE_SOCKET_FILTER as u32;
-    load.insn_cnt = insns.len() as u32;
-    load.insns = insns.as_ptr() as u64;
-    load.license = license.as_ptr() as u64;
-    // SAFETY: bpf(2) reads `attr` and the buffers it points to, which outlive the call.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            bpf_cmd::BPF_PROG_LOAD as libc::c_long,
-            std::ptr::from_mut(&mut attr),
-            size_of::<bpf_attr>() as u32,
-        )
-    };
-    if fd < 0 {
-        return false;
-    }
-    // SAFETY: BPF_PROG_LOAD returned a new fd that nothing else owns.
-    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) };
-    matches!(recursion_misses(fd.as_fd()), Ok(Some(_)))
+    super::raw::load_minimal(bpf_prog_type::BPF_PROG_TYPE_SOCKET_FILTER, None)
+        .is_ok_and(|fd| matches!(recursion_misses(fd.as_fd()), Ok(Some(_))))
 }
 
 /// Skipped runs of every loaded program, by program name; `None` when the kernel has no

@@ -21,6 +21,7 @@ pub mod caps;
 mod fentry;
 pub mod misses;
 mod programs;
+mod raw;
 
 pub use caps::{effective_caps, has_cap, missing_trace_caps};
 pub use fentry::{attach_fentry, detach_after_exit, detach_fentry, probe_fentry};
