@@ -144,6 +144,16 @@ pub enum Event {
     Exit(Exit),
 }
 
+impl Event {
+    /// The syscalls of the spawn it reports that went through a probe (0 for a plain exit).
+    pub fn probed(&self) -> u64 {
+        match self {
+            Event::Spawn(s) => s.probed,
+            Event::Exit(e) => e.failed_spawn.as_ref().map_or(0, |s| s.probed),
+        }
+    }
+}
+
 /// Read counters for one (process, open file), from `--reads`: the kernel's entry as it is,
 /// with the reader's comm decoded.
 #[derive(Debug, Clone)]

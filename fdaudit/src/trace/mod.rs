@@ -257,6 +257,7 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
     )?;
     let stats = session.stats()?;
     let missed = session.missed_runs();
+    let calibrated = session.probe_cost_measured();
     let storms = read_storms(&args, &session, &mut targets);
     session.detach_after_exit();
     drop(session); // detach before waiting or printing the summary
@@ -272,7 +273,11 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
     let ending = ending(&args, &reporter, exit_status);
     reporter.finish(stats, missed, storms, ending)?;
     if args.verbose {
-        verbose_exit(ended, child.is_some());
+        verbose_exit(
+            ended,
+            child.is_some(),
+            calibrated.filter(|_| !args.leaks_only),
+        );
     }
     Ok(ending.exit_code)
 }
@@ -312,8 +317,9 @@ fn read_storms(
     })
 }
 
-/// `-v`: how long fdaudit took to exit after the command (or the trace) ended.
-fn verbose_exit(ended: Instant, command: bool) {
+/// `-v`: how long fdaudit took to exit after the command (or the trace) ended, and the
+/// probe-cost calibration (ns, ms) if a spawn needed it.
+fn verbose_exit(ended: Instant, command: bool, calibrated: Option<(f64, f64)>) {
     crate::diag!(
         "fdaudit: exit {:.1} ms (from the {} to fdaudit's exit)",
         ms(ended.elapsed()),
@@ -323,6 +329,14 @@ fn verbose_exit(ended: Instant, command: bool) {
             "end of the trace"
         }
     );
+    match calibrated {
+        Some((ns, took)) => crate::diag!(
+            "fdaudit: probes' cost {ns:.0} ns per counted syscall, measured in {took:.1} ms when the first spawn needed it"
+        ),
+        None => crate::diag!(
+            "fdaudit: probes' cost not measured: no spawn made a counted syscall"
+        ),
+    }
 }
 
 /// fdaudit's exit status and why: CMD's own status, unless it exited 0 and
@@ -375,8 +389,9 @@ fn verbose_startup(session: &Session, startup: Duration, command: bool) {
     }
     let t = session.timings();
     crate::diag!(
-        "fdaudit: start-up {:.1} ms until {} (BTF {:.1} ms{}, maps {:.1} ms (of it waiting for \
-         aya's loader {:.1} ms), programs {:.1} ms, calibration {:.1} ms{})",
+        "fdaudit: start-up {:.1} ms until {} (BTF {:.1} ms{}, beside it the feature probes and \
+         an untraced close() timing {:.1} ms (waited for {:.1} ms), maps {:.1} ms (of it \
+         waiting for aya's loader {:.1} ms), programs {:.1} ms)",
         ms(startup),
         if command {
             "the command was released"
@@ -389,15 +404,11 @@ fn verbose_startup(session: &Session, startup: Duration, command: bool) {
         } else {
             String::new()
         },
+        t.probes_ms,
+        t.probes_wait_ms,
         t.maps_ms,
         t.loader_wait_ms,
         t.attach_ms,
-        t.calibrate_ms,
-        if t.calibration_overlapped {
-            " of it while the exec programs were verified"
-        } else {
-            ""
-        },
     );
 }
 
@@ -500,7 +511,9 @@ fn follow(
         };
         let woken = waiter.wait(Some(session.events_fd()), wake_by)?;
         // What the drain thread has copied out (resets its ready fd; no wait).
-        for ev in session.poll(Duration::ZERO)? {
+        let events = session.poll(Duration::ZERO)?;
+        reporter.calibrate_for(&events, session);
+        for ev in events {
             reporter.handle(ev, root_pids)?;
         }
         // --reads: name each storm's file while its process still runs.
@@ -536,7 +549,9 @@ fn follow(
     let ended = Instant::now();
     // Records are written before their process can be reaped (the exit record in
     // do_exit(), before the pidfd wakes): what is in the ring buffer now is everything.
-    for ev in session.drain() {
+    let events = session.drain();
+    reporter.calibrate_for(&events, session);
+    for ev in events {
         reporter.handle(ev, root_pids)?;
     }
     Ok((exit_status, timed_out, ended))

@@ -18,6 +18,7 @@ use fdaudit_common::{
 
 pub use super::loader::{SessionOptions, StartupTimings};
 use super::{
+    calibrate,
     decode::{self, Decoder, Event, ReadCount},
     drain::Drain,
     loader,
@@ -30,7 +31,7 @@ use crate::{
 
 /// Loaded and attached programs with their maps. Dropping it detaches everything.
 pub struct Session {
-    /// The ring until the drain thread takes it (calibration reads it directly).
+    /// The ring, when no drain thread reads it.
     events: Option<RingBuf<MapData>>,
     drain: Option<Drain>,
     decoder: Decoder,
@@ -43,10 +44,15 @@ pub struct Session {
     /// Keeps programs and links alive (taken in `drop`).
     bpf: Option<Ebpf>,
     leaks_only: bool,
-    /// Probe cost per counted syscall, ns, measured at start (0 with --leaks-only).
-    probe_cost_ns: f64,
+    /// Probe cost per counted syscall, ns, once measured ([`Session::probe_cost_ns`]).
+    probe_cost_ns: Option<f64>,
+    /// How long that took, ms.
+    calibrate_ms: f64,
     /// Untraced cost of one close() on a closed fd, ns, measured at start.
     close_cost_ns: f64,
+    /// The calibration's processes: their records are dropped (each pid until its exit
+    /// record, the last one it writes).
+    ignored: Vec<u32>,
     /// The backend counting syscalls (None with --leaks-only: no syscall is hooked).
     backend: Option<Backend>,
     /// Why `auto` did not use fentry.
@@ -73,7 +79,6 @@ impl Session {
             backend,
             fallback,
             exec_fails: exec_fails_ok,
-            probe_cost_ns,
             close_cost_ns,
             timings,
         } = loader::load(opts)?;
@@ -92,7 +97,7 @@ impl Session {
         } else {
             None
         };
-        // Fresh programs: zero, unless calibration's own syscalls were skipped.
+        // Fresh programs: zero, as a rule.
         let missed_baseline = ebpf::misses::read_all(&bpf);
         Ok(Session {
             events: None,
@@ -107,8 +112,10 @@ impl Session {
             exec_fails,
             bpf: Some(bpf),
             leaks_only: opts.leaks_only,
-            probe_cost_ns,
+            probe_cost_ns: opts.leaks_only.then_some(0.0),
+            calibrate_ms: 0.0,
             close_cost_ns,
+            ignored: Vec::new(),
             backend,
             fallback,
             timings,
@@ -149,9 +156,31 @@ impl Session {
         self.timings
     }
 
-    /// Probe cost per counted syscall (ns).
-    pub fn probe_cost_ns(&self) -> f64 {
-        self.probe_cost_ns
+    /// Probe cost per counted syscall (ns), measured on the first call (~5 ms: two forks,
+    /// 6000 close() calls and the waits; [`super::calibrate`]) while the programs are
+    /// attached; 0 with --leaks-only.
+    pub fn probe_cost_ns(&mut self) -> Result<f64> {
+        if let Some(ns) = self.probe_cost_ns {
+            return Ok(ns);
+        }
+        let t = std::time::Instant::now();
+        let m = calibrate::measure(
+            &mut self.tracked,
+            loader::CALIBRATION_CLOSES,
+            self.close_cost_ns,
+        )
+        .context("failed to measure the probes' own cost")?;
+        self.ignored.extend(m.pids.iter().filter(|&&p| p != 0));
+        self.close_cost_ns = m.close_cost_ns;
+        self.probe_cost_ns = Some(m.probe_cost_ns);
+        self.calibrate_ms = t.elapsed().as_secs_f64() * 1e3;
+        Ok(m.probe_cost_ns)
+    }
+
+    /// The probe cost, if [`Session::probe_cost_ns`] measured it, and how long that took
+    /// (ms).
+    pub fn probe_cost_measured(&self) -> Option<(f64, f64)> {
+        self.probe_cost_ns.map(|ns| (ns, self.calibrate_ms))
     }
 
     /// Untraced cost of one close() on a closed fd (ns), measured before attaching.
@@ -261,6 +290,9 @@ impl Session {
         let mut out = Vec::new();
         for item in &raw {
             if let Some(mut ev) = self.decoder.decode(item) {
+                if self.is_ignored(&ev) {
+                    continue;
+                }
                 if let Event::Spawn(s) = &mut ev {
                     if let (Some(id), Some(h)) = (s.identity.cgroup_id, &mut self.cgroups) {
                         s.identity = h.identity(id, s.pid);
@@ -292,6 +324,21 @@ impl Session {
 
     /// Gives a failed exec its errno and path (from the exec_exit programs' map) and drops a
     /// failure that a later exec of the same process superseded.
+    /// Whether `ev` is the calibration's (an exit record ends its pid's entry).
+    fn is_ignored(&mut self, ev: &Event) -> bool {
+        let pid = match ev {
+            Event::Spawn(s) => s.pid,
+            Event::Exit(e) => e.pid,
+        };
+        let Some(i) = self.ignored.iter().position(|&p| p == pid) else {
+            return false;
+        };
+        if matches!(ev, Event::Exit(_)) {
+            self.ignored.swap_remove(i);
+        }
+        true
+    }
+
     fn add_exec_failure(&mut self, ev: &mut Event) {
         let Some(map) = self.exec_fails.as_mut() else {
             return;

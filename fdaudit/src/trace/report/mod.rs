@@ -63,7 +63,8 @@ pub struct Reporter<'a> {
     term: Term,
     root_inherited: Vec<LeakedFd>,
     seen_root_exec: Vec<u32>,
-    probe_cost_ns: f64,
+    /// Once measured: the first spawn with a probed syscall asks the session for it.
+    probe_cost_ns: Option<f64>,
     close_cost_ns: f64,
     leaks_only: bool,
     ring_bytes: u64,
@@ -103,11 +104,34 @@ impl<'a> Reporter<'a> {
             term: stream::term(),
             root_inherited: Vec::new(),
             seen_root_exec: Vec::new(),
-            probe_cost_ns: s.probe_cost_ns().round(),
+            probe_cost_ns: s.leaks_only().then_some(0.0),
             close_cost_ns: s.close_cost_ns(),
             leaks_only: s.leaks_only(),
             ring_bytes: s.ring_bytes(),
         }
+    }
+
+    /// Has the session measure the probes' cost when one of `events` is the first spawn
+    /// that needs it (a syscall of its window went through a probe): before it is
+    /// reported, with the programs attached. A failed measurement is said once and leaves
+    /// windows uncorrected.
+    pub fn calibrate_for(&mut self, events: &[Event], session: &mut Session) {
+        if self.probe_cost_ns.is_some() || !events.iter().any(|e| e.probed() > 0) {
+            return;
+        }
+        let ns = session.probe_cost_ns().unwrap_or_else(|e| {
+            let causes: Vec<String> = e.chain().map(|c| c.to_string()).collect();
+            stream::note(
+                stream::Level::Warning,
+                &format!(
+                    "{}; 'untraced' windows are not corrected",
+                    causes.join(": ")
+                ),
+            );
+            0.0
+        });
+        self.probe_cost_ns = Some(ns.round());
+        self.close_cost_ns = session.close_cost_ns();
     }
 
     pub fn handle(&mut self, ev: Event, roots: &[u32]) -> Result<()> {
@@ -172,7 +196,7 @@ impl<'a> Reporter<'a> {
 
     fn report_spawn(&mut self, mut s: Box<Spawn>) -> Result<()> {
         s.time_ns = stream::since_header(s.exec_ns);
-        s.correct_for_probes(self.probe_cost_ns);
+        s.correct_for_probes(self.probe_cost_ns.unwrap_or(0.0));
         if s.parent_comm.is_empty() {
             s.parent_comm = Lossless::new(parent_name(s.parent_pid));
         }
@@ -228,7 +252,7 @@ impl<'a> Reporter<'a> {
             untracked_forks: stats.tracked_full,
             read_table_full: stats.reads_full,
             fork_only_children: self.collector.fork_only,
-            probe_cost_ns: self.probe_cost_ns.round() as u64,
+            probe_cost_ns: self.probe_cost_ns.unwrap_or(0.0) as u64,
             close_cost_ns: self.close_cost_ns.round() as u64,
             leaks_only: self.leaks_only,
             inherited_fds: self.root_inherited.clone(),
@@ -267,7 +291,7 @@ impl<'a> Reporter<'a> {
                 stream::Level::Note,
                 "--leaks-only: syscalls were not traced, so no close counts or strategies",
             );
-        } else {
+        } else if self.probe_cost_ns.is_some() {
             stream::note(
                 stream::Level::Note,
                 &format!(
