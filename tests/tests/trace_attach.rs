@@ -262,3 +262,72 @@ fn leaks_only_reports_leaks_without_syscall_counts() {
         "syscall programs attached: {added:?}"
     );
 }
+
+/// The running kernel's (major, minor), from uname.
+fn kernel_version() -> (u32, u32) {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").expect("osrelease");
+    let mut parts = release
+        .trim()
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+}
+
+/// The `map_flags` of every hash map with `entries` entries that process `pid` holds, read
+/// from its fds' fdinfo (map fdinfo carries the type, sizes and flags, not the name).
+fn hash_map_flags(pid: u32, entries: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .expect("fdinfo")
+        .flatten()
+    {
+        let Ok(info) = std::fs::read_to_string(e.path()) else {
+            continue;
+        };
+        let field = |k: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(k))
+                .map(|v| v.trim().to_string())
+        };
+        if field("map_type:").as_deref() == Some("1")
+            && field("max_entries:") == Some(entries.to_string())
+        {
+            let flags = field("map_flags:").expect("map_flags");
+            found.push(u32::from_str_radix(flags.trim_start_matches("0x"), 16).unwrap());
+        }
+    }
+    found
+}
+
+#[test]
+#[ignore = "needs root and BTF"]
+fn the_traced_process_table_is_preallocated_only_before_6_1() {
+    let _g = guard();
+    let out = temp_path("prealloc.txt");
+    let mut tracer = Command::new(fdaudit())
+        .args([
+            "trace",
+            "--json",
+            "-o",
+            out.to_str().unwrap(),
+            "--",
+            "sleep",
+            "2",
+        ])
+        .spawn()
+        .unwrap();
+    wait_attached_file(&out);
+    let flags = hash_map_flags(tracer.id(), 32768);
+    assert!(tracer.wait().unwrap().success());
+    let _ = std::fs::remove_file(&out);
+    // Before 6.1 a tracing program on a hash map that is not preallocated makes the kernel
+    // WARN; from 6.1 entries are allocated as inserted (BPF_F_NO_PREALLOC, 1), which
+    // spares ~1 ms of start-up.
+    let want = if kernel_version() >= (6, 1) { 1 } else { 0 };
+    assert_eq!(
+        flags,
+        vec![want],
+        "TRACKED's map_flags on {:?}",
+        kernel_version()
+    );
+}

@@ -6,7 +6,8 @@
 //! machine, in start-up order:
 //! - aya's loader is made on another thread ([`ebpf::spawn_loader`]), where its own parse
 //!   of vmlinux BTF (17-50 ms) is avoided when it can be; a third thread runs aya's feature
-//!   probes and the bpf_loop probe (0.5-1 ms) and times an untraced close() (1 ms);
+//!   probes, the bpf_loop and task_btf helper probes (0.5-2 ms) and times an untraced
+//!   close() (1 ms);
 //! - meanwhile this thread maps and indexes the same BTF for the offsets (2-4 ms,
 //!   [`crate::btf`]);
 //! - aya creates the maps (4-6 ms: the hash tables are preallocated, the ring buffer's
@@ -118,6 +119,7 @@ pub(super) fn load(opts: &SessionOptions) -> Result<Loaded> {
     let leaks_only = opts.leaks_only;
     let probes = std::thread::spawn(move || {
         let t = Instant::now();
+        let _ = ebpf::has_task_btf(); // first: KernelBtf::read waits for it
         let _ = aya::features();
         let exec_walk = ebpf::exec_walk();
         let close_cost_ns = if leaks_only {

@@ -51,6 +51,8 @@ pub const LEAK_STEP: &str = "leak";
 pub const DOCTOR_JSON_STEP: &str = "doctor-json";
 /// How many times the guest loads every program for the verifier figures.
 pub const DOCTOR_RUNS: u32 = 5;
+/// Name of the last step: the kernel's own warnings, which fail the kernel.
+pub const KERNEL_LOG_STEP: &str = "kernel-log";
 /// Prefix of the steps that run an integration-test binary.
 pub const TEST_STEP_PREFIX: &str = "test-";
 
@@ -91,6 +93,18 @@ impl Plan {
             env: Vec::new(),
             steps,
         }
+    }
+
+    /// Ends the plan with [`KERNEL_LOG_STEP`]: what the run may have made the kernel say, a
+    /// WARN from the BPF or tracing code (a tracing program on a hash map that is not
+    /// preallocated, before 6.1), a BUG or an Oops, read back from the kernel's log (the
+    /// console is `quiet`). Any of them fails the kernel.
+    pub fn check_kernel_log(&mut self) {
+        self.steps.push(Step::new(
+            KERNEL_LOG_STEP,
+            "! dmesg | grep -E 'WARNING: CPU: .* at (kernel/bpf|kernel/trace)|BUG: |Oops'",
+            30,
+        ));
     }
 
     /// The guest's /checks.sh.

@@ -159,6 +159,7 @@ pub fn run(root: &Path, opts: &Options) -> Result<Vec<Outcome>> {
         plan.steps
             .push(Step::new(format!("extra-{}", i + 1), c.clone(), 600));
     }
+    plan.check_kernel_log();
     let initrd = image::build_initramfs(root, &vm_dir, opts, &built, &plan)?;
     let size = std::fs::metadata(&initrd).map(|m| m.len()).unwrap_or(0);
     eprintln!(
