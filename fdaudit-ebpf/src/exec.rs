@@ -83,7 +83,7 @@ pub(crate) fn output_spawn(rec: &mut SpawnRecord, paths: &mut PathsRecord) {
         // SAFETY: `len` is at most the size of the record, which lives in the map value.
         let bytes =
             unsafe { core::slice::from_raw_parts((paths as *const PathsRecord).cast::<u8>(), len) };
-        if EVENTS.output::<[u8]>(bytes, 0).is_err() {
+        if EVENTS.output::<[u8]>(bytes, crate::wake::FOLLOWED).is_err() {
             stat_add(&STATS, |s| &mut s.lost_records);
             rec.npaths = 0;
             rec.header.flags |= flags::PATH_PARTIAL;
@@ -93,7 +93,7 @@ pub(crate) fn output_spawn(rec: &mut SpawnRecord, paths: &mut PathsRecord) {
     // SAFETY: as above.
     let bytes =
         unsafe { core::slice::from_raw_parts((rec as *const SpawnRecord).cast::<u8>(), len) };
-    if EVENTS.output::<[u8]>(bytes, 0).is_err() {
+    if EVENTS.output::<[u8]>(bytes, crate::wake::NOW).is_err() {
         stat_add(&STATS, |s| &mut s.lost_records);
     }
 }

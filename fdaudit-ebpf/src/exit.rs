@@ -60,7 +60,7 @@ fn try_sched_process_exit() -> Result<(), i64> {
             counters,
         };
         entry.write(rec);
-        entry.submit(0);
+        entry.submit(crate::wake::quiet_unless_filling());
     } else {
         stat_add(&STATS, |s| &mut s.lost_records);
     }

@@ -175,8 +175,10 @@ fn run(mut ring: RingBuf<MapData>, shared: &Shared, tx: &mpsc::Sender<Vec<u8>>) 
         if shared.stop.load(Ordering::Acquire) {
             return;
         }
-        // The kernel wakes the ring's poll when a record is committed while we have read
-        // everything before it; the timeout is only a safety net.
+        // A spawn record wakes the ring's poll at once; an exit record does not (unless an
+        // eighth of the ring waits: fdaudit-ebpf's `wake`), so the timeout is also the
+        // tick that brings exit records no spawn followed; a flush (the trace's end) wakes
+        // the thread itself.
         // SAFETY: two valid pollfds.
         unsafe { libc::poll(fds.as_mut_ptr(), 2, 200) };
         if fds[1].revents != 0 {
