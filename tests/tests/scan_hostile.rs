@@ -519,10 +519,15 @@ fn forged_unix_lines_keep_a_tcp_listener_critical() {
 
 /// The FUSE server (src/bin/fuse-stall.rs) and its mount, torn down on drop, failure or not:
 /// the server is killed first (that aborts the connection: every waiting request fails),
-/// then the mount is detached.
+/// then the mount is detached. The holder dies with the server (PR_SET_PDEATHSIG); this
+/// process is a child subreaper while the stall lives, so the orphaned holder is
+/// reparented here and reaped, not left a zombie under a PID 1 that may not reap.
 struct Stall {
     child: Child,
     _stdin: ChildStdin,
+    /// The `stat` that proved the stall: stuck (uninterruptibly) until the connection is
+    /// aborted, reaped after.
+    probe: Option<Child>,
     dir: PathBuf,
     pid: u32,
     fd: u32,
@@ -535,6 +540,16 @@ impl Drop for Stall {
         let _ = std::fs::write(format!("/sys/fs/fuse/connections/{}/abort", self.conn), "1");
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // SAFETY: reaping the holder, our child since the server died; then this process
+        // stops being a subreaper.
+        unsafe {
+            libc::waitpid(self.pid as i32, std::ptr::null_mut(), 0);
+            libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 0);
+        }
+        if let Some(mut p) = self.probe.take() {
+            let _ = p.kill();
+            let _ = p.wait(); // its request failed with the connection
+        }
         let c = std::ffi::CString::new(self.dir.as_os_str().as_encoded_bytes()).unwrap();
         // SAFETY: c is NUL-terminated.
         unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
@@ -550,6 +565,8 @@ fn scan_finishes_with_a_file_open_on_an_unresponsive_fuse_mount() {
     require_root();
     let dir = std::env::temp_dir().join(format!("fdaudit-fuse.{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
+    // SAFETY: a flag on this process (see Stall).
+    assert_eq!(unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1) }, 0);
     let mut child = Command::new(env!("CARGO_BIN_EXE_fuse-stall"))
         .arg(&dir)
         .stdin(Stdio::piped())
@@ -565,9 +582,10 @@ fn scan_finishes_with_a_file_open_on_an_unresponsive_fuse_mount() {
         .split_whitespace()
         .filter_map(|s| s.split_once('='))
         .collect();
-    let stall = Stall {
+    let mut stall = Stall {
         child,
         _stdin: stdin,
+        probe: None,
         dir: dir.clone(),
         pid: kv
             .get("pid")
@@ -576,19 +594,27 @@ fn scan_finishes_with_a_file_open_on_an_unresponsive_fuse_mount() {
         fd: kv["fd"].parse().unwrap(),
         conn: kv["conn"].to_owned(),
     };
-    // The stall is real: stat through the link does not come back within a second.
+    // The stall is real: stat through the link does not come back within a second. It
+    // stays stuck, uninterruptibly (FUSE waits out a request the server has taken), until
+    // the connection goes: the stall reaps it then (timeout(1) would leave it an orphan, a
+    // zombie under a PID 1 that may not reap).
     let link = format!("/proc/{}/fd/{}", stall.pid, stall.fd);
-    let probe = Command::new("timeout")
-        .args(["-s", "KILL", "1", "stat", "-L", &link])
+    let mut probe = Command::new("stat")
+        .args(["-L", &link])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
-        .status()
+        .spawn()
         .unwrap();
-    // timeout(1) kills the whole process group, itself included, with SIGKILL.
-    use std::os::unix::process::ExitStatusExt as _;
+    let deadline = std::time::Instant::now() + Duration::from_secs(1);
+    let mut answered = None;
+    while answered.is_none() && std::time::Instant::now() < deadline {
+        answered = probe.try_wait().unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stall.probe = Some(probe);
     assert!(
-        probe.code() == Some(137) || probe.signal() == Some(libc::SIGKILL),
-        "stat -L {link} answered ({probe}): the server is not stalled"
+        answered.is_none(),
+        "stat -L {link} answered ({answered:?}): the server is not stalled"
     );
     let pid = stall.pid.to_string();
     let (out, _) = run_within(
