@@ -273,11 +273,10 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
     let ending = ending(&args, &reporter, exit_status);
     reporter.finish(stats, missed, storms, ending)?;
     if args.verbose {
-        verbose_exit(
-            ended,
-            child.is_some(),
-            calibrated.filter(|_| !args.leaks_only),
-        );
+        verbose_exit(ended, child.is_some());
+        if !args.leaks_only {
+            verbose_calibration(calibrated);
+        }
     }
     Ok(ending.exit_code)
 }
@@ -317,9 +316,8 @@ fn read_storms(
     })
 }
 
-/// `-v`: how long fdaudit took to exit after the command (or the trace) ended, and the
-/// probe-cost calibration (ns, ms) if a spawn needed it.
-fn verbose_exit(ended: Instant, command: bool, calibrated: Option<(f64, f64)>) {
+/// `-v`: how long fdaudit took to exit after the command (or the trace) ended.
+fn verbose_exit(ended: Instant, command: bool) {
     crate::diag!(
         "fdaudit: exit {:.1} ms (from the {} to fdaudit's exit)",
         ms(ended.elapsed()),
@@ -329,6 +327,10 @@ fn verbose_exit(ended: Instant, command: bool, calibrated: Option<(f64, f64)>) {
             "end of the trace"
         }
     );
+}
+
+/// `-v`: the probe-cost calibration (ns, ms), if a spawn needed it.
+fn verbose_calibration(calibrated: Option<(f64, f64)>) {
     match calibrated {
         Some((ns, took)) => crate::diag!(
             "fdaudit: probes' cost {ns:.0} ns per counted syscall, measured in {took:.1} ms when the first spawn needed it"

@@ -322,8 +322,6 @@ impl Session {
         out
     }
 
-    /// Gives a failed exec its errno and path (from the exec_exit programs' map) and drops a
-    /// failure that a later exec of the same process superseded.
     /// Whether `ev` is the calibration's (an exit record ends its pid's entry).
     fn is_ignored(&mut self, ev: &Event) -> bool {
         let pid = match ev {
@@ -339,6 +337,8 @@ impl Session {
         true
     }
 
+    /// Gives a failed exec its errno and path (from the exec_exit programs' map) and drops a
+    /// failure that a later exec of the same process superseded.
     fn add_exec_failure(&mut self, ev: &mut Event) {
         let Some(map) = self.exec_fails.as_mut() else {
             return;
