@@ -235,14 +235,26 @@ impl Drop for Holder {
 fn scan_fail_on_gives_the_same_answer_under_load() {
     let h = Holder::start();
     let pid = h.child.id().to_string();
-    let mut busy: Vec<std::process::Child> = (0..2)
-        .map(|_| {
-            Command::new("sh")
-                .args(["-c", "while :; do :; done"])
-                .spawn()
-                .expect("start a busy loop")
-        })
-        .collect();
+    // Killed when dropped, so a failing run cannot leave them spinning.
+    struct Busy(Vec<std::process::Child>);
+    impl Drop for Busy {
+        fn drop(&mut self) {
+            for b in &mut self.0 {
+                let _ = b.kill();
+                let _ = b.wait();
+            }
+        }
+    }
+    let busy = Busy(
+        (0..2)
+            .map(|_| {
+                Command::new("sh")
+                    .args(["-c", "while :; do :; done"])
+                    .spawn()
+                    .expect("start a busy loop")
+            })
+            .collect(),
+    );
     let mut codes = Vec::new();
     for _ in 0..10 {
         for level in ["high", "medium"] {
@@ -250,10 +262,7 @@ fn scan_fail_on_gives_the_same_answer_under_load() {
             codes.push((level, o.status.code()));
         }
     }
-    for b in &mut busy {
-        let _ = b.kill();
-        let _ = b.wait();
-    }
+    drop(busy);
     // NOFILE 20000 at the 250 ns model costs 5 ms: medium, as is the writable file.
     for (level, code) in &codes {
         let want = if *level == "high" { 0 } else { 3 };
