@@ -10,8 +10,8 @@
 //!   close() (1 ms);
 //! - meanwhile this thread maps and indexes the same BTF for the offsets (2-4 ms,
 //!   [`crate::btf`]);
-//! - aya creates the maps (4-6 ms: the hash tables are preallocated, the ring buffer's
-//!   8 MiB mapped);
+//! - aya creates the maps (3-4 ms, most of it the 8 MiB ring buffer, created and mapped;
+//!   the traced-process table is preallocated only before Linux 6.1: [`ebpf::open_with`]);
 //! - the exec program is verified on its own thread (4-30 ms of verifier time, the long
 //!   pole on most kernels) while this one loads the others (4-5 ms);
 //! - everything is attached, the scheduler hooks first.

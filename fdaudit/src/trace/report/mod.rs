@@ -120,13 +120,10 @@ impl<'a> Reporter<'a> {
             return;
         }
         let ns = session.probe_cost_ns().unwrap_or_else(|e| {
-            let causes: Vec<String> = e.chain().map(|c| c.to_string()).collect();
+            // `{:#}`: the message and its causes on one line.
             stream::note(
                 stream::Level::Warning,
-                &format!(
-                    "{}; 'untraced' windows are not corrected",
-                    causes.join(": ")
-                ),
+                &format!("{e:#}; 'untraced' windows are not corrected"),
             );
             0.0
         });
