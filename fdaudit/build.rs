@@ -1,22 +1,27 @@
-//! Builds the eBPF object (through the same code as `cargo xtask build-ebpf`) and hands its
-//! path to the crate, which embeds it with `include_bytes!`.
-//! With FDAUDIT_SKIP_EBPF=1 an empty object is embedded instead (for cargo check/clippy where
-//! bpf-linker is absent); that binary refuses to load programs and says how to rebuild.
+//! Hands the crate the eBPF object it embeds with `include_bytes!`:
+//! - built from source (through the same code as `cargo xtask build-ebpf`) where the eBPF
+//!   toolchain is present: bpf-linker on PATH and nightly with rust-src;
+//! - otherwise the committed object in `fdaudit/ebpf/` for the target architecture, so that a
+//!   build with stable Rust alone works (CI proves the committed objects are what the sources
+//!   build). A warning says when the sources have changed since that object was built.
+//!
+//! `FDAUDIT_EBPF=prebuilt` takes the committed object even where the toolchain is present;
+//! `FDAUDIT_EBPF=source` fails instead of falling back. With FDAUDIT_SKIP_EBPF=1 an empty
+//! object is embedded (a binary that refuses to load programs and says how to rebuild).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 fn main() {
     let root = xtask::workspace_root();
-    for p in [
-        "fdaudit-ebpf/src",
-        "fdaudit-ebpf/Cargo.toml",
-        "fdaudit-common/src",
-        "fdaudit-common/Cargo.toml",
-        "xtask/src/lib.rs",
-    ] {
+    for p in xtask::EBPF_INPUTS
+        .iter()
+        .chain(&["xtask/src/lib.rs", "fdaudit/ebpf"])
+    {
         println!("cargo:rerun-if-changed={}", root.join(p).display());
     }
-    println!("cargo:rerun-if-env-changed={}", xtask::SKIP_ENV);
+    for var in [xtask::SKIP_ENV, CHOICE_ENV, "RUSTUP_TOOLCHAIN"] {
+        println!("cargo:rerun-if-env-changed={var}");
+    }
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let dest = out.join("fdaudit-ebpf.o");
     if std::env::var(xtask::SKIP_ENV).is_ok_and(|v| v == "1") {
@@ -25,16 +30,48 @@ fn main() {
     }
     // The programs are built for the architecture fdaudit is built for (cross builds too).
     let arch = std::env::var("CARGO_CFG_TARGET_ARCH").expect("cargo sets CARGO_CFG_TARGET_ARCH");
-    match xtask::build_ebpf(&root, &arch) {
-        Ok(obj) => {
-            std::fs::copy(&obj, &dest).expect("copy the eBPF object into OUT_DIR");
+    let choice = std::env::var(CHOICE_ENV).unwrap_or_default();
+    let from_source = match choice.as_str() {
+        "source" => true,
+        "prebuilt" => false,
+        "" => xtask::ebpf_toolchain().is_ok() && root.join("fdaudit-ebpf").is_dir(),
+        other => panic!("{CHOICE_ENV}={other:?}: use `source` or `prebuilt`"),
+    };
+    if from_source {
+        match xtask::build_ebpf(&root, &arch) {
+            Ok(obj) => std::fs::copy(&obj, &dest)
+                .map(drop)
+                .expect("copy the eBPF object"),
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                panic!(
+                    "failed to build the eBPF object; unset {CHOICE_ENV} to use the committed one"
+                );
+            }
         }
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            panic!(
-                "failed to build the eBPF object; set {}=1 to build without it (check/clippy only)",
-                xtask::SKIP_ENV
-            );
-        }
+    } else {
+        embed_prebuilt(&root, &arch, &dest);
+    }
+}
+
+/// Chooses where the object comes from (see the module doc).
+const CHOICE_ENV: &str = "FDAUDIT_EBPF";
+
+fn embed_prebuilt(root: &Path, arch: &str, dest: &Path) {
+    let obj = xtask::prebuilt_object(root, arch);
+    if let Err(e) = std::fs::copy(&obj, dest) {
+        panic!(
+            "no eBPF object for {arch} at {} ({e}); build it with `cargo xtask build-ebpf` \
+             (needs bpf-linker and nightly: .ci/setup)",
+            obj.display()
+        );
+    }
+    let now = xtask::source_fingerprint(root).ok();
+    if now.is_some() && now != xtask::recorded_fingerprint(root) {
+        println!(
+            "cargo:warning=the eBPF sources changed since the committed object was built; \
+             fdaudit embeds the committed one. Rebuild it with `cargo xtask build-ebpf` \
+             (bpf-linker and nightly: .ci/setup)"
+        );
     }
 }

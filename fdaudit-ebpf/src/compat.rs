@@ -2,6 +2,7 @@
 
 use fdaudit_common::sysno;
 
+#[cfg(not(bpf_target_arch = "aarch64"))]
 use crate::kernel::{self, conf, read_kernel};
 
 // ---------------------------------------------------------------------------------------------

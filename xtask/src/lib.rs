@@ -36,20 +36,95 @@ pub fn ebpf_target_dir(root: &Path) -> PathBuf {
 /// numbers and registers the programs use).
 pub const BPF_ARCHES: [&str; 2] = ["x86_64", "aarch64"];
 
-/// Whether bpf-linker can be found on PATH or in ~/.cargo/bin.
+/// bpf-linker on PATH, if any.
 pub fn bpf_linker() -> Option<PathBuf> {
-    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect())
-        .unwrap_or_default();
-    if let Some(home) = std::env::var_os("CARGO_HOME") {
-        dirs.push(PathBuf::from(home).join("bin"));
-    }
-    if let Some(home) = std::env::var_os("HOME") {
-        dirs.push(PathBuf::from(home).join(".cargo/bin"));
-    }
-    dirs.into_iter()
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
         .map(|d| d.join("bpf-linker"))
         .find(|p| p.is_file())
+}
+
+/// What building the eBPF object from source needs: bpf-linker on PATH and the nightly
+/// toolchain with rust-src (for `-Z build-std=core`). Returns bpf-linker's path, or why the
+/// object cannot be built here.
+pub fn ebpf_toolchain() -> Result<PathBuf> {
+    let linker = bpf_linker().context(
+        "bpf-linker is not on PATH: run `.ci/setup` (it builds bpf-linker 0.13.0 against LLVM 22)",
+    )?;
+    let out = Command::new("rustup")
+        .args(["run", BPF_TOOLCHAIN, "rustc", "--print", "sysroot"])
+        .env_remove("RUSTUP_TOOLCHAIN")
+        .output()
+        .context("failed to run rustup")?;
+    if !out.status.success() {
+        bail!("the {BPF_TOOLCHAIN} toolchain is not installed: run `.ci/setup`");
+    }
+    let sysroot = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    if !sysroot.join("lib/rustlib/src/rust/library/core").is_dir() {
+        bail!("rust-src is missing from {BPF_TOOLCHAIN}: rustup component add rust-src --toolchain {BPF_TOOLCHAIN}");
+    }
+    Ok(linker)
+}
+
+/// Where the committed eBPF object for `arch` lives (embedded when the toolchain to rebuild
+/// it is absent, as cilium/ebpf's bpf2go commits its objects).
+pub fn prebuilt_object(root: &Path, arch: &str) -> PathBuf {
+    root.join("fdaudit/ebpf")
+        .join(format!("fdaudit-ebpf-{arch}.o"))
+}
+
+/// The file that records which sources the committed objects were built from.
+pub fn prebuilt_fingerprint_file(root: &Path) -> PathBuf {
+    root.join("fdaudit/ebpf/SOURCES.sha256")
+}
+
+/// What the eBPF object is built from: the eBPF and shared crates (sources and manifests).
+/// The build script also watches these.
+pub const EBPF_INPUTS: [&str; 4] = [
+    "fdaudit-ebpf/src",
+    "fdaudit-ebpf/Cargo.toml",
+    "fdaudit-common/src",
+    "fdaudit-common/Cargo.toml",
+];
+
+/// SHA-256 over [`EBPF_INPUTS`] (each file's path relative to `root`, then its bytes, in path
+/// order), in hex: what the committed objects' fingerprint file holds.
+pub fn source_fingerprint(root: &Path) -> Result<String> {
+    use sha2::Digest as _;
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+        if dir.is_file() {
+            out.push(dir.to_path_buf());
+            return Ok(());
+        }
+        let entries =
+            std::fs::read_dir(dir).with_context(|| format!("failed to read {}", dir.display()))?;
+        for e in entries {
+            walk(&e.context("failed to read a directory entry")?.path(), out)?;
+        }
+        Ok(())
+    }
+    let mut files = Vec::new();
+    for input in EBPF_INPUTS {
+        walk(&root.join(input), &mut files)?;
+    }
+    files.sort();
+    let mut h = sha2::Sha256::new();
+    for f in &files {
+        let rel = f.strip_prefix(root).unwrap_or(f);
+        h.update(rel.to_string_lossy().as_bytes());
+        h.update([0]);
+        h.update(std::fs::read(f).with_context(|| format!("failed to read {}", f.display()))?);
+        h.update([0]);
+    }
+    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// The fingerprint recorded beside the committed objects, if any.
+pub fn recorded_fingerprint(root: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(prebuilt_fingerprint_file(root)).ok()?;
+    text.lines()
+        .find(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| l.trim().to_string())
 }
 
 /// Builds `fdaudit-ebpf` in release mode for bpfel-unknown-none with BTF, for the machine
@@ -62,9 +137,7 @@ pub fn build_ebpf(root: &Path, arch: &str) -> Result<PathBuf> {
             BPF_ARCHES.join(", ")
         );
     }
-    let linker = bpf_linker().context(
-        "bpf-linker not found: run `.ci/setup` (or `cargo install bpf-linker --version 0.13.0 ...`, see README)",
-    )?;
+    let linker = ebpf_toolchain()?;
     // One target directory per architecture, so switching does not rebuild.
     let target_dir = ebpf_target_dir(root).join(arch);
     let mut cmd = Command::new("rustup");
@@ -102,12 +175,27 @@ pub fn build_ebpf(root: &Path, arch: &str) -> Result<PathBuf> {
             cmd.env_remove(&*k);
         }
     }
-    let flags = [
+    // The BTF line info names source files: paths are remapped so that the object is the same
+    // byte for byte wherever the tree, the registry and the toolchain live (CI compares the
+    // committed object with a fresh build).
+    let mut flags = vec![
         "-Cdebuginfo=2".to_string(),
         "-Clink-arg=--btf".to_string(),
         format!("-Clinker={}", linker.display()),
         format!("--cfg=bpf_target_arch=\"{arch}\""),
+        format!("--remap-path-prefix={}=/fdaudit", root.display()),
     ];
+    if let Some(home) = cargo_home() {
+        flags.push(format!("--remap-path-prefix={}=/cargo", home.display()));
+    }
+    if let Ok(out) = Command::new("rustup")
+        .args(["run", BPF_TOOLCHAIN, "rustc", "--print", "sysroot"])
+        .env_remove("RUSTUP_TOOLCHAIN")
+        .output()
+    {
+        let sysroot = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        flags.push(format!("--remap-path-prefix={sysroot}=/rustc"));
+    }
     cmd.env("CARGO_ENCODED_RUSTFLAGS", flags.join("\x1f"));
     let status = cmd
         .status()
@@ -123,6 +211,13 @@ pub fn build_ebpf(root: &Path, arch: &str) -> Result<PathBuf> {
         bail!("the eBPF build succeeded but {} is missing", obj.display());
     }
     strip_debug(&obj)
+}
+
+/// Cargo's home (registry sources live below it).
+fn cargo_home() -> Option<PathBuf> {
+    std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
 }
 
 /// The object without its DWARF sections (`llvm-objcopy --strip-debug`: .BTF and .BTF.ext,
@@ -151,9 +246,21 @@ fn strip_debug(obj: &Path) -> Result<PathBuf> {
     Ok(stripped)
 }
 
+/// `cargo xtask build-ebpf`: the committed objects and their check.
+#[cfg(feature = "cli")]
+pub mod ebpf;
+
 /// `cargo xtask sizes`: file and function lengths, import cycles.
 #[cfg(feature = "cli")]
 pub mod layout;
+
+/// `cargo xtask dist`: the .deb and tarball packages.
+#[cfg(feature = "cli")]
+pub mod dist;
+
+/// Installing what vm-test and cross builds need, when missing.
+#[cfg(feature = "cli")]
+pub mod provision;
 
 /// `cargo xtask vm-test`: the kernel matrix in QEMU.
 #[cfg(feature = "cli")]

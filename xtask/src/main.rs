@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
 use clap::{Parser, Subcommand};
-use xtask::{layout, vm};
+use xtask::{dist, ebpf, layout, vm};
 
 /// Build and test tasks for fdaudit.
 #[derive(Debug, Parser)]
@@ -19,12 +19,26 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Cmd {
-    /// Build the eBPF object (bpfel-unknown-none, with BTF) into target/fdaudit-ebpf.o
-    /// (target/fdaudit-ebpf-ARCH.o for another architecture).
+    /// Build the eBPF objects (bpfel-unknown-none, with BTF), one per machine architecture,
+    /// into fdaudit/ebpf/ (the committed objects a build without the eBPF toolchain embeds)
+    /// with the sources' fingerprint; also copied to target/fdaudit-ebpf.o for the host.
     BuildEbpf {
-        /// The machine architecture whose syscalls the programs read.
-        #[arg(long, value_enum, default_value = "x86_64")]
-        arch: vm::Arch,
+        /// Only this machine architecture (whose syscalls the programs read); default: all.
+        #[arg(long, value_enum)]
+        arch: Option<vm::Arch>,
+        /// Write nothing: exit 1 when a committed object differs, byte for byte, from what
+        /// the sources build, or the recorded fingerprint from the sources'.
+        #[arg(long)]
+        check: bool,
+    },
+    /// Build release packages into target/dist: fdaudit_VERSION_DEBARCH.deb and
+    /// fdaudit-VERSION-ARCH-linux.tar.gz (binary, man pages, bash/zsh/fish completions,
+    /// systemd unit, README, licences). A foreign architecture is cross-built (its toolchain
+    /// is installed when missing).
+    Dist {
+        /// Only this architecture (repeatable); default: x86_64 and aarch64.
+        #[arg(long = "arch", value_enum)]
+        arches: Vec<vm::Arch>,
     },
     /// Regenerate the manual pages in docs/man from fdaudit's clap definition.
     Man,
@@ -167,21 +181,20 @@ fn run(cli: Cli) -> Result<i32> {
     let root = xtask::workspace_root();
     match cli.cmd {
         Cmd::Sizes { top } => sizes(&root, top),
-        Cmd::BuildEbpf { arch } => {
-            let obj =
-                xtask::build_ebpf(&root, arch.name()).context("failed to build the eBPF object")?;
-            let name = match arch {
-                vm::Arch::X86_64 => "fdaudit-ebpf.o".to_string(),
-                other => format!("fdaudit-ebpf-{}.o", other.name()),
+        Cmd::BuildEbpf { arch, check } => {
+            let arches: Vec<vm::Arch> = match arch {
+                Some(a) => vec![a],
+                None => vec![vm::Arch::X86_64, vm::Arch::Aarch64],
             };
-            let dest = xtask::ebpf_target_dir(&root)
-                .parent()
-                .expect("the ebpf target dir has a parent")
-                .join(name);
-            std::fs::copy(&obj, &dest).with_context(|| {
-                format!("failed to copy {} to {}", obj.display(), dest.display())
-            })?;
-            println!("{}", dest.display());
+            ebpf::build(&root, &arches, check)
+        }
+        Cmd::Dist { arches } => {
+            let arches = if arches.is_empty() {
+                vec![vm::Arch::X86_64, vm::Arch::Aarch64]
+            } else {
+                arches
+            };
+            dist::run(&root, &arches).context("failed to build the packages")?;
             Ok(0)
         }
         Cmd::Man => {
