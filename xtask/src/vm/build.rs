@@ -36,7 +36,7 @@ struct ArtifactTarget {
 }
 
 /// Runs cargo with JSON messages and returns the (kind, name, executable) of what it built.
-fn cargo_artifacts(
+pub(crate) fn cargo_artifacts(
     root: &Path,
     arch: Arch,
     args: &[&str],
@@ -163,6 +163,10 @@ const HOST_ONLY_TESTS: &[(&str, &str)] = &[
         "terminal",
         "checks rendering in tmux, script's pty, man and bash completion, none of which the \
          initramfs carries",
+    ),
+    (
+        "dist",
+        "builds the release packages with cargo and installs the .deb with dpkg on the host",
     ),
     (
         "scan_hostile",

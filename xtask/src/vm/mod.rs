@@ -6,7 +6,7 @@
 //! the unpacked kernels, the initramfs and one console log per kernel (`out/`).
 
 pub mod apt;
-mod build;
+pub(crate) mod build;
 pub mod guest;
 mod image;
 pub mod initramfs;
@@ -96,7 +96,7 @@ fn boot(
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .with_context(|| format!("failed to start {qemu}: run `bash .ci/setup`"))?;
+        .with_context(|| format!("failed to start {qemu}"))?;
     let mut timed_out = false;
     let status = loop {
         if let Some(st) = child.try_wait().context("failed to wait for qemu")? {
@@ -135,6 +135,8 @@ fn boot(
 
 /// Runs the matrix; returns every kernel's outcome (the caller prints and decides).
 pub fn run(root: &Path, opts: &Options) -> Result<Vec<Outcome>> {
+    crate::provision::vm_test(root, opts.arch)
+        .context("failed to install what the VM matrix needs")?;
     let vm_dir = root.join("target").join("vm");
     std::fs::create_dir_all(vm_dir.join("out")).context("failed to create target/vm")?;
     let specs = if opts.kernels.is_empty() {

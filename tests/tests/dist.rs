@@ -1,0 +1,288 @@
+//! `cargo xtask dist`'s packages work where users put them: the .deb installs with
+//! `dpkg -i` (its Depends satisfied), and `fdaudit doctor`, `man fdaudit-trace` and the bash
+//! completion work from the installed files; removing it leaves none of them. The tarball
+//! carries the same files, runnable from where it is unpacked.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Output},
+};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ is in the workspace")
+        .to_path_buf()
+}
+
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+fn deb_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => panic!("no package for {other}"),
+    }
+}
+
+/// `cargo xtask dist --arch HOST`, once per test binary; the two package paths.
+fn packages() -> (PathBuf, PathBuf) {
+    static BUILD: std::sync::Once = std::sync::Once::new();
+    BUILD.call_once(|| {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let st = Command::new(cargo)
+            .current_dir(repo())
+            .args(["run", "--quiet", "-p", "xtask", "--", "dist", "--arch"])
+            .arg(std::env::consts::ARCH)
+            .status()
+            .expect("failed to run cargo xtask dist");
+        assert!(st.success(), "cargo xtask dist failed: {st}");
+    });
+    let dist = repo().join("target/dist");
+    let deb = dist.join(format!("fdaudit_{VERSION}_{}.deb", deb_arch()));
+    let tgz = dist.join(format!(
+        "fdaudit-{VERSION}-{}-linux.tar.gz",
+        std::env::consts::ARCH
+    ));
+    for p in [&deb, &tgz] {
+        assert!(p.is_file(), "cargo xtask dist wrote no {}", p.display());
+    }
+    (deb, tgz)
+}
+
+fn run(cmd: &mut Command) -> Output {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("failed to run {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn stdout(cmd: &mut Command) -> String {
+    String::from_utf8_lossy(&run(cmd).stdout).into_owned()
+}
+
+fn installed() -> bool {
+    Command::new("dpkg-query")
+        .args(["-W", "-f=${Status}", "fdaudit"])
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+}
+
+/// Purges the package when the test ends, passed or not.
+struct Purge;
+impl Drop for Purge {
+    fn drop(&mut self) {
+        let _ = Command::new("dpkg").args(["--purge", "fdaudit"]).output();
+    }
+}
+
+/// The files the package must install (and remove).
+const INSTALLED: [&str; 7] = [
+    "/usr/bin/fdaudit",
+    "/usr/share/man/man1/fdaudit-trace.1.gz",
+    "/usr/share/bash-completion/completions/fdaudit",
+    "/usr/share/zsh/vendor-completions/_fdaudit",
+    "/usr/share/fish/vendor_completions.d/fdaudit.fish",
+    "/lib/systemd/system/fdaudit.service",
+    "/usr/share/doc/fdaudit/copyright",
+];
+
+#[test]
+#[ignore = "needs root: installs the .deb with dpkg -i"]
+fn the_deb_installs_works_from_its_files_and_removes_cleanly() {
+    let (deb, _) = packages();
+    assert!(
+        !installed(),
+        "a package named fdaudit is already installed: dpkg --purge fdaudit first"
+    );
+    // The Depends line is computed (dpkg-shlibdeps) and names the C library.
+    let depends = stdout(
+        Command::new("dpkg-deb")
+            .args(["-f"])
+            .arg(&deb)
+            .arg("Depends"),
+    );
+    assert!(depends.contains("libc6 (>= 2."), "Depends: {depends}");
+    let _purge = Purge;
+    run(Command::new("dpkg").arg("-i").arg(&deb));
+    assert!(installed(), "dpkg -i did not leave fdaudit installed");
+    for f in INSTALLED {
+        assert!(Path::new(f).exists(), "the package did not install {f}");
+    }
+    let doctor = stdout(Command::new("/usr/bin/fdaudit").arg("doctor"));
+    assert!(
+        doctor.contains("program sched_process_exec") && doctor.contains("ok"),
+        "{doctor}"
+    );
+    let man = stdout(
+        Command::new("man")
+            .args(["-P", "cat", "fdaudit-trace"])
+            .env("MANWIDTH", "80"),
+    );
+    assert!(man.contains("fdaudit-trace"), "man fdaudit-trace:\n{man}");
+    let complete = stdout(Command::new("bash").args([
+        "-c",
+        "source /usr/share/bash-completion/completions/fdaudit && complete -p fdaudit",
+    ]));
+    assert!(
+        complete.starts_with("complete ") && complete.trim_end().ends_with(" fdaudit"),
+        "complete -p fdaudit: {complete}"
+    );
+    run(Command::new("systemd-analyze")
+        .arg("verify")
+        .arg("/lib/systemd/system/fdaudit.service"));
+    run(Command::new("dpkg").args(["--purge", "fdaudit"]));
+    assert!(!installed(), "dpkg --purge left fdaudit installed");
+    for f in INSTALLED {
+        assert!(!Path::new(f).exists(), "removing the package left {f}");
+    }
+}
+
+#[test]
+fn the_tarball_runs_from_where_it_is_unpacked() {
+    let (_, tgz) = packages();
+    let dir = std::env::temp_dir().join(format!("fdaudit-tgz-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("failed to create a temp dir");
+    run(Command::new("tar")
+        .arg("-xzf")
+        .arg(&tgz)
+        .arg("-C")
+        .arg(&dir));
+    let top = dir.join(format!(
+        "fdaudit-{VERSION}-{}-linux",
+        std::env::consts::ARCH
+    ));
+    let version = stdout(Command::new(top.join("fdaudit")).arg("--version"));
+    assert_eq!(version.trim(), format!("fdaudit {VERSION}"));
+    for f in [
+        "man/man1/fdaudit.1",
+        "man/man1/fdaudit-trace.1",
+        "completions/fdaudit.bash",
+        "completions/_fdaudit",
+        "completions/fdaudit.fish",
+        "fdaudit.service",
+        "README.md",
+        "LICENSE-MIT",
+        "LICENSE-APACHE",
+    ] {
+        assert!(top.join(f).is_file(), "the tarball has no {f}");
+    }
+    let man = stdout(
+        Command::new("man")
+            .args(["-P", "cat", "-l"])
+            .arg(top.join("man/man1/fdaudit-trace.1"))
+            .env("MANWIDTH", "80"),
+    );
+    assert!(man.contains("fdaudit-trace"), "{man}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A directory whose `toolchains/` holds the stable toolchain alone, for RUSTUP_HOME.
+fn stable_only_rustup_home(dir: &Path) -> PathBuf {
+    let out = run(Command::new("rustc")
+        .args(["--print", "sysroot"])
+        .env("RUSTUP_TOOLCHAIN", "stable"));
+    let sysroot = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    let home = dir.join("rustup");
+    let chains = home.join("toolchains");
+    std::fs::create_dir_all(&chains).expect("failed to create toolchains/");
+    let name = sysroot.file_name().expect("the sysroot has a name");
+    std::os::unix::fs::symlink(&sysroot, chains.join(name)).expect("link the toolchain");
+    let settings = format!(
+        "version = \"12\"\ndefault_toolchain = \"{}\"\nauto_self_update = \"disable\"\n",
+        name.to_string_lossy()
+    );
+    std::fs::write(home.join("settings.toml"), settings).expect("write settings.toml");
+    home
+}
+
+#[test]
+#[ignore = "needs root: traces the leak with the binary it builds"]
+fn stable_rust_alone_builds_a_binary_that_traces_a_leak() {
+    let dir = std::env::temp_dir().join(format!("fdaudit-stable-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).expect("failed to create a temp dir");
+    // cargo, rustc and rustup (rustup's proxies) and the system's tools: no bpf-linker.
+    let proxies = PathBuf::from(std::env::var("HOME").expect("HOME")).join(".cargo/bin");
+    for tool in ["cargo", "rustc", "rustup"] {
+        std::os::unix::fs::symlink(proxies.join(tool), bin.join(tool)).expect("link a tool");
+    }
+    let rustup_home = stable_only_rustup_home(&dir);
+    let path = format!("{}:/usr/bin:/bin", bin.display());
+    let env = |c: &mut Command| {
+        for (k, _) in std::env::vars_os() {
+            let k = k.to_string_lossy().into_owned();
+            if k.starts_with("CARGO") && k != "CARGO_HOME" || k.starts_with("RUSTC") {
+                c.env_remove(k);
+            }
+        }
+        c.env("PATH", &path)
+            .env("RUSTUP_HOME", &rustup_home)
+            .env("RUSTUP_TOOLCHAIN", "stable")
+            .env_remove("FDAUDIT_EBPF")
+            .env_remove("FDAUDIT_SKIP_EBPF");
+    };
+    // The conditions hold: no bpf-linker on PATH, no nightly toolchain.
+    let mut which = Command::new("sh");
+    which.args(["-c", "command -v bpf-linker"]);
+    env(&mut which);
+    assert!(
+        !which.status().unwrap().success(),
+        "bpf-linker is on {path}"
+    );
+    let mut nightly = Command::new(bin.join("rustup"));
+    nightly.args(["run", "nightly", "rustc", "--version"]);
+    env(&mut nightly);
+    let out = nightly.output().expect("run rustup");
+    assert!(!out.status.success(), "nightly is visible: {out:?}");
+
+    // The build keeps its own target directory (kept between runs, so a re-run is quick).
+    let target = repo().join("target/stable-only");
+    let mut build = Command::new(bin.join("cargo"));
+    build
+        .current_dir(repo())
+        .args([
+            "build",
+            "--release",
+            "--locked",
+            "-p",
+            "fdaudit",
+            "--bin",
+            "fdaudit",
+        ])
+        .env("CARGO_TARGET_DIR", &target);
+    env(&mut build);
+    let out = run(&mut build);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("eBPF sources changed"),
+        "the committed object is stale:\n{stderr}"
+    );
+    let fdaudit = target.join("release/fdaudit");
+    let file = dir.join("trace.jsonl");
+    let out = run(Command::new(&fdaudit)
+        .args(["trace", "--json", "-o"])
+        .arg(&file)
+        .args(["--", "bash", "-c", "exec 7</etc/hostname; /bin/true"])
+        .stdin(std::process::Stdio::null()));
+    let text = std::fs::read_to_string(&file).expect("trace wrote its records");
+    let records = fdaudit_tests::records(&text);
+    let spawn = fdaudit_tests::of_type(&records, "spawn")
+        .into_iter()
+        .find(|s| s["exec_path"] == "/bin/true")
+        .unwrap_or_else(|| panic!("no /bin/true spawn: {text}\n{out:?}"));
+    let fd7 = spawn["leaked_fds"]
+        .as_array()
+        .and_then(|a| a.iter().find(|f| f["fd"] == 7))
+        .unwrap_or_else(|| panic!("fd 7 did not leak: {spawn}"));
+    assert_eq!(fd7["target"], "/etc/hostname", "{spawn}");
+    std::fs::remove_dir_all(&dir).ok();
+}
