@@ -56,7 +56,12 @@ pub fn run(root: &Path, arches: &[Arch]) -> Result<Vec<Packages>> {
 /// `cargo build --release` of fdaudit for `arch`; the binary's path.
 fn build(root: &Path, arch: Arch) -> Result<PathBuf> {
     eprintln!("dist: building fdaudit (release) for {}", arch.name());
-    let arts = cargo_artifacts(root, arch, &["build", "-p", "fdaudit", "--bin", "fdaudit"])?;
+    // The same packages as vm-test's build, so that one release build serves both.
+    let arts = cargo_artifacts(
+        root,
+        arch,
+        &["build", "-p", "fdaudit", "-p", "fdaudit-tests", "--bins"],
+    )?;
     arts.into_iter()
         .find(|(k, n, _)| k == "bin" && n == "fdaudit")
         .map(|(_, _, p)| p)
