@@ -67,4 +67,43 @@ mod tests {
     fn cli_is_consistent() {
         Cli::command().debug_assert();
     }
+
+    fn trace_command(argv: &[&str]) -> Vec<String> {
+        let cli = Cli::try_parse_from(argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+        let Command::Trace(t) = cli.command else {
+            panic!("{argv:?} is not trace")
+        };
+        t.command
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn trace_takes_a_command_with_or_without_dashes() {
+        let cmd = ["/bin/sh", "-c", "exit 0"];
+        assert_eq!(trace_command(&["fdaudit", "trace", "--", "/bin/sh", "-c", "exit 0"]), cmd);
+        assert_eq!(trace_command(&["fdaudit", "trace", "/bin/sh", "-c", "exit 0"]), cmd);
+        // fdaudit's options before the command are fdaudit's; after it, the command's.
+        assert_eq!(
+            trace_command(&["fdaudit", "trace", "--json", "/bin/true", "--json"]),
+            ["/bin/true", "--json"]
+        );
+        // A misspelt option is an error, not a command named `--jsn`.
+        let e = Cli::try_parse_from(["fdaudit", "trace", "--jsn", "/bin/true"]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::UnknownArgument);
+    }
+
+    #[test]
+    fn negative_numbers_are_bad_values_not_options() {
+        for argv in [
+            &["fdaudit", "trace", "--duration", "-1", "--", "/bin/true"][..],
+            &["fdaudit", "trace", "--min-closes", "-5", "/bin/true"],
+            &["fdaudit", "trace", "-p", "-3"],
+        ] {
+            let e = Cli::try_parse_from(argv).unwrap_err();
+            assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation, "{argv:?}: {e}");
+            assert!(!e.to_string().contains("'-- -"), "{argv:?}: {e}");
+        }
+    }
 }

@@ -50,6 +50,8 @@ pub enum TraceRecord {
 /// Arguments of `fdaudit trace`.
 #[derive(Debug, clap::Args)]
 #[command(
+    // `--duration -1` is a bad value, not an option named -1.
+    allow_negative_numbers = true,
     after_help = "Records go to -o FILE; without it, to stderr with -- CMD or --demo (CMD keeps \
 stdout and stderr as given, as under strace), to stdout with -p.\n\nExit status: the command's \
 own status with -- CMD (128+N when killed by signal N, 127 when it could not be exec'd), else \
@@ -162,8 +164,10 @@ pub struct TraceArgs {
     #[arg(short, long)]
     pub verbose: bool,
 
-    /// The command to start and trace from its first instruction.
-    #[arg(last = true, value_name = "CMD")]
+    /// The command to start and trace from its first instruction. `--` before it is
+    /// optional (as with strace): everything from the first argument that is not an option
+    /// of fdaudit's is the command's.
+    #[arg(trailing_var_arg = true, value_name = "CMD")]
     pub command: Vec<OsString>,
 }
 
