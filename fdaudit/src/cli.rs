@@ -82,8 +82,14 @@ mod tests {
     #[test]
     fn trace_takes_a_command_with_or_without_dashes() {
         let cmd = ["/bin/sh", "-c", "exit 0"];
-        assert_eq!(trace_command(&["fdaudit", "trace", "--", "/bin/sh", "-c", "exit 0"]), cmd);
-        assert_eq!(trace_command(&["fdaudit", "trace", "/bin/sh", "-c", "exit 0"]), cmd);
+        assert_eq!(
+            trace_command(&["fdaudit", "trace", "--", "/bin/sh", "-c", "exit 0"]),
+            cmd
+        );
+        assert_eq!(
+            trace_command(&["fdaudit", "trace", "/bin/sh", "-c", "exit 0"]),
+            cmd
+        );
         // fdaudit's options before the command are fdaudit's; after it, the command's.
         assert_eq!(
             trace_command(&["fdaudit", "trace", "--json", "/bin/true", "--json"]),
@@ -102,7 +108,11 @@ mod tests {
             &["fdaudit", "trace", "-p", "-3"],
         ] {
             let e = Cli::try_parse_from(argv).unwrap_err();
-            assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation, "{argv:?}: {e}");
+            assert_eq!(
+                e.kind(),
+                clap::error::ErrorKind::ValueValidation,
+                "{argv:?}: {e}"
+            );
             assert!(!e.to_string().contains("'-- -"), "{argv:?}: {e}");
         }
     }

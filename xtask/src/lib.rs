@@ -201,7 +201,7 @@ pub fn build_ebpf(root: &Path, arch: &str) -> Result<PathBuf> {
         .status()
         .context("failed to run `rustup run nightly cargo build` for the eBPF crate")?;
     if !status.success() {
-        bail!("the eBPF build failed ({status}); is `rustup component add rust-src --toolchain nightly` done? see README");
+        bail!("the eBPF build failed ({status}); run `.ci/setup` (nightly with rust-src, bpf-linker on PATH), or build without them: the committed object is embedded then (docs/architecture.md)");
     }
     let obj = target_dir
         .join(BPF_TARGET)

@@ -203,7 +203,7 @@ pub fn inheritable(f: &FdFacts<'_>) -> (Severity, u8, String) {
 /// Fixed so that `--fail-on` gives the same answer under any load: a figure measured at run
 /// time varied 5x on a busy machine. 250 ns sits between the published SBCL figure (11.63 s
 /// for 100 spawns at NOFILE 524288: 222 ns per fd) and `fdaudit bench`'s close-loop fit on
-/// a 2-vCPU VM with kernel 6.18 (292 ns per fd, README). `--close-cost-ns` overrides it.
+/// a 2-vCPU VM with kernel 6.18 (292 ns per fd, docs/scan.md). `--close-cost-ns` overrides it.
 pub const DEFAULT_CLOSE_COST_NS: u64 = 250;
 
 /// Severity of a NOFILE soft limit at `close_ns` per close() (the cost model); `None` when

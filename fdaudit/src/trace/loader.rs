@@ -213,7 +213,7 @@ impl Plan {
             (true, _) | (false, BackendChoice::Fentry) => Vec::new(),
             // auto is raw-tp: fentry is opt-in until it is shown faster and safe on real
             // hardware (in emulated guests it measured slower than raw-tp and attaching it
-            // once ended in a kernel Oops: README, "Backends").
+            // once ended in a kernel Oops: docs/kernels.md).
             (false, BackendChoice::Auto | BackendChoice::RawTp) => SPECS
                 .iter()
                 .filter(|p| p.syscall && (opts.reads || !p.reads_only))
