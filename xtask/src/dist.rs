@@ -34,7 +34,7 @@ pub fn run(root: &Path, arches: &[Arch]) -> Result<Vec<Packages>> {
     let host_bin = build(root, host)?;
     let mut out = Vec::new();
     for &arch in arches {
-        crate::provision::cross_toolchain(root, arch, "cargo xtask dist")?;
+        crate::vm::provision::cross_toolchain(root, arch, "cargo xtask dist")?;
         let bin = if arch == host {
             host_bin.clone()
         } else {

@@ -175,6 +175,26 @@ pub fn build_ebpf(root: &Path, arch: &str) -> Result<PathBuf> {
             cmd.env_remove(&*k);
         }
     }
+    let flags = rustflags(root, arch, &linker);
+    cmd.env("CARGO_ENCODED_RUSTFLAGS", flags.join("\x1f"));
+    let status = cmd
+        .status()
+        .context("failed to run `rustup run nightly cargo build` for the eBPF crate")?;
+    if !status.success() {
+        bail!("the eBPF build failed ({status}); run `.ci/setup` (nightly with rust-src, bpf-linker on PATH), or build without them: the committed object is embedded then (docs/architecture.md)");
+    }
+    let obj = target_dir
+        .join(BPF_TARGET)
+        .join("release")
+        .join("fdaudit-ebpf");
+    if !obj.is_file() {
+        bail!("the eBPF build succeeded but {} is missing", obj.display());
+    }
+    strip_debug(&obj)
+}
+
+/// The eBPF build's rustflags: BTF, bpf-linker, the architecture cfg, and path remapping.
+fn rustflags(root: &Path, arch: &str, linker: &Path) -> Vec<String> {
     // The BTF line info names source files: paths are remapped so that the object is the same
     // byte for byte wherever the tree, the registry and the toolchain live (CI compares the
     // committed object with a fresh build).
@@ -196,21 +216,7 @@ pub fn build_ebpf(root: &Path, arch: &str) -> Result<PathBuf> {
         let sysroot = String::from_utf8_lossy(&out.stdout).trim().to_string();
         flags.push(format!("--remap-path-prefix={sysroot}=/rustc"));
     }
-    cmd.env("CARGO_ENCODED_RUSTFLAGS", flags.join("\x1f"));
-    let status = cmd
-        .status()
-        .context("failed to run `rustup run nightly cargo build` for the eBPF crate")?;
-    if !status.success() {
-        bail!("the eBPF build failed ({status}); run `.ci/setup` (nightly with rust-src, bpf-linker on PATH), or build without them: the committed object is embedded then (docs/architecture.md)");
-    }
-    let obj = target_dir
-        .join(BPF_TARGET)
-        .join("release")
-        .join("fdaudit-ebpf");
-    if !obj.is_file() {
-        bail!("the eBPF build succeeded but {} is missing", obj.display());
-    }
-    strip_debug(&obj)
+    flags
 }
 
 /// Cargo's home (registry sources live below it).
@@ -257,10 +263,6 @@ pub mod layout;
 /// `cargo xtask dist`: the .deb and tarball packages.
 #[cfg(feature = "cli")]
 pub mod dist;
-
-/// Installing what vm-test and cross builds need, when missing.
-#[cfg(feature = "cli")]
-pub mod provision;
 
 /// `cargo xtask vm-test`: the kernel matrix in QEMU.
 #[cfg(feature = "cli")]

@@ -12,6 +12,7 @@ mod image;
 pub mod initramfs;
 pub mod kernels;
 mod outcome;
+pub mod provision;
 
 use std::{
     path::Path,
@@ -135,8 +136,7 @@ fn boot(
 
 /// Runs the matrix; returns every kernel's outcome (the caller prints and decides).
 pub fn run(root: &Path, opts: &Options) -> Result<Vec<Outcome>> {
-    crate::provision::vm_test(root, opts.arch)
-        .context("failed to install what the VM matrix needs")?;
+    provision::vm_test(root, opts.arch).context("failed to install what the VM matrix needs")?;
     let vm_dir = root.join("target").join("vm");
     std::fs::create_dir_all(vm_dir.join("out")).context("failed to create target/vm")?;
     let specs = if opts.kernels.is_empty() {

@@ -6,7 +6,7 @@ use std::{path::Path, process::Command};
 
 use anyhow::{bail, Context as _, Result};
 
-use crate::vm::Arch;
+use super::Arch;
 
 /// Installs the Debian packages `pkgs` that are missing, through `.ci/apt-install`.
 pub fn apt_install(root: &Path, what_for: &str, pkgs: &[&str]) -> Result<()> {
