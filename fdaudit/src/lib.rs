@@ -2,13 +2,11 @@
 
 pub mod arch;
 pub mod bench;
-pub mod btf;
 pub mod caller;
 pub mod cgroup;
 pub mod cli;
 pub mod demo;
 pub mod doctor;
-pub mod ebpf;
 pub mod exit;
 pub mod fdkind;
 pub mod output;
@@ -19,6 +17,7 @@ pub mod spawner;
 pub mod stats;
 pub mod sys;
 pub mod trace;
+pub mod tracer;
 pub mod usage;
 pub mod watch;
 

@@ -11,12 +11,12 @@ use serde::Serialize;
 mod features;
 
 use crate::{
-    btf,
-    ebpf::{self, caps, BackendChoice},
     output::{
         self,
         stream::{self, Dest, StdStream},
     },
+    tracer::btf,
+    tracer::ebpf::{self, caps, BackendChoice},
 };
 
 /// Arguments of `fdaudit doctor`.

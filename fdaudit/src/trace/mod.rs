@@ -1,22 +1,13 @@
 //! `fdaudit trace`: follow a process tree with eBPF; per spawn, the fds that crossed execve
 //! and what the child did between fork and exec.
 
-pub mod calibrate;
 pub mod chains;
 mod child;
-pub mod counts;
-pub mod decode;
-pub mod drain;
 pub mod filter;
-pub mod flags;
-mod loader;
 pub mod reads;
 pub mod report;
-pub mod session;
 pub mod stamp;
-pub mod strategy;
 pub mod targets;
-pub mod wait;
 
 use std::{
     ffi::OsString,
@@ -26,16 +17,16 @@ use std::{
 
 use anyhow::{Context as _, Result};
 
+use crate::tracer::session::{Session, SessionOptions};
 use crate::{
     cgroup::Followed,
-    ebpf::BackendChoice,
     exit,
     output::stream::{self, Dest, StdStream},
     procfs_util,
+    tracer::{decode, drain, ebpf::BackendChoice, wait},
 };
 use child::{start_held, try_wait};
 use report::{Ending, ExitReason, Reporter};
-use session::{Session, SessionOptions};
 use targets::check_targets;
 
 /// Every JSON object `trace --json` prints, one per line, tagged by `"type"`.

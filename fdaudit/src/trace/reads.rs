@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use super::decode::{ReadCount, Target};
+use crate::tracer::decode::{ReadCount, Target};
 use crate::{
     fdkind::{self, FdKind},
     lossless_field,

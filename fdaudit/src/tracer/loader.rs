@@ -9,7 +9,7 @@
 //!   probes, the bpf_loop and task_btf helper probes (0.5-2 ms) and times an untraced
 //!   close() (1 ms);
 //! - meanwhile this thread maps and indexes the same BTF for the offsets (2-4 ms,
-//!   [`crate::btf`]);
+//!   [`crate::tracer::btf`]);
 //! - aya creates the maps (3-4 ms, most of it the 8 MiB ring buffer, created and mapped;
 //!   the traced-process table is preallocated only before Linux 6.1: [`ebpf::open_with`]);
 //! - the exec program is verified on its own thread (4-30 ms of verifier time, the long
@@ -31,8 +31,8 @@ use fdaudit_common::{TaskState, MAP_EVENTS, MAP_TRACKED};
 
 use super::drain;
 use crate::{
-    ebpf::{self, Backend, BackendChoice, ExecWalk, KernelBtf, LoadError, ProgramSpec},
     sys,
+    tracer::ebpf::{self, Backend, BackendChoice, ExecWalk, KernelBtf, LoadError, ProgramSpec},
 };
 
 /// What to attach.
@@ -59,7 +59,7 @@ pub struct StartupTimings {
     /// aya's parse of the same bytes, when fentry is tried.
     pub aya_btf_ms: f64,
     /// Waiting for aya's loader, made on another thread meanwhile
-    /// ([`crate::ebpf::spawn_loader`]): part of `maps_ms`.
+    /// ([`crate::tracer::ebpf::spawn_loader`]): part of `maps_ms`.
     pub loader_wait_ms: f64,
     /// The feature probes and the untraced close() timing, beside the BTF parse.
     pub probes_ms: f64,

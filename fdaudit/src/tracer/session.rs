@@ -25,8 +25,8 @@ use super::{
 };
 use crate::{
     cgroup::Hierarchy,
-    ebpf::{self, Backend, MissedRuns},
     procfs_util, sys,
+    tracer::ebpf::{self, Backend, MissedRuns},
 };
 
 /// Loaded and attached programs with their maps. Dropping it detaches everything.
@@ -380,7 +380,7 @@ impl Session {
     }
 
     /// Runs of each program the kernel skipped since the session was ready
-    /// ([`crate::ebpf::misses`]): records or counts lost without a trace in the ring buffer.
+    /// ([`crate::tracer::ebpf::misses`]): records or counts lost without a trace in the ring buffer.
     pub fn missed_runs(&self) -> MissedRuns {
         self.missed_runs_total().since(&self.missed_baseline)
     }

@@ -19,7 +19,7 @@ use anyhow::{bail, Context as _, Result};
 
 use crate::{
     scan::{self, Severity},
-    trace::{
+    tracer::{
         decode::{Event, Spawn},
         session::{Session, SessionOptions},
     },
@@ -401,7 +401,7 @@ fn start_session(args: &WatchArgs, filter: Option<&Filter>) -> Result<Session> {
         cgroup: filter.map(|f| (f.0, f.1)),
         // fentry where the kernel takes it (FDAUDIT_BACKEND to choose): a whole host's
         // other syscalls then pay nothing for --full.
-        backend: crate::ebpf::BackendChoice::from_env().map_err(anyhow::Error::msg)?,
+        backend: crate::tracer::ebpf::BackendChoice::from_env().map_err(anyhow::Error::msg)?,
         ..Default::default()
     };
     let mut session = Session::start(&opts)?;

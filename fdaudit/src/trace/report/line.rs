@@ -1,7 +1,7 @@
 //! The line printed for each spawn as it happens.
 
-use super::super::{decode::Spawn, flags::SpawnFlags};
 use crate::output::{self, color::Paint, fmt_ns, table::Term};
+use crate::tracer::{decode::Spawn, flags::SpawnFlags};
 
 /// What a strategy costs, as a colour: close_range is the cheap, correct way; the sweeps
 /// whose cost grows with NOFILE are red, those that grow with the fds open yellow.

@@ -15,19 +15,15 @@ use text::{summary_text, summary_warnings};
 
 use anyhow::Result;
 
-use super::{
-    chains::Chains,
+use super::{chains::Chains, filter::Filter, reads, stamp::Stamper, TraceArgs, TraceRecord};
+use crate::tracer::{
     decode::{Event, LeakedFd, Spawn},
-    filter::Filter,
     flags::SpawnFlags,
-    reads,
     session::Session,
-    stamp::Stamper,
-    TraceArgs, TraceRecord,
 };
 use crate::{
-    ebpf::MissedRuns,
     output::{count, stream, table::Term, text::Lossless},
+    tracer::ebpf::MissedRuns,
 };
 
 /// The name of a spawn's parent when the kernel record has none (its fork was not seen):
@@ -76,7 +72,7 @@ pub fn lost_note(lost: u64, ring_bytes: u64) -> String {
     format!(
         "{lost} records LOST: the {} MiB ring buffer was full, some spawns are missing; raise --buffer-pages (now {})",
         ring_bytes >> 20,
-        ring_bytes / crate::trace::drain::page_size()
+        ring_bytes / crate::tracer::drain::page_size()
     )
 }
 
@@ -304,7 +300,7 @@ impl<'a> Reporter<'a> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::trace::{counts::SyscallCounts, strategy::Strategy};
+    use crate::tracer::{counts::SyscallCounts, strategy::Strategy};
 
     /// A spawn record for tests.
     pub(crate) fn spawn(parent: &str, path: &str, close: u32, window: u64, leaked: u32) -> Spawn {

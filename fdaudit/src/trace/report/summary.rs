@@ -7,17 +7,18 @@ use serde::Serialize;
 
 use super::super::{
     chains::{Chains, Link},
+    reads, TraceRecord,
+};
+use crate::tracer::{
     counts::SyscallCounts,
     decode::{Exit, LeakedFd, Spawn},
     flags::SpawnFlags,
-    reads,
     strategy::Strategy,
-    TraceRecord,
 };
 use crate::{
-    ebpf::MissedRuns,
     lossless_field,
     output::{count, text::Lossless},
+    tracer::ebpf::MissedRuns,
 };
 
 lossless_field!(GroupExecPath, "exec_path");

@@ -9,7 +9,7 @@ use aya::{
 use aya_obj::generated::{bpf_attach_type, bpf_prog_type};
 
 use super::{raw, FentrySpec, LoadError, FENTRY_PROGRAMS, SYSCALL_PREFIX};
-use crate::btf::Btf;
+use crate::tracer::btf::Btf;
 
 /// Loads one fentry-backend program against `btf` and attaches it.
 fn load_and_attach_fentry(

@@ -15,7 +15,7 @@ use aya::{
 use fdaudit_common::{Config, GLOBAL_CONFIG, MAP_EVENTS, MAP_EXEC_CHAIN, MAP_READS, MAP_TRACKED};
 use thiserror::Error;
 
-use crate::btf::{self, Btf, BtfError};
+use crate::tracer::btf::{self, Btf, BtfError};
 
 pub mod caps;
 mod fentry;

@@ -1,0 +1,16 @@
+//! The tracing engine: BTF offsets, loading and attaching the eBPF programs, the maps, the
+//! ring-buffer drain, decoding records into spawns, the probe-cost calibration, the
+//! syscall counts and the strategy they imply, and waiting on the followed processes.
+//! `trace`, `watch` and `bench` are front ends over it; nothing here knows their arguments.
+
+pub mod btf;
+pub mod calibrate;
+pub mod counts;
+pub mod decode;
+pub mod drain;
+pub mod ebpf;
+pub mod flags;
+mod loader;
+pub mod session;
+pub mod strategy;
+pub mod wait;
