@@ -509,7 +509,7 @@ fn follow(
         let woken = waiter.wait(Some(session.events_fd()), wake_by)?;
         // What the drain thread has copied out (resets its ready fd; no wait).
         let events = session.poll(Duration::ZERO)?;
-        reporter.calibrate_for(&events, session);
+        reporter.costs_from(session);
         for ev in events {
             reporter.handle(ev, root_pids)?;
         }
@@ -547,7 +547,7 @@ fn follow(
     // Records are written before their process can be reaped (the exit record in
     // do_exit(), before the pidfd wakes): what is in the ring buffer now is everything.
     let events = session.drain();
-    reporter.calibrate_for(&events, session);
+    reporter.costs_from(session);
     for ev in events {
         reporter.handle(ev, root_pids)?;
     }

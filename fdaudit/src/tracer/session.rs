@@ -48,6 +48,10 @@ pub struct Session {
     probe_cost_ns: Option<f64>,
     /// How long that took, ms.
     calibrate_ms: f64,
+    /// The probe-cost measurement failed: windows stay uncorrected, and it is not retried.
+    calibration_failed: bool,
+    /// Warnings for the front end ([`Session::take_warnings`]).
+    warnings: Vec<String>,
     /// Untraced cost of one close() on a closed fd, ns, measured at start.
     close_cost_ns: f64,
     /// The calibration's processes: their records are dropped (each pid until its exit
@@ -114,6 +118,8 @@ impl Session {
             leaks_only: opts.leaks_only,
             probe_cost_ns: opts.leaks_only.then_some(0.0),
             calibrate_ms: 0.0,
+            calibration_failed: false,
+            warnings: Vec::new(),
             close_cost_ns,
             ignored: Vec::new(),
             backend,
@@ -319,7 +325,51 @@ impl Session {
         for ev in &mut out {
             self.add_exec_failure(ev);
         }
+        self.complete(&mut out);
         out
+    }
+
+    /// Fills in, once for every front end, what the kernel records leave to user space: the
+    /// window without the probes' own cost (measured when the first spawn that needs it
+    /// comes, with the programs attached; a failed measurement leaves windows uncorrected
+    /// and is said once through [`Session::take_warnings`]) and the parent's name where the
+    /// kernel saw no fork.
+    fn complete(&mut self, events: &mut [Event]) {
+        if self.probe_cost_ns.is_none()
+            && !self.calibration_failed
+            && events.iter().any(|e| e.probed() > 0)
+        {
+            if let Err(e) = self.probe_cost_ns() {
+                self.calibration_failed = true;
+                // `{:#}`: the message and its causes on one line.
+                self.warnings
+                    .push(format!("{e:#}; 'untraced' windows are not corrected"));
+            }
+        }
+        let probe_ns = self.probe_cost().unwrap_or(0.0);
+        for ev in events {
+            let spawn = match ev {
+                Event::Spawn(s) => Some(s),
+                Event::Exit(e) => e.failed_spawn.as_mut(),
+            };
+            if let Some(s) = spawn {
+                s.correct_for_probes(probe_ns);
+                if s.parent_comm.is_empty() {
+                    s.parent_comm = crate::output::text::Lossless::new(parent_name(s.parent_pid));
+                }
+            }
+        }
+    }
+
+    /// The probes' cost per counted syscall as windows are corrected with it (ns, rounded):
+    /// 0 with --leaks-only, `None` until measured (or when the measurement failed).
+    pub fn probe_cost(&self) -> Option<f64> {
+        self.probe_cost_ns.map(f64::round)
+    }
+
+    /// What the session has to say since the last call (a failed calibration), one line each.
+    pub fn take_warnings(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.warnings)
     }
 
     /// Whether `ev` is the calibration's (an exit record ends its pid's entry).
@@ -451,4 +501,22 @@ impl Drop for Session {
             std::thread::sleep(Duration::from_millis(2));
         }
     }
+}
+
+/// The name of a spawn's parent when the kernel record has none (its fork was not seen):
+/// `fdaudit` for fdaudit itself (the traced command's own re-exec), else what procfs says.
+fn parent_name(ppid: u32) -> Vec<u8> {
+    if ppid == std::process::id() {
+        return b"fdaudit".to_vec();
+    }
+    std::fs::read(format!("/proc/{ppid}/comm"))
+        .ok()
+        .map(|mut c| {
+            if c.last() == Some(&b'\n') {
+                c.pop();
+            }
+            c
+        })
+        .filter(|c| !c.is_empty())
+        .unwrap_or_else(|| b"?".to_vec())
 }

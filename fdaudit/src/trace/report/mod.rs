@@ -22,27 +22,9 @@ use crate::tracer::{
     session::Session,
 };
 use crate::{
-    output::{count, stream, table::Term, text::Lossless},
+    output::{count, stream, table::Term},
     tracer::ebpf::MissedRuns,
 };
-
-/// The name of a spawn's parent when the kernel record has none (its fork was not seen):
-/// `fdaudit` for fdaudit itself (the traced command's own re-exec), else what procfs says.
-fn parent_name(ppid: u32) -> Vec<u8> {
-    if ppid == std::process::id() {
-        return b"fdaudit".to_vec();
-    }
-    std::fs::read(format!("/proc/{ppid}/comm"))
-        .ok()
-        .map(|mut c| {
-            if c.last() == Some(&b'\n') {
-                c.pop();
-            }
-            c
-        })
-        .filter(|c| !c.is_empty())
-        .unwrap_or_else(|| b"?".to_vec())
-}
 
 /// Per-event handling and final output of `trace`: a line (or JSON record) per spawn as it
 /// comes, the summary at the end, all on the records stream ([`stream`]).
@@ -59,7 +41,7 @@ pub struct Reporter<'a> {
     term: Term,
     root_inherited: Vec<LeakedFd>,
     seen_root_exec: Vec<u32>,
-    /// Once measured: the first spawn with a probed syscall asks the session for it.
+    /// The session's, once measured (its windows are corrected with it).
     probe_cost_ns: Option<f64>,
     close_cost_ns: f64,
     leaks_only: bool,
@@ -107,24 +89,16 @@ impl<'a> Reporter<'a> {
         }
     }
 
-    /// Has the session measure the probes' cost when one of `events` is the first spawn
-    /// that needs it (a syscall of its window went through a probe): before it is
-    /// reported, with the programs attached. A failed measurement is said once and leaves
-    /// windows uncorrected.
-    pub fn calibrate_for(&mut self, events: &[Event], session: &mut Session) {
-        if self.probe_cost_ns.is_some() || !events.iter().any(|e| e.probed() > 0) {
-            return;
+    /// Takes the session's probe and close costs (for the summary and its note) and says
+    /// its warnings; called after each batch of events.
+    pub fn costs_from(&mut self, session: &mut Session) {
+        if let Some(ns) = session.probe_cost() {
+            self.probe_cost_ns = Some(ns);
         }
-        let ns = session.probe_cost_ns().unwrap_or_else(|e| {
-            // `{:#}`: the message and its causes on one line.
-            stream::note(
-                stream::Level::Warning,
-                &format!("{e:#}; 'untraced' windows are not corrected"),
-            );
-            0.0
-        });
-        self.probe_cost_ns = Some(ns.round());
         self.close_cost_ns = session.close_cost_ns();
+        for w in session.take_warnings() {
+            stream::note(stream::Level::Warning, &w);
+        }
     }
 
     pub fn handle(&mut self, ev: Event, roots: &[u32]) -> Result<()> {
@@ -189,10 +163,6 @@ impl<'a> Reporter<'a> {
 
     fn report_spawn(&mut self, mut s: Box<Spawn>) -> Result<()> {
         s.time_ns = stream::since_header(s.exec_ns);
-        s.correct_for_probes(self.probe_cost_ns.unwrap_or(0.0));
-        if s.parent_comm.is_empty() {
-            s.parent_comm = Lossless::new(parent_name(s.parent_pid));
-        }
         if let Some(all) = &mut self.unfiltered {
             all.add(&link(&s, &self.collector.policy));
         }
@@ -300,6 +270,7 @@ impl<'a> Reporter<'a> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::output::text::Lossless;
     use crate::tracer::{counts::SyscallCounts, strategy::Strategy};
 
     /// A spawn record for tests.
