@@ -79,7 +79,7 @@ pub(super) const CALIBRATION_CLOSES: u32 = 2_000;
 const EXEC: &str = "sched_process_exec";
 
 /// The object with its programs attached.
-pub(super) struct Loaded {
+pub(super) struct LoadedObject {
     pub bpf: Ebpf,
     /// Taken out of `bpf` for the drain thread.
     pub events: RingBuf<MapData>,
@@ -110,7 +110,7 @@ struct Probed {
 }
 
 /// Creates the maps, loads the programs `opts` needs and attaches them.
-pub(super) fn load(opts: &SessionOptions) -> Result<Loaded> {
+pub(super) fn load(opts: &SessionOptions) -> Result<LoadedObject> {
     let mut timings = StartupTimings::default();
     let loader = ebpf::spawn_loader();
     // aya's feature probes (a dozen tiny loads it would make when creating the maps, cached
@@ -167,10 +167,10 @@ pub(super) fn load(opts: &SessionOptions) -> Result<Loaded> {
     let tracked = HashMap::try_from(take(MAP_TRACKED)?)?;
     timings.maps_ms = ms_since(t);
     let t = Instant::now();
-    let a = load_and_attach(&mut bpf, &kernel, opts, probed.exec_walk)?;
+    let a = attach_programs(&mut bpf, &kernel, opts, probed.exec_walk)?;
     timings.aya_btf_ms = a.aya_btf_ms;
     timings.attach_ms = ms_since(t) - a.aya_btf_ms;
-    Ok(Loaded {
+    Ok(LoadedObject {
         bpf,
         events,
         tracked,
@@ -183,7 +183,7 @@ pub(super) fn load(opts: &SessionOptions) -> Result<Loaded> {
     })
 }
 
-/// What [`load_and_attach`] did.
+/// What [`attach_programs`] did.
 struct Attached {
     backend: Option<Backend>,
     fallback: Option<String>,
@@ -259,7 +259,7 @@ type LoadResults = Vec<Option<Result<(), LoadError>>>;
 /// Loads every program `opts` needs (see [`load_all`]) and attaches them in order: the
 /// scheduler hooks first (a spawn never has syscall counts without its fork), then the
 /// syscall counters, then the optional exec_exit programs.
-fn load_and_attach(
+fn attach_programs(
     bpf: &mut Ebpf,
     kernel: &KernelBtf,
     opts: &SessionOptions,

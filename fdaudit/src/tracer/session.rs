@@ -75,7 +75,7 @@ pub struct Session {
 impl Session {
     /// Loads the programs, attaches them, and measures the probes' own cost.
     pub fn start(opts: &SessionOptions) -> Result<Session> {
-        let loader::Loaded {
+        let loader::LoadedObject {
             mut bpf,
             events,
             tracked,

@@ -415,9 +415,9 @@ pub fn exec_walk() -> ExecWalk {
     }
 }
 
-/// One program as the verifier took it.
+/// One program as the verifier took it (its load figures).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Loaded {
+pub struct Verified {
     pub name: &'static str,
     /// Wall time of the BPF_PROG_LOAD call (verification and JIT).
     pub load_time: Duration,
@@ -438,7 +438,7 @@ pub fn load_and_attach(ebpf: &mut Ebpf, spec: &ProgramSpec) -> Result<(), LoadEr
 pub fn load_and_attach_measured(
     ebpf: &mut Ebpf,
     spec: &ProgramSpec,
-) -> Result<Vec<Loaded>, LoadError> {
+) -> Result<Vec<Verified>, LoadError> {
     if spec.name != "sched_process_exec" || exec_walk() == ExecWalk::Loop {
         let loaded = load_one(ebpf, spec.name, spec.name)?;
         attach(ebpf, spec.name, spec)?;
@@ -498,7 +498,11 @@ where
 }
 
 /// Loads `prog` (reported as `name`), timing the verifier.
-fn load_one(ebpf: &mut Ebpf, prog: &'static str, name: &'static str) -> Result<Loaded, LoadError> {
+fn load_one(
+    ebpf: &mut Ebpf,
+    prog: &'static str,
+    name: &'static str,
+) -> Result<Verified, LoadError> {
     let p = raw_tracepoint(ebpf, prog, name)?;
     let t0 = Instant::now();
     p.load().map_err(|source| LoadError::Verifier {
@@ -508,7 +512,7 @@ fn load_one(ebpf: &mut Ebpf, prog: &'static str, name: &'static str) -> Result<L
     })?;
     let load_time = t0.elapsed();
     let verified_insns = p.info().ok().and_then(|i| i.verified_instruction_count());
-    Ok(Loaded {
+    Ok(Verified {
         name: prog,
         load_time,
         verified_insns,
