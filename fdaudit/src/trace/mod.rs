@@ -168,6 +168,18 @@ const READS_CHECK_EVERY: Duration = Duration::from_millis(100);
 /// Help heading of the output filters.
 const FILTERS: &str = "Output filters (the kernel still follows the whole tree)";
 
+/// What the reporter takes from the arguments.
+fn report_options(args: &TraceArgs) -> report::ReportOptions {
+    report::ReportOptions {
+        json: args.json,
+        quiet: args.quiet,
+        no_baseline: args.no_baseline,
+        ignore_fds: args.ignore_fds.clone(),
+        time: args.time,
+        relative: args.relative,
+    }
+}
+
 /// `--duration`: a finite number of seconds above 0 that fits a `Duration`.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let secs: f64 = s
@@ -217,7 +229,7 @@ fn wait_for_command(pid: u32) -> Result<Option<i32>> {
 pub fn run(mut args: TraceArgs) -> Result<u8> {
     let t0 = Instant::now();
     open_output(&mut args)?;
-    let pids = check_targets(&args)?;
+    let pids = check_targets(&args.pids, !args.command.is_empty(), args.cgroup.is_some())?;
     let filter = filter::Filter::new(
         &args.exec,
         &args.comm,
@@ -238,7 +250,7 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
     if args.verbose {
         verbose_startup(&session, startup, child.is_some());
     }
-    let mut reporter = Reporter::new(&args, &session, filter);
+    let mut reporter = Reporter::new(report_options(&args), &session, filter);
     let mut targets = reads::LiveTargets::default();
     let (mut exit_status, timed_out, ended) = follow(
         &args,

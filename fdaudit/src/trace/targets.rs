@@ -2,7 +2,6 @@
 
 use anyhow::{bail, Result};
 
-use super::TraceArgs;
 use crate::output::stream;
 
 /// What /proc says about a `-p` target.
@@ -49,11 +48,10 @@ pub fn pid_kind(pid: u32) -> Option<PidKind> {
 /// Something to trace, and the `-p` targets checked before anything starts: an error for a
 /// missing process or a kernel thread; a warning for a zombie; a thread id becomes its
 /// process.
-pub fn check_targets(args: &TraceArgs) -> Result<Vec<u32>> {
-    if args.pids.is_empty() && args.command.is_empty() && args.cgroup.is_none() {
+pub fn check_targets(pids: &[u32], command: bool, cgroup: bool) -> Result<Vec<u32>> {
+    if pids.is_empty() && !command && !cgroup {
         bail!("nothing to trace: give -p PID, --cgroup PATH, -- CMD ARGS... or --demo");
     }
-    let pids = &args.pids;
     let mut out = Vec::new();
     for &pid in pids {
         // SAFETY: signal 0 only checks that the process exists.

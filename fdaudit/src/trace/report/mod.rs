@@ -15,7 +15,7 @@ use text::{summary_text, summary_warnings};
 
 use anyhow::Result;
 
-use super::{chains::Chains, filter::Filter, reads, stamp::Stamper, TraceArgs, TraceRecord};
+use super::{chains::Chains, filter::Filter, reads, stamp::Stamper, TraceRecord};
 use crate::tracer::{
     decode::{Event, LeakedFd, Spawn},
     flags::SpawnFlags,
@@ -28,8 +28,8 @@ use crate::{
 
 /// Per-event handling and final output of `trace`: a line (or JSON record) per spawn as it
 /// comes, the summary at the end, all on the records stream ([`stream`]).
-pub struct Reporter<'a> {
-    args: &'a TraceArgs,
+pub struct Reporter {
+    args: ReportOptions,
     /// The spawns the filters keep: what is printed and summed.
     collector: Collector,
     /// Every spawn, when filters are set: `--fail-on-leak` judges them all.
@@ -66,19 +66,33 @@ pub struct Ending {
     pub exit_reason: ExitReason,
 }
 
-impl<'a> Reporter<'a> {
-    pub fn new(args: &'a TraceArgs, s: &Session, filter: Filter) -> Self {
+/// What the reporter takes from `trace`'s arguments (built once, by `trace`'s
+/// `report_options`).
+#[derive(Debug, Clone, Default)]
+pub struct ReportOptions {
+    pub json: bool,
+    pub quiet: bool,
+    /// `--fail-on-leak` counts what the traced command itself inherited.
+    pub no_baseline: bool,
+    pub ignore_fds: Vec<u32>,
+    /// `-t` count and `-r`.
+    pub time: u8,
+    pub relative: bool,
+}
+
+impl Reporter {
+    pub fn new(args: ReportOptions, s: &Session, filter: Filter) -> Self {
         let collector = Collector::new(LeakPolicy {
             baseline: Vec::new(),
             ignore_fds: args.ignore_fds.clone(),
         });
         Reporter {
+            stamper: Stamper::new(args.time, args.relative),
             args,
             collector,
             unfiltered: filter.is_active().then(Chains::default),
             filter,
             hidden: 0,
-            stamper: Stamper::new(args.time, args.relative),
             term: stream::term(),
             root_inherited: Vec::new(),
             seen_root_exec: Vec::new(),
