@@ -1,26 +1,53 @@
 //! fdaudit: audits how processes hand file descriptors to their children.
+//!
+//! A library only so that the binary's `.init_array` entry and `main` live in main.rs: its
+//! modules are private, so the compiler sees what nothing uses.
 
-pub mod arch;
-pub mod bench;
-pub mod caller;
-pub mod cgroup;
-pub mod cli;
-pub mod demo;
-pub mod doctor;
-pub mod exit;
-pub mod fdkind;
-pub mod output;
-pub mod procfs_util;
-pub mod scan;
-pub mod signals;
-pub mod spawner;
-pub mod stats;
-pub mod sys;
-pub mod trace;
-pub mod tracer;
-pub mod usage;
-pub mod watch;
+use std::process::ExitCode;
+
+use clap::Parser as _;
+
+mod arch;
+mod bench;
+mod caller;
+mod cgroup;
+mod cli;
+mod demo;
+mod doctor;
+mod exit;
+mod fdkind;
+mod output;
+mod procfs_util;
+mod scan;
+mod signals;
+mod spawner;
+mod stats;
+mod sys;
+mod trace;
+mod tracer;
+mod usage;
+mod watch;
+
+pub use caller::capture_at_start;
 
 /// The eBPF object built by build.rs (empty when built with FDAUDIT_SKIP_EBPF=1).
-pub static EBPF_OBJECT: &[u8] =
+static EBPF_OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/fdaudit-ebpf.o"));
+
+/// fdaudit's `main`: parses the command line, runs the command, and turns its result into
+/// the exit status.
+pub fn main() -> ExitCode {
+    use output::{is_broken_pipe, stream};
+    stream::guard_std_fds();
+    let cli = cli::Cli::parse();
+    match cli::run(cli).and_then(|code| stream::finish().map(|()| code)) {
+        Ok(code) => ExitCode::from(code),
+        // The reader went away (`fdaudit ... | head`): the output is incomplete, so not 0,
+        // but there is no one to tell.
+        Err(e) if is_broken_pipe(&e) => ExitCode::from(exit::ERROR),
+        Err(e) => {
+            stream::report_error(&e);
+            ExitCode::from(exit::ERROR)
+        }
+    }
+}

@@ -1,21 +1,66 @@
-//! Ctrl-C, SIGTERM and SIGHUP as a flag that long-running commands poll, so they can stop
-//! cleanly and still print what they have (the handler only stores to an atomic).
+//! The one place fdaudit installs signal handlers. Each handler only stores to an atomic,
+//! write(2)s to the wake-up pipe or `_exit`s, all async-signal-safe; the long-running
+//! commands poll what it stored, so they can stop cleanly and still print what they have.
+//!
+//! - `trace` and `bench`: [`install_stop`], SIGINT, SIGTERM and SIGHUP as [`Action::Stop`];
+//! - `watch`: SIGINT and SIGTERM stop, SIGHUP is [`Action::Reload`] (rewrite the textfile);
+//! - `scan`: SIGINT and SIGTERM are [`Action::Interrupt`] (a second one exits at once).
 
 use std::{
     os::fd::{FromRawFd as _, OwnedFd},
-    sync::atomic::{AtomicI32, Ordering},
+    sync::atomic::{AtomicBool, AtomicI32, Ordering},
 };
 
 use anyhow::{Context as _, Result};
 
+/// The last signal caught by an [`Action::Stop`] handler (0: none).
 static RECEIVED: AtomicI32 = AtomicI32::new(0);
+/// Set by an [`Action::Interrupt`] handler.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+/// Set by an [`Action::Reload`] handler, cleared by [`take_reload`].
+static RELOAD: AtomicBool = AtomicBool::new(false);
 
 /// The write end of the wake-up pipe, for the handler (-1 before [`wake_pipe`]).
 static WAKE_FD: AtomicI32 = AtomicI32::new(-1);
 
-extern "C" fn on_signal(sig: libc::c_int) {
+/// What a caught signal does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Recorded for [`received`], and wakes the [`wake_pipe`].
+    Stop,
+    /// Sets [`interrupted`] (what the scanner's loops check: a [`Action::Stop`] for `watch`
+    /// does not cut its periodic scan short); a second one `_exit`s at once with
+    /// [`crate::exit::INTERRUPTED`].
+    Interrupt,
+    /// Sets the flag [`take_reload`] takes.
+    Reload,
+}
+
+/// What to do with a signal fdaudit's caller had set to SIG_IGN (see [`crate::caller`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallerIgnored {
+    /// Leave it ignored (`nohup`, a shell's background job), as it is in a command `trace`
+    /// starts.
+    Keep,
+    /// Catch it all the same.
+    Catch,
+}
+
+extern "C" fn on_stop(sig: libc::c_int) {
     RECEIVED.store(sig, Ordering::SeqCst);
     wake();
+}
+
+extern "C" fn on_interrupt(_sig: libc::c_int) {
+    if INTERRUPTED.swap(true, Ordering::SeqCst) {
+        // A second signal: the user wants out now.
+        // SAFETY: _exit is async-signal-safe.
+        unsafe { libc::_exit(i32::from(crate::exit::INTERRUPTED)) };
+    }
+}
+
+extern "C" fn on_reload(_sig: libc::c_int) {
+    RELOAD.store(true, Ordering::SeqCst);
 }
 
 /// Writes a byte to the wake-up pipe (a no-op before [`wake_pipe`]). Async-signal-safe:
@@ -42,28 +87,57 @@ pub fn wake_pipe() -> Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fds[0]) })
 }
 
-/// Catches SIGINT, SIGTERM and SIGHUP from now on; a signal fdaudit's caller ignored
-/// (`nohup`, a shell's background job) stays ignored, as it does in a command `trace` starts.
-pub fn install() {
+/// Catches each signal of `actions` from now on, doing what its [`Action`] says. No
+/// SA_RESTART: a blocking poll(2) returns at once with EINTR.
+pub fn install(actions: &[(libc::c_int, Action)], ignored: CallerIgnored) {
     let caller = crate::caller::CallerState::get();
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        if caller.ignores(sig) {
+    for &(sig, action) in actions {
+        if ignored == CallerIgnored::Keep && caller.ignores(sig) {
             continue;
         }
-        // SAFETY: the handler only stores to an atomic and write(2)s, async-signal-safe.
+        let handler: extern "C" fn(libc::c_int) = match action {
+            Action::Stop => on_stop,
+            Action::Interrupt => on_interrupt,
+            Action::Reload => on_reload,
+        };
+        // SAFETY: every handler is async-signal-safe (atomics, write(2), _exit).
         unsafe {
             let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_signal as *const () as usize;
+            sa.sa_sigaction = handler as *const () as usize;
             libc::sigemptyset(&mut sa.sa_mask);
             libc::sigaction(sig, &sa, std::ptr::null_mut());
         }
     }
 }
 
-/// The signal received since [`install`], if any.
+/// `trace` and `bench`: SIGINT, SIGTERM and SIGHUP stop from now on; a signal fdaudit's
+/// caller ignored (`nohup`, a shell's background job) stays ignored, as it does in a
+/// command `trace` starts.
+pub fn install_stop() {
+    install(
+        &[
+            (libc::SIGINT, Action::Stop),
+            (libc::SIGTERM, Action::Stop),
+            (libc::SIGHUP, Action::Stop),
+        ],
+        CallerIgnored::Keep,
+    );
+}
+
+/// The signal an [`Action::Stop`] handler caught, if any.
 pub fn received() -> Option<i32> {
     match RECEIVED.load(Ordering::SeqCst) {
         0 => None,
         s => Some(s),
     }
+}
+
+/// Whether an [`Action::Interrupt`] handler ran.
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::Relaxed)
+}
+
+/// Whether an [`Action::Reload`] handler ran since the last call.
+pub fn take_reload() -> bool {
+    RELOAD.swap(false, Ordering::SeqCst)
 }

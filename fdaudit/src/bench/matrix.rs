@@ -163,7 +163,7 @@ pub fn time_cells(
     let mut samples: BTreeMap<CellKey, Samples> =
         keys.iter().map(|&k| (k, Samples::default())).collect();
     let mut order = keys.to_vec();
-    crate::signals::install();
+    crate::signals::install_stop();
     let mut done = 0u64;
     'rounds: for round in 0..rounds {
         let n = batch.min(n - round * batch);

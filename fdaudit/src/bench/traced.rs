@@ -39,8 +39,6 @@ impl TracedSpawn {
 pub enum TraceError {
     #[error("not root: the traced columns need root (CAP_BPF and CAP_PERFMON)")]
     NotRoot,
-    #[error("fdaudit's tracer is not available in this build")]
-    NotAvailable,
     /// The cause chain is printed by whoever reports it, once.
     #[error(transparent)]
     Other(#[from] anyhow::Error),

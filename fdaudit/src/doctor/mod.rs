@@ -122,11 +122,6 @@ pub fn run(args: DoctorArgs) -> Result<u8> {
     Ok(crate::exit::OK)
 }
 
-/// Runs every check, in order.
-pub fn collect() -> Vec<Check> {
-    collect_with_programs().0
-}
-
 /// Runs every check, in order, with the verifier's figures of each program loaded.
 pub fn collect_with_programs() -> (Vec<Check>, Vec<ProgramFigures>) {
     let mut checks = Vec::new();

@@ -144,12 +144,7 @@ impl Paint {
     }
 }
 
-/// `text` wrapped in the escapes for `p` when colour is on, else `text` as it is.
-pub fn paint(text: &str, p: Paint) -> String {
-    paint_if(enabled(), text, p)
-}
-
-/// As [`paint`], with the decision given.
+/// `text` wrapped in the escapes for `p` when `on` (colour is on), else `text` as it is.
 pub fn paint_if(on: bool, text: &str, p: Paint) -> String {
     if on && !text.is_empty() {
         let s = p.style();

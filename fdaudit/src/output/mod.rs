@@ -43,12 +43,6 @@ pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
     })
 }
 
-/// A table for people: no borders, a header row, never a word broken (see [`table::Table`]
-/// for columns that give way in a narrow terminal).
-pub fn table(header: &[&str]) -> table::Table {
-    table::Table::new(header.iter().map(|h| table::Col::new(*h)))
-}
-
 /// A progress bar on stderr when it is a terminal (hidden otherwise): `{spinner} {what}
 /// [bar] {pos}/{len}` and the rest of `template` (an indicatif template tail).
 pub fn progress(len: u64, what: &str, tail: &str) -> indicatif::ProgressBar {
@@ -80,12 +74,7 @@ pub fn round(x: f64, digits: i32) -> f64 {
     (x * m).round() / m
 }
 
-/// Serialises an `f64` to 2 decimals (`#[serde(serialize_with = "output::round2")]`).
-pub fn round2<S: serde::Serializer>(x: &f64, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_f64(round(*x, 2))
-}
-
-/// Serialises an `f64` to 3 decimals.
+/// Serialises an `f64` to 3 decimals (`#[serde(serialize_with = "output::round3")]`).
 pub fn round3<S: serde::Serializer>(x: &f64, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64(round(*x, 3))
 }

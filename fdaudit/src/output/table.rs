@@ -148,10 +148,6 @@ impl Table {
         self
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.rows.is_empty()
-    }
-
     fn natural(&self, c: usize, header: &str) -> usize {
         self.rows
             .iter()
@@ -287,14 +283,6 @@ impl Term {
         Term {
             width: stdout_width(),
             color: color::enabled(),
-        }
-    }
-
-    /// No fitting, no colour (files, pipes, tests).
-    pub fn plain() -> Term {
-        Term {
-            width: None,
-            color: false,
         }
     }
 
@@ -478,6 +466,16 @@ pub fn wrap_opts(s: &str, width: usize, indent: usize, shorten: bool) -> Vec<Str
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Term {
+        /// No fitting, no colour (files, pipes, tests).
+        pub(crate) fn plain() -> Term {
+            Term {
+                width: None,
+                color: false,
+            }
+        }
+    }
 
     fn sample() -> Table {
         let mut t = Table::new([

@@ -135,7 +135,6 @@ pub fn looks_secret(path: &[u8]) -> bool {
 
 /// What is known about an inheritable fd when judging it.
 pub struct FdFacts<'a> {
-    pub fd: u32,
     pub kind: FdKind,
     /// The link target (lossy UTF-8: reasons carry real characters; people get them
     /// escaped when printed).
@@ -232,7 +231,6 @@ mod tests {
 
     fn facts<'a>(kind: FdKind, target: &'a str, writable: bool) -> FdFacts<'a> {
         FdFacts {
-            fd: 5,
             kind,
             target,
             raw_target: target.as_bytes(),

@@ -19,6 +19,7 @@ use anyhow::{bail, Context as _};
 
 use crate::exit;
 use crate::output::stream::{self, Dest, StdStream};
+use crate::signals::{Action, CallerIgnored};
 pub use findings::{Finding, Severity, DEFAULT_CLOSE_COST_NS};
 use report::{RenderOptions, Rendered, Tail};
 pub use scanner::{scan, FdRecord, Outcome, ProcReport, ScanOptions, ScanTotals};
@@ -183,29 +184,6 @@ fn uid_of(user: &str) -> anyhow::Result<u32> {
     Ok(unsafe { pw.assume_init() }.pw_uid)
 }
 
-extern "C" fn on_signal(_sig: libc::c_int) {
-    if scanner::SIGNALLED.swap(true, std::sync::atomic::Ordering::SeqCst) {
-        // A second signal: the user wants out now.
-        // SAFETY: _exit is async-signal-safe.
-        unsafe { libc::_exit(i32::from(exit::INTERRUPTED)) };
-    }
-}
-
-/// SIGINT and SIGTERM end the scan at its next step, with the partial summary; a second
-/// one exits at once.
-fn install_signal_handlers() {
-    for sig in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: the handler only touches an atomic and calls _exit, both
-        // async-signal-safe.
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_signal as *const () as usize;
-            libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(sig, &sa, std::ptr::null_mut());
-        }
-    }
-}
-
 pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
     stream::open(
         Dest::new(args.output.as_deref(), StdStream::Stdout),
@@ -213,7 +191,15 @@ pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
         "scan",
     )?;
     check_input(&args)?;
-    install_signal_handlers();
+    // SIGINT and SIGTERM end the scan at its next step, with the partial summary; a second
+    // one exits at once.
+    crate::signals::install(
+        &[
+            (libc::SIGINT, Action::Interrupt),
+            (libc::SIGTERM, Action::Interrupt),
+        ],
+        CallerIgnored::Catch,
+    );
     let cfg = scan_options(&args)?;
     let opts = RenderOptions {
         json: args.json,

@@ -18,14 +18,6 @@ pub enum Addr {
 }
 
 impl Addr {
-    /// For people: a unix path escaped.
-    pub fn render(&self) -> String {
-        match self {
-            Addr::Inet(a) => a.to_string(),
-            Addr::Unix(p) => crate::output::escape_bytes(p),
-        }
-    }
-
     /// The exact bytes (for JSON).
     pub fn bytes(&self) -> Vec<u8> {
         match self {
@@ -185,18 +177,6 @@ impl NetTables {
             }
         }
         t
-    }
-
-    /// Parses one table's whole text, header line first (for tests).
-    pub fn add(&mut self, table: &str, data: &[u8]) {
-        if let Some((name, kind)) = TABLES.iter().find(|(n, _)| *n == table) {
-            let mut r = data;
-            let mut line = Vec::new();
-            crate::procfs_util::at::for_each_line(&mut r, &mut line, MAX_LINE, |l| {
-                self.add_line(name, *kind, l)
-            })
-            .expect("reading a slice cannot fail");
-        }
     }
 
     /// One line (`n` counts from 0, the header); the header and malformed lines are skipped.
@@ -507,6 +487,30 @@ pub fn sockprotoname(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl NetTables {
+        /// Parses one table's whole text, header line first.
+        fn add(&mut self, table: &str, data: &[u8]) {
+            if let Some((name, kind)) = TABLES.iter().find(|(n, _)| *n == table) {
+                let mut r = data;
+                let mut line = Vec::new();
+                crate::procfs_util::at::for_each_line(&mut r, &mut line, MAX_LINE, |l| {
+                    self.add_line(name, *kind, l)
+                })
+                .expect("reading a slice cannot fail");
+            }
+        }
+    }
+
+    impl Addr {
+        /// For people: a unix path escaped.
+        fn render(&self) -> String {
+            match self {
+                Addr::Inet(a) => a.to_string(),
+                Addr::Unix(p) => crate::output::escape_bytes(p),
+            }
+        }
+    }
 
     const TCP: &[u8] = b"  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
    0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 12345 1 0000000000000000 100 0 0 10 0\n\

@@ -12,7 +12,7 @@
 //! # `__spawner --json` output
 //! One JSON object per line, written after the last spawn (so printing never lands inside
 //! a timed spawn): first one [`SpawnTime`] (`"type":"spawn_time"`) per spawn in order, then
-//! one [`SpawnSummary`] (`"type":"summary"`), after an empty line. Output of the children
+//! one [`command::SpawnSummary`] (`"type":"summary"`), after an empty line. Output of the children
 //! themselves goes to the same stdout, so a reader skips lines that are not such objects.
 
 mod child;
@@ -28,7 +28,7 @@ use libc::{c_char, c_int};
 
 use crate::sys::{self, errno_err, sys_err, SysError};
 use child::{child_exec, ChildContext, DIRENT_BUF};
-pub use command::{run, SpawnSummary, SpawnTime, SpawnerArgs};
+pub use command::{run, SpawnTime, SpawnerArgs};
 pub use method::CloseMethod;
 
 /// Errors of the spawner library.
@@ -65,8 +65,6 @@ pub fn resolve_command(cmd: &OsStr) -> Result<PathBuf, SpawnerError> {
 pub struct SpawnResult {
     /// Wall time from just before fork/posix_spawn to waitpid's return.
     pub ns: u64,
-    /// The child's pid.
-    pub pid: i32,
     /// The raw wait status.
     pub status: c_int,
 }
@@ -151,11 +149,6 @@ impl Spawner {
         })
     }
 
-    /// The strategy this spawner applies.
-    pub fn strategy(&self) -> CloseMethod {
-        self.strategy
-    }
-
     /// The program spawned (argv[0] resolved).
     pub fn path(&self) -> &CString {
         &self.path
@@ -213,7 +206,7 @@ impl Spawner {
             }
         }
         let ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        Ok(SpawnResult { ns, pid, status })
+        Ok(SpawnResult { ns, status })
     }
 
     fn child_context(&mut self) -> ChildContext {

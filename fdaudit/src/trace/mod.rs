@@ -239,7 +239,7 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
     )?;
     let followed = args.cgroup.as_deref().map(Followed::find).transpose()?;
     let signal_rd = crate::signals::wake_pipe()?;
-    crate::signals::install();
+    crate::signals::install_stop();
     let (mut session, child) = match attach(&args, &pids, followed.as_ref())? {
         Attached::Tracing(session, child) => (*session, child),
         Attached::NotExecuted(code) => return Ok(code),

@@ -129,11 +129,6 @@ impl Btf {
         Self::index(data)
     }
 
-    /// Parses raw BTF (little-endian, as on x86_64).
-    pub fn parse(data: &[u8]) -> Result<Self, BtfError> {
-        Self::index(Bytes::Owned(data.to_vec()))
-    }
-
     /// The raw bytes (what aya parses for itself, for the fentry programs).
     pub fn bytes(&self) -> &[u8] {
         &self.data
@@ -288,11 +283,6 @@ impl Btf {
         }
         Ok(bits / 8)
     }
-
-    /// Whether a struct of that name exists.
-    pub fn has_struct(&self, ty: &str) -> bool {
-        self.struct_id(ty).is_some()
-    }
 }
 
 fn is_alias(kind: u32) -> bool {
@@ -400,6 +390,18 @@ fn tail_len(h: Header) -> Result<usize, BtfError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Btf {
+        /// Parses raw BTF (little-endian, as on x86_64).
+        fn parse(data: &[u8]) -> Result<Self, BtfError> {
+            Self::index(Bytes::Owned(data.to_vec()))
+        }
+
+        /// Whether a struct of that name exists.
+        fn has_struct(&self, ty: &str) -> bool {
+            self.struct_id(ty).is_some()
+        }
+    }
 
     /// Builds a tiny BTF blob by hand: int, struct inner { u32 a; u32 b; },
     /// struct outer { u64 x; union { u32 y; }; struct inner in; u32 bf:3; }.

@@ -361,11 +361,6 @@ impl Metrics {
             .expect("writing to a String does not fail");
         out
     }
-
-    /// Distinct spawn label sets currently exported (at most the cap, plus the overflow set).
-    pub fn spawn_series(&self) -> usize {
-        self.admitted.len() + usize::from(self.overflow.get() > 0)
-    }
 }
 
 /// Content type of [`Metrics::encode`]'s output.
@@ -374,6 +369,13 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Metrics {
+        /// Distinct spawn label sets currently exported (at most the cap, plus the overflow set).
+        fn spawn_series(&self) -> usize {
+            self.admitted.len() + usize::from(self.overflow.get() > 0)
+        }
+    }
 
     fn labels(container: &str, child: &str) -> SpawnLabels {
         SpawnLabels {

@@ -11,7 +11,7 @@ use std::{
     net::SocketAddr,
     path::{Path, PathBuf},
     sync::{
-        atomic::{AtomicBool, AtomicI32, Ordering},
+        atomic::{AtomicBool, Ordering},
         Arc, Mutex,
     },
     time::{Duration, Instant},
@@ -21,6 +21,7 @@ use anyhow::{bail, Context as _, Result};
 
 use crate::{
     scan::{self, Severity},
+    signals::{Action, CallerIgnored},
     tracer::{
         decode::{Event, Spawn},
         session::{Session, SessionOptions},
@@ -75,35 +76,6 @@ pub struct WatchArgs {
     /// Stop after this many seconds (tests, measurements).
     #[arg(long, value_name = "SECONDS")]
     pub duration: Option<f64>,
-}
-
-static STOP: AtomicI32 = AtomicI32::new(0);
-static HUP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_stop(sig: libc::c_int) {
-    STOP.store(sig, Ordering::SeqCst);
-}
-
-extern "C" fn on_hup(_sig: libc::c_int) {
-    HUP.store(true, Ordering::SeqCst);
-}
-
-fn install_signal_handlers() {
-    let handlers: [(libc::c_int, extern "C" fn(libc::c_int)); 3] = [
-        (libc::SIGINT, on_stop),
-        (libc::SIGTERM, on_stop),
-        (libc::SIGHUP, on_hup),
-    ];
-    for (sig, handler) in handlers {
-        // SAFETY: the handlers only store to atomics, which is async-signal-safe. No
-        // SA_RESTART: the ring-buffer poll returns at once with EINTR.
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = handler as *const () as usize;
-            libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(sig, &sa, std::ptr::null_mut());
-        }
-    }
 }
 
 /// The metric labels and values of one spawn. Pure: unit-tested with made-up spawns.
@@ -296,7 +268,14 @@ pub fn run(args: WatchArgs) -> Result<u8> {
     // Everything that can fail on bad input fails before a program is loaded.
     let server = listen(&args)?;
     let filter = watched_cgroup(&args)?;
-    install_signal_handlers();
+    crate::signals::install(
+        &[
+            (libc::SIGINT, Action::Stop),
+            (libc::SIGTERM, Action::Stop),
+            (libc::SIGHUP, Action::Reload),
+        ],
+        CallerIgnored::Catch,
+    );
     let mut session = start_session(&args, filter.as_ref())?;
     let metrics = Arc::new(Mutex::new(Metrics::new(args.max_series)));
     let stop_http = Arc::new(AtomicBool::new(false));
@@ -329,7 +308,7 @@ pub fn run(args: WatchArgs) -> Result<u8> {
         let text = metrics.lock().unwrap_or_else(|p| p.into_inner()).encode();
         write_textfile(dir, &prometheus_text(&text))?;
     }
-    if STOP.load(Ordering::SeqCst) != 0 {
+    if crate::signals::received().is_some() {
         crate::diag!("fdaudit: stopped, every program detached");
     }
     Ok(0)
@@ -438,7 +417,7 @@ fn watch_loop(
         if let Some(dir) = &args.textfile {
             jobs.textfile(now, dir, metrics);
         }
-        if STOP.load(Ordering::SeqCst) != 0 || deadline.is_some_and(|d| now >= d) {
+        if crate::signals::received().is_some() || deadline.is_some_and(|d| now >= d) {
             break;
         }
     }
@@ -538,7 +517,7 @@ impl Periodic {
 
     /// Every --textfile-interval, or at once on SIGHUP: the metrics into `dir`.
     fn textfile(&mut self, now: Instant, dir: &Path, metrics: &Mutex<Metrics>) {
-        let hup = HUP.swap(false, Ordering::SeqCst);
+        let hup = crate::signals::take_reload();
         if hup || now >= self.next_text {
             if hup {
                 crate::diag!("fdaudit: SIGHUP: rewriting {}/fdaudit.prom", dir.display());

@@ -28,10 +28,6 @@ mod share;
 
 use share::ShareKey;
 
-/// Set by SIGINT / SIGTERM (see `scan::run`): every loop of the scan ends at its next step
-/// and the partial results are reported.
-pub static SIGNALLED: AtomicBool = AtomicBool::new(false);
-
 /// Errors that stop a scan before it starts (everything later is skipped and counted).
 #[derive(Debug, thiserror::Error)]
 pub enum ScanError {
@@ -348,7 +344,7 @@ pub fn scan<R: Send>(
         outcome.unreadable_pids = outcome.unreadable_procs.iter().map(|p| p.0).collect();
     }
     sc.share_check(&headers, &mut outcome);
-    outcome.totals.interrupted = SIGNALLED.load(Ordering::Relaxed);
+    outcome.totals.interrupted = crate::signals::interrupted();
     Ok(outcome)
 }
 
@@ -367,7 +363,7 @@ impl ScanTotals {
 impl Scanner<'_> {
     /// Whether to stop early: the output's reader went away, or a signal came.
     fn stopped(&self) -> bool {
-        self.cfg.stop.load(Ordering::Relaxed) || SIGNALLED.load(Ordering::Relaxed)
+        self.cfg.stop.load(Ordering::Relaxed) || crate::signals::interrupted()
     }
 
     /// Scans one process on a worker, counting it in the worker's totals; `None` when it

@@ -282,7 +282,6 @@ impl Scanner<'_> {
                     .map_or_else(|| target_text.clone(), |l| l.lossy())
             });
             let facts = FdFacts {
-                fd: r.fd,
                 kind: r.kind,
                 target: &target_text,
                 raw_target: &r.target,

@@ -6,9 +6,8 @@ mod line;
 mod summary;
 mod text;
 
-pub use line::{range_flags, spawn_line, strategy_paint};
-pub use summary::{Collector, ExitReason, Group, LeakPolicy, Summary, TraceTotals};
-pub use text::summary_table;
+pub use line::{spawn_line, strategy_paint};
+pub use summary::{Collector, ExitReason, Group, LeakPolicy, Summary};
 
 use summary::link;
 use text::{summary_text, summary_warnings};
@@ -286,6 +285,8 @@ pub(crate) mod tests {
     use super::*;
     use crate::output::text::Lossless;
     use crate::tracer::{counts::SyscallCounts, strategy::Strategy};
+    use summary::TraceTotals;
+    use text::summary_table;
 
     /// A spawn record for tests.
     pub(crate) fn spawn(parent: &str, path: &str, close: u32, window: u64, leaked: u32) -> Spawn {

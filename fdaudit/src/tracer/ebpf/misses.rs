@@ -105,14 +105,6 @@ impl MissedRuns {
         }
     }
 
-    /// The skipped runs of `program` (0 when unknown or not loaded).
-    pub fn of(&self, program: &str) -> u64 {
-        match self {
-            MissedRuns::Known(m) => m.get(program).copied().unwrap_or(0),
-            MissedRuns::Unknown => 0,
-        }
-    }
-
     /// Skipped runs over every program (0 when unknown).
     pub fn total(&self) -> u64 {
         match self {
@@ -166,6 +158,16 @@ pub fn loses_records(program: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl MissedRuns {
+        /// The skipped runs of `program` (0 when unknown or not loaded).
+        fn of(&self, program: &str) -> u64 {
+            match self {
+                MissedRuns::Known(m) => m.get(program).copied().unwrap_or(0),
+                MissedRuns::Unknown => 0,
+            }
+        }
+    }
 
     fn known(v: &[(&str, u64)]) -> MissedRuns {
         MissedRuns::Known(v.iter().map(|(k, n)| (k.to_string(), *n)).collect())

@@ -197,11 +197,6 @@ pub enum LoadError {
     },
 }
 
-/// The offsets of the running kernel, from its BTF.
-pub fn kernel_config() -> Result<Config, LoadError> {
-    Ok(KernelBtf::read()?.config)
-}
-
 /// The running kernel's BTF, read once: fdaudit's index of it (its raw bytes are what aya
 /// parses, only to load fentry programs) and the offsets from it.
 pub struct KernelBtf {
