@@ -82,45 +82,18 @@ pub mod sysno {
     /// A number no syscall has.
     pub const NONE: i64 = i64::MIN;
 
-    /// x86_64 (arch/x86/entry/syscalls/syscall_64.tbl).
+    /// x86_64 (arch/x86/entry/syscalls/syscall_64.tbl), from [`crate::for_each_counter!`].
     pub mod x86_64 {
-        pub const READ: i64 = 0;
-        pub const OPEN: i64 = 2;
-        pub const CLOSE: i64 = 3;
-        pub const POLL: i64 = 7;
-        pub const PREAD64: i64 = 17;
-        pub const READV: i64 = 19;
-        pub const DUP2: i64 = 33;
-        pub const EXECVE: i64 = 59;
-        pub const FCNTL: i64 = 72;
-        pub const GETDENTS64: i64 = 217;
-        pub const OPENAT: i64 = 257;
-        pub const PPOLL: i64 = 271;
-        pub const DUP3: i64 = 292;
-        pub const EXECVEAT: i64 = 322;
-        pub const CLOSE_RANGE: i64 = 436;
-        pub const OPENAT2: i64 = 437;
+        use crate::counters::sysno_consts;
+        crate::for_each_counter!(sysno_consts x86_64);
     }
 
-    /// aarch64 (the generic table, include/uapi/asm-generic/unistd.h).
+    /// aarch64 (the generic table, include/uapi/asm-generic/unistd.h), from
+    /// [`crate::for_each_counter!`].
     pub mod aarch64 {
         use super::NONE;
-        pub const READ: i64 = 63;
-        pub const OPEN: i64 = NONE;
-        pub const CLOSE: i64 = 57;
-        pub const POLL: i64 = NONE;
-        pub const PREAD64: i64 = 67;
-        pub const READV: i64 = 65;
-        pub const DUP2: i64 = NONE;
-        pub const EXECVE: i64 = 221;
-        pub const FCNTL: i64 = 25;
-        pub const GETDENTS64: i64 = 61;
-        pub const OPENAT: i64 = 56;
-        pub const PPOLL: i64 = 73;
-        pub const DUP3: i64 = 24;
-        pub const EXECVEAT: i64 = 281;
-        pub const CLOSE_RANGE: i64 = 436;
-        pub const OPENAT2: i64 = 437;
+        use crate::counters::sysno_consts;
+        crate::for_each_counter!(sysno_consts aarch64);
     }
 
     #[cfg(any(
@@ -140,43 +113,10 @@ pub mod sysno {
 /// The programs map them to [`sysno`] before counting; a compat syscall is never counted
 /// under the x86_64 number it happens to share (ia32 `read` is x86_64 `close`).
 pub mod sysno_ia32 {
-    pub const READ: i64 = 3;
-    pub const CLOSE: i64 = 6;
-    pub const EXECVE: i64 = 11;
-    pub const FCNTL: i64 = 55;
-    pub const DUP2: i64 = 63;
-    pub const READV: i64 = 145;
-    pub const POLL: i64 = 168;
-    pub const PREAD64: i64 = 180;
-    pub const GETDENTS64: i64 = 220;
-    pub const FCNTL64: i64 = 221;
-    pub const PPOLL: i64 = 309;
-    pub const DUP3: i64 = 330;
-    pub const EXECVEAT: i64 = 358;
-    pub const PPOLL_TIME64: i64 = 414;
-    pub const CLOSE_RANGE: i64 = 436;
-
-    /// The x86_64 number of the same call, or -1 for a call the programs do not count.
-    /// (Compat syscalls exist only on x86_64 here: the programs call this only there.)
-    pub const fn to_native(id: i64) -> i64 {
-        use super::sysno::x86_64 as n;
-        match id {
-            READ => n::READ,
-            CLOSE => n::CLOSE,
-            EXECVE => n::EXECVE,
-            FCNTL | FCNTL64 => n::FCNTL,
-            DUP2 => n::DUP2,
-            READV => n::READV,
-            POLL => n::POLL,
-            PREAD64 => n::PREAD64,
-            GETDENTS64 => n::GETDENTS64,
-            PPOLL | PPOLL_TIME64 => n::PPOLL,
-            DUP3 => n::DUP3,
-            EXECVEAT => n::EXECVEAT,
-            CLOSE_RANGE => n::CLOSE_RANGE,
-            _ => -1,
-        }
-    }
+    // The calls' constants (READ, CLOSE, ...; FCNTL is fcntl, not fcntl64) and `to_native`,
+    // from the table (crate::for_each_counter!).
+    use crate::counters::sysno_ia32;
+    crate::for_each_counter!(sysno_ia32);
 
     /// `TS_COMPAT` in `thread_info.status` (arch/x86/include/asm/thread_info.h): the task
     /// is in a compat syscall (what the kernel's in_ia32_syscall() tests).
@@ -184,6 +124,7 @@ pub mod sysno_ia32 {
 }
 
 mod config;
+mod counters;
 mod maps;
 mod records;
 
@@ -194,7 +135,7 @@ pub use maps::{
 };
 pub use records::{
     fd_flags, flags, CloseRange, Counters, ExitRecord, FdInfo, FdPath, PathsRecord, RecordHeader,
-    RecordKind, SpawnRecord, SpawnScratch, MAX_SPAWN_BYTES,
+    RecordKind, SpawnRecord, SpawnScratch, COUNTER_NAMES, MAX_SPAWN_BYTES,
 };
 
 /// Whether two names are equal, at compile time: the eBPF crate checks with it that each
@@ -235,7 +176,10 @@ const _: () = {
     use core::mem::size_of;
     assert!(size_of::<RecordHeader>() == 8);
     assert!(size_of::<CloseRange>() == 16);
-    assert!(size_of::<Counters>() == 12 * 4 + 16 * MAX_RANGES);
+    // The counters, padded to 8 bytes (11 and a pad: 12), then the ranges.
+    let counters = COUNTER_NAMES.len() + COUNTER_NAMES.len() % 2;
+    assert!(size_of::<Counters>() == counters * 4 + 16 * MAX_RANGES);
+    assert!(core::mem::offset_of!(Counters, ranges) == counters * 4);
     assert!(size_of::<TaskState>() == 8 + 16 + 16 + size_of::<Counters>() + 32);
     assert!(size_of::<FdInfo>() == 16 + 8 + 8 + 8 + 8 + NAME_LEN);
     assert!(size_of::<SpawnRecord>().is_multiple_of(8));

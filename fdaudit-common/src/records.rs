@@ -1,6 +1,7 @@
 //! What the programs send on the ring buffer ([`crate::MAP_EVENTS`]): a header, then the
 //! spawn, paths and exit records, with their partial-data and fd flags.
 
+use crate::counters::counters_struct;
 use crate::{ARGV_LEN, COMP_LEN, MAX_DEPTH, MAX_FDS, MAX_PATHS, MAX_RANGES, NAME_LEN, PATH_LEN};
 
 /// Partial-data markers carried in [`RecordHeader::flags`].
@@ -92,25 +93,8 @@ pub struct CloseRange {
     pub _pad: u32,
 }
 
-/// What a child did between fork and exec, counted in the kernel.
-#[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub struct Counters {
-    pub close_calls: u32,
-    pub close_ebadf: u32,
-    pub close_range_calls: u32,
-    pub fcntl_setfd_calls: u32,
-    pub fcntl_getfd_calls: u32,
-    pub poll_calls: u32,
-    pub poll_nfds_max: u32,
-    pub getdents64_calls: u32,
-    pub procfd_opens: u32,
-    pub exec_attempts: u32,
-    /// Other fd-creating or fd-probing calls seen (dup2/dup3 onto high fds), informational.
-    pub dup_calls: u32,
-    pub _pad: u32,
-    pub ranges: [CloseRange; MAX_RANGES],
-}
+// `Counters` (and `COUNTER_NAMES`): generated from the counter table.
+crate::for_each_counter!(counters_struct);
 
 /// Kind of file, as the kernel program sees it; userspace refines anon inodes by name.
 #[repr(C)]

@@ -73,22 +73,21 @@ pub(crate) fn compat_read(id: i64) -> bool {
     }
 }
 
-/// Native numbers of the calls sys_enter counts. Syscalls an architecture lacks are all
-/// sysno::NONE (aarch64: poll, dup2), so their patterns repeat there.
-#[allow(unreachable_patterns)]
-#[inline(always)]
-pub(crate) fn counted_native(id: i64) -> bool {
-    matches!(
-        id,
-        sysno::CLOSE
-            | sysno::CLOSE_RANGE
-            | sysno::FCNTL
-            | sysno::POLL
-            | sysno::PPOLL
-            | sysno::GETDENTS64
-            | sysno::EXECVE
-            | sysno::EXECVEAT
-            | sysno::DUP2
-            | sysno::DUP3
-    )
+/// `counted_native`, from the counter table's `counted` syscalls.
+macro_rules! counted_native_fn {
+    (
+        counters { $($_c:tt)* }
+        counted { $( $name:ident $sysno:ident $prog:ident = $x:tt, $a:tt, [$($i:tt)*]; )* }
+        $($_rest:tt)*
+    ) => {
+        /// Native numbers of the calls sys_enter counts. Syscalls an architecture lacks are
+        /// all sysno::NONE (aarch64: poll, dup2), so their patterns repeat there.
+        #[allow(unreachable_patterns)]
+        #[inline(always)]
+        pub(crate) fn counted_native(id: i64) -> bool {
+            matches!(id, $(sysno::$sysno)|*)
+        }
+    };
 }
+
+fdaudit_common::for_each_counter!(counted_native_fn);

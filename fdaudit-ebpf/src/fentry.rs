@@ -31,17 +31,6 @@ macro_rules! fentry_syscall {
     };
 }
 
-fentry_syscall!(fentry_close, sysno::CLOSE);
-fentry_syscall!(fentry_close_range, sysno::CLOSE_RANGE);
-fentry_syscall!(fentry_fcntl, sysno::FCNTL);
-fentry_syscall!(fentry_poll, sysno::POLL);
-fentry_syscall!(fentry_ppoll, sysno::PPOLL);
-fentry_syscall!(fentry_getdents64, sysno::GETDENTS64);
-fentry_syscall!(fentry_execve, sysno::EXECVE);
-fentry_syscall!(fentry_execveat, sysno::EXECVEAT);
-fentry_syscall!(fentry_dup2, sysno::DUP2);
-fentry_syscall!(fentry_dup3, sysno::DUP3);
-
 /// One fexit program per read syscall (`--reads`), the same checks as sys_exit's.
 macro_rules! fexit_read {
     ($name:ident) => {
@@ -53,9 +42,22 @@ macro_rules! fexit_read {
     };
 }
 
-fexit_read!(fexit_read);
-fexit_read!(fexit_readv);
-fexit_read!(fexit_pread64);
+/// The programs, from the counter table: an fentry program per `counted` syscall, then an
+/// fexit program per `reads` one (the user side attaches them by the same names:
+/// `FENTRY_PROGRAMS`).
+macro_rules! fentry_programs {
+    (
+        counters { $($_c:tt)* }
+        counted { $( $name:ident $sysno:ident $prog:ident = $x:tt, $a:tt, [$($i:tt)*]; )* }
+        reads { $( $rname:ident $rsysno:ident $rprog:ident = $rx:tt, $ra:tt, [$($ri:tt)*]; )* }
+        others { $($_o:tt)* }
+    ) => {
+        $( fentry_syscall!($prog, sysno::$sysno); )*
+        $( fexit_read!($rprog); )*
+    };
+}
+
+fdaudit_common::for_each_counter!(fentry_programs);
 
 fn try_fexit_read(ctx: &FExitContext) -> Result<(), i64> {
     let ret: i64 = ctx.arg(1);

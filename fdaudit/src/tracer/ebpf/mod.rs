@@ -422,6 +422,8 @@ pub struct Verified {
 
 /// The bounded exec walk's tail-call stages, by [`MAP_EXEC_CHAIN`] slot.
 const EXEC_CHAIN_STAGES: [&str; 2] = ["exec_walk_fds", "exec_walk_paths"];
+/// The bounded exec walk's entry: attached to `sched_process_exec` in the loop walk's place.
+const EXEC_BOUNDED_ENTRY: &str = "sched_process_exec_bounded";
 
 /// Loads one program into the kernel (verifier) and attaches it.
 pub fn load_and_attach(ebpf: &mut Ebpf, spec: &ProgramSpec) -> Result<(), LoadError> {
@@ -458,7 +460,7 @@ pub fn load_and_attach_measured(
             .set(slot, &fd, 0)
             .map_err(|e| LoadError::Chain(e.into()))?;
     }
-    let entry = "sched_process_exec_bounded";
+    let entry = EXEC_BOUNDED_ENTRY;
     all.push(load_one(ebpf, entry, spec.name)?);
     attach(ebpf, entry, spec)?;
     Ok(all)
@@ -634,6 +636,31 @@ mod tests {
             );
         }
         assert_eq!(kernel.btf.func_id("no_such_function_fdaudit"), None);
+    }
+
+    #[test]
+    fn the_object_holds_exactly_the_programs_the_loader_attaches() {
+        if crate::EBPF_OBJECT.is_empty() {
+            panic!("built without the eBPF object (FDAUDIT_SKIP_EBPF=1): this test needs it");
+        }
+        let parsed = aya_obj::Object::parse(crate::EBPF_OBJECT).expect("aya parses the object");
+        let in_object: std::collections::BTreeSet<&str> =
+            parsed.programs.keys().map(String::as_str).collect();
+        let attached: std::collections::BTreeSet<&str> = PROGRAMS
+            .iter()
+            .map(|p| p.name)
+            .chain(FENTRY_PROGRAMS.iter().map(|p| p.name))
+            .chain(EXEC_EXIT_PROGRAMS.iter().map(|(name, _)| *name))
+            // The bounded exec walk (kernels without bpf_loop): its entry and tail calls.
+            .chain(EXEC_CHAIN_STAGES)
+            .chain([EXEC_BOUNDED_ENTRY])
+            .collect();
+        let unattached: Vec<_> = in_object.difference(&attached).collect();
+        let missing: Vec<_> = attached.difference(&in_object).collect();
+        assert!(
+            unattached.is_empty() && missing.is_empty(),
+            "in the object but attached nowhere: {unattached:?}; attached but not in the object: {missing:?}"
+        );
     }
 
     #[test]

@@ -92,20 +92,22 @@ const fn read_exit(name: &'static str, syscall: &'static str) -> FentrySpec {
     }
 }
 
-/// The fentry backend's programs: the same counts as `sys_enter` and `sys_exit`, one
-/// program per counted syscall.
-pub const FENTRY_PROGRAMS: [FentrySpec; 13] = [
-    entry("fentry_close", "close"),
-    entry("fentry_close_range", "close_range"),
-    entry("fentry_fcntl", "fcntl"),
-    entry("fentry_poll", "poll"),
-    entry("fentry_ppoll", "ppoll"),
-    entry("fentry_getdents64", "getdents64"),
-    entry("fentry_execve", "execve"),
-    entry("fentry_execveat", "execveat"),
-    entry("fentry_dup2", "dup2"),
-    entry("fentry_dup3", "dup3"),
-    read_exit("fexit_read", "read"),
-    read_exit("fexit_readv", "readv"),
-    read_exit("fexit_pread64", "pread64"),
-];
+/// `FENTRY_PROGRAMS`, from the counter table (`fdaudit_common::for_each_counter!`): the
+/// eBPF crate makes its fentry and fexit programs from the same lines.
+macro_rules! fentry_programs {
+    (
+        counters { $($_c:tt)* }
+        counted { $( $name:ident $sysno:ident $prog:ident = $x:tt, $a:tt, [$($i:tt)*]; )* }
+        reads { $( $rname:ident $rsysno:ident $rprog:ident = $rx:tt, $ra:tt, [$($ri:tt)*]; )* }
+        others { $($_o:tt)* }
+    ) => {
+        /// The fentry backend's programs: the same counts as `sys_enter` and `sys_exit`, one
+        /// program per counted syscall.
+        pub const FENTRY_PROGRAMS: [FentrySpec; [$(stringify!($prog),)* $(stringify!($rprog),)*].len()] = [
+            $( entry(stringify!($prog), stringify!($name)), )*
+            $( read_exit(stringify!($rprog), stringify!($rname)), )*
+        ];
+    };
+}
+
+fdaudit_common::for_each_counter!(fentry_programs);
