@@ -11,7 +11,9 @@ use anyhow::{anyhow, Context as _};
 use crate::tracer::{
     counts::SyscallCounts,
     decode::{Event, Spawn},
+    follow::{follow, End, Sink, Until},
     session::{Session, SessionOptions},
+    wait::Waiter,
 };
 
 /// What the tracer saw for one spawn of the spawner.
@@ -51,6 +53,50 @@ const DRAIN: Duration = Duration::from_millis(500);
 /// A tracing session reused for every cell.
 pub struct BenchTracer {
     session: Session,
+    /// The follow loop's wait: no roots (the sink ends it), the signal pipe.
+    waiter: Waiter,
+}
+
+/// The traced pass as a sink of the follow loop: the spawns of one spawner's children,
+/// until it has exited and all of them are seen (or [`DRAIN`] after its exit).
+struct SpawnerSink<'a> {
+    child: &'a mut std::process::Child,
+    pid: u32,
+    spawns: u64,
+    seen: Vec<TracedSpawn>,
+    exited_at: Option<Instant>,
+}
+
+impl Sink for SpawnerSink<'_> {
+    fn events(&mut self, _session: &mut Session, events: Vec<Event>) -> anyhow::Result<()> {
+        for ev in events {
+            if let Event::Spawn(s) = ev {
+                if s.parent_pid == self.pid {
+                    self.seen.push(TracedSpawn::from_spawn(&s));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn tick_every(&self) -> Option<Duration> {
+        Some(Duration::from_millis(50))
+    }
+
+    fn tick(&mut self, _session: &mut Session, now: Instant) -> anyhow::Result<bool> {
+        if self.exited_at.is_none()
+            && self
+                .child
+                .try_wait()
+                .context("failed to wait for the spawner")?
+                .is_some()
+        {
+            self.exited_at = Some(now);
+        }
+        Ok(self
+            .exited_at
+            .is_some_and(|t| self.seen.len() as u64 >= self.spawns || t.elapsed() > DRAIN))
+    }
 }
 
 impl BenchTracer {
@@ -65,7 +111,8 @@ impl BenchTracer {
             ..SessionOptions::default()
         })
         .context("failed to start the tracer")?;
-        Ok(BenchTracer { session })
+        let waiter = Waiter::new(crate::signals::wake_pipe()?, &[]);
+        Ok(BenchTracer { session, waiter })
     }
 
     /// Runs `spawner` (a `__spawner … --wait-stdin` command), tracks it once it is ready,
@@ -135,45 +182,33 @@ impl BenchTracer {
         Ok((pid, stdout))
     }
 
-    /// The spawns of `pid`'s children, polled until it has exited and all `spawns` are seen
-    /// (or [`DRAIN`] after its exit); an error after [`RUN_TIMEOUT`].
+    /// The spawns of `pid`'s children, followed until it has exited and all `spawns` are
+    /// seen (or [`DRAIN`] after its exit); an error after [`RUN_TIMEOUT`] or on a signal.
     fn collect(
         &mut self,
         child: &mut std::process::Child,
         pid: u32,
         spawns: u64,
     ) -> Result<Vec<TracedSpawn>, TraceError> {
-        let start = Instant::now();
-        let mut seen = Vec::new();
-        let mut exited_at = None;
-        loop {
-            for ev in self
-                .session
-                .poll(Duration::from_millis(50))
-                .context("failed to poll the tracer")?
-            {
-                if let Event::Spawn(s) = ev {
-                    if s.parent_pid == pid {
-                        seen.push(TracedSpawn::from_spawn(&s));
-                    }
-                }
+        let until = Until {
+            deadline: Some(Instant::now() + RUN_TIMEOUT),
+            ..Until::default()
+        };
+        let mut sink = SpawnerSink {
+            child,
+            pid,
+            spawns,
+            seen: Vec::new(),
+            exited_at: None,
+        };
+        let (end, _) = follow(&mut self.session, &mut self.waiter, &until, &mut sink)
+            .context("failed to follow the spawner")?;
+        match end {
+            End::Deadline => {
+                Err(anyhow!("the traced spawner did not finish in {RUN_TIMEOUT:?}").into())
             }
-            if exited_at.is_none()
-                && child
-                    .try_wait()
-                    .context("failed to wait for the spawner")?
-                    .is_some()
-            {
-                exited_at = Some(Instant::now());
-            }
-            if let Some(t) = exited_at {
-                if seen.len() as u64 >= spawns || t.elapsed() > DRAIN {
-                    return Ok(seen);
-                }
-            }
-            if start.elapsed() > RUN_TIMEOUT {
-                return Err(anyhow!("the traced spawner did not finish in {RUN_TIMEOUT:?}").into());
-            }
+            End::Signal(sig) => Err(anyhow!("stopped by signal {sig}").into()),
+            _ => Ok(sink.seen),
         }
     }
 

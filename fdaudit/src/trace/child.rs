@@ -98,14 +98,3 @@ pub fn start_held(cmd: &[OsString]) -> Result<Held> {
         name: crate::output::escape_bytes(cmd[0].as_bytes()),
     })
 }
-
-/// Waits for the command without blocking: its exit status once it has exited.
-pub fn try_wait(pid: u32) -> Result<Option<i32>> {
-    let mut status = 0;
-    // SAFETY: waitpid on our own child.
-    let rc = unsafe { libc::waitpid(pid as i32, &mut status, libc::WNOHANG) };
-    if rc < 0 {
-        return Err(std::io::Error::last_os_error()).context("failed to wait for the command");
-    }
-    Ok((rc != 0).then_some(status))
-}

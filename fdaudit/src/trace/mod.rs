@@ -23,9 +23,9 @@ use crate::{
     exit,
     output::stream::{self, Dest, StdStream},
     procfs_util,
-    tracer::{decode, drain, ebpf::BackendChoice, wait},
+    tracer::{decode, drain, ebpf::BackendChoice, follow, wait, wait::try_wait},
 };
-use child::{start_held, try_wait};
+use child::start_held;
 use report::{Ending, ExitReason, Reporter};
 use targets::check_targets;
 
@@ -162,7 +162,8 @@ pub struct TraceArgs {
     pub command: Vec<OsString>,
 }
 
-/// How often `--reads` looks for newly flagged storms to name their files.
+/// How often `--reads` looks for newly flagged storms to name their files (the follow
+/// loop's tick).
 const READS_CHECK_EVERY: Duration = Duration::from_millis(100);
 
 /// Help heading of the output filters.
@@ -252,15 +253,18 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
     }
     let mut reporter = Reporter::new(report_options(&args), &session, filter);
     let mut targets = reads::LiveTargets::default();
+    let mut sink = TraceSink {
+        reporter: &mut reporter,
+        roots: &root_pids,
+        reads: args.reads.then(|| (&mut targets, Instant::now())),
+    };
     let (mut exit_status, timed_out, ended) = follow(
         &args,
         &mut session,
-        &mut reporter,
+        &mut sink,
         &mut waiter,
         child,
-        &root_pids,
         followed.as_ref(),
-        &mut targets,
     )?;
     let stats = session.stats()?;
     let missed = session.missed_runs();
@@ -491,77 +495,65 @@ fn attach(args: &TraceArgs, pids: &[u32], followed: Option<&Followed>) -> Result
     Ok(Attached::Tracing(Box::new(session), child))
 }
 
+/// `trace` as a sink of the follow loop: a line (or record) per spawn as it comes, and
+/// with `--reads` each storm's file named while its process still runs.
+struct TraceSink<'a> {
+    reporter: &'a mut Reporter,
+    roots: &'a [u32],
+    /// `--reads`: the storms' files, named every [`READS_CHECK_EVERY`].
+    reads: Option<(&'a mut reads::LiveTargets, Instant)>,
+}
+
+impl follow::Sink for TraceSink<'_> {
+    fn events(&mut self, session: &mut Session, events: Vec<decode::Event>) -> Result<()> {
+        self.reporter.costs_from(session);
+        for ev in events {
+            self.reporter.handle(ev, self.roots)?;
+        }
+        Ok(())
+    }
+
+    fn tick_every(&self) -> Option<Duration> {
+        self.reads.as_ref().map(|_| READS_CHECK_EVERY)
+    }
+
+    fn tick(&mut self, session: &mut Session, now: Instant) -> Result<bool> {
+        if let Some((targets, checked)) = &mut self.reads {
+            if now.duration_since(*checked) >= READS_CHECK_EVERY {
+                targets.update(&session.read_counts(), procfs_util::fd_target);
+                *checked = now;
+            }
+        }
+        Ok(false)
+    }
+}
+
 /// Reports records until the command exits (its wait status), every `-p` root is gone,
 /// the followed cgroup is removed, the duration ends or a signal comes; then drains what is
 /// left. Also returns when the end was noticed (for `-v`'s exit time).
-#[allow(clippy::too_many_arguments)]
 fn follow(
     args: &TraceArgs,
     session: &mut Session,
-    reporter: &mut Reporter,
+    sink: &mut TraceSink,
     waiter: &mut wait::Waiter,
     child: Option<u32>,
-    root_pids: &[u32],
     followed: Option<&Followed>,
-    targets: &mut reads::LiveTargets,
 ) -> Result<(Option<i32>, bool, Instant)> {
-    let deadline = args.duration.map(|d| Instant::now() + d);
-    let mut exit_status: Option<i32> = None;
-    let mut timed_out = false;
-    let mut reads_checked = Instant::now();
-    loop {
-        // A followed cgroup's removal has no fd to wait on, nor do --reads' storms: look
-        // every 100 ms.
-        let wake_by = if followed.is_some() || args.reads {
-            let tick = Instant::now() + READS_CHECK_EVERY;
-            Some(deadline.map_or(tick, |d| d.min(tick)))
-        } else {
-            deadline
-        };
-        let woken = waiter.wait(Some(session.events_fd()), wake_by)?;
-        // What the drain thread has copied out (resets its ready fd; no wait).
-        let events = session.poll(Duration::ZERO)?;
-        reporter.costs_from(session);
-        for ev in events {
-            reporter.handle(ev, root_pids)?;
-        }
-        // --reads: name each storm's file while its process still runs.
-        if args.reads && reads_checked.elapsed() >= READS_CHECK_EVERY {
-            targets.update(&session.read_counts(), procfs_util::fd_target);
-            reads_checked = Instant::now();
-        }
-        if woken.signal || crate::signals::received().is_some() {
-            break;
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            timed_out = true;
-            break;
-        }
-        if let Some(pid) = child {
-            // Cheap, and right even where pidfds are missing.
-            if let Some(st) = try_wait(pid)? {
-                exit_status = Some(st);
-                break;
-            }
-        } else if let Some(f) = followed {
-            if !f.dir.exists() {
-                stream::note(
-                    stream::Level::Note,
-                    &format!("cgroup {} was removed", f.path),
-                );
-                break;
-            }
-        } else if waiter.all_exited() {
-            break;
-        }
+    let until = follow::Until {
+        child,
+        dir: followed.map(|f| f.dir.clone()),
+        deadline: args.duration.map(|d| Instant::now() + d),
+    };
+    let (end, ended) = follow::follow(session, waiter, &until, sink)?;
+    if let (follow::End::DirGone, Some(f)) = (end, followed) {
+        stream::note(
+            stream::Level::Note,
+            &format!("cgroup {} was removed", f.path),
+        );
     }
-    let ended = Instant::now();
-    // Records are written before their process can be reaped (the exit record in
-    // do_exit(), before the pidfd wakes): what is in the ring buffer now is everything.
-    let events = session.drain();
-    reporter.costs_from(session);
-    for ev in events {
-        reporter.handle(ev, root_pids)?;
-    }
-    Ok((exit_status, timed_out, ended))
+    let exit_status = match end {
+        follow::End::Exited(st) => Some(st),
+        _ => None,
+    };
+    Ok((exit_status, end == follow::End::Deadline, ended))
 }

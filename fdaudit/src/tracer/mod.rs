@@ -10,6 +10,7 @@ pub mod decode;
 pub mod drain;
 pub mod ebpf;
 pub mod flags;
+pub mod follow;
 mod loader;
 pub mod session;
 pub mod strategy;

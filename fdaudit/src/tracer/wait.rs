@@ -116,10 +116,26 @@ impl Waiter {
         Ok(woken)
     }
 
+    /// Whether there is any root to wait for.
+    pub fn has_roots(&self) -> bool {
+        !self.roots.is_empty()
+    }
+
     /// Whether every root has exited.
     pub fn all_exited(&self) -> bool {
         self.roots.iter().all(|r| r.gone)
     }
+}
+
+/// Waits for the command without blocking: its exit status once it has exited.
+pub fn try_wait(pid: u32) -> Result<Option<i32>> {
+    let mut status = 0;
+    // SAFETY: waitpid on our own child.
+    let rc = unsafe { libc::waitpid(pid as i32, &mut status, libc::WNOHANG) };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error()).context("failed to wait for the command");
+    }
+    Ok((rc != 0).then_some(status))
 }
 
 #[cfg(test)]

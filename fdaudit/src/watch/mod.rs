@@ -24,7 +24,9 @@ use crate::{
     signals::{Action, CallerIgnored},
     tracer::{
         decode::{Event, Spawn},
+        follow::{follow, Sink, Until},
         session::{Session, SessionOptions},
+        wait::Waiter,
     },
 };
 use metrics::{Metrics, ProcessLabels, ProcessObservation, SpawnLabels, SpawnObservation};
@@ -402,28 +404,53 @@ fn watch_loop(
     session: &mut Session,
     metrics: &Arc<Mutex<Metrics>>,
 ) -> Result<()> {
-    let leaks_only = !args.full;
-    let start = Instant::now();
-    let deadline = args
-        .duration
-        .map(|s| start + Duration::from_secs_f64(s.max(0.0)));
-    let mut jobs = Periodic::new(args);
-    loop {
-        let events = session.poll(Duration::from_millis(200))?;
-        observe(metrics, events, leaks_only);
-        let now = Instant::now();
-        jobs.kernel_totals(now, session, metrics)?;
-        jobs.scan(now, metrics);
-        if let Some(dir) = &args.textfile {
-            jobs.textfile(now, dir, metrics);
-        }
-        if crate::signals::received().is_some() || deadline.is_some_and(|d| now >= d) {
-            break;
-        }
-    }
-    jobs.finish();
+    let until = Until {
+        deadline: args
+            .duration
+            .map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0))),
+        ..Until::default()
+    };
+    // No roots: the whole host (or cgroup) is followed until a signal or --duration.
+    let mut waiter = Waiter::new(crate::signals::wake_pipe()?, &[]);
+    let mut sink = WatchSink {
+        args,
+        metrics,
+        jobs: Periodic::new(args),
+    };
+    follow(session, &mut waiter, &until, &mut sink)?;
+    sink.jobs.finish();
     Ok(())
 }
+
+/// `watch` as a sink of the follow loop: spawns into the metrics, and its periodic jobs.
+struct WatchSink<'a> {
+    args: &'a WatchArgs,
+    metrics: &'a Arc<Mutex<Metrics>>,
+    jobs: Periodic,
+}
+
+impl Sink for WatchSink<'_> {
+    fn events(&mut self, _session: &mut Session, events: Vec<Event>) -> Result<()> {
+        observe(self.metrics, events, !self.args.full);
+        Ok(())
+    }
+
+    fn tick_every(&self) -> Option<Duration> {
+        Some(TICK)
+    }
+
+    fn tick(&mut self, session: &mut Session, now: Instant) -> Result<bool> {
+        self.jobs.kernel_totals(now, session, self.metrics)?;
+        self.jobs.scan(now, self.metrics);
+        if let Some(dir) = &self.args.textfile {
+            self.jobs.textfile(now, dir, self.metrics);
+        }
+        Ok(false)
+    }
+}
+
+/// How often the watch loop runs its periodic jobs at the latest.
+const TICK: Duration = Duration::from_millis(200);
 
 /// Counts the spawns among `events` (a failed exec counts when its process exits).
 fn observe(metrics: &Mutex<Metrics>, events: Vec<Event>, leaks_only: bool) {
