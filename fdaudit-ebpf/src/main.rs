@@ -102,8 +102,8 @@ map_named!(CONFIG, GLOBAL_CONFIG);
 /// the wrong place, so the programs that start tracking (fork) or count (exec, exit,
 /// reads) do nothing until it has.
 /// When a record wakes fdaudit's reader (the `flags` of bpf_ringbuf_output/submit, 5.8+).
-/// A wake-up is an irq_work that wakes the reader's poll: ~29 µs of the program's run on
-/// this project's CI machine (a paravirtualised guest), most of an exit record's cost. By
+/// A wake-up is an irq_work that wakes the reader's poll: most of an exit record's cost in
+/// the program's run, where it is dear (a paravirtualised guest: docs/performance.md). By
 /// default the kernel wakes the reader only when it has read everything before the new
 /// record, so one record sent without a wake-up also keeps the next one from waking it:
 /// hence the explicit choices.

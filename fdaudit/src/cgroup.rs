@@ -259,7 +259,7 @@ pub fn unified_path(text: &str) -> Option<&str> {
 
 /// The last pid of the `NSpid:` line of /proc/PID/status: the pid as the process's own pid
 /// namespace sees it (the first is the host's). None for 0, what a process that is being
-/// reaped shows (its pids are already detached; seen in a sid guest, 2026-12-01).
+/// reaped shows (its pids are already detached).
 pub fn ns_pid_from_status(status: &str) -> Option<u32> {
     let line = status.lines().find(|l| l.starts_with("NSpid:"))?;
     line["NSpid:".len()..]

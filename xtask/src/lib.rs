@@ -228,8 +228,7 @@ fn cargo_home() -> Option<PathBuf> {
 
 /// The object without its DWARF sections (`llvm-objcopy --strip-debug`: .BTF and .BTF.ext,
 /// which the loader and the verifier use, stay): 145 KB instead of 700 KB, which fdaudit
-/// embeds, copies and has aya parse at every start (~0.5 ms less on this project's CI
-/// machine). The LLVM 22 tools come with bpf-linker's llvm-22-dev (`.ci/setup`); without
+/// embeds, copies and has aya parse at every start. The LLVM 22 tools come with bpf-linker's llvm-22-dev (`.ci/setup`); without
 /// them the object is used as it is.
 fn strip_debug(obj: &Path) -> Result<PathBuf> {
     let candidates = [

@@ -72,7 +72,7 @@ pub fn exe_of(pid: u32) -> Option<Vec<u8>> {
 ///
 /// The link is read before and after fdinfo and must not change in between: the fd may be
 /// replaced meanwhile (a shell that points its stdout at /dev/null for a builtin and back
-/// gave /dev/null's inode with the pipe's link, in a sid guest on 2026-12-01).
+/// gives /dev/null's inode with the pipe's link).
 pub fn fd_target(pid: u32, fd: u32, ino: u64) -> Option<Vec<u8>> {
     let dir = at::open_dir_path(
         libc::AT_FDCWD,

@@ -75,9 +75,8 @@ impl std::ops::Deref for Bytes {
 /// records where each type starts; members are read from the raw bytes when asked for.
 ///
 /// Building a `Vec` of every type and member and a map of every struct name (the previous
-/// parser, and aya's) cost 15-40 ms of fdaudit's start-up on this project's CI machine,
-/// most of it page faults on the fresh memory; mapping the file and indexing it takes
-/// 1-3 ms.
+/// parser, and aya's) costs tens of milliseconds of start-up, most of it page faults on the
+/// fresh memory; mapping the file and indexing it costs a few (docs/performance.md).
 pub struct Btf {
     data: Bytes,
     /// Byte offset of each type's record in `data`, by type id (id 0 is void: no record).

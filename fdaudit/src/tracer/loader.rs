@@ -296,9 +296,8 @@ fn attach_programs(
 /// Loads every program of the plan at once, on two threads (two cores): the exec program,
 /// whose verifier is the long pole on most kernels, with the small exec_exit ones on a
 /// thread of its own (the verifier of privileged loads takes no global lock), the rest on
-/// this one. Verifier times on this project's CI machine (6.18, `doctor --json` and
-/// `strace -T`): exec 4.4 ms and exec_exit 0.4 ms each there; fork 2.7, sys_enter 2.8 and
-/// exit 0.9 ms here. With the exec_exit ones here too, this thread was the last by ~2 ms.
+/// this one: that split balances the two threads' verifier time (docs/performance.md has
+/// the per-program figures).
 fn load_all(bpf: &mut Ebpf, plan: &Plan) -> LoadResults {
     let names = &plan.names;
     let beside =

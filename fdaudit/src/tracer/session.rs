@@ -135,8 +135,8 @@ impl Session {
     /// For a process about to exit (trace): the slow detaches happen after the exit, in a
     /// child ([`ebpf::detach_after_exit`]), so the caller does not wait for them: the
     /// fentry trampolines' removal, and the exec_exit programs' (closing the last
-    /// reference to a syscall trace event's perf event waits for two RCU grace periods:
-    /// 65-85 ms each on this project's CI machine, most of fdaudit's exit time). Not for a
+    /// reference to a syscall trace event's perf event waits for two RCU grace periods,
+    /// which would be most of fdaudit's exit time). Not for a
     /// process that goes on (bench): its later work would still run under this session's
     /// programs. Dropping the session then does not wait for the kernel to free the rest.
     pub fn detach_after_exit(&mut self) {
@@ -471,8 +471,7 @@ impl Drop for Session {
     /// after an RCU grace period): when fdaudit says it is done, nothing of it is left loaded
     /// (but for what the child detaching the fentry and exec_exit programs holds). After
     /// [`Session::detach_after_exit`] it does not wait: the caller is about to exit, and
-    /// that grace period (10-80 ms on this project's CI machine) would be most of its exit
-    /// time.
+    /// that grace period would be most of its exit time.
     fn drop(&mut self) {
         self.drain = None; // joins the drain thread
         let Some(mut bpf) = self.bpf.take() else {

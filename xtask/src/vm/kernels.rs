@@ -55,11 +55,9 @@ impl Arch {
     /// x86_64 guests run every vCPU on one host thread, taking turns (`thread=single`):
     /// under multi-threaded TCG (QEMU 7.2) Debian's kernels die of `Oops: int3` when they
     /// patch their own text while another vCPU runs it (text_poke_bp's int3 is seen after
-    /// the patch is done). On 2026-12-01: sid at boot (a static key in `sched_clock_cpu`,
-    /// before any of fdaudit ran) and on BPF trampoline updates (2 of 4 runs of the
-    /// backends test); 6.12 when the raw_syscalls tracepoint was switched
-    /// (`syscall_trace_enter`), and earlier on an fentry attach. With one thread the patch
-    /// and the other vCPU's next instruction are ordered: no Oops in 22 sid runs since.
+    /// the patch is done: at boot, on BPF trampoline updates, when the raw_syscalls
+    /// tracepoint is switched; docs/kernels.md has the runs). With one thread the patch and
+    /// the other vCPU's next instruction are ordered.
     pub fn qemu(self, icount: bool) -> (&'static str, Vec<&'static str>) {
         let mut args = match self {
             Self::X86_64 => vec![],

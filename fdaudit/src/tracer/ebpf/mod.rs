@@ -251,8 +251,8 @@ pub fn open_with_ring(config: &Config, ring_bytes: Option<u32>) -> Result<Ebpf, 
 /// Makes an `EbpfLoader` on a thread of its own, without aya's parse of vmlinux BTF where
 /// that can be avoided; join it when the loader is needed.
 ///
-/// aya 0.14's `EbpfLoader::new()` always reads and parses /sys/kernel/btf/vmlinux (17-50 ms
-/// and ~30 MB of fresh memory on this project's CI machine) for CO-RE relocations, which
+/// aya 0.14's `EbpfLoader::new()` always reads and parses /sys/kernel/btf/vmlinux (tens of
+/// milliseconds and megabytes of fresh memory: docs/performance.md) for CO-RE relocations, which
 /// fdaudit's programs do not have ([`open_with`] sets `btf(None)`); the loader's fields
 /// are private, so there is no constructor without it. The thread therefore first takes a
 /// filesystem root of its own (unshare(CLONE_FS) gives it a private root and cwd, then it
@@ -321,9 +321,8 @@ const BPF_MAP_TYPE_HASH: u32 = 1;
 
 /// The embedded object as this kernel should load it. From Linux 6.1 (eBPF programs
 /// allocate map entries with bpf_mem_alloc, safe in any context), the traced-process table
-/// ([`MAP_TRACKED`]) is created without preallocating its 32768 entries (~8 MB): 0.4 ms
-/// instead of 1.5 ms of `BPF_MAP_CREATE` on this project's CI machine, on the start-up's
-/// critical path. Before 6.1 the kernel WARNs (a kernel stack trace in dmesg) when a
+/// ([`MAP_TRACKED`]) is created without preallocating its 32768 entries (~8 MB), which
+/// takes most of `BPF_MAP_CREATE`'s time off the start-up's critical path. Before 6.1 the kernel WARNs (a kernel stack trace in dmesg) when a
 /// tracing program uses a hash map that is not preallocated, so there the object is
 /// loaded as built. aya 0.14 has no call to change a map's flags (libbpf's
 /// `bpf_map__set_map_flags`), so the flags word of the map's definition is patched in a
