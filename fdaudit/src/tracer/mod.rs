@@ -15,3 +15,6 @@ mod loader;
 pub mod session;
 pub mod strategy;
 pub mod wait;
+
+#[cfg(test)]
+mod engine_tests;
