@@ -52,10 +52,17 @@ pub fn fdaudit() -> PathBuf {
 /// but refuses the flag with EINVAL, so a spawner relying on it leaks). Probed on an empty
 /// range, which changes nothing.
 pub fn close_range_cloexec_supported() -> bool {
+    close_range_cloexec_errno().is_none()
+}
+
+/// Why the kernel refuses close_range(CLOSE_RANGE_CLOEXEC): its errno (EINVAL on 5.10, ENOSYS
+/// before 5.9), `None` when it takes it. The same probe as [`close_range_cloexec_supported`].
+pub fn close_range_cloexec_errno() -> Option<i32> {
     const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
     let top: libc::c_uint = 0x7fff_fff0;
     // SAFETY: close_range on fds nobody holds (far above any limit) only validates flags.
-    unsafe { libc::syscall(libc::SYS_close_range, top, top, CLOSE_RANGE_CLOEXEC) == 0 }
+    let rc = unsafe { libc::syscall(libc::SYS_close_range, top, top, CLOSE_RANGE_CLOEXEC) };
+    (rc != 0).then(|| std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
 }
 
 /// Whether the tests run as root (CI does: the eBPF tests must run there).

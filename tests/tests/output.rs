@@ -8,7 +8,7 @@ use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use fdaudit_tests::{b64, fdaudit, guard, is_root, of_type, records, temp_path};
+use fdaudit_tests::{b64, fdaudit, guard, of_type, records, require_root, temp_path};
 use serde_json::Value;
 
 /// The root tests load programs: one at a time.
@@ -52,25 +52,48 @@ fn duration_must_be_finite_and_positive_before_anything_starts() {
     }
 }
 
+/// The PIDs /proc shows (this PID namespace's).
+fn visible_pids() -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .collect()
+}
+
 #[test]
 fn kernel_thread_pid_is_an_error() {
     // Any kernel thread will do (kthreadd is PID 2 outside a PID namespace).
-    let kthread = std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .find(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-                s.rsplit_once(") ")
-                    .and_then(|(_, r)| r.split(' ').nth(6)?.parse::<u64>().ok())
-                    .is_some_and(|f| f & 0x0020_0000 != 0)
-            })
-        });
-    let Some(pid) = kthread else {
-        eprintln!("skipping: no kernel thread visible in this PID namespace");
-        return;
-    };
-    let o = run(&["trace", "-p", &pid.to_string()]);
-    assert_one_error_line(&o, "is a kernel thread");
+    let pids = visible_pids();
+    let kthread = pids.iter().copied().find(|pid| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            s.rsplit_once(") ")
+                .and_then(|(_, r)| r.split(' ').nth(6)?.parse::<u64>().ok())
+                .is_some_and(|f| f & 0x0020_0000 != 0)
+        })
+    });
+    match kthread {
+        Some(pid) => {
+            let o = run(&["trace", "-p", &pid.to_string()]);
+            assert_one_error_line(&o, "is a kernel thread");
+        }
+        None => no_kernel_thread_is_no_process(&pids),
+    }
+}
+
+/// No kernel thread in /proc: kernel threads belong to the initial PID namespace only, so
+/// this must be a nested one, where a kernel thread's PID names no process.
+fn no_kernel_thread_is_no_process(pids: &[u32]) {
+    // The initial PID namespace has a fixed inode number (PROC_PID_INIT_INO).
+    let ns = std::fs::read_link("/proc/self/ns/pid").unwrap();
+    assert_ne!(
+        ns.to_str(),
+        Some("pid:[4026531836]"),
+        "no kernel thread in /proc, yet this is the initial PID namespace"
+    );
+    // kthreadd's PID outside, or if something here has it, the first PID nothing has.
+    let absent = (2..).find(|p| !pids.contains(p)).unwrap();
+    let o = run(&["trace", "-p", &absent.to_string()]);
+    assert_one_error_line(&o, &format!("no process with PID {absent}"));
 }
 
 #[test]
@@ -92,11 +115,9 @@ fn scan_input_errors_exit_2_with_one_line() {
 }
 
 #[test]
+#[ignore = "needs root: drops to nobody to scan root's process"]
 fn scan_of_an_unreadable_pid_exits_2() {
-    if !is_root() {
-        eprintln!("skipping: needs root to drop to nobody and scan root's process");
-        return;
-    }
+    require_root();
     let o = Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
         .arg(fdaudit())

@@ -1,8 +1,10 @@
 //! Fixture: a 64-bit child that closes fds 3..1024 through the 32-bit `int $0x80` entry
 //! (1021 ia32 close calls, number 6) and makes 500 one-byte ia32 `read`s (number 3, which is
 //! x86_64's close) from /dev/zero into a buffer below 4 GiB, then execs /bin/true. Prints
-//! `int80 ok` when the kernel runs ia32 syscalls, `int80 unavailable` (and execs nothing)
-//! when it does not (a kernel without CONFIG_IA32_EMULATION, or booted with it off).
+//! `int80 ok` when the kernel runs ia32 syscalls. When it does not (a kernel without
+//! CONFIG_IA32_EMULATION, booted with it off, or not x86_64) it prints `int80 unavailable:
+//! WHY` (`ENOSYS`, `SIGSEGV`: how a probing `int $0x80` failed, or `not x86_64`) and its
+//! child execs /bin/true at once, with no syscall in between.
 
 #[cfg(target_arch = "x86_64")]
 fn int80(nr: u32, a: u32, b: u32, c: u32) -> i32 {
@@ -29,9 +31,9 @@ fn main() {
     use fdaudit_tests::check;
     // SAFETY: fork; the child only makes raw syscalls, then execs or _exits.
     unsafe {
-        // getpid (ia32 20): ENOSYS when ia32 emulation is off.
-        if int80(20, 0, 0, 0) != libc::getpid() {
-            println!("int80 unavailable");
+        if let Some(why) = int80_refused() {
+            println!("int80 unavailable: {why}");
+            exec_true_in_a_child();
             return;
         }
         let buf = libc::mmap(
@@ -75,7 +77,58 @@ fn main() {
     }
 }
 
+/// How ia32 getpid (20) through `int $0x80` fails, probed in a child (without the ia32
+/// entry the instruction faults): `None` when it returns the pid.
+#[cfg(target_arch = "x86_64")]
+fn int80_refused() -> Option<&'static str> {
+    use fdaudit_tests::check;
+    // SAFETY: fork; the child only makes raw syscalls and _exits.
+    unsafe {
+        let pid = check(libc::fork(), "fork");
+        if pid == 0 {
+            let r = int80(20, 0, 0, 0);
+            libc::_exit(if r == libc::getpid() {
+                0
+            } else if r == -libc::ENOSYS {
+                1
+            } else {
+                2
+            });
+        }
+        let mut status = 0;
+        libc::waitpid(pid, &mut status, 0);
+        match (libc::WIFEXITED(status), libc::WEXITSTATUS(status)) {
+            (true, 0) => None,
+            (true, 1) => Some("ENOSYS"),
+            _ if libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGSEGV => {
+                Some("SIGSEGV")
+            }
+            _ => panic!("int $0x80 getpid failed oddly: status {status:#x}"),
+        }
+    }
+}
+
+/// A child that execs /bin/true straight after fork, and its wait.
+fn exec_true_in_a_child() {
+    // SAFETY: fork; the child only execs or _exits.
+    unsafe {
+        let pid = fdaudit_tests::check(libc::fork(), "fork");
+        if pid == 0 {
+            let argv = [c"/bin/true".as_ptr(), std::ptr::null()];
+            libc::execv(argv[0], argv.as_ptr());
+            libc::_exit(127);
+        }
+        let mut status = 0;
+        libc::waitpid(pid, &mut status, 0);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "child: {status:#x}"
+        );
+    }
+}
+
 #[cfg(not(target_arch = "x86_64"))]
 fn main() {
-    println!("int80 unavailable");
+    println!("int80 unavailable: not x86_64");
+    exec_true_in_a_child();
 }
