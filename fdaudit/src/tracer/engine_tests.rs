@@ -14,10 +14,18 @@ use super::{
 /// One session at a time: the cases share the kernel's tracepoints.
 static KERNEL: Mutex<()> = Mutex::new(());
 
+/// What a traced tree gave: every completed spawn, the child's pid, and the probe cost
+/// the session corrected windows with.
+pub(crate) struct Traced {
+    pub spawns: Vec<Spawn>,
+    pub child: u32,
+    pub probe_cost: Option<f64>,
+}
+
 /// Forks a child held on a pipe and tracked by a fresh session; once released, the child
-/// forks a grandchild that runs `pre_exec` and execs `path` (or exits 127), waits for it
-/// and exits. Returns the spawns of the child's children, completed.
-fn spawns_of_grandchild(pre_exec: fn(), path: &std::ffi::CStr) -> Vec<Spawn> {
+/// forks a grandchild that runs `pre_exec` and execs `path` (or exits 127), waits for it,
+/// then execs `path` itself when `child_execs`, else exits. Returns what the session saw.
+pub(crate) fn trace_tree(pre_exec: fn(), path: &std::ffi::CStr, child_execs: bool) -> Traced {
     let _one = KERNEL.lock().unwrap_or_else(|p| p.into_inner());
     let mut session = Session::start(&SessionOptions::default())
         .unwrap_or_else(|e| panic!("failed to start the session: {e:#}"));
@@ -33,14 +41,18 @@ fn spawns_of_grandchild(pre_exec: fn(), path: &std::ffi::CStr) -> Vec<Spawn> {
             let mut b = 0u8;
             libc::read(p[0], (&raw mut b).cast(), 1);
             libc::close(p[0]);
+            let argv = [path.as_ptr(), std::ptr::null()];
             let g = libc::fork();
             if g == 0 {
                 pre_exec();
-                let argv = [path.as_ptr(), std::ptr::null()];
                 libc::execv(path.as_ptr(), argv.as_ptr());
                 libc::_exit(127);
             }
             libc::waitpid(g, std::ptr::null_mut(), 0);
+            if child_execs {
+                libc::execv(path.as_ptr(), argv.as_ptr());
+                libc::_exit(127);
+            }
             libc::_exit(0);
         }
         libc::close(p[0]);
@@ -60,10 +72,22 @@ fn spawns_of_grandchild(pre_exec: fn(), path: &std::ffi::CStr) -> Vec<Spawn> {
             Event::Spawn(s) => Some(*s),
             Event::Exit(e) => e.failed_spawn.map(|s| *s),
         })
-        .filter(|s| s.parent_pid == pid as u32)
         .collect();
     assert!(session.take_warnings().is_empty(), "the session warned");
-    spawns
+    Traced {
+        spawns,
+        child: pid as u32,
+        probe_cost: session.probe_cost(),
+    }
+}
+
+/// The spawns of the traced child's children.
+fn spawns_of_grandchild(pre_exec: fn(), path: &std::ffi::CStr) -> Vec<Spawn> {
+    let t = trace_tree(pre_exec, path, false);
+    t.spawns
+        .into_iter()
+        .filter(|s| s.parent_pid == t.child)
+        .collect()
 }
 
 fn one(spawns: Vec<Spawn>) -> Spawn {

@@ -17,4 +17,4 @@ pub mod strategy;
 pub mod wait;
 
 #[cfg(test)]
-mod engine_tests;
+pub(crate) mod engine_tests;
