@@ -88,6 +88,17 @@ pub fn check(ret: libc::c_int, what: &str) -> libc::c_int {
     ret
 }
 
+/// Waits for our child `pid` and panics unless it exited 0 (fixtures only).
+pub fn wait_for_success(pid: libc::pid_t) {
+    let mut status = 0;
+    // SAFETY: waitpid on our own child into a local.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "child: {status:#x}"
+    );
+}
+
 /// A TCP socket listening on 127.0.0.1 at an ephemeral port, without close-on-exec:
 /// (fd, port).
 pub fn listen_loopback(backlog: libc::c_int) -> (libc::c_int, u16) {

@@ -87,13 +87,7 @@ fn close_range_is_one_call_with_its_range() {
             assert_eq!(u(&s["leaked_count"]), 0, "{s}");
         } else {
             assert_eq!(u(&s["leaked_count"]), 7, "{s}");
-            let fds: BTreeSet<u64> = s["leaked_fds"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|f| u(&f["fd"]))
-                .collect();
-            assert_eq!(fds, (3..10).collect(), "{s}");
+            assert_eq!(leaked_fd_numbers(&s), (3..10).collect(), "{s}");
         }
     }
 }
@@ -138,13 +132,7 @@ fn posix_spawn_leaks_fd_7_with_its_path() {
     assert_eq!(spawns.len(), 1, "{spawns:?}");
     let s = &spawns[0];
     assert_eq!(s["parent_comm"], "trace-fixture");
-    let fds: BTreeSet<u64> = s["leaked_fds"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| u(&f["fd"]))
-        .collect();
-    assert_eq!(fds, BTreeSet::from([7]), "{s}");
+    assert_eq!(leaked_fd_numbers(s), BTreeSet::from([7]), "{s}");
     let f = &s["leaked_fds"][0];
     assert_eq!(f["kind"], "regular");
     assert_eq!(f["target"], secret.as_str());
@@ -349,6 +337,10 @@ fn spawns_with_env(env: &[(&str, &str)], cmd: &[&str], exec_path: &str) -> Vec<V
         .into_iter()
         .filter(|s| s["type"] == "spawn" && s["exec_path"] == exec_path)
         .collect()
+}
+
+fn leaked_fd_numbers(s: &Value) -> BTreeSet<u64> {
+    leaked(s).into_iter().map(|(fd, _)| fd).collect()
 }
 
 fn leaked(s: &Value) -> Vec<(u64, String)> {

@@ -68,12 +68,7 @@ fn main() {
             libc::execv(argv[0], argv.as_ptr());
             libc::_exit(127);
         }
-        let mut status = 0;
-        libc::waitpid(pid, &mut status, 0);
-        assert!(
-            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-            "child: {status:#x}"
-        );
+        fdaudit_tests::wait_for_success(pid);
     }
 }
 
@@ -118,12 +113,7 @@ fn exec_true_in_a_child() {
             libc::execv(argv[0], argv.as_ptr());
             libc::_exit(127);
         }
-        let mut status = 0;
-        libc::waitpid(pid, &mut status, 0);
-        assert!(
-            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-            "child: {status:#x}"
-        );
+        fdaudit_tests::wait_for_success(pid);
     }
 }
 

@@ -41,11 +41,6 @@ fn main() {
             libc::execv(exe.as_ptr(), argv.as_ptr());
             libc::_exit(127);
         }
-        let mut status = 0;
-        libc::waitpid(pid, &mut status, 0);
-        assert!(
-            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-            "child: {status:#x}"
-        );
+        fdaudit_tests::wait_for_success(pid);
     }
 }
