@@ -80,6 +80,18 @@ fn kernel_thread_pid_is_an_error() {
     }
 }
 
+#[test]
+fn tracing_fdaudit_itself_is_an_error() {
+    // The shell's PID is fdaudit's once it execs it.
+    let o = Command::new("sh")
+        .args(["-c", "exec \"$0\" trace -p $$"])
+        .arg(fdaudit())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run sh");
+    assert_one_error_line(&o, "is this fdaudit itself");
+}
+
 /// No kernel thread in /proc: kernel threads belong to the initial PID namespace only, so
 /// this must be a nested one, where a kernel thread's PID names no process.
 fn no_kernel_thread_is_no_process(pids: &[u32]) {

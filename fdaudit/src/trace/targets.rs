@@ -87,5 +87,12 @@ pub fn check_targets(pids: &[u32], command: bool, cgroup: bool) -> Result<Vec<u3
             out.push(pid);
         }
     }
+    if out.contains(&std::process::id()) {
+        // It would follow its own work, and wait for its own exit, for ever.
+        bail!(
+            "PID {} is this fdaudit itself: give the PID of the process to trace",
+            std::process::id()
+        );
+    }
     Ok(out)
 }
