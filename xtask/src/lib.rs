@@ -44,10 +44,16 @@ pub fn bpf_linker() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// The eBPF toolchain: bpf-linker and the nightly toolchain's sysroot.
+pub struct EbpfToolchain {
+    pub linker: PathBuf,
+    pub sysroot: PathBuf,
+}
+
 /// What building the eBPF object from source needs: bpf-linker on PATH and the nightly
-/// toolchain with rust-src (for `-Z build-std=core`). Returns bpf-linker's path, or why the
-/// object cannot be built here.
-pub fn ebpf_toolchain() -> Result<PathBuf> {
+/// toolchain with rust-src (for `-Z build-std=core`), or why the object cannot be built
+/// here.
+pub fn ebpf_toolchain() -> Result<EbpfToolchain> {
     let linker = bpf_linker().context(
         "bpf-linker is not on PATH: run `.ci/setup` (it builds bpf-linker 0.13.0 against LLVM 22)",
     )?;
@@ -63,7 +69,7 @@ pub fn ebpf_toolchain() -> Result<PathBuf> {
     if !sysroot.join("lib/rustlib/src/rust/library/core").is_dir() {
         bail!("rust-src is missing from {BPF_TOOLCHAIN}: rustup component add rust-src --toolchain {BPF_TOOLCHAIN}");
     }
-    Ok(linker)
+    Ok(EbpfToolchain { linker, sysroot })
 }
 
 /// Where the committed eBPF object for `arch` lives (embedded when the toolchain to rebuild
@@ -137,7 +143,7 @@ pub fn build_ebpf(root: &Path, arch: &str) -> Result<PathBuf> {
             BPF_ARCHES.join(", ")
         );
     }
-    let linker = ebpf_toolchain()?;
+    let toolchain = ebpf_toolchain()?;
     // One target directory per architecture, so switching does not rebuild.
     let target_dir = ebpf_target_dir(root).join(arch);
     let mut cmd = Command::new("rustup");
@@ -175,7 +181,7 @@ pub fn build_ebpf(root: &Path, arch: &str) -> Result<PathBuf> {
             cmd.env_remove(&*k);
         }
     }
-    let flags = rustflags(root, arch, &linker);
+    let flags = rustflags(root, arch, &toolchain);
     cmd.env("CARGO_ENCODED_RUSTFLAGS", flags.join("\x1f"));
     let status = cmd
         .status()
@@ -194,28 +200,24 @@ pub fn build_ebpf(root: &Path, arch: &str) -> Result<PathBuf> {
 }
 
 /// The eBPF build's rustflags: BTF, bpf-linker, the architecture cfg, and path remapping.
-fn rustflags(root: &Path, arch: &str, linker: &Path) -> Vec<String> {
+fn rustflags(root: &Path, arch: &str, toolchain: &EbpfToolchain) -> Vec<String> {
     // The BTF line info names source files: paths are remapped so that the object is the same
     // byte for byte wherever the tree, the registry and the toolchain live (CI compares the
     // committed object with a fresh build).
     let mut flags = vec![
         "-Cdebuginfo=2".to_string(),
         "-Clink-arg=--btf".to_string(),
-        format!("-Clinker={}", linker.display()),
+        format!("-Clinker={}", toolchain.linker.display()),
         format!("--cfg=bpf_target_arch=\"{arch}\""),
         format!("--remap-path-prefix={}=/fdaudit", root.display()),
     ];
     if let Some(home) = cargo_home() {
         flags.push(format!("--remap-path-prefix={}=/cargo", home.display()));
     }
-    if let Ok(out) = Command::new("rustup")
-        .args(["run", BPF_TOOLCHAIN, "rustc", "--print", "sysroot"])
-        .env_remove("RUSTUP_TOOLCHAIN")
-        .output()
-    {
-        let sysroot = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        flags.push(format!("--remap-path-prefix={sysroot}=/rustc"));
-    }
+    flags.push(format!(
+        "--remap-path-prefix={}=/rustc",
+        toolchain.sysroot.display()
+    ));
     flags
 }
 
@@ -228,8 +230,8 @@ fn cargo_home() -> Option<PathBuf> {
 
 /// The object without its DWARF sections (`llvm-objcopy --strip-debug`: .BTF and .BTF.ext,
 /// which the loader and the verifier use, stay): 145 KB instead of 700 KB, which fdaudit
-/// embeds, copies and has aya parse at every start. The LLVM 22 tools come with bpf-linker's llvm-22-dev (`.ci/setup`); without
-/// them the object is used as it is.
+/// embeds, copies and has aya parse at every start. The LLVM 22 tools come with
+/// bpf-linker's llvm-22-dev (`.ci/setup`); without them the object is used as it is.
 fn strip_debug(obj: &Path) -> Result<PathBuf> {
     let candidates = [
         std::env::var_os("LLVM_PREFIX").map(|p| PathBuf::from(p).join("bin/llvm-objcopy")),
