@@ -101,6 +101,23 @@ mod tests {
     }
 
     #[test]
+    fn ignore_fd_needs_fail_on_leak() {
+        let e =
+            Cli::try_parse_from(["fdaudit", "trace", "--ignore-fd", "9", "/bin/true"]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::MissingRequiredArgument);
+        assert!(e.to_string().contains("--fail-on-leak"), "{e}");
+        let ok = [
+            "fdaudit",
+            "trace",
+            "--fail-on-leak",
+            "--ignore-fd",
+            "9",
+            "/bin/true",
+        ];
+        assert_eq!(trace_command(&ok), ["/bin/true"]);
+    }
+
+    #[test]
     fn negative_numbers_are_bad_values_not_options() {
         for argv in [
             &["fdaudit", "trace", "--duration", "-1", "--", "/bin/true"][..],

@@ -658,7 +658,7 @@ fn a_failed_exec_shows_its_path_and_errno() {
     let o = run(&["trace", "--", "sh", "-c", script]);
     let err = stderr(&o);
     assert!(
-        err.contains("EXEC FAILED /nonexistent/cmd: ENOENT (1 attempts)"),
+        err.contains("EXEC FAILED /nonexistent/cmd: ENOENT (1 attempt), exited"),
         "{err}"
     );
 }

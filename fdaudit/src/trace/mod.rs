@@ -97,7 +97,7 @@ pub struct TraceArgs {
     pub fail_on_leak: bool,
 
     /// With --fail-on-leak: do not count leaks of this fd number (repeatable).
-    #[arg(long = "ignore-fd", value_name = "FD")]
+    #[arg(long = "ignore-fd", value_name = "FD", requires = "fail_on_leak")]
     pub ignore_fds: Vec<u32>,
 
     /// With --fail-on-leak: also count the fds the traced command inherited from

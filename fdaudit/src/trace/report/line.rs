@@ -70,11 +70,11 @@ fn exec_part(s: &Spawn, term: Term) -> String {
         (None, None) => String::new(),
     };
     format!(
-        "{parent}[{}] -> {} {}{path}{errno} ({} attempts), exited",
+        "{parent}[{}] -> {} {}{path}{errno} ({}), exited",
         s.parent_pid,
         s.pid,
         term.paint("EXEC FAILED", Paint::Bad),
-        s.exec_attempts
+        crate::output::count(s.exec_attempts, "attempt", "attempts")
     )
 }
 

@@ -422,6 +422,23 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_failed_exec_counts_its_attempts_in_the_right_number() {
+        let mut s = spawn("sh", "/nonexistent/cmd", 0, 1_000, 0);
+        s.exec_ok = false;
+        s.exec_error = Some("ENOENT");
+        for (attempts, said) in [(1, "(1 attempt)"), (3, "(3 attempts)")] {
+            s.exec_attempts = attempts;
+            let line = spawn_line(&s, Term::plain());
+            assert!(
+                line.starts_with(&format!(
+                    "sh[1] -> 2 EXEC FAILED /nonexistent/cmd: ENOENT {said}, exited"
+                )),
+                "{line}"
+            );
+        }
+    }
+
+    #[test]
     fn exec_chain_leaks_count_at_the_last_exec() {
         let mut c = Collector::default();
         let mut helper = spawn("java", "/usr/lib/jvm/lib/jspawnhelper", 0, 1_000, 14);
