@@ -1,7 +1,8 @@
 //! A tracing session: load the programs, attach them, hold the maps, poll the ring buffer.
 //!
-//! This is the library face of `trace` (also used by `bench`): start, track a root process,
-//! poll for [`Event`]s, read the kernel's own counters. Records are decoded in
+//! The engine's face for `trace`, `watch` and `bench`: start, track a root process, poll
+//! for [`Event`]s (complete spawns: see [`Session::complete`]), read the kernel's own
+//! counters. Records are decoded in
 //! [`super::decode`]; the programs are loaded and their cost measured in
 //! [`super::loader`].
 
@@ -73,7 +74,8 @@ pub struct Session {
 }
 
 impl Session {
-    /// Loads the programs, attaches them, and measures the probes' own cost.
+    /// Loads the programs and attaches them (the probes' own cost is measured later, when
+    /// the first spawn needs it).
     pub fn start(opts: &SessionOptions) -> Result<Session> {
         let loader::LoadedObject {
             mut bpf,
@@ -165,7 +167,7 @@ impl Session {
     /// Probe cost per counted syscall (ns), measured on the first call (~5 ms: two forks,
     /// 6000 close() calls and the waits; [`super::calibrate`]) while the programs are
     /// attached; 0 with --leaks-only.
-    pub fn probe_cost_ns(&mut self) -> Result<f64> {
+    fn probe_cost_ns(&mut self) -> Result<f64> {
         if let Some(ns) = self.probe_cost_ns {
             return Ok(ns);
         }
@@ -304,18 +306,11 @@ impl Session {
                         s.identity = h.identity(id, s.pid);
                     }
                     // Picked up at its exec by `--cgroup` (its fork was not seen): the parent
-                    // from /proc while the process runs.
+                    // from /proc while the process runs (named by `complete`).
                     if s.parent_pid == 0 {
                         if let Some(pp) = procfs_util::parent_of(s.pid) {
                             s.parent_pid = pp;
-                            s.parent_comm = crate::output::text::Lossless::new(
-                                std::fs::read(format!("/proc/{pp}/comm"))
-                                    .map(|mut c| {
-                                        c.pop_if(|b| *b == b'\n');
-                                        c
-                                    })
-                                    .unwrap_or_default(),
-                            );
+                            s.parent_comm = crate::output::text::Lossless::new(Vec::new());
                         }
                     }
                 }
