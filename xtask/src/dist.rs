@@ -32,6 +32,7 @@ pub fn run(root: &Path, arches: &[Arch]) -> Result<Vec<Packages>> {
     // The host's binary writes the man pages and completions for every architecture.
     let host = Arch::host().context("cargo xtask dist runs on x86_64 or aarch64")?;
     let host_bin = build(root, host)?;
+    let files = generated(&host_bin, &dist.join("stage"))?;
     let mut out = Vec::new();
     for &arch in arches {
         crate::vm::provision::cross_toolchain(root, arch, "cargo xtask dist")?;
@@ -45,8 +46,8 @@ pub fn run(root: &Path, arches: &[Arch]) -> Result<Vec<Packages>> {
             std::fs::remove_dir_all(&stage)
                 .with_context(|| format!("failed to clear {}", stage.display()))?;
         }
-        let deb = deb(root, arch, &bin, &host_bin, &stage.join("deb"), &dist)?;
-        let tarball = tarball(root, arch, &bin, &host_bin, &stage.join("tar"), &dist)?;
+        let deb = deb(root, arch, &bin, &files, &stage.join("deb"), &dist)?;
+        let tarball = tarball(root, arch, &bin, &files, &stage.join("tar"), &dist)?;
         println!("{}\n{}", deb.display(), tarball.display());
         out.push(Packages { deb, tarball });
     }
@@ -145,19 +146,19 @@ fn deb(
     root: &Path,
     arch: Arch,
     bin: &Path,
-    host_bin: &Path,
+    files: &[(String, Vec<u8>)],
     tree: &Path,
     dist: &Path,
 ) -> Result<PathBuf> {
     copy(bin, &tree.join("usr/bin/fdaudit"))?;
-    for (path, bytes) in generated(host_bin, tree)? {
+    for (path, bytes) in files {
         match path.strip_prefix("man/") {
             // Debian ships man pages gzipped; -n keeps the package reproducible.
             Some(page) => {
                 let dest = tree.join("usr/share/man").join(format!("{page}.gz"));
-                write(&dest, &gzip(&bytes)?)?;
+                write(&dest, &gzip(bytes)?)?;
             }
-            None => write(&tree.join(path), &bytes)?,
+            None => write(&tree.join(path), bytes)?,
         }
     }
     write(
@@ -195,14 +196,14 @@ fn tarball(
     root: &Path,
     arch: Arch,
     bin: &Path,
-    host_bin: &Path,
+    files: &[(String, Vec<u8>)],
     stage: &Path,
     dist: &Path,
 ) -> Result<PathBuf> {
     let name = format!("fdaudit-{VERSION}-{}-linux", arch.name());
     let top = stage.join(&name);
     copy(bin, &top.join("fdaudit"))?;
-    for (path, bytes) in generated(host_bin, &top)? {
+    for (path, bytes) in files {
         let dest = match path.strip_prefix("man/") {
             Some(page) => top.join("man").join(page),
             // completions/fdaudit.bash, _fdaudit (zsh), fdaudit.fish
@@ -219,7 +220,7 @@ fn tarball(
                 top.join("completions").join(&*file)
             }
         };
-        write(&dest, &bytes)?;
+        write(&dest, bytes)?;
     }
     write(
         &top.join("fdaudit.service"),
