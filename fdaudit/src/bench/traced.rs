@@ -95,7 +95,7 @@ impl Sink for SpawnerSink<'_> {
         }
         Ok(self
             .exited_at
-            .is_some_and(|t| self.seen.len() as u64 >= self.spawns || t.elapsed() > DRAIN))
+            .is_some_and(|t| self.seen.len() as u64 >= self.spawns || now - t > DRAIN))
     }
 }
 

@@ -17,13 +17,18 @@ use std::{
 
 use anyhow::{Context as _, Result};
 
-use crate::tracer::session::{Session, SessionOptions};
 use crate::{
     cgroup::Followed,
     exit,
     output::stream::{self, Dest, StdStream},
     procfs_util,
-    tracer::{decode, drain, ebpf::BackendChoice, follow, wait, wait::try_wait},
+    tracer::{
+        decode, drain,
+        ebpf::BackendChoice,
+        follow,
+        session::{Session, SessionOptions},
+        wait::{self, try_wait},
+    },
 };
 use child::start_held;
 use report::{Ending, ExitReason, Reporter};
