@@ -51,7 +51,7 @@ for i in $(seq 1 "$NPROC"); do
     [[ -s $work/ready.$i ]] || { echo "fixture $i did not start" >&2; exit 1; }
 done
 held=$(cat "$work"/ready.* | awk '{s += $3} END {print s}')
-total=$("$FDAUDIT" scan --json 2>/dev/null | tail -n 1 | sed 's/.*"fds":\([0-9]*\).*/\1/')
+total=$("$FDAUDIT" scan --json 2>/dev/null | tail -n 1 | sed 's/.*"fd_count":\([0-9]*\).*/\1/')
 echo "state: $NPROC fixture processes holding $held fds; $total fds on the machine; $(nproc) CPUs; kernel $(uname -r)"
 
 declare -A wall cpu

@@ -57,6 +57,34 @@ impl FdKind {
         }
     }
 
+    /// Every kind, in declaration order.
+    pub const ALL: [FdKind; 19] = [
+        FdKind::Regular,
+        FdKind::Directory,
+        FdKind::Socket,
+        FdKind::Pipe,
+        FdKind::Fifo,
+        FdKind::Eventfd,
+        FdKind::Epoll,
+        FdKind::Timerfd,
+        FdKind::Signalfd,
+        FdKind::Pidfd,
+        FdKind::Inotify,
+        FdKind::Fanotify,
+        FdKind::Memfd,
+        FdKind::Bpf,
+        FdKind::Perf,
+        FdKind::AnonInode,
+        FdKind::Device,
+        FdKind::Symlink,
+        FdKind::Other,
+    ];
+
+    /// The kind named `name` (as [`FdKind::as_str`] spells it).
+    pub fn from_name(name: &str) -> Option<FdKind> {
+        FdKind::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+
     /// Kind of an anon inode from its name as the kernel shows it: `[eventfd]`,
     /// `anon_inode:[eventfd]`, `[eventpoll]`, `bpf-map`, `[pidfd]`, ...
     pub fn from_anon_name(name: &str) -> FdKind {

@@ -227,7 +227,7 @@ fn check_fixture_scan(as_nobody: bool) {
     // Findings on the known fds, exactly; the baseline's own are the environment's business.
     let findings: BTreeMap<u64, String> = of_type(&lines, "finding")
         .into_iter()
-        .filter(|v| v["pid"] == fx.pid && v["kind"] == "inheritable_fd")
+        .filter(|v| v["pid"] == fx.pid && v["rule"] == "inheritable_fd")
         .filter_map(|v| Some((v["fd"].as_u64()?, v["severity"].as_str()?.to_owned())))
         .filter(|(fd, _)| !fx.baseline.contains(fd))
         .collect();
@@ -243,7 +243,7 @@ fn check_fixture_scan(as_nobody: bool) {
     assert_eq!(findings, want, "{lines:?}");
     let shared: Vec<_> = of_type(&lines, "finding")
         .into_iter()
-        .filter(|v| v["kind"] == "shared_description")
+        .filter(|v| v["rule"] == "shared_description")
         .collect();
     for s in &shared {
         let fd = s["fd"].as_u64().expect("fd");
@@ -482,7 +482,7 @@ fn inherited_fd_is_shared_with_parent_kcmp() {
     let lines = json_lines(&out);
     let shared: Vec<&Value> = of_type(&lines, "finding")
         .into_iter()
-        .filter(|f| f["kind"] == "shared_description" && f["fd"] == 7)
+        .filter(|f| f["rule"] == "shared_description" && f["fd"] == 7)
         .collect();
     assert_eq!(shared.len(), 1, "{lines:?}");
     let reason = shared[0]["reason"].as_str().expect("reason");
@@ -493,4 +493,138 @@ fn inherited_fd_is_shared_with_parent_kcmp() {
     assert_eq!(shared[0]["severity"], "low");
     let summary = of_type(&lines, "summary");
     assert!(summary[0]["kcmp_calls"].as_u64().expect("kcmp_calls") >= 1);
+}
+
+/// A comm with a newline (the kernel prints it `x\ny` in `status`) is reported as the
+/// process set it: `comm_b64` decodes to the three bytes, not to a backslash and an `n`.
+#[test]
+fn a_comm_with_a_newline_is_reported_as_set() {
+    let mut sh = Command::new("sh")
+        .args(["-c", "printf 'x\\ny' > /proc/$$/comm; echo ready; read _"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start sh");
+    let mut line = String::new();
+    BufReader::new(sh.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "ready\n");
+    let pid = sh.id();
+    let out = cli_ok(false, &["scan", "--json", "-p", &pid.to_string()]);
+    drop(sh.stdin.take());
+    let _ = sh.wait();
+    let lines = json_lines(&out);
+    let p = of_type(&lines, "process")
+        .into_iter()
+        .find(|p| p["pid"] == pid)
+        .unwrap_or_else(|| panic!("no process {pid}: {lines:?}"));
+    let comm = match p.get("comm_b64").and_then(Value::as_str) {
+        Some(b) => fdaudit_tests::b64(b),
+        None => p["comm"].as_str().unwrap().as_bytes().to_vec(),
+    };
+    assert_eq!(comm, b"x\ny", "{p}");
+}
+
+/// Starts `cmd`, a `sleep` (possibly behind a shell's exec) that holds fd `fd`; waits until
+/// it runs sleep with that fd, scans it, kills it, and returns the scan's records with its
+/// process record and that fd's record.
+fn scan_holder(mut cmd: Command, fd: u32) -> (Vec<Value>, Value, Value) {
+    let mut holder = cmd.spawn().expect("start the holder");
+    let pid = holder.id();
+    let link = format!("/proc/{pid}/fd/{fd}");
+    for _ in 0..500 {
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if std::path::Path::new(&link).exists() && comm == "sleep\n" {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let out = cli_ok(false, &["scan", "--json", "-p", &pid.to_string()]);
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let lines = json_lines(&out);
+    let p = of_type(&lines, "process")
+        .into_iter()
+        .find(|p| p["pid"] == pid)
+        .cloned()
+        .unwrap_or_else(|| panic!("no process {pid}: {lines:?}"));
+    let f = p["fds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["fd"] == fd)
+        .cloned()
+        .unwrap_or_else(|| panic!("no fd {fd}: {p}"));
+    (lines, p, f)
+}
+
+/// The severity of the finding on `fd` of the process `p`.
+fn severity_of(lines: &[Value], p: &Value, fd: u32) -> Option<Value> {
+    of_type(lines, "finding")
+        .into_iter()
+        .find(|f| f["pid"] == p["pid"] && f["fd"] == fd)
+        .map(|f| f["severity"].clone())
+}
+
+/// A directory opened O_RDONLY or O_PATH without O_DIRECTORY has no flag that says it is
+/// one, yet a child can openat() through it: both are directories, rated high.
+#[test]
+fn a_directory_opened_without_o_directory_is_a_directory() {
+    use std::os::unix::process::CommandExt as _;
+    let mut sleep = Command::new("sleep");
+    sleep.arg("30").stdin(Stdio::null()).stdout(Stdio::null());
+    // SAFETY: open and dup2 are async-signal-safe; dup2's copy has no close-on-exec.
+    unsafe {
+        sleep.pre_exec(|| {
+            for (flags, at) in [(libc::O_RDONLY, 57), (libc::O_PATH, 58)] {
+                let fd = libc::open(c"/etc".as_ptr(), flags | libc::O_CLOEXEC);
+                if fd < 0 || libc::dup2(fd, at) != at {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    let (lines, p, fd57) = scan_holder(sleep, 57);
+    let fd58 = p["fds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["fd"] == 58)
+        .cloned();
+    for (n, fd) in [(57, Some(fd57)), (58, fd58)] {
+        let fd = fd.unwrap_or_else(|| panic!("no fd {n}: {p}"));
+        assert_eq!(fd["kind"], "directory", "fd {n}: {fd}");
+        assert_eq!(
+            severity_of(&lines, &p, n),
+            Some("high".into()),
+            "fd {n}: {lines:?}"
+        );
+    }
+}
+
+/// Another device bound over `/dev/null` in a private mount namespace reads `/dev/null` in
+/// its link, but it is not the null device (1:3): not rated info.
+#[test]
+#[ignore = "needs root"]
+fn a_device_bound_over_dev_null_is_not_rated_as_dev_null() {
+    require_root();
+    let mut holder = Command::new("unshare");
+    holder
+        .args([
+            "-m",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            "mount --bind /dev/zero /dev/null && exec sleep 30 7>>/dev/null",
+        ])
+        .stdin(Stdio::null());
+    let (lines, p, fd) = scan_holder(holder, 7);
+    assert_eq!(fd["target"], "/dev/null", "{fd}");
+    assert_eq!(fd["kind"], "other", "{fd}");
+    let sev = severity_of(&lines, &p, 7);
+    assert!(sev.is_some(), "a finding for fd 7: {lines:?}");
+    assert_ne!(sev, Some("info".into()), "{lines:?}");
 }

@@ -308,19 +308,18 @@ pub fn raw(fd: &OwnedFd) -> RawFd {
     fd.as_raw_fd()
 }
 
-/// `kcmp(pid1, pid2, KCMP_FILE, fd1, fd2)`: Ok(true) when both fds are the same open file
-/// description.
-pub fn kcmp_file(pid1: u32, pid2: u32, fd1: u32, fd2: u32) -> io::Result<bool> {
-    const KCMP_FILE: libc::c_long = 0;
+/// `kcmp(pid1, pid2, kind, a, b)`: Ok(true) when the two tasks' resources of `kind` are the
+/// same.
+pub fn kcmp(pid1: u32, pid2: u32, kind: libc::c_long, a: u64, b: u64) -> io::Result<bool> {
     // SAFETY: kcmp only reads its integer arguments.
     let r = unsafe {
         libc::syscall(
             libc::SYS_kcmp,
             pid1 as libc::pid_t,
             pid2 as libc::pid_t,
-            KCMP_FILE,
-            fd1 as libc::c_ulong,
-            fd2 as libc::c_ulong,
+            kind,
+            a as libc::c_ulong,
+            b as libc::c_ulong,
         )
     };
     if r < 0 {
@@ -328,6 +327,13 @@ pub fn kcmp_file(pid1: u32, pid2: u32, fd1: u32, fd2: u32) -> io::Result<bool> {
     } else {
         Ok(r == 0)
     }
+}
+
+/// `kcmp(pid1, pid2, KCMP_FILE, fd1, fd2)`: Ok(true) when both fds are the same open file
+/// description.
+pub fn kcmp_file(pid1: u32, pid2: u32, fd1: u32, fd2: u32) -> io::Result<bool> {
+    const KCMP_FILE: libc::c_long = 0;
+    kcmp(pid1, pid2, KCMP_FILE, fd1.into(), fd2.into())
 }
 
 #[cfg(test)]

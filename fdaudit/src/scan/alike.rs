@@ -1,7 +1,8 @@
 //! For people: findings that say the same thing about processes running the same program
 //! (same severity, reason and comm: sixteen workers with the same NOFILE limit, three
 //! copies of a server holding the same directory) print once, with the count and the pids.
-//! JSON keeps one finding per process.
+//! Info-level findings, the noise of an idle machine (`/dev/null` without close-on-exec in
+//! every shell), group across programs too. JSON keeps one finding per process.
 
 use std::collections::HashMap;
 
@@ -19,6 +20,8 @@ pub struct Alike {
     pub pids: Vec<u32>,
     /// The fd, when every process has it at the same number.
     pub fd: Option<u32>,
+    /// The programs (comms) of the group, in first-seen order: several only for info.
+    pub comms: Vec<Vec<u8>>,
 }
 
 impl Alike {
@@ -36,8 +39,12 @@ impl Alike {
         if self.pids.len() > PIDS_SHOWN {
             pids.push("…".into());
         }
+        let programs = match self.comms.len() {
+            1 => String::new(),
+            n => format!(" of {n} programs"),
+        };
         format!(
-            "{} ({} processes: pids {})",
+            "{} ({} processes{programs}: pids {})",
             self.finding.reason,
             self.pids.len(),
             pids.join(", ")
@@ -51,11 +58,19 @@ pub fn group_alike(v: Vec<Finding>) -> Vec<Alike> {
     let mut out: Vec<Alike> = Vec::new();
     let mut index: HashMap<(super::Severity, String, Vec<u8>), usize> = HashMap::new();
     for f in v {
-        let key = (f.severity, f.reason.clone(), f.comm.raw.clone());
+        let comm = if f.severity == super::Severity::Info {
+            Vec::new()
+        } else {
+            f.comm.raw.clone()
+        };
+        let key = (f.severity, f.reason.clone(), comm);
         match index.get(&key) {
             Some(&i) => {
                 let a = &mut out[i];
                 a.pids.push(f.pid);
+                if !a.comms.contains(&f.comm.raw) {
+                    a.comms.push(f.comm.raw.clone());
+                }
                 if a.fd != f.fd {
                     a.fd = None;
                 }
@@ -65,6 +80,7 @@ pub fn group_alike(v: Vec<Finding>) -> Vec<Alike> {
                 out.push(Alike {
                     fd: f.fd,
                     pids: vec![f.pid],
+                    comms: vec![f.comm.raw.clone()],
                     finding: f,
                 });
             }
@@ -126,5 +142,27 @@ mod tests {
             (1, None),
             "fds differ: none shown"
         );
+    }
+
+    #[test]
+    fn info_noise_groups_across_programs_and_nothing_worse_does() {
+        let null = "device /dev/null has no close-on-exec";
+        let g = group_alike(vec![
+            f(1, "bash", Some(10), Severity::Info, null),
+            f(2, "cargo", Some(10), Severity::Info, null),
+            f(3, "bash", Some(10), Severity::Info, null),
+            f(4, "a", Some(7), Severity::Low, "pipe"),
+            f(5, "b", Some(7), Severity::Low, "pipe"),
+        ]);
+        assert_eq!(g.len(), 3, "{g:#?}");
+        assert_eq!(g[0].pids, [1, 2, 3]);
+        assert_eq!(g[0].comms.len(), 2);
+        assert!(
+            g[0].reason()
+                .ends_with("(3 processes of 2 programs: pids 1, 2, 3)"),
+            "{}",
+            g[0].reason()
+        );
+        assert_eq!((g[1].pids.len(), g[2].pids.len()), (1, 1));
     }
 }

@@ -50,7 +50,12 @@ pub struct Finding {
     pub comm: Lossless<Vec<u8>, fields::Comm>,
     /// `null` for findings about the whole process (limits).
     pub fd: Option<u32>,
+    /// The thread whose own fd table holds `fd`, when `/proc/PID/fd` does not show it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tid: Option<u32>,
     pub severity: Severity,
+    /// `rule` in JSON (schema 2): `kind` is an fd's type everywhere else.
+    #[serde(rename = "rule")]
     pub kind: FindingKind,
     pub reason: String,
     /// Orders findings of the same severity: lower is worse.
@@ -72,6 +77,7 @@ impl Finding {
             pid,
             comm: Lossless::new(comm.to_vec()),
             fd,
+            tid: None,
             severity,
             kind,
             reason,
@@ -144,6 +150,38 @@ pub struct FdFacts<'a> {
     /// A listening socket (TCP LISTEN or a unix socket that accepts), with its address.
     pub listening: Option<&'a str>,
     pub proto: Option<&'a str>,
+    /// A socket whose entry could not be read in its own network namespace (listening or
+    /// not is unknown).
+    pub unresolved: bool,
+    /// The path is not known whole (past PATH_MAX): it could look secret.
+    pub partial: bool,
+    /// Someone other than root and the process's own user can rename an entry on the path
+    /// (described): the name is theirs to choose, so it is rated as if it looked secret.
+    pub renamed_by: Option<String>,
+}
+
+/// Whether a socket of protocol `proto` (the kernel's or the table's name; `None`: not
+/// known) can listen: the worst an unresolved socket could be.
+fn can_listen(proto: Option<&str>) -> bool {
+    proto.is_none_or(|p| {
+        matches!(
+            p,
+            "tcp" | "stream" | "seqpacket" | "unix" | "mptcp" | "sctp"
+        )
+    })
+}
+
+/// Why a path's text is not what its verdict rests on, if it is not: a path not known whole
+/// could be any path, and a name another user can choose could have been any name; both
+/// are rated as if they looked secret.
+fn name_note(f: &FdFacts<'_>) -> String {
+    if f.partial {
+        " (path too long to read: rated as if it looked secret)".to_owned()
+    } else if let Some(who) = &f.renamed_by {
+        format!(" ({who} can rename an entry on its path: rated as if the path looked secret)")
+    } else {
+        String::new()
+    }
 }
 
 /// The finding for an inheritable fd >= 3: severity, rank within it, reason.
@@ -153,6 +191,20 @@ pub fn inheritable(f: &FdFacts<'_>) -> (Severity, u8, String) {
         _ => format!("{} {}", f.kind, f.target),
     };
     let tail = "has no close-on-exec: it leaks into every child spawned without closing it";
+    if f.kind == FdKind::Socket && f.unresolved && f.listening.is_none() && can_listen(f.proto) {
+        let p = f.proto.unwrap_or("socket");
+        return (
+            Severity::Critical,
+            0,
+            format!(
+                "{p} socket {} {tail}; it could not be looked up in its own network namespace, \
+                 so it may be listening (a child could accept its connections)",
+                f.target
+            ),
+        );
+    }
+    let secret = |t: &[u8]| f.partial || f.renamed_by.is_some() || looks_secret(t);
+    let partial = name_note(f);
     if let Some(addr) = f.listening {
         let p = f.proto.unwrap_or("socket");
         return (
@@ -166,12 +218,16 @@ pub fn inheritable(f: &FdFacts<'_>) -> (Severity, u8, String) {
             Severity::High,
             1,
             format!(
-                "directory {} {tail} (a child can openat() anything below it)",
+                "directory {} {tail} (a child can openat() anything below it){partial}",
                 f.target
             ),
         ),
         FdKind::Regular | FdKind::Memfd | FdKind::Other if f.writable => {
-            let secret = looks_secret(f.raw_target);
+            let secret = secret(f.raw_target);
+            let note = match partial.is_empty() && secret {
+                true => " (path looks secret)",
+                false => partial.as_str(),
+            };
             (
                 if secret {
                     Severity::High
@@ -179,16 +235,20 @@ pub fn inheritable(f: &FdFacts<'_>) -> (Severity, u8, String) {
                     Severity::Medium
                 },
                 2,
-                format!(
-                    "writable {what} {tail}{}",
-                    if secret { " (path looks secret)" } else { "" }
-                ),
+                format!("writable {what} {tail}{note}"),
             )
         }
-        _ if f.raw_target.starts_with(b"/") && looks_secret(f.raw_target) => (
+        _ if (f.raw_target.starts_with(b"/") || f.partial) && secret(f.raw_target) => (
             Severity::Medium,
             3,
-            format!("{what} looks secret and {tail}"),
+            format!(
+                "{what} {} and {tail}{partial}",
+                if looks_secret(f.raw_target) {
+                    "looks secret"
+                } else {
+                    "could be secret"
+                }
+            ),
         ),
         FdKind::Device if f.raw_target == b"/dev/null" => {
             (Severity::Info, 5, format!("{what} {tail}"))
@@ -237,6 +297,9 @@ mod tests {
             writable,
             listening: None,
             proto: None,
+            unresolved: false,
+            partial: false,
+            renamed_by: None,
         }
     }
 

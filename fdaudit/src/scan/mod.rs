@@ -7,6 +7,7 @@
 pub mod alike;
 pub mod findings;
 pub mod net;
+pub mod netns;
 pub mod parse;
 pub mod report;
 pub mod scanner;
@@ -51,6 +52,10 @@ pub struct ScanArgs {
     /// Exit with status 3 when a finding at or above this severity exists (for CI).
     #[arg(long, value_enum, value_name = "SEVERITY")]
     pub fail_on: Option<Severity>,
+    /// Show only findings at or above this severity (text and JSON); the summary still
+    /// counts the others, and --fail-on still judges every finding.
+    #[arg(long, value_enum, value_name = "SEVERITY", default_value_t = Severity::Info)]
+    pub min_severity: Severity,
     /// Order of the processes (anything but pid buffers the whole output).
     #[arg(long, value_enum, default_value_t = SortKey::Pid)]
     pub sort: SortKey,
@@ -124,9 +129,7 @@ fn check_input(args: &ScanArgs) -> anyhow::Result<()> {
         }
         if let Err(e) = open_fd_dir(&dir.join("fd")) {
             if e.kind() == std::io::ErrorKind::PermissionDenied {
-                bail!(
-                    "cannot read the fds of PID {pid} with these privileges: run fdaudit as its user or as root"
-                );
+                bail!("{}", unreadable(pid));
             }
             if e.kind() == std::io::ErrorKind::NotFound {
                 bail!("no process with PID {pid} in {shown} (it has exited)");
@@ -206,19 +209,24 @@ pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
         list_fds: cfg.full_fds,
         only_findings: args.only_findings,
         sort: args.sort,
+        min_severity: args.min_severity,
     };
     let mut out = io::BufWriter::with_capacity(256 * 1024, stream::Out);
     let (outcome, tail, worst, write_err) = scan_and_render(&cfg, opts, &mut out)?;
     let n_findings = tail.n_findings;
+    let verdict_line = args
+        .fail_on
+        .filter(|min| worst.is_some_and(|w| w >= *min))
+        .map(|min| fail_on_verdict(min, &tail.by_severity));
     // Decided before the summary is written, so the summary can say it. A `-p` process that
     // exited or turned unreadable during the scan is an error, as it is before it.
     let exit_code = match (args.fail_on, worst) {
         (Some(min), Some(w)) if w >= min => exit::POLICY,
-        _ if outcome.totals.interrupted => exit::INTERRUPTED,
+        _ if outcome.totals.interrupted => crate::signals::exit_status(),
         _ => exit::OK,
     };
     let lost_pid = lost_pid(&outcome);
-    let notes = report::notes(&outcome, n_findings, args.close_cost_ns, args.verbose);
+    let notes = closing_notes(&args, &outcome, n_findings, tail.hidden);
     let verdict = report::Verdict {
         close_cost_ns: args.close_cost_ns,
         worst,
@@ -231,8 +239,16 @@ pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
     };
     let res = match write_err {
         Some(e) => Err(e),
-        None => report::write_tail(&mut out, opts, tail, &outcome, &cfg.root, verdict, &notes)
-            .and_then(|()| out.flush()),
+        None => report::write_tail(
+            &mut out,
+            opts,
+            tail,
+            &outcome,
+            &cfg.root,
+            (verdict, verdict_line.as_deref()),
+            &notes,
+        )
+        .and_then(|()| out.flush()),
     };
     res.map_err(|e| {
         let to = args
@@ -242,14 +258,40 @@ pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
         anyhow::Error::new(e).context(format!("failed to write the scan output to {to}"))
     })?;
     if !args.json {
-        for n in &notes {
-            crate::diag!("{}", crate::output::escape(n));
-        }
+        print_notes(&notes, verdict_line.as_deref());
     }
     if let Some(msg) = lost_pid {
         bail!(msg);
     }
     Ok(exit_code)
+}
+
+/// The closing notes ([`report::notes`]) and how many findings `--min-severity` hid.
+fn closing_notes(
+    args: &ScanArgs,
+    outcome: &Outcome,
+    n_findings: usize,
+    hidden: usize,
+) -> Vec<String> {
+    let mut notes = report::notes(outcome, n_findings, args.close_cost_ns, args.verbose);
+    if hidden > 0 {
+        notes.push(format!(
+            "scan: {} below --min-severity {} not shown",
+            crate::output::count(hidden as u64, "finding", "findings"),
+            args.min_severity.as_str()
+        ));
+    }
+    notes
+}
+
+/// For people: the notes on stderr, then the `--fail-on` verdict.
+fn print_notes(notes: &[String], verdict_line: Option<&str>) {
+    for n in notes {
+        crate::diag!("{}", crate::output::escape(n));
+    }
+    if let Some(v) = verdict_line {
+        stream::note(stream::Level::Verdict, v);
+    }
 }
 
 /// What to scan and how, from the arguments (`--user` resolved to a uid).
@@ -272,18 +314,56 @@ fn scan_options(args: &ScanArgs) -> anyhow::Result<ScanOptions> {
 }
 
 /// The error for a `-p` process that exited or turned unreadable during the scan.
+/// Why the fds of `pid` could not be read, and what to do: as root, the kernel's ptrace
+/// access check refused (root is not told to become root).
+fn unreadable(pid: u32) -> String {
+    // SAFETY: geteuid cannot fail.
+    unreadable_as(pid, unsafe { libc::geteuid() })
+}
+
+fn unreadable_as(pid: u32, euid: u32) -> String {
+    if euid == 0 {
+        format!(
+            "cannot read the fds of PID {pid} even as root: the kernel's ptrace access check \
+             refused (an LSM such as Yama or SELinux, or a process of a user namespace this one \
+             does not own): scan it from its own namespace or allow it in the LSM"
+        )
+    } else {
+        format!(
+            "cannot read the fds of PID {pid} with these privileges: run fdaudit as its user or as root"
+        )
+    }
+}
+
+/// `--fail-on MIN` met: what failed, by severity, in one line.
+fn fail_on_verdict(min: Severity, by_severity: &[usize; 5]) -> String {
+    let at_or_above: Vec<String> = [
+        Severity::Critical,
+        Severity::High,
+        Severity::Medium,
+        Severity::Low,
+        Severity::Info,
+    ]
+    .into_iter()
+    .filter(|s| *s >= min && by_severity[*s as usize] > 0)
+    .map(|s| format!("{} {}", by_severity[s as usize], s.as_str()))
+    .collect();
+    let n: usize = by_severity[min as usize..].iter().sum();
+    format!(
+        "--fail-on {}: {} at or above it ({}): exit status {}",
+        min.as_str(),
+        crate::output::count(n as u64, "finding", "findings"),
+        at_or_above.join(", "),
+        exit::POLICY
+    )
+}
+
 fn lost_pid(outcome: &Outcome) -> Option<String> {
     outcome
         .missing
         .first()
         .map(|p| format!("no process with PID {p}: it exited during the scan"))
-        .or_else(|| {
-            outcome.unreadable_pids.first().map(|p| {
-                format!(
-                    "cannot read the fds of PID {p} with these privileges: run fdaudit as its user or as root"
-                )
-            })
-        })
+        .or_else(|| outcome.unreadable_pids.first().map(|&p| unreadable(p)))
 }
 
 /// Scans with `cfg`, rendering each process on the workers and writing it to `out` as it
@@ -301,10 +381,13 @@ fn scan_and_render(
         rows: Vec::new(),
         human_findings: Vec::new(),
         n_findings: 0,
+        hidden: 0,
+        by_severity: [0; 5],
     };
     let streaming = opts.sort == SortKey::Pid;
-    // Findings are counted on the workers, before grouping for people.
-    let counted = std::sync::Mutex::new((None::<Severity>, 0usize));
+    // Findings are counted on the workers, before grouping for people and before
+    // --min-severity: (worst, count, count per severity).
+    let counted = std::sync::Mutex::new((None::<Severity>, 0usize, [0usize; 5]));
     let outcome = {
         let stop = cfg.stop.clone();
         let emit = |mut r: Rendered| {
@@ -326,6 +409,9 @@ fn scan_and_render(
                 let mut g = counted.lock().unwrap_or_else(|p| p.into_inner());
                 g.0 = g.0.max(r.worst());
                 g.1 += r.findings.len();
+                for f in &r.findings {
+                    g.2[f.severity as usize] += 1;
+                }
             }
             report::render(r, opts, &users)
         };
@@ -340,11 +426,14 @@ fn scan_and_render(
             }
         }
     }
-    let (mut worst, n) = *counted.lock().unwrap_or_else(|p| p.into_inner());
+    let (mut worst, n, mut by_severity) = *counted.lock().unwrap_or_else(|p| p.into_inner());
     for f in &outcome.shared {
         worst = worst.max(Some(f.severity));
+        by_severity[f.severity as usize] += 1;
     }
     tail.n_findings = n + outcome.shared.len();
+    tail.by_severity = by_severity;
+    tail.hidden = by_severity[..opts.min_severity as usize].iter().sum();
     Ok((outcome, tail, worst, write_err))
 }
 

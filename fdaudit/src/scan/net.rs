@@ -44,8 +44,9 @@ pub struct SockInfo {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KernelProto {
     pub family: &'static str,
-    /// "tcp", "udp", "raw", ... for inet; "stream" or "unix" (datagram or seqpacket: the
-    /// kernel names both "UNIX") for unix; the lowercased name otherwise.
+    /// "tcp", "udp", "raw", ... for inet; "stream" or "unix" (datagram or seqpacket, which
+    /// the kernel names "UNIX"; before 5.15 it named stream sockets "UNIX" too) for unix;
+    /// the lowercased name otherwise.
     pub proto: String,
     /// The `net/` table that lists sockets of this protocol, if fdaudit reads one.
     pub table: Option<&'static str>,
@@ -232,7 +233,10 @@ impl NetTables {
     pub fn lookup(&self, ino: u64, kp: Option<&KernelProto>) -> Option<SockInfo> {
         match kp {
             Some(kp) => match kp.table? {
-                "unix" => self.unix_lookup(ino, Some(kp.proto == "stream")),
+                // "UNIX-STREAM" (5.15+) says stream; "UNIX" says not stream only from
+                // 5.15 on: before, the kernel named stream sockets "UNIX" too (5.10's
+                // listener was then "not found").
+                "unix" => self.unix_lookup(ino, (kp.proto == "stream").then_some(true)),
                 table => self
                     .by_inode
                     .get(&ino)
@@ -581,6 +585,12 @@ ffff8a0b4c3d2e00: 00000002 00000000 00000000 0002 01   999 /run/x\n\
         );
         assert!(t
             .lookup(999, Some(&KernelProto::from_name("UNIX")))
+            .is_some());
+        // Before 5.15 the kernel named stream sockets "UNIX" as well.
+        let s = get(&t, 24383);
+        assert_eq!(s.proto, "stream");
+        assert!(t
+            .lookup(24383, Some(&KernelProto::from_name("UNIX")))
             .is_some());
     }
 

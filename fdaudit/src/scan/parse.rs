@@ -13,7 +13,8 @@
 /// What `scan` uses from `/proc/PID/status`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ProcStatus {
-    /// `Name:` (the comm), raw bytes as the kernel printed them (it escapes `\n` and `\\`).
+    /// `Name:` (the comm), its bytes as the process set them: the kernel's escapes (`\n`,
+    /// `\\`, `\t`...) undone, spaces at either end kept.
     pub name: Option<Vec<u8>>,
     pub ppid: Option<u32>,
     /// Effective uid (second field of `Uid:`).
@@ -34,7 +35,10 @@ pub fn parse_status(data: &[u8]) -> ProcStatus {
         };
         let (key, val) = (&line[..colon], trim(&line[colon + 1..]));
         match key {
-            b"Name" => st.name = Some(val.to_vec()),
+            b"Name" => {
+                let raw = &line[colon + 1..];
+                st.name = Some(unescape_comm(raw.strip_prefix(b"\t").unwrap_or(raw)));
+            }
             b"PPid" => st.ppid = first_u32(val),
             b"Uid" => {
                 st.euid = val
@@ -179,6 +183,31 @@ fn parse_u64(s: &[u8]) -> Option<u64> {
     Some(v)
 }
 
+/// Undoes the escapes of `Name:` in `/proc/PID/status` (`seq_escape_str` with ESCAPE_SPACE
+/// and ESCAPE_SPECIAL: a backslash is itself escaped, so each `\X` pair is unambiguous).
+fn unescape_comm(s: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut it = s.iter().copied();
+    while let Some(b) = it.next() {
+        if b != b'\\' {
+            out.push(b);
+            continue;
+        }
+        match it.next() {
+            Some(b'n') => out.push(b'\n'),
+            Some(b't') => out.push(b'\t'),
+            Some(b'r') => out.push(b'\r'),
+            Some(b'v') => out.push(0x0b),
+            Some(b'f') => out.push(0x0c),
+            Some(b'a') => out.push(0x07),
+            Some(b'e') => out.push(0x1b),
+            Some(c) => out.push(c), // `\\`, `\"`
+            None => out.push(b'\\'),
+        }
+    }
+    out
+}
+
 fn trim(mut s: &[u8]) -> &[u8] {
     while let [first, rest @ ..] = s {
         if first.is_ascii_whitespace() {
@@ -236,6 +265,14 @@ mod tests {
         assert_eq!(parse_status(b"NSpid:\t4321\t12\t1\n").ns_pid, Some(1));
         assert_eq!(parse_status(b"NSpid:\t4321\n").ns_pid, Some(4321));
         assert_eq!(st.ns_pid, None);
+    }
+
+    /// A comm with a newline, a tab, a backslash and spaces at its ends, as the kernel
+    /// prints it in `status`, comes back as the process set it.
+    #[test]
+    fn the_kernels_escapes_in_the_comm_are_undone() {
+        let st = parse_status(b"Name:\t a\\nb\\tc\\\\d \nPPid:\t1\n");
+        assert_eq!(st.name.as_deref(), Some(&b" a\nb\tc\\d "[..]));
     }
 
     /// Why `status` is not handed to procfs-core (see the module doc).

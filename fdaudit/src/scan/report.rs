@@ -185,10 +185,13 @@ pub struct RenderOptions {
     pub list_fds: bool,
     pub only_findings: bool,
     pub sort: SortKey,
+    /// `--min-severity`: findings below it are not shown.
+    pub min_severity: Severity,
 }
 
 /// Renders one process (on a worker thread): JSON lines, or the fd listing and a row.
-pub fn render(r: ProcReport, o: RenderOptions, users: &std::sync::Mutex<Users>) -> Rendered {
+pub fn render(mut r: ProcReport, o: RenderOptions, users: &std::sync::Mutex<Users>) -> Rendered {
+    r.findings.retain(|f| f.severity >= o.min_severity);
     let user = users.lock().unwrap_or_else(|p| p.into_inner()).name(r.uid);
     let mut bytes = Vec::with_capacity(if o.json {
         512 + 160 * r.fds.len() + 256 * r.findings.len()
@@ -261,12 +264,25 @@ fn fd_listing(out: &mut Vec<u8>, r: &ProcReport, user: &str) {
         if f.listening {
             addr.push_str(" (listening)");
         }
+        if f.unresolved {
+            addr.push_str(" (not resolved in its netns)");
+        }
         // An fd without close-on-exec at 3 or above is what leaks.
         let leaks = f.cloexec == Some(false) && f.fd >= 3;
+        // An fd of a thread's own table: `3 (thread 812)`.
+        let fd = match f.tid {
+            Some(t) => format!("{} (thread {t})", f.fd),
+            None => f.fd.to_string(),
+        };
+        let target = if f.target_partial {
+            "(path past PATH_MAX)".to_owned()
+        } else {
+            f.target.escaped()
+        };
         t.add_row([
-            Cell::from(f.fd.to_string()),
+            Cell::from(fd),
             kind.into(),
-            f.target.escaped().into(),
+            target.into(),
             f.mode.unwrap_or("?").into(),
             Cell::painted(
                 f.cloexec.map_or("?", |c| if c { "yes" } else { "NO" }),
@@ -306,7 +322,12 @@ fn process_row(r: &ProcReport, user: String) -> Vec<String> {
 pub struct Tail {
     pub rows: Vec<((u64, u32), Vec<String>)>,
     pub human_findings: Vec<Finding>,
+    /// Every finding, --min-severity's hidden ones included.
     pub n_findings: usize,
+    /// Of those, the ones below --min-severity (not shown).
+    pub hidden: usize,
+    /// Findings per severity (indexed by `Severity as usize`).
+    pub by_severity: [usize; 5],
 }
 
 /// The end of the output: the shared-description findings, the notes and the summary record
@@ -317,17 +338,21 @@ pub fn write_tail(
     tail: Tail,
     outcome: &Outcome,
     procfs_root: &std::path::Path,
-    verdict: Verdict,
+    (verdict, verdict_line): (Verdict, Option<&str>),
     notes: &[String],
 ) -> io::Result<()> {
+    let shown = |f: &&Finding| f.severity >= o.min_severity;
     if o.json {
-        for f in &outcome.shared {
+        for f in outcome.shared.iter().filter(shown) {
             json_line(out, &ScanRecord::Finding(f))?;
         }
         // The notes go straight to the stream: what is buffered goes first.
         out.flush()?;
         for n in notes {
             stream::note(Level::Note, n);
+        }
+        if let Some(v) = verdict_line {
+            stream::note(Level::Verdict, v);
         }
         let summary = SummaryJson {
             procfs_root: Lossless::new(procfs_root.as_os_str().as_encoded_bytes().to_vec()),
@@ -373,7 +398,7 @@ pub fn write_tail(
         }
         writeln!(out, "{t}\n")?;
     }
-    human_findings.extend(outcome.shared.iter().cloned());
+    human_findings.extend(outcome.shared.iter().filter(shown).cloned());
     human_findings.sort_by(Finding::order);
     findings_table(out, human_findings)
 }
@@ -407,7 +432,10 @@ fn findings_table(out: &mut impl Write, findings: Vec<Finding>) -> io::Result<()
         t.add_row([
             Cell::painted(f.severity.as_str(), severity_paint(f.severity)),
             f.pid.to_string().into(),
-            f.comm.escaped().into(),
+            match a.comms.len() {
+                1 => f.comm.escaped().into(),
+                n => format!("{n} programs").into(),
+            },
             a.fd.map_or("-".into(), |fd| fd.to_string()).into(),
             escape(&a.reason()).into(),
         ]);

@@ -297,3 +297,19 @@ fn human_output_groups_many_alike_findings() {
         g[4].reason
     );
 }
+
+/// Root is never told to run as root: an fd table root cannot read was refused by the
+/// kernel's ptrace access check.
+#[test]
+fn an_unreadable_process_is_explained_for_root_and_for_others() {
+    let root = super::unreadable_as(1, 0);
+    assert!(
+        root.contains("even as root") && !root.contains("or as root"),
+        "{root}"
+    );
+    let user = super::unreadable_as(1, 65534);
+    assert!(
+        user.contains("run fdaudit as its user or as root"),
+        "{user}"
+    );
+}

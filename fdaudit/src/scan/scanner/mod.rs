@@ -15,6 +15,7 @@ use serde::Serialize;
 
 use super::findings::{self, FdFacts, Finding, FindingKind, Severity};
 use super::net::{self, NetTables};
+use super::netns;
 use super::parse::{self, NofileLimits, ProcStatus};
 use crate::fdkind::FdKind;
 use crate::output::{
@@ -23,8 +24,13 @@ use crate::output::{
 };
 use crate::procfs_util::at::{self, raw, NumName};
 
+mod kind;
 mod process;
+mod renamers;
 mod share;
+mod socket;
+mod table;
+mod threads;
 
 use share::ShareKey;
 
@@ -90,6 +96,23 @@ pub struct FdRecord {
     pub remote: Option<Lossless<Vec<u8>, fields::Remote>>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub listening: bool,
+    /// A socket's network namespace (inode), when it is not the one the process is in now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub netns: Option<u64>,
+    /// A socket whose table entry could not be read in its own namespace: whether it is
+    /// listening is not known (its finding takes the worst it could be).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub unresolved: bool,
+    /// The kernel would not print the whole path (past PATH_MAX): `target` is not it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub target_partial: bool,
+    /// The thread whose own fd table holds this fd, when `/proc/PID/fd` does not show it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tid: Option<u32>,
+    /// Who besides root can rename an entry on the path (looked up for inheritable fds
+    /// whose path does not look secret): the finding does not rest on a name they chose.
+    #[serde(skip)]
+    pub renamers: Vec<renamers::Renamer>,
 }
 
 /// One process's result.
@@ -131,11 +154,13 @@ impl ProcReport {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct ScanTotals {
     pub processes: u64,
+    #[serde(rename = "fd_count")]
     pub fds: u64,
     /// Processes whose fds could not be read (permissions).
     pub unreadable: u64,
     /// Processes that exited during the scan.
     pub vanished: u64,
+    #[serde(rename = "vanished_fd_count")]
     pub vanished_fds: u64,
     /// Parent/child pairs not compared because kcmp was refused.
     pub kcmp_refused: u64,
@@ -457,18 +482,21 @@ impl Scanner<'_> {
         Ok(out)
     }
 
-    fn net_tables(&self, pid: u32, pid_dir: RawFd) -> Arc<NetTables> {
+    /// The tables of the namespace process `pid` is in now (its `ns/net`), and that
+    /// namespace's inode when known.
+    fn net_tables(&self, pid: u32, pid_dir: RawFd) -> (Option<u64>, Arc<NetTables>) {
         let mut link = [0u8; 64];
-        let key = match at::readlinkat(pid_dir, c"ns/net", &mut link) {
-            Ok(n) => parse::bracket_inode(&link[..n]).map_or(NsKey::Pid(pid), NsKey::Ns),
-            Err(_) => NsKey::Pid(pid),
+        let ns = match at::readlinkat(pid_dir, c"ns/net", &mut link) {
+            Ok(n) => parse::bracket_inode(&link[..n]),
+            Err(_) => None,
         };
+        let key = ns.map_or(NsKey::Pid(pid), NsKey::Ns);
         let cell = {
             let mut m = self.net.lock().unwrap_or_else(|p| p.into_inner());
             m.entry(key).or_default().clone()
         };
         if let Some(t) = cell.get() {
-            return t.clone();
+            return (ns, t.clone());
         }
         // On a live procfs, root/net is the scanner's own namespace: never a stand-in for
         // another process's (it may have exited between the ns/net read and this open). A
@@ -480,7 +508,7 @@ impl Scanner<'_> {
                 at::open_dir_path(raw(&self.root), c"net")
             }
         });
-        match dir {
+        let t = match dir {
             Ok(d) => cell
                 .get_or_init(|| {
                     let t = NetTables::load(raw(&d));
@@ -489,8 +517,13 @@ impl Scanner<'_> {
                     Arc::new(t)
                 })
                 .clone(),
-            Err(_) => Arc::new(NetTables::default()),
-        }
+            Err(_) => {
+                let mut t = NetTables::default();
+                t.unreadable = 1;
+                Arc::new(t)
+            }
+        };
+        (ns, t)
     }
 }
 /// The procfs root as given, for messages.

@@ -1,29 +1,11 @@
 //! One process's fds: fdinfo, links, kinds, sockets, and the findings they make.
 
-use std::ffi::CString;
 use std::io;
 use std::os::fd::OwnedFd;
-use std::os::unix::ffi::OsStrExt;
-use std::sync::Arc;
 
+use super::socket::SockRef;
+use super::table::{ProcDirs, ProcScan};
 use super::*;
-
-/// The directories of one process under the procfs root.
-struct ProcDirs {
-    pid_dir: OwnedFd,
-    fd_dir: OwnedFd,
-    fdinfo_dir: OwnedFd,
-    /// `fdinfo_dir` is on a procfs (its files need no fstat before they are read).
-    fdinfo_procfs: bool,
-}
-
-/// One process while its fds are read: its directories, the keys its fds are shared by,
-/// and the socket tables (read once, at its first socket).
-struct ProcScan {
-    dirs: ProcDirs,
-    keys: Vec<ShareKey>,
-    tables: Option<Arc<NetTables>>,
-}
 
 impl Scanner<'_> {
     pub(super) fn scan_process(&self, h: &Header, s: &mut Scratch) -> Result<ProcReport, Skip> {
@@ -31,31 +13,16 @@ impl Scanner<'_> {
         let pname = NumName::new(u64::from(pid));
         let pid_dir =
             at::open_dir_path(raw(&self.root), pname.as_cstr()).map_err(|e| skip_for(&e))?;
-        let fd_dir = at::openat(raw(&pid_dir), c"fd", libc::O_RDONLY | libc::O_DIRECTORY)
-            .map_err(|e| skip_for(&e))?;
+        let dirs = ProcDirs::open(pid_dir).map_err(|e| skip_for(&e))?;
         s.fds.clear();
-        at::list_numeric(raw(&fd_dir), &mut s.dents, &mut s.fds).map_err(|e| skip_for(&e))?;
+        at::list_numeric(raw(&dirs.fd_dir), &mut s.dents, &mut s.fds).map_err(|e| skip_for(&e))?;
         s.fds.sort_unstable();
-        let fdinfo_dir = at::open_dir_path(raw(&pid_dir), c"fdinfo").map_err(|e| skip_for(&e))?;
-        let mut rep = self.new_report(h, &pid_dir, s)?;
-        let mut p = ProcScan {
-            dirs: ProcDirs {
-                pid_dir,
-                fd_dir,
-                fdinfo_procfs: at::is_procfs(raw(&fdinfo_dir)),
-                fdinfo_dir,
-            },
-            keys: Vec::with_capacity(s.fds.len()),
-            tables: None,
-        };
-        let fds = std::mem::take(&mut s.fds);
-        for &fd in &fds {
-            if self.stopped() {
-                break;
-            }
-            self.scan_fd(fd, &mut p, &mut rep, s)?;
+        let mut rep = self.new_report(h, &dirs.pid_dir, s)?;
+        let mut p = ProcScan::new(pid, None, dirs, s.fds.len());
+        self.scan_table(&mut p, &mut rep, s)?;
+        if self.live {
+            self.thread_tables(&p.dirs.pid_dir, &mut rep, s)?;
         }
-        s.fds = fds;
         rep.findings.sort_by(Finding::order);
         let mut keys = p.keys;
         keys.sort_unstable();
@@ -65,6 +32,28 @@ impl Scanner<'_> {
             .unwrap_or_else(|p| p.into_inner())
             .insert(pid, keys);
         Ok(rep)
+    }
+
+    /// Reads every fd listed in `s.fds` of one fd table into `rep`.
+    pub(super) fn scan_table(
+        &self,
+        p: &mut ProcScan,
+        rep: &mut ProcReport,
+        s: &mut Scratch,
+    ) -> Result<(), Skip> {
+        let fds = std::mem::take(&mut s.fds);
+        let mut res = Ok(());
+        for &fd in &fds {
+            if self.stopped() {
+                break;
+            }
+            res = self.scan_fd(fd, p, rep, s);
+            if res.is_err() {
+                break;
+            }
+        }
+        s.fds = fds;
+        res
     }
 
     /// Reads fd `fd` of the process into `rep` (counts, record, findings) and `p` (its
@@ -99,7 +88,7 @@ impl Scanner<'_> {
         let cloexec = info.map(|i| i.cloexec());
         let inheritable = cloexec == Some(false);
         let record = if self.cfg.full_fds || (inheritable && fd >= 3) {
-            match self.record_of(rep.pid, fd, &name, info, &p.dirs, s, &mut p.tables)? {
+            match self.record_of(fd, &name, info, p, s)? {
                 Some(r) => Some(r),
                 None => {
                     rep.vanished_fds += 1;
@@ -110,7 +99,7 @@ impl Scanner<'_> {
             None
         };
         rep.fd_count += 1;
-        rep.max_fd = Some(fd);
+        rep.max_fd = rep.max_fd.max(Some(fd));
         match cloexec {
             Some(false) => {
                 rep.no_cloexec += 1;
@@ -119,8 +108,11 @@ impl Scanner<'_> {
             None => rep.unknown_fds += 1,
             Some(true) => {}
         }
+        // Shared descriptions are checked with kcmp by pid and fd: the process's table only.
         if let Some(k) = info.as_ref().and_then(|i| ShareKey::of(i, fd)) {
-            p.keys.push(k);
+            if p.tid.is_none() {
+                p.keys.push(k);
+            }
         }
         if let Some(r) = record {
             self.add_fd(rep, r, inheritable, info);
@@ -184,16 +176,13 @@ impl Scanner<'_> {
 
     /// The record of one fd: its link (read, or synthesized for pseudo filesystems), kind
     /// and socket. `Ok(None)` when the fd vanished meanwhile.
-    #[allow(clippy::too_many_arguments)]
     fn record_of(
         &self,
-        pid: u32,
         fd: u32,
         name: &NumName,
         info: Option<parse::FdinfoEntry>,
-        dirs: &ProcDirs,
+        p: &mut ProcScan,
         s: &mut Scratch,
-        tables: &mut Option<Arc<NetTables>>,
     ) -> Result<Option<FdRecord>, Skip> {
         let synthesized = match (self.live, info.and_then(|i| Some((i.mnt_id?, i.ino?)))) {
             (true, Some((mnt, ino))) => s.pseudo.iter().find(|p| p.0 == mnt).map(|p| {
@@ -204,65 +193,45 @@ impl Scanner<'_> {
             }),
             _ => None,
         };
+        let mut partial = false;
         let n = match synthesized {
             Some(n) => n,
-            None => match at::readlinkat(raw(&dirs.fd_dir), name.as_cstr(), &mut s.link) {
+            None => match at::readlinkat(raw(&p.dirs.fd_dir), name.as_cstr(), &mut s.link) {
                 Ok(n) => {
                     self.learn_pseudo(&s.link[..n], info, &mut s.pseudo);
                     n
                 }
                 Err(e) if is_vanished(&e) => return Ok(None),
                 Err(e) if is_denied(&e) => return Err(Skip::Denied),
-                Err(_) => 0,
+                // A path past PATH_MAX (ENAMETOOLONG), or one the kernel would not print.
+                Err(_) => {
+                    partial = true;
+                    0
+                }
             },
         };
         let target = &s.link[..n];
-        let kind = kind_of(target, info);
-        let sock = if kind == FdKind::Socket {
-            // On a live system the kernel names the protocol of this very socket; the
-            // tables only add addresses, from that protocol's table.
-            let t = tables.get_or_insert_with(|| self.net_tables(pid, raw(&dirs.pid_dir)));
-            let ino = parse::bracket_inode(&s.link[..n]);
-            let (kernel, table) = if !self.live {
-                (None, ino.and_then(|i| t.lookup(i, None)))
-            } else if self.scm_fds && info.is_some_and(|i| i.ino.is_some() && i.ino == ino) {
-                // fdinfo (of this very socket: same inode as the link) told unix or not;
-                // no table of another protocol is asked.
-                if info.is_some_and(|i| i.scm_fds) {
-                    let table = ino.and_then(|i| t.unix_lookup(i, None));
-                    (Some(net::KernelProto::unix()), table)
-                } else if let Some(listed) = ino.and_then(|i| t.listed(i)) {
-                    (None, Some(listed))
-                } else {
-                    let kernel = self.sockprotoname(pid, fd, name, dirs);
-                    let table = kernel.as_ref().and_then(|k| t.lookup(ino?, Some(k)));
-                    (kernel, table)
-                }
-            } else {
-                let kernel = self.sockprotoname(pid, fd, name, dirs);
-                let table = ino.and_then(|i| t.lookup(i, kernel.as_ref()));
-                (kernel, table)
-            };
-            Some(SockRef { kernel, table })
-        } else {
-            None
-        };
+        let kind = kind::kind_of(
+            self.live,
+            target,
+            partial,
+            info,
+            raw(&p.dirs.fd_dir),
+            name.as_cstr(),
+        );
+        let sock = (kind == FdKind::Socket).then(|| {
+            let ino = parse::bracket_inode(target).or(info.and_then(|i| i.ino));
+            self.socket(fd, name, ino, info, p)
+        });
         let target = &s.link[..n];
-        Ok(Some(self.fd_record(fd, kind, target, info, sock)))
-    }
-
-    /// The kernel's name for the protocol of socket `fd` (the sockprotoname xattr).
-    fn sockprotoname(
-        &self,
-        pid: u32,
-        fd: u32,
-        name: &NumName,
-        dirs: &ProcDirs,
-    ) -> Option<net::KernelProto> {
-        net::sockprotoname(raw(&dirs.fd_dir), name.as_cstr(), || {
-            let path = self.cfg.root.join(format!("{pid}/fd/{fd}"));
-            CString::new(path.as_os_str().as_bytes()).ok()
-        })
+        let mut r = self.fd_record(fd, kind, target, info, sock);
+        r.target_partial = partial;
+        r.tid = p.tid;
+        if self.live && fd >= 3 && !partial && names_matter(kind, target, info) {
+            let owner = renamers::file_owner(raw(&p.dirs.fd_dir), name.as_cstr());
+            r.renamers = renamers::renamers(raw(&p.dirs.pid_dir), target, owner);
+        }
+        Ok(Some(r))
     }
 
     /// Adds a recorded fd to the report: its inheritable-fd finding, and the record itself
@@ -288,9 +257,19 @@ impl Scanner<'_> {
                 writable: info.is_some_and(|i| i.writable()),
                 listening: listen_text.as_deref(),
                 proto: r.proto.as_deref(),
+                unresolved: r.unresolved,
+                partial: r.target_partial,
+                renamed_by: r
+                    .renamers
+                    .iter()
+                    .find(|x| !x.trusted_by(rep.uid))
+                    .map(|x| x.describe()),
             };
-            let (sev, rank, reason) = findings::inheritable(&facts);
-            rep.findings.push(Finding::new(
+            let (sev, rank, mut reason) = findings::inheritable(&facts);
+            if let Some(t) = r.tid {
+                reason.push_str(&format!(" (in the fd table of thread {t})"));
+            }
+            let mut f = Finding::new(
                 rep.pid,
                 &rep.comm,
                 Some(r.fd),
@@ -298,7 +277,9 @@ impl Scanner<'_> {
                 FindingKind::InheritableFd,
                 rank,
                 reason,
-            ));
+            );
+            f.tid = r.tid;
+            rep.findings.push(f);
         }
         if self.cfg.full_fds {
             rep.fds.push(r);
@@ -352,8 +333,15 @@ impl Scanner<'_> {
             local: None,
             remote: None,
             listening: false,
+            netns: None,
+            unresolved: false,
+            target_partial: false,
+            tid: None,
+            renamers: Vec::new(),
         };
         if let Some(sock) = sock {
+            r.netns = sock.netns;
+            r.unresolved = !sock.resolved;
             if let Some(si) = &sock.table {
                 r.family = Some(si.family);
                 r.proto = Some(si.proto.to_owned());
@@ -374,27 +362,11 @@ impl Scanner<'_> {
     }
 }
 
-/// A socket: what the kernel says it is (live only) and what its table says.
-struct SockRef {
-    kernel: Option<net::KernelProto>,
-    table: Option<net::SockInfo>,
-}
-
-/// Kind from the link text alone: nothing is stat'ed through the fd link (that would ask
-/// the file system behind the fd, which may never answer: FUSE, a dead NFS server). A path
-/// is a directory when fdinfo's flags hold O_DIRECTORY, a device under /dev/, otherwise a
-/// regular file (a directory opened without O_DIRECTORY, or a named FIFO, shows as one).
-fn kind_of(target: &[u8], info: Option<parse::FdinfoEntry>) -> FdKind {
-    let base = FdKind::from_link(target, None);
-    // O_DIRECTORY in fdinfo means a directory, except that O_TMPFILE files carry it too
-    // (O_TMPFILE = __O_TMPFILE | O_DIRECTORY).
-    const O_TMPFILE_BIT: u32 = 0o20000000;
-    if matches!(base, FdKind::Regular | FdKind::Device)
-        && info.is_some_and(|i| {
-            i.flags & libc::O_DIRECTORY as u32 != 0 && i.flags & O_TMPFILE_BIT == 0
-        })
-    {
-        return FdKind::Directory;
-    }
-    base
+/// Whether an inheritable fd's verdict could rest on its path's text: a file path that does
+/// not already look secret (sockets, pipes and anonymous files have no path to rename).
+fn names_matter(kind: FdKind, target: &[u8], info: Option<parse::FdinfoEntry>) -> bool {
+    matches!(kind, FdKind::Regular | FdKind::Other)
+        && target.starts_with(b"/")
+        && !findings::looks_secret(target)
+        && info.is_some_and(|i| !i.cloexec())
 }
