@@ -300,7 +300,7 @@ fn container_leaks_reach_metrics_textfile_and_sigterm_detaches() {
         );
         std::thread::sleep(Duration::from_millis(200));
     };
-    let leaked = sample(&body, "fdaudit_leaked_fds_total", &format!("{want},cgroup=\"{parent}/docker-{}.scope\",parent=\"sh\",child=\"cat\",strategy=\"unknown\",kind=\"regular\"", cg.id));
+    let leaked = sample(&body, "fdaudit_leaked_fds_total", &format!("{want},cgroup=\"{parent}/docker-{}.scope\",parent=\"sh\",child=\"cat\",kind=\"regular\"", cg.id));
     // fd 7 at least (whatever the test's caller passes down leaks too).
     assert!(
         leaked.is_some_and(|v| v >= 1.0),
@@ -348,6 +348,43 @@ fn container_leaks_reach_metrics_textfile_and_sigterm_detaches() {
         String::from_utf8_lossy(&out.stderr)
     );
 
+    // node_exporter's conventions: who is serving, no empty label, the same series order
+    // at every scrape, buckets before _sum and _count, a landing page and /healthz.
+    for want in [
+        "fdaudit_build_info{version=",
+        "\nprocess_resident_memory_bytes ",
+        "\nprocess_open_fds ",
+        "\nprocess_cpu_seconds_total ",
+    ] {
+        assert!(body.contains(want), "{want} in {body}");
+    }
+    assert!(!body.contains("=\"\""), "an empty label: {body}");
+    let series = |b: &str| -> Vec<String> {
+        b.lines()
+            .filter(|l| l.starts_with("fdaudit_") && !l.starts_with("fdaudit_scans"))
+            .map(|l| l.rsplit_once(' ').map_or(l, |(k, _)| k).to_owned())
+            .collect()
+    };
+    let (_, again) = http_get(port, "/metrics").expect("watch is listening");
+    let (a, b) = (series(&body), series(&again));
+    let common: Vec<&String> = a.iter().filter(|k| b.contains(k)).collect();
+    let common_b: Vec<&String> = b.iter().filter(|k| a.contains(k)).collect();
+    assert_eq!(common, common_b, "series order changed between scrapes");
+    let window: Vec<&str> = body
+        .lines()
+        .filter(|l| l.starts_with("fdaudit_spawn_window_seconds"))
+        .collect();
+    let first_sum = window.iter().position(|l| l.contains("_sum"));
+    let first_bucket = window.iter().position(|l| l.contains("_bucket"));
+    assert!(first_bucket < first_sum, "buckets first: {window:?}");
+    let (status, page) = http_get(port, "/").expect("landing page");
+    assert!(
+        status.contains("200") && page.contains("/metrics"),
+        "{status}: {page}"
+    );
+    let (status, ok) = http_get(port, "/healthz").expect("/healthz");
+    assert!(status.contains("200") && ok == "ok\n", "{status}: {ok}");
+
     // SIGHUP rewrites the textfile at once, atomically, in the text format.
     let prom = textdir.join("fdaudit.prom");
     let _ = std::fs::remove_file(&prom);
@@ -382,6 +419,62 @@ fn container_leaks_reach_metrics_textfile_and_sigterm_detaches() {
         !progs.contains("sched_process_ex"),
         "programs left attached: {progs}"
     );
+}
+
+/// The scan gauges name a process by its executable, as the spawn metrics name a spawn's
+/// `child` by its exec path (issue #25 item 9): a shell that renamed itself (its comm) is
+/// still labelled by the file name of its `/proc/PID/exe`, under `child`, never `exe`.
+#[test]
+#[ignore = "needs root"]
+fn scan_gauges_label_the_executable_as_spawns_do() {
+    let _serial = serial();
+    let cg = DockerCgroup::new("watch-exe");
+    let port = free_port();
+    let parent = format!("/{}", cg.parent.file_name().unwrap().to_string_lossy());
+    let _w = start_watch(port, &["--cgroup", &parent, "--scan-interval", "1"]);
+    // The shell holds fd 7 without close-on-exec under another comm; `:` keeps it from
+    // exec'ing sleep in its place.
+    let mut load = cg.spawn("echo fdaudit-renamed > /proc/$$/comm && sleep 4; :");
+    let sh = std::fs::canonicalize("/bin/sh").expect("resolve /bin/sh");
+    let exe = sh.file_name().unwrap().to_string_lossy().into_owned();
+    let want = format!(
+        "container_id=\"{}\",cgroup=\"{parent}/docker-{}.scope\",child=\"{exe}\"",
+        cg.id, cg.id
+    );
+    let t0 = Instant::now();
+    let body = loop {
+        let (_, body) = http_get(port, "/metrics").expect("watch is listening");
+        if sample(&body, "fdaudit_inheritable_fds", &want).is_some() {
+            break body;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "no scan sample with {want}: {body}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(
+        sample(&body, "fdaudit_inheritable_fds", &want).is_some_and(|v| v >= 1.0),
+        "{body}"
+    );
+    assert!(
+        sample(&body, "fdaudit_nofile_soft", &want).is_some(),
+        "{body}"
+    );
+    // The spawn metrics name the renamed shell as the parent (its comm); the gauges do not.
+    let gauges: Vec<&str> = body
+        .lines()
+        .filter(|l| {
+            l.starts_with("fdaudit_inheritable_fds{") || l.starts_with("fdaudit_nofile_soft{")
+        })
+        .collect();
+    assert!(
+        gauges
+            .iter()
+            .all(|l| !l.contains("fdaudit-renamed") && !l.contains("exe=\"")),
+        "the comm is no gauge label, nor is `exe`: {gauges:#?}"
+    );
+    assert!(load.0.wait().unwrap().success());
 }
 
 fn urlencode(s: &str) -> String {
@@ -470,7 +563,7 @@ fn trace_cgroup_follows_a_container_and_nothing_else() {
             .args([
                 "trace",
                 "--json",
-                "--leaks-only",
+                "--no-syscalls",
                 "--duration",
                 "4",
                 "--cgroup",
@@ -570,7 +663,7 @@ fn full_mode_counts_close_loops_per_container() {
     let parent = format!("/{}", cg.parent.file_name().unwrap().to_string_lossy());
     let _w = start_watch(
         port,
-        &["--full", "--cgroup", &parent, "--scan-interval", "0"],
+        &["--syscalls", "--cgroup", &parent, "--scan-interval", "0"],
     );
     let spawner = fdaudit();
     cg.run(&format!(
@@ -596,6 +689,40 @@ fn full_mode_counts_close_loops_per_container() {
         assert!(
             t0.elapsed() < Duration::from_secs(20),
             "no close-loop counts: {body}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+#[ignore = "needs root"]
+fn origin_labels_each_leak_with_the_syscall_that_made_it() {
+    let _serial = serial();
+    let cg = DockerCgroup::new("origin");
+    let port = free_port();
+    let parent = format!("/{}", cg.parent.file_name().unwrap().to_string_lossy());
+    let _w = start_watch(
+        port,
+        &["--origin", "--cgroup", &parent, "--scan-interval", "0"],
+    );
+    // bash opens the file and dup2s it to 7 in the child before exec.
+    cg.run("bash -c '/bin/true 7</etc/hostname'");
+    let want = format!("container_id=\"{}\"", cg.id);
+    let t0 = Instant::now();
+    loop {
+        let (_, body) = http_get(port, "/metrics").expect("watch is listening");
+        let labelled = body.lines().any(|l| {
+            l.starts_with("fdaudit_leaked_fds_total{")
+                && l.contains(&format!("{want},"))
+                && l.contains("child=\"true\"")
+                && l.contains("origin=\"dup2\"")
+        });
+        if labelled {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "no leak labelled origin=\"dup2\": {body}"
         );
         std::thread::sleep(Duration::from_millis(200));
     }

@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 use prometheus_client::{
-    encoding::EncodeLabelSet,
+    encoding::{EncodeLabelSet, LabelSetEncoder},
     metrics::{
         counter::Counter,
         family::Family,
@@ -32,8 +32,36 @@ pub struct ProgramLabels {
     pub program: String,
 }
 
+/// Encodes the labels whose value is not empty: a host process has no `container_id`, a
+/// spawn counted without syscalls (`--syscalls` off) no `strategy` (node_exporter's rule: no
+/// constant or empty labels).
+fn non_empty(pairs: &[(&str, &str)], encoder: &mut LabelSetEncoder) -> std::fmt::Result {
+    let kept: Vec<(&str, &str)> = pairs
+        .iter()
+        .copied()
+        .filter(|(_, v)| !v.is_empty())
+        .collect();
+    kept.as_slice().encode(encoder)
+}
+
+/// `EncodeLabelSet` through [`non_empty`] for a struct of `String` labels.
+macro_rules! non_empty_labels {
+    ($t:ty: $($field:ident),+) => {
+        impl EncodeLabelSet for $t {
+            fn encode(&self, encoder: &mut LabelSetEncoder) -> std::fmt::Result {
+                non_empty(&[$((stringify!($field), self.$field.as_str())),+], encoder)
+            }
+        }
+    };
+}
+
+non_empty_labels!(SpawnLabels: container_id, cgroup, parent, child, strategy);
+non_empty_labels!(WindowLabels: container_id, cgroup, strategy);
+non_empty_labels!(LeakLabels: container_id, cgroup, parent, child, strategy, kind, origin);
+non_empty_labels!(ProcessLabels: container_id, cgroup, child);
+
 /// Where a spawn happened and what it ran.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct SpawnLabels {
     /// The container id ("" outside containers).
     pub container_id: String,
@@ -43,7 +71,7 @@ pub struct SpawnLabels {
     pub parent: String,
     /// The child's executable's file name.
     pub child: String,
-    /// How the child closed fds before exec ("unknown" with --leaks-only).
+    /// How the child closed fds before exec ("" without `--syscalls`: not counted, omitted).
     pub strategy: String,
 }
 
@@ -62,14 +90,14 @@ impl SpawnLabels {
 /// Labels of the window histogram: fewer than a spawn's, since each histogram label set is
 /// 14 series (11 buckets, +Inf, sum, count). Derived from admitted spawn label sets, so the
 /// cap bounds them too.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
 struct WindowLabels {
     container_id: String,
     cgroup: String,
     strategy: String,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
 struct LeakLabels {
     container_id: String,
     cgroup: String,
@@ -78,14 +106,18 @@ struct LeakLabels {
     strategy: String,
     /// The leaked fd's kind (regular, pipe, socket, eventfd, ...).
     kind: String,
+    /// `watch --origin`: the syscall that made it inheritable.
+    origin: String,
 }
 
-/// Labels of scan gauges: a process's container and executable.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+/// Labels of scan gauges: a process's container and executable, named as in the spawn
+/// labels so that the two join (`child`: the file name of the image the process runs).
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct ProcessLabels {
     pub container_id: String,
     pub cgroup: String,
-    pub exe: String,
+    /// The file name of `/proc/PID/exe`, as a spawn's `child` is its exec path's.
+    pub child: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -99,7 +131,10 @@ pub struct SpawnObservation {
     pub labels: SpawnLabels,
     /// Kind of each leaked fd (one entry per fd; truncated lists are topped up by the caller).
     pub leaked_kinds: Vec<String>,
-    /// close() calls between fork and exec; `None` with --leaks-only.
+    /// `--origin`: the syscall that made each of them inheritable, in the same order
+    /// ("unknown" when none was seen; empty without the option).
+    pub leaked_origins: Vec<String>,
+    /// close() calls between fork and exec; `None` with --no-syscalls.
     pub close_calls: Option<u64>,
     /// Fork to exec, seconds; `None` when the fork was not seen.
     pub window_seconds: Option<f64>,
@@ -190,7 +225,7 @@ impl Metrics {
         );
         registry.register(
             "preexec_close_calls",
-            "close() calls made between fork and exec (not counted with --leaks-only)",
+            "close() calls made between fork and exec (counted with --syscalls only)",
             self.close_calls.clone(),
         );
         registry.register(
@@ -260,7 +295,7 @@ impl Metrics {
         if !obs.leaked_kinds.is_empty() {
             self.spawns_with_leaks.get_or_create(&l).inc();
         }
-        for kind in obs.leaked_kinds {
+        for (i, kind) in obs.leaked_kinds.into_iter().enumerate() {
             // Kinds are a closed set (fdkind::FdKind), so this multiplies series by at most it.
             let ll = LeakLabels {
                 container_id: l.container_id.clone(),
@@ -269,6 +304,8 @@ impl Metrics {
                 child: l.child.clone(),
                 strategy: l.strategy.clone(),
                 kind,
+                // A closed set too (the origin table's syscalls and "unknown").
+                origin: obs.leaked_origins.get(i).cloned().unwrap_or_default(),
             };
             self.leaked_fds.get_or_create(&ll).inc();
         }
@@ -330,7 +367,7 @@ impl Metrics {
                 ProcessLabels {
                     container_id: OVERFLOW.into(),
                     cgroup: OVERFLOW.into(),
-                    exe: OVERFLOW.into(),
+                    child: OVERFLOW.into(),
                 }
             };
             self.inheritable_fds
@@ -354,12 +391,16 @@ impl Metrics {
         self.scans.inc();
     }
 
-    /// OpenMetrics text (ends with `# EOF`).
+    /// OpenMetrics text (ends with `# EOF`): fdaudit's families, then the agent's own
+    /// (`process_*`, `fdaudit_build_info`), in a stable order ([`super::exposition`]).
     pub fn encode(&self) -> String {
+        use prometheus_client::encoding::text::{encode_eof, encode_registry};
         let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+        encode_registry(&mut out, &self.registry)
+            .and_then(|()| encode_registry(&mut out, &super::exposition::self_metrics()))
+            .and_then(|()| encode_eof(&mut out))
             .expect("writing to a String does not fail");
-        out
+        super::exposition::tidy(&out)
     }
 }
 
@@ -391,6 +432,7 @@ mod tests {
         SpawnObservation {
             labels: labels(container, child),
             leaked_kinds: kinds.iter().map(|k| k.to_string()).collect(),
+            leaked_origins: Vec::new(),
             close_calls: Some(5),
             window_seconds: Some(0.002),
         }
@@ -401,6 +443,23 @@ mod tests {
             .find(|l| l.starts_with(prefix))
             .and_then(|l| l.rsplit(' ').next())
             .and_then(|v| v.parse().ok())
+    }
+
+    #[test]
+    fn with_origin_each_leak_is_labelled_by_its_syscall() {
+        let mut m = Metrics::new(10);
+        let mut obs = spawn("abc", "cat", &["file", "file"]);
+        obs.leaked_origins = vec!["openat".into(), "unknown".into()];
+        m.observe_spawn(obs);
+        let t = m.encode();
+        for origin in ["openat", "unknown"] {
+            let l = format!("kind=\"file\",origin=\"{origin}\"}} 1");
+            assert!(t.lines().any(|x| x.ends_with(&l)), "no {origin} leak: {t}");
+        }
+        // Without --origin: no origin label at all.
+        let mut m = Metrics::new(10);
+        m.observe_spawn(spawn("abc", "cat", &["file"]));
+        assert!(!m.encode().contains("origin="));
     }
 
     #[test]
@@ -497,11 +556,11 @@ mod tests {
     #[test]
     fn scans_replace_the_gauges() {
         let mut m = Metrics::new(2);
-        let p = |exe: &str, fds, lim| ProcessObservation {
+        let p = |child: &str, fds, lim| ProcessObservation {
             labels: ProcessLabels {
                 container_id: String::new(),
                 cgroup: "/".into(),
-                exe: exe.into(),
+                child: child.into(),
             },
             inheritable_fds: fds,
             nofile_soft: Some(lim),
@@ -516,7 +575,8 @@ mod tests {
             &[("high".into(), 2), ("low".into(), 5)],
         );
         let t = m.encode();
-        let sel = r#"{container_id="",cgroup="/",exe="nginx"}"#;
+        // No empty label: container_id is left out for a host process.
+        let sel = r#"{cgroup="/",child="nginx"}"#;
         assert_eq!(
             value(&t, &format!("fdaudit_inheritable_fds{sel}")),
             Some(7.0),
@@ -529,7 +589,7 @@ mod tests {
         assert_eq!(
             value(
                 &t,
-                r#"fdaudit_inheritable_fds{container_id="_overflow",cgroup="_overflow",exe="_overflow"}"#
+                r#"fdaudit_inheritable_fds{container_id="_overflow",cgroup="_overflow",child="_overflow"}"#
             ),
             Some(1.0)
         );

@@ -2,6 +2,8 @@
 //! cgroup), scans /proc now and then, and exports what it saw as Prometheus metrics: on
 //! `--listen` (OpenMetrics over HTTP) and/or as a node_exporter textfile.
 
+mod exposition;
+mod http;
 pub mod metrics;
 #[cfg(test)]
 mod same_spawn;
@@ -10,10 +12,7 @@ use std::{
     io::Write as _,
     net::SocketAddr,
     path::{Path, PathBuf},
-    sync::{
-        atomic::{AtomicBool, Ordering},
-        Arc, Mutex,
-    },
+    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
@@ -63,8 +62,13 @@ pub struct WatchArgs {
     /// Also trace the syscalls between fork and exec: close counts and strategies (attaches
     /// the syscall tracepoints to the whole host; see the README's trace overhead). Default:
     /// leaks only, the scheduler tracepoints alone.
-    #[arg(long)]
+    // `--full` is the old spelling, kept hidden for one release (#25 item 5).
+    #[arg(long = "syscalls", alias = "full")]
     pub full: bool,
+
+    /// Label each leaked fd with the syscall that made it inheritable (trace --origin).
+    #[arg(long)]
+    pub origin: bool,
 
     /// Seconds between scans of /proc (inheritable fds, findings, NOFILE limits); 0: none.
     #[arg(long, value_name = "SECONDS", default_value_t = 60.0)]
@@ -113,9 +117,15 @@ pub fn observation(s: &Spawn, leaks_only: bool) -> SpawnObservation {
             } else {
                 "(exec failed)".into()
             },
-            strategy: s.strategy.as_str().to_owned(),
+            // Not counted without --syscalls: no label rather than a constant "unknown".
+            strategy: if leaks_only {
+                String::new()
+            } else {
+                s.strategy.as_str().to_owned()
+            },
         },
         leaked_kinds,
+        leaked_origins: s.origin_labels(),
         close_calls: (!leaks_only).then_some(s.calls.close_calls),
         // Without the probes' own cost, as trace reports it ("untraced").
         window_seconds: (s.window_ns > 0).then(|| s.window_corrected_ns as f64 / 1e9),
@@ -165,37 +175,14 @@ pub fn write_textfile(dir: &Path, text: &str) -> Result<()> {
     res.with_context(|| format!("failed to write {}", fin.display()))
 }
 
-/// Serves /metrics until `stop`; OpenMetrics when the client accepts it, else text 0.0.4.
-fn serve(server: tiny_http::Server, metrics: Arc<Mutex<Metrics>>, stop: Arc<AtomicBool>) {
-    while !stop.load(Ordering::Relaxed) {
-        let req = match server.recv_timeout(Duration::from_millis(200)) {
-            Ok(Some(r)) => r,
-            Ok(None) => continue,
-            Err(_) => continue,
-        };
-        let path = req.url().split('?').next().unwrap_or("");
-        let resp = if path == "/metrics" {
-            let openmetrics = req.headers().iter().any(|h| {
-                h.field.equiv("Accept") && h.value.as_str().contains("application/openmetrics-text")
-            });
-            let text = metrics.lock().unwrap_or_else(|p| p.into_inner()).encode();
-            let (body, ct) = if openmetrics {
-                (text, metrics::CONTENT_TYPE)
-            } else {
-                (
-                    prometheus_text(&text),
-                    "text/plain; version=0.0.4; charset=utf-8",
-                )
-            };
-            tiny_http::Response::from_string(body).with_header(
-                tiny_http::Header::from_bytes("Content-Type", ct).expect("a valid header"),
-            )
-        } else {
-            tiny_http::Response::from_string("fdaudit: metrics are at /metrics\n")
-                .with_status_code(404)
-        };
-        let _ = req.respond(resp);
-    }
+/// The scan gauges' `child`: the file name of `/proc/PID/exe` (less ` (deleted)`), as a
+/// spawn's is its exec path's, so the two join; `[comm]` when unreadable (a kernel thread).
+fn exe_name(pid: u32, comm: &[u8]) -> String {
+    let Some(exe) = crate::procfs_util::exe_of(pid) else {
+        return format!("[{}]", crate::output::escape_bytes(comm));
+    };
+    let exe = exe.strip_suffix(b" (deleted)").unwrap_or(&exe);
+    crate::output::escape_bytes(exe.rsplit(|&b| b == b'/').next().unwrap_or_default())
 }
 
 /// One scan of /proc folded into the metrics' gauges.
@@ -230,7 +217,7 @@ fn scan_once(metrics: &Mutex<Metrics>, close_ns: f64) -> Result<()> {
                         .clone()
                         .unwrap_or_default(),
                     cgroup: r.identity.cgroup.clone().unwrap_or_default(),
-                    exe: crate::output::escape_bytes(&r.comm),
+                    child: exe_name(r.pid, &r.comm),
                 },
                 inheritable_fds: u64::from(r.inheritable),
                 nofile_soft: r.nofile.and_then(|l| l.soft),
@@ -280,11 +267,7 @@ pub fn run(args: WatchArgs) -> Result<u8> {
     );
     let mut session = start_session(&args, filter.as_ref())?;
     let metrics = Arc::new(Mutex::new(Metrics::new(args.max_series)));
-    let stop_http = Arc::new(AtomicBool::new(false));
-    let http = server.map(|s| {
-        let (m, stop) = (metrics.clone(), stop_http.clone());
-        std::thread::spawn(move || serve(s, m, stop))
-    });
+    let http = server.map(|s| s.start(metrics.clone(), http::connection_cap()));
     crate::diag!(
         "fdaudit: watching {}{}; {}",
         match &filter {
@@ -301,9 +284,8 @@ pub fn run(args: WatchArgs) -> Result<u8> {
 
     let result = watch_loop(&args, &mut session, &metrics);
     drop(session); // detach every program before anything else
-    stop_http.store(true, Ordering::Relaxed);
     if let Some(h) = http {
-        let _ = h.join();
+        h.stop();
     }
     result?;
     if let Some(dir) = &args.textfile {
@@ -342,18 +324,16 @@ fn check_args(args: &WatchArgs) -> Result<()> {
 }
 
 /// The HTTP server on --listen, unless --no-listen.
-fn listen(args: &WatchArgs) -> Result<Option<tiny_http::Server>> {
+fn listen(args: &WatchArgs) -> Result<Option<http::Bound>> {
     if args.no_listen {
         return Ok(None);
     }
-    let server = tiny_http::Server::http(args.listen)
-        .map_err(|e| anyhow::anyhow!("{e}"))
-        .with_context(|| {
-            format!(
-                "failed to listen on {}: is another fdaudit watch running? pick another --listen",
-                args.listen
-            )
-        })?;
+    let server = http::bind(args.listen).with_context(|| {
+        format!(
+            "failed to listen on {}: is another fdaudit watch running? pick another --listen",
+            args.listen
+        )
+    })?;
     Ok(Some(server))
 }
 
@@ -382,9 +362,10 @@ fn start_session(args: &WatchArgs, filter: Option<&Filter>) -> Result<Session> {
     let opts = SessionOptions {
         leaks_only: !args.full,
         reads: false,
+        origin: args.origin,
         cgroup: filter.map(|f| (f.0, f.1)),
         // fentry where the kernel takes it (FDAUDIT_BACKEND to choose): a whole host's
-        // other syscalls then pay nothing for --full.
+        // other syscalls then pay nothing for --syscalls.
         backend: crate::tracer::ebpf::BackendChoice::from_env().map_err(anyhow::Error::msg)?,
         ..Default::default()
     };
@@ -582,6 +563,7 @@ mod tests {
                 strategy: "none".into(),
             },
             leaked_kinds: vec!["regular".into()],
+            leaked_origins: vec!["openat".into()],
             close_calls: None,
             window_seconds: Some(1e-4),
         });
