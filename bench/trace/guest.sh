@@ -38,7 +38,7 @@ for r in $(seq "$R"); do
     b bystander "trace-$k" "$(follow --backend $k -- $F $(storm "$M"))"
     b getppid "trace-$k" "$(follow --backend $k -- getppid "$G")"
   done
-  b storm leaks-only "$(us $F trace -q --leaks-only -- $F $(storm "$N"))"
-  b true leaks-only "$(us $F trace -q --leaks-only -- /bin/true)"
+  b storm leaks-only "$(us $F trace -q --no-syscalls -- $F $(storm "$N"))"
+  b true leaks-only "$(us $F trace -q --no-syscalls -- /bin/true)"
   echo "@@ round $r done"
 done

@@ -9,9 +9,12 @@ Workloads:
   bystander  an UNtraced storm of M spawns while the tracer follows an idle `sleep`
   getppid    an untraced loop of getppid() calls while the tracer follows an idle `sleep`
              (bench/trace/getppid.c, compiled on demand with cc; skipped without one)
+  openclose  N open()/close() pairs without O_CLOEXEC, the tracer started with them
+             (bench/trace/openclose.c, compiled on demand with cc): `--origin`'s worst case
 
-Tracers: untraced; `fdaudit trace -q` (with --backend B when given); `trace -q --leaks-only`;
-`trace -q --reads`; bpftrace counting close() per process (installed with apt-get when
+Tracers: untraced; `fdaudit trace -q` (with --backend B when given); `trace-B` for
+`trace -q --backend B` (trace-raw-tp, trace-tp, trace-fentry); `trace -q --no-syscalls`;
+`trace -q --reads`; `trace -q --origin`; bpftrace counting close() per process (installed with apt-get when
 --install-bpftrace and missing); `strace -f -c`.
 
 Figures: the median over rounds of the wall time, with the middle half of the runs (first to
@@ -23,7 +26,7 @@ than wall time.
 
 Usage (as root; on a shared machine under the lock other eBPF users take):
   flock /tmp/fdaudit-bpf.lock python3 bench/trace/overhead.py [--rounds 5] [--spawns 100]
-      [--bystander-spawns 300] [--backend auto|fentry|raw-tp] [--workloads storm,true,...]
+      [--bystander-spawns 300] [--backend auto|fentry|tp|raw-tp] [--workloads storm,true,...]
       [--tracers untraced,trace,...] [--slow-rounds 1] [--json-out FILE]
 """
 import argparse
@@ -115,6 +118,7 @@ def main():
     ap.add_argument("--spawns", type=int, default=100)
     ap.add_argument("--bystander-spawns", type=int, default=300)
     ap.add_argument("--getppid-calls", type=int, default=2_000_000)
+    ap.add_argument("--openclose-pairs", type=int, default=100_000)
     ap.add_argument("--fdaudit", default="target/release/fdaudit")
     ap.add_argument("--backend", default=None, help="passed to fdaudit trace --backend")
     ap.add_argument("--base-fdaudit", default=None,
@@ -149,17 +153,29 @@ def main():
         if not shutil.which("cc") or subprocess.run(["cc", "-O2", "-o", getppid, src]).returncode:
             print("no C compiler: the getppid workload is skipped", file=sys.stderr)
             workloads.remove("getppid")
+    openclose = os.path.join(tmp, "openclose")
+    if "openclose" in workloads:
+        src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "openclose.c")
+        if not shutil.which("cc") or subprocess.run(["cc", "-O2", "-o", openclose, src]).returncode:
+            print("no C compiler: the openclose workload is skipped", file=sys.stderr)
+            workloads.remove("openclose")
 
     backend = ["--backend", a.backend] if a.backend else []
     trace = {
         "trace": [fd, "trace", "-q"] + backend,
-        "leaks-only": [fd, "trace", "-q", "--leaks-only"],
+        "leaks-only": [fd, "trace", "-q", "--no-syscalls"],
         "reads": [fd, "trace", "-q", "--reads"] + backend,
+        "origin": [fd, "trace", "-q", "--origin"] + backend,
     }
+    # trace-BACKEND (trace-raw-tp, trace-tp, trace-fentry): `trace -q --backend BACKEND`, to
+    # compare backends in the same interleaved rounds.
+    for t in tracers:
+        if t.startswith("trace-"):
+            trace[t] = [fd, "trace", "-q", "--backend", t[len("trace-"):]]
     if a.base_fdaudit:
         base_fd = os.path.abspath(a.base_fdaudit)
         trace["base-trace"] = [base_fd, "trace", "-q"]
-        trace["base-leaks-only"] = [base_fd, "trace", "-q", "--leaks-only"]
+        trace["base-leaks-only"] = [base_fd, "trace", "-q", "--no-syscalls"]
         tracers[1:1] = ["base-trace", "base-leaks-only"]
 
     def storm(n):
@@ -183,7 +199,10 @@ def main():
         if t == "untraced":
             return wall_ns(cmd)
         if t in trace:
-            return follow_idle(trace[t] + ["-p", "{PID}"], "note: tracing", cmd)
+            # -q also silences the note that says the tracer is attached: the records go
+            # to /dev/null instead.
+            quiet = [x for x in trace[t] if x != "-q"]
+            return follow_idle(quiet + ["-o", "/dev/null", "-p", "{PID}"], "note: tracing", cmd)
         if t == "bpftrace":
             return follow_idle(["bpftrace", "-e", bpftrace_close_counter("/pid == {PID}/")],
                                "Attaching", cmd)
@@ -205,6 +224,8 @@ def main():
         "true": (lambda t: timed("true", t, with_tracer(t, ["/bin/true"]))),
         "bystander": (lambda t: bystander(t, storm(a.bystander_spawns))),
         "getppid": (lambda t: bystander(t, [getppid, str(a.getppid_calls)])),
+        "openclose": (lambda t: timed("openclose", t,
+                                      with_tracer(t, [openclose, str(a.openclose_pairs)]))),
     }
     res = {w: {t: [] for t in tracers} for w in workloads}
     load_before = os.getloadavg()
@@ -226,6 +247,7 @@ def main():
         "true": "/bin/true, tracer started with it",
         "bystander": f"untraced {a.bystander_spawns}-spawn storm, tracer following an idle sleep",
         "getppid": f"untraced {a.getppid_calls} getppid(), tracer following an idle sleep",
+        "openclose": f"{a.openclose_pairs} open()/close() pairs, tracer started with them",
     }
     out = {"load": [load_before[0], load_after[0]], "backend": a.backend or "auto",
            "label": a.label, "results": {}}

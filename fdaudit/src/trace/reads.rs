@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use crate::tracer::decode::{ReadCount, Target};
+use crate::tracer::fdtarget::join_path;
 use crate::{
     fdkind::{self, FdKind},
     lossless_field,
@@ -13,10 +14,9 @@ use crate::{
 
 lossless_field!(CommField, "comm");
 
-/// A (process, open file) is a storm when it made at least this many small reads: calls that
-/// returned 1 or 2 bytes. Counted, not averaged, so large reads earlier on the same file do
-/// not hide a byte-at-a-time loop after them.
-pub const STORM_MIN_SMALL_READS: u64 = 64;
+/// Counted, not averaged, so large reads earlier on the same file do not hide a
+/// byte-at-a-time loop after them.
+pub use fdaudit_common::STORM_MIN_SMALL_READS;
 /// The block size a buffered reader would use.
 pub const BLOCK: u64 = 4096;
 
@@ -47,14 +47,20 @@ pub fn is_storm(small_reads: u64) -> bool {
     small_reads >= STORM_MIN_SMALL_READS
 }
 
-/// Names the file read: a pipe or socket by inode, else what `resolve` finds (the live
-/// /proc link), else the inode number.
+/// Names the file read: a pipe or socket by inode, else the path the kernel walked while
+/// the file was open, else what `resolve` finds (the live /proc link), else the kernel's cut
+/// path ("…/b/c"), else the inode number.
 pub fn target_of(c: &ReadCount, resolve: impl Fn(u32, u32, u64) -> Option<Vec<u8>>) -> Vec<u8> {
     let (k, s) = (&c.key, &c.stat);
     match fdkind::from_kernel(s.mode, s.magic, "") {
         FdKind::Pipe => format!("pipe:[{}]", s.ino).into_bytes(),
         FdKind::Socket => format!("socket:[{}]", s.ino).into_bytes(),
-        _ => resolve(k.pid, s.fd, s.ino).unwrap_or_else(|| format!("inode {}", s.ino).into_bytes()),
+        _ => match c.kernel_path.as_deref() {
+            Some(p) if p.complete != 0 => join_path(p),
+            p => resolve(k.pid, s.fd, s.ino)
+                .or_else(|| p.map(join_path))
+                .unwrap_or_else(|| format!("inode {}", s.ino).into_bytes()),
+        },
     }
 }
 
@@ -78,6 +84,7 @@ impl LiveTargets {
         for c in counts {
             let (k, st) = (&c.key, &c.stat);
             if !is_storm(st.tiny_calls)
+                || c.kernel_path.as_ref().is_some_and(|p| p.complete != 0)
                 || matches!(
                     fdkind::from_kernel(st.mode, st.magic, ""),
                     FdKind::Pipe | FdKind::Socket
@@ -189,6 +196,7 @@ mod tests {
                 ..Default::default()
             },
             comm: b"sh".to_vec(),
+            kernel_path: None,
         }
     }
 
@@ -259,5 +267,38 @@ mod tests {
         assert_eq!(s[0].target.lossy(), "/run/file-2");
         let gone = storms(&counts, |_, _, _| None);
         assert_eq!(gone[0].target.lossy(), "inode 77");
+    }
+
+    fn kernel_path(comps: &[&str], complete: u32) -> Box<fdaudit_common::FdPath> {
+        let mut p = fdaudit_common::FdPath {
+            index: 3,
+            depth: comps.len() as u32,
+            complete,
+            _pad: 0,
+            comps: [[0; fdaudit_common::COMP_LEN]; fdaudit_common::MAX_DEPTH],
+        };
+        for (slot, c) in p.comps.iter_mut().zip(comps) {
+            slot[..c.len()].copy_from_slice(c.as_bytes());
+        }
+        Box::new(p)
+    }
+
+    #[test]
+    fn the_path_the_kernel_walked_names_a_storm_whose_process_is_gone() {
+        let mut c = count(2, 500, 500, 0xef53, 0o100644);
+        c.kernel_path = Some(kernel_path(&["hostname", "etc"], 1));
+        let s = storms(std::slice::from_ref(&c), |_, _, _| None);
+        assert_eq!(s[0].target.lossy(), "/etc/hostname");
+        // A whole kernel path needs no look-up while the process runs.
+        let mut live = LiveTargets::default();
+        live.update(std::slice::from_ref(&c), |_, _, _| panic!("looked up"));
+        // A cut walk: the live link is better; without one, the cut path.
+        c.kernel_path = Some(kernel_path(&["leaf", "deep"], 0));
+        let s = storms(std::slice::from_ref(&c), |_, _, _| {
+            Some(b"/a/deep/leaf".to_vec())
+        });
+        assert_eq!(s[0].target.lossy(), "/a/deep/leaf");
+        let s = storms(&[c], |_, _, _| None);
+        assert_eq!(s[0].target.lossy(), "…/deep/leaf");
     }
 }

@@ -103,7 +103,7 @@ pub fn probe_fentry(btf: &Btf) -> Result<(), String> {
 pub fn detach_after_exit(ebpf: &mut Ebpf) {
     for (name, prog) in ebpf.programs_mut() {
         if let Program::RawTracePoint(p) = prog {
-            let _ = p.unload(); // not loaded (--leaks-only's sys_enter) is fine
+            let _ = p.unload(); // not loaded (--no-syscalls's sys_enter) is fine
         } else if !FENTRY_PROGRAMS.iter().any(|p| p.name == name) {
             let _ = prog_unload(prog);
         }

@@ -12,7 +12,9 @@ use aya::{
     sys::{is_helper_supported, BpfHelper},
     Ebpf, EbpfError, EbpfLoader,
 };
-use fdaudit_common::{Config, GLOBAL_CONFIG, MAP_EVENTS, MAP_EXEC_CHAIN, MAP_READS, MAP_TRACKED};
+use fdaudit_common::{
+    Config, GLOBAL_CONFIG, MAP_EVENTS, MAP_EXEC_CHAIN, MAP_READS, MAP_READ_PATHS, MAP_TRACKED,
+};
 use thiserror::Error;
 
 use crate::tracer::btf::{self, Btf, BtfError};
@@ -22,11 +24,16 @@ mod fentry;
 pub mod misses;
 mod programs;
 mod raw;
+mod tp;
 
 pub use caps::{effective_caps, has_cap, missing_trace_caps};
 pub use fentry::{attach_fentry, detach_after_exit, detach_fentry, probe_fentry};
 pub use misses::MissedRuns;
-pub use programs::{FentrySpec, ProgramSpec, FENTRY_PROGRAMS, PROGRAMS, SYSCALL_PREFIX};
+pub use programs::{
+    FentrySpec, ProgramSpec, TpSpec, FENTRY_PROGRAMS, ORIGIN_PROGRAMS, PROGRAMS, SYSCALL_PREFIX,
+    TP_PROGRAMS,
+};
+pub use tp::{attach_tp, detach_tp, ia32_syscalls, probe_tp, IA32_UNSEEN};
 
 /// The optional programs on the exec syscalls' exit tracepoints (syscalls category), with
 /// the tracepoint each attaches to: they record a failed exec's errno and path
@@ -104,11 +111,15 @@ pub fn attach_program(prog: &mut Program, spec: &ProgramSpec) -> Result<(), Load
 #[serde(rename_all = "kebab-case")]
 pub enum Backend {
     /// Raw `sys_enter`/`sys_exit` tracepoints: every kernel since 4.17, but every syscall of
-    /// every process on the machine takes the tracepoint's slow path while attached.
+    /// every process on the machine runs a program while attached.
     RawTp,
+    /// The counted syscalls' own tracepoints (`syscalls/sys_enter_close`, ...; tracefs and
+    /// CONFIG_FTRACE_SYSCALLS): every syscall takes the slow path, but only the counted ones
+    /// run a program. Native syscalls only (no x86_64 `int $0x80` ones).
+    Tp,
     /// fentry/fexit (BPF trampolines) on the counted syscalls only: other syscalls pay
     /// nothing. Needs a kernel that accepts BPF_PROG_TYPE_TRACING programs (5.5+, and not
-    /// forbidden by lockdown or the distribution).
+    /// forbidden by lockdown or the distribution). Native syscalls only.
     Fentry,
 }
 
@@ -116,32 +127,42 @@ impl Backend {
     pub fn as_str(self) -> &'static str {
         match self {
             Backend::RawTp => "raw-tp",
+            Backend::Tp => "tp",
             Backend::Fentry => "fentry",
         }
     }
+
+    /// Sees only native syscalls: an x86_64 ia32 (`int $0x80`) syscall is not counted
+    /// ([`ia32_syscalls`] says whether the kernel runs any).
+    pub fn native_only(self) -> bool {
+        self != Backend::RawTp
+    }
 }
 
-/// Why `auto` counts with raw tracepoints, as `-v` and doctor say it.
-pub const AUTO_REASON: &str = "auto: fentry is opt-in, --backend fentry";
+/// Why `auto` passes over fentry, as `-v` and doctor say it.
+pub const FENTRY_OPT_IN: &str = "fentry is opt-in, --backend fentry";
+/// Why `auto` does not take tp.
+pub const TP_OPT_IN: &str = "tp is opt-in until measured, --backend tp";
 
-/// `--backend`: a backend, or `auto` (raw-tp for now; fentry is opt-in until it is shown
-/// faster and safe on real hardware).
+/// `--backend`: a backend, or `auto`: raw-tp (fentry is opt-in until it is shown faster and
+/// safe on real hardware, tp until the overhead benchmark has measured it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum BackendChoice {
     #[default]
     Auto,
     Fentry,
+    Tp,
     RawTp,
 }
 
 impl BackendChoice {
-    /// `FDAUDIT_BACKEND` (auto, fentry or raw-tp) when set, so a test suite can be run once
-    /// per backend; else auto.
+    /// `FDAUDIT_BACKEND` (auto, fentry, tp or raw-tp) when set, so a test suite can be run
+    /// once per backend; else auto.
     pub fn from_env() -> Result<Self, String> {
         match std::env::var("FDAUDIT_BACKEND") {
             Err(_) => Ok(BackendChoice::Auto),
             Ok(v) => <Self as clap::ValueEnum>::from_str(&v, true)
-                .map_err(|_| format!("FDAUDIT_BACKEND={v}: use auto, fentry or raw-tp")),
+                .map_err(|_| format!("FDAUDIT_BACKEND={v}: use auto, fentry, tp or raw-tp")),
         }
     }
 }
@@ -296,6 +317,7 @@ pub fn open_with<'a>(
     // of the kernel's map creation): without --reads it gets one.
     if config.reads == 0 {
         loader.map_max_entries(MAP_READS, 1);
+        loader.map_max_entries(MAP_READ_PATHS, 1);
     }
     // No CO-RE relocations in Rust programs: aya needs no target BTF to load the object.
     loader
@@ -474,7 +496,7 @@ fn raw_tracepoint<'a>(
 }
 
 /// The object's program `prog` (reported as `name`) as the program type `T`.
-fn program_as<'a, T>(
+pub(crate) fn program_as<'a, T>(
     ebpf: &'a mut Ebpf,
     prog: &str,
     name: &'static str,
@@ -523,18 +545,24 @@ fn attach(ebpf: &mut Ebpf, prog: &str, spec: &ProgramSpec) -> Result<(), LoadErr
 }
 
 /// A load error in one line: its message and its causes', or the verifier's own line.
-pub fn one_line(e: &LoadError) -> String {
-    let mut s = e.to_string();
-    if matches!(e, LoadError::Verifier { .. }) {
-        return s; // already carries the verifier's own line
+pub fn one_line(e: &(dyn std::error::Error + 'static)) -> String {
+    if let Some(v @ LoadError::Verifier { .. }) = e.downcast_ref::<LoadError>() {
+        return v.to_string(); // already carries the verifier's own line
     }
-    let mut cur = std::error::Error::source(e);
+    let mut parts: Vec<String> = Vec::new();
+    let mut cur = Some(e);
     while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
+        // aya ends a refusal with "Verifier output:" even when the log is empty.
+        let text = c.to_string();
+        let text = text.lines().next().unwrap_or_default().trim_end();
+        let text = text.trim_end_matches("Verifier output:").trim_end();
+        let text = text.trim_end_matches('.').to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
         cur = c.source();
     }
-    s.lines().next().unwrap_or_default().to_string()
+    parts.join(": ")
 }
 
 /// One line out of a verifier log: the last line that says what went wrong.
@@ -649,6 +677,8 @@ mod tests {
             .iter()
             .map(|p| p.name)
             .chain(FENTRY_PROGRAMS.iter().map(|p| p.name))
+            .chain(ORIGIN_PROGRAMS.iter().map(|p| p.name))
+            .chain(TP_PROGRAMS.iter().map(|p| p.name))
             .chain(EXEC_EXIT_PROGRAMS.iter().map(|(name, _)| *name))
             // The bounded exec walk (kernels without bpf_loop): its entry and tail calls.
             .chain(EXEC_CHAIN_STAGES)
@@ -686,6 +716,7 @@ mod tests {
         for (v, want) in [
             ("auto", BackendChoice::Auto),
             ("fentry", BackendChoice::Fentry),
+            ("tp", BackendChoice::Tp),
             ("raw-tp", BackendChoice::RawTp),
         ] {
             assert_eq!(BackendChoice::from_str(v, true), Ok(want));

@@ -47,6 +47,23 @@ pub const PROGRAMS: [ProgramSpec; 5] = [
     },
 ];
 
+/// `trace --origin`'s programs (fdaudit-ebpf/src/origin.rs): attached only with the option,
+/// on any backend.
+pub const ORIGIN_PROGRAMS: [ProgramSpec; 2] = [
+    ProgramSpec {
+        name: "origin_enter",
+        tracepoint: "sys_enter",
+        syscall: true,
+        reads_only: false,
+    },
+    ProgramSpec {
+        name: "origin_exit",
+        tracepoint: "sys_exit",
+        syscall: true,
+        reads_only: false,
+    },
+];
+
 /// The entry-point prefix of syscall `foo`'s handler (`__x64_sys_foo`), per architecture.
 #[cfg(target_arch = "x86_64")]
 pub const SYSCALL_PREFIX: &str = "__x64_sys_";
@@ -111,3 +128,36 @@ macro_rules! fentry_programs {
 }
 
 fdaudit_common::for_each_counter!(fentry_programs);
+
+/// A program of the tp backend and the syscall tracepoint it attaches to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TpSpec {
+    /// `tp_close`.
+    pub name: &'static str,
+    /// `sys_enter_close`, in the `syscalls` category.
+    pub tracepoint: &'static str,
+    /// The syscall exists on this architecture (aarch64 has no poll or dup2).
+    pub here: bool,
+}
+
+/// `TP_PROGRAMS`, from the counter table: the eBPF crate's `tp.rs` names its programs the
+/// same way (`tp_` and the syscall's name).
+macro_rules! tp_programs {
+    (
+        counters { $($_c:tt)* }
+        counted { $( $name:ident $sysno:ident $prog:ident = $x:tt, $a:tt, [$($i:tt)*]; )* }
+        $($_rest:tt)*
+    ) => {
+        /// The tp backend's programs: the same counts as `sys_enter`, one program per
+        /// counted syscall, each on that syscall's own entry tracepoint.
+        pub const TP_PROGRAMS: [TpSpec; [$(stringify!($prog),)*].len()] = [
+            $( TpSpec {
+                name: concat!("tp_", stringify!($name)),
+                tracepoint: concat!("sys_enter_", stringify!($name)),
+                here: fdaudit_common::sysno::$sysno != fdaudit_common::sysno::NONE,
+            }, )*
+        ];
+    };
+}
+
+fdaudit_common::for_each_counter!(tp_programs);
