@@ -1,0 +1,241 @@
+//! `fdaudit trace --origin`: each leaked fd names the call that made it inheritable, with
+//! the user stack. Root only (eBPF); the C fixture is compiled here with gcc (the VM guests
+//! have none: xtask/src/vm/build.rs leaves this test out there).
+
+use std::process::Command;
+
+use fdaudit_tests::{records, require_root, temp_path};
+use serde_json::Value;
+
+/// Opens /etc/hostname in a named function without O_CLOEXEC (fd 3), makes a socketpair in
+/// another, dup2s fd 3 to 40, then forks and execs /bin/true.
+const FIXTURE: &str = r#"
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+__attribute__((noinline)) int open_hostname(void) { return open("/etc/hostname", O_RDONLY); }
+__attribute__((noinline)) int make_pair(int sv[2]) { return socketpair(AF_UNIX, SOCK_STREAM, 0, sv); }
+
+int main(void) {
+    int sv[2];
+    for (int fd = 3; fd < 1024; fd++) close(fd); /* what the test's runner passed on */
+    if (open_hostname() != 3) return 10;
+    if (make_pair(sv) != 0) return 11;
+    if (dup2(3, 40) != 40) return 12;
+    pid_t pid = fork();
+    if (pid == 0) { execl("/bin/true", "true", (char *)0); _exit(127); }
+    int st;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+}
+"#;
+
+/// A pipe (fds 3, 4), then /etc/hostname opened with O_CLOEXEC (fd 5) whose flag
+/// fcntl(F_SETFD, 0) clears, and an fcntl(F_DUPFD) of it to 20; then fork and exec.
+const FIXTURE_FCNTL: &str = r#"
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+int main(void) {
+    int p[2];
+    for (int fd = 3; fd < 1024; fd++) close(fd);
+    if (pipe(p) != 0 || p[0] != 3) return 10;
+    int fd = open("/etc/hostname", O_RDONLY | O_CLOEXEC);
+    if (fd != 5 || fcntl(fd, F_SETFD, 0) != 0) return 11;
+    if (fcntl(fd, F_DUPFD, 20) != 20) return 12;
+    pid_t pid = fork();
+    if (pid == 0) { execl("/bin/true", "true", (char *)0); _exit(127); }
+    int st;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+}
+"#;
+
+/// One trace at a time: frames are resolved from /proc/PID/maps while the process lives, and
+/// three sessions loading their programs at once on a 2-CPU machine can delay the reader
+/// past the fixture's exit (its frames then have no module; docs/architecture.md).
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn build_fixture() -> std::path::PathBuf {
+    build("origin-fixture", FIXTURE)
+}
+
+fn build(name: &str, source: &str) -> std::path::PathBuf {
+    let src = temp_path(&format!("{name}.c"));
+    let exe = temp_path(name);
+    std::fs::write(&src, source).expect("write the C fixture");
+    let st = Command::new("gcc")
+        .args(["-g", "-O0", "-fno-omit-frame-pointer", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .expect("gcc is installed by .ci/setup");
+    assert!(st.success(), "gcc failed on the fixture: {st}");
+    let _ = std::fs::remove_file(&src);
+    exe
+}
+
+fn origin_of(spawn: &Value, fd: u64) -> &Value {
+    let leaked = spawn["leaked_fds"].as_array().expect("leaked_fds");
+    let l = leaked
+        .iter()
+        .find(|l| l["fd"] == fd)
+        .unwrap_or_else(|| panic!("fd {fd} did not leak: {leaked:?}"));
+    &l["origin"]
+}
+
+#[test]
+#[ignore = "needs root and BTF"]
+fn each_leaked_fd_names_its_call_and_the_open_names_its_function() {
+    require_root();
+    let _serial = serial();
+    let exe = build_fixture();
+    let (out, text) = fdaudit_tests::trace_to_file("origin.jsonl", |c| {
+        c.args(["--origin", "--"]).arg(&exe);
+    });
+    let _ = std::fs::remove_file(&exe);
+    fdaudit_tests::assert_success(&out);
+    let name = exe
+        .file_name()
+        .expect("a name")
+        .to_string_lossy()
+        .into_owned();
+    let comm: String = name.chars().take(15).collect();
+    let recs = records(&text);
+    let spawn = recs
+        .iter()
+        .find(|r| r["type"] == "spawn" && r["exec_path"] == "/bin/true")
+        .unwrap_or_else(|| panic!("no spawn of /bin/true: {text}"));
+    let fixture_pid = spawn["parent_pid"].as_u64().expect("parent_pid");
+    let open = origin_of(spawn, 3);
+    assert_eq!(open["syscall"], "openat", "fd 3: {open}");
+    assert_eq!(
+        open["pid"], fixture_pid,
+        "fd 3 was opened by the fixture: {open}"
+    );
+    assert_eq!(open["comm"], comm.as_str());
+    assert!(open["time_ns"].as_u64().unwrap_or(0) > 0, "{open}");
+    let frames = open["stack"].as_array().expect("a stack");
+    let frame = frames
+        .iter()
+        .find(|f| {
+            f["symbol"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with("open_hostname+")
+        })
+        .unwrap_or_else(|| panic!("no frame names open_hostname: {open}"));
+    // DWARF (-g): the fixture's source line of the open() call.
+    let line = FIXTURE
+        .lines()
+        .position(|l| l.contains("int open_hostname(void)"))
+        .expect("the line")
+        + 1;
+    assert!(
+        frame["file"]
+            .as_str()
+            .unwrap_or("")
+            .ends_with("origin-fixture.c"),
+        "{frame}"
+    );
+    assert_eq!(frame["line"], line as u64, "{frame}");
+    assert_eq!(origin_of(spawn, 40)["syscall"], "dup2");
+    for fd in [4, 5] {
+        assert_eq!(origin_of(spawn, fd)["syscall"], "socketpair", "fd {fd}");
+    }
+}
+
+#[test]
+#[ignore = "needs root and BTF"]
+fn an_fd_from_before_the_trace_has_an_unknown_origin_and_no_origin_without_the_flag() {
+    require_root();
+    let _serial = serial();
+    let (out, text) = fdaudit_tests::trace_to_file("origin-before.jsonl", |c| {
+        c.args(["--origin", "--", "bash", "-c", "/bin/true 7</etc/hostname"]);
+    });
+    fdaudit_tests::assert_success(&out);
+    // bash opens fd 7 itself (openat, then dup2 from the fd it got: the origin is dup2 or
+    // fcntl(F_DUPFD)); an fd the traced command inherited has none.
+    let spawn = records(&text)
+        .into_iter()
+        .find(|r| r["type"] == "spawn" && r["exec_path"] == "/bin/true")
+        .unwrap_or_else(|| panic!("no spawn of /bin/true: {text}"));
+    let o = origin_of(&spawn, 7);
+    assert!(
+        o["syscall"].is_string(),
+        "bash's own redirection has an origin: {o}"
+    );
+    let (out, text) = fdaudit_tests::trace_to_file("origin-off.jsonl", |c| {
+        c.args(["--", "bash", "-c", "/bin/true 7</etc/hostname"]);
+    });
+    fdaudit_tests::assert_success(&out);
+    let spawn = records(&text)
+        .into_iter()
+        .find(|r| r["type"] == "spawn" && r["exec_path"] == "/bin/true")
+        .expect("a spawn");
+    assert!(origin_of(&spawn, 7).is_null(), "no origin without --origin");
+}
+
+#[test]
+#[ignore = "needs root and BTF"]
+fn pipe_fcntl_setfd_and_f_dupfd_are_origins_and_the_cloexec_open_is_not() {
+    require_root();
+    let _serial = serial();
+    let exe = build("origin-fcntl", FIXTURE_FCNTL);
+    let (out, text) = fdaudit_tests::trace_to_file("origin-fcntl.jsonl", |c| {
+        c.args(["--origin", "--"]).arg(&exe);
+    });
+    let _ = std::fs::remove_file(&exe);
+    fdaudit_tests::assert_success(&out);
+    let spawn = records(&text)
+        .into_iter()
+        .find(|r| r["type"] == "spawn" && r["exec_path"] == "/bin/true")
+        .unwrap_or_else(|| panic!("no spawn of /bin/true: {text}"));
+    // glibc's pipe() is pipe2(fds, 0).
+    for fd in [3, 4] {
+        assert_eq!(origin_of(&spawn, fd)["syscall"], "pipe2", "fd {fd}");
+    }
+    // The open had O_CLOEXEC: the fd became inheritable at fcntl(F_SETFD).
+    assert_eq!(origin_of(&spawn, 5)["syscall"], "fcntl(F_SETFD)");
+    assert_eq!(origin_of(&spawn, 20)["syscall"], "fcntl(F_DUPFD)");
+}
+
+#[test]
+#[ignore = "needs root and BTF"]
+fn an_exec_chain_keeps_the_origin_and_a_grandchild_finds_its_grandparent_s() {
+    require_root();
+    let _serial = serial();
+    // bash opens fd 7 itself, then execs env (same process), which execs /bin/true; the
+    // sh it forks first is a grandchild whose /bin/true gets fd 7 from bash's call.
+    let script = "exec 7</etc/hostname; sh -c '/bin/true; :'; exec env /bin/true";
+    let (out, text) = fdaudit_tests::trace_to_file("origin-chain.jsonl", |c| {
+        c.args(["--origin", "--", "bash", "-c", script]);
+    });
+    fdaudit_tests::assert_success(&out);
+    let spawns: Vec<Value> = records(&text)
+        .into_iter()
+        .filter(|r| r["type"] == "spawn" && r["exec_path"] == "/bin/true")
+        .collect();
+    assert_eq!(spawns.len(), 2, "{text}");
+    let origins: Vec<&Value> = spawns.iter().map(|s| origin_of(s, 7)).collect();
+    let bash = origins[0]["pid"].as_u64().unwrap_or(0);
+    assert!(
+        bash > 0,
+        "the grandchild's fd 7 has its grandparent's origin: {origins:?}"
+    );
+    assert_eq!(origins[0]["comm"], "bash", "{origins:?}");
+    // The exec chain (bash -> env -> /bin/true) is bash's own process.
+    assert_eq!(spawns[1]["pid"], bash, "{text}");
+    assert_eq!(origins[1]["pid"], bash, "{origins:?}");
+    assert_eq!(
+        origins[0]["time_ns"], origins[1]["time_ns"],
+        "the same call"
+    );
+}
