@@ -1,0 +1,238 @@
+//! `trace`'s CI gates: `--fail-on-leak`, `--fail-on-strategy` and `--max-closes`. Every exec
+//! record is judged, whatever the output filters keep; the verdict lines name the spawns
+//! that failed each gate, and [`Gates::failed`] the exit reason.
+
+use std::collections::BTreeMap;
+
+use super::{Ending, ExitReason, LeakPolicy};
+use crate::output::{count, stream};
+use crate::tracer::{decode::Spawn, strategy::Strategy};
+
+/// How many offending spawns a verdict line names.
+const SHOWN: usize = 5;
+
+/// The gates set on the command line.
+#[derive(Debug, Clone, Default)]
+pub struct GateOptions {
+    pub fail_on_leak: bool,
+    /// `--fail-on-strategy`.
+    pub strategies: Vec<Strategy>,
+    /// `--max-closes`.
+    pub max_closes: Option<u64>,
+}
+
+/// The fd-closing calls of a window that `--max-closes` counts: close() calls plus
+/// close_range() calls. The kernel does not say how many fds one close_range() closed, so
+/// it counts once, as the one call it is (its cost does not grow with NOFILE).
+pub fn closes(s: &Spawn) -> u64 {
+    s.calls.close_calls + s.calls.close_range_calls
+}
+
+/// The offenders of each gate.
+#[derive(Debug, Default)]
+pub struct Gates {
+    pub opts: GateOptions,
+    /// `--fail-on-leak`: each process whose latest exec leaked what the policy counts (a
+    /// later exec of the process replaces it: leaks are judged at the last image).
+    leaks: BTreeMap<u32, String>,
+    /// `--fail-on-strategy`: every exec record that used one of the strategies.
+    strategy: Vec<String>,
+    /// `--max-closes`: every exec record that made more closing calls.
+    closes: Vec<String>,
+}
+
+impl Gates {
+    pub fn new(opts: GateOptions) -> Gates {
+        Gates {
+            opts,
+            ..Gates::default()
+        }
+    }
+
+    /// Judges one exec record (before the output filters).
+    pub fn judge(&mut self, s: &Spawn, policy: &LeakPolicy) {
+        if self.opts.fail_on_leak {
+            self.judge_leaks(s, policy);
+        }
+        let who = || format!("pid {} {}", s.pid, s.exec_path.escaped());
+        if self.opts.strategies.contains(&s.strategy) {
+            let how = match s.close_loop_bound {
+                Some(b) => format!("{} to {b}", s.strategy),
+                None => s.strategy.to_string(),
+            };
+            self.strategy.push(format!("{}: {how}", who()));
+        }
+        if let Some(max) = self.opts.max_closes {
+            let n = closes(s);
+            if n > max {
+                self.closes.push(format!(
+                    "{}: {n} (close {}, close_range {})",
+                    who(),
+                    s.calls.close_calls,
+                    s.calls.close_range_calls
+                ));
+            }
+        }
+    }
+
+    fn judge_leaks(&mut self, s: &Spawn, policy: &LeakPolicy) {
+        if policy.new_leaks(s) == 0 {
+            self.leaks.remove(&s.pid);
+            return;
+        }
+        let mut fds: Vec<String> = s
+            .leaked_fds
+            .iter()
+            .filter(|f| policy.counts(f))
+            .map(|f| format!("fd {} {} {}", f.fd, f.kind, f.target.escaped()))
+            .collect();
+        let unlisted = (s.leaked_count as usize).saturating_sub(s.leaked_fds.len());
+        if unlisted > 0 {
+            fds.push(format!("{unlisted} more not listed (fds_truncated)"));
+        }
+        self.leaks.insert(
+            s.pid,
+            format!(
+                "pid {} {}: {}",
+                s.pid,
+                s.exec_path.escaped(),
+                fds.join(", ")
+            ),
+        );
+    }
+
+    /// The first gate that failed, in the order leak, strategy, closes (`leaked`: whether
+    /// `--fail-on-leak` has a leak to fail on, as the reporter's totals say).
+    pub fn failed(&self, leaked: bool) -> Option<ExitReason> {
+        if self.opts.fail_on_leak && leaked {
+            Some(ExitReason::Leak)
+        } else if !self.strategy.is_empty() {
+            Some(ExitReason::Strategy)
+        } else if !self.closes.is_empty() {
+            Some(ExitReason::Closes)
+        } else {
+            None
+        }
+    }
+
+    /// The verdict lines of the gates that failed: which spawns, why, and the exit status
+    /// it led to.
+    pub fn verdicts(&self, leaked: bool, ending: &Ending) -> Vec<String> {
+        let outcome = match ending.exit_reason {
+            ExitReason::Leak | ExitReason::Strategy | ExitReason::Closes => {
+                format!("exit status {}", ending.exit_code)
+            }
+            _ => format!(
+                "but the command itself failed: exit status {} is its own",
+                ending.exit_code
+            ),
+        };
+        let mut lines = Vec::new();
+        if self.opts.fail_on_leak && leaked {
+            let list: Vec<&String> = self.leaks.values().collect();
+            lines.push(format!(
+                "--fail-on-leak: {} leaked fds ({outcome}): {}",
+                count(list.len() as u64, "spawn", "spawns"),
+                shown(&list)
+            ));
+        }
+        if !self.strategy.is_empty() {
+            let names: Vec<&str> = self.opts.strategies.iter().map(|s| s.as_str()).collect();
+            lines.push(format!(
+                "--fail-on-strategy {}: {} used it ({outcome}): {}",
+                names.join(","),
+                count(self.strategy.len() as u64, "spawn", "spawns"),
+                shown(&self.strategy.iter().collect::<Vec<_>>())
+            ));
+        }
+        if let (Some(max), false) = (self.opts.max_closes, self.closes.is_empty()) {
+            lines.push(format!(
+                "--max-closes {max}: {} made more closing calls ({outcome}): {}",
+                count(self.closes.len() as u64, "spawn", "spawns"),
+                shown(&self.closes.iter().collect::<Vec<_>>())
+            ));
+        }
+        lines
+    }
+
+    /// Says [`Gates::verdicts`] as verdict notes.
+    pub fn say(&self, leaked: bool, ending: &Ending) {
+        for v in self.verdicts(leaked, ending) {
+            stream::note(stream::Level::Verdict, &v);
+        }
+    }
+}
+
+/// The first [`SHOWN`] offenders, `; `-joined, and how many more.
+fn shown(list: &[&String]) -> String {
+    let mut out: Vec<String> = list.iter().take(SHOWN).map(|s| s.to_string()).collect();
+    if list.len() > SHOWN {
+        out.push(format!("… and {} more", list.len() - SHOWN));
+    }
+    out.join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::spawn;
+    use super::*;
+
+    fn ending(exit_code: u8, exit_reason: ExitReason) -> Ending {
+        Ending {
+            command_status: Some(0),
+            exit_code,
+            exit_reason,
+        }
+    }
+
+    #[test]
+    fn strategy_and_closes_gates_name_the_spawns() {
+        let mut g = Gates::new(GateOptions {
+            fail_on_leak: false,
+            strategies: vec![Strategy::CloseLoop, Strategy::ProcfdWalk],
+            max_closes: Some(100),
+        });
+        let policy = LeakPolicy::default();
+        let mut range = spawn("sh", "/bin/true", 2, 1_000, 0);
+        range.strategy = Strategy::CloseRange;
+        range.calls.close_range_calls = 1;
+        g.judge(&range, &policy);
+        assert_eq!(g.failed(false), None, "3 closing calls, close-range");
+        let mut lp = spawn("sh", "/bin/true", 19_997, 1_000, 0);
+        lp.pid = 77;
+        g.judge(&lp, &policy);
+        assert_eq!(g.failed(false), Some(ExitReason::Strategy));
+        assert_eq!(
+            g.failed(true),
+            Some(ExitReason::Strategy),
+            "no --fail-on-leak"
+        );
+        let v = g.verdicts(false, &ending(3, ExitReason::Strategy));
+        assert_eq!(
+            v,
+            [
+                "--fail-on-strategy close-loop,procfd-walk: 1 spawn used it (exit status 3): pid 77 /bin/true: close-loop to 20000",
+                "--max-closes 100: 1 spawn made more closing calls (exit status 3): pid 77 /bin/true: 19997 (close 19997, close_range 0)",
+            ]
+        );
+        let v = g.verdicts(false, &ending(1, ExitReason::Command));
+        assert!(
+            v[0].contains("but the command itself failed: exit status 1"),
+            "{v:?}"
+        );
+    }
+
+    #[test]
+    fn max_closes_counts_close_range_calls_and_is_strict() {
+        let mut g = Gates::new(GateOptions {
+            max_closes: Some(3),
+            ..GateOptions::default()
+        });
+        let mut s = spawn("sh", "/bin/true", 3, 1_000, 0);
+        g.judge(&s, &LeakPolicy::default());
+        assert_eq!(g.failed(false), None, "3 is not more than 3");
+        s.calls.close_range_calls = 1;
+        g.judge(&s, &LeakPolicy::default());
+        assert_eq!(g.failed(false), Some(ExitReason::Closes));
+    }
+}
