@@ -81,6 +81,16 @@ pub struct Config {
     /// `trace --cgroup`: id of the followed cgroup, 0 to follow only the tracked trees. A
     /// process whose ancestor at `cgroup_level` is this cgroup is traced at its fork or exec.
     pub cgroup_id: u64,
+    /// Non-zero: record the calls that create inheritable fds (`trace --origin`).
+    pub origin: u32,
+    /// pt_regs offset of the fourth syscall argument (x86_64: r10; aarch64: regs[3]).
+    pub regs_arg3: u32,
+    /// pt_regs offset of the user stack pointer (x86_64: sp; aarch64: sp).
+    pub regs_sp: u32,
+    /// mm_struct->start_code and ->end_code: the main executable's text (`--origin`).
+    pub mm_start_code: u32,
+    pub mm_end_code: u32,
+    pub _pad_origin: [u32; 3],
 }
 
 /// A [`Config`] offset the running kernel does not have: the programs skip what needs it.
@@ -146,5 +156,11 @@ impl Config {
         cgroup_level: 0,
         task_btf: 0,
         cgroup_id: 0,
+        origin: 0,
+        regs_arg3: 0,
+        regs_sp: 0,
+        mm_start_code: 0,
+        mm_end_code: 0,
+        _pad_origin: [0; 3],
     };
 }

@@ -14,6 +14,9 @@ pub const MAP_SCRATCH: &str = "SCRATCH";
 pub const MAP_STATS: &str = "STATS";
 /// [`ReadKey`] -> [`ReadStat`]: per-(process, open file) read counters (`trace --reads`).
 pub const MAP_READS: &str = "READS";
+/// [`ReadKey`] -> [`FdPath`]: the path of a file read a byte at a time, walked in the kernel
+/// when its read counter became a storm ([`STORM_MIN_SMALL_READS`]), while it was open.
+pub const MAP_READ_PATHS: &str = "READ_PATHS";
 /// Array of [`HotSlot`] indexed by `tgid & Config::hot_mask`: the close() fast path.
 pub const MAP_HOT: &str = "HOT";
 /// tgid -> [`ExecFailure`]: the last failed exec of a traced process (path and errno),
@@ -24,6 +27,14 @@ pub const MAP_EXEC_PENDING: &str = "EXEC_PENDING";
 /// Per-CPU scratch [`ExecFailure`] the fexit programs fill before the insert (the eBPF stack
 /// is too small for it).
 pub const MAP_EXEC_SCRATCH: &str = "EXEC_SCRATCH";
+/// pid_tgid -> [`OriginPending`]: a `trace --origin` call between its sys_enter and exit.
+pub const MAP_ORIGIN_PENDING: &str = "ORIGIN_PENDING";
+/// Array of u32 indexed by `tid & (ORIGIN_GATE_SLOTS - 1)`: the thread with a call in
+/// [`MAP_ORIGIN_PENDING`], so that sys_exit leaves after one array load for every other.
+pub const MAP_ORIGIN_GATE: &str = "ORIGIN_GATE";
+/// tgid -> 1 once the process sent an origin record: its first one wakes fdaudit's reader at
+/// once, so that its memory map is read while it lives (an LRU map: stale entries age out).
+pub const MAP_ORIGIN_SEEN: &str = "ORIGIN_SEEN";
 /// Name of the global holding the [`Config`].
 pub const GLOBAL_CONFIG: &str = "CONFIG";
 
@@ -62,6 +73,11 @@ pub const MAX_TRACKED: u32 = 32768;
 pub const HOT_SLOTS: u32 = 1 << 16;
 /// Capacity of the READS map.
 pub const MAX_READS: u32 = 16384;
+/// Capacity of the READ_PATHS map (storms are rare; ~780 bytes an entry).
+pub const MAX_READ_PATHS: u32 = 512;
+/// A (process, open file) is a read storm when it made at least this many small reads:
+/// calls that returned 1 or 2 bytes. The kernel names the file when the count reaches it.
+pub const STORM_MIN_SMALL_READS: u64 = 64;
 /// Upper bound on fd-table words (64 fds each) the exec program walks: 2^20 fds.
 pub const MAX_FD_WORDS: u32 = 1 << 14;
 
@@ -126,12 +142,17 @@ pub mod sysno_ia32 {
 mod config;
 mod counters;
 mod maps;
+mod origin;
 mod records;
 
 pub use config::{Config, CONFIG_MAGIC, NO_OFFSET};
 pub use maps::{
     ExecFailure, FdCache, HotSlot, ReadKey, ReadStat, Stats, TaskState, EXEC_PATH_LEN,
     MAX_EXEC_FAILS,
+};
+pub use origin::{
+    inheritable, origin_sysno, FdAt, OriginCall, OriginPending, OriginRecord, FD_CLOEXEC, F_DUPFD,
+    F_SETFD, MAX_ORIGIN_PENDING, ORIGIN_GATE_SLOTS, ORIGIN_SP_WORDS, ORIGIN_STACK_DEPTH,
 };
 pub use records::{
     fd_flags, flags, CloseRange, Counters, ExitRecord, FdInfo, FdPath, PathsRecord, RecordHeader,
@@ -164,11 +185,13 @@ mod pod {
     unsafe impl aya::Pod for super::Stats {}
     unsafe impl aya::Pod for super::ReadKey {}
     unsafe impl aya::Pod for super::ReadStat {}
+    unsafe impl aya::Pod for super::FdPath {}
     unsafe impl aya::Pod for super::Config {}
     unsafe impl aya::Pod for super::Counters {}
     unsafe impl aya::Pod for super::HotSlot {}
     unsafe impl aya::Pod for super::FdCache {}
     unsafe impl aya::Pod for super::ExecFailure {}
+    unsafe impl aya::Pod for super::OriginPending {}
 }
 
 // Layout guards: no implicit padding anywhere.
@@ -189,7 +212,20 @@ const _: () = {
     assert!(PathsRecord::sent_len(MAX_PATHS) == size_of::<PathsRecord>());
     assert!(size_of::<SpawnScratch>() == size_of::<SpawnRecord>() + size_of::<PathsRecord>());
     assert!(size_of::<ExitRecord>() == 8 + 8 + 16 + 8 + 16 + size_of::<Counters>());
-    assert!(size_of::<Config>() == 52 * 4 + 8);
+    assert!(size_of::<Config>() == 52 * 4 + 8 + 32);
+    assert!(size_of::<OriginPending>() == 24);
+    assert!(
+        size_of::<OriginRecord>()
+            == 8 + 16
+                + 8
+                + 8
+                + 8
+                + 16
+                + 8
+                + 16
+                + 8
+                + 8 * (ORIGIN_STACK_DEPTH + 3 + ORIGIN_SP_WORDS)
+    );
     assert!(size_of::<FdPath>() == 16 + COMP_LEN * MAX_DEPTH);
     assert!(size_of::<FdCache>() == 32);
     assert!(size_of::<HotSlot>() == 48);

@@ -60,6 +60,8 @@ pub enum RecordKind {
     Exit = 2,
     /// Paths of a spawn's leaked files: [`PathsRecord`], sent just before its spawn.
     Paths = 3,
+    /// `trace --origin`: a call made an inheritable fd: [`crate::OriginRecord`].
+    Origin = 4,
 }
 
 impl RecordKind {
@@ -68,6 +70,7 @@ impl RecordKind {
             1 => Some(Self::Spawn),
             2 => Some(Self::Exit),
             3 => Some(Self::Paths),
+            4 => Some(Self::Origin),
             _ => None,
         }
     }

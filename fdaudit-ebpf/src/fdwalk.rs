@@ -36,16 +36,23 @@ pub struct Walk {
     files: [u64; MAX_PATHS],
     /// The open_fds word of the fd being looked at.
     word: u64,
-    /// Path walk state: where the walk of the current path is.
-    dentry: u64,
-    vfsmnt: u64,
-    mnt: u64,
-    depth: u32,
-    done: u32,
+    /// Where the walk of the current path is.
+    cursor: PathCursor,
     /// fds to look at in all.
     nfds: u32,
     /// Bounded walk: the first fd of the next stage.
     next: u32,
+}
+
+/// Where a path walk ([`path_start`], [`path_one_step`]) is.
+#[repr(C)]
+pub struct PathCursor {
+    dentry: u64,
+    vfsmnt: u64,
+    mnt: u64,
+    depth: u32,
+    /// 1 when the walk is over.
+    pub done: u32,
 }
 
 #[map]
@@ -67,7 +74,7 @@ fn state() -> Option<(
 }
 
 /// Steps each path walk may take: a component or a mount crossing per step.
-const PATH_STEPS: u32 = MAX_DEPTH as u32 + 8;
+pub const PATH_STEPS: u32 = MAX_DEPTH as u32 + 8;
 
 /// Fills the current exec's record in SCRATCH (`fds`, `nfds`, `stdio`, `stdio_mask`, and in
 /// the paths record the paths of the first leaked files) from the current fd table.
@@ -325,14 +332,34 @@ fn one_path_step(index: u64, rec: &mut SpawnRecord, paths: &mut PathsRecord, wal
     let last = index % u64::from(PATH_STEPS) == u64::from(PATH_STEPS) - 1;
     let p = &mut paths.paths[i];
     if first {
-        p.depth = 0;
-        p.complete = 0;
-        walk.depth = 0;
-        walk.done = 0;
-        if path_start(walk, walk.files[i]).is_err() {
-            walk.done = 1;
-        }
+        path_start(&mut walk.cursor, p, walk.files[i]);
     }
+    path_step_once(&mut walk.cursor, p);
+    if last && p.complete == 0 {
+        rec.header.flags |= flags::PATH_PARTIAL;
+    }
+}
+
+/// Starts the walk of `file`'s path into `p` (empty, not complete).
+#[inline(always)]
+pub fn path_start(walk: &mut PathCursor, p: &mut FdPath, file: u64) {
+    p.depth = 0;
+    p.complete = 0;
+    walk.depth = 0;
+    walk.done = u32::from(path_cursor_at(walk, file).is_err());
+}
+
+#[inline(always)]
+fn path_cursor_at(walk: &mut PathCursor, file: u64) -> Result<(), i64> {
+    walk.dentry = read_kernel(file + conf!(file_dentry))?;
+    walk.vfsmnt = read_kernel(file + conf!(file_mnt))?;
+    walk.mnt = walk.vfsmnt - conf!(mount_mnt);
+    Ok(())
+}
+
+/// One step of the walk unless it is over; sets `done` when it is.
+#[inline(always)]
+pub fn path_step_once(walk: &mut PathCursor, p: &mut FdPath) {
     if walk.done == 0 {
         match path_one_step(walk, p) {
             Ok(true) => walk.done = 1,
@@ -340,23 +367,12 @@ fn one_path_step(index: u64, rec: &mut SpawnRecord, paths: &mut PathsRecord, wal
             Err(_) => walk.done = 1,
         }
     }
-    if last && p.complete == 0 {
-        rec.header.flags |= flags::PATH_PARTIAL;
-    }
-}
-
-#[inline(always)]
-fn path_start(walk: &mut Walk, file: u64) -> Result<(), i64> {
-    walk.dentry = read_kernel(file + conf!(file_dentry))?;
-    walk.vfsmnt = read_kernel(file + conf!(file_mnt))?;
-    walk.mnt = walk.vfsmnt - conf!(mount_mnt);
-    Ok(())
 }
 
 /// One step of the kernel's d_path(), bounded: record a name and go to the parent, or cross
 /// from a mount's root to its mount point. Ok(true) when the walk is over.
 #[inline(always)]
-fn path_one_step(walk: &mut Walk, p: &mut FdPath) -> Result<bool, i64> {
+fn path_one_step(walk: &mut PathCursor, p: &mut FdPath) -> Result<bool, i64> {
     let parent: u64 = read_kernel(walk.dentry + conf!(dentry_parent))?;
     let root: u64 = read_kernel(walk.vfsmnt + conf!(vfsmount_root))?;
     if walk.dentry == root || walk.dentry == parent {

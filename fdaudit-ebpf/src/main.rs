@@ -25,7 +25,10 @@ mod fdwalk;
 mod fentry;
 mod fork;
 mod kernel;
+mod origin;
+mod readpath;
 mod syscalls;
+mod tp;
 
 /// Asserts at compile time that static `$ident` is named `$name` (a common-crate constant).
 macro_rules! map_named {
@@ -40,10 +43,12 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, ProgramArray, RingBuf},
 };
 use fdaudit_common::{
-    Config, ExecFailure, HotSlot, ReadKey, ReadStat, SpawnScratch, Stats, TaskState, CONFIG_MAGIC,
-    EXEC_CHAIN_LEN, GLOBAL_CONFIG, HOT_SLOTS, MAP_EVENTS, MAP_EXEC_CHAIN, MAP_EXEC_FAILS,
-    MAP_EXEC_PENDING, MAP_EXEC_SCRATCH, MAP_HOT, MAP_READS, MAP_SCRATCH, MAP_STATS, MAP_TRACKED,
-    MAX_EXEC_FAILS, MAX_READS, MAX_TRACKED,
+    Config, ExecFailure, FdPath, HotSlot, OriginPending, ReadKey, ReadStat, SpawnScratch, Stats,
+    TaskState, CONFIG_MAGIC, EXEC_CHAIN_LEN, GLOBAL_CONFIG, HOT_SLOTS, MAP_EVENTS, MAP_EXEC_CHAIN,
+    MAP_EXEC_FAILS, MAP_EXEC_PENDING, MAP_EXEC_SCRATCH, MAP_HOT, MAP_ORIGIN_GATE,
+    MAP_ORIGIN_PENDING, MAP_ORIGIN_SEEN, MAP_READS, MAP_READ_PATHS, MAP_SCRATCH, MAP_STATS,
+    MAP_TRACKED, MAX_EXEC_FAILS, MAX_ORIGIN_PENDING, MAX_READS, MAX_READ_PATHS, MAX_TRACKED,
+    ORIGIN_GATE_SLOTS,
 };
 // fdwalk sends the records through `crate::output_spawn`.
 use exec::output_spawn;
@@ -82,6 +87,10 @@ static READS: HashMap<ReadKey, ReadStat> = HashMap::with_max_entries(MAX_READS, 
 map_named!(READS, MAP_READS);
 
 #[map]
+static READ_PATHS: HashMap<ReadKey, FdPath> = HashMap::with_max_entries(MAX_READ_PATHS, 0);
+map_named!(READ_PATHS, MAP_READ_PATHS);
+
+#[map]
 static EXEC_FAILS: LruHashMap<u32, ExecFailure> = LruHashMap::with_max_entries(MAX_EXEC_FAILS, 0);
 map_named!(EXEC_FAILS, MAP_EXEC_FAILS);
 
@@ -92,6 +101,22 @@ map_named!(EXEC_SCRATCH, MAP_EXEC_SCRATCH);
 #[map]
 static EXEC_PENDING: LruHashMap<u32, u64> = LruHashMap::with_max_entries(MAX_EXEC_FAILS, 0);
 map_named!(EXEC_PENDING, MAP_EXEC_PENDING);
+
+/// `trace --origin`'s calls between sys_enter and sys_exit, per thread (origin.rs).
+#[map]
+static ORIGIN_PENDING: LruHashMap<u64, OriginPending> =
+    LruHashMap::with_max_entries(MAX_ORIGIN_PENDING, 0);
+map_named!(ORIGIN_PENDING, MAP_ORIGIN_PENDING);
+
+/// The thread whose call is in ORIGIN_PENDING, per `tid & (slots - 1)` (origin.rs).
+#[map]
+static ORIGIN_GATE: Array<u32> = Array::with_max_entries(ORIGIN_GATE_SLOTS, 0);
+map_named!(ORIGIN_GATE, MAP_ORIGIN_GATE);
+
+/// The processes that sent an origin record (origin.rs: the first one wakes the reader).
+#[map]
+static ORIGIN_SEEN: LruHashMap<u32, u32> = LruHashMap::with_max_entries(MAX_ORIGIN_PENDING, 0);
+map_named!(ORIGIN_SEEN, MAP_ORIGIN_SEEN);
 
 /// Offsets and options, written by the loader (`EbpfLoader::override_global`).
 #[unsafe(no_mangle)]

@@ -2,7 +2,9 @@
 //! counters of `--reads` (sys_exit), on raw tracepoints.
 
 use aya_ebpf::{
-    helpers::bpf_get_current_comm, macros::raw_tracepoint, programs::RawTracePointContext,
+    helpers::bpf_get_current_comm,
+    macros::raw_tracepoint,
+    programs::{RawTracePointContext, TracePointContext},
 };
 use fdaudit_common::{flags, sysno, ReadKey, ReadStat, TaskState, MAX_RANGES};
 
@@ -39,6 +41,31 @@ fn try_sys_enter(ctx: &RawTracePointContext) -> Result<(), i64> {
 /// from the raw tracepoint or the fentry backend (which hooks the native entry points only).
 #[inline(always)]
 pub(crate) fn on_syscall(raw_id: i64, regs: u64, may_be_compat: bool) -> Result<(), i64> {
+    on_counted(
+        raw_id,
+        || may_be_compat && in_compat_syscall(),
+        |compat| Regs { regs, compat },
+    )
+}
+
+/// Counts native syscall `id` of the current process from its own tracepoint
+/// (`syscalls/sys_enter_<name>`, the tp backend), whose arguments are in the record.
+#[inline(always)]
+pub(crate) fn on_tracepoint(id: i64, ctx: &TracePointContext) -> Result<(), i64> {
+    // Native syscall tracepoints never fire for an x86_64 compat syscall
+    // (ARCH_TRACE_IGNORE_COMPAT_SYSCALLS): the call is always native.
+    on_counted(id, || false, |_| TpArgs(ctx))
+}
+
+/// The common part of [`on_syscall`] and [`on_tracepoint`]: `is_compat` says whether the
+/// call is an x86_64 compat one (asked only of processes in a window), `args` gives its
+/// arguments for that answer.
+#[inline(always)]
+fn on_counted<A: SyscallArgs>(
+    raw_id: i64,
+    is_compat: impl FnOnce() -> bool,
+    args: impl FnOnce(bool) -> A,
+) -> Result<(), i64> {
     // Every count is for a process inside its fork..exec window, and every such process
     // owns its HOT slot (or marked the slot as overflowed): one array access, no hashing,
     // tells all other processes on the machine to leave.
@@ -51,11 +78,12 @@ pub(crate) fn on_syscall(raw_id: i64, regs: u64, may_be_compat: bool) -> Result<
     if slot.tgid != tgid && slot.overflow == 0 {
         return Ok(()); // nobody in a window hashes here: not traced
     }
-    let compat = may_be_compat && in_compat_syscall();
+    let compat = is_compat();
+    let a = args(compat);
     if slot.tgid == tgid && raw_id == sysno::CLOSE && !compat {
         // The path a close loop takes 2^20 times.
         slot.close_calls += 1;
-        let fd: u64 = arch::arg(regs, conf!(regs_arg0))?;
+        let fd: u64 = a.arg0()?;
         if !fd_is_open(&mut slot.cache, fd as u32)? {
             slot.close_ebadf += 1;
         }
@@ -69,37 +97,92 @@ pub(crate) fn on_syscall(raw_id: i64, regs: u64, may_be_compat: bool) -> Result<
     if st.in_window == 0 {
         return Ok(());
     }
-    // Argument registers and the call's x86_64 number.
-    let (id, args) = if compat {
+    // The call's x86_64 number.
+    let id = if compat {
         st.flags |= flags::COMPAT_SYSCALLS;
-        let args = ArgRegs {
-            arg0: conf!(regs_bx),
-            arg1: conf!(regs_cx),
-            arg2: conf!(regs_arg2), // dx
-            compat: true,
-        };
-        (compat_native(raw_id), args)
+        compat_native(raw_id)
     } else if counted_native(raw_id) {
-        let args = ArgRegs {
-            arg0: conf!(regs_arg0),
-            arg1: conf!(regs_arg1),
-            arg2: conf!(regs_arg2),
-            compat: false,
-        };
-        (raw_id, args)
+        raw_id
     } else {
         return Ok(()); // an ia32 number made through the 64-bit entry: another call
     };
-    count_in_window(st, id, &args, regs)
+    count_in_window(st, id, &a)
 }
 
-/// Where a syscall's first three arguments are in pt_regs (offsets): di, si, dx for the
-/// x86_64 ABI, bx, cx, dx for a compat one.
-struct ArgRegs {
-    arg0: u64,
-    arg1: u64,
-    arg2: u64,
+/// A syscall's first three arguments.
+pub(crate) trait SyscallArgs {
+    fn arg0(&self) -> Result<u64, i64>;
+    fn arg1(&self) -> Result<u64, i64>;
+    fn arg2(&self) -> Result<u64, i64>;
+    /// An x86_64 compat (ia32) call: 32-bit arguments.
+    fn compat(&self) -> bool;
+}
+
+/// The arguments in the syscall's pt_regs (offsets from BTF): di, si, dx for the x86_64
+/// ABI, bx, cx, dx for a compat one.
+struct Regs {
+    regs: u64,
     compat: bool,
+}
+
+impl SyscallArgs for Regs {
+    #[inline(always)]
+    fn arg0(&self) -> Result<u64, i64> {
+        let off = if self.compat {
+            conf!(regs_bx)
+        } else {
+            conf!(regs_arg0)
+        };
+        arch::arg(self.regs, off)
+    }
+    #[inline(always)]
+    fn arg1(&self) -> Result<u64, i64> {
+        let off = if self.compat {
+            conf!(regs_cx)
+        } else {
+            conf!(regs_arg1)
+        };
+        arch::arg(self.regs, off)
+    }
+    #[inline(always)]
+    fn arg2(&self) -> Result<u64, i64> {
+        arch::arg(self.regs, conf!(regs_arg2)) // dx in both ABIs
+    }
+    #[inline(always)]
+    fn compat(&self) -> bool {
+        self.compat
+    }
+}
+
+/// The arguments in a `syscalls/sys_enter_<name>` record: `struct syscall_trace_enter`
+/// (kernel/trace/trace_syscalls.c, unchanged since 2.6.33): the 8-byte common header, int
+/// `__syscall_nr` at 8, then `unsigned long args[]` from 16, as each event's tracefs
+/// `format` file says (the loader checks it before it attaches: `fdaudit::tracer::ebpf::tp`).
+struct TpArgs<'a>(&'a TracePointContext);
+
+/// Offset of a sys_enter record's first argument.
+const TP_ARGS: usize = 16;
+
+impl SyscallArgs for TpArgs<'_> {
+    #[inline(always)]
+    fn arg0(&self) -> Result<u64, i64> {
+        // SAFETY: a u64 inside the tracepoint record (bpf_probe_read_kernel of the context).
+        unsafe { self.0.read_at::<u64>(TP_ARGS) }.map_err(i64::from)
+    }
+    #[inline(always)]
+    fn arg1(&self) -> Result<u64, i64> {
+        // SAFETY: as arg0.
+        unsafe { self.0.read_at::<u64>(TP_ARGS + 8) }.map_err(i64::from)
+    }
+    #[inline(always)]
+    fn arg2(&self) -> Result<u64, i64> {
+        // SAFETY: as arg0.
+        unsafe { self.0.read_at::<u64>(TP_ARGS + 16) }.map_err(i64::from)
+    }
+    #[inline(always)]
+    fn compat(&self) -> bool {
+        false
+    }
 }
 
 /// Counts one syscall of a process inside its fork..exec window (`id` is one of those
@@ -107,12 +190,12 @@ struct ArgRegs {
 /// counter table (`fdaudit_common::for_each_counter!`) and its rule, an arm here.
 #[allow(unreachable_patterns)] // sysno::NONE repeats on aarch64, as in counted_native
 #[inline(always)]
-fn count_in_window(st: &mut TaskState, id: i64, a: &ArgRegs, regs: u64) -> Result<(), i64> {
+fn count_in_window<A: SyscallArgs>(st: &mut TaskState, id: i64, a: &A) -> Result<(), i64> {
     let c = &mut st.counters;
     match id {
         sysno::CLOSE => {
             c.close_calls += 1;
-            let fd: u64 = arch::arg(regs, a.arg0)?;
+            let fd: u64 = a.arg0()?;
             if !fd_is_open(&mut st.cache, fd as u32)? {
                 st.counters.close_ebadf += 1;
             }
@@ -121,14 +204,14 @@ fn count_in_window(st: &mut TaskState, id: i64, a: &ArgRegs, regs: u64) -> Resul
             let i = c.close_range_calls as usize;
             if i < MAX_RANGES {
                 let r = &mut c.ranges[i];
-                r.first = arch::arg(regs, a.arg0).unwrap_or(0) as u32;
-                r.last = arch::arg(regs, a.arg1).unwrap_or(0) as u32;
-                r.flags = arch::arg(regs, a.arg2).unwrap_or(0) as u32;
+                r.first = a.arg0().unwrap_or(0) as u32;
+                r.last = a.arg1().unwrap_or(0) as u32;
+                r.flags = a.arg2().unwrap_or(0) as u32;
             }
             c.close_range_calls += 1;
         }
         sysno::FCNTL => {
-            let cmd: u64 = arch::arg(regs, a.arg1)?;
+            let cmd: u64 = a.arg1()?;
             match cmd as u32 {
                 1 => c.fcntl_getfd_calls += 1, // F_GETFD
                 2 => c.fcntl_setfd_calls += 1, // F_SETFD
@@ -136,8 +219,8 @@ fn count_in_window(st: &mut TaskState, id: i64, a: &ArgRegs, regs: u64) -> Resul
             }
         }
         sysno::POLL | sysno::PPOLL => {
-            let nfds: u64 = arch::arg(regs, a.arg1)?;
-            let nfds = if a.compat { nfds & 0xffff_ffff } else { nfds };
+            let nfds: u64 = a.arg1()?;
+            let nfds = if a.compat() { nfds & 0xffff_ffff } else { nfds };
             c.poll_calls += 1;
             let nfds = if nfds > u32::MAX as u64 {
                 u32::MAX
@@ -153,7 +236,7 @@ fn count_in_window(st: &mut TaskState, id: i64, a: &ArgRegs, regs: u64) -> Resul
             // A listing of /proc/<pid>/fd (however it was opened: /proc/self/fd, /dev/fd,
             // /proc/thread-self/fd) that starts at offset 0 is a new fd walk. Checked here
             // rather than at open(), whose path string may sit in a page not yet faulted in.
-            let fd: u64 = arch::arg(regs, a.arg0)?;
+            let fd: u64 = a.arg0()?;
             if fdwalk::is_procfd_listing(fd as u32).unwrap_or(false) {
                 c.procfd_opens += 1;
             }
@@ -164,13 +247,13 @@ fn count_in_window(st: &mut TaskState, id: i64, a: &ArgRegs, regs: u64) -> Resul
             // execveat(dirfd, filename, ...). Only the pointer: read only on failure. Not
             // for a compat exec: the syscall tracepoints ignore compat syscalls
             // (ARCH_TRACE_IGNORE_COMPAT_SYSCALLS), so no exit would take the pointer.
-            if !a.compat {
-                let off = if id == sysno::EXECVEAT {
-                    a.arg1
+            if !a.compat() {
+                let p = if id == sysno::EXECVEAT {
+                    a.arg1()
                 } else {
-                    a.arg0
+                    a.arg0()
                 };
-                if let Ok(p) = arch::arg(regs, off) {
+                if let Ok(p) = p {
                     let _ = EXEC_PENDING.insert(current_tgid(), p, 0);
                 }
             }
@@ -244,6 +327,7 @@ pub(crate) fn count_read(tgid: u32, fd: u64, ret: i64) -> Result<(), i64> {
         v.calls += 1;
         v.bytes += ret as u64;
         v.tiny_calls += tiny;
+        crate::readpath::name_if_storm(&key, v, file);
     } else {
         let (ino, magic, mode) = fdwalk::file_identity(file).unwrap_or((0, 0, 0));
         let v = ReadStat {

@@ -11,6 +11,10 @@ pub struct SyscallRegs {
     pub arg0: u32,
     pub arg1: u32,
     pub arg2: u32,
+    /// The fourth argument (`trace --origin`: socketpair's array, accept4's flags).
+    pub arg3: u32,
+    /// The user stack pointer (`trace --origin`).
+    pub sp: u32,
     pub nr: u32,
     pub exit_arg0: u32,
 }
@@ -18,13 +22,15 @@ pub struct SyscallRegs {
 /// Whether fdaudit's programs know this machine's registers and syscall numbers.
 pub const SUPPORTED: bool = cfg!(any(target_arch = "x86_64", target_arch = "aarch64"));
 
-/// x86_64: arguments in di, si, dx; the number in orig_ax; di intact at exit.
+/// x86_64: arguments in di, si, dx, r10; the number in orig_ax; di intact at exit.
 #[cfg(not(target_arch = "aarch64"))]
 pub fn syscall_regs<E>(offset: impl Fn(&str, &str) -> Result<u32, E>) -> Result<SyscallRegs, E> {
     Ok(SyscallRegs {
         arg0: offset("pt_regs", "di")?,
         arg1: offset("pt_regs", "si")?,
         arg2: offset("pt_regs", "dx")?,
+        arg3: offset("pt_regs", "r10")?,
+        sp: offset("pt_regs", "sp")?,
         nr: offset("pt_regs", "orig_ax")?,
         exit_arg0: offset("pt_regs", "di")?,
     })
@@ -39,6 +45,8 @@ pub fn syscall_regs<E>(offset: impl Fn(&str, &str) -> Result<u32, E>) -> Result<
         arg0: regs,
         arg1: regs + 8,
         arg2: regs + 16,
+        arg3: regs + 24,
+        sp: offset("pt_regs", "sp")?,
         nr: offset("pt_regs", "syscallno")?,
         exit_arg0: offset("pt_regs", "orig_x0")?,
     })

@@ -2,7 +2,7 @@
 
 use clap::{CommandFactory as _, Parser, Subcommand};
 
-use crate::{bench, doctor, scan, trace, watch};
+use crate::{bench, diff, doctor, scan, trace, watch};
 
 /// Audits how processes hand file descriptors to their children: fds that leak across
 /// execve, and the close loops that make spawning slow under high RLIMIT_NOFILE.
@@ -28,6 +28,9 @@ pub enum Command {
     Watch(watch::WatchArgs),
     /// Measure what each fd-closing strategy costs per spawn across RLIMIT_NOFILE limits.
     Bench(bench::BenchArgs),
+    /// Compare two `trace --json` (or `bench --json`) outputs: per group the strategy,
+    /// closes, window and leaks; new and fixed leaks; exit 3 on a regression.
+    Diff(diff::DiffArgs),
     /// Check this machine and these privileges for tracing; load and attach every program.
     Doctor(doctor::DoctorArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) on stdout.
@@ -51,6 +54,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Trace(a) => trace::run(a),
         Command::Watch(a) => watch::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Diff(a) => diff::run(a),
         Command::Doctor(a) => doctor::run(a),
         Command::Spawner(a) => crate::spawner::run(a),
         Command::Demo(a) => crate::demo::run(a),
@@ -115,6 +119,82 @@ mod tests {
             "/bin/true",
         ];
         assert_eq!(trace_command(&ok), ["/bin/true"]);
+    }
+
+    #[test]
+    fn fail_on_strategy_takes_a_list_of_trace_strategies() {
+        let cli = Cli::try_parse_from([
+            "fdaudit",
+            "trace",
+            "--fail-on-strategy",
+            "close-loop,fcntl-scan",
+            "--fail-on-strategy",
+            "poll-scan",
+            "/bin/true",
+        ])
+        .unwrap();
+        let Command::Trace(t) = cli.command else {
+            panic!("not trace")
+        };
+        let names: Vec<&str> = t.fail_on_strategy.iter().map(|s| s.as_str()).collect();
+        assert_eq!(names, ["close-loop", "fcntl-scan", "poll-scan"]);
+        // bench's names are not the tracer's.
+        let e = Cli::try_parse_from([
+            "fdaudit",
+            "trace",
+            "--fail-on-strategy",
+            "fcntl-loop",
+            "/bin/true",
+        ])
+        .unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::InvalidValue, "{e}");
+        // --no-syscalls sees no syscalls: nothing to judge.
+        for gate in [["--fail-on-strategy", "close-loop"], ["--max-closes", "5"]] {
+            let mut argv = vec!["fdaudit", "trace", "--no-syscalls"];
+            argv.extend(gate);
+            argv.push("/bin/true");
+            let e = Cli::try_parse_from(argv).unwrap_err();
+            assert_eq!(e.kind(), clap::error::ErrorKind::ArgumentConflict, "{e}");
+        }
+    }
+
+    /// `--leaks-only` (traces less) was renamed `--no-syscalls`, apart from `--only-leaks`
+    /// (shows less); the old spelling still parses for a release, and --help hides it.
+    #[test]
+    fn old_flag_spellings_parse_and_are_hidden() {
+        for flag in ["--no-syscalls", "--leaks-only"] {
+            let cli = Cli::try_parse_from(["fdaudit", "trace", flag, "/bin/true"])
+                .unwrap_or_else(|e| panic!("{flag}: {e}"));
+            let Command::Trace(t) = cli.command else {
+                panic!("{flag}: not trace")
+            };
+            assert!(t.leaks_only, "{flag}");
+        }
+        let mut cmd = Cli::command();
+        let help = cmd
+            .find_subcommand_mut("trace")
+            .expect("trace")
+            .render_long_help()
+            .to_string();
+        assert!(help.contains("--no-syscalls"), "{help}");
+        assert!(!help.contains("--leaks-only"), "{help}");
+        // watch: --syscalls, once --full (one name: it counts syscalls, as trace's
+        // --no-syscalls leaves them out).
+        for flag in ["--syscalls", "--full"] {
+            let cli = Cli::try_parse_from(["fdaudit", "watch", flag])
+                .unwrap_or_else(|e| panic!("{flag}: {e}"));
+            let Command::Watch(w) = cli.command else {
+                panic!("{flag}: not watch")
+            };
+            assert!(w.full, "{flag}");
+        }
+        let help = cmd
+            .find_subcommand_mut("watch")
+            .expect("watch")
+            .render_long_help()
+            .to_string();
+        assert!(help.contains("--syscalls"), "{help}");
+        assert!(!help.contains("--full"), "{help}");
     }
 
     #[test]

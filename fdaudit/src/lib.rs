@@ -13,6 +13,7 @@ mod caller;
 mod cgroup;
 mod cli;
 mod demo;
+mod diff;
 mod doctor;
 mod exit;
 mod fdkind;
@@ -43,8 +44,8 @@ pub fn main() -> ExitCode {
     match cli::run(cli).and_then(|code| stream::finish().map(|()| code)) {
         Ok(code) => ExitCode::from(code),
         // The reader went away (`fdaudit ... | head`): the output is incomplete, so not 0,
-        // but there is no one to tell.
-        Err(e) if is_broken_pipe(&e) => ExitCode::from(exit::ERROR),
+        // but there is no one to tell; 141 as for a program SIGPIPE ended.
+        Err(e) if is_broken_pipe(&e) => ExitCode::from(exit::BROKEN_PIPE),
         Err(e) => {
             stream::report_error(&e);
             ExitCode::from(exit::ERROR)

@@ -13,8 +13,15 @@ use std::{
 
 use anyhow::{Context as _, Result};
 
-/// The last signal caught by an [`Action::Stop`] handler (0: none).
+/// The last signal caught by an [`Action::Stop`] handler since [`rearm`] (0: none).
 static RECEIVED: AtomicI32 = AtomicI32::new(0);
+/// The first signal caught by an [`Action::Stop`] or [`Action::Interrupt`] handler (0:
+/// none): the one fdaudit's exit status reports (128+N).
+static FIRST: AtomicI32 = AtomicI32::new(0);
+/// Whether the last [`Action::Stop`] signal came from the kernel (`SI_KERNEL`: a terminal's
+/// Ctrl-C or hang-up, sent to the whole foreground process group) rather than from
+/// kill(2) to fdaudit alone.
+static FROM_KERNEL: AtomicBool = AtomicBool::new(false);
 /// Set by an [`Action::Interrupt`] handler.
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 /// Set by an [`Action::Reload`] handler, cleared by [`take_reload`].
@@ -30,7 +37,7 @@ pub enum Action {
     Stop,
     /// Sets [`interrupted`] (what the scanner's loops check: a [`Action::Stop`] for `watch`
     /// does not cut its periodic scan short); a second one `_exit`s at once with
-    /// [`crate::exit::INTERRUPTED`].
+    /// 128 + the signal.
     Interrupt,
     /// Sets the flag [`take_reload`] takes.
     Reload,
@@ -46,16 +53,21 @@ pub enum CallerIgnored {
     Catch,
 }
 
-extern "C" fn on_stop(sig: libc::c_int) {
+extern "C" fn on_stop(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
+    let code = unsafe { info.as_ref() }.map_or(0, |i| i.si_code);
+    FROM_KERNEL.store(code == libc::SI_KERNEL, Ordering::SeqCst);
+    let _ = FIRST.compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst);
     RECEIVED.store(sig, Ordering::SeqCst);
     wake();
 }
 
-extern "C" fn on_interrupt(_sig: libc::c_int) {
+extern "C" fn on_interrupt(sig: libc::c_int) {
+    let _ = FIRST.compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst);
     if INTERRUPTED.swap(true, Ordering::SeqCst) {
         // A second signal: the user wants out now.
         // SAFETY: _exit is async-signal-safe.
-        unsafe { libc::_exit(i32::from(crate::exit::INTERRUPTED)) };
+        unsafe { libc::_exit(i32::from(crate::exit::from_signal(sig))) };
     }
 }
 
@@ -95,15 +107,16 @@ pub fn install(actions: &[(libc::c_int, Action)], ignored: CallerIgnored) {
         if ignored == CallerIgnored::Keep && caller.ignores(sig) {
             continue;
         }
-        let handler: extern "C" fn(libc::c_int) = match action {
-            Action::Stop => on_stop,
-            Action::Interrupt => on_interrupt,
-            Action::Reload => on_reload,
+        let (handler, flags) = match action {
+            Action::Stop => (on_stop as *const () as usize, libc::SA_SIGINFO),
+            Action::Interrupt => (on_interrupt as *const () as usize, 0),
+            Action::Reload => (on_reload as *const () as usize, 0),
         };
         // SAFETY: every handler is async-signal-safe (atomics, write(2), _exit).
         unsafe {
             let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = handler as *const () as usize;
+            sa.sa_sigaction = handler;
+            sa.sa_flags = flags;
             libc::sigemptyset(&mut sa.sa_mask);
             libc::sigaction(sig, &sa, std::ptr::null_mut());
         }
@@ -130,6 +143,33 @@ pub fn received() -> Option<i32> {
         0 => None,
         s => Some(s),
     }
+}
+
+/// The first signal that stopped or interrupted fdaudit, if any: its exit status is then
+/// 128 + that signal ([`crate::exit::from_signal`]).
+pub fn first_received() -> Option<i32> {
+    match FIRST.load(Ordering::SeqCst) {
+        0 => None,
+        s => Some(s),
+    }
+}
+
+/// fdaudit's exit status after a signal stopped it: 128 + [`first_received`] (130 if
+/// none was recorded).
+pub fn exit_status() -> u8 {
+    crate::exit::from_signal(first_received().unwrap_or(libc::SIGINT))
+}
+
+/// Whether the last [`received`] signal came from the kernel (a terminal's Ctrl-C or
+/// hang-up, which the whole foreground process group got) rather than kill(2) to fdaudit.
+pub fn from_kernel() -> bool {
+    FROM_KERNEL.load(Ordering::SeqCst)
+}
+
+/// Forgets the last [`Action::Stop`] signal (not [`first_received`]), so that waiting can
+/// go on until the next one.
+pub fn rearm() {
+    RECEIVED.store(0, Ordering::SeqCst);
 }
 
 /// Whether an [`Action::Interrupt`] handler ran.

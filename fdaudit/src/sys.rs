@@ -100,6 +100,17 @@ pub fn errno_name(errno: c_int) -> Option<&'static str> {
     })
 }
 
+/// The name of a signal that stops fdaudit ("SIGTERM"); `None` for others.
+pub fn signal_name(sig: c_int) -> Option<&'static str> {
+    Some(match sig {
+        libc::SIGINT => "SIGINT",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGQUIT => "SIGQUIT",
+        _ => return None,
+    })
+}
+
 /// "sysname release machine" from uname(2), e.g. "Linux 6.1.0-18-amd64 x86_64".
 pub fn uname() -> Option<String> {
     // SAFETY: a zeroed utsname is valid storage; uname fills it.
@@ -293,6 +304,37 @@ fn time_closes_once(fd: c_int, n: u32) -> u64 {
 /// `trace` both use it.
 pub fn close_cost_ns(n: u32) -> f64 {
     time_closes(closed_fd(), n) as f64 / f64::from(n)
+}
+
+/// Where tracefs is mounted on current systems.
+pub const TRACEFS: &str = "/sys/kernel/tracing";
+
+/// Mounts tracefs at [`TRACEFS`] (root only), as perf does when it is missing.
+pub fn mount_tracefs() -> std::io::Result<()> {
+    let src = c"tracefs";
+    let target = c"/sys/kernel/tracing";
+    // SAFETY: valid NUL-terminated strings; no data argument.
+    let rc = unsafe {
+        libc::mount(
+            src.as_ptr(),
+            target.as_ptr(),
+            src.as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Whether the syscall tracepoints can be named (tracefs holds `events/`); mounts tracefs
+/// when it is missing and this process may.
+pub fn ensure_tracefs() -> bool {
+    let events = std::path::Path::new(TRACEFS).join("events");
+    events.exists() || (mount_tracefs().is_ok() && events.exists())
 }
 
 #[cfg(test)]

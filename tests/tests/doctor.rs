@@ -37,22 +37,55 @@ fn root_loads_and_attaches_every_program() {
         assert_eq!(c["status"], "ok", "{c}");
     }
     assert!(checks.iter().all(|c| c["status"] != "fail"), "{stdout}");
+    // A feature is found (ok) or absent; "ok" never says "missing".
+    for c in checks
+        .iter()
+        .filter(|c| c["name"].as_str().unwrap().starts_with("feature "))
+    {
+        let (status, detail) = (&c["status"], c["detail"].as_str().unwrap());
+        assert!(
+            (status == "ok" && detail == "found") || status == "absent" || status == "warn",
+            "{c}"
+        );
+        assert!(!detail.contains("missing") || status != "ok", "{c}");
+    }
     // Which backend trace will use, and why.
     let backend = checks
         .iter()
         .find(|c| c["name"] == "backend")
         .unwrap_or_else(|| panic!("no backend check: {stdout}"));
     let detail = backend["detail"].as_str().unwrap_or_default();
-    let want = match std::env::var("FDAUDIT_BACKEND").as_deref() {
+    let env = std::env::var("FDAUDIT_BACKEND");
+    let want = match env.as_deref() {
         Ok("fentry") => "fentry: ",
+        Ok("tp") => "tp: ",
         Ok("raw-tp") => "raw-tp: ",
         _ => "",
     };
     assert!(
-        (detail.starts_with("fentry: ") || detail.starts_with("raw-tp: "))
+        ["fentry: ", "tp: ", "raw-tp: "]
+            .iter()
+            .any(|b| detail.starts_with(b))
             && detail.starts_with(want),
         "{backend}"
     );
+    // auto: raw-tp, each passed-over backend with whether it would work here (fentry and
+    // tp are opt-in; doctor mounts tracefs when missing).
+    if env.is_err() {
+        let tracepoints =
+            std::path::Path::new("/sys/kernel/tracing/events/syscalls/sys_enter_close").exists();
+        let tp = if tracepoints {
+            "tp is opt-in until measured, --backend tp; it loads and attaches here"
+        } else {
+            "tp is opt-in until measured, --backend tp; it would not work here"
+        };
+        assert!(
+            detail.starts_with("raw-tp: ")
+                && detail.contains("(auto: fentry is opt-in, --backend fentry; it ")
+                && detail.contains(tp),
+            "{backend}"
+        );
+    }
 }
 
 #[test]

@@ -72,7 +72,7 @@ fn scan_bench_doctor_share_the_header_and_match_the_schema() {
     for (name, recs) in [("scan", &scan), ("bench", &bench), ("doctor", &doctor)] {
         let h = &recs[0];
         assert_eq!(h["command"], name);
-        assert_eq!(h["schema_version"], 1);
+        assert_eq!(h["schema_version"], 2);
         assert_eq!(h["fdaudit_version"], env!("CARGO_PKG_VERSION"));
         assert_eq!(h["argv"][1], name);
         assert_eq!(
@@ -81,4 +81,184 @@ fn scan_bench_doctor_share_the_header_and_match_the_schema() {
             "one header per stream"
         );
     }
+}
+
+#[test]
+fn diff_records_match_the_schema_and_exit_3_on_a_regression() {
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/diff");
+    let run = |a: &str, b: &str| {
+        Command::new(fdaudit())
+            .arg("diff")
+            .arg(format!("{fixtures}/{a}"))
+            .arg(format!("{fixtures}/{b}"))
+            .arg("--json")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run fdaudit diff")
+    };
+    let out = run("before.jsonl", "after.jsonl");
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let recs = records(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(recs[0]["command"], "diff");
+    assert_eq!(of_type(&recs, "diff_group").len(), 4);
+    assert_eq!(of_type(&recs, "diff_leak").len(), 2);
+    let last = recs.last().unwrap();
+    assert_eq!(
+        (last["type"].as_str(), last["exit_code"].as_u64()),
+        (Some("summary"), Some(3))
+    );
+    let out = run("bench-a.jsonl", "bench-a.jsonl");
+    assert_eq!(out.status.code(), Some(0));
+    let recs = records(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(recs.last().unwrap()["exit_reason"], "ok");
+    // A trace against a bench is bad input: exit 2, one line on stderr.
+    let out = run("before.jsonl", "bench-a.jsonl");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("error: ") && err.contains("compare two traces or two benches"),
+        "{err}"
+    );
+}
+
+/// One name, one meaning (issue #25 item 5, schema 2): no field is an array in one record
+/// and a count in another (`leaked_fds`, `fds`, `groups` were), `kind` is an fd's type only
+/// (a finding's is its `rule`), durations are integer `_ns` (doctor's `load_ms` was a float).
+#[test]
+fn the_schema_gives_each_field_name_one_meaning() {
+    let schema: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../docs/fdaudit.schema.json"
+        ))
+        .expect("read the schema"),
+    )
+    .expect("the schema is JSON");
+    fn json_type(p: &serde_json::Value) -> String {
+        if p.get("$ref").is_some() || p.get("properties").is_some() {
+            return "object".into();
+        }
+        let of_value = |c: &serde_json::Value| if c.is_string() { "string" } else { "integer" };
+        if let Some(c) = p.get("const") {
+            return of_value(c).into();
+        }
+        if let Some(serde_json::Value::Array(e)) = p.get("enum") {
+            return e.first().map_or("string", of_value).into();
+        }
+        let mut t: Vec<String> = match p.get("type") {
+            Some(serde_json::Value::String(t)) => vec![t.clone()],
+            Some(serde_json::Value::Array(ts)) => ts
+                .iter()
+                .filter_map(|t| t.as_str().map(str::to_owned))
+                .collect(),
+            _ => ["oneOf", "anyOf"]
+                .iter()
+                .filter_map(|k| p.get(*k)?.as_array())
+                .flatten()
+                .map(json_type)
+                .collect(),
+        };
+        t.retain(|t| t != "null");
+        t.sort();
+        t.dedup();
+        t.join("|")
+    }
+    // name -> (type, where) for every property of every record.
+    let mut seen: std::collections::BTreeMap<String, Vec<(String, String)>> = Default::default();
+    fn walk(
+        v: &serde_json::Value,
+        at: &str,
+        seen: &mut std::collections::BTreeMap<String, Vec<(String, String)>>,
+    ) {
+        match v {
+            serde_json::Value::Object(o) => {
+                if let Some(serde_json::Value::Object(props)) = o.get("properties") {
+                    for (k, p) in props {
+                        seen.entry(k.clone())
+                            .or_default()
+                            .push((json_type(p), at.to_owned()));
+                    }
+                }
+                for (k, c) in o {
+                    walk(c, &format!("{at}/{k}"), seen);
+                }
+            }
+            serde_json::Value::Array(a) => a.iter().for_each(|c| walk(c, at, seen)),
+            _ => {}
+        }
+    }
+    walk(&schema, "", &mut seen);
+    for (name, uses) in &seen {
+        let mut types: Vec<&str> = uses.iter().map(|(t, _)| t.as_str()).collect();
+        types.sort();
+        types.dedup();
+        // `leaked_fds_per_spawn`: bench's traced median (integer) and diff's mean (number).
+        let numeric = types.iter().all(|t| *t == "integer" || *t == "number");
+        assert!(
+            types.len() == 1 || (numeric && name.ends_with("_per_spawn")),
+            "`{name}` has two meanings: {uses:?}"
+        );
+        assert!(
+            !name.ends_with("_ms"),
+            "`{name}`: durations are integer _ns"
+        );
+        if name.ends_with("_ns") {
+            assert_eq!(types, ["integer"], "`{name}`: {uses:?}");
+        }
+    }
+    let kinds: Vec<&str> = seen["kind"].iter().map(|(_, at)| at.as_str()).collect();
+    assert!(
+        kinds.iter().all(|at| !at.ends_with("/finding")),
+        "a finding's type is its `rule`: {kinds:?}"
+    );
+    assert_eq!(
+        schema["$defs"]["header"]["properties"]["schema_version"]["const"],
+        2
+    );
+}
+
+/// `diff` reads schema 1 runs (the fixtures) and schema 2 runs alike (issue #25 item 5).
+#[test]
+fn diff_reads_schema_1_and_schema_2_runs_alike() {
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/diff");
+    let v1 = std::fs::read_to_string(format!("{fixtures}/after.jsonl")).expect("read fixture");
+    let mut v2 = v1
+        .replace("\"schema_version\": 1", "\"schema_version\": 2")
+        .replace("\"close_median\"", "\"close_calls_median\"")
+        .replace("\"close_max\"", "\"close_calls_max\"");
+    for n in 0..10 {
+        v2 = v2.replace(
+            &format!("\"leaked_fds\": {n}"),
+            &format!("\"leaked_fd_count\": {n}"),
+        );
+    }
+    assert!(v2.contains("\"leaked_fd_count\"") && v2.contains("\"schema_version\": 2"));
+    let dir = std::env::temp_dir().join(format!("fdaudit-schema2-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let after2 = dir.join("after-v2.jsonl");
+    std::fs::write(&after2, &v2).unwrap();
+    let run = |b: &std::path::Path| {
+        let out = Command::new(fdaudit())
+            .arg("diff")
+            .arg(format!("{fixtures}/before.jsonl"))
+            .arg(b)
+            .arg("--json")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run fdaudit diff");
+        let mut recs = records(&String::from_utf8_lossy(&out.stdout));
+        recs.remove(0); // the header: argv differs
+        (out.status.code(), recs)
+    };
+    let one = run(std::path::Path::new(&format!("{fixtures}/after.jsonl")));
+    let two = run(&after2);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(one.0, Some(3));
+    assert_eq!(one, two, "schema 1 and schema 2 inputs compare the same");
 }

@@ -21,7 +21,7 @@ fn close_loop_counts_every_close_and_every_ebadf() {
         assert_eq!(u(&s["close_ebadf"]), 1014, "{s}");
         assert_eq!(s["strategy"], "close-loop");
         assert_eq!(u(&s["close_loop_bound"]), 1024);
-        assert_eq!(u(&s["leaked_count"]), 0, "{s}");
+        assert_eq!(u(&s["leaked_fd_count"]), 0, "{s}");
         // The untraced estimate is the window less the probes' cost for each counted
         // syscall: 1021 closes and the exec.
         let charged = (probe_cost_ns * f64::from(1021 + 1)) as u64;
@@ -61,7 +61,7 @@ fn close_range_is_one_call_with_its_range() {
         assert_eq!(s["close_ranges"][0], serde_json::json!([3, u32::MAX, 0]));
         assert_eq!(u(&s["close_calls"]), 0);
         assert_eq!(s["strategy"], "close-range");
-        assert_eq!(u(&s["leaked_count"]), 0);
+        assert_eq!(u(&s["leaked_fd_count"]), 0);
     }
     // A kernel that refuses CLOSE_RANGE_CLOEXEC (5.10: close_range exists, the flag is EINVAL;
     // 5.11+ takes it) closes nothing for close-range-cloexec. The call is seen all the same,
@@ -84,9 +84,9 @@ fn close_range_is_one_call_with_its_range() {
         assert_eq!(s["strategy"], "close-range", "{s}");
         if refused.is_none() {
             // CLOSE_RANGE_CLOEXEC marks them; the exec closes them: nothing leaks.
-            assert_eq!(u(&s["leaked_count"]), 0, "{s}");
+            assert_eq!(u(&s["leaked_fd_count"]), 0, "{s}");
         } else {
-            assert_eq!(u(&s["leaked_count"]), 7, "{s}");
+            assert_eq!(u(&s["leaked_fd_count"]), 7, "{s}");
             assert_eq!(leaked_fd_numbers(&s), (3..10).collect(), "{s}");
         }
     }
@@ -116,7 +116,7 @@ fn fcntl_poll_and_procfd_scans() {
         assert_eq!(s["strategy"], "procfd-walk");
     }
     for s in true_spawns("none", 1024, 10, 1) {
-        assert_eq!(u(&s["leaked_count"]), 7, "{s}");
+        assert_eq!(u(&s["leaked_fd_count"]), 7, "{s}");
         assert_eq!(s["strategy"], "none");
     }
 }
@@ -235,10 +235,10 @@ fn exec_chain_counts_the_helper_and_leaks_at_the_last_exec() {
         "the helper's close_range: {fin}"
     );
     assert_eq!(fin["strategy"], "close-range");
-    assert_eq!(u(&fin["leaked_count"]), 0);
+    assert_eq!(u(&fin["leaked_fd_count"]), 0);
     assert!(u(&fin["window_ns"]) > 0);
     assert_eq!(u(&summary["totals"]["spawns_with_leaks"]), 0);
-    assert_eq!(u(&summary["totals"]["transient_leaked_fds"]), 1);
+    assert_eq!(u(&summary["totals"]["transient_leaked_fd_count"]), 1);
 }
 
 #[test]
@@ -447,4 +447,52 @@ fn argv_is_exact_at_the_top_of_a_bare_stack() {
         got[2].len() < long.len() && got[2].iter().all(|&b| b == b'y'),
         "{s}"
     );
+}
+
+/// `bash -c 'exec 7<f; /bin/true'`: bash opened fd 7 and exec'd /bin/true in the traced
+/// command's own process, so the parent of that spawn is bash (the image that exec'd, pid
+/// and comm), not fdaudit, in the record and in the summary's group.
+#[test]
+#[ignore = "needs root and BTF"]
+fn the_parent_of_a_re_exec_is_the_image_that_exec_d() {
+    let _g = guard();
+    let (spawns, summary, _) = trace(&[], &["bash", "-c", "exec 7</etc/hostname; /bin/true"]);
+    let t = spawns
+        .iter()
+        .find(|s| {
+            s["exec_path"]
+                .as_str()
+                .is_some_and(|p| p.ends_with("/true"))
+        })
+        .unwrap_or_else(|| panic!("no spawn of true: {spawns:?}"));
+    assert_eq!(t["parent_comm"], "bash", "{t}");
+    assert_eq!(t["parent_pid"], t["pid"], "{t}");
+    assert!(
+        t["leaked_fds"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["fd"] == 7 && f["target"] == "/etc/hostname"),
+        "{t}"
+    );
+    let groups = summary["groups"].as_array().unwrap();
+    assert!(!groups.is_empty(), "{summary}");
+    for g in groups {
+        assert_eq!(g["parent_comm"], "bash", "{summary}");
+    }
+}
+
+/// fexecve() of a memfd: the kernel's file name is `/dev/fd/N`, but the record names the
+/// image that ran, `/memfd:payload (deleted)`.
+#[test]
+#[ignore = "needs root and BTF"]
+fn an_exec_through_an_fd_names_the_image_it_ran() {
+    let _g = guard();
+    let fixture = fdaudit_tests::target_bin("trace-fixture");
+    let (spawns, _, _) = trace(&[], &[fixture.to_str().unwrap(), "fexecve-memfd"]);
+    let s = spawns
+        .iter()
+        .find(|s| s["argv"][1] == "linger")
+        .unwrap_or_else(|| panic!("no spawn of the memfd: {spawns:?}"));
+    assert_eq!(s["exec_path"], "/memfd:payload (deleted)", "{s}");
 }

@@ -42,6 +42,10 @@ enum Cmd {
     },
     /// Regenerate the manual pages in docs/man from fdaudit's clap definition.
     Man,
+    /// Rewrite the README's sample outputs (the blocks after `<!-- sample: NAME -->`) with
+    /// what the current binary prints; root (the trace sample loads the programs). The root
+    /// test `readme` fails while they differ.
+    Readme,
     /// Boot Debian kernels in QEMU (software emulation) and run doctor, the demo, a fd-7
     /// leak check and the root integration tests in each; one verdict line per kernel, then
     /// a table. Exits 1 when any kernel fails. Kernels, packages and logs are cached under
@@ -177,6 +181,31 @@ fn sizes(root: &std::path::Path, top: usize) -> Result<i32> {
     Ok(i32::from(big_files + big_fns + cycles.len() > 0))
 }
 
+/// `cargo xtask readme`: the readme test, told to write what the binary prints.
+fn readme(root: &std::path::Path) -> Result<i32> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = std::process::Command::new(cargo)
+        .current_dir(root)
+        .args([
+            "test",
+            "--quiet",
+            "-p",
+            "fdaudit-tests",
+            "--test",
+            "readme",
+            "--",
+        ])
+        .arg("--include-ignored")
+        .env("FDAUDIT_BLESS", "1")
+        .status()
+        .context("failed to run cargo")?;
+    if !status.success() {
+        bail!("the readme test failed ({status})");
+    }
+    println!("{}", root.join("README.md").display());
+    Ok(0)
+}
+
 fn run(cli: Cli) -> Result<i32> {
     let root = xtask::workspace_root();
     match cli.cmd {
@@ -197,6 +226,7 @@ fn run(cli: Cli) -> Result<i32> {
             dist::run(&root, &arches).context("failed to build the packages")?;
             Ok(0)
         }
+        Cmd::Readme => readme(&root),
         Cmd::Man => {
             // The pages come from fdaudit's own clap definition, rendered by its hidden
             // `__man` command (xtask cannot depend on fdaudit: fdaudit's build uses xtask).

@@ -274,7 +274,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
                 stream::Level::Warning,
                 "bench interrupted before any cell was measured",
             );
-            return Ok(exit::INTERRUPTED);
+            return Ok(crate::signals::exit_status());
         }
         stream::note(
             stream::Level::Warning,
@@ -309,7 +309,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
     write_results(&args, &results)?;
     draw_plots(&args.plot, &results)?;
     if interrupted.is_some() {
-        return Ok(exit::INTERRUPTED);
+        return Ok(crate::signals::exit_status());
     }
     Ok(exit_status(&cells, &cmd_text, &runner))
 }

@@ -61,28 +61,28 @@ pub fn checks() -> Vec<Check> {
         ));
     }
     let mut row = |name: &str, found: bool, cost: &str| {
-        let detail = if found {
-            "found".to_string()
+        let (status, detail) = if found {
+            (Status::Ok, "found".to_string())
         } else {
-            format!("missing: {cost}")
+            (Status::Absent, cost.to_string())
         };
-        out.push(check(format!("feature {name}"), Status::Ok, detail));
+        out.push(check(format!("feature {name}"), status, detail));
     };
     row(
         "fentry",
         is_program_supported(ProgramType::Tracing).unwrap_or(false),
-        "nothing today (trace uses raw tracepoints); no fentry backend",
+        "--backend fentry cannot work here; trace counts with tp or raw tracepoints",
     );
     row(
         "recursion-miss counter",
         ebpf::misses::probe(),
-        "runs the kernel skips (a program preempted and its hook fired again on that CPU) \
+        "not on this kernel: runs the kernel skips (a program preempted and its hook fired again on that CPU) \
          cannot be counted: trace's bpf_missed_runs says \"unknown\" (needs 5.12+)",
     );
     row(
         "kprobes",
         is_program_supported(ProgramType::KProbe).unwrap_or(false),
-        "nothing today (trace uses raw tracepoints)",
+        "not on this kernel; fdaudit does not use them (trace uses raw tracepoints)",
     );
     out
 }

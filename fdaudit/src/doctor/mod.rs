@@ -35,6 +35,8 @@ pub struct DoctorArgs {
 #[serde(rename_all = "lowercase")]
 pub enum Status {
     Ok,
+    /// An optional feature this kernel lacks; nothing fdaudit does today needs it.
+    Absent,
     /// Worth knowing, does not stop `trace`.
     Warn,
     /// `trace` cannot work until this is fixed.
@@ -59,7 +61,7 @@ fn check(name: impl Into<String>, status: Status, detail: impl Into<String>) -> 
     }
 }
 
-const TRACEFS: &str = "/sys/kernel/tracing";
+use crate::sys::TRACEFS;
 
 /// How the verifier took one program (`doctor --json`, after the checks).
 #[derive(Debug, Serialize)]
@@ -70,9 +72,8 @@ pub struct ProgramFigures {
     pub name: &'static str,
     /// Instructions the verifier processed; null before 5.16 (no bpf_prog_info field).
     pub verified_insns: Option<u32>,
-    /// Wall time of the load (verification and JIT), milliseconds (3 decimals).
-    #[serde(serialize_with = "crate::output::round3")]
-    pub load_ms: f64,
+    /// Wall time of the load (verification and JIT).
+    pub load_ns: u64,
 }
 
 pub fn run(args: DoctorArgs) -> Result<u8> {
@@ -102,6 +103,7 @@ pub fn run(args: DoctorArgs) -> Result<u8> {
         for c in &checks {
             let status = match c.status {
                 Status::Ok => Cell::painted("ok", Some(Paint::Good)),
+                Status::Absent => Cell::from("absent"),
                 Status::Warn => Cell::painted("warn", Some(Paint::Warn)),
                 Status::Fail => Cell::painted("FAIL", Some(Paint::Alarm)),
             };
@@ -281,7 +283,7 @@ fn program_checks() -> (Vec<Check>, Vec<ProgramFigures>) {
                     kind: "program",
                     name: l.name,
                     verified_insns: l.verified_insns,
-                    load_ms: l.load_time.as_secs_f64() * 1e3,
+                    load_ns: u64::try_from(l.load_time.as_nanos()).unwrap_or(u64::MAX),
                 }));
                 check(
                     format!("program {}", spec.name),
@@ -323,58 +325,110 @@ fn program_checks() -> (Vec<Check>, Vec<ProgramFigures>) {
     (out, figures)
 }
 
-/// Which backend `trace` will count syscalls with, and why: with auto (or
-/// FDAUDIT_BACKEND=fentry), the fentry programs are loaded, attached and detached.
+/// Which backend `trace` will count syscalls with, and why: as trace's `auto` (or
+/// FDAUDIT_BACKEND) chooses, the fentry then the tp programs are loaded, attached and
+/// detached until one works.
 fn backend_check(bpf: &mut aya::Ebpf, kernel: &ebpf::KernelBtf) -> Check {
     let choice = match BackendChoice::from_env() {
         Ok(c) => c,
         Err(e) => return check("backend", Status::Fail, e),
     };
-    let raw_tp = "raw-tp: every syscall on the machine takes the sys_enter tracepoint while \
+    let raw_tp = "raw-tp: every syscall on the machine runs the sys_enter program while \
                   tracing";
-    if choice == BackendChoice::RawTp {
-        return check(
-            "backend",
-            Status::Ok,
-            format!("{raw_tp} (FDAUDIT_BACKEND=raw-tp)"),
-        );
+    let ia32 = if ebpf::ia32_syscalls(&kernel.btf) {
+        format!("; {}", ebpf::IA32_UNSEEN)
+    } else {
+        String::new()
+    };
+    let forced = |b: &str| format!("FDAUDIT_BACKEND={b}");
+    let mut passed_over = Vec::new();
+    if choice == BackendChoice::Auto {
+        passed_over.push(match fentry_attaches(bpf, kernel) {
+            Ok(()) => format!("{}; it loads and attaches here", ebpf::FENTRY_OPT_IN),
+            Err(why) => format!("{}; it would not work here: {why}", ebpf::FENTRY_OPT_IN),
+        });
     }
-    let fentry = ebpf::probe_fentry(&kernel.btf).and_then(|()| {
-        let btf = kernel.for_aya().map_err(|e| ebpf::one_line(&e))?;
-        let attached = ebpf::attach_fentry(bpf, &btf, true).map_err(|e| ebpf::one_line(&e));
-        ebpf::detach_fentry(bpf);
-        attached
-    });
-    match (fentry, choice) {
-        (Ok(()), BackendChoice::Auto) => check(
-            "backend",
-            Status::Ok,
-            format!(
-                "{raw_tp} ({}; fentry loads and attaches here)",
-                ebpf::AUTO_REASON
-            ),
-        ),
-        (Ok(()), _) => check(
-            "backend",
-            Status::Ok,
-            format!(
-                "fentry: {} programs on {}close and the other counted syscalls loaded, \
-                 attached and detached; other syscalls pay nothing",
-                ebpf::FENTRY_PROGRAMS.len(),
-                ebpf::SYSCALL_PREFIX
-            ),
-        ),
-        (Err(why), BackendChoice::Fentry) => check(
-            "backend",
-            Status::Fail,
-            format!("FDAUDIT_BACKEND=fentry, but {why}"),
-        ),
-        (Err(why), _) => check("backend", Status::Ok, format!("{raw_tp} ({why})")),
+    if choice == BackendChoice::Fentry {
+        match fentry_attaches(bpf, kernel) {
+            Ok(()) => {
+                return check(
+                    "backend",
+                    Status::Ok,
+                    format!(
+                        "fentry: {} programs on {}close and the other counted syscalls loaded, \
+                         attached and detached; other syscalls pay nothing ({}){ia32}",
+                        ebpf::FENTRY_PROGRAMS.len(),
+                        ebpf::SYSCALL_PREFIX,
+                        forced("fentry")
+                    ),
+                )
+            }
+            Err(why) => {
+                return check(
+                    "backend",
+                    Status::Fail,
+                    format!("{}, but {why}", forced("fentry")),
+                )
+            }
+        }
     }
+    if choice == BackendChoice::Auto {
+        passed_over.push(match tp_attaches(bpf) {
+            Ok(()) => format!("{}; it loads and attaches here", ebpf::TP_OPT_IN),
+            Err(why) => format!("{}; it would not work here: {why}", ebpf::TP_OPT_IN),
+        });
+    }
+    if choice == BackendChoice::Tp {
+        match tp_attaches(bpf) {
+            Ok(()) => {
+                let why = forced("tp");
+                return check(
+                    "backend",
+                    Status::Ok,
+                    format!(
+                        "tp: {} programs on syscalls/sys_enter_close and the other counted \
+                         syscalls' tracepoints loaded, attached and detached; other syscalls \
+                         take the slow path but run no program ({why}){ia32}",
+                        ebpf::TP_PROGRAMS.iter().filter(|p| p.here).count()
+                    ),
+                );
+            }
+            Err(why) => {
+                return check(
+                    "backend",
+                    Status::Fail,
+                    format!("{}, but {why}", forced("tp")),
+                )
+            }
+        }
+    }
+    let why = match choice {
+        BackendChoice::Auto => format!("auto: {}", passed_over.join("; ")),
+        _ => forced("raw-tp"),
+    };
+    check("backend", Status::Ok, format!("{raw_tp} ({why})"))
 }
 
-/// tracefs is not needed by fdaudit's raw tracepoints, but tools users compare with
-/// (perf, bpftrace, strace's friends) want it: as root, mount it when missing.
+/// Whether the fentry programs load and attach (detached again); Err is why not.
+fn fentry_attaches(bpf: &mut aya::Ebpf, kernel: &ebpf::KernelBtf) -> Result<(), String> {
+    ebpf::probe_fentry(&kernel.btf)?;
+    let btf = kernel.for_aya().map_err(|e| ebpf::one_line(&e))?;
+    let attached = ebpf::attach_fentry(bpf, &btf, true).map_err(|e| ebpf::one_line(&e));
+    ebpf::detach_fentry(bpf);
+    attached
+}
+
+/// Whether the tp programs load and attach (detached again); Err is why not.
+fn tp_attaches(bpf: &mut aya::Ebpf) -> Result<(), String> {
+    ebpf::probe_tp()?;
+    let attached = ebpf::attach_tp(bpf).map_err(|e| ebpf::one_line(&e));
+    ebpf::detach_tp(bpf);
+    attached
+}
+
+/// tracefs names the syscall tracepoints `trace` attaches for failed execs (their errno
+/// and path; `trace` mounts it when missing, as perf does); tools users compare with (perf,
+/// bpftrace) want it too: as root, mount it when missing.
 fn tracefs_check(root: bool) -> Check {
     match std::fs::metadata(Path::new(TRACEFS).join("events")) {
         Ok(_) => return check("tracefs", Status::Ok, format!("mounted at {TRACEFS}")),
@@ -382,7 +436,7 @@ fn tracefs_check(root: bool) -> Check {
             return check(
                 "tracefs",
                 Status::Ok,
-                format!("{TRACEFS} is not readable by this user (fdaudit does not need it)"),
+                format!("{TRACEFS} is not readable by this user (trace mounts it as root)"),
             )
         }
         Err(_) => {}
@@ -391,12 +445,10 @@ fn tracefs_check(root: bool) -> Check {
         return check(
             "tracefs",
             Status::Warn,
-            format!(
-                "not mounted at {TRACEFS} (fdaudit does not need it; as root, doctor mounts it)"
-            ),
+            format!("not mounted at {TRACEFS} (as root, doctor and trace mount it)"),
         );
     }
-    match mount_tracefs() {
+    match crate::sys::mount_tracefs() {
         Ok(()) => check(
             "tracefs",
             Status::Ok,
@@ -405,27 +457,7 @@ fn tracefs_check(root: bool) -> Check {
         Err(e) => check(
             "tracefs",
             Status::Warn,
-            format!("not mounted and mount failed ({e}); fdaudit does not need it"),
+            format!("not mounted and mount failed ({e}): trace reports failed execs without errno and path"),
         ),
-    }
-}
-
-pub fn mount_tracefs() -> std::io::Result<()> {
-    let src = c"tracefs";
-    let target = c"/sys/kernel/tracing";
-    // SAFETY: valid NUL-terminated strings; no data argument.
-    let rc = unsafe {
-        libc::mount(
-            src.as_ptr(),
-            target.as_ptr(),
-            src.as_ptr(),
-            0,
-            std::ptr::null(),
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
     }
 }

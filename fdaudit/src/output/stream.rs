@@ -14,7 +14,7 @@ use std::{
     fs::File,
     io::{self, Write},
     mem::ManuallyDrop,
-    os::fd::FromRawFd as _,
+    os::fd::{AsRawFd as _, FromRawFd as _},
     path::{Path, PathBuf},
     sync::{
         atomic::{AtomicU64, Ordering},
@@ -29,7 +29,7 @@ use super::text::{self, Lossless};
 
 /// The version of the JSON records' schema (`docs/json.md`, `docs/fdaudit.schema.json`).
 /// Bumped when a field changes meaning or goes away; new fields do not bump it.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// Which of fdaudit's standard streams a records stream defaults to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,6 +106,10 @@ struct Inner {
     file: ManuallyDrop<File>,
     owned: bool,
     json: bool,
+    /// Bytes written, and of them those up to the last newline: a write that fails (a full
+    /// file system) is cut back to whole lines.
+    written: u64,
+    whole: u64,
 }
 
 impl Drop for Inner {
@@ -199,14 +203,7 @@ pub fn open(dest: Dest, json: bool, command: &'static str) -> anyhow::Result<()>
                 false,
             )
         }
-        // std opens with O_CLOEXEC: a traced command never inherits it.
-        Dest::File(p) => (
-            ManuallyDrop::new(
-                File::create(p)
-                    .with_context(|| format!("failed to create {}", text::escape_path(p)))?,
-            ),
-            true,
-        ),
+        Dest::File(p) => (ManuallyDrop::new(create(p)?), true),
     };
     START_MONO_NS.store(monotonic_ns(), Ordering::Relaxed);
     *lock() = Some(Inner {
@@ -214,6 +211,8 @@ pub fn open(dest: Dest, json: bool, command: &'static str) -> anyhow::Result<()>
         file,
         owned,
         json,
+        written: 0,
+        whole: 0,
     });
     if json {
         record(&Header::now(command))?;
@@ -221,9 +220,50 @@ pub fn open(dest: Dest, json: bool, command: &'static str) -> anyhow::Result<()>
     Ok(())
 }
 
+/// Creates (or truncates) an `-o` file. Opened without blocking, so that a FIFO nobody reads
+/// is an error now rather than a hang before anything starts; writes then block as usual.
+/// std opens with O_CLOEXEC: a traced command never inherits it.
+fn create(p: &Path) -> anyhow::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let name = text::escape_path(p);
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(p)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ENXIO) => anyhow::anyhow!(
+                "failed to open {name}: it is a FIFO and nothing reads it: start the reader first"
+            ),
+            _ => anyhow::Error::new(e).context(format!("failed to create {name}")),
+        })?;
+    // SAFETY: F_GETFL/F_SETFL on the fd just opened.
+    unsafe {
+        let flags = libc::fcntl(file.as_raw_fd(), libc::F_GETFL);
+        libc::fcntl(file.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK);
+    }
+    Ok(file)
+}
+
 /// Whether the stream is open in JSON mode.
 pub fn is_json() -> bool {
     lock().as_ref().is_some_and(|i| i.json)
+}
+
+/// Whether the stream is a file (`-o FILE`): human-mode notes then go into it too.
+fn is_file() -> bool {
+    lock()
+        .as_ref()
+        .is_some_and(|i| matches!(i.dest, Dest::File(_)))
+}
+
+/// `-q`: human-mode notes ([`Level::Note`]) are not printed; warnings and verdicts are.
+static QUIET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Sets `-q` for the notes of this run.
+pub fn set_quiet(quiet: bool) {
+    QUIET.store(quiet, Ordering::Relaxed);
 }
 
 /// Whether the stream is fdaudit's stderr (so notes in human mode would interleave).
@@ -280,7 +320,18 @@ fn write_all_raw(bytes: &[u8]) -> io::Result<()> {
             return Err(io::Error::from_raw_os_error(libc::EBADF));
         }
     }
-    inner.file.write_all(bytes)
+    if let Err(e) = inner.file.write_all(bytes) {
+        if inner.owned && inner.file.metadata().is_ok_and(|m| m.is_file()) {
+            // Best effort: leave whole lines (whole JSON records) in the file.
+            let _ = inner.file.set_len(inner.whole);
+        }
+        return Err(e);
+    }
+    inner.written += bytes.len() as u64;
+    if let Some(nl) = bytes.iter().rposition(|&b| b == b'\n') {
+        inner.whole = inner.written - (bytes.len() - nl - 1) as u64;
+    }
+    Ok(())
 }
 
 /// A `Write` handle on the stream: each `write` call goes out whole (wrap it in a
@@ -336,6 +387,8 @@ pub fn finish() -> anyhow::Result<()> {
 pub enum Level {
     Note,
     Warning,
+    /// What a CI policy (`--fail-on`, `--fail-on-leak`) decided and why: shown with `-q`.
+    Verdict,
 }
 
 /// A `{"type":"note"}` record: what a person reads as `note: ...` or `warning: ...`.
@@ -368,11 +421,20 @@ pub fn note(level: Level, message: &str) {
             message,
         });
     } else {
+        if level == Level::Note && QUIET.load(Ordering::Relaxed) {
+            return;
+        }
         let prefix = match level {
             Level::Note => "note",
             Level::Warning => "warning",
+            Level::Verdict => "verdict",
         };
-        crate::diag!("{prefix}: {}", text::escape(message));
+        let line = format!("{prefix}: {}", text::escape(message));
+        crate::diag!("{line}");
+        // A records file keeps what the terminal was told (`trace -o t.txt`).
+        if is_file() {
+            let _ = self::text(&format!("{line}\n"));
+        }
     }
 }
 

@@ -26,7 +26,10 @@ pub struct Link<'a> {
     pub close_calls: u64,
     /// Window less the probes' cost, ns.
     pub window_ns: u64,
+    /// fds that crossed, less the traced command's own inheritance.
     pub leaked: u32,
+    /// fds the traced command itself inherited from fdaudit's caller that crossed.
+    pub inherited: u32,
     /// Of `leaked`, the fds `--fail-on-leak` counts (see `report::LeakPolicy`).
     pub new_leaks: u64,
 }
@@ -44,6 +47,8 @@ struct Chain {
     window_ns: u64,
     /// fds of the latest image.
     leaked: u32,
+    /// Inherited fds of the latest image.
+    inherited: u32,
     /// Of those, the ones `--fail-on-leak` counts.
     new_leaks: u64,
     /// fds of images that exec'd again.
@@ -61,6 +66,7 @@ impl Chain {
             close_calls: l.close_calls,
             window_ns: l.window_ns,
             leaked: l.leaked,
+            inherited: l.inherited,
             new_leaks: l.new_leaks,
             transient: 0,
         }
@@ -79,6 +85,7 @@ impl Chain {
         self.window_ns += l.window_ns;
         self.transient += u64::from(self.leaked);
         self.leaked = l.leaked;
+        self.inherited = l.inherited;
         self.new_leaks = l.new_leaks;
     }
 
@@ -100,6 +107,7 @@ struct Acc {
     closes: Vec<u64>,
     windows: Vec<u64>,
     leaked: u64,
+    inherited: u64,
     transient: u64,
 }
 
@@ -118,6 +126,8 @@ pub struct Row {
     pub window_p95_ns: u64,
     /// fds that reached the last image of each spawn.
     pub leaked_fds: u64,
+    /// Inherited fds that reached the last image of each spawn.
+    pub inherited_fds: u64,
     /// fds that crossed into images that exec'd again.
     pub transient_fds: u64,
 }
@@ -154,6 +164,8 @@ pub struct LeakTotals {
     pub spawns_with_leaks: u64,
     /// Those fds.
     pub leaked_fds: u64,
+    /// Inherited fds that reached last images.
+    pub inherited_fds: u64,
     /// fds that crossed into images that exec'd again.
     pub transient_fds: u64,
     /// Spawns whose last image got fds that `--fail-on-leak` counts.
@@ -164,6 +176,7 @@ impl LeakTotals {
     fn add(&mut self, c: &Chain) {
         self.spawns_with_leaks += u64::from(c.leaked > 0);
         self.leaked_fds += u64::from(c.leaked);
+        self.inherited_fds += u64::from(c.inherited);
         self.transient_fds += c.transient;
         self.spawns_with_new_leaks += u64::from(c.new_leaks > 0);
     }
@@ -198,6 +211,7 @@ impl Chains {
         acc.closes.push(c.close_calls);
         acc.windows.push(c.window_ns);
         acc.leaked += u64::from(c.leaked);
+        acc.inherited += u64::from(c.inherited);
         acc.transient += c.transient;
     }
 
@@ -223,6 +237,7 @@ impl Chains {
             acc.closes.push(c.close_calls);
             acc.windows.push(c.window_ns);
             acc.leaked += u64::from(c.leaked);
+            acc.inherited += u64::from(c.inherited);
             acc.transient += c.transient;
         }
         all.into_iter()
@@ -237,6 +252,7 @@ impl Chains {
                 window_median_ns: stats::median(&acc.windows).unwrap_or(0),
                 window_p95_ns: stats::percentile(&acc.windows, 95.0).unwrap_or(0),
                 leaked_fds: acc.leaked,
+                inherited_fds: acc.inherited,
                 transient_fds: acc.transient,
             })
             .collect()
@@ -259,6 +275,7 @@ mod tests {
             close_calls: if strategy == "close-loop" { 100 } else { 0 },
             window_ns: 1000,
             leaked,
+            inherited: 0,
             new_leaks: leaked.into(),
         }
     }

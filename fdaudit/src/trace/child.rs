@@ -98,3 +98,80 @@ pub fn start_held(cmd: &[OsString]) -> Result<Held> {
         name: crate::output::escape_bytes(cmd[0].as_bytes()),
     })
 }
+
+/// After signal `sig` stopped fdaudit while it traced its own command `pid`: passes the
+/// signal on (unless the kernel sent it to the whole foreground group, as a terminal's
+/// Ctrl-C does: the command has it already), then goes on following with `follow_until`
+/// until the command exits, for at most `grace`; a second signal or the end of `grace`
+/// SIGKILLs it. Returns the command's wait status.
+pub fn stop_command(
+    pid: u32,
+    sig: i32,
+    grace: std::time::Duration,
+    mut follow_until: impl FnMut(std::time::Instant) -> Result<Option<i32>>,
+) -> Result<i32> {
+    use crate::output::stream;
+    let name = crate::sys::signal_name(sig).unwrap_or("the signal");
+    let passed = if crate::signals::from_kernel() {
+        "the command got it too"
+    } else {
+        // SAFETY: signalling our own child, not reaped yet (try_wait has not seen it exit).
+        unsafe { libc::kill(pid as i32, sig) };
+        "passed on to the command"
+    };
+    stream::note(
+        stream::Level::Note,
+        &format!(
+            "{name}: {passed} (pid {pid}); waiting up to {} s for it to exit (--kill-after), \
+             a second signal kills it",
+            grace.as_secs_f64()
+        ),
+    );
+    crate::signals::rearm();
+    if let Some(status) = follow_until(std::time::Instant::now() + grace)? {
+        return Ok(status);
+    }
+    stream::note(
+        stream::Level::Warning,
+        &format!("the command (pid {pid}) did not exit: killed it with SIGKILL"),
+    );
+    let mut status = 0;
+    // SAFETY: killing and reaping our own child.
+    unsafe {
+        libc::kill(pid as i32, libc::SIGKILL);
+        libc::waitpid(pid as i32, &mut status, 0);
+    }
+    Ok(status)
+}
+
+/// Waits for the command until it exits; a signal to fdaudit (Ctrl-C) stops the wait.
+pub fn wait_for_command(pid: u32) -> Result<Option<i32>> {
+    loop {
+        if let Some(st) = crate::tracer::wait::try_wait(pid)? {
+            return Ok(Some(st));
+        }
+        if crate::signals::received().is_some() {
+            return Ok(None);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Tracing failed (the output could not be written: a full file system, a reader gone):
+/// detach, and with `-- CMD` wait for the command, untraced, rather than orphan it; then the
+/// error ends fdaudit (exit 2).
+pub fn abandon(
+    session: crate::tracer::session::Session,
+    child: Option<u32>,
+    e: anyhow::Error,
+) -> anyhow::Error {
+    drop(session);
+    if let Some(pid) = child {
+        // stderr, not the records stream: that is what failed.
+        eprintln!(
+            "fdaudit: tracing stopped ({e:#}); waiting for the command (pid {pid}) to exit, untraced"
+        );
+        let _ = wait_for_command(pid);
+    }
+    e
+}

@@ -4,10 +4,12 @@
 pub mod chains;
 mod child;
 pub mod filter;
+mod following;
 pub mod reads;
 pub mod report;
 pub mod stamp;
 pub mod targets;
+mod verbose;
 
 use std::{
     ffi::OsString,
@@ -25,14 +27,14 @@ use crate::{
     tracer::{
         decode, drain,
         ebpf::BackendChoice,
-        follow,
         session::{Session, SessionOptions},
-        wait::{self, try_wait},
+        wait,
     },
 };
 use child::start_held;
 use report::{Ending, ExitReason, Reporter};
 use targets::check_targets;
+use verbose::{verbose_calibration, verbose_exit, verbose_startup};
 
 /// Every JSON object `trace --json` prints, one per line, tagged by `"type"`.
 #[derive(Debug, serde::Serialize)]
@@ -51,8 +53,12 @@ pub enum TraceRecord {
     after_help = "Records go to -o FILE; without it, to stderr with -- CMD or --demo (CMD keeps \
 stdout and stderr as given, as under strace), to stdout with -p.\n\nExit status: the command's \
 own status with -- CMD (128+N when killed by signal N, 127 when it could not be exec'd), else \
-0; 3 with --fail-on-leak when a spawn leaked an fd and the command exited 0; 2 on an error; 130 \
-after Ctrl-C."
+0; 3 when the command exited 0 and a gate failed: --fail-on-leak (a spawn leaked an fd), \
+--fail-on-strategy (a spawn used one of the strategies) or --max-closes (a spawn made more \
+closing calls); 2 on an error; \
+128+N after signal N stopped fdaudit (130 after Ctrl-C, 143 after SIGTERM). A SIGINT, SIGTERM \
+or SIGHUP sent to fdaudit alone is passed on to -- CMD, which is killed if it has not exited \
+after --kill-after."
 )]
 pub struct TraceArgs {
     /// Trace this running process and all its descendants (repeatable).
@@ -83,13 +89,31 @@ pub struct TraceArgs {
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
 
+    /// When a signal stops fdaudit while it runs -- CMD: how long to go on tracing the
+    /// command (which got the signal too) before killing it with SIGKILL.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_duration, default_value = "5")]
+    pub kill_after: Duration,
+
+    /// With -- CMD: stop tracing when CMD exits and say how many traced processes it left
+    /// running. By default the trace goes on until all of them have exited, as strace -f
+    /// does (--duration or Ctrl-C ends it sooner: a daemon may never exit).
+    #[arg(long, conflicts_with_all = ["pids", "cgroup"])]
+    pub no_wait_tree: bool,
+
     /// Attach only the scheduler tracepoints: leaked fds, no syscall counts, near-zero cost.
-    #[arg(long, conflicts_with = "reads")]
+    // Spelled `--leaks-only` in 0.1.0, too close to --only-leaks (#25 item 5): a hidden alias
+    // for one release.
+    #[arg(long = "no-syscalls", alias = "leaks-only", conflicts_with = "reads")]
     pub leaks_only: bool,
 
     /// Also count read()/readv()/pread64() calls per process and open file; flag byte-at-a-time reads.
     #[arg(long)]
     pub reads: bool,
+
+    /// Also record which call made each leaked fd inheritable (open, socket, pipe, dup,
+    /// fcntl...: the process, thread, time and user stack): `origin` beside each leaked fd.
+    #[arg(long)]
+    pub origin: bool,
 
     /// Ring buffer size in pages (a power of two). Default: from the CPU count, room for
     /// 256 of the largest spawn records per CPU (at least 8 MiB).
@@ -101,9 +125,37 @@ pub struct TraceArgs {
     #[arg(long)]
     pub fail_on_leak: bool,
 
+    /// Exit with status 3 when a spawn used one of these strategies (close-loop,
+    /// fcntl-scan, poll-scan, procfd-walk, …; comma-separated or repeated) and the command
+    /// itself exited 0. Every spawn is judged, whatever the output filters show.
+    #[arg(
+        long,
+        value_name = "STRATEGY",
+        value_enum,
+        value_delimiter = ',',
+        conflicts_with = "leaks_only"
+    )]
+    pub fail_on_strategy: Vec<crate::tracer::strategy::Strategy>,
+
+    /// Exit with status 3 when a spawn made more than N fd-closing calls between fork and
+    /// exec (close() calls plus close_range() calls; one close_range() counts once) and the
+    /// command itself exited 0. Every spawn is judged, whatever the output filters show.
+    #[arg(long, value_name = "N", conflicts_with = "leaks_only")]
+    pub max_closes: Option<u64>,
+
     /// With --fail-on-leak: do not count leaks of this fd number (repeatable).
     #[arg(long = "ignore-fd", value_name = "FD", requires = "fail_on_leak")]
     pub ignore_fds: Vec<u32>,
+
+    /// With --fail-on-leak: forgive leaks of this kind (socket, pipe, regular, …) or of
+    /// files matching this path glob (`/run/*.sock`; `*` matches `/` too); repeatable.
+    #[arg(long, value_name = "KIND|GLOB", requires = "fail_on_leak", value_parser = report::Allowed::parse)]
+    pub allow_leak: Vec<report::Allowed>,
+
+    /// With --fail-on-leak: count only leaks of this kind (socket, regular, directory, …;
+    /// repeatable).
+    #[arg(long, value_name = "KIND", requires = "fail_on_leak", value_parser = report::parse_kind)]
+    pub fail_on_leak_kind: Vec<crate::fdkind::FdKind>,
 
     /// With --fail-on-leak: also count the fds the traced command inherited from
     /// fdaudit's caller.
@@ -115,7 +167,8 @@ pub struct TraceArgs {
     #[arg(long, conflicts_with_all = ["pids", "command", "cgroup"])]
     pub demo: bool,
 
-    /// Do not print a line per spawn, only the summary.
+    /// Print only warnings and the gates' verdicts: no spawn lines, notes or summary
+    /// (with --json the records are all still written).
     #[arg(short, long)]
     pub quiet: bool,
 
@@ -141,7 +194,7 @@ pub struct TraceArgs {
     #[arg(long, value_name = "NAME", help_heading = FILTERS)]
     pub parent_comm: Vec<String>,
 
-    /// Show only spawns that leaked an fd (what is traced stays the same; --leaks-only
+    /// Show only spawns that leaked an fd (what is traced stays the same; --no-syscalls
     /// instead traces less).
     #[arg(long, help_heading = FILTERS)]
     pub only_leaks: bool,
@@ -150,9 +203,9 @@ pub struct TraceArgs {
     #[arg(long, value_name = "N", default_value_t = 0, help_heading = FILTERS)]
     pub min_closes: u32,
 
-    /// How to hook the counted syscalls: fentry (BPF trampolines on those syscalls only,
-    /// other syscalls pay nothing) or raw-tp (raw sys_enter/sys_exit tracepoints, every
-    /// syscall on the machine pays); auto is raw-tp for now (fentry is opt-in).
+    /// How to hook the counted syscalls: fentry (trampolines on those only), tp (their own
+    /// tracepoints) or raw-tp (sys_enter/sys_exit: every syscall runs a program); auto:
+    /// raw-tp (fentry and tp are opt-in). Only raw-tp sees x86_64 32-bit (int $0x80) syscalls.
     #[arg(long, value_enum, default_value_t, env = "FDAUDIT_BACKEND")]
     pub backend: BackendChoice,
 
@@ -167,10 +220,6 @@ pub struct TraceArgs {
     pub command: Vec<OsString>,
 }
 
-/// How often `--reads` looks for newly flagged storms to name their files (the follow
-/// loop's tick).
-const READS_CHECK_EVERY: Duration = Duration::from_millis(100);
-
 /// Help heading of the output filters.
 const FILTERS: &str = "Output filters (the kernel still follows the whole tree)";
 
@@ -181,6 +230,13 @@ fn report_options(args: &TraceArgs) -> report::ReportOptions {
         quiet: args.quiet,
         no_baseline: args.no_baseline,
         ignore_fds: args.ignore_fds.clone(),
+        allow: args.allow_leak.clone(),
+        kinds: args.fail_on_leak_kind.clone(),
+        gates: report::GateOptions {
+            fail_on_leak: args.fail_on_leak,
+            strategies: args.fail_on_strategy.clone(),
+            max_closes: args.max_closes,
+        },
         time: args.time,
         relative: args.relative,
     }
@@ -219,19 +275,6 @@ fn exec_failure(name: &str, errno: i32) -> (String, u8) {
     )
 }
 
-/// Waits for the command until it exits; a signal to fdaudit (Ctrl-C) stops the wait.
-fn wait_for_command(pid: u32) -> Result<Option<i32>> {
-    loop {
-        if let Some(st) = try_wait(pid)? {
-            return Ok(Some(st));
-        }
-        if crate::signals::received().is_some() {
-            return Ok(None);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 pub fn run(mut args: TraceArgs) -> Result<u8> {
     let t0 = Instant::now();
     open_output(&mut args)?;
@@ -243,6 +286,7 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
         args.only_leaks,
         args.min_closes,
     )?;
+    stream::set_quiet(args.quiet && !args.json);
     let followed = args.cgroup.as_deref().map(Followed::find).transpose()?;
     let signal_rd = crate::signals::wake_pipe()?;
     crate::signals::install_stop();
@@ -257,36 +301,45 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
         verbose_startup(&session, startup, child.is_some());
     }
     let mut reporter = Reporter::new(report_options(&args), &session, filter);
+    (session.unseen()).inspect(|u| stream::note(stream::Level::Note, u));
     let mut targets = reads::LiveTargets::default();
-    let mut sink = TraceSink {
+    let mut sink = following::TraceSink {
         reporter: &mut reporter,
         roots: &root_pids,
         reads: args.reads.then(|| (&mut targets, Instant::now())),
     };
-    let (mut exit_status, timed_out, ended) = follow(
+    let followed_until = following::follow(
         &args,
         &mut session,
         &mut sink,
         &mut waiter,
         child,
         followed.as_ref(),
-    )?;
+    );
+    let following::FollowEnd {
+        mut exit_status,
+        timed_out,
+        ended,
+    } = match followed_until {
+        Ok(end) => end,
+        Err(e) => return Err(child::abandon(session, child, e)),
+    };
     let stats = session.stats()?;
     let missed = session.missed_runs();
     let calibrated = session.probe_cost_measured();
     let storms = read_storms(&args, &session, &mut targets);
     session.detach_after_exit();
     drop(session); // detach before waiting or printing the summary
-    if let (true, Some(pid)) = (timed_out, child) {
+    if let (true, Some(pid), None) = (timed_out, child, exit_status) {
         stream::note(
             stream::Level::Note,
             &format!(
                 "--duration ended: probes detached; waiting for the command (pid {pid}) to exit, untraced"
             ),
         );
-        exit_status = wait_for_command(pid)?;
+        exit_status = child::wait_for_command(pid)?;
     }
-    let ending = ending(&args, &reporter, exit_status);
+    let ending = ending(&reporter, exit_status);
     reporter.finish(stats, missed, storms, ending)?;
     if args.verbose {
         verbose_exit(ended, child.is_some());
@@ -332,102 +385,24 @@ fn read_storms(
     })
 }
 
-/// `-v`: how long fdaudit took to exit after the command (or the trace) ended.
-fn verbose_exit(ended: Instant, command: bool) {
-    crate::diag!(
-        "fdaudit: exit {:.1} ms (from the {} to fdaudit's exit)",
-        ms(ended.elapsed()),
-        if command {
-            "command's exit"
-        } else {
-            "end of the trace"
-        }
-    );
-}
-
-/// `-v`: the probe-cost calibration (ns, ms), if a spawn needed it.
-fn verbose_calibration(calibrated: Option<(f64, f64)>) {
-    match calibrated {
-        Some((ns, took)) => crate::diag!(
-            "fdaudit: probes' cost {ns:.0} ns per counted syscall, measured in {took:.1} ms when the first spawn needed it"
-        ),
-        None => crate::diag!(
-            "fdaudit: probes' cost not measured: no spawn made a counted syscall"
-        ),
-    }
-}
-
-/// fdaudit's exit status and why: CMD's own status, unless it exited 0 and
-/// `--fail-on-leak` has a leak to fail on; 130 after a signal before CMD exited.
-fn ending(args: &TraceArgs, reporter: &Reporter, exit_status: Option<i32>) -> Ending {
+/// fdaudit's exit status and why: CMD's own status, unless it exited 0 and a gate
+/// (`--fail-on-leak`, `--fail-on-strategy`, `--max-closes`) failed; 128+N after signal N
+/// stopped fdaudit.
+fn ending(reporter: &Reporter, exit_status: Option<i32>) -> Ending {
     let command_status = exit_status.map(exit::from_wait_status);
-    let interrupted = crate::signals::received().is_some() && exit_status.is_none();
-    let leak = args.fail_on_leak && reporter.leaked();
-    let (exit_code, exit_reason) = match command_status {
-        _ if interrupted => (exit::INTERRUPTED, ExitReason::Interrupted),
-        Some(0) | None if leak => (exit::POLICY, ExitReason::Leak),
-        Some(c) => (c, ExitReason::Command),
-        None => (exit::OK, ExitReason::Ok),
+    let interrupted = crate::signals::first_received().is_some();
+    let policy = reporter.policy_failure();
+    let (exit_code, exit_reason) = match (command_status, policy) {
+        _ if interrupted => (crate::signals::exit_status(), ExitReason::Interrupted),
+        (Some(0) | None, Some(reason)) => (exit::POLICY, reason),
+        (Some(c), _) => (c, ExitReason::Command),
+        (None, None) => (exit::OK, ExitReason::Ok),
     };
-    if leak && exit_reason == ExitReason::Command {
-        stream::note(
-            stream::Level::Note,
-            &format!(
-                "spawns leaked fds (--fail-on-leak), but the command itself failed: exiting with its status {exit_code}"
-            ),
-        );
-    } else if exit_reason == ExitReason::Leak {
-        stream::note(
-            stream::Level::Note,
-            &format!(
-                "spawns leaked fds (--fail-on-leak): exit status {}",
-                exit::POLICY
-            ),
-        );
-    }
     Ending {
         command_status,
         exit_code,
         exit_reason,
     }
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
-/// `-v`: the backend and where start-up time went.
-fn verbose_startup(session: &Session, startup: Duration, command: bool) {
-    match (session.backend(), session.fallback()) {
-        (None, _) => crate::diag!("fdaudit: backend: none (--leaks-only hooks no syscall)"),
-        (Some(b), None) => crate::diag!("fdaudit: backend: {}", b.as_str()),
-        (Some(b), Some(why)) => {
-            crate::diag!("fdaudit: backend: {} ({why})", b.as_str())
-        }
-    }
-    let t = session.timings();
-    crate::diag!(
-        "fdaudit: start-up {:.1} ms until {} (BTF {:.1} ms{}, beside it the feature probes and \
-         an untraced close() timing {:.1} ms (waited for {:.1} ms), maps {:.1} ms (of it \
-         waiting for aya's loader {:.1} ms), programs {:.1} ms)",
-        ms(startup),
-        if command {
-            "the command was released"
-        } else {
-            "the processes were traced"
-        },
-        t.btf_ms,
-        if t.aya_btf_ms > 0.0 {
-            format!(" + aya's parse {:.1} ms", t.aya_btf_ms)
-        } else {
-            String::new()
-        },
-        t.probes_ms,
-        t.probes_wait_ms,
-        t.maps_ms,
-        t.loader_wait_ms,
-        t.attach_ms,
-    );
 }
 
 /// What [`attach`] leaves: a session following the roots, or the status of a command that
@@ -447,6 +422,7 @@ fn attach(args: &TraceArgs, pids: &[u32], followed: Option<&Followed>) -> Result
     let opts = SessionOptions {
         leaks_only: args.leaks_only,
         reads: args.reads,
+        origin: args.origin,
         ring_bytes,
         backend: args.backend,
         cgroup: followed.map(|f| (f.id, f.level)),
@@ -498,67 +474,4 @@ fn attach(args: &TraceArgs, pids: &[u32], followed: Option<&Followed>) -> Result
         }
     }
     Ok(Attached::Tracing(Box::new(session), child))
-}
-
-/// `trace` as a sink of the follow loop: a line (or record) per spawn as it comes, and
-/// with `--reads` each storm's file named while its process still runs.
-struct TraceSink<'a> {
-    reporter: &'a mut Reporter,
-    roots: &'a [u32],
-    /// `--reads`: the storms' files, named every [`READS_CHECK_EVERY`].
-    reads: Option<(&'a mut reads::LiveTargets, Instant)>,
-}
-
-impl follow::Sink for TraceSink<'_> {
-    fn events(&mut self, session: &mut Session, events: Vec<decode::Event>) -> Result<()> {
-        self.reporter.costs_from(session);
-        for ev in events {
-            self.reporter.handle(ev, self.roots)?;
-        }
-        Ok(())
-    }
-
-    fn tick_every(&self) -> Option<Duration> {
-        self.reads.as_ref().map(|_| READS_CHECK_EVERY)
-    }
-
-    fn tick(&mut self, session: &mut Session, now: Instant) -> Result<bool> {
-        if let Some((targets, checked)) = &mut self.reads {
-            if now.duration_since(*checked) >= READS_CHECK_EVERY {
-                targets.update(&session.read_counts(), procfs_util::fd_target);
-                *checked = now;
-            }
-        }
-        Ok(false)
-    }
-}
-
-/// Reports records until the command exits (its wait status), every `-p` root is gone,
-/// the followed cgroup is removed, the duration ends or a signal comes; then drains what is
-/// left. Also returns when the end was noticed (for `-v`'s exit time).
-fn follow(
-    args: &TraceArgs,
-    session: &mut Session,
-    sink: &mut TraceSink,
-    waiter: &mut wait::Waiter,
-    child: Option<u32>,
-    followed: Option<&Followed>,
-) -> Result<(Option<i32>, bool, Instant)> {
-    let until = follow::Until {
-        child,
-        dir: followed.map(|f| f.dir.clone()),
-        deadline: args.duration.map(|d| Instant::now() + d),
-    };
-    let (end, ended) = follow::follow(session, waiter, &until, sink)?;
-    if let (follow::End::DirGone, Some(f)) = (end, followed) {
-        stream::note(
-            stream::Level::Note,
-            &format!("cgroup {} was removed", f.path),
-        );
-    }
-    let exit_status = match end {
-        follow::End::Exited(st) => Some(st),
-        _ => None,
-    };
-    Ok((exit_status, end == follow::End::Deadline, ended))
 }

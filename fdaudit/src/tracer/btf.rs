@@ -350,6 +350,12 @@ pub fn config_from_btf(btf: &Btf) -> Result<Config, BtfError> {
         cgroup_level: 0,
         task_btf: 0, // set by the loader, which probes for the helper
         cgroup_id: 0,
+        origin: 0, // set by the loader (`trace --origin`)
+        regs_arg3: regs.arg3,
+        regs_sp: regs.sp,
+        mm_start_code: o("mm_struct", "start_code")?,
+        mm_end_code: o("mm_struct", "end_code")?,
+        _pad_origin: [0; 3],
     })
 }
 

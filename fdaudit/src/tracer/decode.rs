@@ -10,8 +10,11 @@ use fdaudit_common::{
 };
 use serde::Serialize;
 
+pub use super::fdtarget::cstr;
+use super::fdtarget::{resolve_target, Resolver};
 use super::{
     counts::SyscallCounts,
+    fdtarget,
     flags::SpawnFlags,
     strategy::{self, Strategy},
 };
@@ -49,9 +52,24 @@ pub struct LeakedFd {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub protocol: Option<&'static str>,
     pub ino: u64,
+    /// inode->i_sb->s_dev (kernel encoding): with `ino`, the file's identity.
+    #[serde(skip)]
+    pub dev: u32,
+    /// `trace --origin`: the call that made this fd inheritable, or why it is unknown.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub origin: Option<super::origin::Origin>,
     /// The file was deleted while open (no name left; `target` is its last one).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub deleted: bool,
+    /// The same fd and file the traced command itself inherited from fdaudit's caller (the
+    /// baseline): passed on, not this tree's leak (set by trace's reporter; never with
+    /// `--no-baseline`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub inherited: bool,
+    /// `target` is not the whole path (the kernel's was cut or missing and the live link
+    /// was gone): the spawn then carries `path_partial`.
+    #[serde(skip)]
+    pub partial: bool,
 }
 
 /// One spawn: a traced child that completed an exec (`"type":"spawn"` in JSON).
@@ -95,6 +113,7 @@ pub struct Spawn {
     pub close_loop_bound: Option<u32>,
     pub leaked_fds: Vec<LeakedFd>,
     /// Number of leaked fds (may exceed `leaked_fds.len()` when truncated).
+    #[serde(rename = "leaked_fd_count")]
     pub leaked_count: u32,
     /// Redirected or inherited stdio (fds 0-2), shown apart from leaks.
     pub stdio: Vec<LeakedFd>,
@@ -144,6 +163,15 @@ pub enum Event {
     Exit(Exit),
 }
 
+impl Spawn {
+    /// The [`Origin::label`](super::origin::Origin::label) of each leaked fd ("" for one
+    /// without an origin: no `--origin`).
+    pub fn origin_labels(&self) -> Vec<String> {
+        let label = |f: &LeakedFd| f.origin.as_ref().map_or("", |o| o.label()).to_owned();
+        self.leaked_fds.iter().map(label).collect()
+    }
+}
+
 impl Event {
     /// The syscalls of the spawn it reports that went through a probe (0 for a plain exit).
     pub fn probed(&self) -> u64 {
@@ -162,6 +190,9 @@ pub struct ReadCount {
     pub stat: fdaudit_common::ReadStat,
     /// The reader's comm, bytes.
     pub comm: Vec<u8>,
+    /// The file's path, walked by the kernel when the counter became a storm (while the
+    /// file was open), if it did.
+    pub kernel_path: Option<Box<fdaudit_common::FdPath>>,
 }
 /// A record of type `T` from the first bytes of `bytes` (a variable-length record: the
 /// fields not sent are zero).
@@ -185,6 +216,8 @@ const PENDING_PATHS: usize = 64;
 pub struct Decoder {
     leaks_only: bool,
     pending: VecDeque<Box<PathsRecord>>,
+    /// `trace --origin`: the origin records seen, to name each leaked fd's.
+    origins: Option<super::origin::Origins>,
 }
 
 impl Decoder {
@@ -192,14 +225,30 @@ impl Decoder {
         Decoder {
             leaks_only,
             pending: VecDeque::new(),
+            origins: None,
         }
+    }
+
+    /// Also keeps the origin records and gives each leaked fd its `origin`.
+    pub fn with_origins(mut self) -> Decoder {
+        self.origins = Some(super::origin::Origins::default());
+        self
     }
 
     /// Decodes one record; a paths record gives nothing until its spawn comes. An exec path
     /// the kernel cut is read again from /proc/PID/exe while the process lives, when that
     /// starts with what the kernel kept.
     pub fn decode(&mut self, bytes: &[u8]) -> Option<Event> {
+        if let Some(origins) = &mut self.origins {
+            if let Some(rec) = origin_record(bytes) {
+                origins.record(&rec);
+                return None;
+            }
+        }
         let mut ev = decode_with(bytes, self.leaks_only, &mut self.pending, resolve_target);
+        if let (Some(origins), Some(ev)) = (&mut self.origins, &mut ev) {
+            name_origins(origins, ev);
+        }
         if let Some(Event::Spawn(s)) = &mut ev {
             if s.exec_path_cut {
                 if let Some(exe) =
@@ -211,6 +260,39 @@ impl Decoder {
             }
         }
         ev
+    }
+}
+
+/// An origin record (`trace --origin`), if `bytes` is one.
+fn origin_record(bytes: &[u8]) -> Option<fdaudit_common::OriginRecord> {
+    if bytes.len() < size_of::<fdaudit_common::OriginRecord>() {
+        return None;
+    }
+    // SAFETY: length checked; the record is plain integers; read_unaligned copies.
+    let header: RecordHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+    (RecordKind::from_u32(header.kind)? == RecordKind::Origin)
+        // SAFETY: as above.
+        .then(|| unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) })
+}
+
+/// Gives each leaked fd of a spawn its origin, and learns the parent links.
+fn name_origins(origins: &mut super::origin::Origins, ev: &mut Event) {
+    let s = match ev {
+        Event::Spawn(s) => s,
+        Event::Exit(e) => {
+            origins.note_parent(e.pid, e.parent_pid);
+            match e.failed_spawn.as_mut() {
+                Some(s) => s,
+                None => return,
+            }
+        }
+    };
+    origins.note_parent(s.pid, s.parent_pid);
+    if s.exec_ok {
+        origins.note_exec(s.pid, &s.exec_path);
+    }
+    for fd in &mut s.leaked_fds {
+        fd.origin = Some(origins.find(s.pid, fd.fd, fd.ino, fd.dev, s.exec_ns));
     }
 }
 
@@ -264,12 +346,6 @@ fn decode_with(
     }
 }
 
-/// The bytes of a NUL-terminated kernel string.
-pub fn cstr(b: &[u8]) -> Vec<u8> {
-    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
-    b[..end].to_vec()
-}
-
 /// The protocol name `scan` uses for the same socket: inet sockets by transport, others by
 /// type.
 fn protocol_name(family: u16, t: u16) -> &'static str {
@@ -293,62 +369,6 @@ fn access_mode(f_flags: u32) -> &'static str {
     }
 }
 
-/// Resolves the target of a leaked fd: the live link in the child, else in the parent when it
-/// is the same inode, else what the kernel saw (pseudo-files are named from the inode).
-pub type Resolver = fn(pid: u32, parent: u32, fd: u32, ino: u64) -> Option<Vec<u8>>;
-
-fn resolve_target(pid: u32, parent: u32, fd: u32, ino: u64) -> Option<Vec<u8>> {
-    [pid, parent]
-        .into_iter()
-        .find_map(|p| procfs_util::fd_target(p, fd, ino))
-}
-
-/// Joins the components of a kernel-built path (leaf first) into "/a/b/c"; a cut walk is
-/// shown with a leading "…".
-pub fn join_path(p: &FdPath) -> Vec<u8> {
-    let depth = (p.depth as usize).min(p.comps.len());
-    let mut s = Vec::new();
-    if p.complete == 0 {
-        s.extend_from_slice("…".as_bytes());
-    }
-    for c in p.comps[..depth].iter().rev() {
-        s.push(b'/');
-        s.extend_from_slice(&cstr(c));
-    }
-    if s.is_empty() {
-        s.push(b'/');
-    }
-    s
-}
-
-/// Whether a live link can be the file the kernel saw: its last component starts with the
-/// kernel's leaf name, where there is one (the check that stands in for fdinfo's `ino:`
-/// line before 5.14; a cut leaf is a prefix).
-fn link_ends_in_leaf(link: &[u8], kernel_path: Option<&FdPath>) -> bool {
-    let Some(leaf) = kernel_path
-        .filter(|p| p.depth > 0)
-        .map(|p| cstr(&p.comps[0]))
-    else {
-        return true;
-    };
-    let path = link.strip_suffix(DELETED_SUFFIX).unwrap_or(link);
-    path.rsplit(|&b| b == b'/')
-        .next()
-        .is_some_and(|last| last.starts_with(&leaf))
-}
-
-/// What the kernel appends to the link of a file deleted while open.
-const DELETED_SUFFIX: &[u8] = b" (deleted)";
-
-/// A target read from a live /proc link, without the " (deleted)" the kernel appends: (path,
-/// deleted).
-fn strip_deleted(link: Vec<u8>) -> (Vec<u8>, bool) {
-    match link.strip_suffix(DELETED_SUFFIX) {
-        Some(p) => (p.to_vec(), true),
-        None => (link, false),
-    }
-}
-
 fn leaked_from(
     info: &FdInfo,
     kernel_path: Option<&FdPath>,
@@ -360,54 +380,16 @@ fn leaked_from(
     let name_text = String::from_utf8_lossy(&name);
     let kind = fdkind::from_kernel(info.mode, info.magic, &name_text);
     let name_cut = info.fd_flags & fd_flags::NAME_CUT != 0;
-    let mut deleted = info.fd_flags & fd_flags::DELETED != 0
+    let deleted = info.fd_flags & fd_flags::DELETED != 0
         && matches!(kind, FdKind::Regular | FdKind::Directory);
-    let target: Vec<u8> = match kind {
-        FdKind::Socket => format!("socket:[{}]", info.ino).into_bytes(),
-        FdKind::Pipe => format!("pipe:[{}]", info.ino).into_bytes(),
-        FdKind::Eventfd
-        | FdKind::Epoll
-        | FdKind::Timerfd
-        | FdKind::Signalfd
-        | FdKind::Inotify
-        | FdKind::Fanotify
-        | FdKind::Bpf
-        | FdKind::Perf
-        | FdKind::AnonInode => [b"anon_inode:".as_slice(), &name].concat(),
-        FdKind::Pidfd => b"anon_inode:[pidfd]".to_vec(),
-        // A memfd has no path (its dentry is a root of the kernel's internal shm mount): its
-        // name is "memfd:NAME"; a cut one is read again from the live link ("/memfd:NAME
-        // (deleted)").
-        FdKind::Memfd => match resolve(pid, parent, info.fd, info.ino)
-            .filter(|l| name_cut && l.strip_prefix(b"/").is_some_and(|l| l.starts_with(&name)))
-        {
-            Some(link) => {
-                let (p, _) = strip_deleted(link);
-                p.strip_prefix(b"/").map(<[u8]>::to_vec).unwrap_or(p)
-            }
-            None if name_cut => [name.as_slice(), "…".as_bytes()].concat(),
-            None => name,
-        },
-        _ => match kernel_path {
-            Some(p) if p.complete != 0 => join_path(p),
-            // A cut or missing path: the live link is better, if the process is still there.
-            kp => {
-                match resolve(pid, parent, info.fd, info.ino).filter(|l| link_ends_in_leaf(l, kp)) {
-                    Some(link) => {
-                        let (p, d) = strip_deleted(link);
-                        deleted |= d;
-                        p
-                    }
-                    None => kp.map(join_path).unwrap_or_else(|| {
-                        let mut t = "…/".as_bytes().to_vec();
-                        t.extend_from_slice(&name);
-                        t.extend_from_slice(format!(" (inode {})", info.ino).as_bytes());
-                        t
-                    }),
-                }
-            }
-        },
+    let site = fdtarget::Site {
+        pid,
+        parent,
+        fd: info.fd,
+        ino: info.ino,
     };
+    let named = fdtarget::name(kind, &name, name_cut, kernel_path, site, resolve);
+    let (target, deleted, partial) = (named.target, deleted || named.deleted, named.partial);
     LeakedFd {
         fd: info.fd,
         kind,
@@ -418,7 +400,11 @@ fn leaked_from(
         protocol: (kind == FdKind::Socket && info.sock_type != 0)
             .then(|| protocol_name(info.family, info.sock_type)),
         ino: info.ino,
+        dev: info.dev,
+        origin: None,
         deleted,
+        inherited: false,
+        partial,
     }
 }
 
@@ -459,25 +445,36 @@ pub fn spawn_from_record(
         .enumerate()
         .map(|(i, f)| leaked_from(f, path_of(i), rec.pid, rec.parent_pid, resolve))
         .collect();
-    let stdio = (0..3)
+    let stdio: Vec<LeakedFd> = (0..3)
         .filter(|i| rec.stdio_mask & (1 << i) != 0)
         .map(|i| leaked_from(&rec.stdio[i], None, rec.pid, rec.parent_pid, resolve))
         .collect();
-    // A name cut by its buffer is a partial path too.
+    // A name cut by its buffer is a partial path too, and so is a target the live link
+    // could not complete.
     if rec.fds[..shown]
         .iter()
         .chain(&rec.stdio)
         .any(|f| f.fd_flags & fd_flags::NAME_CUT != 0)
+        || leaked_fds
+            .iter()
+            .chain(&stdio)
+            .any(|f: &LeakedFd| f.partial)
     {
         flags |= SpawnFlags::PATH_PARTIAL;
     }
     let filename_len = rec.filename.iter().position(|&b| b == 0);
     let exec_path_cut =
         flags.contains(SpawnFlags::PATH_PARTIAL) && filename_len == Some(rec.filename.len() - 1);
+    let mut exec_path = cstr(&rec.filename);
+    match fdtarget::exec_image(rec.pid, &exec_path) {
+        Some(Some(image)) => exec_path = image,
+        Some(None) => flags |= SpawnFlags::PATH_PARTIAL,
+        None => {}
+    }
     Spawn {
         exec_path_cut,
         exec_tid: (rec.old_pid != rec.pid).then_some(rec.old_pid),
-        exec_path: Lossless::new(cstr(&rec.filename)),
+        exec_path: Lossless::new(exec_path),
         argv: Lossless::new(argv),
         leaked_count: rec.nfds,
         leaked_fds,
@@ -587,6 +584,7 @@ fn window_spawn(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tracer::fdtarget::join_path;
     use fdaudit_common::CloseRange;
 
     fn zeroed_record() -> Box<SpawnRecord> {
@@ -684,13 +682,52 @@ mod tests {
         assert_eq!(s.leaked_fds[0].access, "r");
         assert_eq!(s.stdio.len(), 2);
         assert_eq!(s.stdio[1].target.lossy(), "pipe:[5]");
-        assert!(s.flags.is_empty());
+        // stdin, a device, has no kernel path and (resolver `none`) no live link: its
+        // target is a leaf name, and the record says so (#25 item 6).
+        assert!(s.stdio[0].target.lossy().starts_with("…/"));
+        assert_eq!(s.flags, SpawnFlags::PATH_PARTIAL);
         assert_eq!(s.calls.close_calls, 19_997);
         assert_eq!(s.exec_tid, None);
         // The record's own fields (trace's TraceRecord adds "type": "spawn").
         let json = serde_json::to_value(s).unwrap();
         assert_eq!(json["strategy"], "close-loop");
         assert_eq!(json["leaked_fds"][0]["fd"], 7);
+    }
+
+    /// A stdio target the live link names whole is no partial path; one it cannot name is.
+    #[test]
+    fn a_stdio_target_without_a_live_link_is_partial() {
+        let mut rec = zeroed_record();
+        rec.header = RecordHeader { kind: 1, flags: 0 };
+        rec.pid = 5;
+        rec.stdio_mask = 0b010;
+        rec.stdio[1].fd = 1;
+        rec.stdio[1].mode = 0o100644;
+        rec.stdio[1].magic = 0xef53;
+        rec.stdio[1].ino = 77;
+        put(&mut rec.stdio[1].name, b"tr.stdout");
+        let live = |_, _, _, _| Some(b"/tmp/run/tr.stdout".to_vec());
+        let s = spawn_from_record(&rec, &[], false, live);
+        assert_eq!(s.stdio[0].target.lossy(), "/tmp/run/tr.stdout");
+        assert!(s.flags.is_empty(), "{:?}", s.flags);
+        let gone = |_, _, _, _| None;
+        let s = spawn_from_record(&rec, &[], false, gone);
+        assert_eq!(s.stdio[0].target.lossy(), "…/tr.stdout (inode 77)");
+        assert!(s.flags.contains(SpawnFlags::PATH_PARTIAL));
+        // A device whose leaf and inode are /dev's own node is whole without a live link.
+        use std::os::unix::fs::MetadataExt as _;
+        let null = std::fs::metadata("/dev/null").unwrap();
+        rec.stdio[1].mode = null.mode();
+        rec.stdio[1].magic = 0x0102_1994; // tmpfs (devtmpfs)
+        rec.stdio[1].ino = null.ino();
+        rec.stdio[1].name.fill(0);
+        put(&mut rec.stdio[1].name, b"null");
+        let s = spawn_from_record(&rec, &[], false, gone);
+        assert_eq!(s.stdio[0].target.lossy(), "/dev/null");
+        assert!(s.flags.is_empty(), "{:?}", s.flags);
+        rec.stdio[1].ino = null.ino() + 1;
+        let s = spawn_from_record(&rec, &[], false, gone);
+        assert!(s.flags.contains(SpawnFlags::PATH_PARTIAL), "another inode");
     }
 
     #[test]

@@ -145,3 +145,87 @@ fn a_failed_exec_has_its_errno_and_path() {
     assert_eq!(s.exec_error, Some("ENOENT"));
     assert_eq!(s.exec_path.lossy(), "/nonexistent/fdaudit-engine-test");
 }
+
+/// Forks a child held on a pipe and tracked by `session`; once released it runs `body` and
+/// exits 0. Returns its pid and the pipe's write end (write a byte to release it).
+fn held_child(session: &mut Session, body: impl FnOnce()) -> (libc::pid_t, libc::c_int) {
+    let mut p = [0; 2];
+    // SAFETY: pipe into a two-int array; the child makes only async-signal-safe calls.
+    let pid = unsafe {
+        assert_eq!(libc::pipe(p.as_mut_ptr()), 0, "pipe");
+        let pid = libc::fork();
+        assert!(pid >= 0, "fork");
+        if pid == 0 {
+            libc::close(p[1]);
+            let mut b = 0u8;
+            libc::read(p[0], (&raw mut b).cast(), 1);
+            body();
+            libc::_exit(0);
+        }
+        libc::close(p[0]);
+        pid
+    };
+    session.track(pid as u32).expect("track the child");
+    (pid, p[1])
+}
+
+/// Releases and reaps a [`held_child`].
+fn release_and_reap(pid: libc::pid_t, release: libc::c_int) {
+    // SAFETY: writing to our pipe and reaping our own child.
+    unsafe {
+        assert_eq!(libc::write(release, [1u8].as_ptr().cast(), 1), 1);
+        libc::close(release);
+        libc::waitpid(pid, std::ptr::null_mut(), 0);
+    }
+}
+
+#[test]
+#[ignore = "needs root: loads and attaches the programs"]
+fn a_read_storm_has_the_path_the_kernel_walked_after_its_reader_is_gone() {
+    let _one = KERNEL.lock().unwrap_or_else(|p| p.into_inner());
+    let file = std::env::temp_dir().join(format!("fdaudit-engine-reads-{}", std::process::id()));
+    std::fs::write(&file, [b'x'; 200]).expect("write the file");
+    let path = std::ffi::CString::new(file.as_os_str().as_encoded_bytes()).expect("no NUL");
+    let opts = SessionOptions {
+        reads: true,
+        ..Default::default()
+    };
+    let mut session = Session::start(&opts).unwrap_or_else(|e| panic!("session: {e:#}"));
+    let (pid, release) = held_child(&mut session, || {
+        // SAFETY: open and read are async-signal-safe; the path was made before the fork.
+        unsafe {
+            let fd = libc::open(path.as_ptr(), libc::O_RDONLY);
+            let mut b = 0u8;
+            while libc::read(fd, (&raw mut b).cast(), 1) == 1 {}
+        }
+    });
+    release_and_reap(pid, release);
+    let _ = std::fs::remove_file(&file);
+    let counts = session.read_counts();
+    let c = counts
+        .iter()
+        .find(|c| c.key.pid == pid as u32 && c.stat.tiny_calls == 200)
+        .unwrap_or_else(|| panic!("no 200-read counter of pid {pid}: {counts:?}"));
+    let walked = c
+        .kernel_path
+        .as_deref()
+        .expect("the kernel walked the path");
+    assert_eq!(walked.complete, 1, "{walked:?}");
+    assert_eq!(
+        super::fdtarget::join_path(walked),
+        file.as_os_str().as_encoded_bytes()
+    );
+}
+
+#[test]
+#[ignore = "needs root: loads and attaches the programs"]
+fn traced_alive_counts_the_traced_processes_until_they_exit() {
+    let _one = KERNEL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut session =
+        Session::start(&SessionOptions::default()).unwrap_or_else(|e| panic!("session: {e:#}"));
+    assert_eq!(session.traced_alive(), 0);
+    let (pid, release) = held_child(&mut session, || {});
+    assert_eq!(session.traced_alive(), 1);
+    release_and_reap(pid, release);
+    assert_eq!(session.traced_alive(), 0);
+}

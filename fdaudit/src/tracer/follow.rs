@@ -29,6 +29,9 @@ pub struct Until {
     pub dir: Option<PathBuf>,
     /// The end of `--duration`.
     pub deadline: Option<Instant>,
+    /// The end of the traced tree: following ends once no traced process is alive
+    /// ([`Session::traced_alive`], checked every [`CHECK_EVERY`]).
+    pub tree: bool,
 }
 
 /// Why following ended.
@@ -40,6 +43,8 @@ pub enum End {
     RootsGone,
     /// The directory of [`Until::dir`] is gone.
     DirGone,
+    /// No traced process is alive ([`Until::tree`]).
+    TreeGone,
     /// [`Until::deadline`] passed.
     Deadline,
     /// A signal stopped fdaudit ([`crate::signals::received`]).
@@ -73,10 +78,12 @@ pub fn follow(
     until: &Until,
     sink: &mut impl Sink,
 ) -> Result<(End, Instant)> {
-    let every = [sink.tick_every(), until.dir.as_ref().map(|_| CHECK_EVERY)]
+    let checks = until.dir.is_some() || until.tree;
+    let every = [sink.tick_every(), checks.then_some(CHECK_EVERY)]
         .into_iter()
         .flatten()
         .min();
+    let mut next_check = Instant::now() + CHECK_EVERY;
     let end = loop {
         let tick = every.map(|e| Instant::now() + e);
         let wake_by = match (until.deadline, tick) {
@@ -105,6 +112,13 @@ pub fn follow(
         } else if let Some(dir) = &until.dir {
             if !dir.exists() {
                 break End::DirGone;
+            }
+        } else if until.tree {
+            if now >= next_check {
+                next_check = now + CHECK_EVERY;
+                if session.traced_alive() == 0 {
+                    break End::TreeGone;
+                }
             }
         } else if waiter.has_roots() && waiter.all_exited() {
             break End::RootsGone;

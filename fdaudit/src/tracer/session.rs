@@ -14,7 +14,8 @@ use aya::{
     Ebpf,
 };
 use fdaudit_common::{
-    ExecFailure, ReadKey, ReadStat, Stats, TaskState, MAP_EXEC_FAILS, MAP_READS, MAP_STATS,
+    ExecFailure, FdPath, ReadKey, ReadStat, Stats, TaskState, MAP_EXEC_FAILS, MAP_READS,
+    MAP_READ_PATHS, MAP_STATS,
 };
 
 pub use super::loader::{SessionOptions, StartupTimings};
@@ -22,6 +23,7 @@ use super::{
     calibrate,
     decode::{self, Decoder, Event, ReadCount},
     drain::Drain,
+    exec_parent::ExecParents,
     loader,
 };
 use crate::{
@@ -40,6 +42,8 @@ pub struct Session {
     pub(super) tracked: HashMap<MapData, u32, TaskState>,
     stats: PerCpuArray<MapData, Stats>,
     reads: Option<HashMap<MapData, ReadKey, ReadStat>>,
+    /// The paths of storms' files, walked by the kernel while they were open.
+    read_paths: Option<HashMap<MapData, ReadKey, FdPath>>,
     /// Failed execs' errno and path, when the exec_exit programs could be attached.
     exec_fails: Option<HashMap<MapData, u32, ExecFailure>>,
     /// Keeps programs and links alive (taken in `drop`).
@@ -58,10 +62,12 @@ pub struct Session {
     /// The calibration's processes: their records are dropped (each pid until its exit
     /// record, the last one it writes).
     ignored: Vec<u32>,
-    /// The backend counting syscalls (None with --leaks-only: no syscall is hooked).
+    /// The backend counting syscalls (None with --no-syscalls: no syscall is hooked).
     backend: Option<Backend>,
-    /// Why `auto` did not use fentry.
+    /// Why `auto` chose the backend it did.
     fallback: Option<String>,
+    /// The backend does not count the ia32 syscalls this kernel runs.
+    ia32_unseen: bool,
     timings: StartupTimings,
     /// The fentry or exec_exit links were handed to a child that closes them after our exit.
     handed_off: bool,
@@ -71,6 +77,8 @@ pub struct Session {
     cgroups: Option<Hierarchy>,
     /// The programs' skipped runs when the session was ready.
     missed_baseline: MissedRuns,
+    /// Names the parent of execs whose fork was not seen.
+    exec_parents: ExecParents,
 }
 
 impl Session {
@@ -84,6 +92,7 @@ impl Session {
             ring_bytes,
             backend,
             fallback,
+            ia32_unseen,
             exec_fails: exec_fails_ok,
             close_cost_ns,
             timings,
@@ -93,10 +102,13 @@ impl Session {
                 .with_context(|| format!("the eBPF object has no map {name}"))
         };
         let stats = PerCpuArray::try_from(take(&mut bpf, MAP_STATS)?)?;
-        let reads = if opts.reads {
-            Some(HashMap::try_from(take(&mut bpf, MAP_READS)?)?)
+        let (reads, read_paths) = if opts.reads {
+            (
+                Some(HashMap::try_from(take(&mut bpf, MAP_READS)?)?),
+                Some(HashMap::try_from(take(&mut bpf, MAP_READ_PATHS)?)?),
+            )
         } else {
-            None
+            (None, None)
         };
         let exec_fails = if exec_fails_ok {
             Some(HashMap::try_from(take(&mut bpf, MAP_EXEC_FAILS)?)?)
@@ -110,11 +122,16 @@ impl Session {
             drain: Some(
                 Drain::start(events).context("failed to start the ring buffer's drain thread")?,
             ),
-            decoder: Decoder::new(opts.leaks_only),
+            decoder: if opts.origin {
+                Decoder::new(opts.leaks_only).with_origins()
+            } else {
+                Decoder::new(opts.leaks_only)
+            },
             ring_bytes,
             tracked,
             stats,
             reads,
+            read_paths,
             exec_fails,
             bpf: Some(bpf),
             leaks_only: opts.leaks_only,
@@ -126,11 +143,13 @@ impl Session {
             ignored: Vec::new(),
             backend,
             fallback,
+            ia32_unseen,
             timings,
             handed_off: false,
             exiting: false,
             cgroups: Hierarchy::open(),
             missed_baseline,
+            exec_parents: ExecParents::default(),
         })
     }
 
@@ -143,19 +162,30 @@ impl Session {
     /// programs. Dropping the session then does not wait for the kernel to free the rest.
     pub fn detach_after_exit(&mut self) {
         self.exiting = true;
-        let hand_off = self.backend == Some(Backend::Fentry) || self.exec_fails.is_some();
+        let hand_off = matches!(self.backend, Some(Backend::Fentry | Backend::Tp))
+            || self.exec_fails.is_some();
         if let (true, Some(bpf)) = (hand_off, &mut self.bpf) {
             ebpf::detach_after_exit(bpf);
             self.handed_off = true;
         }
     }
 
-    /// The backend counting syscalls (None with --leaks-only).
+    /// The backend counting syscalls (None with --no-syscalls).
     pub fn backend(&self) -> Option<Backend> {
         self.backend
     }
 
-    /// Why `--backend auto` fell back to raw tracepoints, in one line.
+    /// What the backend does not count here ([`ebpf::IA32_UNSEEN`]), for a note.
+    pub fn unseen(&self) -> Option<String> {
+        let backend = self.backend.filter(|_| self.ia32_unseen)?;
+        Some(format!(
+            "--backend {}: {}",
+            backend.as_str(),
+            ebpf::IA32_UNSEEN
+        ))
+    }
+
+    /// Why `--backend auto` chose its backend, in one line.
     pub fn fallback(&self) -> Option<&str> {
         self.fallback.as_deref()
     }
@@ -166,7 +196,7 @@ impl Session {
 
     /// Probe cost per counted syscall (ns), measured on the first call (~5 ms: two forks,
     /// 6000 close() calls and the waits; [`super::calibrate`]) while the programs are
-    /// attached; 0 with --leaks-only.
+    /// attached; 0 with --no-syscalls.
     fn probe_cost_ns(&mut self) -> Result<f64> {
         if let Some(ns) = self.probe_cost_ns {
             return Ok(ns);
@@ -236,6 +266,16 @@ impl Session {
             }
         }
         Ok(())
+    }
+
+    /// How many traced processes are still alive: those in the traced set whose exit the
+    /// kernel has not seen (it removes them at exit) and that /proc still shows running.
+    pub fn traced_alive(&self) -> usize {
+        self.tracked
+            .keys()
+            .filter_map(|k| k.ok())
+            .filter(|&pid| procfs_util::alive(pid))
+            .count()
     }
 
     /// Size of the ring buffer in bytes.
@@ -342,22 +382,20 @@ impl Session {
             }
         }
         let probe_ns = self.probe_cost().unwrap_or(0.0);
-        for ev in events {
+        for ev in events.iter_mut() {
             let spawn = match ev {
                 Event::Spawn(s) => Some(s),
                 Event::Exit(e) => e.failed_spawn.as_mut(),
             };
             if let Some(s) = spawn {
                 s.correct_for_probes(probe_ns);
-                if s.parent_comm.is_empty() {
-                    s.parent_comm = crate::output::text::Lossless::new(parent_name(s.parent_pid));
-                }
             }
         }
+        self.exec_parents.complete(events);
     }
 
     /// The probes' cost per counted syscall as windows are corrected with it (ns, rounded):
-    /// 0 with --leaks-only, `None` until measured (or when the measurement failed).
+    /// 0 with --no-syscalls, `None` until measured (or when the measurement failed).
     pub fn probe_cost(&self) -> Option<f64> {
         self.probe_cost_ns.map(f64::round)
     }
@@ -454,6 +492,11 @@ impl Session {
                 key,
                 stat,
                 comm: decode::cstr(&stat.comm),
+                kernel_path: self
+                    .read_paths
+                    .as_ref()
+                    .and_then(|p| p.get(&key, 0).ok())
+                    .map(Box::new),
             })
             .collect()
     }
@@ -495,22 +538,4 @@ impl Drop for Session {
             std::thread::sleep(Duration::from_millis(2));
         }
     }
-}
-
-/// The name of a spawn's parent when the kernel record has none (its fork was not seen):
-/// `fdaudit` for fdaudit itself (the traced command's own re-exec), else what procfs says.
-fn parent_name(ppid: u32) -> Vec<u8> {
-    if ppid == std::process::id() {
-        return b"fdaudit".to_vec();
-    }
-    std::fs::read(format!("/proc/{ppid}/comm"))
-        .ok()
-        .map(|mut c| {
-            if c.last() == Some(&b'\n') {
-                c.pop();
-            }
-            c
-        })
-        .filter(|c| !c.is_empty())
-        .unwrap_or_else(|| b"?".to_vec())
 }

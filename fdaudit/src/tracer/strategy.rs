@@ -8,7 +8,7 @@ use super::counts::SyscallCounts;
 pub const SWEEP_MIN: u32 = 64;
 
 /// The strategy a child used between fork and exec.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum Strategy {
     /// close_range(2): one call, whatever the limit.
@@ -23,7 +23,7 @@ pub enum Strategy {
     CloseLoop,
     /// No sweep: fds not marked close-on-exec cross the exec.
     None,
-    /// Syscalls were not traced (`--leaks-only`).
+    /// Syscalls were not traced (`--no-syscalls`).
     Unknown,
 }
 
@@ -37,6 +37,28 @@ impl Strategy {
             Strategy::CloseLoop => "close-loop",
             Strategy::None => "none",
             Strategy::Unknown => "unknown",
+        }
+    }
+
+    /// The strategy a record names (`close-loop`, ...), as [`Strategy::as_str`] spells it.
+    pub fn from_name(s: &str) -> Option<Strategy> {
+        <Strategy as clap::ValueEnum>::value_variants()
+            .iter()
+            .copied()
+            .find(|v| v.as_str() == s)
+    }
+
+    /// How the pre-exec work grows, for comparing runs (`fdaudit diff`): 0 it does not
+    /// (close-range, none), 1 with the open fds (procfd-walk), 2 with NOFILE in one call
+    /// (poll-scan), 3 one call per fd up to NOFILE (fcntl-scan, close-loop); `None` for
+    /// unknown (syscalls not traced).
+    pub fn cost_rank(self) -> Option<u8> {
+        match self {
+            Strategy::CloseRange | Strategy::None => Some(0),
+            Strategy::ProcfdWalk => Some(1),
+            Strategy::PollScan => Some(2),
+            Strategy::FcntlScan | Strategy::CloseLoop => Some(3),
+            Strategy::Unknown => None,
         }
     }
 }
@@ -119,5 +141,20 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(classify(&small_poll).0, Strategy::None);
+    }
+
+    #[test]
+    fn names_round_trip_and_match_the_command_line() {
+        use clap::ValueEnum as _;
+        for s in Strategy::value_variants() {
+            assert_eq!(Strategy::from_name(s.as_str()), Some(*s));
+            let v = s.to_possible_value().unwrap();
+            assert_eq!(
+                v.get_name(),
+                s.as_str(),
+                "--fail-on-strategy spells it as JSON does"
+            );
+        }
+        assert_eq!(Strategy::from_name("fcntl-loop"), None);
     }
 }

@@ -12,6 +12,9 @@
 //! - `chain PATH`: opens PATH as fd 7, fork()s, and the child execs this fixture as
 //!   `chain-helper`, a spawn helper that close_range()s (on start, like every mode) and
 //!   execs /bin/true: fd 7 crosses the first exec but not the second.
+//! - `fexecve-memfd`: copies this fixture into a memfd named `payload`, fork()s, and the
+//!   child fexecve()s it (execveat(fd, "", AT_EMPTY_PATH): the kernel's file name is
+//!   `/dev/fd/N`) as `linger`, which sleeps 300 ms and exits.
 //! - `read-bytes N`: reads N bytes of a pipe it wrote itself, one byte per read() on fd 9
 //!   (N + 1 read calls with the one that sees end of file).
 
@@ -162,6 +165,26 @@ fn main() {
             }
         }
         "chain-helper" => exec_true(),
+        "linger" => std::thread::sleep(std::time::Duration::from_millis(300)),
+        "fexecve-memfd" => {
+            let image = std::fs::read("/proc/self/exe").expect("own exe");
+            let name = cstr("payload");
+            let linger = cstr("linger");
+            let argv = [name.as_ptr(), linger.as_ptr(), std::ptr::null()];
+            let envp = [std::ptr::null()];
+            // SAFETY: memfd_create/write on our own fd; fork in a single-threaded process,
+            // the child only execs.
+            unsafe {
+                let fd = libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC);
+                assert!(fd >= 0, "memfd_create: {}", std::io::Error::last_os_error());
+                let written = libc::write(fd, image.as_ptr().cast(), image.len());
+                assert_eq!(written, image.len() as isize);
+                if libc::fork() == 0 {
+                    libc::fexecve(fd, argv.as_ptr(), envp.as_ptr());
+                    libc::_exit(127);
+                }
+            }
+        }
         "read-bytes" => {
             let n: usize = args
                 .get(2)

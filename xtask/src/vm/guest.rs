@@ -148,6 +148,7 @@ mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
 mount -t bpf bpf /sys/fs/bpf 2>/dev/null
 mount -t securityfs securityfs /sys/kernel/security 2>/dev/null
 mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
+mkdir -p /dev/pts && mount -t devpts devpts /dev/pts 2>/dev/null
 ip link set lo up; hostname guest
 echo "{MARK}BOOTED uptime=$(cut -d' ' -f1 /proc/uptime)"
 echo "{MARK}LOCKDOWN $(cat /sys/kernel/security/lockdown 2>&1)"

@@ -180,6 +180,13 @@ pub fn run(root: &Path, opts: &Options) -> Result<Vec<Outcome>> {
         ));
         let o = boot(opts, k, &initrd, &log, plan.clone())?;
         println!("{}", o.verdict_line());
+        if !o.failures().is_empty() {
+            // CI keeps only what is printed: the failed tests and why, not just the log's path.
+            let text = std::fs::read_to_string(&o.log_path).unwrap_or_default();
+            for line in outcome::failure_excerpt(&text) {
+                println!("  {line}");
+            }
+        }
         outcomes.push(o);
     }
     Ok(outcomes)

@@ -24,7 +24,14 @@ pub struct Outcome {
 pub struct ProgramFigures {
     pub name: String,
     pub verified_insns: Option<u64>,
+    /// Milliseconds, from the record's `load_ns` (schema 2; schema 1's `load_ms` is left out).
+    #[serde(rename = "load_ns", default, deserialize_with = "ns_as_ms")]
     pub load_ms: Option<f64>,
+}
+
+fn ns_as_ms<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    let ns: Option<u64> = Deserialize::deserialize(d)?;
+    Ok(ns.map(|ns| ns as f64 / 1e6))
 }
 
 impl Outcome {
@@ -102,6 +109,32 @@ impl Outcome {
             }
         )
     }
+}
+
+/// The lines of a guest log that say which tests failed and why: each `test … FAILED`
+/// line, and each panic's location with the first lines of its message (at most 40 lines).
+pub fn failure_excerpt(log: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut lines = log.lines();
+    while let Some(l) = lines.next() {
+        if l.starts_with("test ") && l.ends_with("FAILED") {
+            out.push(l.to_string());
+        } else if l.starts_with("thread '") && l.contains("panicked at") {
+            out.push(l.to_string());
+            out.extend(
+                lines
+                    .by_ref()
+                    .take(3)
+                    .take_while(|m| !m.starts_with("note: run with"))
+                    .map(|m| m.chars().take(300).collect::<String>()),
+            );
+        }
+        if out.len() >= 40 {
+            out.truncate(40);
+            break;
+        }
+    }
+    out
 }
 
 /// One entry per program name, in first-seen order, with the least load time seen.
@@ -212,6 +245,22 @@ pub fn table(arch: Arch, outcomes: &[Outcome]) -> comfy_table::Table {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_excerpt_names_failed_tests_and_their_panics() {
+        let log = "test a ... ok\ntest b ... FAILED\n\nfailures:\n\n---- b stdout ----\n\
+                   thread 'b' (7) panicked at tests/tests/x.rs:3:5:\ntook 2s\n\
+                   note: run with `RUST_BACKTRACE=1`\ntest c ... ok\n";
+        assert_eq!(
+            failure_excerpt(log),
+            [
+                "test b ... FAILED",
+                "thread 'b' (7) panicked at tests/tests/x.rs:3:5:",
+                "took 2s"
+            ]
+        );
+        assert!(failure_excerpt("test a ... ok\n").is_empty());
+    }
 
     #[test]
     fn fastest_load_per_program() {

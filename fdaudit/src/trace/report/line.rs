@@ -1,7 +1,7 @@
 //! The line printed for each spawn as it happens.
 
 use crate::output::{self, color::Paint, fmt_ns, table::Term};
-use crate::tracer::{decode::Spawn, flags::SpawnFlags};
+use crate::tracer::{decode::Spawn, flags::SpawnFlags, origin::Origin};
 
 /// What a strategy costs, as a colour: close_range is the cheap, correct way; the sweeps
 /// whose cost grows with NOFILE are red, those that grow with the fds open yellow.
@@ -112,11 +112,21 @@ fn strategy_part(s: &Spawn, term: Term) -> String {
     part
 }
 
-/// `  LEAKED n: fd kind target, …`: the fds that crossed the exec.
+/// `  LEAKED n: fd kind target, …`: the fds that crossed the exec; those the traced
+/// command itself inherited apart, by number only (the baseline note named them):
+/// `  inherited 2: 10, 251`.
 fn leaks_part(s: &Spawn, term: Term) -> String {
+    let inherited: Vec<String> = s
+        .leaked_fds
+        .iter()
+        .filter(|f| f.inherited)
+        .map(|f| f.fd.to_string())
+        .collect();
+    let new = s.leaked_count as usize - inherited.len();
     let fds: Vec<String> = s
         .leaked_fds
         .iter()
+        .filter(|f| !f.inherited)
         .map(|f| match (f.family, f.protocol) {
             (Some(fam), Some(p)) => {
                 format!("{} {} {fam} {p} {}", f.fd, f.kind, f.target.escaped())
@@ -124,9 +134,53 @@ fn leaks_part(s: &Spawn, term: Term) -> String {
             _ if f.deleted => format!("{} {} {} (deleted)", f.fd, f.kind, f.target.escaped()),
             _ => format!("{} {} {}", f.fd, f.kind, f.target.escaped()),
         })
+        .zip(s.leaked_fds.iter().filter(|f| !f.inherited))
+        .map(|(text, f)| match &f.origin {
+            Some(o) => format!("{text} ({})", origin_brief(o)),
+            None => text,
+        })
         .collect();
-    let leaked = term.paint(&format!("LEAKED {}:", s.leaked_count), Paint::Alarm);
-    format!("  {leaked} {}", fds.join(", "))
+    let mut part = String::new();
+    if new > 0 {
+        let leaked = term.paint(&format!("LEAKED {new}:"), Paint::Alarm);
+        part = format!("  {leaked} {}", fds.join(", "));
+    }
+    if !inherited.is_empty() {
+        part.push_str(&format!(
+            "  inherited {}: {}",
+            inherited.len(),
+            inherited.join(", ")
+        ));
+    }
+    part
+}
+
+/// `openat by o22[18864] at open_hostname+0x1d < __open+0x51`: the call and its innermost
+/// frames (the caller first), or `origin unknown: before tracing`.
+pub fn origin_brief(o: &Origin) -> String {
+    let c = match o {
+        Origin::Known(c) => c,
+        Origin::Unknown { unknown } => return format!("origin unknown: {unknown}"),
+    };
+    let name = |f: &crate::tracer::origin::Frame| match (&f.symbol, &f.module, f.offset) {
+        (Some(s), _, _) => output::escape_bytes(s.as_bytes()),
+        (None, Some(m), Some(off)) => {
+            let base = m.rsplit('/').next().unwrap_or(m);
+            format!("{}+{off:#x}", output::escape_bytes(base.as_bytes()))
+        }
+        _ => format!("{:#x}", f.addr),
+    };
+    let frames: Vec<String> = c.stack.iter().take(2).rev().map(name).collect();
+    let mut text = format!(
+        "{} by {}[{}]",
+        c.syscall,
+        output::escape_bytes(c.comm.as_bytes()),
+        c.pid
+    );
+    if !frames.is_empty() {
+        text.push_str(&format!(" at {}", frames.join(" < ")));
+    }
+    text
 }
 
 /// The window's syscall counts, for the spawn line.
@@ -180,5 +234,48 @@ pub fn range_flags(f: u32) -> String {
         "0".into()
     } else {
         names.join("|")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tracer::origin::{Call, Frame};
+
+    fn frame(symbol: Option<&str>, module: Option<&str>, offset: u64) -> Frame {
+        Frame {
+            addr: 0x1000 + offset,
+            symbol: symbol.map(str::to_owned),
+            file: None,
+            line: None,
+            module: module.map(str::to_owned),
+            offset: module.map(|_| offset),
+            build_id: None,
+            found_by: None,
+        }
+    }
+
+    #[test]
+    fn an_origin_shows_its_call_and_the_caller_first() {
+        let o = Origin::Known(Box::new(Call {
+            syscall: "openat".into(),
+            pid: 7,
+            tid: 7,
+            comm: "a\x1bb".into(),
+            time_ns: 1,
+            stack: vec![
+                frame(Some("__open+0x51"), Some("/lib/libc.so.6"), 0x51),
+                frame(None, Some("/usr/bin/app"), 0x1c),
+                frame(Some("main+0x8"), Some("/usr/bin/app"), 0x8),
+            ],
+        }));
+        assert_eq!(
+            origin_brief(&o),
+            "openat by a\\u{1b}b[7] at app+0x1c < __open+0x51"
+        );
+        let unknown = Origin::Unknown {
+            unknown: crate::tracer::origin::BEFORE_TRACING,
+        };
+        assert_eq!(origin_brief(&unknown), "origin unknown: before tracing");
     }
 }

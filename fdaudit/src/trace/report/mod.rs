@@ -2,12 +2,14 @@
 //! ([`summary`]) and its text for people ([`text`]), JSON objects; [`Reporter`] handles each
 //! event and writes the end.
 
+mod gates;
 mod line;
 mod summary;
 mod text;
 
+pub use gates::GateOptions;
 pub use line::{spawn_line, strategy_paint};
-pub use summary::{Collector, ExitReason, Group, LeakPolicy, Summary};
+pub use summary::{parse_kind, Allowed, Collector, ExitReason, Group, LeakPolicy, Summary};
 
 use summary::link;
 use text::{summary_text, summary_warnings};
@@ -31,7 +33,8 @@ pub struct Reporter {
     args: ReportOptions,
     /// The spawns the filters keep: what is printed and summed.
     collector: Collector,
-    /// Every spawn, when filters are set: `--fail-on-leak` judges them all.
+    /// Every spawn, when filters are set: `--fail-on-leak` judges them all (as the other
+    /// gates do).
     unfiltered: Option<Chains>,
     filter: Filter,
     /// Exec records the filters left out.
@@ -40,6 +43,8 @@ pub struct Reporter {
     term: Term,
     root_inherited: Vec<LeakedFd>,
     seen_root_exec: Vec<u32>,
+    /// The CI gates and the spawns that failed them.
+    gates: gates::Gates,
     /// The session's, once measured (its windows are corrected with it).
     probe_cost_ns: Option<f64>,
     close_cost_ns: f64,
@@ -74,6 +79,11 @@ pub struct ReportOptions {
     /// `--fail-on-leak` counts what the traced command itself inherited.
     pub no_baseline: bool,
     pub ignore_fds: Vec<u32>,
+    /// `--allow-leak`, `--fail-on-leak-kind`.
+    pub allow: Vec<Allowed>,
+    pub kinds: Vec<crate::fdkind::FdKind>,
+    /// `--fail-on-leak`, `--fail-on-strategy`, `--max-closes`.
+    pub gates: GateOptions,
     /// `-t` count and `-r`.
     pub time: u8,
     pub relative: bool,
@@ -84,8 +94,11 @@ impl Reporter {
         let collector = Collector::new(LeakPolicy {
             baseline: Vec::new(),
             ignore_fds: args.ignore_fds.clone(),
+            allow: args.allow.clone(),
+            kinds: args.kinds.clone(),
         });
         Reporter {
+            gates: gates::Gates::new(args.gates.clone()),
             stamper: Stamper::new(args.time, args.relative),
             args,
             collector,
@@ -176,6 +189,10 @@ impl Reporter {
 
     fn report_spawn(&mut self, mut s: Box<Spawn>) -> Result<()> {
         s.time_ns = stream::since_header(s.exec_ns);
+        for f in &mut s.leaked_fds {
+            f.inherited = self.collector.policy.baseline.contains(&(f.fd, f.ino));
+        }
+        self.gates.judge(&s, &self.collector.policy);
         if let Some(all) = &mut self.unfiltered {
             all.add(&link(&s, &self.collector.policy));
         }
@@ -195,6 +212,12 @@ impl Reporter {
             stream::text(&format!("{}\n", self.term.fill(&line, 4)))?;
         }
         Ok(())
+    }
+
+    /// The first CI gate that failed (`--fail-on-leak`, `--fail-on-strategy`,
+    /// `--max-closes`), whatever the command's status.
+    pub fn policy_failure(&self) -> Option<ExitReason> {
+        self.gates.failed(self.leaked())
     }
 
     /// Whether a process's last exec leaked an fd that the policy counts (what
@@ -244,7 +267,7 @@ impl Reporter {
             for s in &summary.read_storms {
                 stream::record(&TraceRecord::ReadStorm(s.clone()))?;
             }
-        } else {
+        } else if !self.args.quiet {
             let filtered = self
                 .filter
                 .is_active()
@@ -254,6 +277,7 @@ impl Reporter {
             stream::text(&String::from_utf8_lossy(&text))?;
         }
         self.notes(&summary);
+        self.gates.say(self.leaked(), &ending);
         if self.args.json {
             stream::record(&TraceRecord::Summary(Box::new(summary)))?;
         }
@@ -265,7 +289,7 @@ impl Reporter {
         if self.leaks_only {
             stream::note(
                 stream::Level::Note,
-                "--leaks-only: syscalls were not traced, so no close counts or strategies",
+                "--no-syscalls: syscalls were not traced, so no close counts or strategies",
             );
         } else if self.probe_cost_ns.is_some() {
             stream::note(

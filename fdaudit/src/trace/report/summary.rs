@@ -16,6 +16,7 @@ use crate::tracer::{
     strategy::Strategy,
 };
 use crate::{
+    fdkind::FdKind,
     lossless_field,
     output::{count, text::Lossless},
     tracer::ebpf::MissedRuns,
@@ -32,9 +33,16 @@ pub struct TraceTotals {
     pub calls: SyscallCounts,
     /// fcntl() calls of either kind (`fcntl_setfd_calls + fcntl_getfd_calls`).
     pub fcntl_calls: u64,
-    /// fds leaked at each process's last exec (what reached the image that runs).
+    /// fds leaked at each process's last exec (what reached the image that runs), less
+    /// those of `leaked_inherited_fds`.
+    #[serde(rename = "leaked_fd_count")]
     pub leaked_fds: u64,
-    /// Processes whose last exec leaked an fd.
+    /// fds the traced command itself inherited from fdaudit's caller that also reached a
+    /// spawn's last image: passed on, not counted in `leaked_fds` (0 with `--no-baseline`,
+    /// which counts them there).
+    #[serde(rename = "leaked_inherited_fd_count")]
+    pub leaked_inherited_fds: u64,
+    /// Processes whose last exec leaked an fd (an inherited one alone does not count).
     pub spawns_with_leaks: u64,
     /// Of those, the ones that leaked an fd other than what the traced command itself
     /// inherited (unless `--no-baseline`) and the `--ignore-fd` ones: what `--fail-on-leak`
@@ -42,6 +50,7 @@ pub struct TraceTotals {
     pub spawns_with_new_leaks: u64,
     /// fds that crossed an exec into an image that exec'd again (a spawn helper such as
     /// jspawnhelper, a shell's `exec`): reported per record, not counted as leaks above.
+    #[serde(rename = "transient_leaked_fd_count")]
     pub transient_leaked_fds: u64,
     pub window_ns: u64,
     pub window_corrected_ns: u64,
@@ -60,14 +69,21 @@ pub struct Group {
     #[serde(flatten)]
     pub exec_path: Lossless<Vec<u8>, GroupExecPath>,
     pub spawns: u64,
+    #[serde(rename = "close_calls_median")]
     pub close_median: u64,
+    #[serde(rename = "close_calls_max")]
     pub close_max: u64,
     pub window_median_ns: u64,
     pub window_p95_ns: u64,
     pub strategy: String,
-    /// fds that reached the last image of each spawn.
+    /// fds that reached the last image of each spawn (the inherited ones apart).
+    #[serde(rename = "leaked_fd_count")]
     pub leaked_fds: u64,
+    /// fds the traced command inherited from fdaudit's caller that reached the last image.
+    #[serde(rename = "leaked_inherited_fd_count")]
+    pub leaked_inherited_fds: u64,
     /// fds that crossed into images that exec'd again (not counted as leaks).
+    #[serde(rename = "transient_leaked_fd_count")]
     pub transient_fds: u64,
 }
 
@@ -88,6 +104,8 @@ pub struct Summary {
     pub probe_cost_ns: u64,
     /// One close() of a closed fd, untraced, measured at start.
     pub close_cost_ns: u64,
+    /// `--no-syscalls` (schema 1: `leaks_only`).
+    #[serde(rename = "no_syscalls")]
     pub leaks_only: bool,
     /// The fds the traced command inherited from fdaudit's caller (the baseline).
     pub inherited_fds: Vec<LeakedFd>,
@@ -97,7 +115,8 @@ pub struct Summary {
     /// fdaudit's exit status.
     pub exit_code: u8,
     /// Why fdaudit exits with `exit_code`: "command" (CMD's own status), "leak"
-    /// (`--fail-on-leak`, CMD exited 0), "interrupted", or "ok".
+    /// (`--fail-on-leak`, CMD exited 0), "strategy" (`--fail-on-strategy`), "closes"
+    /// (`--max-closes`), "interrupted", or "ok".
     pub exit_reason: ExitReason,
     pub totals: TraceTotals,
     pub groups: Vec<Group>,
@@ -151,8 +170,55 @@ pub enum ExitReason {
     Command,
     /// `--fail-on-leak` and a spawn leaked an fd while CMD exited 0.
     Leak,
+    /// `--fail-on-strategy` and a spawn used one of those strategies while CMD exited 0.
+    Strategy,
+    /// `--max-closes` and a spawn made more closing calls while CMD exited 0.
+    Closes,
     /// Ctrl-C, SIGTERM or SIGHUP before CMD exited.
     Interrupted,
+}
+
+/// What `--allow-leak` forgives: a kind of file, or targets matching a glob.
+#[derive(Debug, Clone)]
+pub enum Allowed {
+    Kind(FdKind),
+    Path(glob::Pattern),
+}
+
+impl Allowed {
+    /// `--allow-leak`'s value: a kind name (`socket`, `pipe`, …) or a path glob (`*`
+    /// matches `/` too).
+    pub fn parse(s: &str) -> Result<Allowed, String> {
+        if let Some(k) = FdKind::from_name(s) {
+            return Ok(Allowed::Kind(k));
+        }
+        if !s.starts_with('/') && !s.contains('*') {
+            return Err(format!(
+                "{s:?} is neither a kind ({}) nor a path glob (starting with / or holding *)",
+                FdKind::ALL.map(FdKind::as_str).join(", ")
+            ));
+        }
+        glob::Pattern::new(s)
+            .map(Allowed::Path)
+            .map_err(|e| format!("{s:?} is not a valid glob: {e}"))
+    }
+
+    fn forgives(&self, f: &LeakedFd) -> bool {
+        match self {
+            Allowed::Kind(k) => f.kind == *k,
+            Allowed::Path(p) => p.matches(&f.target.lossy()),
+        }
+    }
+}
+
+/// `--fail-on-leak-kind`'s value: a kind name.
+pub fn parse_kind(s: &str) -> Result<FdKind, String> {
+    FdKind::from_name(s).ok_or_else(|| {
+        format!(
+            "{s:?} is not a kind of file: one of {}",
+            FdKind::ALL.map(FdKind::as_str).join(", ")
+        )
+    })
 }
 
 /// Which leaked fds `--fail-on-leak` ignores.
@@ -162,19 +228,32 @@ pub struct LeakPolicy {
     pub baseline: Vec<(u32, u64)>,
     /// `--ignore-fd`.
     pub ignore_fds: Vec<u32>,
+    /// `--allow-leak`.
+    pub allow: Vec<Allowed>,
+    /// `--fail-on-leak-kind`: only these kinds count (all when empty).
+    pub kinds: Vec<FdKind>,
 }
 
 impl LeakPolicy {
+    /// Whether a listed leaked fd counts against the policy.
+    pub fn counts(&self, f: &LeakedFd) -> bool {
+        !self.ignore_fds.contains(&f.fd)
+            && !self.baseline.contains(&(f.fd, f.ino))
+            && !self.allow.iter().any(|a| a.forgives(f))
+            && (self.kinds.is_empty() || self.kinds.contains(&f.kind))
+    }
+
     /// The leaked fds of a spawn that count against the policy. fds beyond the record's list
-    /// (`fds_truncated`) count: they cannot be shown to be inherited.
+    /// (`fds_truncated`) count: they cannot be shown to be inherited or allowed.
     pub fn new_leaks(&self, s: &Spawn) -> u64 {
-        let listed = s
-            .leaked_fds
-            .iter()
-            .filter(|f| !self.ignore_fds.contains(&f.fd) && !self.baseline.contains(&(f.fd, f.ino)))
-            .count() as u64;
+        let listed = s.leaked_fds.iter().filter(|f| self.counts(f)).count() as u64;
         listed + u64::from(s.leaked_count).saturating_sub(s.leaked_fds.len() as u64)
     }
+}
+
+/// The leaked fds of `s` that the traced command itself inherited (marked by the reporter).
+pub fn inherited_count(s: &Spawn) -> u32 {
+    s.leaked_fds.iter().filter(|f| f.inherited).count() as u32
 }
 
 /// What the summary needs from an exec record.
@@ -189,7 +268,8 @@ pub(super) fn link<'a>(s: &'a Spawn, policy: &LeakPolicy) -> Link<'a> {
         closed_fds: !matches!(s.strategy, Strategy::None | Strategy::Unknown),
         close_calls: s.calls.close_calls,
         window_ns: s.window_corrected_ns,
-        leaked: s.leaked_count,
+        leaked: s.leaked_count - inherited_count(s),
+        inherited: inherited_count(s),
         new_leaks: policy.new_leaks(s),
     }
 }
@@ -243,6 +323,7 @@ impl Collector {
         let l = self.chains.leak_totals();
         t.spawns_with_leaks = l.spawns_with_leaks;
         t.leaked_fds = l.leaked_fds;
+        t.leaked_inherited_fds = l.inherited_fds;
         t.transient_leaked_fds = l.transient_fds;
         t.spawns_with_new_leaks = l.spawns_with_new_leaks;
         t
@@ -263,6 +344,7 @@ impl Collector {
                 window_p95_ns: r.window_p95_ns,
                 strategy: r.strategy,
                 leaked_fds: r.leaked_fds,
+                leaked_inherited_fds: r.inherited_fds,
                 transient_fds: r.transient_fds,
             })
             .collect()

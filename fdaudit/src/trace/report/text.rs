@@ -14,6 +14,7 @@ use crate::output::{
 /// transient column only when an exec chain had any.
 pub fn summary_table(groups: &[Group], term: Term) -> String {
     let transient = groups.iter().any(|g| g.transient_fds > 0);
+    let inherited = groups.iter().any(|g| g.leaked_inherited_fds > 0);
     let containers = groups.iter().any(|g| g.container.is_some());
     let mut cols = Vec::new();
     if containers {
@@ -22,7 +23,7 @@ pub fn summary_table(groups: &[Group], term: Term) -> String {
     cols.extend([
         Col::new("parent"),
         Col::new("exec").path(),
-        Col::new("spawns"),
+        Col::new("spawns").drop(1),
         Col::new("close/spawn med").short("closes"),
         Col::new("max").drop(4),
         Col::new("window med").short("window"),
@@ -30,6 +31,9 @@ pub fn summary_table(groups: &[Group], term: Term) -> String {
         Col::new("strategy"),
         Col::new("leaked fds").short("leaked"),
     ]);
+    if inherited {
+        cols.push(Col::new("inherited fds").short("inherited").drop(2));
+    }
     if transient {
         cols.push(Col::new("transient fds").short("transient").drop(2));
     }
@@ -53,6 +57,9 @@ pub fn summary_table(groups: &[Group], term: Term) -> String {
                 (g.leaked_fds > 0).then_some(Paint::Alarm),
             ),
         ]);
+        if inherited {
+            row.push(g.leaked_inherited_fds.to_string().into());
+        }
         if transient {
             row.push(Cell::painted(
                 g.transient_fds.to_string(),
@@ -97,6 +104,14 @@ pub(super) fn summary_text(
         let note = format!(
             "(filters {filters}: {} traced but not shown; the kernel followed the whole tree)",
             count(hidden, "exec record", "exec records")
+        );
+        writeln!(out, "{}", term.fill(&note, 0))?;
+    }
+    if t.leaked_inherited_fds > 0 {
+        let note = format!(
+            "({} the traced command itself inherited from fdaudit's caller reached spawns too; \
+             not counted as leaks, --no-baseline counts them)",
+            count(t.leaked_inherited_fds, "more fd", "more fds")
         );
         writeln!(out, "{}", term.fill(&note, 0))?;
     }

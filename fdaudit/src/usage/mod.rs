@@ -10,6 +10,8 @@ use clap_complete::Shell;
 use clap_mangen::roff::{bold, roman, Roff};
 use clap_mangen::Man;
 
+mod pages;
+
 /// Arguments of `fdaudit completions`.
 #[derive(Debug, clap::Args)]
 pub struct CompletionsArgs {
@@ -78,18 +80,26 @@ fn extra_sections(roff: &mut Roff, subs: &[String]) {
 }
 
 /// Renders one page: clap_mangen's sections, plus, for the top-level page, the extra
-/// sections naming the subcommands' pages.
-fn render_page(cmd: clap::Command, top: Option<&[String]>) -> std::io::Result<(String, Vec<u8>)> {
+/// sections naming the subcommands' pages, and for a subcommand's page its EXAMPLES, EXIT
+/// STATUS and SEE ALSO. `subs`: the visible subcommands.
+fn render_page(
+    cmd: clap::Command,
+    top: bool,
+    subs: &[String],
+) -> std::io::Result<(String, Vec<u8>)> {
+    let sub = cmd.get_name().to_string();
     let man = Man::new(cmd);
     let name = man.get_filename();
     let mut page = Vec::new();
     man.render(&mut page)?;
-    if let Some(subs) = top {
-        let mut roff = Roff::default();
+    let mut roff = Roff::default();
+    if top {
         extra_sections(&mut roff, subs);
-        roff.to_writer(&mut page)?;
+    } else {
+        pages::sub_sections(&mut roff, &sub, subs);
     }
-    Ok((name, page))
+    roff.to_writer(&mut page)?;
+    Ok((name, pages::tidy_synopsis(&page)))
 }
 
 /// Every manual page of the command line `cli`: `fdaudit.1` and `fdaudit-<sub>.1` for each
@@ -102,9 +112,9 @@ pub fn man_pages(cli: clap::Command) -> std::io::Result<Vec<(String, Vec<u8>)>> 
         .filter(|s| !s.is_hide_set())
         .map(|s| s.get_name().to_string())
         .collect();
-    let mut pages = vec![render_page(cmd.clone(), Some(&subs))?];
+    let mut pages = vec![render_page(cmd.clone(), true, &subs)?];
     for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
-        pages.push(render_page(sub.clone(), None)?);
+        pages.push(render_page(sub.clone(), false, &subs)?);
     }
     Ok(pages)
 }
@@ -176,7 +186,7 @@ mod tests {
         let mut buf = Vec::new();
         write_completions(Cli::command(), Shell::Bash, &mut buf);
         let s = String::from_utf8(buf).unwrap();
-        for sub in ["scan", "trace", "bench", "doctor", "completions"] {
+        for sub in ["scan", "trace", "bench", "diff", "doctor", "completions"] {
             assert!(s.contains(sub), "bash completion lacks {sub}");
         }
         let mut buf = Vec::new();

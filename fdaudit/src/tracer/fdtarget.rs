@@ -1,0 +1,219 @@
+//! The target of a leaked fd: what the kernel saw (its path walk, or a pseudo-file named
+//! from its inode), or the live `/proc` link when the walk was cut or missing; and whether
+//! the result is whole.
+
+use fdaudit_common::FdPath;
+
+use crate::{fdkind::FdKind, procfs_util};
+
+/// The bytes of a NUL-terminated kernel string.
+pub fn cstr(b: &[u8]) -> Vec<u8> {
+    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    b[..end].to_vec()
+}
+
+/// Resolves the target of a leaked fd: the live link in the child, else in the parent when it
+/// is the same inode, else in fdaudit itself (a traced command's stdio is often fdaudit's
+/// own, passed on: `trace -- sh -c '…; exec /bin/true' > out` outlives both), else what the
+/// kernel saw (pseudo-files are named from the inode).
+pub type Resolver = fn(pid: u32, parent: u32, fd: u32, ino: u64) -> Option<Vec<u8>>;
+
+pub fn resolve_target(pid: u32, parent: u32, fd: u32, ino: u64) -> Option<Vec<u8>> {
+    [pid, parent, std::process::id()]
+        .into_iter()
+        .find_map(|p| procfs_util::fd_target(p, fd, ino))
+}
+
+/// The image an exec through an fd ran (`fexecve`, `execveat(fd, "", AT_EMPTY_PATH)`: the
+/// kernel's file name is `/dev/fd/N`): the new image's `/proc/PID/exe` (`/memfd:payload
+/// (deleted)` for a memfd). `Some(None)` when the name is such a path but the process is
+/// gone (the name is then partial); `None` for any other name.
+pub fn exec_image(pid: u32, filename: &[u8]) -> Option<Option<Vec<u8>>> {
+    let rest = filename
+        .strip_prefix(b"/dev/fd/")
+        .or_else(|| filename.strip_prefix(b"/proc/self/fd/"))?;
+    if rest.is_empty() || !rest.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    use std::os::unix::ffi::OsStrExt as _;
+    Some(
+        std::fs::read_link(format!("/proc/{pid}/exe"))
+            .ok()
+            .map(|p| p.as_os_str().as_bytes().to_vec()),
+    )
+}
+
+/// Joins the components of a kernel-built path (leaf first) into "/a/b/c"; a cut walk is
+/// shown with a leading "…".
+pub fn join_path(p: &FdPath) -> Vec<u8> {
+    let depth = (p.depth as usize).min(p.comps.len());
+    let mut s = Vec::new();
+    if p.complete == 0 {
+        s.extend_from_slice("…".as_bytes());
+    }
+    for c in p.comps[..depth].iter().rev() {
+        s.push(b'/');
+        s.extend_from_slice(&cstr(c));
+    }
+    if s.is_empty() {
+        s.push(b'/');
+    }
+    s
+}
+
+/// Whether a live link can be the file the kernel saw: its last component starts with the
+/// kernel's leaf name, where there is one (the check that stands in for fdinfo's `ino:`
+/// line before 5.14; a cut leaf is a prefix).
+fn link_ends_in_leaf(link: &[u8], kernel_path: Option<&FdPath>) -> bool {
+    let Some(leaf) = kernel_path
+        .filter(|p| p.depth > 0)
+        .map(|p| cstr(&p.comps[0]))
+    else {
+        return true;
+    };
+    let path = link.strip_suffix(DELETED_SUFFIX).unwrap_or(link);
+    path.rsplit(|&b| b == b'/')
+        .next()
+        .is_some_and(|last| last.starts_with(&leaf))
+}
+
+/// What the kernel appends to the link of a file deleted while open.
+const DELETED_SUFFIX: &[u8] = b" (deleted)";
+
+/// A target read from a live /proc link, without the " (deleted)" the kernel appends: (path,
+/// deleted).
+fn strip_deleted(link: Vec<u8>) -> (Vec<u8>, bool) {
+    match link.strip_suffix(DELETED_SUFFIX) {
+        Some(p) => (p.to_vec(), true),
+        None => (link, false),
+    }
+}
+
+/// Where a leaked fd was seen: the process, its parent, the fd and the file's inode.
+#[derive(Debug, Clone, Copy)]
+pub struct Site {
+    pub pid: u32,
+    pub parent: u32,
+    pub fd: u32,
+    pub ino: u64,
+}
+
+/// Whether `/dev/NAME` is the device node with inode `ino`: a stdio device (`/dev/null`,
+/// a tty) named whole when the process is gone and only its leaf name is known.
+fn dev_node(name: &[u8], ino: u64) -> bool {
+    use std::os::unix::ffi::OsStrExt as _;
+    use std::os::unix::fs::MetadataExt as _;
+    if name.is_empty() || name.contains(&b'/') {
+        return false;
+    }
+    let path = std::path::Path::new("/dev").join(std::ffi::OsStr::from_bytes(name));
+    std::fs::metadata(path).is_ok_and(|m| {
+        m.ino() == ino && {
+            use std::os::unix::fs::FileTypeExt as _;
+            m.file_type().is_char_device() || m.file_type().is_block_device()
+        }
+    })
+}
+
+/// A leaked fd's target as named: the bytes, whether the live link says the file was
+/// deleted, and whether the target is not the whole path (`path_partial`).
+pub struct Named {
+    pub target: Vec<u8>,
+    pub deleted: bool,
+    pub partial: bool,
+}
+
+/// Names the file of kind `kind` whose dentry name is `name` (`name_cut`: cut by its buffer)
+/// and whose path the kernel walked as `kernel_path`, seen at `at`.
+pub fn name(
+    kind: FdKind,
+    name: &[u8],
+    name_cut: bool,
+    kernel_path: Option<&FdPath>,
+    at: Site,
+    resolve: Resolver,
+) -> Named {
+    let mut deleted = false;
+    let mut partial = false;
+    let target: Vec<u8> = match kind {
+        FdKind::Socket => format!("socket:[{}]", at.ino).into_bytes(),
+        FdKind::Pipe => format!("pipe:[{}]", at.ino).into_bytes(),
+        FdKind::Eventfd
+        | FdKind::Epoll
+        | FdKind::Timerfd
+        | FdKind::Signalfd
+        | FdKind::Inotify
+        | FdKind::Fanotify
+        | FdKind::Bpf
+        | FdKind::Perf
+        | FdKind::AnonInode => [b"anon_inode:".as_slice(), name].concat(),
+        FdKind::Pidfd => b"anon_inode:[pidfd]".to_vec(),
+        // A memfd has no path (its dentry is a root of the kernel's internal shm mount): its
+        // name is "memfd:NAME"; a cut one is read again from the live link ("/memfd:NAME
+        // (deleted)").
+        FdKind::Memfd => match resolve(at.pid, at.parent, at.fd, at.ino)
+            .filter(|l| name_cut && l.strip_prefix(b"/").is_some_and(|l| l.starts_with(name)))
+        {
+            Some(link) => {
+                let (p, _) = strip_deleted(link);
+                p.strip_prefix(b"/").map(<[u8]>::to_vec).unwrap_or(p)
+            }
+            None if name_cut => {
+                partial = true;
+                [name, "…".as_bytes()].concat()
+            }
+            None => name.to_vec(),
+        },
+        _ => match kernel_path {
+            Some(p) if p.complete != 0 => join_path(p),
+            // A cut or missing path: the live link is better, if the process is still there.
+            kp => {
+                match resolve(at.pid, at.parent, at.fd, at.ino).filter(|l| link_ends_in_leaf(l, kp))
+                {
+                    Some(link) => {
+                        let (p, d) = strip_deleted(link);
+                        deleted = d;
+                        p
+                    }
+                    None if kp.is_none() && kind == FdKind::Device && dev_node(name, at.ino) => {
+                        [b"/dev/".as_slice(), name].concat()
+                    }
+                    None => {
+                        partial = true;
+                        kp.map(join_path).unwrap_or_else(|| {
+                            // No path from the kernel (stdio, or past MAX_PATHS) and no live
+                            // link: the leaf name alone.
+                            let mut t = "…/".as_bytes().to_vec();
+                            t.extend_from_slice(name);
+                            t.extend_from_slice(format!(" (inode {})", at.ino).as_bytes());
+                            t
+                        })
+                    }
+                }
+            }
+        },
+    };
+    Named {
+        target,
+        deleted,
+        partial,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_fd_path_is_an_exec_through_an_fd() {
+        use std::os::unix::ffi::OsStrExt as _;
+        assert_eq!(exec_image(1, b"/bin/true"), None);
+        assert_eq!(exec_image(1, b"/dev/fd/"), None);
+        assert_eq!(exec_image(1, b"/dev/fd/4x"), None);
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        assert_eq!(
+            exec_image(std::process::id(), b"/dev/fd/4"),
+            Some(Some(exe.as_os_str().as_bytes().to_vec()))
+        );
+    }
+}

@@ -1,0 +1,183 @@
+//! What a CI job reads: `-q` prints only warnings and the verdict, the verdict names what
+//! failed, allow-lists by path glob and kind, notes kept in `-o FILE`, `scan --fail-on`
+//! saying why, and `scan --min-severity`.
+
+use std::process::{Command, Output, Stdio};
+
+use fdaudit_tests::{fdaudit, guard, temp_path};
+
+fn run(args: &[&str]) -> Output {
+    Command::new(fdaudit())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("failed to run fdaudit")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+const LEAK: &[&str] = &["bash", "-c", "exec 7</etc/hostname; /bin/true; true"];
+
+fn trace(extra: &[&str]) -> Output {
+    let mut args = vec!["trace"];
+    args.extend_from_slice(extra);
+    args.push("--");
+    args.extend_from_slice(LEAK);
+    run(&args)
+}
+
+#[test]
+#[ignore = "needs root and BTF"]
+fn quiet_prints_only_the_verdict_which_names_pid_exec_fd_and_target() {
+    let _g = guard();
+    let o = trace(&["-q", "--fail-on-leak"]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(3), "{e}");
+    let lines: Vec<&str> = e.lines().collect();
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.starts_with("verdict: ") || l.starts_with("warning: ")),
+        "-q printed more than warnings and the verdict:\n{e}"
+    );
+    let verdict = lines.last().copied().unwrap_or_default();
+    assert!(
+        verdict.starts_with("verdict: --fail-on-leak: 1 spawn leaked fds (exit status 3): pid ")
+            && verdict.contains(" /bin/true: fd 7 regular /etc/hostname"),
+        "{e}"
+    );
+    // Without -q the verdict is the last line too, after the summary.
+    let o = trace(&["--fail-on-leak"]);
+    let e = stderr(&o);
+    assert!(e.contains("1 spawn traced") && e.contains("note: "), "{e}");
+    assert!(
+        e.trim_end()
+            .lines()
+            .last()
+            .unwrap()
+            .starts_with("verdict: "),
+        "{e}"
+    );
+}
+
+#[test]
+#[ignore = "needs root and BTF"]
+fn allow_leak_by_glob_or_kind_and_fail_on_leak_kind() {
+    let _g = guard();
+    for (extra, want) in [
+        (&["--allow-leak", "/etc/*"][..], 0),
+        (&["--allow-leak", "regular"][..], 0),
+        (&["--allow-leak", "/srv/*"][..], 3),
+        (&["--allow-leak", "socket"][..], 3),
+        (&["--fail-on-leak-kind", "socket"][..], 0),
+        (&["--fail-on-leak-kind", "regular"][..], 3),
+    ] {
+        let args: Vec<&str> = ["-q", "--fail-on-leak"]
+            .iter()
+            .chain(extra)
+            .copied()
+            .collect();
+        let o = trace(&args);
+        assert_eq!(o.status.code(), Some(want), "{extra:?}: {}", stderr(&o));
+        if want == 0 {
+            assert!(
+                !stderr(&o).contains("verdict:"),
+                "{extra:?}: {}",
+                stderr(&o)
+            );
+        }
+    }
+    // A value that is neither a kind nor a path glob, and a kind that is none.
+    let o = trace(&["--fail-on-leak", "--allow-leak", "sockets"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("neither a kind"), "{}", stderr(&o));
+    let o = trace(&["--fail-on-leak", "--fail-on-leak-kind", "tcp"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("is not a kind of file"),
+        "{}",
+        stderr(&o)
+    );
+    // Both need --fail-on-leak.
+    let o = trace(&["--allow-leak", "socket"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
+#[test]
+#[ignore = "needs root and BTF"]
+fn dash_o_keeps_the_notes_and_the_verdict() {
+    let _g = guard();
+    let f = temp_path("ci.txt");
+    let o = trace(&["--fail-on-leak", "-o", f.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&f).unwrap();
+    let _ = std::fs::remove_file(&f);
+    assert!(text.contains("note: tracing command (pid "), "{text}");
+    assert!(text.contains("1 spawn traced"), "{text}");
+    assert!(
+        text.contains("verdict: --fail-on-leak: 1 spawn leaked fds"),
+        "{text}"
+    );
+}
+
+const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/procfs/basic");
+
+#[test]
+fn scan_fail_on_says_why_and_min_severity_hides_the_rest() {
+    let o = run(&["scan", FIXTURE, "--fail-on", "high"]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(3), "{e}");
+    assert!(
+        e.contains("verdict: --fail-on high: 4 findings at or above it (2 critical, 2 high): exit status 3"),
+        "{e}"
+    );
+    let o = run(&[
+        "scan",
+        FIXTURE,
+        "--fail-on",
+        "critical",
+        "--min-severity",
+        "critical",
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    let e = stderr(&o);
+    let rows: Vec<&str> = out
+        .lines()
+        .filter(|l| {
+            ["critical", "high", "medium", "low", "info"]
+                .iter()
+                .any(|s| l.trim_start().starts_with(s))
+        })
+        .collect();
+    assert_eq!(rows.len(), 2, "{out}");
+    assert!(
+        rows.iter().all(|r| r.trim_start().starts_with("critical")),
+        "{out}"
+    );
+    assert!(
+        e.contains("7 findings below --min-severity critical not shown"),
+        "{e}"
+    );
+    assert!(
+        e.contains("9 findings"),
+        "the summary counts every finding: {e}"
+    );
+    // JSON: the hidden ones are not written either.
+    let o = run(&["scan", FIXTURE, "--json", "--min-severity", "high"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(out.matches("\"type\":\"finding\"").count(), 4, "{out}");
+    // No --fail-on verdict when nothing failed.
+    let o = run(&[
+        "scan",
+        FIXTURE,
+        "--fail-on",
+        "critical",
+        "--min-severity",
+        "info",
+    ]);
+    assert_eq!(o.status.code(), Some(3));
+    let o = run(&["scan", FIXTURE, "-p", "300"]);
+    assert!(!stderr(&o).contains("verdict:"), "{}", stderr(&o));
+}
