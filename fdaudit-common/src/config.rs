@@ -91,6 +91,8 @@ pub struct Config {
     pub mm_start_code: u32,
     pub mm_end_code: u32,
     pub _pad_origin: [u32; 3],
+    /// Where the credentials and namespaces are (spawn boundaries).
+    pub credns: crate::CredNsOffsets,
 }
 
 /// A [`Config`] offset the running kernel does not have: the programs skip what needs it.
@@ -162,5 +164,6 @@ impl Config {
         mm_start_code: 0,
         mm_end_code: 0,
         _pad_origin: [0; 3],
+        credns: crate::CredNsOffsets::ZEROED,
     };
 }

@@ -141,11 +141,13 @@ pub mod sysno_ia32 {
 
 mod config;
 mod counters;
+pub mod credns;
 mod maps;
 mod origin;
 mod records;
 
 pub use config::{Config, CONFIG_MAGIC, NO_OFFSET};
+pub use credns::{CredNs, CredNsOffsets};
 pub use maps::{
     ExecFailure, FdCache, HotSlot, ReadKey, ReadStat, Stats, TaskState, EXEC_PATH_LEN,
     MAX_EXEC_FAILS,
@@ -182,6 +184,7 @@ mod pod {
     // SAFETY: all of these are repr(C), Copy, made of integers and arrays of integers, with
     // explicit padding, so every bit pattern is valid and there are no uninitialised bytes.
     unsafe impl aya::Pod for super::TaskState {}
+    unsafe impl aya::Pod for super::CredNs {}
     unsafe impl aya::Pod for super::Stats {}
     unsafe impl aya::Pod for super::ReadKey {}
     unsafe impl aya::Pod for super::ReadStat {}
@@ -203,7 +206,9 @@ const _: () = {
     let counters = COUNTER_NAMES.len() + COUNTER_NAMES.len() % 2;
     assert!(size_of::<Counters>() == counters * 4 + 16 * MAX_RANGES);
     assert!(core::mem::offset_of!(Counters, ranges) == counters * 4);
-    assert!(size_of::<TaskState>() == 8 + 16 + 16 + size_of::<Counters>() + 32);
+    assert!(
+        size_of::<TaskState>() == 8 + 16 + 16 + size_of::<Counters>() + 32 + size_of::<CredNs>()
+    );
     assert!(size_of::<FdInfo>() == 16 + 8 + 8 + 8 + 8 + NAME_LEN);
     assert!(size_of::<SpawnRecord>().is_multiple_of(8));
     assert!(core::mem::offset_of!(SpawnRecord, fds).is_multiple_of(8));
@@ -212,7 +217,8 @@ const _: () = {
     assert!(PathsRecord::sent_len(MAX_PATHS) == size_of::<PathsRecord>());
     assert!(size_of::<SpawnScratch>() == size_of::<SpawnRecord>() + size_of::<PathsRecord>());
     assert!(size_of::<ExitRecord>() == 8 + 8 + 16 + 8 + 16 + size_of::<Counters>());
-    assert!(size_of::<Config>() == 52 * 4 + 8 + 32);
+    assert!(size_of::<Config>() == 52 * 4 + 8 + 32 + size_of::<CredNsOffsets>());
+    assert!(size_of::<CredNsOffsets>() == 26 * 4);
     assert!(size_of::<OriginPending>() == 24);
     assert!(
         size_of::<OriginRecord>()

@@ -44,6 +44,10 @@ pub struct TaskState {
     pub parent_comm: [u8; 16],
     pub counters: Counters,
     pub cache: FdCache,
+    /// The parent's credentials and namespaces at the fork (or, for a process first seen
+    /// at an exec, its own after that exec): what each exec of this process is compared
+    /// with. Kept across an exec chain.
+    pub credns: crate::CredNs,
 }
 
 /// Counters the programs keep about themselves.

@@ -10,11 +10,11 @@ use fdaudit_common::{
 };
 
 use crate::{
-    configured, current_tgid, fdwalk,
+    configured, credns, current_tgid, fdwalk,
     fork::{add_hot_counts, claim_hot, fd_cache_of},
     in_followed_cgroup,
     kernel::{self, stat_add},
-    EVENTS, EXEC_CHAIN, SCRATCH, STATS, TRACKED,
+    EVENTS, EXEC_CHAIN, SCRATCH, STATS, TRACKED, ZERO_TASK,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -98,10 +98,6 @@ pub(crate) fn output_spawn(rec: &mut SpawnRecord, paths: &mut PathsRecord) {
     }
 }
 
-/// A new TRACKED entry's value (`TaskState::default()`).
-// SAFETY: TaskState is integers and arrays of them; all zeroes is its default.
-static ZERO_TASK: TaskState = unsafe { core::mem::zeroed() };
-
 // The record's and the TRACKED entry's fields copied or cleared with
 // kernel::copy_words/zero_words sit at 8-aligned offsets of 8-aligned map values.
 const _: () = assert!(
@@ -110,6 +106,8 @@ const _: () = assert!(
         && core::mem::offset_of!(TaskState, parent_comm).is_multiple_of(8)
         && core::mem::offset_of!(SpawnRecord, parent_comm).is_multiple_of(8)
         && core::mem::offset_of!(SpawnRecord, comm).is_multiple_of(8)
+        && core::mem::offset_of!(TaskState, credns).is_multiple_of(8)
+        && core::mem::offset_of!(SpawnRecord, fork_credns).is_multiple_of(8)
 );
 
 /// Fills the spawn record and starts a new window; with `bounded`, leaves the record in
@@ -193,6 +191,10 @@ fn fill_spawn(rec: &mut SpawnRecord, st: &TaskState, tgid: u32, now: u64, old_pi
     rec.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
     kernel::copy_words(&mut rec.counters, &st.counters);
     add_hot_counts(tgid, &mut rec.counters);
+    // sched_process_exec fires after exec installed the new credentials (commit_creds in
+    // begin_new_exec, 5.9+; install_exec_creds in the binfmt loader before).
+    kernel::copy_words(&mut rec.fork_credns, &st.credns);
+    credns::read_current(kernel::current_task(), &mut rec.exec_credns);
     if st.counters.close_range_calls as usize > MAX_RANGES {
         rec.header.flags |= flags::RANGES_TRUNCATED;
     }
@@ -207,6 +209,11 @@ fn open_new_window(st: &mut TaskState, tgid: u32, now: u64) {
     st.fork_ns = now;
     st.flags = 0;
     kernel::zero_words(&mut st.counters);
+    // A process first seen at this exec (trace -p's, --cgroup's) is compared with what it
+    // runs as now at its later execs; a forked one keeps its parent's at fork.
+    if st.credns.read == 0 {
+        credns::read_current(kernel::current_task(), &mut st.credns);
+    }
     // begin_new_exec() may have given the process a new fd table (unshare_files()).
     st.cache = fd_cache_of(kernel::current_task()).unwrap_or_default();
     claim_hot(tgid, &st.cache);

@@ -1,11 +1,7 @@
 //! Fork: start tracking a traced process's child, and the per-process fd-table cache and
 //! close() hot slot it sets up (used by the exec, exit and syscall programs).
 
-use aya_ebpf::{
-    helpers::{bpf_get_current_comm, bpf_ktime_get_ns},
-    macros::raw_tracepoint,
-    programs::RawTracePointContext,
-};
+use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::raw_tracepoint, programs::RawTracePointContext};
 use fdaudit_common::{Counters, FdCache, HotSlot, TaskState};
 
 use crate::{
@@ -36,21 +32,27 @@ fn try_sched_process_fork(ctx: &RawTracePointContext) -> Result<(), i64> {
     if child_tgid == parent_tgid {
         return Ok(()); // a new thread of a traced process: covered by its tgid
     }
-    let mut st = TaskState {
-        fork_ns: unsafe { bpf_ktime_get_ns() },
-        parent_pid: parent_tgid,
-        in_window: 1,
-        flags: 0,
-        ..Default::default()
+    // Built in the map value, not on the stack (TaskState is too big for it): inserted from
+    // the zeroed static, then filled in place.
+    #[allow(clippy::needless_borrows_for_generic_args)]
+    if TRACKED.insert(child_tgid, &crate::ZERO_TASK, 0).is_err() {
+        stat_add(&STATS, |s| &mut s.tracked_full);
+        return Ok(());
+    }
+    let Some(st) = TRACKED.get_ptr_mut(child_tgid) else {
+        return Ok(());
     };
-    st.parent_comm = bpf_get_current_comm().unwrap_or_default();
+    // SAFETY: pointer from a map lookup, valid for this program run.
+    let st = unsafe { &mut *st };
+    st.fork_ns = unsafe { bpf_ktime_get_ns() };
+    st.parent_pid = parent_tgid;
+    st.in_window = 1;
+    crate::kernel::current_comm_into(&mut st.parent_comm);
+    // What the parent runs as and in: each exec of the child is compared with it.
+    crate::credns::read_current(crate::kernel::current_task(), &mut st.credns);
     // copy_process() has given the child its own fd table by now: cache where it is.
     st.cache = fd_cache_of(child).unwrap_or_default();
     claim_hot(child_tgid, &st.cache);
-    if TRACKED.insert(child_tgid, st, 0).is_err() {
-        stat_add(&STATS, |s| &mut s.tracked_full);
-        release_hot(child_tgid);
-    }
     Ok(())
 }
 

@@ -13,9 +13,10 @@ use fdaudit_common::{flags, SpawnRecord, Stats, ARGV_LEN, PATH_LEN};
 /// Reads one field of the CONFIG global. The read is volatile so the compiler cannot fold
 /// the all-zero default the object is built with: the loader rewrites it before loading.
 macro_rules! conf {
-    ($field:ident) => {
+    ($($field:ident).+) => {
         // SAFETY: CONFIG is a plain static; a volatile read of a field is always valid.
-        (unsafe { core::ptr::read_volatile(core::ptr::addr_of!(crate::CONFIG.$field)) } as u64)
+        (unsafe { core::ptr::read_volatile(core::ptr::addr_of!(crate::CONFIG.$($field).+)) }
+            as u64)
     };
 }
 pub(crate) use conf;

@@ -18,6 +18,7 @@
 
 mod arch;
 mod compat;
+mod credns;
 mod exec;
 mod exec_fail;
 mod exit;
@@ -64,6 +65,11 @@ map_named!(EVENTS, MAP_EVENTS);
 #[map]
 static TRACKED: HashMap<u32, TaskState> = HashMap::with_max_entries(MAX_TRACKED, 0);
 map_named!(TRACKED, MAP_TRACKED);
+
+/// A new TRACKED entry's value (`TaskState::default()`), inserted by reference and then
+/// filled in place: a TaskState built on the stack would overflow it.
+// SAFETY: TaskState is integers and arrays of them; all zeroes is its default.
+static ZERO_TASK: TaskState = unsafe { core::mem::zeroed() };
 
 #[map]
 static SCRATCH: PerCpuArray<SpawnScratch> = PerCpuArray::with_max_entries(1, 0);

@@ -395,7 +395,18 @@ fn man_renders_the_shipped_pages() {
 #[test]
 fn bench_ctrl_c_prints_the_finished_cells() {
     use std::os::unix::process::CommandExt as _;
-    let child = Command::new(fdaudit())
+    let mut cmd = Command::new(fdaudit());
+    // A terminal's foreground job takes Ctrl-C: start from SIGINT's default, whatever this
+    // test's caller ignored (a CI runner started with `nohup` or `&` ignores it, and bench
+    // keeps a signal its caller ignored, so it would run all 100000 spawns).
+    // SAFETY: signal(2) is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let child = cmd
         .args([
             "bench",
             "--limits",

@@ -122,8 +122,17 @@ pub struct TraceArgs {
 
     /// Exit with status 3 when a spawn leaked an fd and the command itself exited 0 (for CI).
     /// fds the traced command inherited from fdaudit's caller do not count (see --no-baseline).
-    #[arg(long)]
-    pub fail_on_leak: bool,
+    /// `=boundary`: only leaks into an image that runs with other credentials or in other
+    /// namespaces than its parent at fork (the critical ones).
+    #[arg(
+        long,
+        value_name = "WHICH",
+        value_enum,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "any"
+    )]
+    pub fail_on_leak: Option<report::LeakGate>,
 
     /// Exit with status 3 when a spawn used one of these strategies (close-loop,
     /// fcntl-scan, poll-scan, procfd-walk, …; comma-separated or repeated) and the command
@@ -233,7 +242,7 @@ fn report_options(args: &TraceArgs) -> report::ReportOptions {
         allow: args.allow_leak.clone(),
         kinds: args.fail_on_leak_kind.clone(),
         gates: report::GateOptions {
-            fail_on_leak: args.fail_on_leak,
+            leak_gate: args.fail_on_leak,
             strategies: args.fail_on_strategy.clone(),
             max_closes: args.max_closes,
         },

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use fdaudit_common::{Config, CONFIG_MAGIC, NO_OFFSET};
+use fdaudit_common::{Config, CredNsOffsets, CONFIG_MAGIC, NO_OFFSET};
 use thiserror::Error;
 
 /// Where the running kernel exposes its BTF.
@@ -284,6 +284,61 @@ impl Btf {
     }
 }
 
+impl Btf {
+    /// Size in bytes of struct (or union) `ty`.
+    pub fn size(&self, ty: &str) -> Result<u32, BtfError> {
+        self.struct_id(ty)
+            .and_then(|id| self.header(id))
+            .map(|h| h.size_or_type)
+            .ok_or_else(|| BtfError::NoStruct(ty.to_string()))
+    }
+}
+
+/// The credentials and namespace offsets ([`CredNsOffsets`]), each group all or nothing: a
+/// group with a member the kernel lacks has its first offset [`NO_OFFSET`] and is not read.
+fn credns_from_btf(btf: &Btf) -> CredNsOffsets {
+    let o = |ty: &str, path: &str| btf.offset(ty, path);
+    let mut c = CredNsOffsets::ZEROED;
+    let creds = (|| -> Result<(), BtfError> {
+        c.task_cred = o("task_struct", "cred")?;
+        c.cred_uid = o("cred", "uid")?;
+        c.cred_euid = o("cred", "euid")?;
+        c.cred_suid = o("cred", "suid")?;
+        c.cred_gid = o("cred", "gid")?;
+        c.cred_egid = o("cred", "egid")?;
+        c.cred_sgid = o("cred", "sgid")?;
+        c.cred_cap_effective = o("cred", "cap_effective")?;
+        c.cred_cap_permitted = o("cred", "cap_permitted")?;
+        c.cred_user_ns = o("cred", "user_ns")?;
+        c.user_ns_inum = o("user_namespace", "ns.inum")?;
+        c.task_atomic_flags = o("task_struct", "atomic_flags")?;
+        Ok(())
+    })();
+    let namespaces = (|| -> Result<(), BtfError> {
+        c.task_nsproxy = o("task_struct", "nsproxy")?;
+        c.nsproxy_mnt_ns = o("nsproxy", "mnt_ns")?;
+        c.nsproxy_net_ns = o("nsproxy", "net_ns")?;
+        c.nsproxy_cgroup_ns = o("nsproxy", "cgroup_ns")?;
+        c.mnt_ns_inum = o("mnt_namespace", "ns.inum")?;
+        c.net_ns_inum = o("net", "ns.inum")?;
+        c.cgroup_ns_inum = o("cgroup_namespace", "ns.inum")?;
+        c.task_thread_pid = o("task_struct", "thread_pid")?;
+        c.pid_level = o("pid", "level")?;
+        c.pid_numbers = o("pid", "numbers")?;
+        c.upid_size = btf.size("upid")?;
+        c.upid_ns = o("upid", "ns")?;
+        c.pid_ns_inum = o("pid_namespace", "ns.inum")?;
+        Ok(())
+    })();
+    if creds.is_err() {
+        c.task_cred = NO_OFFSET;
+    }
+    if namespaces.is_err() {
+        c.task_nsproxy = NO_OFFSET;
+    }
+    c
+}
+
 fn is_alias(kind: u32) -> bool {
     matches!(
         kind,
@@ -356,6 +411,7 @@ pub fn config_from_btf(btf: &Btf) -> Result<Config, BtfError> {
         mm_start_code: o("mm_struct", "start_code")?,
         mm_end_code: o("mm_struct", "end_code")?,
         _pad_origin: [0; 3],
+        credns: credns_from_btf(btf),
     })
 }
 
@@ -532,5 +588,16 @@ mod tests {
             assert!(cfg.task_ti_status < 64, "{cfg:?}");
             assert!(cfg.regs_bx != NO_OFFSET && cfg.regs_cx != NO_OFFSET);
         }
+        // Both groups of the boundary offsets resolve; struct upid is an int and a pointer.
+        let c = cfg.credns;
+        assert!(
+            c.task_cred != NO_OFFSET && c.task_nsproxy != NO_OFFSET,
+            "{c:?}"
+        );
+        assert_eq!(c.upid_size, 16);
+        assert!(
+            c.cred_euid > c.cred_uid && c.pid_numbers > c.pid_level,
+            "{c:?}"
+        );
     }
 }

@@ -13,6 +13,7 @@ use serde::Serialize;
 pub use super::fdtarget::cstr;
 use super::fdtarget::{resolve_target, Resolver};
 use super::{
+    boundary::Boundary,
     counts::SyscallCounts,
     fdtarget,
     flags::SpawnFlags,
@@ -58,6 +59,10 @@ pub struct LeakedFd {
     /// `trace --origin`: the call that made this fd inheritable, or why it is unknown.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub origin: Option<super::origin::Origin>,
+    /// The spawn crossed a privilege or namespace boundary ([`Spawn::boundary`]): this fd
+    /// reached an image that runs as or where its holder did not.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub critical: bool,
     /// The file was deleted while open (no name left; `target` is its last one).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub deleted: bool,
@@ -119,6 +124,10 @@ pub struct Spawn {
     pub stdio: Vec<LeakedFd>,
     /// Partial-data markers and `reexec`, as a list of names.
     pub flags: SpawnFlags,
+    /// What changed between the parent at fork and the new image (credentials, namespaces,
+    /// cgroup); absent when nothing did or the fork was not seen.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub boundary: Option<Boundary>,
     /// cgroup (id from the kernel at exec, path), container, and pid in its own namespace.
     #[serde(flatten)]
     pub identity: Identity,
@@ -402,6 +411,7 @@ fn leaked_from(
         ino: info.ino,
         dev: info.dev,
         origin: None,
+        critical: false,
         deleted,
         inherited: false,
         partial,
@@ -440,10 +450,14 @@ pub fn spawn_from_record(
     };
     let shown = (rec.nfds as usize).min(MAX_FDS);
     let path_of = |i: usize| paths.iter().find(|p| p.index as usize == i);
+    let boundary = Boundary::between(&rec.fork_credns, &rec.exec_credns);
     let leaked_fds: Vec<LeakedFd> = rec.fds[..shown]
         .iter()
         .enumerate()
-        .map(|(i, f)| leaked_from(f, path_of(i), rec.pid, rec.parent_pid, resolve))
+        .map(|(i, f)| LeakedFd {
+            critical: boundary.is_some(),
+            ..leaked_from(f, path_of(i), rec.pid, rec.parent_pid, resolve)
+        })
         .collect();
     let stdio: Vec<LeakedFd> = (0..3)
         .filter(|i| rec.stdio_mask & (1 << i) != 0)
@@ -480,6 +494,7 @@ pub fn spawn_from_record(
         leaked_fds,
         stdio,
         flags,
+        boundary,
         exec_ns: rec.exec_ns,
         identity: Identity {
             cgroup_id: (rec.cgroup_id != 0).then_some(rec.cgroup_id),
@@ -574,6 +589,7 @@ fn window_spawn(
         } else {
             SpawnFlags::empty()
         },
+        boundary: None,
         exec_ns: 0,
         identity: Identity::default(),
         probed: calls.probed() + u64::from(c.exec_attempts),

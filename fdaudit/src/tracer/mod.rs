@@ -3,6 +3,7 @@
 //! syscall counts and the strategy they imply, and waiting on the followed processes.
 //! `trace`, `watch` and `bench` are front ends over it; nothing here knows their arguments.
 
+pub mod boundary;
 pub mod btf;
 pub mod calibrate;
 pub mod counts;

@@ -57,7 +57,16 @@ macro_rules! non_empty_labels {
 
 non_empty_labels!(SpawnLabels: container_id, cgroup, parent, child, strategy);
 non_empty_labels!(WindowLabels: container_id, cgroup, strategy);
-non_empty_labels!(LeakLabels: container_id, cgroup, parent, child, strategy, kind, origin);
+non_empty_labels!(
+    LeakLabels: container_id,
+    cgroup,
+    parent,
+    child,
+    strategy,
+    kind,
+    origin,
+    boundary
+);
 non_empty_labels!(ProcessLabels: container_id, cgroup, child);
 
 /// Where a spawn happened and what it ran.
@@ -108,6 +117,9 @@ struct LeakLabels {
     kind: String,
     /// `watch --origin`: the syscall that made it inheritable.
     origin: String,
+    /// What the spawn crossed (`uid+mnt_namespace`: the changed fields in a fixed order, a
+    /// bounded set); absent when it ran as and where its parent did. Such leaks are critical.
+    boundary: String,
 }
 
 /// Labels of scan gauges: a process's container and executable, named as in the spawn
@@ -134,6 +146,8 @@ pub struct SpawnObservation {
     /// `--origin`: the syscall that made each of them inheritable, in the same order
     /// ("unknown" when none was seen; empty without the option).
     pub leaked_origins: Vec<String>,
+    /// The spawn's boundary as its changed keys (`uid+mnt_namespace`), empty when none.
+    pub boundary: String,
     /// close() calls between fork and exec; `None` with --no-syscalls.
     pub close_calls: Option<u64>,
     /// Fork to exec, seconds; `None` when the fork was not seen.
@@ -306,6 +320,7 @@ impl Metrics {
                 kind,
                 // A closed set too (the origin table's syscalls and "unknown").
                 origin: obs.leaked_origins.get(i).cloned().unwrap_or_default(),
+                boundary: obs.boundary.clone(),
             };
             self.leaked_fds.get_or_create(&ll).inc();
         }
@@ -433,6 +448,7 @@ mod tests {
             labels: labels(container, child),
             leaked_kinds: kinds.iter().map(|k| k.to_string()).collect(),
             leaked_origins: Vec::new(),
+            boundary: String::new(),
             close_calls: Some(5),
             window_seconds: Some(0.002),
         }
@@ -443,6 +459,28 @@ mod tests {
             .find(|l| l.starts_with(prefix))
             .and_then(|l| l.rsplit(' ').next())
             .and_then(|v| v.parse().ok())
+    }
+
+    #[test]
+    fn a_leak_across_a_boundary_is_labelled_with_what_changed() {
+        let mut m = Metrics::new(10);
+        let mut obs = spawn("abc", "true", &["directory"]);
+        obs.boundary = "mnt_namespace".into();
+        m.observe_spawn(obs);
+        m.observe_spawn(spawn("abc", "cat", &["file"]));
+        let t = m.encode();
+        assert!(
+            t.lines().any(|l| l.starts_with("fdaudit_leaked_fds_total{")
+                && l.contains("child=\"true\"")
+                && l.contains("boundary=\"mnt_namespace\"")),
+            "{t}"
+        );
+        assert!(
+            t.lines().any(|l| l.starts_with("fdaudit_leaked_fds_total{")
+                && l.contains("child=\"cat\"")
+                && !l.contains("boundary=")),
+            "{t}"
+        );
     }
 
     #[test]

@@ -126,6 +126,7 @@ pub fn observation(s: &Spawn, leaks_only: bool) -> SpawnObservation {
         },
         leaked_kinds,
         leaked_origins: s.origin_labels(),
+        boundary: s.boundary.as_ref().map(|b| b.keys()).unwrap_or_default(),
         close_calls: (!leaks_only).then_some(s.calls.close_calls),
         // Without the probes' own cost, as trace reports it ("untraced").
         window_seconds: (s.window_ns > 0).then(|| s.window_corrected_ns as f64 / 1e9),
@@ -564,6 +565,7 @@ mod tests {
             },
             leaked_kinds: vec!["regular".into()],
             leaked_origins: vec!["openat".into()],
+            boundary: String::new(),
             close_calls: None,
             window_seconds: Some(1e-4),
         });

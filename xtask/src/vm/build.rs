@@ -179,6 +179,10 @@ const HOST_ONLY_TESTS: &[(&str, &str)] = &[
         "builds the release packages with cargo and installs the .deb with dpkg on the host",
     ),
     (
+        "boundary_cve",
+        "compiles its C fixture with gcc, which the initramfs lacks",
+    ),
+    (
         "origin",
         "compiles its C fixture with gcc (-g -fno-omit-frame-pointer), which the initramfs lacks",
     ),

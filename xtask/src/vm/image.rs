@@ -18,6 +18,7 @@ const HOST_TOOLS: &[(&str, &str)] = &[
     ("/bin/dash", "/bin/dash"),
     ("/bin/bash", "/bin/bash"),
     ("/usr/bin/setpriv", "/usr/bin/setpriv"),
+    ("/usr/bin/unshare", "/usr/bin/unshare"),
     ("/usr/bin/strace", "/usr/bin/strace"),
     ("/usr/sbin/bpftool", "/usr/sbin/bpftool"),
 ];

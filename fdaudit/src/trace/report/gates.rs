@@ -11,10 +11,21 @@ use crate::tracer::{decode::Spawn, strategy::Strategy};
 /// How many offending spawns a verdict line names.
 const SHOWN: usize = 5;
 
+/// What `--fail-on-leak` fails on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LeakGate {
+    /// Any leaked fd (what `--fail-on-leak` alone means).
+    Any,
+    /// Only fds that crossed a privilege or namespace boundary: the spawn's image runs with
+    /// other credentials, capabilities, namespaces or cgroup than its parent at fork.
+    Boundary,
+}
+
 /// The gates set on the command line.
 #[derive(Debug, Clone, Default)]
 pub struct GateOptions {
-    pub fail_on_leak: bool,
+    /// `--fail-on-leak[=any|boundary]`.
+    pub leak_gate: Option<LeakGate>,
     /// `--fail-on-strategy`.
     pub strategies: Vec<Strategy>,
     /// `--max-closes`.
@@ -51,7 +62,7 @@ impl Gates {
 
     /// Judges one exec record (before the output filters).
     pub fn judge(&mut self, s: &Spawn, policy: &LeakPolicy) {
-        if self.opts.fail_on_leak {
+        if self.opts.leak_gate.is_some() {
             self.judge_leaks(s, policy);
         }
         let who = || format!("pid {} {}", s.pid, s.exec_path.escaped());
@@ -104,7 +115,7 @@ impl Gates {
     /// The first gate that failed, in the order leak, strategy, closes (`leaked`: whether
     /// `--fail-on-leak` has a leak to fail on, as the reporter's totals say).
     pub fn failed(&self, leaked: bool) -> Option<ExitReason> {
-        if self.opts.fail_on_leak && leaked {
+        if self.opts.leak_gate.is_some() && leaked {
             Some(ExitReason::Leak)
         } else if !self.strategy.is_empty() {
             Some(ExitReason::Strategy)
@@ -128,11 +139,16 @@ impl Gates {
             ),
         };
         let mut lines = Vec::new();
-        if self.opts.fail_on_leak && leaked {
+        if self.opts.leak_gate.is_some() && leaked {
             let list: Vec<&String> = self.leaks.values().collect();
+            let (gate, what) = match self.opts.leak_gate {
+                Some(LeakGate::Boundary) => ("--fail-on-leak=boundary", "across a boundary"),
+                _ => ("--fail-on-leak", ""),
+            };
             lines.push(format!(
-                "--fail-on-leak: {} leaked fds ({outcome}): {}",
+                "{gate}: {} leaked fds{}{what} ({outcome}): {}",
                 count(list.len() as u64, "spawn", "spawns"),
+                if what.is_empty() { "" } else { " " },
                 shown(&list)
             ));
         }
@@ -188,7 +204,7 @@ mod tests {
     #[test]
     fn strategy_and_closes_gates_name_the_spawns() {
         let mut g = Gates::new(GateOptions {
-            fail_on_leak: false,
+            leak_gate: None,
             strategies: vec![Strategy::CloseLoop, Strategy::ProcfdWalk],
             max_closes: Some(100),
         });

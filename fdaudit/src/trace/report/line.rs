@@ -36,9 +36,16 @@ pub fn spawn_line(s: &Spawn, term: Term) -> String {
     if !s.flags.contains(SpawnFlags::NO_SYSCALLS) {
         line.push_str(&strategy_part(s, term));
     }
-    if s.leaked_count > 0 {
-        line.push_str(&leaks_part(s, term));
+    let leaks = if s.leaked_count > 0 {
+        leaks_part(s, term)
+    } else {
+        String::new()
+    };
+    match &s.boundary {
+        Some(b) if !leaks.contains("CRITICAL") => line.push_str(&format!("  crossed {b}")),
+        _ => {}
     }
+    line.push_str(&leaks);
     if !s.flags.is_empty() {
         line.push_str(&format!(
             "  [{}]",
@@ -142,7 +149,13 @@ fn leaks_part(s: &Spawn, term: Term) -> String {
         .collect();
     let mut part = String::new();
     if new > 0 {
-        let leaked = term.paint(&format!("LEAKED {new}:"), Paint::Alarm);
+        let leaked = match &s.boundary {
+            Some(b) => term.paint(
+                &format!("CRITICAL: LEAKED {new} across a boundary ({b}):"),
+                Paint::Alarm,
+            ),
+            None => term.paint(&format!("LEAKED {new}:"), Paint::Alarm),
+        };
         part = format!("  {leaked} {}", fds.join(", "));
     }
     if !inherited.is_empty() {

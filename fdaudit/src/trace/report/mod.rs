@@ -7,7 +7,7 @@ mod line;
 mod summary;
 mod text;
 
-pub use gates::GateOptions;
+pub use gates::{GateOptions, LeakGate};
 pub use line::{spawn_line, strategy_paint};
 pub use summary::{parse_kind, Allowed, Collector, ExitReason, Group, LeakPolicy, Summary};
 
@@ -96,6 +96,7 @@ impl Reporter {
             ignore_fds: args.ignore_fds.clone(),
             allow: args.allow.clone(),
             kinds: args.kinds.clone(),
+            boundary_only: args.gates.leak_gate == Some(gates::LeakGate::Boundary),
         });
         Reporter {
             gates: gates::Gates::new(args.gates.clone()),
@@ -344,6 +345,7 @@ pub(crate) mod tests {
             leaked_count: leaked,
             stdio: vec![],
             flags: SpawnFlags::empty(),
+            boundary: None,
             exec_ns: 0,
             identity: Default::default(),
             probed: close.into(),

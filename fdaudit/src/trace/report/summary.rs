@@ -232,6 +232,9 @@ pub struct LeakPolicy {
     pub allow: Vec<Allowed>,
     /// `--fail-on-leak-kind`: only these kinds count (all when empty).
     pub kinds: Vec<FdKind>,
+    /// `--fail-on-leak=boundary`: only fds that crossed a privilege or namespace boundary
+    /// (`critical`) count.
+    pub boundary_only: bool,
 }
 
 impl LeakPolicy {
@@ -241,13 +244,18 @@ impl LeakPolicy {
             && !self.baseline.contains(&(f.fd, f.ino))
             && !self.allow.iter().any(|a| a.forgives(f))
             && (self.kinds.is_empty() || self.kinds.contains(&f.kind))
+            && (!self.boundary_only || f.critical)
     }
 
     /// The leaked fds of a spawn that count against the policy. fds beyond the record's list
     /// (`fds_truncated`) count: they cannot be shown to be inherited or allowed.
     pub fn new_leaks(&self, s: &Spawn) -> u64 {
         let listed = s.leaked_fds.iter().filter(|f| self.counts(f)).count() as u64;
-        listed + u64::from(s.leaked_count).saturating_sub(s.leaked_fds.len() as u64)
+        let unlisted = u64::from(s.leaked_count).saturating_sub(s.leaked_fds.len() as u64);
+        if self.boundary_only && s.boundary.is_none() {
+            return listed;
+        }
+        listed + unlisted
     }
 }
 

@@ -1,0 +1,152 @@
+//! Spawn boundaries (issue #22): what differs between a spawn's parent at fork and its new
+//! image right after exec, from the [`CredNs`] the kernel programs read at both. A leak into
+//! a child that runs as and where its parent did is a hygiene bug; one across a credential
+//! or namespace change is the runc CVE-2024-21626 shape (a host directory fd surviving into
+//! a container) or a privilege-escalation path, and its fds are critical.
+
+use std::fmt;
+
+use fdaudit_common::{credns::read as bit, CredNs};
+use serde::ser::{Serialize, SerializeMap, Serializer};
+
+/// A compared field: its JSON key, the [`bit`] that says it was read, and its value.
+type Field = (&'static str, u32, fn(&CredNs) -> u64);
+
+/// Every compared field, once: the order of the JSON object and of the text.
+const FIELDS: &[Field] = &[
+    ("uid", bit::IDS, |c| c.uid.into()),
+    ("euid", bit::IDS, |c| c.euid.into()),
+    ("suid", bit::IDS, |c| c.suid.into()),
+    ("gid", bit::IDS, |c| c.gid.into()),
+    ("egid", bit::IDS, |c| c.egid.into()),
+    ("sgid", bit::IDS, |c| c.sgid.into()),
+    ("cap_effective", bit::CAPS, |c| c.cap_effective),
+    ("cap_permitted", bit::CAPS, |c| c.cap_permitted),
+    ("no_new_privs", bit::NO_NEW_PRIVS, |c| c.no_new_privs.into()),
+    ("mnt_namespace", bit::MNT_NS, |c| c.mnt_ns.into()),
+    ("pid_namespace", bit::PID_NS, |c| c.pid_ns.into()),
+    ("user_namespace", bit::USER_NS, |c| c.user_ns.into()),
+    ("net_namespace", bit::NET_NS, |c| c.net_ns.into()),
+    ("cgroup_namespace", bit::CGROUP_NS, |c| c.cgroup_ns.into()),
+    ("cgroup2_id", bit::CGROUP, |c| c.cgroup),
+];
+
+/// One field that changed: (key, at fork, at exec).
+pub type Crossing = (&'static str, u64, u64);
+
+/// What a spawn crossed; never empty. JSON: `{"uid": [0, 65534], "mnt_namespace": [A, B]}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Boundary(Vec<Crossing>);
+
+impl Boundary {
+    /// The fields that differ between `fork` and `exec`, compared only where both sides
+    /// were read; `None` when nothing differs (or nothing could be compared).
+    pub fn between(fork: &CredNs, exec: &CredNs) -> Option<Boundary> {
+        let both = fork.read & exec.read;
+        let crossed: Vec<Crossing> = FIELDS
+            .iter()
+            .filter(|(_, b, _)| both & b != 0)
+            .map(|&(k, _, get)| (k, get(fork), get(exec)))
+            .filter(|&(_, a, b)| a != b)
+            .collect();
+        (!crossed.is_empty()).then_some(Boundary(crossed))
+    }
+
+    /// The changed keys joined with `+` (`uid+euid+mnt_namespace`): the `boundary` metric label,
+    /// a bounded set (subsets of [`FIELDS`] in table order).
+    pub fn keys(&self) -> String {
+        let keys: Vec<&str> = self.0.iter().map(|c| c.0).collect();
+        keys.join("+")
+    }
+}
+
+impl Serialize for Boundary {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for (k, a, b) in &self.0 {
+            m.serialize_entry(k, &[a, b])?;
+        }
+        m.end()
+    }
+}
+
+/// `uid 0→65534, mnt_namespace 4026531841→4026532500` (capabilities in hex).
+impl fmt::Display for Boundary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, (k, a, b)) in self.0.iter().enumerate() {
+            let sep = if i == 0 { "" } else { ", " };
+            if k.starts_with("cap_") {
+                write!(f, "{sep}{k} {a:#x}→{b:#x}")?;
+            } else {
+                write!(f, "{sep}{k} {a}→{b}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn root() -> CredNs {
+        CredNs {
+            read: u32::MAX,
+            cap_effective: 0x1ff_ffff_ffff,
+            cap_permitted: 0x1ff_ffff_ffff,
+            mnt_ns: 4026531841,
+            pid_ns: 4026531836,
+            user_ns: 4026531837,
+            net_ns: 4026531840,
+            cgroup_ns: 4026531835,
+            cgroup: 1234,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_same_identity_crosses_nothing() {
+        assert_eq!(Boundary::between(&root(), &root()), None);
+    }
+
+    #[test]
+    fn a_uid_drop_and_a_new_mount_namespace_are_named_in_table_order() {
+        let mut exec = root();
+        exec.uid = 65534;
+        exec.euid = 65534;
+        exec.suid = 65534;
+        exec.cap_effective = 0;
+        exec.cap_permitted = 0;
+        exec.mnt_ns = 4026532500;
+        let b = Boundary::between(&root(), &exec).unwrap();
+        assert_eq!(
+            b.keys(),
+            "uid+euid+suid+cap_effective+cap_permitted+mnt_namespace"
+        );
+        assert_eq!(
+            serde_json::to_value(&b).unwrap(),
+            serde_json::json!({
+                "uid": [0, 65534], "euid": [0, 65534], "suid": [0, 65534],
+                "cap_effective": [0x1ff_ffff_ffffu64, 0], "cap_permitted": [0x1ff_ffff_ffffu64, 0],
+                "mnt_namespace": [4026531841u64, 4026532500u64]
+            })
+        );
+        assert!(b.to_string().starts_with("uid 0→65534, euid 0→65534"));
+        assert!(b.to_string().contains("cap_effective 0x1ffffffffff→0x0"));
+    }
+
+    #[test]
+    fn only_fields_read_on_both_sides_are_compared() {
+        let mut fork = root();
+        fork.read &= !bit::MNT_NS;
+        let mut exec = root();
+        exec.mnt_ns = 1;
+        assert_eq!(Boundary::between(&fork, &exec), None);
+        exec.net_ns = 2;
+        assert_eq!(
+            Boundary::between(&fork, &exec).unwrap().keys(),
+            "net_namespace"
+        );
+        assert_eq!(Boundary::between(&CredNs::default(), &exec), None);
+    }
+}

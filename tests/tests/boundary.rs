@@ -1,0 +1,150 @@
+//! Spawn boundaries (issue #22): a leak into an image that runs with other credentials or
+//! in other namespaces than its parent at fork is critical, in trace's JSON and text and
+//! for `--fail-on-leak=boundary`. Root only (eBPF, namespaces); the CVE shape is in
+//! boundary_cve.rs.
+
+use std::process::{Command, Stdio};
+
+use fdaudit_tests::{records, require_root, trace_to_file};
+use serde_json::Value;
+
+/// The issue's command: a uid drop, a new mount namespace, then neither; fd 7 leaks into
+/// all three `/bin/true`s.
+const THREE_TRUES: &str = "exec 7</etc/hostname; \
+    setpriv --reuid=65534 --regid=65534 --clear-groups /bin/true; \
+    unshare -m /bin/true; /bin/true";
+
+fn trues(text: &str) -> Vec<Value> {
+    records(text)
+        .into_iter()
+        .filter(|r| r["type"] == "spawn" && r["exec_path"] == "/bin/true")
+        .collect()
+}
+
+fn fd7(spawn: &Value) -> &Value {
+    spawn["leaked_fds"]
+        .as_array()
+        .and_then(|a| a.iter().find(|f| f["fd"] == 7))
+        .unwrap_or_else(|| panic!("fd 7 did not leak: {spawn}"))
+}
+
+#[test]
+#[ignore = "needs root and BTF"]
+fn a_uid_drop_and_a_new_mount_namespace_are_boundaries_and_their_leaks_critical() {
+    require_root();
+    let (out, text) = trace_to_file("boundary.jsonl", |c| {
+        c.args(["--", "bash", "-c", THREE_TRUES]);
+    });
+    fdaudit_tests::assert_success(&out);
+    let t = trues(&text);
+    assert_eq!(t.len(), 3, "three spawns of /bin/true: {text}");
+    let b0 = &t[0]["boundary"];
+    assert_eq!(b0["uid"], serde_json::json!([0, 65534]), "{}", t[0]);
+    assert_eq!(b0["euid"], serde_json::json!([0, 65534]));
+    assert_eq!(b0["gid"], serde_json::json!([0, 65534]));
+    assert!(
+        b0.get("mnt_namespace").is_none(),
+        "setpriv keeps the namespace: {b0}"
+    );
+    assert_eq!(
+        b0["cap_effective"][1], 0,
+        "a non-root uid has no capabilities: {b0}"
+    );
+    let b1 = &t[1]["boundary"];
+    let own_mnt = std::fs::read_link("/proc/self/ns/mnt").expect("own mnt ns");
+    let own = format!("{}", b1["mnt_namespace"][0]);
+    assert!(
+        own_mnt.to_string_lossy().contains(&own),
+        "mnt_ns starts at ours ({own_mnt:?}): {b1}"
+    );
+    assert_ne!(b1["mnt_namespace"][0], b1["mnt_namespace"][1]);
+    assert!(b1.get("uid").is_none(), "unshare keeps the uid: {b1}");
+    assert!(
+        t[2].get("boundary").is_none(),
+        "the third crosses nothing: {}",
+        t[2]
+    );
+    assert_eq!(fd7(&t[0])["critical"], true);
+    assert_eq!(fd7(&t[1])["critical"], true);
+    assert!(fd7(&t[2]).get("critical").is_none(), "{}", t[2]);
+    // setpriv and unshare themselves run as bash did.
+    for r in records(&text) {
+        if r["type"] == "spawn" && r["exec_path"] != "/bin/true" {
+            assert!(r.get("boundary").is_none(), "{r}");
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs root and BTF"]
+fn the_text_line_says_critical_and_what_changed() {
+    require_root();
+    let out = Command::new(fdaudit_tests::fdaudit())
+        .args(["trace", "--", "bash", "-c", THREE_TRUES])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run fdaudit trace");
+    fdaudit_tests::assert_success(&out);
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().filter(|l| l.contains("/bin/true")).collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("CRITICAL: LEAKED 1 across a boundary (uid 0→65534")),
+        "{err}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("CRITICAL") && l.contains("mnt_namespace ")),
+        "{err}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("LEAKED 1:") && !l.contains("CRITICAL")),
+        "{err}"
+    );
+}
+
+#[test]
+#[ignore = "needs root and BTF"]
+fn fail_on_leak_boundary_fails_only_on_a_leak_across_a_boundary() {
+    require_root();
+    let run = |gate: &str, script: &str| {
+        Command::new(fdaudit_tests::fdaudit())
+            .args(["trace", "-q", gate, "--", "bash", "-c", script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .output()
+            .expect("run fdaudit trace")
+    };
+    let plain = "exec 7</etc/hostname; /bin/true";
+    let crossing = "exec 7</etc/hostname; unshare -m /bin/true";
+    let o = run("--fail-on-leak=boundary", crossing);
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stderr)
+            .contains("--fail-on-leak=boundary: 1 spawn leaked fds across a boundary"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = run("--fail-on-leak=boundary", plain);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = run("--fail-on-leak", plain);
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "a plain leak fails the plain gate"
+    );
+}
