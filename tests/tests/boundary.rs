@@ -67,6 +67,14 @@ fn a_uid_drop_and_a_new_mount_namespace_are_boundaries_and_their_leaks_critical(
     assert_eq!(fd7(&t[0])["critical"], true);
     assert_eq!(fd7(&t[1])["critical"], true);
     assert!(fd7(&t[2]).get("critical").is_none(), "{}", t[2]);
+    let summary = records(&text)
+        .into_iter()
+        .find(|r| r["type"] == "summary")
+        .expect("a summary");
+    assert_eq!(
+        summary["totals"]["critical_leaked_fd_count"], 2,
+        "{summary}"
+    );
     // setpriv and unshare themselves run as bash did.
     for r in records(&text) {
         if r["type"] == "spawn" && r["exec_path"] != "/bin/true" {

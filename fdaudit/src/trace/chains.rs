@@ -32,6 +32,8 @@ pub struct Link<'a> {
     pub inherited: u32,
     /// Of `leaked`, the fds `--fail-on-leak` counts (see `report::LeakPolicy`).
     pub new_leaks: u64,
+    /// Of `leaked`, the fds that crossed a privilege or namespace boundary.
+    pub critical: u32,
 }
 
 /// One spawn, as far as it has exec'd.
@@ -51,6 +53,8 @@ struct Chain {
     inherited: u32,
     /// Of those, the ones `--fail-on-leak` counts.
     new_leaks: u64,
+    /// Of `leaked`, the critical ones (across a boundary).
+    critical: u32,
     /// fds of images that exec'd again.
     transient: u64,
 }
@@ -68,6 +72,7 @@ impl Chain {
             leaked: l.leaked,
             inherited: l.inherited,
             new_leaks: l.new_leaks,
+            critical: l.critical,
             transient: 0,
         }
     }
@@ -87,6 +92,7 @@ impl Chain {
         self.leaked = l.leaked;
         self.inherited = l.inherited;
         self.new_leaks = l.new_leaks;
+        self.critical = l.critical;
     }
 
     /// `first → last` (`first → … → last` for longer chains).
@@ -170,6 +176,8 @@ pub struct LeakTotals {
     pub transient_fds: u64,
     /// Spawns whose last image got fds that `--fail-on-leak` counts.
     pub spawns_with_new_leaks: u64,
+    /// Leaked fds (as `leaked_fds`) that crossed a privilege or namespace boundary.
+    pub critical_fds: u64,
 }
 
 impl LeakTotals {
@@ -179,6 +187,7 @@ impl LeakTotals {
         self.inherited_fds += u64::from(c.inherited);
         self.transient_fds += c.transient;
         self.spawns_with_new_leaks += u64::from(c.new_leaks > 0);
+        self.critical_fds += u64::from(c.critical);
     }
 }
 
@@ -277,6 +286,7 @@ mod tests {
             leaked,
             inherited: 0,
             new_leaks: leaked.into(),
+            critical: 0,
         }
     }
 

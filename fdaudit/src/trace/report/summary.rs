@@ -52,6 +52,9 @@ pub struct TraceTotals {
     /// jspawnhelper, a shell's `exec`): reported per record, not counted as leaks above.
     #[serde(rename = "transient_leaked_fd_count")]
     pub transient_leaked_fds: u64,
+    /// Of `leaked_fds`, those that crossed a privilege or namespace boundary (critical).
+    #[serde(rename = "critical_leaked_fd_count")]
+    pub critical_leaked_fds: u64,
     pub window_ns: u64,
     pub window_corrected_ns: u64,
 }
@@ -279,6 +282,11 @@ pub(super) fn link<'a>(s: &'a Spawn, policy: &LeakPolicy) -> Link<'a> {
         leaked: s.leaked_count - inherited_count(s),
         inherited: inherited_count(s),
         new_leaks: policy.new_leaks(s),
+        critical: s
+            .leaked_fds
+            .iter()
+            .filter(|f| f.critical && !f.inherited)
+            .count() as u32,
     }
 }
 
@@ -334,6 +342,7 @@ impl Collector {
         t.leaked_inherited_fds = l.inherited_fds;
         t.transient_leaked_fds = l.transient_fds;
         t.spawns_with_new_leaks = l.spawns_with_new_leaks;
+        t.critical_leaked_fds = l.critical_fds;
         t
     }
 

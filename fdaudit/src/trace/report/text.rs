@@ -95,7 +95,15 @@ pub(super) fn summary_text(
         } else {
             "traced"
         },
-        count(t.leaked_fds, "fd", "fds"),
+        if t.critical_leaked_fds > 0 {
+            format!(
+                "{}, {}",
+                count(t.leaked_fds, "fd", "fds"),
+                term.paint(&format!("{} CRITICAL", t.critical_leaked_fds), Paint::Alarm)
+            )
+        } else {
+            count(t.leaked_fds, "fd", "fds")
+        },
         t.calls.close_calls,
         t.calls.close_range_calls
     );
