@@ -1,6 +1,6 @@
 //! Fixture for `fdaudit scan`'s `outside_root` rule (issue #22): holds fds opened before
 //! it changed its root or mount namespace, and fds opened after, prints `ready PID` and
-//! holds them until stdin closes. Needs root (all modes but `plain`).
+//! holds them until stdin closes (it closes the fds >= 3 it inherited first). Needs root (all modes but `plain`).
 //!
 //! Usage: scan-boundary plain | unshare ROOT | chroot ROOT OUTSIDE
 //!
@@ -76,6 +76,12 @@ fn unshare_mounts(root: &str) {
 }
 
 fn main() {
+    // Inherited fds (a test harness's lock file, a terminal's) would be outside too.
+    // SAFETY: close_range(2) on this process's own fds; nothing else holds them.
+    check(
+        unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) } as libc::c_int,
+        "close_range(3, ~0)",
+    );
     let args: Vec<String> = std::env::args().skip(1).collect();
     let dir = libc::O_RDONLY | libc::O_DIRECTORY;
     match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {

@@ -10,7 +10,9 @@
 //! - on the very mount PID's root is on (a chroot into a subdirectory of a mount, which
 //!   mountinfo skips): inside when its path is the root's or beneath it (both paths as the
 //!   scanner reads them, on the same mount);
-//! - on a mount of the scanner's own namespace: outside (PID's root, or PID's namespace);
+//! - on a mount of the scanner's own namespace, or of pid 1's (the host's, when the
+//!   scanner runs in a container of its own with the host's pids): outside (PID's root,
+//!   when that is PID's namespace, or PID's namespace);
 //! - on a mount no mountinfo read shows (sockfs, pipefs, memfd's shmem, dma-buf: the
 //!   kernel's internal mounts; a detached mount; a third namespace): not judged.
 
@@ -39,16 +41,23 @@ pub(super) struct MountView {
     pub root_mnt: Option<u32>,
     /// `readlink /proc/PID/root`, as the scanner sees it.
     pub root_path: Vec<u8>,
-    /// Its mount namespace is the scanner's.
-    pub same_ns: bool,
+    /// Its mount namespace (inode of `ns/mnt`).
+    pub ns: Option<u64>,
 }
 
-/// The scanner's own view: the mounts of its namespace it sees, and that namespace.
+/// The mounts of one namespace as one process sees them.
 #[derive(Debug, Clone, Default)]
-pub(super) struct OwnMounts {
-    /// Sorted mount ids of the scanner's mountinfo.
+pub(super) struct NsMounts {
+    /// Sorted mount ids of its mountinfo.
     pub mounts: Vec<u32>,
     pub ns: Option<u64>,
+}
+
+/// The namespaces a host fd may come from: the scanner's own, then pid 1's when that is
+/// another (known) one.
+#[derive(Debug, Clone, Default)]
+pub(super) struct OwnMounts {
+    pub refs: Vec<NsMounts>,
 }
 
 /// The mount ids of a mountinfo file: the first field of each line. The rest of a line is
@@ -91,13 +100,15 @@ pub(super) fn verdict(
             Some(_) => Verdict::Inside,
         };
     }
-    if own.mounts.binary_search(&mnt).is_ok() {
-        return match view.same_ns {
-            true => Verdict::OutsideRoot,
-            false => Verdict::OutsideNamespace,
-        };
+    match own
+        .refs
+        .iter()
+        .find(|r| r.mounts.binary_search(&mnt).is_ok())
+    {
+        Some(r) if r.ns.is_some() && r.ns == view.ns => Verdict::OutsideRoot,
+        Some(_) => Verdict::OutsideNamespace,
+        None => Verdict::Inside,
     }
-    Verdict::Inside
 }
 
 /// The finding's severity and reason: critical when the fd has no close-on-exec (every
@@ -128,32 +139,42 @@ fn link(dir: RawFd, name: &std::ffi::CStr) -> Option<Vec<u8>> {
 }
 
 impl Scanner<'_> {
-    /// The scanner's own mounts and namespace (live procfs only; empty otherwise, which
-    /// turns the rule off: a fixture tree has no mounts to compare).
+    /// The scanner's own mounts and namespace, and pid 1's when its namespace is known
+    /// and another (live procfs only; none otherwise, which turns the rule off: a fixture
+    /// tree has no mounts to compare).
     pub(super) fn own_mounts(root: RawFd, live: bool) -> OwnMounts {
+        let mut refs = Vec::new();
         if !live {
-            return OwnMounts::default();
+            return OwnMounts { refs };
         }
         let mut buf = Vec::new();
-        let mounts = match at::read_file_at(root, c"self/mountinfo", &mut buf) {
-            Ok(()) => mount_ids(&buf),
-            Err(_) => Vec::new(),
-        };
-        let ns = link(root, c"self/ns/mnt").and_then(|l| parse::bracket_inode(&l));
-        OwnMounts { mounts, ns }
+        for (info, ns) in [
+            (c"self/mountinfo", c"self/ns/mnt"),
+            (c"1/mountinfo", c"1/ns/mnt"),
+        ] {
+            let ns = link(root, ns).and_then(|l| parse::bracket_inode(&l));
+            let known = refs.iter().any(|r: &NsMounts| r.ns == ns);
+            if (!refs.is_empty() && (ns.is_none() || known))
+                || at::read_file_at(root, info, &mut buf).is_err()
+            {
+                continue;
+            }
+            refs.push(NsMounts {
+                mounts: mount_ids(&buf),
+                ns,
+            });
+        }
+        OwnMounts { refs }
     }
 
     /// The view of the task whose directory is `task_dir`; `None` when it sees what the
     /// scanner sees (its namespace, its root at `/`: no fd of it can be outside), or when
     /// what the rule needs could not be read.
     pub(super) fn mount_view(&self, task_dir: RawFd, s: &mut Scratch) -> Option<MountView> {
-        if !self.live || self.own.mounts.is_empty() {
-            return None;
-        }
+        let own = self.own.refs.first().filter(|_| self.live)?;
         let ns = link(task_dir, c"ns/mnt").and_then(|l| parse::bracket_inode(&l));
         let root_path = link(task_dir, c"root")?;
-        let same_ns = ns.is_some() && ns == self.own.ns;
-        if same_ns && root_path == b"/" {
+        if ns.is_some() && ns == own.ns && root_path == b"/" {
             return None;
         }
         let root_mnt = self.root_mount(task_dir);
@@ -171,7 +192,7 @@ impl Scanner<'_> {
             mounts: mount_ids(&s.file),
             root_mnt,
             root_path,
-            same_ns,
+            ns,
         })
     }
 
@@ -213,11 +234,43 @@ mod tests {
         assert!(!beneath(b"/srv", b"/srv/root"));
     }
 
+    const HOST: Option<u64> = Some(4026531841);
+
     fn own() -> OwnMounts {
         OwnMounts {
-            mounts: vec![1, 22, 25, 30],
-            ns: Some(4026531841),
+            refs: vec![NsMounts {
+                mounts: vec![1, 22, 25, 30],
+                ns: HOST,
+            }],
         }
+    }
+
+    #[test]
+    fn the_hosts_mounts_through_pid_1_when_the_scanner_has_its_own_namespace() {
+        // The scanner in a container (mounts 200..), pid 1 on the host.
+        let own = OwnMounts {
+            refs: vec![
+                NsMounts {
+                    mounts: vec![200, 201],
+                    ns: Some(7),
+                },
+                own().refs.remove(0),
+            ],
+        };
+        let v = MountView {
+            mounts: vec![105],
+            root_mnt: Some(101),
+            root_path: b"/".to_vec(),
+            ns: Some(9),
+        };
+        assert_eq!(verdict(&v, &own, 30, None), Verdict::OutsideNamespace);
+        let host = MountView {
+            mounts: vec![],
+            root_mnt: Some(1),
+            root_path: b"/srv/r".to_vec(),
+            ns: HOST,
+        };
+        assert_eq!(verdict(&host, &own, 30, None), Verdict::OutsideRoot);
     }
 
     #[test]
@@ -228,7 +281,7 @@ mod tests {
             mounts: vec![105],
             root_mnt: Some(101),
             root_path: b"/tmp/r".to_vec(),
-            same_ns: false,
+            ns: Some(9),
         };
         assert_eq!(verdict(&v, &own(), 30, None), Verdict::OutsideNamespace);
         assert_eq!(verdict(&v, &own(), 105, None), Verdict::Inside);
@@ -248,7 +301,7 @@ mod tests {
             mounts: vec![],
             root_mnt: Some(1),
             root_path: b"/tmp/r".to_vec(),
-            same_ns: true,
+            ns: HOST,
         };
         assert_eq!(
             verdict(&v, &own(), 1, Some(b"/etc/passwd")),
@@ -267,7 +320,7 @@ mod tests {
             mounts: vec![101, 122, 125, 130],
             root_mnt: Some(101),
             root_path: b"/".to_vec(),
-            same_ns: false,
+            ns: Some(9),
         };
         assert_eq!(verdict(&v, &own(), 130, None), Verdict::Inside);
         assert_eq!(verdict(&v, &own(), 30, None), Verdict::OutsideNamespace);
