@@ -188,7 +188,10 @@ fn a_file_outside_a_chroot_is_flagged() {
     let found = outside(&recs, h.pid);
     let got: Vec<(u64, &str)> = found.iter().map(|(fd, s, _)| (*fd, s.as_str())).collect();
     assert_eq!(got, [(7, "critical"), (10, "high")], "{found:?}\n{recs:?}");
-    let want = format!("fd 7 \u{2192} {out}: outside the process's root directory");
+    let want = format!(
+        "fd 7 \u{2192} {out}: outside the process's root directory {}; it has no close-on-exec",
+        base.path("root")
+    );
     assert!(found[0].2.starts_with(&want), "{}", found[0].2);
     assert!(
         listed(&recs, h.pid, 8, &base.path("root/inside")),

@@ -113,12 +113,18 @@ pub(super) fn verdict(
 
 /// The finding's severity and reason: critical when the fd has no close-on-exec (every
 /// child gets it too), high when it has (the process itself holds it).
-pub(super) fn finding(v: Verdict, fd: u32, target: &str, inheritable: bool) -> (Severity, String) {
+pub(super) fn finding(
+    v: Verdict,
+    fd: u32,
+    target: &str,
+    root: &str,
+    inheritable: bool,
+) -> (Severity, String) {
     let place = match v {
         Verdict::OutsideNamespace => {
-            "outside the process's mount namespace (opened before it entered it)"
+            "outside the process's mount namespace (opened before it entered it)".to_owned()
         }
-        _ => "outside the process's root directory (opened before it changed root)",
+        _ => format!("outside the process's root directory {root}"),
     };
     let (sev, tail) = match inheritable {
         true => (
@@ -328,14 +334,17 @@ mod tests {
 
     #[test]
     fn reasons() {
-        let (sev, r) = finding(Verdict::OutsideNamespace, 7, "/sys/fs/cgroup", true);
+        let (sev, r) = finding(Verdict::OutsideNamespace, 7, "/sys/fs/cgroup", "/", true);
         assert_eq!(sev, Severity::Critical);
         assert!(
             r.starts_with("fd 7 \u{2192} /sys/fs/cgroup: outside the process's mount namespace"),
             "{r}"
         );
-        let (sev, r) = finding(Verdict::OutsideRoot, 4, "/etc/passwd", false);
+        let (sev, r) = finding(Verdict::OutsideRoot, 4, "/etc/passwd", "/srv/r", false);
         assert_eq!(sev, Severity::High);
-        assert!(r.contains("outside the process's root directory"), "{r}");
+        assert_eq!(
+            r,
+            "fd 4 \u{2192} /etc/passwd: outside the process's root directory /srv/r"
+        );
     }
 }

@@ -178,7 +178,13 @@ impl Scanner<'_> {
             return Ok(());
         }
         let inheritable = info.is_some_and(|i| !i.cloexec());
-        let (sev, mut reason) = boundary::finding(v, fd, &r.target.lossy(), inheritable);
+        let (sev, mut reason) = boundary::finding(
+            v,
+            fd,
+            &r.target.lossy(),
+            &String::from_utf8_lossy(&view.root_path),
+            inheritable,
+        );
         if let Some(t) = p.tid {
             reason.push_str(&format!(" (in the fd table of thread {t})"));
         }
