@@ -84,7 +84,12 @@ impl Drop for Held {
 
 /// `fdaudit scan ARGS --json`: exit status and records.
 fn scan(args: &[&str]) -> (Option<i32>, Vec<Value>) {
-    let out = Command::new(fdaudit_tests::fdaudit())
+    scan_with(Command::new(fdaudit_tests::fdaudit()), args)
+}
+
+/// `fdaudit scan ARGS --json` through `cmd` (fdaudit or a launcher of it).
+fn scan_with(mut cmd: Command, args: &[&str]) -> (Option<i32>, Vec<Value>) {
+    let out = cmd
         .arg("scan")
         .args(args)
         .arg("--json")
@@ -197,4 +202,22 @@ fn a_file_outside_a_chroot_is_flagged() {
         listed(&recs, h.pid, 8, &base.path("root/inside")),
         "{recs:?}"
     );
+}
+
+/// fdaudit in a mount namespace of its own (a container with the host's pids): the host's
+/// mounts come from pid 1's mountinfo, so the host directory in the fixture is still
+/// critical.
+#[test]
+#[ignore = "needs root"]
+fn a_scanner_in_its_own_namespace_knows_the_hosts_mounts_from_pid_1() {
+    require_root();
+    let base = Base::new("scanner-ns");
+    let h = Held::start(&["unshare", &base.path("root")]);
+    let mut cmd = Command::new(FIXTURE);
+    cmd.arg("exec-unshared").arg(fdaudit_tests::fdaudit());
+    let (_, recs) = scan_with(cmd, &["-p", &h.pid.to_string()]);
+    let found = outside(&recs, h.pid);
+    let got: Vec<(u64, &str)> = found.iter().map(|(fd, s, _)| (*fd, s.as_str())).collect();
+    assert_eq!(got, [(7, "critical")], "{found:?}\n{recs:?}");
+    assert!(found[0].2.contains("mount namespace"), "{}", found[0].2);
 }

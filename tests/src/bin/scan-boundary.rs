@@ -2,7 +2,7 @@
 //! it changed its root or mount namespace, and fds opened after, prints `ready PID` and
 //! holds them until stdin closes (it closes the fds >= 3 it inherited first). Needs root (all modes but `plain`).
 //!
-//! Usage: scan-boundary plain | unshare ROOT | chroot ROOT OUTSIDE
+//! Usage: scan-boundary plain | unshare ROOT | chroot ROOT OUTSIDE | exec-unshared PROG ARG...
 //!
 //! - `plain`: fd 7 is `/sys/fs/cgroup` (a directory, inheritable); nothing else is done.
 //! - `unshare ROOT`: fd 7 as in `plain`, then `unshare(CLONE_NEWNS)`, every mount made
@@ -11,6 +11,9 @@
 //! - `chroot ROOT OUTSIDE`: fd 7 is the file OUTSIDE (inheritable) and fd 10 the same
 //!   file again (close-on-exec), then `chroot(ROOT)` in the same namespace; fd 8 is
 //!   `/inside`.
+//! - `exec-unshared PROG ARG...`: runs PROG in a mount namespace of its own (private
+//!   copies of every mount), as a scanner in a container of its own would be; prints
+//!   nothing of its own.
 
 use std::ffi::CString;
 use std::io::{Read as _, Write as _};
@@ -75,6 +78,26 @@ fn unshare_mounts(root: &str) {
     std::fs::write(format!("{root}/sub/f"), b"f\n").expect("write ROOT/sub/f");
 }
 
+fn exec_unshared(argv: &[String]) -> ! {
+    // SAFETY: plain namespace and mount syscalls.
+    unsafe {
+        check(libc::unshare(libc::CLONE_NEWNS), "unshare(CLONE_NEWNS)");
+        check(
+            libc::mount(
+                std::ptr::null(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            ),
+            "make every mount private",
+        );
+    }
+    use std::os::unix::process::CommandExt as _;
+    let e = std::process::Command::new(&argv[0]).args(&argv[1..]).exec();
+    panic!("failed to exec {argv:?}: {e}");
+}
+
 fn main() {
     // Inherited fds (a test harness's lock file, a terminal's) would be outside too.
     // SAFETY: close_range(2) on this process's own fds; nothing else holds them.
@@ -83,6 +106,9 @@ fn main() {
         "close_range(3, ~0)",
     );
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("exec-unshared") {
+        exec_unshared(&args[1..]);
+    }
     let dir = libc::O_RDONLY | libc::O_DIRECTORY;
     match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
         ["plain"] => open_at("/sys/fs/cgroup", dir, 7),

@@ -53,8 +53,8 @@ pub(super) struct NsMounts {
     pub ns: Option<u64>,
 }
 
-/// The namespaces a host fd may come from: the scanner's own, then pid 1's when that is
-/// another (known) one.
+/// The namespaces a host fd may come from: the scanner's own, then pid 1's unless that is
+/// known to be the same.
 #[derive(Debug, Clone, Default)]
 pub(super) struct OwnMounts {
     pub refs: Vec<NsMounts>,
@@ -145,8 +145,8 @@ fn link(dir: RawFd, name: &std::ffi::CStr) -> Option<Vec<u8>> {
 }
 
 impl Scanner<'_> {
-    /// The scanner's own mounts and namespace, and pid 1's when its namespace is known
-    /// and another (live procfs only; none otherwise, which turns the rule off: a fixture
+    /// The scanner's own mounts and namespace, and pid 1's unless its namespace is known
+    /// to be the scanner's (live procfs only; none otherwise, which turns the rule off: a fixture
     /// tree has no mounts to compare).
     pub(super) fn own_mounts(root: RawFd, live: bool) -> OwnMounts {
         let mut refs = Vec::new();
@@ -158,11 +158,11 @@ impl Scanner<'_> {
             (c"self/mountinfo", c"self/ns/mnt"),
             (c"1/mountinfo", c"1/ns/mnt"),
         ] {
+            // pid 1's `ns/mnt` may be closed to us (another user namespace, not dumpable)
+            // while its mountinfo is not: then it is read whatever its namespace.
             let ns = link(root, ns).and_then(|l| parse::bracket_inode(&l));
-            let known = refs.iter().any(|r: &NsMounts| r.ns == ns);
-            if (!refs.is_empty() && (ns.is_none() || known))
-                || at::read_file_at(root, info, &mut buf).is_err()
-            {
+            let known = ns.is_some() && refs.iter().any(|r: &NsMounts| r.ns == ns);
+            if known || at::read_file_at(root, info, &mut buf).is_err() {
                 continue;
             }
             refs.push(NsMounts {
