@@ -40,6 +40,8 @@ pub enum FindingKind {
     NofileLimit,
     /// An fd that is the same open file description as one in the parent or a child.
     SharedDescription,
+    /// An fd >= 3 on a mount outside the process's root or mount namespace.
+    OutsideRoot,
 }
 
 /// One finding, as printed and as emitted in `--json` (`"type":"finding"`).

@@ -24,6 +24,7 @@ use crate::output::{
 };
 use crate::procfs_util::at::{self, raw, NumName};
 
+mod boundary;
 mod kind;
 mod process;
 mod renamers;
@@ -229,6 +230,8 @@ struct Scanner<'a> {
     keys: Mutex<HashMap<u32, Vec<ShareKey>>>,
     /// `net/*` tables that could not be read.
     unreadable_net: AtomicU64,
+    /// The scanner's own mounts and mount namespace (the boundary rule).
+    own: boundary::OwnMounts,
     /// This kernel prints `scm_fds:` in the fdinfo of unix sockets (5.14+), so fdinfo
     /// alone tells a unix socket from any other (live only).
     scm_fds: bool,
@@ -311,6 +314,7 @@ pub fn scan<R: Send>(
         source,
     })?;
     let live = is_live(raw(&root));
+    let own = Scanner::own_mounts(raw(&root), live);
     let sc = Scanner {
         cfg,
         live,
@@ -319,6 +323,7 @@ pub fn scan<R: Send>(
         keys: Mutex::new(HashMap::new()),
         unreadable_net: AtomicU64::new(0),
         scm_fds: live && kernel_prints_scm_fds(),
+        own,
     };
     let mut outcome = Outcome::default();
     let headers = sc.headers(&mut outcome)?;

@@ -3,6 +3,7 @@
 use std::io;
 use std::os::fd::OwnedFd;
 
+use super::boundary::{self, Verdict};
 use super::socket::SockRef;
 use super::table::{ProcDirs, ProcScan};
 use super::*;
@@ -98,6 +99,8 @@ impl Scanner<'_> {
         } else {
             None
         };
+        let mut record = record;
+        self.boundary(fd, &name, info, &mut record, p, rep, s)?;
         rep.fd_count += 1;
         rep.max_fd = rep.max_fd.max(Some(fd));
         match cloexec {
@@ -117,6 +120,85 @@ impl Scanner<'_> {
         if let Some(r) = record {
             self.add_fd(rep, r, inheritable, info);
         }
+        Ok(())
+    }
+
+    /// The boundary rule (boundary.rs): a finding when fd `fd` (>= 3) is on a mount outside
+    /// the task's root or mount namespace. Reads the fd's record when the verdict needs its
+    /// path or a finding its text (`record` keeps it).
+    #[allow(clippy::too_many_arguments)]
+    fn boundary(
+        &self,
+        fd: u32,
+        name: &NumName,
+        info: Option<parse::FdinfoEntry>,
+        record: &mut Option<FdRecord>,
+        p: &mut ProcScan,
+        rep: &mut ProcReport,
+        s: &mut Scratch,
+    ) -> Result<(), Skip> {
+        let Some(mnt) = info.and_then(|i| i.mnt_id).filter(|_| fd >= 3 && self.live) else {
+            return Ok(());
+        };
+        let view = match p.mounts.take() {
+            Some(v) => v,
+            None => self.mount_view(raw(&p.dirs.pid_dir), s),
+        };
+        let res = self.judge(fd, name, info, mnt, view.as_ref(), record, p, rep, s);
+        p.mounts = Some(view);
+        res
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn judge(
+        &self,
+        fd: u32,
+        name: &NumName,
+        info: Option<parse::FdinfoEntry>,
+        mnt: u32,
+        view: Option<&boundary::MountView>,
+        record: &mut Option<FdRecord>,
+        p: &mut ProcScan,
+        rep: &mut ProcReport,
+        s: &mut Scratch,
+    ) -> Result<(), Skip> {
+        let Some(view) = view else { return Ok(()) };
+        let target = record.as_ref().map(|r| &r.target[..]);
+        if boundary::verdict(view, &self.own, mnt, target) == Verdict::Inside {
+            return Ok(());
+        }
+        if record.is_none() {
+            *record = self.record_of(fd, name, info, p, s)?;
+        }
+        let Some(r) = record.as_ref() else {
+            return Ok(()); // vanished meanwhile: counted by the caller's next read
+        };
+        let v = boundary::verdict(view, &self.own, mnt, Some(&r.target));
+        if v == Verdict::Inside {
+            return Ok(());
+        }
+        let inheritable = info.is_some_and(|i| !i.cloexec());
+        let (sev, mut reason) = boundary::finding(
+            v,
+            fd,
+            &r.target.lossy(),
+            &String::from_utf8_lossy(&view.root_path),
+            inheritable,
+        );
+        if let Some(t) = p.tid {
+            reason.push_str(&format!(" (in the fd table of thread {t})"));
+        }
+        let mut f = Finding::new(
+            rep.pid,
+            &rep.comm,
+            Some(fd),
+            sev,
+            FindingKind::OutsideRoot,
+            0,
+            reason,
+        );
+        f.tid = p.tid;
+        rep.findings.push(f);
         Ok(())
     }
 

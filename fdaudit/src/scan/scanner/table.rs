@@ -5,6 +5,7 @@ use std::io;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
+use super::boundary::MountView;
 use super::share::ShareKey;
 use super::NetTables;
 use crate::procfs_util::at::{self, raw};
@@ -46,6 +47,9 @@ pub(super) struct ProcScan {
     /// A pidfd of the process (or thread), opened at its first socket; `Some(None)` when
     /// refused.
     pub pidfd: Option<Option<OwnedFd>>,
+    /// What the task sees of the mounts, read at its first fd that needs it; `Some(None)`
+    /// when it sees what the scanner sees, or could not be read.
+    pub mounts: Option<Option<MountView>>,
 }
 
 impl ProcScan {
@@ -58,6 +62,7 @@ impl ProcScan {
             tables: None,
             netns: None,
             pidfd: None,
+            mounts: None,
         }
     }
 }
