@@ -183,7 +183,11 @@ fn the_schema_gives_each_field_name_one_meaning() {
                     // `uid` there means what it means in `process`, twice.
                     let pairs = at.ends_with("/properties/boundary");
                     for (k, p) in props {
-                        let ty = if pairs { "integer".into() } else { json_type(p) };
+                        let ty = if pairs {
+                            "integer".into()
+                        } else {
+                            json_type(p)
+                        };
                         seen.entry(k.clone()).or_default().push((ty, at.to_owned()));
                     }
                 }

@@ -100,7 +100,17 @@ impl Scanner<'_> {
             None
         };
         let mut record = record;
-        self.boundary(fd, &name, info, &mut record, p, rep, s)?;
+        self.boundary(
+            FdAt {
+                fd,
+                name: &name,
+                info,
+            },
+            &mut record,
+            p,
+            rep,
+            s,
+        )?;
         rep.fd_count += 1;
         rep.max_fd = rep.max_fd.max(Some(fd));
         match cloexec {
@@ -126,43 +136,44 @@ impl Scanner<'_> {
     /// The boundary rule (boundary.rs): a finding when fd `fd` (>= 3) is on a mount outside
     /// the task's root or mount namespace. Reads the fd's record when the verdict needs its
     /// path or a finding its text (`record` keeps it).
-    #[allow(clippy::too_many_arguments)]
     fn boundary(
         &self,
-        fd: u32,
-        name: &NumName,
-        info: Option<parse::FdinfoEntry>,
+        at: FdAt<'_>,
         record: &mut Option<FdRecord>,
         p: &mut ProcScan,
         rep: &mut ProcReport,
         s: &mut Scratch,
     ) -> Result<(), Skip> {
-        let Some(mnt) = info.and_then(|i| i.mnt_id).filter(|_| fd >= 3 && self.live) else {
+        let Some(mnt) = at
+            .info
+            .and_then(|i| i.mnt_id)
+            .filter(|_| at.fd >= 3 && self.live)
+        else {
             return Ok(());
         };
         let view = match p.mounts.take() {
             Some(v) => v,
             None => self.mount_view(raw(&p.dirs.pid_dir), s),
         };
-        let res = self.judge(fd, name, info, mnt, view.as_ref(), record, p, rep, s);
+        let res = match view.as_ref() {
+            Some(view) => self.judge(at, (mnt, view), record, p, rep, s),
+            None => Ok(()),
+        };
         p.mounts = Some(view);
         res
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// [`Self::boundary`]'s verdict on fd `at`, on mount `mnt` of the process's `view`.
     fn judge(
         &self,
-        fd: u32,
-        name: &NumName,
-        info: Option<parse::FdinfoEntry>,
-        mnt: u32,
-        view: Option<&boundary::MountView>,
+        at: FdAt<'_>,
+        (mnt, view): (u32, &boundary::MountView),
         record: &mut Option<FdRecord>,
         p: &mut ProcScan,
         rep: &mut ProcReport,
         s: &mut Scratch,
     ) -> Result<(), Skip> {
-        let Some(view) = view else { return Ok(()) };
+        let FdAt { fd, name, info } = at;
         let target = record.as_ref().map(|r| &r.target[..]);
         if boundary::verdict(view, &self.own, mnt, target) == Verdict::Inside {
             return Ok(());
@@ -451,4 +462,13 @@ fn names_matter(kind: FdKind, target: &[u8], info: Option<parse::FdinfoEntry>) -
         && target.starts_with(b"/")
         && !findings::looks_secret(target)
         && info.is_some_and(|i| !i.cloexec())
+}
+
+/// One fd of the table being walked: its number, its name in the fd directory and its
+/// fdinfo (when read).
+#[derive(Clone, Copy)]
+struct FdAt<'a> {
+    fd: u32,
+    name: &'a NumName,
+    info: Option<parse::FdinfoEntry>,
 }
