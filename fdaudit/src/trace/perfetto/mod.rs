@@ -356,11 +356,7 @@ fn spawn_annotations(s: &Spawn) -> Vec<DebugAnnotation> {
     if let Some(c) = s.identity.container_label() {
         a.push(string("container", c));
     }
-    a.extend(
-        counter_values(s)
-            .into_iter()
-            .map(|(k, v)| int(&k, v)),
-    );
+    a.extend(counter_values(s).into_iter().map(|(k, v)| int(&k, v)));
     a
 }
 

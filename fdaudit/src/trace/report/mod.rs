@@ -16,7 +16,9 @@ use text::{summary_text, summary_warnings};
 
 use anyhow::{Context as _, Result};
 
-use super::{chains::Chains, filter::Filter, perfetto::Perfetto, reads, stamp::Stamper, TraceRecord};
+use super::{
+    chains::Chains, filter::Filter, perfetto::Perfetto, reads, stamp::Stamper, TraceRecord,
+};
 use crate::tracer::{
     decode::{Event, LeakedFd, Spawn},
     flags::SpawnFlags,
