@@ -294,3 +294,26 @@ fn the_perfetto_timeline_matches_the_json_records() {
         reexec
     });
 }
+
+#[test]
+fn a_perfetto_file_that_cannot_be_created_fails_before_tracing() {
+    let marker = temp_path("ran");
+    let out = std::process::Command::new(fdaudit_tests::fdaudit())
+        .args([
+            "trace",
+            "--perfetto",
+            "/nonexistent/fdaudit/x.pftrace",
+            "--",
+            "touch",
+        ])
+        .arg(&marker)
+        .output()
+        .expect("run fdaudit");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("failed to create /nonexistent/fdaudit/x.pftrace"),
+        "{stderr}"
+    );
+    assert!(!marker.exists(), "the command was not started");
+}
