@@ -5,6 +5,7 @@ pub mod chains;
 mod child;
 pub mod filter;
 mod following;
+pub mod perfetto;
 pub mod reads;
 pub mod report;
 pub mod stamp;
@@ -88,6 +89,12 @@ pub struct TraceArgs {
     /// Write the records (text or JSON) to this file instead of stderr (-- CMD) or stdout (-p).
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
+
+    /// Also write the spawns shown as a Perfetto trace to FILE (for Perfetto UI or
+    /// trace_processor): a track per process, a slice per spawn from fork to exec, the
+    /// window's syscalls as counters, each leaked fd an instant event, exec chains as flows.
+    #[arg(long, value_name = "FILE")]
+    pub perfetto: Option<PathBuf>,
 
     /// When a signal stops fdaudit while it runs -- CMD: how long to go on tracing the
     /// command (which got the signal too) before killing it with SIGKILL.
@@ -287,6 +294,10 @@ fn exec_failure(name: &str, errno: i32) -> (String, u8) {
 pub fn run(mut args: TraceArgs) -> Result<u8> {
     let t0 = Instant::now();
     open_output(&mut args)?;
+    // Created before anything starts, so that a bad path fails at once.
+    let perfetto = (args.perfetto.as_deref())
+        .map(perfetto::Perfetto::create)
+        .transpose()?;
     let pids = check_targets(&args.pids, !args.command.is_empty(), args.cgroup.is_some())?;
     let filter = filter::Filter::new(
         &args.exec,
@@ -309,7 +320,8 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
     if args.verbose {
         verbose_startup(&session, startup, child.is_some());
     }
-    let mut reporter = Reporter::new(report_options(&args), &session, filter);
+    let mut reporter =
+        Reporter::new(report_options(&args), &session, filter).with_perfetto(perfetto);
     (session.unseen()).inspect(|u| stream::note(stream::Level::Note, u));
     let mut targets = reads::LiveTargets::default();
     let mut sink = following::TraceSink {

@@ -14,9 +14,11 @@ pub use summary::{parse_kind, Allowed, Collector, ExitReason, Group, LeakPolicy,
 use summary::link;
 use text::{summary_text, summary_warnings};
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 
-use super::{chains::Chains, filter::Filter, reads, stamp::Stamper, TraceRecord};
+use super::{
+    chains::Chains, filter::Filter, perfetto::Perfetto, reads, stamp::Stamper, TraceRecord,
+};
 use crate::tracer::{
     decode::{Event, LeakedFd, Spawn},
     flags::SpawnFlags,
@@ -50,6 +52,8 @@ pub struct Reporter {
     close_cost_ns: f64,
     leaks_only: bool,
     ring_bytes: u64,
+    /// `--perfetto FILE`: the spawns shown, as a timeline.
+    perfetto: Option<Perfetto>,
 }
 
 /// What to say when records were lost: in the JSON summary's `partial` notes, on stderr, and
@@ -113,7 +117,14 @@ impl Reporter {
             close_cost_ns: s.close_cost_ns(),
             leaks_only: s.leaks_only(),
             ring_bytes: s.ring_bytes(),
+            perfetto: None,
         }
+    }
+
+    /// Also writes the spawns shown to this Perfetto trace.
+    pub fn with_perfetto(mut self, perfetto: Option<Perfetto>) -> Self {
+        self.perfetto = perfetto;
+        self
     }
 
     /// Takes the session's probe and close costs (for the summary and its note) and says
@@ -148,6 +159,9 @@ impl Reporter {
                     self.report_spawn(s)?;
                 }
                 self.collector.add_exit(&e);
+                if let Some(p) = &mut self.perfetto {
+                    p.exit(e.pid);
+                }
                 if let Some(all) = &mut self.unfiltered {
                     all.exit(e.pid);
                 }
@@ -202,6 +216,10 @@ impl Reporter {
             return Ok(());
         }
         self.collector.add(&s);
+        if let Some(p) = &mut self.perfetto {
+            p.spawn(&s)
+                .context("failed to write the Perfetto trace (--perfetto)")?;
+        }
         if self.args.json {
             stream::record(&TraceRecord::Spawn(s))?;
         } else if !self.args.quiet {
@@ -233,12 +251,16 @@ impl Reporter {
     /// Writes the summary (JSON: the read storms and the summary record; text: the totals
     /// line, the table, the storms) and the notes.
     pub fn finish(
-        self,
+        mut self,
         stats: fdaudit_common::Stats,
         missed: MissedRuns,
         storms: Vec<reads::ReadStorm>,
         ending: Ending,
     ) -> Result<()> {
+        if let Some(p) = self.perfetto.take() {
+            p.finish()
+                .context("failed to write the Perfetto trace (--perfetto)")?;
+        }
         let partial = summary::partial_notes(
             stats.lost_records,
             self.ring_bytes,
