@@ -273,3 +273,20 @@ pub fn guard() -> std::sync::MutexGuard<'static, ()> {
     );
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
+
+/// Compiles C `source` with gcc (`-g -O0 -fno-omit-frame-pointer`: symbols, DWARF lines and
+/// frame pointers for `--origin`'s stacks) into a fresh temporary executable named `name`.
+pub fn build_c_fixture(name: &str, source: &str) -> PathBuf {
+    let src = temp_path(&format!("{name}.c"));
+    let exe = temp_path(name);
+    std::fs::write(&src, source).expect("write the C fixture");
+    let st = std::process::Command::new("gcc")
+        .args(["-g", "-O0", "-fno-omit-frame-pointer", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .expect("gcc is installed by .ci/setup");
+    assert!(st.success(), "gcc failed on the fixture: {st}");
+    let _ = std::fs::remove_file(&src);
+    exe
+}

@@ -58,18 +58,7 @@ int main(int argc, char **argv) {
 "#;
 
 fn build_cve_fixture() -> std::path::PathBuf {
-    let src = temp_path("cve-fixture.c");
-    let exe = temp_path("cve-fixture");
-    std::fs::write(&src, CVE_FIXTURE).expect("write the C fixture");
-    let st = Command::new("gcc")
-        .args(["-g", "-O0", "-fno-omit-frame-pointer", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .status()
-        .expect("gcc is installed by .ci/setup");
-    assert!(st.success(), "gcc failed on the fixture: {st}");
-    let _ = std::fs::remove_file(&src);
-    exe
+    fdaudit_tests::build_c_fixture("cve-fixture", CVE_FIXTURE)
 }
 
 /// The pid of a `sleep` child of `parent`, waited for up to 20 s.

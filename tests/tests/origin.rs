@@ -2,9 +2,7 @@
 //! the user stack. Root only (eBPF); the C fixture is compiled here with gcc (the VM guests
 //! have none: xtask/src/vm/build.rs leaves this test out there).
 
-use std::process::Command;
-
-use fdaudit_tests::{records, require_root, temp_path};
+use fdaudit_tests::{records, require_root};
 use serde_json::Value;
 
 /// Opens /etc/hostname in a named function without O_CLOEXEC (fd 3), makes a socketpair in
@@ -68,18 +66,7 @@ fn build_fixture() -> std::path::PathBuf {
 }
 
 fn build(name: &str, source: &str) -> std::path::PathBuf {
-    let src = temp_path(&format!("{name}.c"));
-    let exe = temp_path(name);
-    std::fs::write(&src, source).expect("write the C fixture");
-    let st = Command::new("gcc")
-        .args(["-g", "-O0", "-fno-omit-frame-pointer", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .status()
-        .expect("gcc is installed by .ci/setup");
-    assert!(st.success(), "gcc failed on the fixture: {st}");
-    let _ = std::fs::remove_file(&src);
-    exe
+    fdaudit_tests::build_c_fixture(name, source)
 }
 
 fn origin_of(spawn: &Value, fd: u64) -> &Value {

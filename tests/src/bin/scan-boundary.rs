@@ -49,9 +49,9 @@ fn chroot(root: &str) {
     }
 }
 
-fn unshare_mounts(root: &str) {
-    let sub = cstr(&format!("{root}/sub"));
-    // SAFETY: plain mount syscalls with NUL-terminated strings.
+/// A mount namespace of this process's own, every mount in it private.
+fn private_mount_namespace() {
+    // SAFETY: plain namespace and mount syscalls.
     unsafe {
         check(libc::unshare(libc::CLONE_NEWNS), "unshare(CLONE_NEWNS)");
         check(
@@ -64,6 +64,14 @@ fn unshare_mounts(root: &str) {
             ),
             "make every mount private",
         );
+    }
+}
+
+fn unshare_mounts(root: &str) {
+    let sub = cstr(&format!("{root}/sub"));
+    private_mount_namespace();
+    // SAFETY: a plain mount syscall with NUL-terminated strings.
+    unsafe {
         check(
             libc::mount(
                 c"tmpfs".as_ptr(),
@@ -79,20 +87,7 @@ fn unshare_mounts(root: &str) {
 }
 
 fn exec_unshared(argv: &[String]) -> ! {
-    // SAFETY: plain namespace and mount syscalls.
-    unsafe {
-        check(libc::unshare(libc::CLONE_NEWNS), "unshare(CLONE_NEWNS)");
-        check(
-            libc::mount(
-                std::ptr::null(),
-                c"/".as_ptr(),
-                std::ptr::null(),
-                libc::MS_REC | libc::MS_PRIVATE,
-                std::ptr::null(),
-            ),
-            "make every mount private",
-        );
-    }
+    private_mount_namespace();
     use std::os::unix::process::CommandExt as _;
     let e = std::process::Command::new(&argv[0]).args(&argv[1..]).exec();
     panic!("failed to exec {argv:?}: {e}");
