@@ -13,7 +13,8 @@ Workloads:
              (bench/trace/openclose.c, compiled on demand with cc): `--origin`'s worst case
 
 Tracers: untraced; `fdaudit trace -q` (with --backend B when given); `trace-B` for
-`trace -q --backend B` (trace-raw-tp, trace-tp, trace-fentry); `trace -q --no-syscalls`;
+`trace -q --backend B` (trace-raw-tp, trace-tp, trace-fentry); `reads-B` for `trace -q --reads
+--backend B`; `trace -q --no-syscalls`;
 `trace -q --reads`; `trace -q --origin`; bpftrace counting close() per process (installed with apt-get when
 --install-bpftrace and missing); `strace -f -c`.
 
@@ -169,9 +170,13 @@ def main():
     }
     # trace-BACKEND (trace-raw-tp, trace-tp, trace-fentry): `trace -q --backend BACKEND`, to
     # compare backends in the same interleaved rounds.
+    # reads-BACKEND: `trace -q --reads --backend BACKEND` (#24 item 3: tp's reads from the read
+    # syscalls' exit tracepoints against raw-tp's sys_exit).
     for t in tracers:
         if t.startswith("trace-"):
             trace[t] = [fd, "trace", "-q", "--backend", t[len("trace-"):]]
+        elif t.startswith("reads-"):
+            trace[t] = [fd, "trace", "-q", "--reads", "--backend", t[len("reads-"):]]
     if a.base_fdaudit:
         base_fd = os.path.abspath(a.base_fdaudit)
         trace["base-trace"] = [base_fd, "trace", "-q"]

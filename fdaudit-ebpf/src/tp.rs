@@ -1,10 +1,18 @@
 //! The tp backend's programs: the syscall counts from the counted syscalls' own
-//! tracepoints (`syscalls/sys_enter_<name>`), one program each.
+//! tracepoints (`syscalls/sys_enter_<name>`), one program each; with `--reads`, the read
+//! counts from the read syscalls' exit tracepoints (`syscalls/sys_exit_<name>`).
 
-use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
+use aya_ebpf::{
+    helpers::generated::{bpf_get_current_task_btf, bpf_task_pt_regs},
+    macros::tracepoint,
+    programs::TracePointContext,
+};
 use fdaudit_common::sysno;
 
-use crate::syscalls::on_tracepoint;
+use crate::{
+    arch,
+    syscalls::{count_read, on_tracepoint, read_counter},
+};
 
 // The tp backend (`--backend tp`): the same counts as sys_enter, from the per-syscall
 // tracepoints of CONFIG_FTRACE_SYSCALLS (named through tracefs; BPF_PROG_TYPE_TRACEPOINT,
@@ -41,4 +49,47 @@ tp_syscall! {
     tp_execveat EXECVEAT;
     tp_dup2 DUP2;
     tp_dup3 DUP3;
+}
+
+// `--reads` on the tp backend: syscalls/sys_exit_read, sys_exit_readv, sys_exit_pread64
+// (struct syscall_trace_exit: the common header, `int __syscall_nr` at 8, `long ret` at 16;
+// the user side checks each event's `format`). The record has no arguments, so the fd comes
+// from the task's saved user registers: bpf_task_pt_regs(bpf_get_current_task_btf()), 5.15+
+// (the user side loads these programs only where both helpers exist, and attaches the raw
+// sys_exit program instead elsewhere). Other syscalls' exits then run no program at all,
+// where raw sys_exit runs one on every syscall exit on the machine.
+//
+// One program per read syscall of the counter table's `reads`: `tp_exit_` and the
+// syscall's name, the user side's `TP_READ_PROGRAMS` (generated from the table there; a unit
+// test checks that the object holds exactly the programs the loader attaches).
+macro_rules! tp_exit_read {
+    ($($name:ident;)*) => {
+        $(
+            #[tracepoint]
+            pub fn $name(ctx: TracePointContext) -> u32 {
+                let _ = try_tp_exit_read(&ctx);
+                0
+            }
+        )*
+    };
+}
+
+tp_exit_read! {
+    tp_exit_read;
+    tp_exit_readv;
+    tp_exit_pread64;
+}
+
+/// Offset of `ret` in a syscall exit tracepoint's record.
+const TP_EXIT_RET: usize = 16;
+
+fn try_tp_exit_read(ctx: &TracePointContext) -> Result<(), i64> {
+    // SAFETY: the record is at least 24 bytes (checked against its format by the user side).
+    let ret: i64 = unsafe { ctx.read_at(TP_EXIT_RET) }.map_err(i64::from)?;
+    let Some(tgid) = read_counter(ret) else {
+        return Ok(());
+    };
+    // SAFETY: the helpers take current's task_struct and return its saved user pt_regs.
+    let regs = unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) } as u64;
+    count_read(tgid, arch::exit_arg0(regs)?, ret)
 }

@@ -380,9 +380,13 @@ fn attach_syscall_counters(
     }
     if choice == BackendChoice::Tp {
         match attach_tp(bpf, opts.reads) {
-            Ok(()) => {
-                let why = (choice == BackendChoice::Auto)
+            Ok(reads) => {
+                let auto = (choice == BackendChoice::Auto)
                     .then(|| format!("auto: {}", passed_over.join("; ")));
+                let why = match (auto, reads) {
+                    (Some(a), Some(r)) => Some(format!("{a}; {r}")),
+                    (a, r) => a.or(r),
+                };
                 return Ok((Some(Backend::Tp), why, aya_btf_ms));
             }
             Err(why) if choice == BackendChoice::Tp => {
@@ -431,22 +435,37 @@ fn attach_fentry(
 }
 
 /// The tp backend: its tracepoints probed (tracefs, the record layout), its programs
-/// attached, and with `reads` the raw sys_exit program (the read counts need the fd, which
-/// a syscall exit tracepoint's record lacks). Err is why not, with nothing left attached.
-fn attach_tp(bpf: &mut Ebpf, reads: bool) -> Result<(), String> {
+/// attached, and with `reads` the read syscalls' exit tracepoint programs where the kernel
+/// lets them find the fd (5.15+: [`ebpf::probe_tp_reads`]), else the raw sys_exit program
+/// (a syscall exit tracepoint's record lacks the fd). Err is why not, with nothing left
+/// attached.
+/// Ok says, with `reads`, where the read counts come from.
+fn attach_tp(bpf: &mut Ebpf, reads: bool) -> Result<Option<String>, String> {
     ebpf::probe_tp()?;
     ebpf::attach_tp(bpf).map_err(|e| ebpf::one_line(&e))?;
-    if reads {
-        let exit = ebpf::PROGRAMS
-            .iter()
-            .find(|p| p.reads_only)
-            .expect("sys_exit is in PROGRAMS");
-        if let Err(e) = ebpf::load_and_attach(bpf, exit) {
-            ebpf::detach_tp(bpf);
-            return Err(ebpf::one_line(&e));
-        }
+    if !reads {
+        return Ok(None);
     }
-    Ok(())
+    let why_not = match ebpf::probe_tp_reads() {
+        Ok(()) => {
+            ebpf::attach_tp_reads(bpf).map_err(|e| ebpf::one_line(&e))?;
+            return Ok(Some(
+                "--reads from the read syscalls' exit tracepoints".into(),
+            ));
+        }
+        Err(why) => why,
+    };
+    let exit = ebpf::PROGRAMS
+        .iter()
+        .find(|p| p.reads_only)
+        .expect("sys_exit is in PROGRAMS");
+    if let Err(e) = ebpf::load_and_attach(bpf, exit) {
+        ebpf::detach_tp(bpf);
+        return Err(ebpf::one_line(&e));
+    }
+    Ok(Some(format!(
+        "--reads from raw sys_exit (every syscall exit): {why_not}"
+    )))
 }
 
 #[cfg(test)]

@@ -31,9 +31,11 @@ pub use fentry::{attach_fentry, detach_after_exit, detach_fentry, probe_fentry};
 pub use misses::MissedRuns;
 pub use programs::{
     FentrySpec, ProgramSpec, TpSpec, FENTRY_PROGRAMS, ORIGIN_PROGRAMS, PROGRAMS, SYSCALL_PREFIX,
-    TP_PROGRAMS,
+    TP_PROGRAMS, TP_READ_PROGRAMS,
 };
-pub use tp::{attach_tp, detach_tp, ia32_syscalls, probe_tp, IA32_UNSEEN};
+pub use tp::{
+    attach_tp, attach_tp_reads, detach_tp, ia32_syscalls, probe_tp, probe_tp_reads, IA32_UNSEEN,
+};
 
 /// The optional programs on the exec syscalls' exit tracepoints (syscalls category), with
 /// the tracepoint each attaches to: they record a failed exec's errno and path
@@ -679,6 +681,7 @@ mod tests {
             .chain(FENTRY_PROGRAMS.iter().map(|p| p.name))
             .chain(ORIGIN_PROGRAMS.iter().map(|p| p.name))
             .chain(TP_PROGRAMS.iter().map(|p| p.name))
+            .chain(TP_READ_PROGRAMS.iter().map(|p| p.name))
             .chain(EXEC_EXIT_PROGRAMS.iter().map(|(name, _)| *name))
             // The bounded exec walk (kernels without bpf_loop): its entry and tail calls.
             .chain(EXEC_CHAIN_STAGES)

@@ -161,3 +161,26 @@ macro_rules! tp_programs {
 }
 
 fdaudit_common::for_each_counter!(tp_programs);
+
+/// `TP_READ_PROGRAMS`, from the counter table's `reads`: the eBPF crate's `tp.rs` names
+/// them the same way (`tp_exit_` and the syscall's name).
+macro_rules! tp_read_programs {
+    (
+        counters { $($_c:tt)* }
+        counted { $($_d:tt)* }
+        reads { $( $rname:ident $rsysno:ident $rprog:ident = $rx:tt, $ra:tt, [$($ri:tt)*]; )* }
+        others { $($_o:tt)* }
+    ) => {
+        /// The tp backend's `--reads` programs: one per read syscall, on its exit
+        /// tracepoint, where the kernel has the helpers they need (else raw `sys_exit`).
+        pub const TP_READ_PROGRAMS: [TpSpec; [$(stringify!($rprog),)*].len()] = [
+            $( TpSpec {
+                name: concat!("tp_exit_", stringify!($rname)),
+                tracepoint: concat!("sys_exit_", stringify!($rname)),
+                here: fdaudit_common::sysno::$rsysno != fdaudit_common::sysno::NONE,
+            }, )*
+        ];
+    };
+}
+
+fdaudit_common::for_each_counter!(tp_read_programs);

@@ -18,7 +18,7 @@ use std::path::Path;
 
 use aya::{programs::TracePoint, Ebpf};
 
-use super::{program_as, LoadError, TpSpec, TP_PROGRAMS};
+use super::{program_as, LoadError, TpSpec, TP_PROGRAMS, TP_READ_PROGRAMS};
 use crate::{sys::TRACEFS, tracer::btf::Btf};
 
 /// The programs this architecture has a syscall for.
@@ -36,26 +36,56 @@ pub fn probe_tp() -> Result<(), String> {
         ));
     }
     for spec in here() {
-        let path = Path::new(TRACEFS)
-            .join("events/syscalls")
-            .join(spec.tracepoint)
-            .join("format");
-        let text = std::fs::read_to_string(&path).map_err(|e| {
-            format!(
-                "no tracepoint syscalls/{} ({}: {e}; the kernel needs CONFIG_FTRACE_SYSCALLS)",
-                spec.tracepoint,
-                path.display()
-            )
-        })?;
+        let text = format_of(spec)?;
         check_layout(&text).map_err(|why| format!("syscalls/{}: {why}", spec.tracepoint))?;
     }
     Ok(())
 }
 
-/// Checks a sys_enter event's `format`: `__syscall_nr` at 8, then the (first three)
-/// arguments as 8-byte fields at 16, 24, 32.
-fn check_layout(format: &str) -> Result<(), String> {
-    let fields: Vec<(&str, u32, u32)> = format
+/// Whether `--reads` can come from the read syscalls' exit tracepoints: they exist with
+/// the record layout `tp_exit_*` read (`ret` at 16), and tracepoint programs may call
+/// bpf_get_current_task_btf (5.11) and bpf_task_pt_regs (5.15), which give them the fd.
+/// Err is why not, in one line (raw `sys_exit` counts the reads then).
+pub fn probe_tp_reads() -> Result<(), String> {
+    use aya::{
+        programs::ProgramType,
+        sys::{is_helper_supported, BpfHelper},
+    };
+    for helper in [
+        BpfHelper::BPF_FUNC_get_current_task_btf,
+        BpfHelper::BPF_FUNC_task_pt_regs,
+    ] {
+        if !is_helper_supported(ProgramType::TracePoint, helper).unwrap_or(false) {
+            return Err(format!(
+                "tracepoint programs cannot call {helper:?} here (5.15+)"
+            ));
+        }
+    }
+    for spec in TP_READ_PROGRAMS.iter().filter(|p| p.here) {
+        let text = format_of(spec)?;
+        check_exit_layout(&text).map_err(|why| format!("syscalls/{}: {why}", spec.tracepoint))?;
+    }
+    Ok(())
+}
+
+/// The `format` file of a syscall tracepoint.
+fn format_of(spec: &TpSpec) -> Result<String, String> {
+    let path = Path::new(TRACEFS)
+        .join("events/syscalls")
+        .join(spec.tracepoint)
+        .join("format");
+    std::fs::read_to_string(&path).map_err(|e| {
+        format!(
+            "no tracepoint syscalls/{} ({}: {e}; the kernel needs CONFIG_FTRACE_SYSCALLS)",
+            spec.tracepoint,
+            path.display()
+        )
+    })
+}
+
+/// The non-common fields of an event's `format`: (name, offset, size).
+fn fields(format: &str) -> Vec<(&str, u32, u32)> {
+    format
         .lines()
         .filter_map(|l| {
             let l = l.trim();
@@ -70,7 +100,23 @@ fn check_layout(format: &str) -> Result<(), String> {
             Some((name, num("offset:")?, num("size:")?))
         })
         .filter(|(name, _, _)| !name.starts_with("common_"))
-        .collect();
+        .collect()
+}
+
+/// Checks a sys_exit event's `format`: `__syscall_nr` an int at 8, `ret` 8 bytes at 16.
+fn check_exit_layout(format: &str) -> Result<(), String> {
+    match fields(format).as_slice() {
+        [("__syscall_nr", 8, 4), ("ret", 16, 8), ..] => Ok(()),
+        other => Err(format!(
+            "not __syscall_nr (int at 8) then ret (8 bytes at 16): {other:?}"
+        )),
+    }
+}
+
+/// Checks a sys_enter event's `format`: `__syscall_nr` at 8, then the (first three)
+/// arguments as 8-byte fields at 16, 24, 32.
+fn check_layout(format: &str) -> Result<(), String> {
+    let fields = fields(format);
     let Some(((nr, 8, 4), args)) = fields.split_first().map(|(f, a)| (*f, a)) else {
         return Err(format!(
             "__syscall_nr is not an int at offset 8: {fields:?}"
@@ -95,7 +141,20 @@ fn check_layout(format: &str) -> Result<(), String> {
 /// Loads and attaches every tp program. On a failure the ones attached are detached again
 /// (so that a fallback to raw tracepoints never counts a call twice).
 pub fn attach_tp(ebpf: &mut Ebpf) -> Result<(), LoadError> {
-    let attached = here().try_for_each(|spec| {
+    attach_all(ebpf, here())
+}
+
+/// Loads and attaches the `--reads` programs on the read syscalls' exit tracepoints (after
+/// [`probe_tp_reads`]); on a failure, as [`attach_tp`], every tp program is detached.
+pub fn attach_tp_reads(ebpf: &mut Ebpf) -> Result<(), LoadError> {
+    attach_all(ebpf, TP_READ_PROGRAMS.iter().filter(|p| p.here))
+}
+
+fn attach_all<'a>(
+    ebpf: &mut Ebpf,
+    mut specs: impl Iterator<Item = &'a TpSpec>,
+) -> Result<(), LoadError> {
+    let attached = specs.try_for_each(|spec| {
         let prog: &mut TracePoint = program_as(ebpf, spec.name, spec.name, "a tracepoint")?;
         prog.load().map_err(|source| LoadError::Verifier {
             name: spec.name,
@@ -118,7 +177,7 @@ pub fn attach_tp(ebpf: &mut Ebpf) -> Result<(), LoadError> {
 
 /// Detaches and unloads the tp programs (those loaded).
 pub fn detach_tp(ebpf: &mut Ebpf) {
-    for spec in &TP_PROGRAMS {
+    for spec in TP_PROGRAMS.iter().chain(&TP_READ_PROGRAMS) {
         if let Ok(p) = program_as::<TracePoint>(ebpf, spec.name, spec.name, "a tracepoint") {
             let _ = p.unload();
         }
@@ -171,6 +230,45 @@ mod tests {
             "\tfield:__data_loc char[] __filename_val;\toffset:40;\tsize:4;\tsigned:0;\n\nprint fmt",
         );
         assert_eq!(check_layout(&strings), Ok(()));
+    }
+
+    /// tracefs's `events/syscalls/sys_exit_read/format` on 6.18.
+    const EXIT_READ: &str = "name: sys_exit_read\nID: 841\nformat:\n\
+        \tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\
+        \tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;\n\
+        \tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;\n\
+        \tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n\
+        \tfield:int __syscall_nr;\toffset:8;\tsize:4;\tsigned:1;\n\
+        \tfield:long ret;\toffset:16;\tsize:8;\tsigned:1;\n\n\
+        print fmt: \"0x%lx\", REC->ret\n";
+
+    #[test]
+    fn an_exit_record_is_read_only_where_ret_is_a_long_at_16() {
+        assert_eq!(check_exit_layout(EXIT_READ), Ok(()));
+        let moved = EXIT_READ.replace("offset:16;\tsize:8", "offset:12;\tsize:8");
+        assert!(check_exit_layout(&moved).is_err());
+        let int = EXIT_READ.replace(
+            "long ret;\toffset:16;\tsize:8",
+            "int ret;\toffset:16;\tsize:4",
+        );
+        assert!(check_exit_layout(&int).is_err());
+    }
+
+    #[test]
+    fn every_read_syscall_has_a_tp_program_on_its_exit_tracepoint() {
+        let fexit: Vec<&str> = super::super::FENTRY_PROGRAMS
+            .iter()
+            .filter(|p| p.reads_only)
+            .map(|p| p.syscall)
+            .collect();
+        let tp: Vec<&str> = TP_READ_PROGRAMS
+            .iter()
+            .map(|p| p.tracepoint.strip_prefix("sys_exit_").unwrap())
+            .collect();
+        assert_eq!(tp, fexit);
+        assert!(TP_READ_PROGRAMS
+            .iter()
+            .all(|p| p.name == format!("tp_exit_{}", &p.tracepoint[9..])));
     }
 
     #[test]
