@@ -132,6 +132,12 @@ pub struct Spawn {
     /// `exec_path` is the first bytes of a longer name (the kernel's buffer was full).
     #[serde(skip)]
     pub exec_path_cut: bool,
+    /// The parent's runtime (`trace`: [`crate::runtime::Resolver`]), from its image.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<crate::runtime::Runtime>,
+    /// The parent's NOFILE limits, read with its runtime.
+    #[serde(skip)]
+    pub parent_nofile: Option<crate::runtime::Nofile>,
 }
 
 impl Spawn {
@@ -472,6 +478,8 @@ pub fn spawn_from_record(
         None => {}
     }
     Spawn {
+        runtime: None,
+        parent_nofile: None,
         exec_path_cut,
         exec_tid: (rec.old_pid != rec.pid).then_some(rec.old_pid),
         exec_path: Lossless::new(exec_path),
@@ -578,6 +586,8 @@ fn window_spawn(
         identity: Identity::default(),
         probed: calls.probed() + u64::from(c.exec_attempts),
         exec_path_cut: false,
+        runtime: None,
+        parent_nofile: None,
     }
 }
 

@@ -79,6 +79,8 @@ pub struct Session {
     missed_baseline: MissedRuns,
     /// Names the parent of execs whose fork was not seen.
     exec_parents: ExecParents,
+    /// Names each spawn's runtime (`trace`), when asked for.
+    runtimes: Option<crate::runtime::Resolver>,
 }
 
 impl Session {
@@ -150,6 +152,7 @@ impl Session {
             cgroups: Hierarchy::open(),
             missed_baseline,
             exec_parents: ExecParents::default(),
+            runtimes: None,
         })
     }
 
@@ -392,6 +395,24 @@ impl Session {
             }
         }
         self.exec_parents.complete(events);
+        if let Some(r) = &mut self.runtimes {
+            for ev in events.iter_mut() {
+                match ev {
+                    Event::Spawn(s) => r.name(s),
+                    Event::Exit(e) => {
+                        if let Some(s) = e.failed_spawn.as_mut() {
+                            r.name(s);
+                        }
+                        r.exited(e.pid);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Names each spawn's runtime from its parent's image from now on (`trace`).
+    pub fn identify_runtimes(&mut self) {
+        self.runtimes.get_or_insert_with(Default::default);
     }
 
     /// The probes' cost per counted syscall as windows are corrected with it (ns, rounded):
