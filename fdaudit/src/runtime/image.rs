@@ -49,6 +49,10 @@ pub fn remote_devs(mountinfo: &str) -> Vec<(u32, u32)> {
 /// The images of one live process.
 pub struct ProcImages {
     pid: u32,
+    /// What mapped paths are opened under: `/proc/PID/root`, or nothing when the process's
+    /// root is ours (its files then stay readable after it exits).
+    prefix: Vec<u8>,
+    exe: Option<Vec<u8>>,
     /// Each mapped path's device (from maps, hex major:minor), the executable's as `None`.
     devs: HashMap<Vec<u8>, (u32, u32)>,
     exe_dev: Option<(u32, u32)>,
@@ -57,15 +61,24 @@ pub struct ProcImages {
 }
 
 impl ProcImages {
+    /// `own_root`: the process's `/proc/PID/root` is `/` (read first, while it lives).
     pub fn new(
         pid: u32,
         exe: Option<&[u8]>,
         devs: HashMap<Vec<u8>, (u32, u32)>,
         remote: Vec<(u32, u32)>,
+        own_root: bool,
     ) -> Self {
         let exe_dev = exe.and_then(|e| devs.get(e).copied());
+        let prefix = if own_root {
+            Vec::new()
+        } else {
+            format!("/proc/{pid}/root").into_bytes()
+        };
         ProcImages {
             pid,
+            prefix,
+            exe: exe.map(<[u8]>::to_vec),
             devs,
             exe_dev,
             remote,
@@ -86,19 +99,21 @@ impl ProcImages {
     }
 
     fn open_image(&self, file: Which<'_>) -> Option<memmap2::Mmap> {
+        let under_root = |p: &[u8]| [self.prefix.as_slice(), p].concat();
         let (dev, path) = match file {
-            Which::Exe => (self.exe_dev, format!("/proc/{}/exe", self.pid).into_bytes()),
-            Which::Mapped(p) => {
-                let mut path = format!("/proc/{}/root", self.pid).into_bytes();
-                path.extend_from_slice(p);
-                (self.devs.get(p).copied(), path)
-            }
+            Which::Exe => (self.exe_dev, self.exe.as_deref().map(under_root)),
+            Which::Mapped(p) => (self.devs.get(p).copied(), Some(under_root(p))),
         };
         // A device not in maps (the exe unmapped?) or on a remote file system: not opened.
         if dev.is_none_or(|d| self.remote.contains(&d)) {
             return None;
         }
-        let f = open_regular(&path)?;
+        let f = match file {
+            // The image itself while the process lives (its path may have been replaced).
+            Which::Exe => open_regular(format!("/proc/{}/exe", self.pid).as_bytes())
+                .or_else(|| open_regular(&path?))?,
+            Which::Mapped(_) => open_regular(&path?)?,
+        };
         if f.metadata().ok()?.len() > MAX_IMAGE {
             return None;
         }
@@ -139,7 +154,7 @@ pub fn token_after(data: &[u8], needle: &[u8]) -> Option<String> {
     if needle.is_empty() {
         return Some(String::new());
     }
-    let i = data.windows(needle.len()).position(|w| w == needle)?;
+    let i = memchr::memmem::find(data, needle)?;
     Some(leading_version(&data[i + needle.len()..]).unwrap_or_default())
 }
 
@@ -182,8 +197,7 @@ impl Images for ProcImages {
 
     fn text_file(&mut self, path: &[u8]) -> Option<String> {
         use std::io::Read as _;
-        let mut full = format!("/proc/{}/root", self.pid).into_bytes();
-        full.extend_from_slice(path);
+        let full = [self.prefix.as_slice(), path].concat();
         // The release file sits beside the mapped libjvm.so: on that mount, if any.
         let dev = self.devs.iter().find(|(p, _)| {
             let home = &path[..path.len().saturating_sub(b"/release".len())];
@@ -201,9 +215,11 @@ impl Images for ProcImages {
     }
 }
 
-/// No images to read (the process is gone): path rules only.
+/// No images to read: path rules only.
+#[cfg(test)]
 pub struct NoImages;
 
+#[cfg(test)]
 impl Images for NoImages {
     fn find(&mut self, _: Which<'_>, _: &str, _: &[u8]) -> Option<String> {
         None

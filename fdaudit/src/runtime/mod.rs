@@ -1,9 +1,10 @@
 //! Which runtime spawned a child: named from what the kernel and the image say (the
 //! spawning process's executable, its mapped objects and their version strings), never from
-//! `comm` or argv. [`rules`] holds the table, [`image`] the bounded reads, [`Resolver`] the
-//! per-process cache the session fills spawns from.
+//! `comm` or argv. [`rules`] holds the table, [`image`] the bounded reads; the tracer's
+//! `runtimes.rs` is the per-process cache the session fills spawns from.
 
-mod image;
+mod file;
+pub mod image;
 pub(crate) mod rules;
 #[cfg(test)]
 mod tests;
@@ -12,9 +13,8 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
+pub use file::{resolve, FileImages};
 pub use rules::identify;
-
-use crate::tracer::{decode::Spawn, flags::SpawnFlags};
 
 /// The most bytes of /proc/PID/maps or mountinfo read.
 const MAX_PROC_TEXT: usize = 4 << 20;
@@ -30,17 +30,29 @@ pub struct Runtime {
     pub evidence: String,
     /// The executable, as /proc/PID/exe (or the kernel's exec path) names it.
     pub exe: Option<String>,
-    /// The C library mapped, when one is.
+    /// The C library mapped, when one is: `glibc 2.36`, `musl` (as bench's `libc`).
+    #[serde(serialize_with = "libc_label")]
     pub libc: Option<Libc>,
 }
 
+fn libc_label<S: serde::Serializer>(l: &Option<Libc>, s: S) -> Result<S::Ok, S::Error> {
+    match l {
+        Some(Libc {
+            name,
+            version: Some(v),
+            ..
+        }) => s.serialize_str(&format!("{name} {v}")),
+        Some(l) => s.serialize_str(l.name),
+        None => s.serialize_none(),
+    }
+}
+
 /// The C library of a process.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Libc {
     /// `glibc` or `musl`.
     pub name: &'static str,
     pub version: Option<String>,
-    #[serde(skip)]
     pub path: String,
 }
 
@@ -162,7 +174,7 @@ pub fn parse_nofile(limits: &str) -> Option<Nofile> {
 }
 
 /// A procfs text file, at most [`MAX_PROC_TEXT`] bytes.
-fn read_proc(pid: u32, name: &str) -> Option<Vec<u8>> {
+pub fn read_proc(pid: u32, name: &str) -> Option<Vec<u8>> {
     use std::io::Read as _;
     let mut buf = Vec::new();
     std::fs::File::open(format!("/proc/{pid}/{name}"))
@@ -175,90 +187,18 @@ fn read_proc(pid: u32, name: &str) -> Option<Vec<u8>> {
 
 /// The runtime and NOFILE of a live process, `None` when it is gone or unreadable.
 pub fn of_pid(pid: u32) -> Option<(Runtime, Option<Nofile>)> {
+    // What only the live process can tell first; its files stay readable after it exits.
     let exe = crate::procfs_util::exe_of(pid)?;
+    let own_root = std::fs::read_link(format!("/proc/{pid}/root"))
+        .is_ok_and(|r| r == std::path::Path::new("/"));
     let maps = mapped_paths(&read_proc(pid, "maps")?);
+    let nofile = read_proc(pid, "limits").and_then(|l| parse_nofile(&String::from_utf8_lossy(&l)));
     let remote = image::remote_devs(&String::from_utf8_lossy(
         &read_proc(pid, "mountinfo").unwrap_or_default(),
     ));
     let devs: HashMap<Vec<u8>, (u32, u32)> = maps.iter().map(|m| (m.path.clone(), m.dev)).collect();
     let paths: Vec<Vec<u8>> = maps.into_iter().map(|m| m.path).collect();
-    let mut images = image::ProcImages::new(pid, Some(&exe), devs, remote);
+    let mut images = image::ProcImages::new(pid, Some(&exe), devs, remote, own_root);
     let rt = identify(Some(&exe), &paths, &mut images);
-    let nofile = read_proc(pid, "limits").and_then(|l| parse_nofile(&String::from_utf8_lossy(&l)));
     Some((rt, nofile))
-}
-
-/// Process start time (clock ticks since boot): with the pid, which process it is.
-fn start_time(pid: u32) -> Option<u64> {
-    let stat = read_proc(pid, "stat")?;
-    let after = &stat[stat.iter().rposition(|&b| b == b')')? + 2..];
-    let field = after.split(|&b| b == b' ').nth(19)?;
-    std::str::from_utf8(field).ok()?.parse().ok()
-}
-
-/// Names each spawn's runtime, reading each parent once (by pid and start time); a parent
-/// gone is named from the exec path the kernel gave for it, when it was traced.
-#[derive(Debug, Default)]
-pub struct Resolver {
-    cache: HashMap<(u32, u64), (Runtime, Option<Nofile>)>,
-    /// Each traced process's latest exec path (the kernel's), until its exit.
-    exec_paths: HashMap<u32, Vec<u8>>,
-}
-
-impl Resolver {
-    /// Sets `runtime` and `parent_nofile` on a spawn, then remembers its exec path.
-    pub fn name(&mut self, s: &mut Spawn) {
-        let (rt, nofile) = if s.flags.contains(SpawnFlags::REEXEC) || s.parent_pid == s.pid {
-            // An exec chain: the image that exec'd again spawned nothing, its process did;
-            // that image is gone, named by its path.
-            self.by_path(s.pid, "the image that exec'd again")
-        } else {
-            self.of_parent(s.parent_pid)
-        };
-        s.runtime = Some(rt);
-        s.parent_nofile = nofile;
-        if s.exec_ok {
-            self.exec_paths.insert(s.pid, s.exec_path.to_vec());
-        }
-    }
-
-    /// A traced process exited: its exec path is no longer needed.
-    pub fn exited(&mut self, pid: u32) {
-        self.exec_paths.remove(&pid);
-    }
-
-    fn of_parent(&mut self, ppid: u32) -> (Runtime, Option<Nofile>) {
-        if let Some(start) = start_time(ppid) {
-            if let Some(hit) = self.cache.get(&(ppid, start)) {
-                return hit.clone();
-            }
-            if let Some(found) = of_pid(ppid) {
-                // Still the same process after the reads: keep it.
-                if start_time(ppid) == Some(start) {
-                    if self.cache.len() > 4096 {
-                        self.cache.clear();
-                    }
-                    self.cache.insert((ppid, start), found.clone());
-                    return found;
-                }
-            }
-        }
-        self.by_path(ppid, "the parent exited before it was read")
-    }
-
-    fn by_path(&self, pid: u32, why: &str) -> (Runtime, Option<Nofile>) {
-        let Some(path) = self.exec_paths.get(&pid) else {
-            return (Runtime::unknown(None, why), None);
-        };
-        let rt = identify(Some(path), &[], &mut image::NoImages);
-        let rt = if rt.name == "unknown" {
-            Runtime::unknown(Some(path), why)
-        } else {
-            Runtime {
-                evidence: format!("{} ({why}: path only)", rt.evidence),
-                ..rt
-            }
-        };
-        (rt, None)
-    }
 }

@@ -58,7 +58,7 @@ const RULES: &[Rule] = &[
         name: "openjdk",
         when: &[
             Match::Mapped(|f| f == b"libjvm.so"),
-            Match::Exe(|f| f == b"jspawnhelper"),
+            Match::Exe(|f| f == b"jspawnhelper" || f == b"java"),
         ],
         version: Version::JavaRelease,
     },
@@ -103,14 +103,6 @@ const RULES: &[Rule] = &[
         version: Version::None,
     },
     Rule {
-        name: "phobos",
-        when: &[
-            Match::Mapped(|f| f.starts_with(b"libgphobos.so") || f.starts_with(b"libphobos2")),
-            Match::ExeHas(".strtab", Some(b"_D3std7process")),
-        ],
-        version: Version::Name(soname_version),
-    },
-    Rule {
         name: "go",
         when: &[Match::ExeHas(".go.buildinfo", None)],
         version: Version::Go,
@@ -119,6 +111,14 @@ const RULES: &[Rule] = &[
         name: "rust",
         when: &[Match::ExeHas(".comment", Some(b"rustc version "))],
         version: Version::Find(".comment", b"rustc version ", ""),
+    },
+    Rule {
+        name: "phobos",
+        when: &[
+            Match::Mapped(|f| f.starts_with(b"libgphobos.so") || f.starts_with(b"libphobos2")),
+            Match::ExeHas(".strtab", Some(b"_D3std7process")),
+        ],
+        version: Version::Name(soname_version),
     },
     Rule {
         name: "bash",
@@ -276,7 +276,11 @@ fn version_of(v: Version, file: Which<'_>, path: &[u8], images: &mut dyn Images)
 /// JAVA_VERSION from `<java home>/release`: the home is above `lib/` of libjvm.so, or of
 /// `lib/jspawnhelper`.
 fn java_version(p: &[u8], images: &mut dyn Images) -> Option<String> {
-    let home = &p[..p.windows(5).rposition(|w| w == b"/lib/")?];
+    // `<home>/bin/java`, `<home>/lib/jspawnhelper`, `<home>/lib/server/libjvm.so`.
+    let home = match p.strip_suffix(b"/bin/java") {
+        Some(home) => home,
+        None => &p[..memchr::memmem::rfind(p, b"/lib/")?],
+    };
     let mut release = home.to_vec();
     release.extend_from_slice(b"/release");
     let text = images.text_file(&release)?;

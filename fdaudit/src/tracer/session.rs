@@ -80,7 +80,7 @@ pub struct Session {
     /// Names the parent of execs whose fork was not seen.
     exec_parents: ExecParents,
     /// Names each spawn's runtime (`trace`), when asked for.
-    runtimes: Option<crate::runtime::Resolver>,
+    runtimes: Option<super::runtimes::Resolver>,
 }
 
 impl Session {
@@ -356,6 +356,11 @@ impl Session {
                             s.parent_comm = crate::output::text::Lossless::new(Vec::new());
                         }
                     }
+                    // The parent's runtime now, before anything slower (the probe-cost
+                    // calibration): a spawner often exits soon after its child.
+                    if let Some(r) = &mut self.runtimes {
+                        r.name(s);
+                    }
                 }
                 out.push(ev);
             }
@@ -396,15 +401,14 @@ impl Session {
         }
         self.exec_parents.complete(events);
         if let Some(r) = &mut self.runtimes {
+            // Spawns were named as they were decoded (while their parents live); a failed
+            // spawn comes with its exit.
             for ev in events.iter_mut() {
-                match ev {
-                    Event::Spawn(s) => r.name(s),
-                    Event::Exit(e) => {
-                        if let Some(s) = e.failed_spawn.as_mut() {
-                            r.name(s);
-                        }
-                        r.exited(e.pid);
+                if let Event::Exit(e) = ev {
+                    if let Some(s) = e.failed_spawn.as_mut() {
+                        r.name(s);
                     }
+                    r.exited(e.pid);
                 }
             }
         }

@@ -50,20 +50,24 @@ pub struct Remedy {
 }
 
 /// The cost of the sweep now and at the process's limits, per spawn.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct Projection {
     /// fds the strategy walked per spawn (median).
     pub walked_fds: u64,
     /// Cost per walked fd, ns, and where it comes from: `close_cost` (the session's
     /// measured untraced close() of a closed fd) or `window` (the group's window divided
     /// by the fds walked).
-    pub per_fd_ns: f64,
+    pub per_fd_ns: u64,
     pub per_fd_from: &'static str,
     /// The group's median corrected window, and the part that is not the sweep.
     pub window_ns: u64,
     pub rest_ns: u64,
     pub nofile_soft: Option<u64>,
     pub nofile_hard: Option<u64>,
+    /// `parent`: the spawning process's /proc/PID/limits; `walk`: it was gone before it
+    /// was read, and a close loop's bound or a poll's nfds (the limit the child read) is
+    /// taken as the soft limit; null: neither.
+    pub nofile_from: Option<&'static str>,
     /// Projected per-spawn window with the sweep to the soft and the hard limit.
     pub at_soft_ns: Option<u64>,
     pub at_hard_ns: Option<u64>,
@@ -81,8 +85,11 @@ pub struct Advice {
     pub strategy: String,
     pub spawns: u64,
     pub leaked_fd_count: u64,
+    /// The group's runtime (absent where runtimes are not identified).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub runtime: Option<Runtime>,
-    /// `--origin`: the call that made the first leaked fd inheritable.
+    /// `--origin`: the call that made the first leaked fd inheritable, and its frame.
+    #[serde(rename = "origin_frame")]
     pub origin: Option<String>,
     pub remedies: Vec<Remedy>,
     pub projection: Option<Projection>,
@@ -119,12 +126,11 @@ fn applies(e: &Entry, rt: Option<&Runtime>, g: &Group) -> bool {
 }
 
 fn fill(text: &str, rt: Option<&Runtime>, nofile: Option<Nofile>, origin: Option<&str>) -> String {
-    let limit = |n: u64| {
-        if n == u64::MAX {
-            "unlimited".to_string()
-        } else {
-            n.to_string()
-        }
+    let limit = |n: u64| match n {
+        u64::MAX => "unlimited".to_string(),
+        // The hard limit, unknown (the process was gone before it was read).
+        n if n == u64::MAX - 1 => "<hard limit>".to_string(),
+        n => n.to_string(),
     };
     let glibc = rt
         .and_then(|r| r.libc.as_ref())
@@ -152,26 +158,46 @@ fn projection(g: &Group, close_cost_ns: f64) -> Option<Projection> {
         return None;
     }
     let window = g.window_median_ns;
-    let (per_fd, from) = if g.strategy == "close-loop" && close_cost_ns > 0.0 {
+    let (per_fd, per_fd_from) = if g.strategy == "close-loop" && close_cost_ns > 0.0 {
         (close_cost_ns, "close_cost")
     } else {
         (window as f64 / walked as f64, "window")
     };
     let rest = (window as f64 - per_fd * walked as f64).max(0.0) as u64;
     let at = |n: u64| (n != u64::MAX).then(|| rest + (per_fd * n as f64) as u64);
-    let nofile = g.spawner.nofile;
+    let (nofile, from) = nofile_of(g);
     Some(Projection {
         walked_fds: walked,
-        per_fd_ns: (per_fd * 10.0).round() / 10.0,
-        per_fd_from: from,
+        per_fd_ns: per_fd.round() as u64,
+        per_fd_from,
         window_ns: window,
         rest_ns: rest,
         nofile_soft: nofile.map(|n| n.soft),
-        nofile_hard: nofile.map(|n| n.hard),
+        nofile_hard: nofile.map(|n| n.hard).filter(|_| from == Some("parent")),
+        nofile_from: from,
         at_soft_ns: nofile.and_then(|n| at(n.soft)),
-        at_hard_ns: nofile.and_then(|n| at(n.hard)),
+        at_hard_ns: nofile
+            .filter(|_| from == Some("parent"))
+            .and_then(|n| at(n.hard)),
         fixed_ns: rest,
     })
+}
+
+/// The spawning process's NOFILE, or (gone before it was read) the limit a close loop or a
+/// poll walked to, which is what the child read as its limit.
+fn nofile_of(g: &Group) -> (Option<Nofile>, Option<&'static str>) {
+    if let Some(n) = g.spawner.nofile {
+        return (Some(n), Some("parent"));
+    }
+    let walked = g.spawner.walked;
+    if matches!(g.strategy.as_str(), "close-loop" | "poll-scan") && walked > 0 {
+        let n = Nofile {
+            soft: walked,
+            hard: walked,
+        };
+        return (Some(n), Some("walk"));
+    }
+    (None, None)
 }
 
 /// The advice for each group that leaks or sweeps fds up to NOFILE, in the groups' order.
@@ -183,12 +209,21 @@ pub fn advise(groups: &[Group], close_cost_ns: f64) -> Vec<Advice> {
             continue;
         }
         let rt = g.spawner.runtime.as_ref();
-        let nofile = g.spawner.nofile;
+        let (nofile, nofile_from) = nofile_of(g);
         let origin = g.spawner.origin.as_deref();
         // The soft limit is what the sweep walks when it reached it (a close loop's bound,
         // a poll's nfds: the limit less nothing, or less 3 for the fds it skips).
         let walks_soft = nofile
             .is_some_and(|n| g.spawner.walked + 3 >= n.soft && g.spawner.walked <= n.soft + 3);
+        // A limit guessed from the walk says nothing of the hard limit.
+        let nofile_text = nofile.map(|n| Nofile {
+            hard: if nofile_from == Some("walk") {
+                u64::MAX - 1
+            } else {
+                n.hard
+            },
+            ..n
+        });
         let mut kinds = Vec::new();
         if sweep {
             kinds.push("sweep");
@@ -206,7 +241,7 @@ pub fn advise(groups: &[Group], close_cost_ns: f64) -> Vec<Advice> {
                 Some(Remedy {
                     id: e.id.clone(),
                     fix: e.fix.clone(),
-                    text: fill(&e.text, rt, nofile, origin),
+                    text: fill(&e.text, rt, nofile_text, origin),
                     source: e.source.clone(),
                 })
             })
@@ -240,7 +275,7 @@ pub fn projection_line(a: &Advice) -> Option<String> {
         "{} to {limit}: ~{} per spawn here ({} per fd from {}",
         a.strategy,
         fmt_ns(p.at_soft_ns.unwrap_or(p.window_ns) as f64),
-        fmt_ns(p.per_fd_ns),
+        fmt_ns(p.per_fd_ns as f64),
         if p.per_fd_from == "close_cost" {
             "the measured close()"
         } else {

@@ -135,20 +135,32 @@ fn remedies_follow_the_runtime_and_its_version() {
         4,
         "a group that neither leaks nor sweeps gets none"
     );
-    assert_eq!(ids(&a[0]), ["cpython-old-close-fds"]);
+    // Their parents were gone (no NOFILE read): the walk stands for the soft limit.
+    assert_eq!(ids(&a[0]), ["cpython-old-close-fds", "soft-limit"]);
+    assert!(
+        a[0].remedies[1]
+            .text
+            .contains("LimitNOFILE=1024:<hard limit>"),
+        "{:?}",
+        a[0]
+    );
     assert_eq!(ids(&a[1]), ["cpython-inheritable"]);
     assert!(a[1].remedies[0]
         .text
         .contains("trace --origin names that call"));
-    assert_eq!(ids(&a[2]), ["glibc-old"]);
+    assert_eq!(ids(&a[2]), ["glibc-old", "soft-limit"]);
     assert!(a[2].remedies[0]
         .text
         .contains("glibc 2.31 has no close_range"));
-    assert_eq!(ids(&a[3]), ["any-close-range"]);
+    assert_eq!(ids(&a[3]), ["any-close-range", "soft-limit"]);
     // No measured close(): the per-fd cost is the group's own window over its walk.
     let p = a[0].projection.as_ref().unwrap();
     assert_eq!((p.per_fd_from, p.walked_fds), ("window", 1024));
-    assert!(p.at_soft_ns.is_none() && p.nofile_soft.is_none());
+    assert_eq!(
+        (p.nofile_soft, p.nofile_hard, p.nofile_from),
+        (Some(1024), None, Some("walk"))
+    );
+    assert_eq!((p.at_soft_ns, p.at_hard_ns), (Some(1_000_000), None));
 }
 
 #[test]
