@@ -95,11 +95,13 @@ fn a_c_close_loop_on_new_glibc_gets_close_range_and_the_soft_limit() {
     let line = projection_line(&a[0]).unwrap();
     assert_eq!(
         line,
-        "close-loop to 20000: ~5.00 ms per spawn here (200 ns per fd from the measured close()); at the hard limit 1048576: ~211 ms; close_range: ~1.00 ms"
+        "close-loop to 20000: ~5.00 ms per spawn here (200 ns per fd, measured close()); at the hard limit 1048576: ~211 ms; close_range: ~1.00 ms"
     );
     let text = advice_text(&a, Term::plain());
     assert!(
-        text.starts_with("\nwhat to change:\npython3 (glibc 2.36) -> /bin/true: close-loop\n"),
+        text.starts_with(&format!(
+            "\nwhat to change:\npython3 (glibc 2.36) -> /bin/true, {line}\n  close_range: "
+        )),
         "{text}"
     );
 }
@@ -189,4 +191,19 @@ fn a_leak_with_an_origin_names_the_frame() {
         "O_CLOEXEC / posix_spawn_file_actions_addclosefrom_np"
     );
     assert!(json["projection"].is_null());
+}
+
+#[test]
+fn a_remedy_already_given_is_named_not_repeated() {
+    let rt = || runtime("glibc", Some("2.36"), Some("2.36"));
+    let groups = [
+        group(rt(), Some((20_000, 20_000)), 19_997, 5_000_000, 0),
+        group(rt(), Some((20_000, 20_000)), 19_997, 6_000_000, 0),
+    ];
+    let text = advice_text(&advise(&groups, 200.0), Term::plain());
+    assert_eq!(text.matches("closefrom(3)").count(), 1, "{text}");
+    assert!(
+        text.ends_with("\n  as above: close_range; LimitNOFILE= / ulimit -Sn\n"),
+        "{text}"
+    );
 }
