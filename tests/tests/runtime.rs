@@ -40,6 +40,23 @@ int main(int argc, char **argv) {
 }
 "#;
 
+/// Opens /etc/hostname without O_CLOEXEC in a named function, then forks and execs.
+const LEAKER: &str = r#"
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+__attribute__((noinline)) int open_secret(void) { return open("/etc/hostname", O_RDONLY); }
+int main(void) {
+    for (int fd = 3; fd < 1024; fd++) close(fd);
+    if (open_secret() != 3) return 10;
+    pid_t pid = fork();
+    if (pid == 0) { execl("/bin/true", "true", (char *)0); _exit(127); }
+    int st;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+}
+"#;
+
 fn progs() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../bench/spawners/progs")
 }
@@ -80,11 +97,15 @@ fn true_group_runtime(cmd: &[&str]) -> (Value, Vec<Value>) {
 }
 
 fn build_renamer() -> PathBuf {
-    let src = temp_path("renamer.c");
-    let exe = temp_path("renamer");
-    std::fs::write(&src, RENAMER).expect("write the C fixture");
+    build_c("renamer", RENAMER)
+}
+
+fn build_c(name: &str, source: &str) -> PathBuf {
+    let src = temp_path(&format!("{name}.c"));
+    let exe = temp_path(name);
+    std::fs::write(&src, source).expect("write the C fixture");
     let st = Command::new("gcc")
-        .args(["-O1", "-o"])
+        .args(["-g", "-O0", "-fno-omit-frame-pointer", "-o"])
         .arg(&exe)
         .arg(&src)
         .status()
@@ -153,6 +174,44 @@ fn a_c_program_calling_itself_python3_is_glibc_and_told_to_use_close_range() {
     );
     assert!(section.contains("close_range: ~"), "{section}");
     assert!(!text.contains("cpython"), "{text}");
+}
+
+#[test]
+#[ignore = "needs root and BTF"]
+fn a_leak_is_told_to_use_o_cloexec_at_the_frame_origin_found() {
+    let _g = common::guard();
+    let exe = build_c("leaker", LEAKER);
+    let exe_s = exe.to_str().expect("utf-8 temp path").to_string();
+    let (recs, out) = common::trace_records(&["--origin"], &[&exe_s]);
+    let _ = std::fs::remove_file(&exe);
+    let advice: Vec<&Value> = recs.iter().filter(|r| r["type"] == "advice").collect();
+    assert_eq!(
+        advice.len(),
+        1,
+        "{advice:?} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let a = advice[0];
+    assert_eq!(
+        (a["strategy"].as_str(), a["leaked_fd_count"].as_u64()),
+        (Some("none"), Some(1)),
+        "{a}"
+    );
+    let frame = a["origin_frame"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no origin frame: {a}"));
+    assert!(frame.starts_with("openat in open_secret+"), "{frame}");
+    assert!(frame.ends_with("leaker.c:5"), "the open()'s line: {frame}");
+    let r = &a["remedies"][0];
+    assert!(r["fix"].as_str().unwrap().starts_with("O_CLOEXEC"), "{a}");
+    assert!(
+        r["text"].as_str().unwrap().contains(&format!("({frame})")),
+        "{a}"
+    );
+    assert!(
+        a["projection"].is_null(),
+        "a leak alone projects nothing: {a}"
+    );
 }
 
 #[test]
