@@ -195,6 +195,30 @@ pub fn from_kernel(mode: u32, sb_magic: u64, name: &str) -> FdKind {
     }
 }
 
+/// The protocol name `scan` uses for the same socket: inet sockets by transport, others by
+/// type.
+pub fn protocol_name(family: u16, t: u16) -> &'static str {
+    let inet = matches!(i32::from(family), libc::AF_INET | libc::AF_INET6);
+    match (inet, i32::from(t)) {
+        (true, libc::SOCK_STREAM) => "tcp",
+        (true, libc::SOCK_DGRAM) => "udp",
+        (_, libc::SOCK_RAW) => "raw",
+        (_, libc::SOCK_STREAM) => "stream",
+        (_, libc::SOCK_DGRAM) => "dgram",
+        (_, libc::SOCK_SEQPACKET) => "seqpacket",
+        _ => "other",
+    }
+}
+
+/// O_RDONLY / O_WRONLY / O_RDWR as `r`, `w`, `rw`.
+pub fn access_mode(f_flags: u32) -> &'static str {
+    match f_flags as i32 & libc::O_ACCMODE {
+        libc::O_RDONLY => "r",
+        libc::O_WRONLY => "w",
+        _ => "rw",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,6 +19,7 @@ mod exit;
 mod fdkind;
 mod output;
 mod procfs_util;
+mod runtime;
 mod scan;
 mod signals;
 mod spawner;

@@ -8,7 +8,20 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use crate::runtime::{Nofile, Runtime};
 use crate::stats;
+
+/// What the advice needs from a spawn: who spawned it and what its strategy walked.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Spawner {
+    /// The parent's runtime (`None` where runtimes are not identified).
+    pub runtime: Option<Runtime>,
+    pub nofile: Option<Nofile>,
+    /// fds the strategy walked: a close loop's bound, a poll's nfds, the fcntl calls.
+    pub walked: u64,
+    /// `--origin`: the frame that made the first leaked fd inheritable (`main at x.c:12`).
+    pub origin: Option<String>,
+}
 
 /// What the summary needs from one exec record.
 #[derive(Debug, Clone)]
@@ -34,6 +47,7 @@ pub struct Link<'a> {
     pub new_leaks: u64,
     /// Of `leaked`, the fds that crossed a privilege or namespace boundary.
     pub critical: u32,
+    pub spawner: Spawner,
 }
 
 /// One spawn, as far as it has exec'd.
@@ -57,6 +71,9 @@ struct Chain {
     critical: u32,
     /// fds of images that exec'd again.
     transient: u64,
+    /// The first record's spawner (the runtime that spawned it), the walk of the image that
+    /// closed fds, the first leak's origin.
+    spawner: Spawner,
 }
 
 impl Chain {
@@ -74,6 +91,7 @@ impl Chain {
             new_leaks: l.new_leaks,
             critical: l.critical,
             transient: 0,
+            spawner: l.spawner.clone(),
         }
     }
 
@@ -84,6 +102,7 @@ impl Chain {
         // The strategy that tells is the one that closed fds; else the latest.
         if l.closed_fds || !self.closed_fds {
             self.strategy = l.strategy.to_string();
+            self.spawner.walked = l.spawner.walked;
             self.closed_fds |= l.closed_fds;
         }
         self.close_calls += l.close_calls;
@@ -93,6 +112,9 @@ impl Chain {
         self.inherited = l.inherited;
         self.new_leaks = l.new_leaks;
         self.critical = l.critical;
+        if l.leaked > 0 {
+            self.spawner.origin.clone_from(&l.spawner.origin);
+        }
     }
 
     /// `first → last` (`first → … → last` for longer chains).
@@ -115,6 +137,26 @@ struct Acc {
     leaked: u64,
     inherited: u64,
     transient: u64,
+    walked: Vec<u64>,
+    /// The first spawn's spawner.
+    spawner: Spawner,
+}
+
+impl Acc {
+    fn add(&mut self, c: &Chain) {
+        if self.closes.is_empty() {
+            self.spawner = c.spawner.clone();
+        }
+        if self.spawner.origin.is_none() {
+            self.spawner.origin.clone_from(&c.spawner.origin);
+        }
+        self.closes.push(c.close_calls);
+        self.windows.push(c.window_ns);
+        self.walked.push(c.spawner.walked);
+        self.leaked += u64::from(c.leaked);
+        self.inherited += u64::from(c.inherited);
+        self.transient += c.transient;
+    }
 }
 
 /// One summary row: spawns grouped by parent, exec chain and strategy.
@@ -136,16 +178,23 @@ pub struct Row {
     pub inherited_fds: u64,
     /// fds that crossed into images that exec'd again.
     pub transient_fds: u64,
+    /// The first spawn's spawner, with the median walk.
+    pub spawner: Spawner,
 }
 
-/// (container, parent, exec chain, strategy).
-type GroupKey = (Option<String>, Vec<u8>, Vec<u8>, String);
+/// (container, parent, runtime, exec chain, strategy).
+type GroupKey = (Option<String>, Vec<u8>, String, Vec<u8>, String);
 
 impl Chain {
     fn key(&self) -> GroupKey {
         (
             self.container.clone(),
             self.parent_comm.clone(),
+            self.spawner
+                .runtime
+                .as_ref()
+                .map(Runtime::label)
+                .unwrap_or_default(),
             self.exec_label(),
             self.strategy.clone(),
         )
@@ -216,12 +265,7 @@ impl Chains {
 
     fn close(&mut self, c: Chain) {
         self.done_totals.add(&c);
-        let acc = self.done.entry(c.key()).or_default();
-        acc.closes.push(c.close_calls);
-        acc.windows.push(c.window_ns);
-        acc.leaked += u64::from(c.leaked);
-        acc.inherited += u64::from(c.inherited);
-        acc.transient += c.transient;
+        self.done.entry(c.key()).or_default().add(&c);
     }
 
     /// Spawns seen: exec records that were not re-execs of a process already counted.
@@ -242,28 +286,29 @@ impl Chains {
     pub fn rows(&self) -> Vec<Row> {
         let mut all = self.done.clone();
         for c in self.open.values() {
-            let acc = all.entry(c.key()).or_default();
-            acc.closes.push(c.close_calls);
-            acc.windows.push(c.window_ns);
-            acc.leaked += u64::from(c.leaked);
-            acc.inherited += u64::from(c.inherited);
-            acc.transient += c.transient;
+            all.entry(c.key()).or_default().add(c);
         }
         all.into_iter()
-            .map(|((container, parent_comm, exec_path, strategy), acc)| Row {
-                container,
-                parent_comm,
-                exec_path,
-                strategy,
-                spawns: acc.closes.len() as u64,
-                close_median: stats::median(&acc.closes).unwrap_or(0),
-                close_max: acc.closes.iter().copied().max().unwrap_or(0),
-                window_median_ns: stats::median(&acc.windows).unwrap_or(0),
-                window_p95_ns: stats::percentile(&acc.windows, 95.0).unwrap_or(0),
-                leaked_fds: acc.leaked,
-                inherited_fds: acc.inherited,
-                transient_fds: acc.transient,
-            })
+            .map(
+                |((container, parent_comm, _, exec_path, strategy), acc)| Row {
+                    container,
+                    parent_comm,
+                    exec_path,
+                    strategy,
+                    spawns: acc.closes.len() as u64,
+                    close_median: stats::median(&acc.closes).unwrap_or(0),
+                    close_max: acc.closes.iter().copied().max().unwrap_or(0),
+                    window_median_ns: stats::median(&acc.windows).unwrap_or(0),
+                    window_p95_ns: stats::percentile(&acc.windows, 95.0).unwrap_or(0),
+                    leaked_fds: acc.leaked,
+                    inherited_fds: acc.inherited,
+                    transient_fds: acc.transient,
+                    spawner: Spawner {
+                        walked: stats::median(&acc.walked).unwrap_or(0),
+                        ..acc.spawner
+                    },
+                },
+            )
             .collect()
     }
 }
@@ -287,6 +332,7 @@ mod tests {
             inherited: 0,
             new_leaks: leaked.into(),
             critical: 0,
+            spawner: Spawner::default(),
         }
     }
 

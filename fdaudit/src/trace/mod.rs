@@ -43,6 +43,8 @@ use verbose::{verbose_calibration, verbose_exit, verbose_startup};
 pub enum TraceRecord {
     Spawn(Box<decode::Spawn>),
     ReadStorm(reads::ReadStorm),
+    /// What to change for a group that leaks or sweeps fds up to NOFILE.
+    Advice(Box<report::Advice>),
     Summary(Box<report::Summary>),
 }
 
@@ -465,6 +467,7 @@ fn attach(args: &TraceArgs, pids: &[u32], followed: Option<&Followed>) -> Result
         e
     };
     let mut session = Session::start(&opts).map_err(kill_held)?;
+    session.identify_runtimes();
     if let Some(pid) = child {
         session.track(pid).map_err(kill_held)?;
     }

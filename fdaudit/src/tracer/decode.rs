@@ -141,6 +141,12 @@ pub struct Spawn {
     /// `exec_path` is the first bytes of a longer name (the kernel's buffer was full).
     #[serde(skip)]
     pub exec_path_cut: bool,
+    /// The parent's runtime (`trace`: [`crate::runtime::Resolver`]), from its image.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<crate::runtime::Runtime>,
+    /// The parent's NOFILE limits, read with its runtime.
+    #[serde(skip)]
+    pub parent_nofile: Option<crate::runtime::Nofile>,
 }
 
 impl Spawn {
@@ -355,29 +361,6 @@ fn decode_with(
     }
 }
 
-/// The protocol name `scan` uses for the same socket: inet sockets by transport, others by
-/// type.
-fn protocol_name(family: u16, t: u16) -> &'static str {
-    let inet = matches!(i32::from(family), libc::AF_INET | libc::AF_INET6);
-    match (inet, i32::from(t)) {
-        (true, libc::SOCK_STREAM) => "tcp",
-        (true, libc::SOCK_DGRAM) => "udp",
-        (_, libc::SOCK_RAW) => "raw",
-        (_, libc::SOCK_STREAM) => "stream",
-        (_, libc::SOCK_DGRAM) => "dgram",
-        (_, libc::SOCK_SEQPACKET) => "seqpacket",
-        _ => "other",
-    }
-}
-
-fn access_mode(f_flags: u32) -> &'static str {
-    match f_flags as i32 & libc::O_ACCMODE {
-        libc::O_RDONLY => "r",
-        libc::O_WRONLY => "w",
-        _ => "rw",
-    }
-}
-
 fn leaked_from(
     info: &FdInfo,
     kernel_path: Option<&FdPath>,
@@ -403,11 +386,11 @@ fn leaked_from(
         fd: info.fd,
         kind,
         target: Lossless::new(target),
-        access: access_mode(info.f_flags),
+        access: fdkind::access_mode(info.f_flags),
         family: (kind == FdKind::Socket && info.family != 0)
             .then(|| fdkind::family_name(info.family)),
         protocol: (kind == FdKind::Socket && info.sock_type != 0)
-            .then(|| protocol_name(info.family, info.sock_type)),
+            .then(|| fdkind::protocol_name(info.family, info.sock_type)),
         ino: info.ino,
         dev: info.dev,
         origin: None,
@@ -463,17 +446,7 @@ pub fn spawn_from_record(
         .filter(|i| rec.stdio_mask & (1 << i) != 0)
         .map(|i| leaked_from(&rec.stdio[i], None, rec.pid, rec.parent_pid, resolve))
         .collect();
-    // A name cut by its buffer is a partial path too, and so is a target the live link
-    // could not complete.
-    if rec.fds[..shown]
-        .iter()
-        .chain(&rec.stdio)
-        .any(|f| f.fd_flags & fd_flags::NAME_CUT != 0)
-        || leaked_fds
-            .iter()
-            .chain(&stdio)
-            .any(|f: &LeakedFd| f.partial)
-    {
+    if names_cut(rec, shown, &leaked_fds, &stdio) {
         flags |= SpawnFlags::PATH_PARTIAL;
     }
     let filename_len = rec.filename.iter().position(|&b| b == 0);
@@ -486,6 +459,8 @@ pub fn spawn_from_record(
         None => {}
     }
     Spawn {
+        runtime: None,
+        parent_nofile: None,
         exec_path_cut,
         exec_tid: (rec.old_pid != rec.pid).then_some(rec.old_pid),
         exec_path: Lossless::new(exec_path),
@@ -509,6 +484,16 @@ pub fn spawn_from_record(
             leaks_only,
         )
     }
+}
+
+/// Whether a name of the record was cut by its buffer or a target the live link could not
+/// complete: the spawn's paths are partial then.
+fn names_cut(rec: &SpawnRecord, shown: usize, leaked: &[LeakedFd], stdio: &[LeakedFd]) -> bool {
+    rec.fds[..shown]
+        .iter()
+        .chain(&rec.stdio)
+        .any(|f| f.fd_flags & fd_flags::NAME_CUT != 0)
+        || leaked.iter().chain(stdio).any(|f| f.partial)
 }
 
 /// The spawn an exit record stands for, when no exec record came:
@@ -594,6 +579,8 @@ fn window_spawn(
         identity: Identity::default(),
         probed: calls.probed() + u64::from(c.exec_attempts),
         exec_path_cut: false,
+        runtime: None,
+        parent_nofile: None,
     }
 }
 

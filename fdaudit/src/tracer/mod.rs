@@ -16,6 +16,7 @@ pub mod flags;
 pub mod follow;
 mod loader;
 pub mod origin;
+mod runtimes;
 pub mod session;
 pub mod strategy;
 pub mod wait;

@@ -79,6 +79,8 @@ pub struct Session {
     missed_baseline: MissedRuns,
     /// Names the parent of execs whose fork was not seen.
     exec_parents: ExecParents,
+    /// Names each spawn's runtime (`trace`), when asked for.
+    runtimes: Option<super::runtimes::Resolver>,
 }
 
 impl Session {
@@ -150,6 +152,7 @@ impl Session {
             cgroups: Hierarchy::open(),
             missed_baseline,
             exec_parents: ExecParents::default(),
+            runtimes: None,
         })
     }
 
@@ -353,6 +356,11 @@ impl Session {
                             s.parent_comm = crate::output::text::Lossless::new(Vec::new());
                         }
                     }
+                    // The parent's runtime now, before anything slower (the probe-cost
+                    // calibration): a spawner often exits soon after its child.
+                    if let Some(r) = &mut self.runtimes {
+                        r.name(s);
+                    }
                 }
                 out.push(ev);
             }
@@ -392,6 +400,23 @@ impl Session {
             }
         }
         self.exec_parents.complete(events);
+        if let Some(r) = &mut self.runtimes {
+            // Spawns were named as they were decoded (while their parents live); a failed
+            // spawn comes with its exit.
+            for ev in events.iter_mut() {
+                if let Event::Exit(e) = ev {
+                    if let Some(s) = e.failed_spawn.as_mut() {
+                        r.name(s);
+                    }
+                    r.exited(e.pid);
+                }
+            }
+        }
+    }
+
+    /// Names each spawn's runtime from its parent's image from now on (`trace`).
+    pub fn identify_runtimes(&mut self) {
+        self.runtimes.get_or_insert_with(Default::default);
     }
 
     /// The probes' cost per counted syscall as windows are corrected with it (ns, rounded):

@@ -183,6 +183,15 @@ const HOST_ONLY_TESTS: &[(&str, &str)] = &[
         "compiles its C fixture with gcc, which the initramfs lacks",
     ),
     (
+        "runtime",
+        "runs the spawners of docs/spawners.md (Java, Node, Go, Ruby, SBCL, gdc) and a gcc \
+         fixture, none of which the initramfs carries",
+    ),
+    (
+        "perfetto",
+        "reads the trace with upstream's generated schema in a Python venv the initramfs lacks",
+    ),
+    (
         "origin",
         "compiles its C fixture with gcc (-g -fno-omit-frame-pointer), which the initramfs lacks",
     ),

@@ -2,11 +2,13 @@
 //! ([`summary`]) and its text for people ([`text`]), JSON objects; [`Reporter`] handles each
 //! event and writes the end.
 
+mod advice;
 mod gates;
 mod line;
 mod summary;
 mod text;
 
+pub use advice::Advice;
 pub use gates::{GateOptions, LeakGate};
 pub use line::{spawn_line, strategy_paint};
 pub use summary::{parse_kind, Allowed, Collector, ExitReason, Group, LeakPolicy, Summary};
@@ -286,9 +288,13 @@ impl Reporter {
             partial,
             read_storms: storms,
         };
+        let advice = advice::advise(&summary.groups, self.close_cost_ns);
         if self.args.json {
             for s in &summary.read_storms {
                 stream::record(&TraceRecord::ReadStorm(s.clone()))?;
+            }
+            for a in advice {
+                stream::record(&TraceRecord::Advice(Box::new(a)))?;
             }
         } else if !self.args.quiet {
             let filtered = self
@@ -298,6 +304,7 @@ impl Reporter {
             let mut text = Vec::new();
             summary_text(&mut text, &summary, filtered, self.term)?;
             stream::text(&String::from_utf8_lossy(&text))?;
+            stream::text(&advice::advice_text(&advice, self.term))?;
         }
         self.notes(&summary);
         self.gates.say(self.leaked(), &ending);
@@ -372,6 +379,8 @@ pub(crate) mod tests {
             identity: Default::default(),
             probed: close.into(),
             exec_path_cut: false,
+            runtime: None,
+            parent_nofile: None,
         }
     }
 

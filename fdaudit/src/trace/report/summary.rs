@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::super::{
-    chains::{Chains, Link},
+    chains::{Chains, Link, Spawner},
     reads, TraceRecord,
 };
 use crate::tracer::{
@@ -88,6 +88,12 @@ pub struct Group {
     /// fds that crossed into images that exec'd again (not counted as leaks).
     #[serde(rename = "transient_leaked_fd_count")]
     pub transient_fds: u64,
+    /// The runtime of the (first) spawning process, from its image.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<crate::runtime::Runtime>,
+    /// What the advice needs (the runtime, NOFILE, the walk, a leak's origin).
+    #[serde(skip)]
+    pub spawner: Spawner,
 }
 
 /// The summary JSON object (last line with `--json`).
@@ -287,7 +293,51 @@ pub(super) fn link<'a>(s: &'a Spawn, policy: &LeakPolicy) -> Link<'a> {
             .iter()
             .filter(|f| f.critical && !f.inherited)
             .count() as u32,
+        spawner: Spawner {
+            runtime: s.runtime.clone(),
+            nofile: s.parent_nofile,
+            walked: walked(s),
+            origin: s
+                .leaked_fds
+                .iter()
+                .filter(|f| !f.inherited)
+                .find_map(|f| f.origin.as_ref().and_then(origin_frame)),
+        },
     }
+}
+
+/// The fds a spawn's strategy walked: a close loop's bound, a poll's nfds, the fcntl calls,
+/// else its close() calls.
+fn walked(s: &Spawn) -> u64 {
+    match s.strategy {
+        Strategy::CloseLoop => s.close_loop_bound.map_or(s.calls.close_calls, u64::from),
+        Strategy::PollScan => s.calls.poll_nfds_max,
+        Strategy::FcntlScan => s.calls.fcntl_calls(),
+        _ => s.calls.close_calls,
+    }
+}
+
+/// `open64 from main (fixture.c:12)`: the syscall and the first frame outside the C
+/// library that has a symbol, for the advice.
+fn origin_frame(o: &crate::tracer::origin::Origin) -> Option<String> {
+    let crate::tracer::origin::Origin::Known(call) = o else {
+        return None;
+    };
+    let in_libc = |f: &&crate::tracer::origin::Frame| {
+        f.module.as_deref().is_some_and(|m| {
+            m.contains("/libc.so") || m.contains("/libc-") || m.contains("ld-musl")
+        })
+    };
+    let frame = call
+        .stack
+        .iter()
+        .filter(|f| f.symbol.is_some())
+        .find(|f| !in_libc(f))?;
+    let mut at = frame.symbol.clone().unwrap_or_default();
+    if let (Some(file), Some(line)) = (&frame.file, frame.line) {
+        at.push_str(&format!(" at {}:{line}", crate::runtime::base_str(file)));
+    }
+    Some(format!("{} in {at}", call.syscall))
 }
 
 /// Accumulates spawns for the summary. Exec records of one process are one spawn (see
@@ -363,6 +413,8 @@ impl Collector {
                 leaked_fds: r.leaked_fds,
                 leaked_inherited_fds: r.inherited_fds,
                 transient_fds: r.transient_fds,
+                runtime: r.spawner.runtime.clone(),
+                spawner: r.spawner,
             })
             .collect()
     }

@@ -16,12 +16,16 @@ pub fn summary_table(groups: &[Group], term: Term) -> String {
     let transient = groups.iter().any(|g| g.transient_fds > 0);
     let inherited = groups.iter().any(|g| g.leaked_inherited_fds > 0);
     let containers = groups.iter().any(|g| g.container.is_some());
+    let runtimes = groups.iter().any(|g| g.runtime.is_some());
     let mut cols = Vec::new();
     if containers {
         cols.push(Col::new("container"));
     }
+    cols.push(Col::new("parent"));
+    if runtimes {
+        cols.push(Col::new("runtime").drop(5));
+    }
     cols.extend([
-        Col::new("parent"),
         Col::new("exec").path(),
         Col::new("spawns").drop(1),
         Col::new("close/spawn med").short("closes"),
@@ -43,8 +47,12 @@ pub fn summary_table(groups: &[Group], term: Term) -> String {
         if containers {
             row.push(Cell::from(g.container.clone().unwrap_or_default()));
         }
+        row.push(Cell::from(g.parent_comm.escaped()));
+        if runtimes {
+            let label = g.runtime.as_ref().map(|r| r.label()).unwrap_or_default();
+            row.push(crate::output::text::escape(&label).into());
+        }
         row.extend([
-            Cell::from(g.parent_comm.escaped()),
             g.exec_path.escaped().into(),
             g.spawns.to_string().into(),
             g.close_median.to_string().into(),

@@ -1,0 +1,220 @@
+//! A process gone before it was read: its image named from the executable's file (the exec
+//! path the kernel recorded) and the libraries its ELF asks for (`DT_NEEDED`, `PT_INTERP`),
+//! read from this host's file systems, never from a remote one (mount points matched by
+//! path from fdaudit's own mountinfo, so nothing is asked of the path before it is known
+//! to be local).
+
+use super::image::{go_buildinfo_version, is_remote, section, token_after, MAX_IMAGE};
+use super::rules::{base, Images, Which};
+
+/// Whether a path lies under a mount whose file system is never read, by the longest mount
+/// point (fdaudit's own mountinfo) that is a prefix of it.
+fn on_remote(path: &[u8], mountinfo: &str) -> bool {
+    let mut best: (usize, bool) = (0, false);
+    for line in mountinfo.lines() {
+        let point = line.split(' ').nth(4).unwrap_or("");
+        let fstype = line.split(" - ").nth(1).and_then(|r| r.split(' ').next());
+        let p = point.as_bytes();
+        let under =
+            path.starts_with(p) && (p == b"/" || path.get(p.len()).is_none_or(|&b| b == b'/'));
+        if under && p.len() >= best.0 {
+            best = (p.len(), fstype.is_some_and(is_remote));
+        }
+    }
+    best.1
+}
+
+/// Maps a local regular file of at most [`MAX_IMAGE`] bytes.
+fn map(path: &[u8], mountinfo: &str) -> Option<memmap2::Mmap> {
+    use std::os::unix::{ffi::OsStrExt as _, fs::OpenOptionsExt as _};
+    if !path.starts_with(b"/") || path.starts_with(b"/proc/") || on_remote(path, mountinfo) {
+        return None;
+    }
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(std::ffi::OsStr::from_bytes(path))
+        .ok()?;
+    let meta = f.metadata().ok()?;
+    if !meta.is_file() || meta.len() > MAX_IMAGE {
+        return None;
+    }
+    // SAFETY: read-only private mapping of a regular file (see image.rs).
+    unsafe { memmap2::MmapOptions::new().map_copy_read_only(&f) }.ok()
+}
+
+/// The file a path names, its last component's symlinks followed (at most 8; `/usr/bin/python3`
+/// → `/usr/bin/python3.11`), each link read only on a local file system.
+pub fn resolve(path: &[u8], mountinfo: &str) -> Vec<u8> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let mut p = path.to_vec();
+    for _ in 0..8 {
+        if on_remote(&p, mountinfo) {
+            break;
+        }
+        let Ok(target) = std::fs::read_link(std::ffi::OsStr::from_bytes(&p)) else {
+            break;
+        };
+        let t = target.as_os_str().as_bytes();
+        p = if t.starts_with(b"/") {
+            t.to_vec()
+        } else {
+            let dir = &p[..p.iter().rposition(|&b| b == b'/').unwrap_or(0)];
+            [dir, b"/", t].concat()
+        };
+    }
+    p
+}
+
+/// The executable at a path and what it links: its file, and the libraries it names.
+pub struct FileImages {
+    exe: Option<memmap2::Mmap>,
+    mountinfo: String,
+    /// This process's own mapped C library, for a `libc.so.6` the executable needs.
+    own_libc: Option<Vec<u8>>,
+}
+
+impl FileImages {
+    /// The executable's file (`exe` as [`resolve`] gives it).
+    pub fn new(exe: &[u8]) -> FileImages {
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let own = std::fs::read("/proc/self/maps").unwrap_or_default();
+        let own_libc = super::mapped_paths(&own)
+            .into_iter()
+            .map(|m| m.path)
+            .find(|p| base(p) == b"libc.so.6");
+        FileImages {
+            exe: map(exe, &mountinfo),
+            mountinfo,
+            own_libc,
+        }
+    }
+
+    /// What the executable links: `DT_NEEDED` names (`libc.so.6` as this host's path) and
+    /// its interpreter (`/lib/ld-musl-x86_64.so.1`).
+    pub fn linked(&self) -> Vec<Vec<u8>> {
+        let Some(data) = self.exe.as_deref() else {
+            return Vec::new();
+        };
+        let mut out = needed(data);
+        for n in &mut out {
+            if n.as_slice() == b"libc.so.6" {
+                if let Some(own) = &self.own_libc {
+                    n.clone_from(own);
+                }
+            }
+        }
+        if let Some(interp) = section(data, ".interp") {
+            out.push(
+                interp
+                    .split(|&b| b == 0)
+                    .next()
+                    .unwrap_or_default()
+                    .to_vec(),
+            );
+        }
+        out
+    }
+}
+
+/// The `DT_NEEDED` names of an ELF file's dynamic section.
+fn needed(data: &[u8]) -> Vec<Vec<u8>> {
+    use object::read::elf::{Dyn as _, FileHeader as _, SectionHeader as _};
+    let Ok(elf) = object::elf::FileHeader64::<object::Endianness>::parse(data) else {
+        return Vec::new();
+    };
+    let Ok(endian) = elf.endian() else {
+        return Vec::new();
+    };
+    let Ok(sections) = elf.sections(endian, data) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for s in sections.iter() {
+        let Ok(Some((dynamic, link))) = s.dynamic(endian, data) else {
+            continue;
+        };
+        let Ok(strings) = sections.strings(endian, data, link) else {
+            continue;
+        };
+        for d in dynamic.iter().take(4096) {
+            if d.tag32(endian).map(i64::from) == Some(object::elf::DT_NEEDED) {
+                if let Ok(name) = d.string(endian, strings) {
+                    out.push(name.to_vec());
+                }
+            }
+        }
+    }
+    out
+}
+
+impl Images for FileImages {
+    fn find(&mut self, file: Which<'_>, name: &str, needle: &[u8]) -> Option<String> {
+        match file {
+            Which::Exe => token_after(section(self.exe.as_deref()?, name)?, needle),
+            Which::Mapped(p) => {
+                let m = map(p, &self.mountinfo)?;
+                token_after(section(&m, name)?, needle)
+            }
+        }
+    }
+
+    fn go_version(&mut self) -> Option<String> {
+        go_buildinfo_version(section(self.exe.as_deref()?, ".go.buildinfo")?)
+    }
+
+    fn text_file(&mut self, path: &[u8]) -> Option<String> {
+        let m = map(path, &self.mountinfo)?;
+        Some(String::from_utf8_lossy(&m[..m.len().min(64 << 10)]).into_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remote_mounts_by_the_longest_prefix() {
+        let mi = "1 0 8:1 / / rw - ext4 /dev/sda1 rw\n\
+2 1 0:40 / /mnt/fuse rw - fuse.sshfs h:/ rw\n\
+3 2 8:2 / /mnt/fuse/local rw - ext4 /dev/sda2 rw\n";
+        assert!(!on_remote(b"/usr/bin/python3.11", mi));
+        assert!(on_remote(b"/mnt/fuse/bin/x", mi));
+        assert!(!on_remote(b"/mnt/fuse/local/x", mi));
+        assert!(
+            !on_remote(b"/mnt/fusex/y", mi),
+            "a prefix of a name is not a mount point"
+        );
+    }
+
+    #[test]
+    fn symlinks_are_followed_to_the_file() {
+        let mi = "1 0 8:1 / / rw - ext4 /dev/sda1 rw\n";
+        let dir = std::env::temp_dir().join(format!("fdaudit-resolve-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("python3.11"), b"x").unwrap();
+        let link = dir.join("python3");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink("python3.11", &link).unwrap();
+        let got = resolve(link.as_os_str().as_encoded_bytes(), mi);
+        assert_eq!(got, dir.join("python3.11").as_os_str().as_encoded_bytes());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn this_test_binary_links_glibc() {
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let f = FileImages::new(exe.as_os_str().as_encoded_bytes());
+        let linked = f.linked();
+        assert!(
+            linked
+                .iter()
+                .any(|p| base(p) == b"libc.so.6" && p.starts_with(b"/")),
+            "{linked:?}"
+        );
+        assert!(
+            linked.iter().any(|p| base(p).starts_with(b"ld-linux")),
+            "{linked:?}"
+        );
+    }
+}
