@@ -172,7 +172,7 @@ fn a_c_program_calling_itself_python3_is_glibc_and_told_to_use_close_range() {
         section.contains(" -> /bin/true, close-loop to 20000: ~"),
         "{section}"
     );
-    assert!(section.contains("close_range: ~"), "{section}");
+    assert!(section.contains("close_range saves ~"), "{section}");
     assert!(!text.contains("cpython"), "{text}");
 }
 
