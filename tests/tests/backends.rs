@@ -213,11 +213,11 @@ fn backends_report_the_same_records() {
             "{err}"
         );
     }
-    // auto: raw-tp, saying why (fentry and tp are opt-in).
+    // auto: raw-tp without --reads, saying why (fentry is opt-in, tp costs more).
     let auto = run("auto", &[], &spawner("none", 1));
     assert!(auto.status.success(), "{}", stderr(&auto));
-    let auto_says = "backend: raw-tp (auto: fentry is opt-in, --backend fentry; tp is opt-in \
-                     until measured, --backend tp)";
+    let auto_says = "backend: raw-tp (auto: fentry is opt-in, --backend fentry; tp costs more \
+                     than raw-tp on spawn-heavy work without --reads, --backend tp)";
     assert!(stderr(&auto).contains(auto_says), "{}", stderr(&auto));
     let others: Vec<&str> = [("fentry", fentry_works), ("tp", tp_works)]
         .into_iter()

@@ -75,9 +75,9 @@ fn root_loads_and_attaches_every_program() {
         let tracepoints =
             std::path::Path::new("/sys/kernel/tracing/events/syscalls/sys_enter_close").exists();
         let tp = if tracepoints {
-            "tp is opt-in until measured, --backend tp; it loads and attaches here"
+            "tp costs more than raw-tp on spawn-heavy work without --reads, --backend tp; it loads and attaches here"
         } else {
-            "tp is opt-in until measured, --backend tp; it would not work here"
+            "tp costs more than raw-tp on spawn-heavy work without --reads, --backend tp; it would not work here"
         };
         assert!(
             detail.starts_with("raw-tp: ")

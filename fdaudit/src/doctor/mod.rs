@@ -374,8 +374,8 @@ fn backend_check(bpf: &mut aya::Ebpf, kernel: &ebpf::KernelBtf) -> Check {
     }
     if choice == BackendChoice::Auto {
         passed_over.push(match tp_attaches(bpf) {
-            Ok(()) => format!("{}; it loads and attaches here", ebpf::TP_OPT_IN),
-            Err(why) => format!("{}; it would not work here: {why}", ebpf::TP_OPT_IN),
+            Ok(()) => format!("{}; it loads and attaches here", ebpf::TP_COSTS_MORE),
+            Err(why) => format!("{}; it would not work here: {why}", ebpf::TP_COSTS_MORE),
         });
     }
     if choice == BackendChoice::Tp {

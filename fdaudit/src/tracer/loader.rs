@@ -369,16 +369,18 @@ fn attach_syscall_counters(
         })?;
         return Ok((Some(Backend::Fentry), None, aya_btf_ms));
     }
+    let mut take_tp = choice == BackendChoice::Tp;
     if choice == BackendChoice::Auto {
         // fentry is opt-in: in emulated guests it measured slower than raw-tp, one attach
         // in a 6.12 TCG guest ended in a kernel Oops (docs/kernels.md), and under it the
-        // root suite's calibration check failed in a 7.2 guest (2026-12-02). tp is opt-in
-        // until the overhead benchmark has measured it against raw-tp, and because it does
-        // not see 32-bit syscalls.
+        // root suite's calibration check failed in a 7.2 guest (2026-12-02).
         passed_over.push(ebpf::FENTRY_OPT_IN.to_string());
-        passed_over.push(ebpf::TP_OPT_IN.to_string());
+        match auto_tp(opts.reads, ebpf::ia32_syscalls(&kernel.btf)) {
+            Ok(()) => take_tp = true,
+            Err(why) => passed_over.push(why.to_string()),
+        }
     }
-    if choice == BackendChoice::Tp {
+    if take_tp {
         match attach_tp(bpf, opts.reads) {
             Ok(reads) => {
                 let auto = (choice == BackendChoice::Auto)
@@ -411,6 +413,22 @@ fn attach_syscall_counters(
     }
     let why = (choice == BackendChoice::Auto).then(|| format!("auto: {}", passed_over.join("; ")));
     Ok((Some(Backend::RawTp), why, aya_btf_ms))
+}
+
+/// Whether `auto` takes tp, or why not. Measured (docs/performance.md, 2026-12-03): without
+/// `--reads` tp costs more than raw-tp on spawn-heavy work, traced or not (a bystander
+/// spawn storm 1.74x against 1.30x); with `--reads` it is never worse and spares every
+/// other syscall's exit (a bystander getppid loop 1.03x against 1.82x). It takes tp then,
+/// where its reads come from the read syscalls' exit tracepoints (5.15+) and where the
+/// kernel runs no 32-bit syscalls, which tp does not see (auto never counts fewer).
+fn auto_tp(reads: bool, ia32: bool) -> Result<(), &'static str> {
+    if !reads {
+        return Err(ebpf::TP_COSTS_MORE);
+    }
+    if ia32 {
+        return Err("tp would not see the 32-bit syscalls this kernel runs, --backend tp");
+    }
+    ebpf::probe_tp_reads().map_err(|_| "tp's reads need bpf_task_pt_regs (5.15+)")
 }
 
 /// The fentry backend, probed with one syscall first: where the kernel refuses every
@@ -470,6 +488,14 @@ fn attach_tp(bpf: &mut Ebpf, reads: bool) -> Result<Option<String>, String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn auto_takes_tp_only_for_reads_and_only_where_it_sees_every_syscall() {
+        assert_eq!(super::auto_tp(false, false), Err(super::ebpf::TP_COSTS_MORE));
+        assert!(super::auto_tp(true, true)
+            .unwrap_err()
+            .contains("32-bit syscalls"));
+    }
+
     /// An error with a cause, as aya's are.
     #[derive(Debug, thiserror::Error)]
     #[error("{text}")]

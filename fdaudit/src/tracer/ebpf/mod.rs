@@ -145,8 +145,9 @@ impl Backend {
 
 /// Why `auto` passes over fentry, as `-v` and doctor say it.
 pub const FENTRY_OPT_IN: &str = "fentry is opt-in, --backend fentry";
-/// Why `auto` does not take tp.
-pub const TP_OPT_IN: &str = "tp is opt-in until measured, --backend tp";
+/// Why `auto` does not take tp without `--reads`.
+pub const TP_COSTS_MORE: &str =
+    "tp costs more than raw-tp on spawn-heavy work without --reads, --backend tp";
 
 /// `--backend`: a backend, or `auto`: raw-tp (fentry is opt-in until it is shown faster and
 /// safe on real hardware, tp until the overhead benchmark has measured it).
