@@ -26,7 +26,8 @@ fn run(backend: &str, extra: &[&str], cmd: &[String]) -> Output {
 
 /// Takes out of a record what legitimately differs between two runs: pids, times (every
 /// `*_ns` field), inode numbers (a pipe is a new pipe each run), path prefixes
-/// ([`target_name`]) with the `path_partial` flag that follows them, and the summary's skipped runs (by program: each backend has its own
+/// ([`target_name`]) with the `path_partial` flag that follows them, how a runtime's
+/// evidence was read, and the summary's skipped runs (by program: each backend has its own
 /// programs).
 fn normalize(v: &mut Value) {
     match v {
@@ -48,6 +49,13 @@ fn normalize(v: &mut Value) {
                 if k == "target" {
                     if let Some(t) = x.as_str() {
                         *x = Value::from(target_name(t));
+                    }
+                }
+                // A runtime's evidence says whether the parent was still there to read or
+                // was named from its exec path's file: a race with its exit, not the backend.
+                if k == "evidence" {
+                    if let Some(e) = x.as_str() {
+                        *x = Value::from(e.split(" (the parent exited").next().unwrap_or(e));
                     }
                 }
                 normalize(x);
