@@ -46,6 +46,20 @@ impl Held {
 /// Before exec it takes back the signal dispositions, mask and closed stdio fdaudit's caller
 /// had ([`CallerState`]).
 pub fn start_held(cmd: &[OsString]) -> Result<Held> {
+    start_held_with(cmd, HeldOptions::default())
+}
+
+/// What [`start_held_with`] changes in the command before its exec (`bench -- CMD`).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct HeldOptions {
+    /// The soft RLIMIT_NOFILE to exec with (the hard limit unchanged).
+    pub nofile: Option<u64>,
+    /// Stdout to /dev/null (so the command cannot mix its output with fdaudit's).
+    pub null_stdout: bool,
+}
+
+/// [`start_held`], with the soft RLIMIT_NOFILE and stdout of [`HeldOptions`].
+pub fn start_held_with(cmd: &[OsString], opts: HeldOptions) -> Result<Held> {
     use std::os::unix::ffi::OsStrExt as _;
     let argv: Vec<std::ffi::CString> = cmd
         .iter()
@@ -55,6 +69,22 @@ pub fn start_held(cmd: &[OsString]) -> Result<Held> {
     let mut argv_ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
     argv_ptrs.push(std::ptr::null());
     let caller = CallerState::get();
+    let (_, hard) = crate::sys::nofile().context("failed to read RLIMIT_NOFILE")?;
+    let limit = opts.nofile.map(|soft| libc::rlimit {
+        rlim_cur: soft,
+        rlim_max: hard,
+    });
+    let null = if opts.null_stdout {
+        Some(
+            std::fs::File::options()
+                .write(true)
+                .open("/dev/null")
+                .context("failed to open /dev/null")?,
+        )
+    } else {
+        None
+    };
+    let null_fd = null.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
     let (mut hold, mut err) = ([0i32; 2], [0i32; 2]);
     // SAFETY: pipe2 fills arrays we own.
     if unsafe { libc::pipe2(hold.as_mut_ptr(), libc::O_CLOEXEC) } != 0
@@ -80,6 +110,12 @@ pub fn start_held(cmd: &[OsString]) -> Result<Held> {
             // fdaudit's handlers and the runtime's SIGPIPE go; the caller's ignored
             // signals, mask and closed stdio come back: CMD starts as it would untraced.
             caller.restore_in_child();
+            if let Some(fd) = null_fd {
+                libc::dup2(fd, 1);
+            }
+            if let Some(l) = &limit {
+                libc::setrlimit(libc::RLIMIT_NOFILE, l);
+            }
             libc::execvp(argv_ptrs[0], argv_ptrs.as_ptr());
             let errno = *libc::__errno_location();
             libc::write(err[1], errno.to_ne_bytes().as_ptr().cast(), 4);

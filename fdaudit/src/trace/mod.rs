@@ -2,7 +2,7 @@
 //! and what the child did between fork and exec.
 
 pub mod chains;
-mod child;
+pub(crate) mod child;
 pub mod filter;
 mod following;
 pub mod perfetto;
