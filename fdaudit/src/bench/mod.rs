@@ -75,7 +75,7 @@ pub struct BenchArgs {
     /// Spawns per cell in the traced pass (root only; 0 skips it).
     #[arg(long, default_value_t = 3)]
     pub trace_spawns: u64,
-    /// One JSON object per line instead of tables (`"type"`: header, machine, cell, fit).
+    /// One JSON object per line instead of tables (`"type"`: header, machine, cell, fit, user_cell, user_fit).
     #[arg(long)]
     pub json: bool,
     /// Write the results (text or JSON) to this file instead of stdout.

@@ -44,11 +44,14 @@ impl UserSink {
             close_range_calls: s.calls.close_range_calls,
             leaked_fds: s.leaked_count.into(),
         };
-        self.take(s.pid, s.flags.contains(SpawnFlags::NO_FORK), fds, spawn);
+        // An exec without a fork seen, or a process's second exec: not a new fork.
+        let no_fork = s.flags.intersects(SpawnFlags::NO_FORK | SpawnFlags::REEXEC);
+        self.take(s.pid, no_fork, fds, spawn);
     }
 
     /// The root's first exec (no fork) sets the baseline to its fds `fds`; any other exec
-    /// without a fork goes on a spawn already seen (an exec chain); a forked one is a spawn,
+    /// without a fork (or a re-exec) goes on a spawn already seen (an exec chain): not
+    /// counted again; a forked one is a spawn,
     /// its `leaked_fds` less the baseline's fds it got.
     fn take(&mut self, pid: u32, no_fork: bool, fds: Vec<(u32, u64)>, mut spawn: UserSpawn) {
         if pid == self.root && no_fork && self.baseline.is_none() {

@@ -132,6 +132,7 @@ pub fn table(d: &Diff, kind: Kind, term: Term) -> String {
                 strategy.clone(),
                 format!("nofile {nofile}, {open_fds} open fds"),
             ),
+            Key::Spawner { spawner, nofile } => (escape(spawner), format!("nofile {nofile}")),
         };
         let paint = match g.change {
             Change::Worse => Some(Paint::Alarm),
@@ -213,6 +214,7 @@ pub fn verdict(d: &Diff, exit_code: u8) -> Option<String> {
                 nofile,
                 open_fds,
             } => format!("{strategy} at nofile {nofile}, {open_fds} open fds"),
+            Key::Spawner { spawner, nofile } => format!("{spawner} at nofile {nofile}"),
         };
         why.push(format!("{name}: {}", g.regressions.join(", ")));
     }
