@@ -233,3 +233,72 @@ fn cmd_args_reach_the_built_in_child() {
     assert_eq!(run("exit 3"), (Some(1), 2));
     assert_eq!(run("exit 0"), (Some(0), 0));
 }
+
+/// `diff` compares two `bench -- CMD` runs row by row (command line and NOFILE): the same
+/// command line going from close_range to a close loop is a regression (exit 3).
+#[test]
+#[ignore = "needs root and BTF"]
+fn diff_compares_two_runs_of_the_same_spawner() {
+    require_root();
+    let me = fdaudit();
+    let run = |strategy: &str| {
+        let file = fdaudit_tests::temp_path(&format!("bench-user-{strategy}.jsonl"));
+        let file_arg = file.to_str().expect("UTF-8 temp path").to_owned();
+        let out = Command::new(fdaudit())
+            .args(["bench", "--json", "--limits", "1024,4096", "--runs", "1"])
+            .args(["-o", &file_arg, "--", "/bin/sh", "-c"])
+            .arg(r#"exec "$0" __spawner --strategy "$STRATEGY" -n 2"#)
+            .arg(&me)
+            .env("STRATEGY", strategy)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run fdaudit bench");
+        assert!(out.status.success(), "{strategy}: {out:?}");
+        file
+    };
+    let (a, b) = (run("close-range"), run("close-loop"));
+    let out = Command::new(fdaudit())
+        .arg("diff")
+        .args([&a, &b])
+        .arg("--json")
+        .output()
+        .expect("run fdaudit diff");
+    let _ = (std::fs::remove_file(&a), std::fs::remove_file(&b));
+    let recs = records(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(out.status.code(), Some(3), "{recs:?}");
+    let groups = of_type(&recs, "diff_group");
+    assert_eq!(groups.len(), 2, "one row per NOFILE: {groups:?}");
+    for g in groups {
+        assert_eq!(g["change"], "worse", "{g}");
+        assert_eq!(
+            g["regressions"][0], "strategy close-range → close-loop",
+            "{g}"
+        );
+        assert!(
+            g["spawner"]
+                .as_str()
+                .unwrap()
+                .starts_with("/bin/sh -c exec"),
+            "{g}"
+        );
+    }
+}
+
+/// An fd CMD itself inherited from fdaudit's caller (fd 9 here) is the baseline: it reaches
+/// every spawn, but as `trace` does, it is not counted as CMD's leak.
+#[test]
+#[ignore = "needs root and BTF"]
+fn what_cmd_inherited_is_not_its_leak() {
+    require_root();
+    let out = Command::new("/bin/sh")
+        .arg("-c")
+        .arg(r#"exec 9</etc/hostname; exec "$0" bench --json --limits 1024 --runs 1 -- /bin/sh -c '/bin/true; /bin/true; exit 0'"#)
+        .arg(fdaudit())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run fdaudit bench");
+    assert!(out.status.success(), "{out:?}");
+    let recs = records(&String::from_utf8_lossy(&out.stdout));
+    let c = of_type(&recs, "user_cell")[0];
+    assert_eq!(summary(c), (2, "none", false, 0, 0, 0, 0), "{c}");
+}
