@@ -196,7 +196,7 @@ pub fn render(
     ];
     if !builtins.is_empty() {
         cols.push(
-            Col::new("built-ins (median spawn)")
+            Col::new("built-ins (median fork→waitpid)")
                 .short("built-ins")
                 .text()
                 .drop(1),
@@ -250,6 +250,15 @@ fn row(c: &UserCellReport, builtins: &[CellReport]) -> Vec<Cell> {
     row
 }
 
+/// A duration that may be negative (a fitted intercept), as `-155 µs`.
+fn signed_ns(ns: f64) -> String {
+    if ns < 0.0 {
+        format!("-{}", fmt_ns(-ns))
+    } else {
+        fmt_ns(ns)
+    }
+}
+
 /// The fit for people: a, b (± its 95% half-width) and what they say.
 fn fit_line(f: &UserFitReport) -> String {
     let ci = f
@@ -263,7 +272,7 @@ fn fit_line(f: &UserFitReport) -> String {
     format!(
         "Fit over {} limits: {} + {:.3}{ci} ns·NOFILE per spawn (R² {:.3}): {verdict}",
         f.limits_fitted,
-        fmt_ns(f.intercept_ns),
+        signed_ns(f.intercept_ns),
         f.ns_per_fd,
         f.r2
     )
@@ -326,5 +335,11 @@ mod tests {
         let f = user_fit(&cells).expect("three limits fit");
         assert!(f.slope_significant && f.ns_per_fd > 9.0, "{f:?}");
         assert!(user_fit(&cells[..1]).is_none(), "one limit: no fit");
+        assert!(
+            fit_line(&f).contains("its cost grows with NOFILE"),
+            "{}",
+            fit_line(&f)
+        );
+        assert_eq!(signed_ns(-155_000.0), "-155 µs");
     }
 }
