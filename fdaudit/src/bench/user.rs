@@ -12,7 +12,7 @@ use anyhow::{anyhow, Context as _};
 
 use super::traced::{BenchTracer, TraceError};
 use super::user_report::{self, UserCellReport, UserFitReport, UserRun, UserSpawn};
-use crate::trace::child::{self, HeldOptions};
+use crate::held::{self, HeldOptions};
 use crate::tracer::{
     decode::{Event, Spawn},
     flags::SpawnFlags,
@@ -89,7 +89,7 @@ impl BenchTracer {
     /// its first instruction, until it and what it left running have exited (at most
     /// [`TREE_GRACE`] after it), or a signal stops bench.
     pub fn run_user(&mut self, cmd: &[OsString], nofile: u64) -> Result<UserRun, TraceError> {
-        let held = child::start_held_with(
+        let held = held::start_held_with(
             cmd,
             HeldOptions {
                 nofile: Some(nofile),
@@ -135,7 +135,7 @@ impl BenchTracer {
             End::Exited(st) => st,
             End::Signal(sig) => {
                 let (session, waiter) = (&mut self.session, &mut self.waiter);
-                child::stop_command(pid, sig, KILL_AFTER, |deadline| {
+                held::stop_command(pid, sig, KILL_AFTER, |deadline| {
                     let until = Until {
                         child: Some(pid),
                         deadline: Some(deadline),
