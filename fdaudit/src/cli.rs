@@ -26,7 +26,8 @@ pub enum Command {
     /// Run as a node agent: trace every spawn (or a cgroup's), scan now and then, and export
     /// Prometheus metrics labelled by container.
     Watch(watch::WatchArgs),
-    /// Measure what each fd-closing strategy costs per spawn across RLIMIT_NOFILE limits.
+    /// Measure what each fd-closing strategy costs per spawn across RLIMIT_NOFILE limits, or
+    /// what your own spawner does (`-- CMD`, traced).
     Bench(bench::BenchArgs),
     /// Compare two `trace --json` (or `bench --json`) outputs: per group the strategy,
     /// closes, window and leaks; new and fixed leaks; exit 3 on a regression.
