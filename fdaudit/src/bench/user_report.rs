@@ -323,6 +323,59 @@ mod tests {
     }
 
     #[test]
+    fn the_table_has_a_row_per_limit_and_the_built_ins_beside() {
+        let runs = [UserRun {
+            spawns: vec![spawn(2_000_000, Strategy::CloseRange, 1, 0)],
+            exit_code: Some(0),
+        }];
+        let cells = [user_cell("python3 s.py", 1024, &runs)];
+        let builtin = |strategy, open_fds, median_ns| CellReport {
+            strategy,
+            nofile: 1024,
+            open_fds,
+            spawns: 10,
+            failures: 0,
+            median_ns,
+            p95_ns: median_ns,
+            close_range_speedup: None,
+            close_calls_per_spawn: None,
+            close_range_calls_per_spawn: None,
+            fcntl_setfd_calls_per_spawn: None,
+            poll_calls_per_spawn: None,
+            getdents64_calls_per_spawn: None,
+            leaked_fds_per_spawn: None,
+            traced_spawns: 0,
+            trace_check: None,
+        };
+        use crate::spawner::CloseMethod;
+        let builtins = [
+            builtin(CloseMethod::CloseLoop, 3, 1_500_000),
+            builtin(CloseMethod::CloseLoop, 1000, 9_000_000),
+        ];
+        let text = render(&cells, None, &builtins, Term::plain());
+        assert!(
+            text.starts_with("`python3 s.py`, traced (1 run per NOFILE)"),
+            "{text}"
+        );
+        let row = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("1024"))
+            .expect("a row");
+        assert!(
+            row.contains("2.00 ms") && row.contains("close-range"),
+            "{row}"
+        );
+        // The built-in at the fewest open fds only.
+        assert!(
+            row.contains("close-loop 1.50 ms") && !row.contains("9.00"),
+            "{row}"
+        );
+        let alone = render(&cells, None, &[], Term::plain());
+        assert!(!alone.contains("built-ins"), "{alone}");
+        assert!(render(&[], None, &builtins, Term::plain()).is_empty());
+    }
+
+    #[test]
     fn the_fit_shows_a_spawner_that_grows_with_nofile() {
         let at = |nofile: u64, ns: u64| {
             let runs = [UserRun {
