@@ -26,7 +26,8 @@ pub enum Command {
     /// Run as a node agent: trace every spawn (or a cgroup's), scan now and then, and export
     /// Prometheus metrics labelled by container.
     Watch(watch::WatchArgs),
-    /// Measure what each fd-closing strategy costs per spawn across RLIMIT_NOFILE limits.
+    /// Measure what each fd-closing strategy costs per spawn across RLIMIT_NOFILE limits, or
+    /// what your own spawner does (`-- CMD`, traced).
     Bench(bench::BenchArgs),
     /// Compare two `trace --json` (or `bench --json`) outputs: per group the strategy,
     /// closes, window and leaks; new and fixed leaks; exit 3 on a regression.
@@ -102,6 +103,45 @@ mod tests {
         // A misspelt option is an error, not a command named `--jsn`.
         let e = Cli::try_parse_from(["fdaudit", "trace", "--jsn", "/bin/true"]).unwrap_err();
         assert_eq!(e.kind(), clap::error::ErrorKind::UnknownArgument);
+    }
+
+    #[test]
+    fn bench_takes_the_childs_arguments_from_cmd_arg_and_the_spawner_after_dashes() {
+        let argv = [
+            "fdaudit",
+            "bench",
+            "--cmd",
+            "/bin/sh",
+            "--cmd-arg",
+            "-c",
+            "--cmd-arg",
+            "exit 0",
+            "--runs",
+            "2",
+            "--",
+            "python3",
+            "spawner.py",
+            "--json",
+        ];
+        let cli = Cli::try_parse_from(argv).unwrap_or_else(|e| panic!("{e}"));
+        let Command::Bench(b) = cli.command else {
+            panic!("not bench")
+        };
+        let strs = |v: &[std::ffi::OsString]| -> Vec<String> {
+            v.iter().map(|a| a.to_string_lossy().into_owned()).collect()
+        };
+        assert_eq!(strs(&b.cmd_args), ["-c", "exit 0"]);
+        assert_eq!(strs(&b.spawner), ["python3", "spawner.py", "--json"]);
+        assert!(!b.json, "--json after -- is the spawner's");
+        assert_eq!(b.runs, 2);
+        let plain = Cli::try_parse_from(["fdaudit", "bench"]).expect("parses");
+        let Command::Bench(b) = plain.command else {
+            panic!("not bench")
+        };
+        assert!(b.spawner.is_empty() && b.cmd_args.is_empty());
+        assert_eq!(b.runs, 3);
+        // Without `--`, a word is not a spawner: bench takes no positional arguments.
+        assert!(Cli::try_parse_from(["fdaudit", "bench", "python3"]).is_err());
     }
 
     #[test]

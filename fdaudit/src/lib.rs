@@ -17,6 +17,7 @@ mod diff;
 mod doctor;
 mod exit;
 mod fdkind;
+mod held;
 mod output;
 mod procfs_util;
 mod runtime;

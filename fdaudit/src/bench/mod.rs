@@ -12,6 +12,8 @@ pub mod matrix;
 pub mod plot;
 pub mod report;
 pub mod traced;
+pub mod user;
+pub mod user_report;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -24,6 +26,7 @@ use crate::spawner::CloseMethod;
 use crate::{exit, sys};
 use matrix::Runner;
 use report::{CellReport, FitReport};
+use user::UserResults;
 
 /// Every JSON object `bench --json` prints, one per line, tagged by `"type"`.
 #[derive(Serialize)]
@@ -32,6 +35,8 @@ pub enum BenchRecord<'a> {
     Machine(&'a Machine),
     Cell(&'a CellReport),
     Fit(&'a FitReport),
+    UserCell(&'a user_report::UserCellReport),
+    UserFit(&'a user_report::UserFitReport),
 }
 
 /// Arguments of `fdaudit bench`.
@@ -52,12 +57,15 @@ pub struct BenchArgs {
     /// Timed spawns per spawner run (each run adds one warm-up spawn).
     #[arg(long, default_value_t = 20)]
     pub batch: u64,
-    /// The program to spawn; arguments for it go after `--`.
+    /// The program the built-in strategies spawn.
     #[arg(long, default_value = "/bin/true")]
     pub cmd: OsString,
-    /// Arguments for `--cmd`.
-    #[arg(last = true)]
+    /// An argument for `--cmd` (repeatable, in order).
+    #[arg(long = "cmd-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub cmd_args: Vec<OsString>,
+    /// With -- CMD: runs of CMD per NOFILE limit, all traced and counted.
+    #[arg(long, default_value_t = 3)]
+    pub runs: u64,
     /// Pin the spawners (and their children) to this CPU; default: the last CPU allowed.
     #[arg(long, conflicts_with = "no_pin")]
     pub cpu: Option<usize>,
@@ -67,7 +75,7 @@ pub struct BenchArgs {
     /// Spawns per cell in the traced pass (root only; 0 skips it).
     #[arg(long, default_value_t = 3)]
     pub trace_spawns: u64,
-    /// One JSON object per line instead of tables (`"type"`: header, machine, cell, fit).
+    /// One JSON object per line instead of tables (`"type"`: header, machine, cell, fit, user_cell, user_fit).
     #[arg(long)]
     pub json: bool,
     /// Write the results (text or JSON) to this file instead of stdout.
@@ -76,6 +84,10 @@ pub struct BenchArgs {
     /// Draw per-spawn time against NOFILE into this .svg or .png file (repeatable).
     #[arg(long, value_name = "FILE")]
     pub plot: Vec<PathBuf>,
+    /// Your own spawner (root only): run under each --limits value, traced, and report its
+    /// spawns' cost, strategy and leaks per limit (beside --strategies, if given).
+    #[arg(last = true, value_name = "CMD")]
+    pub spawner: Vec<OsString>,
 }
 
 /// The machine the numbers come from.
@@ -162,27 +174,26 @@ fn hard_limit() -> anyhow::Result<u64> {
 /// Checks, before anything is measured, that `--cmd` names a program this user can run:
 /// found (through PATH when it has no slash), a regular file, executable.
 pub fn check_command(cmd: &std::ffi::OsStr) -> anyhow::Result<std::path::PathBuf> {
+    check_program("--cmd", cmd)
+}
+
+/// [`check_command`] for `what` (`--cmd`, or CMD after `--`).
+fn check_program(what: &str, cmd: &std::ffi::OsStr) -> anyhow::Result<std::path::PathBuf> {
     use std::os::unix::ffi::OsStrExt as _;
-    let shown = cmd.to_string_lossy();
+    let shown = format!("{what} {}", cmd.to_string_lossy());
     let path = crate::spawner::resolve_command(cmd)
-        .with_context(|| format!("--cmd {shown}: give a path or a program on PATH"))?;
+        .with_context(|| format!("{shown}: give a path or a program on PATH"))?;
     let meta = std::fs::metadata(&path)
-        .with_context(|| format!("--cmd {shown}: cannot run {}", path.display()))?;
+        .with_context(|| format!("{shown}: cannot run {}", path.display()))?;
     if meta.is_dir() {
-        bail!(
-            "--cmd {shown}: {} is a directory, not a program",
-            path.display()
-        );
+        bail!("{shown}: {} is a directory, not a program", path.display());
     }
     let c = std::ffi::CString::new(path.as_os_str().as_bytes())
-        .with_context(|| format!("--cmd {shown}: the path contains a NUL byte"))?;
+        .with_context(|| format!("{shown}: the path contains a NUL byte"))?;
     // SAFETY: access reads a NUL-terminated path.
     if unsafe { libc::access(c.as_ptr(), libc::X_OK) } != 0 {
         return Err(std::io::Error::last_os_error()).with_context(|| {
-            format!(
-                "--cmd {shown}: {} is not executable by this user",
-                path.display()
-            )
+            format!("{shown}: {} is not executable by this user", path.display())
         });
     }
     Ok(path)
@@ -194,6 +205,7 @@ struct Setup {
     hard: u64,
     /// How many NOFILE limits (the fits need two, and are weak under three).
     nlimits: usize,
+    limits: Vec<u64>,
     keys: Vec<matrix::CellKey>,
     runner: Runner,
 }
@@ -206,6 +218,7 @@ impl Setup {
             bail!("-n and --batch must be at least 1");
         }
         check_command(&args.cmd)?;
+        check_spawner(args)?;
         for p in &args.plot {
             plot::check_path(p).context("failed to check --plot")?;
         }
@@ -214,7 +227,9 @@ impl Setup {
         let mut open_fds = args.open_fds.clone();
         open_fds.sort_unstable();
         open_fds.dedup();
-        let methods = if args.strategies.is_empty() {
+        let methods = if args.strategies.is_empty() && !args.spawner.is_empty() {
+            Vec::new()
+        } else if args.strategies.is_empty() {
             CloseMethod::ALL.to_vec()
         } else {
             let mut s = args.strategies.clone();
@@ -223,7 +238,7 @@ impl Setup {
             s
         };
         let keys = matrix::cell_keys(&limits, &open_fds, &methods);
-        if keys.is_empty() {
+        if keys.is_empty() && args.spawner.is_empty() {
             bail!("nothing to measure: no cell fits the limits and fd counts given");
         }
         let mut cmd = vec![args.cmd.clone()];
@@ -247,34 +262,55 @@ impl Setup {
         Ok(Setup {
             hard,
             nlimits: limits.len(),
+            limits,
             keys,
             runner,
         })
     }
 }
 
-/// `fdaudit bench`.
-pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
-    stream::open(
-        Dest::new(args.output.as_deref(), StdStream::Stdout),
-        args.json,
-        "bench",
-    )?;
-    let Setup {
-        hard,
-        nlimits,
-        keys,
-        runner,
-    } = Setup::check(&args)?;
-    let machine = Machine::detect(hard, runner.cpu);
-    let (mut samples, interrupted) = matrix::time_cells(&runner, &keys, args.n, args.batch)?;
+/// `-- CMD`: refused before anything is measured when it cannot run or bench is not root.
+fn check_spawner(args: &BenchArgs) -> anyhow::Result<()> {
+    let Some(cmd) = args.spawner.first() else {
+        return Ok(());
+    };
+    if args.runs == 0 {
+        bail!("--runs must be at least 1");
+    }
+    check_program("CMD", cmd)?;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("bench -- CMD traces CMD and needs root (CAP_BPF and CAP_PERFMON): run it with sudo");
+    }
+    Ok(())
+}
+
+/// What the built-in strategies gave: their cells and fits, and whether a signal cut the
+/// timed pass short.
+#[derive(Default)]
+struct Builtins {
+    cells: Vec<CellReport>,
+    fits: Vec<FitReport>,
+    interrupted: bool,
+}
+
+/// The timed pass of the built-in cells, then (unless interrupted) their traced pass.
+fn measure_builtins(args: &BenchArgs, setup: &Setup) -> anyhow::Result<Builtins> {
+    if setup.keys.is_empty() {
+        return Ok(Builtins::default());
+    }
+    let runner = &setup.runner;
+    let (mut samples, interrupted) = matrix::time_cells(runner, &setup.keys, args.n, args.batch)?;
     if let Some(i) = interrupted {
         if samples.is_empty() {
             stream::note(
                 stream::Level::Warning,
                 "bench interrupted before any cell was measured",
             );
-            return Ok(crate::signals::exit_status());
+            return Ok(Builtins {
+                interrupted: true,
+                ..Builtins::default()
+            });
         }
         stream::note(
             stream::Level::Warning,
@@ -285,37 +321,74 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
             ),
         );
     } else if args.trace_spawns > 0 {
-        matrix::trace_cells(&runner, &mut samples, args.trace_spawns)?;
+        matrix::trace_cells(runner, &mut samples, args.trace_spawns)?;
     }
     let cells = matrix::cell_reports(&samples);
-    let fits: Vec<FitReport> = if nlimits >= 2 {
+    let fits = if setup.nlimits >= 2 {
         report::fits(&cells)
     } else {
         Vec::new()
     };
-    let cmd_text = runner
-        .cmd
-        .iter()
+    Ok(Builtins {
+        cells,
+        fits,
+        interrupted: interrupted.is_some(),
+    })
+}
+
+/// A command line for people (lossy UTF-8, arguments joined by spaces).
+pub(crate) fn command_text(cmd: &[OsString]) -> String {
+    cmd.iter()
         .map(|a| a.to_string_lossy())
         .collect::<Vec<_>>()
-        .join(" ");
+        .join(" ")
+}
+
+/// `fdaudit bench`.
+pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
+    stream::open(
+        Dest::new(args.output.as_deref(), StdStream::Stdout),
+        args.json,
+        "bench",
+    )?;
+    let setup = Setup::check(&args)?;
+    let machine = Machine::detect(setup.hard, setup.runner.cpu);
+    let builtins = measure_builtins(&args, &setup)?;
+    if builtins.interrupted && builtins.cells.is_empty() {
+        return Ok(crate::signals::exit_status());
+    }
+    let user = if builtins.interrupted {
+        UserResults::default()
+    } else {
+        user::measure(&args.spawner, args.runs, &setup.limits)?
+    };
+    let cmd_text = command_text(&setup.runner.cmd);
     let results = Results {
         machine: &machine,
-        cells: &cells,
-        fits: &fits,
+        cells: &builtins.cells,
+        fits: &builtins.fits,
+        user: &user,
         cmd_text: &cmd_text,
-        nlimits,
+        nlimits: setup.nlimits,
     };
     write_results(&args, &results)?;
     draw_plots(&args.plot, &results)?;
-    if interrupted.is_some() {
+    if builtins.interrupted || user.interrupted {
         return Ok(crate::signals::exit_status());
     }
-    Ok(exit_status(&cells, &cmd_text, &runner))
+    let builtin_status = exit_status(&builtins.cells, &cmd_text, &setup.runner);
+    Ok(builtin_status.max(user::exit_status(&user.cells)))
 }
 
 /// Each `--plot` file, with a note on stderr for each one written.
 fn draw_plots(paths: &[PathBuf], r: &Results) -> anyhow::Result<()> {
+    if r.cells.is_empty() && !paths.is_empty() {
+        stream::note(
+            stream::Level::Note,
+            "--plot draws the built-in strategies (--strategies): none measured, no plot",
+        );
+        return Ok(());
+    }
     for p in paths {
         let title = format!(
             "fork+exec of {}: per-spawn time vs RLIMIT_NOFILE ({}, {})",
@@ -336,6 +409,8 @@ struct Results<'a> {
     machine: &'a Machine,
     cells: &'a [CellReport],
     fits: &'a [FitReport],
+    /// What `-- CMD` gave (empty without it).
+    user: &'a UserResults,
     /// The spawned command line, for people.
     cmd_text: &'a str,
     /// How many NOFILE limits were measured.
@@ -358,6 +433,12 @@ fn write_results(args: &BenchArgs, r: &Results) -> anyhow::Result<()> {
         for f in fits {
             stream::record(&BenchRecord::Fit(f))?;
         }
+        for c in &r.user.cells {
+            stream::record(&BenchRecord::UserCell(c))?;
+        }
+        if let Some(f) = &r.user.fit {
+            stream::record(&BenchRecord::UserFit(f))?;
+        }
         return Ok(());
     }
     let mut out = String::new();
@@ -374,8 +455,18 @@ fn write_text(out: &mut String, args: &BenchArgs, r: &Results) -> std::fmt::Resu
         fits,
         cmd_text,
         nlimits,
+        user,
     } = *r;
     let term = stream::term();
+    if cells.is_empty() {
+        writeln!(out, "{}\n", term.fill(&machine.line(), 0))?;
+        let fit = user.fit.as_ref();
+        return write!(
+            out,
+            "{}",
+            user_report::render(&user.cells, fit, cells, term)
+        );
+    }
     let intro = format!(
         "fdaudit bench: {} timed spawns of `{cmd_text}` per cell (batches of {}, each after a \
          warm-up spawn, cells interleaved), {}; per-spawn wall time fork/posix_spawn → waitpid",
@@ -397,7 +488,13 @@ fn write_text(out: &mut String, args: &BenchArgs, r: &Results) -> std::fmt::Resu
         writeln!(out, "(fewer than 3 NOFILE limits: the fit below is weak)")?;
     }
     write!(out, "{}", report::render_fits(fits, term))?;
-    write!(out, "{}", report::render_published(fits, term))
+    write!(out, "{}", report::render_published(fits, term))?;
+    let fit = user.fit.as_ref();
+    write!(
+        out,
+        "{}",
+        user_report::render(&user.cells, fit, cells, term)
+    )
 }
 
 /// 1 when a spawn failed or a traced count contradicts its method (each said on stderr).

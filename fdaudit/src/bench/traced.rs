@@ -52,9 +52,9 @@ const DRAIN: Duration = Duration::from_millis(500);
 
 /// A tracing session reused for every cell.
 pub struct BenchTracer {
-    session: Session,
+    pub(super) session: Session,
     /// The follow loop's wait: no roots (the sink ends it), the signal pipe.
-    waiter: Waiter,
+    pub(super) waiter: Waiter,
 }
 
 /// The traced pass as a sink of the follow loop: the spawns of one spawner's children,

@@ -30,6 +30,8 @@ pub enum Key {
         nofile: u64,
         open_fds: u64,
     },
+    /// `bench -- CMD`: the user's spawner (its command line) at one NOFILE.
+    Spawner { spawner: String, nofile: u64 },
 }
 
 /// One side's numbers for a key. Several trace groups of one key (the same parent and exec
@@ -85,6 +87,36 @@ struct GroupIn {
     strategy: String,
     #[serde(rename = "leaked_fd_count", alias = "leaked_fds")]
     leaked_fds: u64,
+}
+
+#[derive(Deserialize)]
+struct UserCellIn {
+    spawner: String,
+    nofile: u64,
+    spawns: u64,
+    strategy: Option<String>,
+    window_median_ns: Option<u64>,
+    close_calls_per_spawn: Option<u64>,
+    leaked_fds_per_spawn: Option<u64>,
+}
+
+impl UserCellIn {
+    fn row(self) -> (Key, Row) {
+        let strategy = self.strategy.unwrap_or_else(|| "-".into());
+        let key = Key::Spawner {
+            spawner: self.spawner,
+            nofile: self.nofile,
+        };
+        let row = Row {
+            spawns: self.spawns,
+            strategies: vec![strategy.clone()],
+            strategy,
+            close_median: self.close_calls_per_spawn,
+            window_median_ns: self.window_median_ns.unwrap_or(0),
+            leaked_fds_per_spawn: self.leaked_fds_per_spawn.unwrap_or(0) as f64,
+        };
+        (key, row)
+    }
 }
 
 #[derive(Deserialize)]
@@ -292,8 +324,14 @@ fn bench_side(recs: &[serde_json::Value]) -> Result<Side> {
         };
         rows.insert(key, row);
     }
+    for r in of(recs, "user_cell") {
+        let c: UserCellIn = serde_json::from_value(r.clone())
+            .context("a user_cell record is not as fdaudit writes it")?;
+        let (key, row) = c.row();
+        rows.insert(key, row);
+    }
     if rows.is_empty() {
-        bail!("it has no cell records: the bench measured nothing");
+        bail!("it has no cell or user_cell records: the bench measured nothing");
     }
     Ok(Side {
         kind: Kind::Bench,

@@ -132,6 +132,7 @@ pub fn table(d: &Diff, kind: Kind, term: Term) -> String {
                 strategy.clone(),
                 format!("nofile {nofile}, {open_fds} open fds"),
             ),
+            Key::Spawner { spawner, nofile } => (escape(spawner), format!("nofile {nofile}")),
         };
         let paint = match g.change {
             Change::Worse => Some(Paint::Alarm),
@@ -213,6 +214,7 @@ pub fn verdict(d: &Diff, exit_code: u8) -> Option<String> {
                 nofile,
                 open_fds,
             } => format!("{strategy} at nofile {nofile}, {open_fds} open fds"),
+            Key::Spawner { spawner, nofile } => format!("{spawner} at nofile {nofile}"),
         };
         why.push(format!("{name}: {}", g.regressions.join(", ")));
     }
@@ -247,6 +249,39 @@ mod tests {
                 window_pct: None,
             },
         )
+    }
+
+    /// A `bench -- CMD` stream: the header and one user_cell at NOFILE 1024.
+    fn user_bench(strategy: &str, closes: u64) -> String {
+        let header = r#"{"type":"header","schema_version":2,"command":"bench"}"#;
+        let cell = serde_json::json!({
+            "type": "user_cell", "spawner": "python3 s.py", "nofile": 1024, "runs": 3,
+            "failed_runs": 0, "spawns": 15, "window_median_ns": 900000,
+            "window_p95_ns": 1000000, "strategy": strategy, "strategy_mixed": false,
+            "strategy_counts": {strategy: 15}, "close_calls_per_spawn": closes,
+            "close_range_calls_per_spawn": 0, "leaked_fds_per_spawn": 0, "leaked_fd_count": 0
+        });
+        format!("{header}\n{cell}\n")
+    }
+
+    #[test]
+    fn user_cells_are_rows_by_command_line_and_nofile() {
+        let a = parse(&user_bench("close-range", 0)).unwrap();
+        let b = parse(&user_bench("close-loop", 1021)).unwrap();
+        let tol = Tolerances {
+            closes_pct: 10.0,
+            window_pct: None,
+        };
+        let d = compare(&a, &b, tol);
+        assert!(d.regressed());
+        let t = table(&d, Kind::Bench, Term::plain());
+        let row = t
+            .lines()
+            .find(|l| l.contains("python3 s.py"))
+            .expect("a row");
+        assert!(row.contains("nofile 1024") && row.contains("worse"), "{t}");
+        let v = verdict(&d, 3).expect("a verdict");
+        assert!(v.contains("python3 s.py at nofile 1024"), "{v}");
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use super::{child, reads, report::Reporter, TraceArgs};
+use super::{reads, report::Reporter, TraceArgs};
 use crate::{
     cgroup::Followed,
     output::{count, stream},
@@ -86,7 +86,7 @@ pub fn follow(
     };
     let (mut end, mut ended) = follow::follow(session, waiter, &until, sink)?;
     if let (End::Signal(sig), Some(pid)) = (end, child) {
-        let status = child::stop_command(pid, sig, args.kill_after, |deadline| {
+        let status = crate::held::stop_command(pid, sig, args.kill_after, |deadline| {
             let until = Until {
                 child,
                 deadline: Some(deadline),

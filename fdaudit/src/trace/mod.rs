@@ -20,6 +20,7 @@ use std::{
 
 use anyhow::{Context as _, Result};
 
+use crate::held::start_held;
 use crate::{
     cgroup::Followed,
     exit,
@@ -32,7 +33,6 @@ use crate::{
         wait,
     },
 };
-use child::start_held;
 use report::{Ending, ExitReason, Reporter};
 use targets::check_targets;
 use verbose::{verbose_calibration, verbose_exit, verbose_startup};

@@ -1,0 +1,304 @@
+//! `fdaudit bench -- CMD`: the user's own spawner, traced under each NOFILE limit; and
+//! `--cmd-arg`, which took over the built-in child's arguments from `--`.
+
+use std::process::{Command, Output, Stdio};
+
+use fdaudit_tests::{fdaudit, of_type, records, require_root};
+use serde_json::Value;
+
+fn bench(args: &[&str]) -> Output {
+    Command::new(fdaudit())
+        .arg("bench")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("failed to run fdaudit bench")
+}
+
+/// `bench --json --limits 1024,4096 --runs 2 -- CMD…`: its exit code, user_cell records
+/// by NOFILE (every record checked against the schema), and its stderr and notes.
+fn user_cells(cmd: &[&str]) -> (Option<i32>, Vec<Value>, String) {
+    let mut args = vec!["--json", "--limits", "1024,4096", "--runs", "2", "--"];
+    args.extend(cmd);
+    let out = bench(&args);
+    let mut stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let recs = records(&String::from_utf8_lossy(&out.stdout));
+    for n in of_type(&recs, "note") {
+        stderr.push_str(n["message"].as_str().unwrap_or_default());
+        stderr.push('\n');
+    }
+    assert!(
+        of_type(&recs, "cell").is_empty(),
+        "-- CMD without --strategies measures no built-in cell"
+    );
+    let cells: Vec<Value> = of_type(&recs, "user_cell").into_iter().cloned().collect();
+    let nofiles: Vec<u64> = cells
+        .iter()
+        .map(|c| c["nofile"].as_u64().unwrap())
+        .collect();
+    assert_eq!(nofiles, [1024, 4096], "a user_cell per limit: {stderr}");
+    assert_eq!(of_type(&recs, "user_fit").len(), 1, "two limits: a fit");
+    (out.status.code(), cells, stderr)
+}
+
+/// The fields every spawner below is checked on, as (spawns, strategy, mixed, close()
+/// per spawn, close_range() per spawn, leaked per spawn, leaked in all).
+fn summary(c: &Value) -> (u64, &str, bool, u64, u64, u64, u64) {
+    let n = |k: &str| c[k].as_u64().unwrap_or_else(|| panic!("{k} in {c}"));
+    (
+        n("spawns"),
+        c["strategy"].as_str().expect("a strategy"),
+        c["strategy_mixed"].as_bool().expect("strategy_mixed"),
+        n("close_calls_per_spawn"),
+        n("close_range_calls_per_spawn"),
+        n("leaked_fds_per_spawn"),
+        n("leaked_fd_count"),
+    )
+}
+
+#[test]
+#[ignore = "needs root and BTF"]
+fn user_spawners_report_spawns_strategy_and_leaks_per_limit() {
+    require_root();
+    // CPython 3.11's subprocess closes with close_range, around the error pipe it keeps
+    // (two calls), and closes one pipe end; 5 spawns a run, 2 runs.
+    let python = [
+        "/usr/bin/python3",
+        "-c",
+        "import subprocess; [subprocess.run(['/bin/true'], close_fds=True) for _ in range(5)]",
+    ];
+    let (code, cells, stderr) = user_cells(&python);
+    assert_eq!(code, Some(0), "{stderr}");
+    for c in &cells {
+        assert_eq!(summary(c), (10, "close-range", false, 1, 2, 0, 0), "{c}");
+        assert_eq!((&c["runs"], &c["failed_runs"]), (&2.into(), &0.into()));
+        let (median, p95) = (&c["window_median_ns"], &c["window_p95_ns"]);
+        assert!(
+            median.as_u64().unwrap() > 0 && p95.as_u64() >= median.as_u64(),
+            "{c}"
+        );
+    }
+    // bash forks and execs without closing anything: fd 7 (its own) leaks into each child;
+    // what the test harness gave bash itself (the baseline) does not count.
+    let bash = [
+        "/bin/bash",
+        "-c",
+        "exec 7</etc/hostname; for i in 1 2 3; do /bin/true; done",
+    ];
+    let (code, cells, stderr) = user_cells(&bash);
+    assert_eq!(code, Some(0), "{stderr}");
+    for c in &cells {
+        assert_eq!(summary(c), (6, "none", false, 0, 0, 1, 6), "{c}");
+    }
+}
+
+#[test]
+#[ignore = "needs root and BTF"]
+fn the_limit_reaches_the_spawner_and_the_fit_sees_it_grow() {
+    require_root();
+    // fdaudit's own close-loop spawner closes 3..NOFILE: NOFILE−3 calls at each limit,
+    // which only holds if CMD really ran with that soft limit.
+    let me = fdaudit();
+    let me = me.to_str().expect("UTF-8 path");
+    let spawner = [me, "__spawner", "--strategy", "close-loop", "-n", "2"];
+    let (code, cells, stderr) = user_cells(&spawner);
+    assert_eq!(code, Some(0), "{stderr}");
+    for c in &cells {
+        let nofile = c["nofile"].as_u64().unwrap();
+        assert_eq!(
+            summary(c),
+            (4, "close-loop", false, nofile - 3, 0, 0, 0),
+            "{c}"
+        );
+    }
+    let w = |i: usize| cells[i]["window_median_ns"].as_u64().unwrap();
+    assert!(w(1) > w(0), "4093 closes cost more than 1021: {cells:?}");
+}
+
+#[test]
+#[ignore = "needs root and BTF"]
+fn a_failing_spawner_is_a_warning_and_exit_1() {
+    require_root();
+    let (code, cells, stderr) = user_cells(&["/bin/sh", "-c", "/bin/true; exit 3"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    for c in &cells {
+        assert_eq!(
+            (&c["runs"], &c["failed_runs"]),
+            (&2.into(), &2.into()),
+            "{c}"
+        );
+        assert_eq!(
+            c["spawns"], 2,
+            "the spawns before the failure still count: {c}"
+        );
+    }
+    assert!(stderr.contains("exited non-zero"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+#[ignore = "needs root and BTF"]
+fn ctrl_c_stops_and_prints_what_was_measured() {
+    require_root();
+    let mark = fdaudit_tests::temp_path("bench-user-started");
+    let _ = std::fs::remove_file(&mark);
+    // `exec sleep`: no fork, so /bin/true is the one spawn.
+    let script = format!("/bin/true; : > '{}'; exec sleep 30", mark.display());
+    let child = Command::new(fdaudit())
+        .args([
+            "bench",
+            "--json",
+            "--limits",
+            "1024,4096",
+            "--runs",
+            "3",
+            "--",
+        ])
+        .args(["/bin/sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run fdaudit bench");
+    // The first run is under way (its /bin/true spawned) once the mark exists.
+    let t0 = std::time::Instant::now();
+    while !mark.exists() {
+        assert!(t0.elapsed().as_secs() < 60, "the spawner never started");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().expect("wait for bench");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    let recs = records(&String::from_utf8_lossy(&out.stdout));
+    let cells = of_type(&recs, "user_cell");
+    assert_eq!(cells.len(), 1, "only NOFILE 1024 was reached: {recs:?}");
+    assert_eq!(
+        cells[0]["spawns"], 1,
+        "the run under way counts: {}",
+        cells[0]
+    );
+    let notes: Vec<&str> = of_type(&recs, "note")
+        .iter()
+        .filter_map(|n| n["message"].as_str())
+        .collect();
+    assert!(
+        notes.iter().any(|m| m.contains("interrupted")),
+        "{notes:?} {stderr}"
+    );
+    let _ = std::fs::remove_file(&mark);
+}
+
+#[test]
+fn a_spawner_that_cannot_run_is_refused_first() {
+    let out = bench(&["--limits", "1024", "--", "/nonexistent/spawner"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("CMD /nonexistent/spawner"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+/// `--cmd-arg` reaches the built-in child: `sh -c 'exit 3'` fails every spawn, `exit 0`
+/// none (untraced, no root needed).
+#[test]
+fn cmd_args_reach_the_built_in_child() {
+    let run = |script: &str| {
+        let out = bench(&[
+            "--json",
+            "--limits",
+            "1024",
+            "--open-fds",
+            "3",
+            "--strategies",
+            "none",
+            "-n",
+            "2",
+            "--batch",
+            "2",
+            "--trace-spawns",
+            "0",
+            "--cmd",
+            "/bin/sh",
+            "--cmd-arg",
+            "-c",
+            "--cmd-arg",
+            script,
+        ]);
+        let recs = records(&String::from_utf8_lossy(&out.stdout));
+        let failures = of_type(&recs, "cell")[0]["failures"].as_u64().unwrap();
+        (out.status.code(), failures)
+    };
+    assert_eq!(run("exit 3"), (Some(1), 2));
+    assert_eq!(run("exit 0"), (Some(0), 0));
+}
+
+/// `diff` compares two `bench -- CMD` runs row by row (command line and NOFILE): the same
+/// command line going from close_range to a close loop is a regression (exit 3).
+#[test]
+#[ignore = "needs root and BTF"]
+fn diff_compares_two_runs_of_the_same_spawner() {
+    require_root();
+    let me = fdaudit();
+    let run = |strategy: &str| {
+        let file = fdaudit_tests::temp_path(&format!("bench-user-{strategy}.jsonl"));
+        let file_arg = file.to_str().expect("UTF-8 temp path").to_owned();
+        let out = Command::new(fdaudit())
+            .args(["bench", "--json", "--limits", "1024,4096", "--runs", "1"])
+            .args(["-o", &file_arg, "--", "/bin/sh", "-c"])
+            .arg(r#"exec "$0" __spawner --strategy "$STRATEGY" -n 2"#)
+            .arg(&me)
+            .env("STRATEGY", strategy)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run fdaudit bench");
+        assert!(out.status.success(), "{strategy}: {out:?}");
+        file
+    };
+    let (a, b) = (run("close-range"), run("close-loop"));
+    let out = Command::new(fdaudit())
+        .arg("diff")
+        .args([&a, &b])
+        .arg("--json")
+        .output()
+        .expect("run fdaudit diff");
+    let _ = (std::fs::remove_file(&a), std::fs::remove_file(&b));
+    let recs = records(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(out.status.code(), Some(3), "{recs:?}");
+    let groups = of_type(&recs, "diff_group");
+    assert_eq!(groups.len(), 2, "one row per NOFILE: {groups:?}");
+    for g in groups {
+        assert_eq!(g["change"], "worse", "{g}");
+        assert_eq!(
+            g["regressions"][0], "strategy close-range → close-loop",
+            "{g}"
+        );
+        assert!(
+            g["spawner"]
+                .as_str()
+                .unwrap()
+                .starts_with("/bin/sh -c exec"),
+            "{g}"
+        );
+    }
+}
+
+/// An fd CMD itself inherited from fdaudit's caller (fd 9 here) is the baseline: it reaches
+/// every spawn, but as `trace` does, it is not counted as CMD's leak.
+#[test]
+#[ignore = "needs root and BTF"]
+fn what_cmd_inherited_is_not_its_leak() {
+    require_root();
+    let out = Command::new("/bin/sh")
+        .arg("-c")
+        .arg(r#"exec 9</etc/hostname; exec "$0" bench --json --limits 1024 --runs 1 -- /bin/sh -c '/bin/true; /bin/true; exit 0'"#)
+        .arg(fdaudit())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run fdaudit bench");
+    assert!(out.status.success(), "{out:?}");
+    let recs = records(&String::from_utf8_lossy(&out.stdout));
+    let c = of_type(&recs, "user_cell")[0];
+    assert_eq!(summary(c), (2, "none", false, 0, 0, 0, 0), "{c}");
+}
