@@ -490,7 +490,10 @@ fn attach_tp(bpf: &mut Ebpf, reads: bool) -> Result<Option<String>, String> {
 mod tests {
     #[test]
     fn auto_takes_tp_only_for_reads_and_only_where_it_sees_every_syscall() {
-        assert_eq!(super::auto_tp(false, false), Err(super::ebpf::TP_COSTS_MORE));
+        assert_eq!(
+            super::auto_tp(false, false),
+            Err(super::ebpf::TP_COSTS_MORE)
+        );
         assert!(super::auto_tp(true, true)
             .unwrap_err()
             .contains("32-bit syscalls"));
