@@ -183,6 +183,10 @@ const HOST_ONLY_TESTS: &[(&str, &str)] = &[
         "compiles its C fixture with gcc, which the initramfs lacks",
     ),
     (
+        "bench_user",
+        "benchmarks CPython's subprocess as the user's spawner; the initramfs has no Python",
+    ),
+    (
         "runtime",
         "runs the spawners of docs/spawners.md (Java, Node, Go, Ruby, SBCL, gdc) and a gcc \
          fixture, none of which the initramfs carries",
