@@ -26,16 +26,25 @@ fn run(backend: &str, extra: &[&str], cmd: &[String]) -> Output {
 
 /// Takes out of a record what legitimately differs between two runs: pids, times (every
 /// `*_ns` field), inode numbers (a pipe is a new pipe each run), path prefixes
-/// ([`target_name`]) with the `path_partial` flag that follows them, how a runtime's
-/// evidence was read, and the summary's skipped runs (by program: each backend has its own
+/// ([`target_name`]) with the `path_partial` flag that follows them, the runtimes (userspace
+/// reads them from /proc, racing the parent's exit), and the summary's skipped runs (by program: each backend has its own
 /// programs).
 fn normalize(v: &mut Value) {
     match v {
         Value::Object(o) => {
             o.retain(|k, _| {
                 !(k.ends_with("_ns")
-                    || ["pid", "parent_pid", "exec_tid", "ino", "bpf_missed_runs"]
-                        .contains(&k.as_str()))
+                    || [
+                        "pid",
+                        "parent_pid",
+                        "exec_tid",
+                        "ino",
+                        "bpf_missed_runs",
+                        // Read from the parent's /proc or, once it exited, from its exec
+                        // path's file: a race with its exit, not the backend's doing.
+                        "runtime",
+                    ]
+                    .contains(&k.as_str()))
             });
             for (k, x) in o.iter_mut() {
                 // `path_partial` follows the targets (in flags, and the summary's partial
@@ -50,12 +59,6 @@ fn normalize(v: &mut Value) {
                     if let Some(t) = x.as_str() {
                         *x = Value::from(target_name(t));
                     }
-                }
-                // A runtime's evidence says whether the parent was still there to read or
-                // was named from its exec path's file: a race with its exit, not the backend
-                // (the name, version and exe are compared).
-                if k == "evidence" {
-                    *x = Value::Null;
                 }
                 normalize(x);
             }
