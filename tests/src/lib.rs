@@ -136,14 +136,15 @@ pub fn listen_loopback(backlog: libc::c_int) -> (libc::c_int, u16) {
     }
 }
 
+/// docs/fdaudit.schema.json, compiled in, so the test binaries also work where the source
+/// tree is absent (the VM guests of `cargo xtask vm-test`).
+pub const SCHEMA_TEXT: &str = include_str!("../../docs/fdaudit.schema.json");
+
 /// The JSON Schema every record fdaudit writes must satisfy (docs/fdaudit.schema.json).
 pub fn schema() -> &'static jsonschema::Validator {
     static V: OnceLock<jsonschema::Validator> = OnceLock::new();
-    // Compiled in, so the test binaries also work where the source tree is absent (the
-    // VM guests of `cargo xtask vm-test`).
-    const TEXT: &str = include_str!("../../docs/fdaudit.schema.json");
     V.get_or_init(|| {
-        let schema: Value = serde_json::from_str(TEXT).expect("the schema is JSON");
+        let schema: Value = serde_json::from_str(SCHEMA_TEXT).expect("the schema is JSON");
         jsonschema::validator_for(&schema)
             .unwrap_or_else(|e| panic!("docs/fdaudit.schema.json is not a valid JSON Schema: {e}"))
     })
