@@ -108,6 +108,10 @@ struct VmTestArgs {
     /// the host is. Slow; meant for comparing load times, with --no-tests.
     #[arg(long)]
     icount: bool,
+    /// Guests booted at once (each TCG guest keeps one host core busy); 0: one per host
+    /// core.
+    #[arg(long, default_value_t = 0)]
+    jobs: usize,
 }
 
 fn parse_env(s: &str) -> Result<(String, String), String> {
@@ -261,6 +265,7 @@ fn run(cli: Cli) -> Result<i32> {
                 timeout: Duration::from_secs(a.timeout),
                 refresh: a.refresh,
                 icount: a.icount,
+                jobs: a.jobs,
             };
             let outcomes = vm::run(&root, &opts).context("failed to run the VM kernel matrix")?;
             println!();

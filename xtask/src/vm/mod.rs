@@ -50,6 +50,8 @@ pub struct Options {
     pub refresh: bool,
     /// Count guest time in instructions (deterministic load times; see [`Arch::qemu`]).
     pub icount: bool,
+    /// Guests booted at once; 0: one per host core.
+    pub jobs: usize,
 }
 
 /// The kernels a run boots by default for `arch`.
@@ -164,30 +166,67 @@ pub fn run(root: &Path, opts: &Options) -> Result<Vec<Outcome>> {
     plan.check_kernel_log();
     let initrd = image::build_initramfs(root, &vm_dir, opts, &built, &plan)?;
     let size = std::fs::metadata(&initrd).map(|m| m.len()).unwrap_or(0);
+    // A TCG guest runs its vCPUs on one host thread (`thread=single`), so guests booted side
+    // by side each keep one core busy and do not slow each other down.
+    let jobs = match opts.jobs {
+        0 => std::thread::available_parallelism().map_or(1, usize::from),
+        n => n,
+    }
+    .min(kernels.len())
+    .max(1);
     eprintln!(
-        "vm-test: initramfs {} MiB, {} test binaries; {} kernels, one at a time",
+        "vm-test: initramfs {} MiB, {} test binaries; {} kernels, {jobs} at a time",
         size >> 20,
         built.tests.len(),
         kernels.len()
     );
-    let mut outcomes = Vec::new();
-    for k in &kernels {
-        eprintln!("vm-test: booting {} ({})", k.label, k.image.display());
-        let log = vm_dir.join("out").join(format!(
-            "{}-{}.log",
-            opts.arch.name(),
-            k.label.replace('/', "_")
-        ));
-        let o = boot(opts, k, &initrd, &log, plan.clone())?;
-        println!("{}", o.verdict_line());
-        if !o.failures().is_empty() {
-            // CI keeps only what is printed: the failed tests and why, not just the log's path.
-            let text = std::fs::read_to_string(&o.log_path).unwrap_or_default();
-            for line in outcome::failure_excerpt(&text) {
-                println!("  {line}");
-            }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut slots: Vec<Option<Result<Outcome>>> = (0..kernels.len()).map(|_| None).collect();
+    let done = std::sync::Mutex::new(&mut slots);
+    std::thread::scope(|s| {
+        for _ in 0..jobs {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(k) = kernels.get(i) else { break };
+                let o = boot_and_report(opts, &vm_dir, k, &initrd, plan.clone());
+                if let Ok(mut d) = done.lock() {
+                    d[i] = Some(o);
+                }
+            });
         }
-        outcomes.push(o);
+    });
+    slots
+        .into_iter()
+        .map(|o| o.unwrap_or_else(|| Err(anyhow::anyhow!("a guest's thread panicked"))))
+        .collect()
+}
+
+/// Boots one kernel and prints its verdict (and, when it failed, which tests and why) as
+/// soon as it is known.
+fn boot_and_report(
+    opts: &Options,
+    vm_dir: &Path,
+    k: &Kernel,
+    initrd: &Path,
+    plan: Plan,
+) -> Result<Outcome> {
+    eprintln!("vm-test: booting {} ({})", k.label, k.image.display());
+    let log = vm_dir.join("out").join(format!(
+        "{}-{}.log",
+        opts.arch.name(),
+        k.label.replace('/', "_")
+    ));
+    let o = boot(opts, k, initrd, &log, plan)?;
+    let mut out = vec![o.verdict_line()];
+    if !o.failures().is_empty() {
+        // CI keeps only what is printed: the failed tests and why, not just the log's path.
+        let text = std::fs::read_to_string(&o.log_path).unwrap_or_default();
+        out.extend(
+            outcome::failure_excerpt(&text)
+                .into_iter()
+                .map(|l| format!("  {l}")),
+        );
     }
-    Ok(outcomes)
+    println!("{}", out.join("\n"));
+    Ok(o)
 }
