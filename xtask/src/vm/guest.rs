@@ -90,7 +90,8 @@ impl Plan {
             ));
         }
         Self {
-            env: Vec::new(),
+            // hostile_trace's spawn burst at a quarter of its host size (its burst_size).
+            env: vec![("FDAUDIT_TEST_BURST".into(), "1000".into())],
             steps,
         }
     }
