@@ -252,14 +252,7 @@ fn stable_rust_alone_builds_a_binary_that_traces_a_leak() {
     let mut build = Command::new(bin.join("cargo"));
     build
         .current_dir(repo())
-        .args([
-            "build",
-            "--locked",
-            "-p",
-            "fdaudit",
-            "--bin",
-            "fdaudit",
-        ])
+        .args(["build", "--locked", "-p", "fdaudit", "--bin", "fdaudit"])
         .env("CARGO_TARGET_DIR", &target);
     env(&mut build);
     let out = run(&mut build);
