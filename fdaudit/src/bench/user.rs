@@ -97,6 +97,10 @@ impl BenchTracer {
             },
         )?;
         let pid = held.pid;
+        // Its exit wakes the follow loop (a pidfd): the exit record can come before the
+        // command is reapable, and nothing else would wake a loop with no tick (two runs
+        // waited forever so in CI).
+        self.waiter.set_roots(&[pid]);
         if let Err(e) = self.session.track(pid) {
             // SAFETY: killing and reaping our own child, which has not exec'd yet.
             unsafe {

@@ -50,15 +50,27 @@ pub struct Waiter {
 impl Waiter {
     /// Opens a pidfd for every root (open them before the roots can be reaped).
     pub fn new(signal_rd: OwnedFd, roots: &[u32]) -> Waiter {
-        let roots = roots
+        Waiter {
+            signal_rd,
+            roots: Self::new_roots(roots),
+        }
+    }
+
+    /// Waits on `roots` from now on instead (open them before they can be reaped): bench
+    /// reuses one waiter for each command it runs.
+    pub fn set_roots(&mut self, roots: &[u32]) {
+        self.roots = Self::new_roots(roots);
+    }
+
+    fn new_roots(roots: &[u32]) -> Vec<Root> {
+        roots
             .iter()
             .map(|&pid| Root {
                 pid,
                 pidfd: pidfd_open(pid),
                 gone: false,
             })
-            .collect();
-        Waiter { signal_rd, roots }
+            .collect()
     }
 
     /// Blocks until a root exits, a signal arrives, `ring_fd` (if given) has records, or
