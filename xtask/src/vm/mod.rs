@@ -180,25 +180,29 @@ pub fn run(root: &Path, opts: &Options) -> Result<Vec<Outcome>> {
         built.tests.len(),
         kernels.len()
     );
+    // Each worker takes the next kernel until none is left; the outcomes come back in
+    // the kernels' order. A panicking worker panics the scope (and vm-test) with it.
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let mut slots: Vec<Option<Result<Outcome>>> = (0..kernels.len()).map(|_| None).collect();
-    let done = std::sync::Mutex::new(&mut slots);
-    std::thread::scope(|s| {
-        for _ in 0..jobs {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some(k) = kernels.get(i) else { break };
-                let o = boot_and_report(opts, &vm_dir, k, &initrd, plan.clone());
-                if let Ok(mut d) = done.lock() {
-                    d[i] = Some(o);
-                }
-            });
-        }
+    let mut done: Vec<(usize, Result<Outcome>)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..jobs)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(k) = kernels.get(i) else { break mine };
+                        mine.push((i, boot_and_report(opts, &vm_dir, k, &initrd, plan.clone())));
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
     });
-    slots
-        .into_iter()
-        .map(|o| o.unwrap_or_else(|| Err(anyhow::anyhow!("a guest's thread panicked"))))
-        .collect()
+    done.sort_by_key(|(i, _)| *i);
+    done.into_iter().map(|(_, o)| o).collect()
 }
 
 /// Boots one kernel and prints its verdict (and, when it failed, which tests and why) as
