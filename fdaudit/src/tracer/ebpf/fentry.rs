@@ -6,9 +6,14 @@ use aya::{
     Ebpf,
 };
 
-use aya_obj::generated::{bpf_attach_type, bpf_prog_type};
+use aya_obj::generated::{
+    bpf_attach_type, bpf_prog_type, perf_event_attr, perf_type_id, PERF_FLAG_FD_CLOEXEC,
+};
 
-use super::{raw, FentrySpec, LoadError, FENTRY_PROGRAMS, SYSCALL_PREFIX};
+use super::{
+    raw, FentrySpec, LoadError, EXEC_EXIT_PROGRAMS, FENTRY_PROGRAMS, SYSCALL_PREFIX, TP_PROGRAMS,
+    TP_READ_PROGRAMS,
+};
 use crate::tracer::btf::Btf;
 
 /// Loads one fentry-backend program against `btf` and attaches it.
@@ -108,7 +113,8 @@ pub fn detach_after_exit(ebpf: &mut Ebpf) {
             let _ = prog_unload(prog);
         }
     }
-    if hand_bpf_fds_to_a_child().is_err() {
+    let ids = trace_event_ids(ebpf);
+    if hand_bpf_fds_to_a_child(&ids).is_err() {
         detach_fentry(ebpf);
     }
 }
@@ -122,27 +128,94 @@ fn prog_unload(prog: &mut Program) -> Result<(), ProgramError> {
     }
 }
 
+/// How long the child of [`detach_after_exit`] keeps its anchors (see there) once it has
+/// closed the BPF fds: long enough that a trace started soon after this one (a loop in a
+/// script, the next round of a benchmark) finds them and hands its own on, short enough
+/// that the syscall slow path a registered syscall trace event costs every process (~4%
+/// on a getppid() loop) does not outlive fdaudit by much.
+const ANCHOR_LINGER_S: i64 = 2;
+
+/// The tracefs ids of the syscall trace events this session's tracepoint programs are
+/// loaded for (the tp backend's, the exec_exit ones): what the child of
+/// [`detach_after_exit`] anchors.
+fn trace_event_ids(ebpf: &Ebpf) -> Vec<u64> {
+    let tracepoints = TP_PROGRAMS
+        .iter()
+        .chain(&TP_READ_PROGRAMS)
+        .map(|s| (s.name, s.tracepoint))
+        .chain(EXEC_EXIT_PROGRAMS);
+    tracepoints
+        .filter(|(name, _)| {
+            matches!(ebpf.program(name), Some(Program::TracePoint(p)) if p.fd().is_ok())
+        })
+        .filter_map(|(_, tracepoint)| {
+            let id = std::path::Path::new(crate::sys::TRACEFS)
+                .join("events/syscalls")
+                .join(tracepoint)
+                .join("id");
+            std::fs::read_to_string(id).ok()?.trim().parse().ok()
+        })
+        .collect()
+}
+
+/// A disabled perf event on trace event `id`, with no program: it keeps the event's
+/// perf registration (its `perf_refcount`) alive, and costs nothing while disabled. Only
+/// a raw syscall: called between fork and _exit.
+fn open_anchor(id: u64) -> i32 {
+    // SAFETY: a zeroed perf_event_attr is valid; perf_event_open reads `size` bytes of it.
+    let mut attr: perf_event_attr = unsafe { std::mem::zeroed() };
+    attr.type_ = perf_type_id::PERF_TYPE_TRACEPOINT as u32;
+    attr.size = std::mem::size_of::<perf_event_attr>() as u32;
+    attr.config = id;
+    attr.set_disabled(1);
+    // SAFETY: the attr outlives the call; pid -1 with cpu 0 is any task on CPU 0.
+    unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            &attr as *const perf_event_attr,
+            -1,
+            0,
+            -1,
+            PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
+        ) as i32
+    }
+}
+
 /// Forks a child that keeps this process's BPF fds open until this process exits.
-fn hand_bpf_fds_to_a_child() -> std::io::Result<()> {
+///
+/// Closing the last perf event of a syscall trace event unregisters it, and the kernel
+/// then waits for two RCU grace periods while it holds `event_mutex`
+/// (`perf_trace_event_unreg`), the mutex every perf_event_open of a trace event takes:
+/// a trace started meanwhile (its tp programs, its exec_exit ones) waited for it, 30 to
+/// 150 ms (docs/performance.md, 2026-12-03). So the child first opens an anchor on each
+/// of those trace events ([`open_anchor`]), closes its BPF fds once fdaudit has exited
+/// (the programs detach; the events stay registered, so nothing waits), and keeps the
+/// anchors [`ANCHOR_LINGER_S`] more: a trace that starts meanwhile finds each event
+/// registered (its perf_event_open only takes a reference) and its own child takes the
+/// registration over. Only the last child's exit unregisters, when no trace is starting.
+fn hand_bpf_fds_to_a_child(ids: &[u64]) -> std::io::Result<()> {
     let mut gone = [0i32; 2];
     // SAFETY: pipe2 fills the array we own.
     if unsafe { libc::pipe2(gone.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
-    // Every fd that is not a BPF object, listed before the fork (the child may only make
+    // Every fd, BPF objects apart, listed before the fork (the child may only make
     // async-signal-safe calls).
-    let mut others: Vec<i32> = Vec::new();
+    let (mut others, mut bpf_fds): (Vec<i32>, Vec<i32>) = (Vec::new(), Vec::new());
     for e in std::fs::read_dir("/proc/self/fd")?.flatten() {
         let Some(fd) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
             continue;
         };
         let bpf = std::fs::read_link(e.path())
             .is_ok_and(|t| t.to_string_lossy().starts_with("anon_inode:bpf"));
-        if !bpf && fd != gone[0] {
+        if bpf {
+            bpf_fds.push(fd);
+        } else if fd != gone[0] {
             others.push(fd);
         }
     }
-    // SAFETY: the child only calls setsid, close, read and _exit.
+    // SAFETY: the child only calls setsid, close, read, perf_event_open, nanosleep and
+    // _exit.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
         return Err(std::io::Error::last_os_error());
@@ -154,11 +227,25 @@ fn hand_bpf_fds_to_a_child() -> std::io::Result<()> {
             for &fd in &others {
                 libc::close(fd);
             }
+            let mut anchored = false;
+            for &id in ids {
+                anchored |= open_anchor(id) >= 0;
+            }
             let mut b = 0u8;
             // EOF once every copy of the write end is closed: when fdaudit has exited.
             while libc::read(gone[0], (&mut b as *mut u8).cast(), 1) != 0
                 && *libc::__errno_location() == libc::EINTR
             {}
+            if anchored {
+                for &fd in &bpf_fds {
+                    libc::close(fd);
+                }
+                let linger = libc::timespec {
+                    tv_sec: ANCHOR_LINGER_S,
+                    tv_nsec: 0,
+                };
+                libc::nanosleep(&linger, std::ptr::null_mut());
+            }
             libc::_exit(0);
         }
     }

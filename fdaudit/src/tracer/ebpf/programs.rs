@@ -162,8 +162,8 @@ macro_rules! tp_programs {
 
 fdaudit_common::for_each_counter!(tp_programs);
 
-/// `TP_READ_PROGRAMS`, from the counter table's `reads`: the eBPF crate's `tp.rs` names
-/// them the same way (`tp_exit_` and the syscall's name).
+/// `TP_READ_PROGRAMS`, from the counter table's `reads`: one program, the eBPF crate's
+/// `tp_exit_read`, on each read syscall's exit tracepoint.
 macro_rules! tp_read_programs {
     (
         counters { $($_c:tt)* }
@@ -171,11 +171,14 @@ macro_rules! tp_read_programs {
         reads { $( $rname:ident $rsysno:ident $rprog:ident = $rx:tt, $ra:tt, [$($ri:tt)*]; )* }
         others { $($_o:tt)* }
     ) => {
-        /// The tp backend's `--reads` programs: one per read syscall, on its exit
-        /// tracepoint, where the kernel has the helpers they need (else raw `sys_exit`).
+        /// The tp backend's `--reads` attachments: the one program `tp_exit_read` (the
+        /// exit record has no syscall-specific field, so one program serves them all and
+        /// the verifier runs once: 5.5 ms a program here, docs/performance.md) on each read
+        /// syscall's exit tracepoint, where the kernel has the helpers it needs (else raw
+        /// `sys_exit`).
         pub const TP_READ_PROGRAMS: [TpSpec; [$(stringify!($rprog),)*].len()] = [
             $( TpSpec {
-                name: concat!("tp_exit_", stringify!($rname)),
+                name: TP_EXIT_READ,
                 tracepoint: concat!("sys_exit_", stringify!($rname)),
                 here: fdaudit_common::sysno::$rsysno != fdaudit_common::sysno::NONE,
             }, )*
@@ -184,3 +187,6 @@ macro_rules! tp_read_programs {
 }
 
 fdaudit_common::for_each_counter!(tp_read_programs);
+
+/// The one program of [`TP_READ_PROGRAMS`].
+pub const TP_EXIT_READ: &str = "tp_exit_read";
