@@ -223,11 +223,14 @@ fn backends_report_the_same_records() {
             "{err}"
         );
     }
-    // auto: raw-tp without --reads, saying why (fentry is opt-in, tp costs more).
+    // auto: tp where it works, else raw-tp, saying why (fentry is opt-in).
     let auto = run("auto", &[], &spawner("none", 1));
     assert!(auto.status.success(), "{}", stderr(&auto));
-    let auto_says = "backend: raw-tp (auto: fentry is opt-in, --backend fentry; tp costs more \
-                     than raw-tp on spawn-heavy work without --reads, --backend tp)";
+    let auto_says = if tp_works {
+        "backend: tp (auto: fentry is opt-in, --backend fentry; tp costs least here)"
+    } else {
+        "backend: raw-tp (auto: fentry is opt-in, --backend fentry; tp: "
+    };
     assert!(stderr(&auto).contains(auto_says), "{}", stderr(&auto));
     let others: Vec<&str> = [("fentry", fentry_works), ("tp", tp_works)]
         .into_iter()

@@ -69,20 +69,20 @@ fn root_loads_and_attaches_every_program() {
             && detail.starts_with(want),
         "{backend}"
     );
-    // auto: raw-tp, each passed-over backend with whether it would work here (fentry and
-    // tp are opt-in; doctor mounts tracefs when missing).
+    // auto: tp where it works (doctor mounts tracefs when missing), else raw-tp; fentry
+    // passed over with whether it would work here (it is opt-in).
     if env.is_err() {
         let tracepoints =
             std::path::Path::new("/sys/kernel/tracing/events/syscalls/sys_enter_close").exists();
-        let tp = if tracepoints {
-            "tp costs more than raw-tp on spawn-heavy work without --reads, --backend tp; it loads and attaches here"
+        let (starts, why) = if tracepoints {
+            ("tp: ", "; tp costs least here)")
         } else {
-            "tp costs more than raw-tp on spawn-heavy work without --reads, --backend tp; it would not work here"
+            ("raw-tp: ", "; tp would not work here: ")
         };
         assert!(
-            detail.starts_with("raw-tp: ")
+            detail.starts_with(starts)
                 && detail.contains("(auto: fentry is opt-in, --backend fentry; it ")
-                && detail.contains(tp),
+                && detail.contains(why),
             "{backend}"
         );
     }

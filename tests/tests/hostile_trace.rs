@@ -450,7 +450,7 @@ fn native_only_backends_say_they_miss_them(int80: &Path) {
         o["type"] == "note"
             && o["message"]
                 .as_str()
-                .is_some_and(|m| m.starts_with("--backend tp: 32-bit (int $0x80) syscalls"))
+                .is_some_and(|m| m.starts_with("tp backend: 32-bit (int $0x80) syscalls"))
     });
     assert!(note.is_some(), "no note on ia32 syscalls: {objs:?}");
     let child = objs

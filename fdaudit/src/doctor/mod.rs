@@ -326,8 +326,8 @@ fn program_checks() -> (Vec<Check>, Vec<ProgramFigures>) {
 }
 
 /// Which backend `trace` will count syscalls with, and why: as trace's `auto` (or
-/// FDAUDIT_BACKEND) chooses, the fentry then the tp programs are loaded, attached and
-/// detached until one works.
+/// FDAUDIT_BACKEND) chooses, the fentry programs (whether they would work, for the record),
+/// then the tp ones are loaded, attached and detached; raw-tp when tp does not work.
 fn backend_check(bpf: &mut aya::Ebpf, kernel: &ebpf::KernelBtf) -> Check {
     let choice = match BackendChoice::from_env() {
         Ok(c) => c,
@@ -372,16 +372,15 @@ fn backend_check(bpf: &mut aya::Ebpf, kernel: &ebpf::KernelBtf) -> Check {
             }
         }
     }
-    if choice == BackendChoice::Auto {
-        passed_over.push(match tp_attaches(bpf) {
-            Ok(()) => format!("{}; it loads and attaches here", ebpf::TP_COSTS_MORE),
-            Err(why) => format!("{}; it would not work here: {why}", ebpf::TP_COSTS_MORE),
-        });
-    }
-    if choice == BackendChoice::Tp {
+    if matches!(choice, BackendChoice::Tp | BackendChoice::Auto) {
         match tp_attaches(bpf) {
             Ok(()) => {
-                let why = forced("tp");
+                let why = match choice {
+                    BackendChoice::Auto => {
+                        format!("auto: {}; {}", passed_over.join("; "), ebpf::AUTO_TP)
+                    }
+                    _ => forced("tp"),
+                };
                 return check(
                     "backend",
                     Status::Ok,
@@ -393,13 +392,14 @@ fn backend_check(bpf: &mut aya::Ebpf, kernel: &ebpf::KernelBtf) -> Check {
                     ),
                 );
             }
-            Err(why) => {
+            Err(why) if choice == BackendChoice::Tp => {
                 return check(
                     "backend",
                     Status::Fail,
                     format!("{}, but {why}", forced("tp")),
                 )
             }
+            Err(why) => passed_over.push(format!("tp would not work here: {why}")),
         }
     }
     let why = match choice {

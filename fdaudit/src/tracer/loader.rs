@@ -218,10 +218,10 @@ impl Plan {
     fn new(opts: &SessionOptions, exec_walk: ExecWalk) -> Self {
         const SPECS: &[ProgramSpec] = &ebpf::PROGRAMS;
         let sched: Vec<&ProgramSpec> = SPECS.iter().filter(|p| !p.syscall).collect();
-        // Loaded with the others only when chosen: auto tries fentry and tp first
+        // Loaded with the others only when chosen: auto tries tp first
         // (attach_syscall_counters) and loads raw-tp's programs only if it falls back.
         let raw_syscalls: Vec<&ProgramSpec> = match (opts.leaks_only, opts.backend) {
-            (false, BackendChoice::RawTp | BackendChoice::Auto) => SPECS
+            (false, BackendChoice::RawTp) => SPECS
                 .iter()
                 .filter(|p| p.syscall && (opts.reads || !p.reads_only))
                 .collect(),
@@ -350,7 +350,8 @@ fn load_all(bpf: &mut Ebpf, plan: &Plan) -> LoadResults {
 }
 
 /// Attaches the syscall counters of the chosen backend: (backend, why auto chose it,
-/// aya's BTF parse in ms). `auto` is raw-tp, and says why; fentry and tp are opt-in.
+/// aya's BTF parse in ms). `auto` is tp where it works, else raw-tp, and says why;
+/// fentry is opt-in.
 fn attach_syscall_counters(
     bpf: &mut Ebpf,
     kernel: &KernelBtf,
@@ -375,16 +376,14 @@ fn attach_syscall_counters(
         // in a 6.12 TCG guest ended in a kernel Oops (docs/kernels.md), and under it the
         // root suite's calibration check failed in a 7.2 guest (2026-12-02).
         passed_over.push(ebpf::FENTRY_OPT_IN.to_string());
-        match auto_tp(opts.reads, ebpf::ia32_syscalls(&kernel.btf)) {
-            Ok(()) => take_tp = true,
-            Err(why) => passed_over.push(why.to_string()),
-        }
+        // tp where it works: measured the cheapest here on every workload (see [`ebpf::AUTO_TP`]).
+        take_tp = true;
     }
     if take_tp {
         match attach_tp(bpf, opts.reads) {
             Ok(reads) => {
                 let auto = (choice == BackendChoice::Auto)
-                    .then(|| format!("auto: {}", passed_over.join("; ")));
+                    .then(|| format!("auto: {}; {}", passed_over.join("; "), ebpf::AUTO_TP));
                 let why = match (auto, reads) {
                     (Some(a), Some(r)) => Some(format!("{a}; {r}")),
                     (a, r) => a.or(r),
@@ -397,8 +396,8 @@ fn attach_syscall_counters(
             Err(why) => passed_over.push(format!("tp: {why}")),
         }
     }
-    // raw-tp: loaded with the others (raw-tp and auto).
-    let loaded_before = matches!(choice, BackendChoice::RawTp | BackendChoice::Auto);
+    // raw-tp: loaded with the others when chosen, else (auto's fallback) now.
+    let loaded_before = choice == BackendChoice::RawTp;
     for spec in ebpf::PROGRAMS
         .iter()
         .filter(|p| p.syscall && (opts.reads || !p.reads_only))
@@ -413,22 +412,6 @@ fn attach_syscall_counters(
     }
     let why = (choice == BackendChoice::Auto).then(|| format!("auto: {}", passed_over.join("; ")));
     Ok((Some(Backend::RawTp), why, aya_btf_ms))
-}
-
-/// Whether `auto` takes tp, or why not. Measured (docs/performance.md, 2026-12-03): without
-/// `--reads` tp costs more than raw-tp on spawn-heavy work, traced or not (a bystander
-/// spawn storm 1.74x against 1.30x); with `--reads` it is never worse and spares every
-/// other syscall's exit (a bystander getppid loop 1.03x against 1.82x). It takes tp then,
-/// where its reads come from the read syscalls' exit tracepoints (5.15+) and where the
-/// kernel runs no 32-bit syscalls, which tp does not see (auto never counts fewer).
-fn auto_tp(reads: bool, ia32: bool) -> Result<(), &'static str> {
-    if !reads {
-        return Err(ebpf::TP_COSTS_MORE);
-    }
-    if ia32 {
-        return Err("tp would not see the 32-bit syscalls this kernel runs, --backend tp");
-    }
-    ebpf::probe_tp_reads().map_err(|_| "tp's reads need bpf_task_pt_regs (5.15+)")
 }
 
 /// The fentry backend, probed with one syscall first: where the kernel refuses every
@@ -488,17 +471,6 @@ fn attach_tp(bpf: &mut Ebpf, reads: bool) -> Result<Option<String>, String> {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn auto_takes_tp_only_for_reads_and_only_where_it_sees_every_syscall() {
-        assert_eq!(
-            super::auto_tp(false, false),
-            Err(super::ebpf::TP_COSTS_MORE)
-        );
-        assert!(super::auto_tp(true, true)
-            .unwrap_err()
-            .contains("32-bit syscalls"));
-    }
-
     /// An error with a cause, as aya's are.
     #[derive(Debug, thiserror::Error)]
     #[error("{text}")]

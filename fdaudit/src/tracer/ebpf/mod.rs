@@ -145,12 +145,16 @@ impl Backend {
 
 /// Why `auto` passes over fentry, as `-v` and doctor say it.
 pub const FENTRY_OPT_IN: &str = "fentry is opt-in, --backend fentry";
-/// Why `auto` does not take tp without `--reads`.
-pub const TP_COSTS_MORE: &str =
-    "tp costs more than raw-tp on spawn-heavy work without --reads, --backend tp";
+/// Why `auto` takes tp where it loads and attaches, else raw-tp (docs/performance.md,
+/// 2026-12-03, with the holder's anchors): a bystander getppid() loop pays 0.96x under tp
+/// against 1.47x under raw-tp (0.98x against 2.02x with `--reads`), a bystander spawn storm
+/// 1.29x against 1.33x, a traced close storm 1.45x against 1.47x (1.46x against 1.77x with
+/// `--reads`). Where the kernel runs ia32 syscalls, which tp does not see, the run says so
+/// in a note (`Session::unseen`, [`IA32_UNSEEN`]): auto never counts fewer silently.
+pub const AUTO_TP: &str = "tp costs least here";
 
-/// `--backend`: a backend, or `auto`: raw-tp (fentry is opt-in until it is shown faster and
-/// safe on real hardware, tp until the overhead benchmark has measured it).
+/// `--backend`: a backend, or `auto`: tp where its tracepoints work, else raw-tp (fentry is
+/// opt-in until it is shown faster and safe on real hardware).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum BackendChoice {
     #[default]
