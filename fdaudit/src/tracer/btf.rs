@@ -85,6 +85,8 @@ pub struct Btf {
     strings: (usize, usize),
     /// STRUCTs and UNIONs with a name and members, by type id (ascending).
     composites: Vec<u32>,
+    /// FUNCs, by type id (ascending): what [`Btf::func_id`] searches.
+    funcs: Vec<u32>,
 }
 
 /// One type record's header.
@@ -162,11 +164,14 @@ impl Btf {
         let mut types = Vec::with_capacity(type_len / 24 + 1);
         types.push(0);
         let mut composites = Vec::new();
+        let mut funcs = Vec::new();
         let mut o = types_start;
         while o < types_end {
             let h = header(&data, o)?;
             if matches!(h.kind, KIND_STRUCT | KIND_UNION) && h.name != 0 && h.vlen > 0 {
                 composites.push(types.len() as u32);
+            } else if h.kind == KIND_FUNC {
+                funcs.push(types.len() as u32);
             }
             types.push(o as u32);
             o = h.tail + tail_len(h)?;
@@ -179,20 +184,24 @@ impl Btf {
             types,
             strings: (strs_start, strs_start + str_len),
             composites,
+            funcs,
         })
     }
 
-    fn str_bytes(&self, off: u32) -> &[u8] {
-        let s = self
-            .data
-            .get(self.strings.0 + off as usize..self.strings.1)
-            .unwrap_or_default();
-        let end = s.iter().position(|&b| b == 0).unwrap_or(s.len());
-        &s[..end]
+    /// Whether the string at `off` is `name`: compared in place (the lookups below make
+    /// tens of thousands of these at start-up).
+    fn name_is(&self, off: u32, name: &str) -> bool {
+        let start = self.strings.0 + off as usize;
+        let end = start + name.len();
+        end < self.strings.1
+            && self.data.get(start..end) == Some(name.as_bytes())
+            && self.data.get(end) == Some(&0)
     }
 
-    fn name_is(&self, off: u32, name: &str) -> bool {
-        self.str_bytes(off) == name.as_bytes()
+    /// The name offset of type `id` (a record's first word), for the searches by name.
+    fn name_of(&self, id: u32) -> Option<u32> {
+        let o = *self.types.get(id as usize)? as usize;
+        le_u32(&self.data, o).ok()
     }
 
     /// The header of type `id` (None for void and ids out of range).
@@ -247,15 +256,15 @@ impl Btf {
         self.composites
             .iter()
             .copied()
-            .find(|&id| self.header(id).is_some_and(|h| self.name_is(h.name, ty)))
+            .find(|&id| self.name_of(id).is_some_and(|n| self.name_is(n, ty)))
     }
 
     /// The type id of kernel function `name` (what fentry programs attach to by id).
     pub fn func_id(&self, name: &str) -> Option<u32> {
-        (1..self.types.len() as u32).find(|&id| {
-            self.header(id)
-                .is_some_and(|h| h.kind == KIND_FUNC && self.name_is(h.name, name))
-        })
+        self.funcs
+            .iter()
+            .copied()
+            .find(|&id| self.name_of(id).is_some_and(|n| self.name_is(n, name)))
     }
 
     /// Byte offset of a dotted member path in a struct: `offset("file", "f_path.dentry")`.

@@ -181,7 +181,11 @@ impl Session {
     /// What the backend does not count here ([`ebpf::IA32_UNSEEN`]), for a note.
     pub fn unseen(&self) -> Option<String> {
         let backend = self.backend.filter(|_| self.ia32_unseen)?;
-        Some(format!("{} backend: {}", backend.as_str(), ebpf::IA32_UNSEEN))
+        Some(format!(
+            "{} backend: {}",
+            backend.as_str(),
+            ebpf::IA32_UNSEEN
+        ))
     }
 
     /// Why `--backend auto` chose its backend, in one line.
