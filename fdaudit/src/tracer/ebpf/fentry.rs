@@ -93,8 +93,9 @@ pub fn probe_fentry(btf: &Btf) -> Result<(), String> {
         })
 }
 
-/// Detaches everything at once except the fentry backend's programs and the exec_exit
-/// tracepoints, whose links are left to a child that closes them once fdaudit has exited.
+/// Detaches everything at once except the fentry backend's programs and the tracepoint
+/// programs (tp's, exec_exit's), whose links are left to a child that closes them once
+/// fdaudit has exited.
 ///
 /// Removing a BPF trampoline waits for RCU-tasks grace periods under ftrace's lock, one
 /// trampoline after the other (10 took 1.5–2 s in a 6.12 guest), and closing the last fd
@@ -102,9 +103,11 @@ pub fn probe_fentry(btf: &Btf) -> Result<(), String> {
 /// event) waits for two grace periods too (65-85 ms each on a loaded 2-vCPU 6.18 host):
 /// on fdaudit's way out, its caller would wait for all of them. The raw tracepoints go
 /// first (quick), then a child that holds a copy of every BPF fd (and nothing else: not
-/// the caller's pipes) waits for fdaudit to exit and exits in turn, and the kernel
-/// detaches when that last copy goes. Until then those programs stay attached, writing
-/// into maps nobody reads. Falls back to [`detach_fentry`] when the child cannot be made.
+/// the caller's pipes) waits for fdaudit to exit, closes them (the kernel detaches as the
+/// last copy goes) and keeps the trace events registered a little longer
+/// ([`hand_bpf_fds_to_a_child`]). Until fdaudit's exit those programs stay attached,
+/// writing into maps nobody reads. Falls back to [`detach_fentry`] when the child cannot be
+/// made.
 pub fn detach_after_exit(ebpf: &mut Ebpf) {
     for (name, prog) in ebpf.programs_mut() {
         if let Program::RawTracePoint(p) = prog {
