@@ -171,7 +171,11 @@ impl TpArgs<'_> {
     #[inline(always)]
     fn arg(&self, i: usize) -> u64 {
         // SAFETY: a u64 inside the tracepoint record, 8-aligned (the verifier checks it).
-        unsafe { *(self.0.as_ptr() as *const u8).add(TP_ARGS + 8 * i).cast::<u64>() }
+        unsafe {
+            *(self.0.as_ptr() as *const u8)
+                .add(TP_ARGS + 8 * i)
+                .cast::<u64>()
+        }
     }
 }
 
