@@ -199,8 +199,19 @@ def main():
             return ["strace", "-f", "-c", "-o", "/dev/null", "--"] + cmd
         raise ValueError(t)
 
+    def quiesce():
+        """Waits (up to 5 s) until no fdaudit is left: a trace's holder child keeps the
+        syscall trace events registered 2 s after it ends (fentry.rs, `ANCHOR_LINGER_S`),
+        and every syscall on the machine takes the slow path meanwhile, which would tax the
+        next bystander run, untraced ones included."""
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and subprocess.run(
+                ["pgrep", "-x", "fdaudit"], stdout=subprocess.DEVNULL).returncode == 0:
+            time.sleep(0.1)
+
     def bystander(t, cmd):
         """Times `cmd`, untraced, while tracer `t` follows an idle process."""
+        quiesce()
         if t == "untraced":
             return wall_ns(cmd)
         if t in trace:
