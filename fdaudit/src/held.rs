@@ -93,9 +93,25 @@ pub fn start_held_with(cmd: &[OsString], opts: HeldOptions) -> Result<Held> {
     {
         return Err(std::io::Error::last_os_error()).context("failed to create the hold pipe");
     }
+    // The child starts with every signal blocked, until restore_in_child has put the
+    // caller's dispositions back and then the caller's mask: a signal that comes between
+    // the release and the exec (a Ctrl-C) waits, and is then delivered under the caller's
+    // disposition, not lost to a copy of fdaudit's handlers (which the exec would drop).
+    // SAFETY: sigfillset and pthread_sigmask fill and apply sets we own; this thread's mask
+    // is restored right after the fork.
+    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+    let mut before: libc::sigset_t = unsafe { std::mem::zeroed() };
+    unsafe {
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut before);
+    }
     // SAFETY: between fork and exec the child only makes async-signal-safe calls on memory
     // prepared before the fork.
     let pid = unsafe { libc::fork() };
+    if pid != 0 {
+        // SAFETY: puts back the mask saved above, in the parent.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &before, std::ptr::null_mut()) };
+    }
     if pid < 0 {
         return Err(std::io::Error::last_os_error()).context("failed to fork the command");
     }
@@ -104,6 +120,7 @@ pub fn start_held_with(cmd: &[OsString], opts: HeldOptions) -> Result<Held> {
             libc::close(hold[1]);
             libc::close(err[0]);
             let mut b = 0u8;
+            // Signals are blocked here: only fdaudit's release or its exit ends the wait.
             if libc::read(hold[0], (&mut b as *mut u8).cast(), 1) != 1 {
                 // fdaudit went away before attaching: do not run untraced.
                 libc::_exit(exit::INTERRUPTED as i32);
