@@ -206,7 +206,8 @@ struct Plan {
     sched: Vec<&'static ProgramSpec>,
     /// The raw-tracepoint syscall counters, when raw-tp is chosen.
     raw_syscalls: Vec<&'static ProgramSpec>,
-    /// Every program loaded in one go: the required ones, then the optional exec_exit ones.
+    /// Every program loaded in one go: the required ones, then the optional exec_exit ones,
+    /// then tp's entry programs where tp is tried.
     names: Vec<&'static str>,
     /// How many of `names` are required.
     required: usize,
@@ -251,6 +252,13 @@ impl Plan {
         if want_exec_exit {
             plan.names.extend(ebpf::EXEC_EXIT_PROGRAMS.map(|(n, _)| n));
         }
+        // tp's entry programs, where tp is tried: loaded in the same batch, beside the exec
+        // program's verifier (~1 ms on their own, after it); attaching them is still
+        // attach_syscall_counters' choice (a failed load is retried there, for its error).
+        if !opts.leaks_only && matches!(opts.backend, BackendChoice::Tp | BackendChoice::Auto) {
+            plan.names
+                .extend(ebpf::TP_PROGRAMS.iter().filter(|p| p.here).map(|p| p.name));
+        }
         plan
     }
 
@@ -275,7 +283,8 @@ fn attach_programs(
 ) -> Result<Attached> {
     let plan = Plan::new(opts, exec_walk);
     let mut results = load_all(bpf, &plan);
-    let exec_exit_loaded = results.split_off(plan.required);
+    let mut exec_exit_loaded = results.split_off(plan.required);
+    exec_exit_loaded.truncate(usize::from(plan.want_exec_exit) * ebpf::EXEC_EXIT_PROGRAMS.len());
     for (name, loaded) in plan.names.iter().zip(results) {
         loaded
             .unwrap_or(Err(LoadError::MissingProgram(name)))
@@ -442,7 +451,10 @@ fn attach_fentry(
 /// attached.
 /// Ok says, with `reads`, where the read counts come from.
 fn attach_tp(bpf: &mut Ebpf, reads: bool) -> Result<Option<String>, String> {
-    ebpf::probe_tp()?;
+    if let Err(why) = ebpf::probe_tp() {
+        ebpf::detach_tp(bpf); // loaded with the others (Plan::new), now not needed
+        return Err(why);
+    }
     ebpf::attach_tp(bpf).map_err(|e| ebpf::one_line(&e))?;
     if !reads {
         return Ok(None);
