@@ -93,25 +93,7 @@ pub fn start_held_with(cmd: &[OsString], opts: HeldOptions) -> Result<Held> {
     {
         return Err(std::io::Error::last_os_error()).context("failed to create the hold pipe");
     }
-    // The child starts with every signal blocked, until restore_in_child has put the
-    // caller's dispositions back and then the caller's mask: a signal that comes between
-    // the release and the exec (a Ctrl-C) waits, and is then delivered under the caller's
-    // disposition, not lost to a copy of fdaudit's handlers (which the exec would drop).
-    // SAFETY: sigfillset and pthread_sigmask fill and apply sets we own; this thread's mask
-    // is restored right after the fork.
-    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
-    let mut before: libc::sigset_t = unsafe { std::mem::zeroed() };
-    unsafe {
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut before);
-    }
-    // SAFETY: between fork and exec the child only makes async-signal-safe calls on memory
-    // prepared before the fork.
-    let pid = unsafe { libc::fork() };
-    if pid != 0 {
-        // SAFETY: puts back the mask saved above, in the parent.
-        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &before, std::ptr::null_mut()) };
-    }
+    let pid = fork_with_signals_blocked();
     if pid < 0 {
         return Err(std::io::Error::last_os_error()).context("failed to fork the command");
     }
@@ -151,6 +133,28 @@ pub fn start_held_with(cmd: &[OsString], opts: HeldOptions) -> Result<Held> {
         error_fd: err[0],
         name: crate::output::escape_bytes(cmd[0].as_bytes()),
     })
+}
+
+/// fork(2), the child starting with every signal blocked (the parent's mask is put back
+/// at once): until restore_in_child has put the caller's dispositions back and then the
+/// caller's mask, a signal that comes between the release and the exec (a Ctrl-C) waits,
+/// and is then delivered under the caller's disposition, not lost to a copy of fdaudit's
+/// handlers (which the exec would drop).
+fn fork_with_signals_blocked() -> libc::pid_t {
+    // SAFETY: sigfillset and pthread_sigmask fill and apply sets we own; this thread's mask
+    // is restored right after the fork. The caller's child only makes async-signal-safe
+    // calls on memory prepared before the fork.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut before: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut before);
+        let pid = libc::fork();
+        if pid != 0 {
+            libc::pthread_sigmask(libc::SIG_SETMASK, &before, std::ptr::null_mut());
+        }
+        pid
+    }
 }
 
 /// After signal `sig` stopped fdaudit while it traced its own command `pid`: passes the
