@@ -65,6 +65,12 @@ pub fn close_range_cloexec_errno() -> Option<i32> {
     (rc != 0).then(|| std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
 }
 
+/// Whether the kernel has the syscall tracepoints tp attaches to (CONFIG_FTRACE_SYSCALLS),
+/// seen in tracefs: ask after fdaudit has run, which mounts tracefs when it is missing.
+pub fn syscall_tracepoints() -> bool {
+    std::path::Path::new("/sys/kernel/tracing/events/syscalls/sys_enter_close").exists()
+}
+
 /// Whether the tests run as root (CI does: the eBPF tests must run there).
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.

@@ -212,8 +212,7 @@ fn backends_report_the_same_records() {
     // tp needs the syscall tracepoints (CONFIG_FTRACE_SYSCALLS; trace mounts tracefs).
     let tp_probe = run("tp", &[], &spawner("none", 1));
     let tp_works = tp_probe.status.success();
-    let tracepoints =
-        std::path::Path::new("/sys/kernel/tracing/events/syscalls/sys_enter_close").exists();
+    let tracepoints = fdaudit_tests::syscall_tracepoints();
     assert_eq!(tp_works, tracepoints, "{}", stderr(&tp_probe));
     if !tp_works {
         let err = stderr(&tp_probe);

@@ -72,8 +72,7 @@ fn root_loads_and_attaches_every_program() {
     // auto: tp where it works (doctor mounts tracefs when missing), else raw-tp; fentry
     // passed over with whether it would work here (it is opt-in).
     if env.is_err() {
-        let tracepoints =
-            std::path::Path::new("/sys/kernel/tracing/events/syscalls/sys_enter_close").exists();
+        let tracepoints = fdaudit_tests::syscall_tracepoints();
         let (starts, why) = if tracepoints {
             ("tp: ", "; tp costs least here)")
         } else {

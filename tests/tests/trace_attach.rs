@@ -389,8 +389,7 @@ fn the_holder_keeps_only_anchors_and_goes_within_seconds() {
     );
     // The holder closes its BPF fds once fdaudit has exited (slowly in an emulated guest),
     // then keeps its anchors 2 s.
-    let tracepoints =
-        std::path::Path::new("/sys/kernel/tracing/events/syscalls/sys_enter_close").exists();
+    let tracepoints = fdaudit_tests::syscall_tracepoints();
     if tracepoints {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         let mut seen = fdaudit_processes();

@@ -211,21 +211,28 @@ struct Plan {
     names: Vec<&'static str>,
     /// How many of `names` are required.
     required: usize,
+    /// Where the exec_exit ones end in `names` (tp's follow).
+    exec_exit_end: usize,
     exec_walk: ExecWalk,
     want_exec_exit: bool,
+    /// tp is chosen, or auto's first try: its programs load with the others.
+    tries_tp: bool,
+}
+
+/// raw-tp's syscall counters, `--reads`'s sys_exit with `reads`.
+fn raw_syscall_specs(reads: bool) -> impl Iterator<Item = &'static ProgramSpec> {
+    ebpf::PROGRAMS
+        .iter()
+        .filter(move |p| p.syscall && (reads || !p.reads_only))
 }
 
 impl Plan {
     fn new(opts: &SessionOptions, exec_walk: ExecWalk) -> Self {
-        const SPECS: &[ProgramSpec] = &ebpf::PROGRAMS;
-        let sched: Vec<&ProgramSpec> = SPECS.iter().filter(|p| !p.syscall).collect();
+        let sched: Vec<&ProgramSpec> = ebpf::PROGRAMS.iter().filter(|p| !p.syscall).collect();
         // Loaded with the others only when chosen: auto tries tp first
         // (attach_syscall_counters) and loads raw-tp's programs only if it falls back.
         let raw_syscalls: Vec<&ProgramSpec> = match (opts.leaks_only, opts.backend) {
-            (false, BackendChoice::RawTp) => SPECS
-                .iter()
-                .filter(|p| p.syscall && (opts.reads || !p.reads_only))
-                .collect(),
+            (false, BackendChoice::RawTp) => raw_syscall_specs(opts.reads).collect(),
             _ => Vec::new(),
         };
         // Optional (see ebpf::EXEC_EXIT_PROGRAMS); needless with --no-syscalls, which does
@@ -238,8 +245,11 @@ impl Plan {
             raw_syscalls,
             names: Vec::new(),
             required: 0,
+            exec_exit_end: 0,
             exec_walk,
             want_exec_exit,
+            tries_tp: !opts.leaks_only
+                && matches!(opts.backend, BackendChoice::Tp | BackendChoice::Auto),
         };
         plan.names = plan
             .sched
@@ -252,10 +262,11 @@ impl Plan {
         if want_exec_exit {
             plan.names.extend(ebpf::EXEC_EXIT_PROGRAMS.map(|(n, _)| n));
         }
+        plan.exec_exit_end = plan.names.len();
         // tp's entry programs, where tp is tried: loaded in the same batch, beside the exec
         // program's verifier (~1 ms on their own, after it); attaching them is still
         // attach_syscall_counters' choice (a failed load is retried there, for its error).
-        if !opts.leaks_only && matches!(opts.backend, BackendChoice::Tp | BackendChoice::Auto) {
+        if plan.tries_tp {
             plan.names
                 .extend(ebpf::TP_PROGRAMS.iter().filter(|p| p.here).map(|p| p.name));
         }
@@ -283,8 +294,8 @@ fn attach_programs(
 ) -> Result<Attached> {
     let plan = Plan::new(opts, exec_walk);
     let mut results = load_all(bpf, &plan);
-    let mut exec_exit_loaded = results.split_off(plan.required);
-    exec_exit_loaded.truncate(usize::from(plan.want_exec_exit) * ebpf::EXEC_EXIT_PROGRAMS.len());
+    results.truncate(plan.exec_exit_end); // tp's results: attach_tp reports its own
+    let exec_exit_loaded = results.split_off(plan.required);
     for (name, loaded) in plan.names.iter().zip(results) {
         loaded
             .unwrap_or(Err(LoadError::MissingProgram(name)))
@@ -379,16 +390,15 @@ fn attach_syscall_counters(
         })?;
         return Ok((Some(Backend::Fentry), None, aya_btf_ms));
     }
-    let mut take_tp = choice == BackendChoice::Tp;
     if choice == BackendChoice::Auto {
         // fentry is opt-in: in emulated guests it measured slower than raw-tp, one attach
         // in a 6.12 TCG guest ended in a kernel Oops (docs/kernels.md), and under it the
         // root suite's calibration check failed in a 7.2 guest (2026-12-02).
         passed_over.push(ebpf::FENTRY_OPT_IN.to_string());
-        // tp where it works: measured the cheapest here on every workload (see [`ebpf::AUTO_TP`]).
-        take_tp = true;
     }
-    if take_tp {
+    // tp when chosen, and auto's first try: measured the cheapest here on every workload
+    // (see [`ebpf::AUTO_TP`]).
+    if plan.tries_tp {
         match attach_tp(bpf, opts.reads) {
             Ok(reads) => {
                 let auto = (choice == BackendChoice::Auto)
@@ -407,10 +417,7 @@ fn attach_syscall_counters(
     }
     // raw-tp: loaded with the others when chosen, else (auto's fallback) now.
     let loaded_before = choice == BackendChoice::RawTp;
-    for spec in ebpf::PROGRAMS
-        .iter()
-        .filter(|p| p.syscall && (opts.reads || !p.reads_only))
-    {
+    for spec in raw_syscall_specs(opts.reads) {
         let attached = if loaded_before {
             debug_assert!(plan.raw_syscalls.contains(&spec));
             ebpf::attach_loaded(bpf, spec)

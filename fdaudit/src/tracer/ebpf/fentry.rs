@@ -152,10 +152,7 @@ fn trace_event_ids(ebpf: &Ebpf) -> Vec<u64> {
             matches!(ebpf.program(name), Some(Program::TracePoint(p)) if p.fd().is_ok())
         })
         .filter_map(|(_, tracepoint)| {
-            let id = std::path::Path::new(crate::sys::TRACEFS)
-                .join("events/syscalls")
-                .join(tracepoint)
-                .join("id");
+            let id = super::tp::syscall_event_file(tracepoint, "id");
             std::fs::read_to_string(id).ok()?.trim().parse().ok()
         })
         .collect()

@@ -14,7 +14,7 @@
 //! kernel runs such calls at all; `trace` then says, in a note, that this backend does not
 //! count them.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use aya::{programs::TracePoint, Ebpf};
 
@@ -68,12 +68,17 @@ pub fn probe_tp_reads() -> Result<(), String> {
     Ok(())
 }
 
+/// File `file` (`format`, `id`) of syscall tracepoint `tracepoint` in tracefs.
+pub(super) fn syscall_event_file(tracepoint: &str, file: &str) -> PathBuf {
+    Path::new(TRACEFS)
+        .join("events/syscalls")
+        .join(tracepoint)
+        .join(file)
+}
+
 /// The `format` file of a syscall tracepoint.
 fn format_of(spec: &TpSpec) -> Result<String, String> {
-    let path = Path::new(TRACEFS)
-        .join("events/syscalls")
-        .join(spec.tracepoint)
-        .join("format");
+    let path = syscall_event_file(spec.tracepoint, "format");
     std::fs::read_to_string(&path).map_err(|e| {
         format!(
             "no tracepoint syscalls/{} ({}: {e}; the kernel needs CONFIG_FTRACE_SYSCALLS)",
