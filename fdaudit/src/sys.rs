@@ -262,28 +262,42 @@ pub fn closed_fd() -> c_int {
     fd
 }
 
-/// CPU ns this thread spent in `n` close(fd) calls: the best of three rounds. CPU time, not
-/// wall time, so other load on the machine does not inflate it; but where the scheduler's
-/// clock ticks in jiffies (emulated guests without a stable TSC: CPU time then moves in 4 ms
-/// steps, 0 for a short round) the wall time of the round is used instead. Async-signal-safe
-/// (the tracer's calibration runs it in a forked child).
-pub fn time_closes(fd: c_int, n: u32) -> u64 {
-    (0..3).map(|_| time_closes_once(fd, n)).min().unwrap_or(0)
+/// CPU ns this thread spent in `n` close(fd) calls: the best of `rounds` rounds. CPU time,
+/// not wall time, so other load on the machine does not inflate it; but where the
+/// scheduler's clock ticks in jiffies (emulated guests without a stable TSC: CPU time then
+/// moves in 4 ms steps, 0 for a short round) the wall time of the round is used instead.
+/// Async-signal-safe (the tracer's calibration runs it in a forked child).
+pub fn time_closes(fd: c_int, n: u32, rounds: u32) -> u64 {
+    (0..rounds)
+        .map(|_| time_once(|| close_n(fd, n)))
+        .min()
+        .unwrap_or(0)
 }
 
-fn time_closes_once(fd: c_int, n: u32) -> u64 {
+/// `n` close(fd) calls. Async-signal-safe.
+pub fn close_n(fd: c_int, n: u32) {
+    for _ in 0..n {
+        // SAFETY: close with a plain argument; `fd` is not open.
+        unsafe { libc::close(fd) };
+    }
+}
+
+/// CPU ns of one run of `f` (the wall time where CPU time ticks coarsely, see
+/// [`time_closes`]). Async-signal-safe when `f` is.
+fn time_once(f: impl FnOnce()) -> u64 {
     let zero = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     let (mut cpu_a, mut cpu_b, mut wall_a, mut wall_b) = (zero, zero, zero, zero);
-    // SAFETY: clock_gettime and close with plain arguments; `fd` is not open.
+    // SAFETY: clock_gettime with plain arguments.
     unsafe {
         libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut wall_a);
         libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut cpu_a);
-        for _ in 0..n {
-            libc::close(fd);
-        }
+    }
+    f();
+    // SAFETY: as above.
+    unsafe {
         libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut cpu_b);
         libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut wall_b);
     }
@@ -303,7 +317,7 @@ fn time_closes_once(fd: c_int, n: u32) -> u64 {
 /// `n`): the price of each iteration of a close-to-limit loop on this machine. `scan` and
 /// `trace` both use it.
 pub fn close_cost_ns(n: u32) -> f64 {
-    time_closes(closed_fd(), n) as f64 / f64::from(n)
+    time_closes(closed_fd(), n, 3) as f64 / f64::from(n)
 }
 
 /// Where tracefs is mounted on current systems.

@@ -197,22 +197,26 @@ impl Session {
         self.timings
     }
 
-    /// Probe cost per counted syscall (ns), measured on the first call (~5 ms: two forks,
-    /// 6000 close() calls and the waits; [`super::calibrate`]) while the programs are
-    /// attached; 0 with --no-syscalls.
+    /// Probe cost per counted syscall (ns), measured on the first call (~2 ms here: three
+    /// forks, 8000 close() calls and the waits; [`super::calibrate`]) while the programs
+    /// are attached; 0 with --no-syscalls.
     fn probe_cost_ns(&mut self) -> Result<f64> {
         if let Some(ns) = self.probe_cost_ns {
             return Ok(ns);
         }
         let t = std::time::Instant::now();
+        let bpf = self
+            .bpf
+            .as_ref()
+            .context("the programs were already detached")?;
         let m = calibrate::measure(
+            bpf,
             &mut self.tracked,
             loader::CALIBRATION_CLOSES,
             self.close_cost_ns,
         )
         .context("failed to measure the probes' own cost")?;
         self.ignored.extend(m.pids.iter().filter(|&&p| p != 0));
-        self.close_cost_ns = m.close_cost_ns;
         self.probe_cost_ns = Some(m.probe_cost_ns);
         self.calibrate_ms = t.elapsed().as_secs_f64() * 1e3;
         Ok(m.probe_cost_ns)
