@@ -181,6 +181,8 @@ def main():
         base_fd = os.path.abspath(a.base_fdaudit)
         trace["base-trace"] = [base_fd, "trace", "-q"]
         trace["base-leaks-only"] = [base_fd, "trace", "-q", "--no-syscalls"]
+        # Once each, after untraced, whether or not --tracers named them too.
+        tracers[:] = [t for t in tracers if t not in ("base-trace", "base-leaks-only")]
         tracers[1:1] = ["base-trace", "base-leaks-only"]
 
     def storm(n):

@@ -418,3 +418,48 @@ fn the_holder_keeps_only_anchors_and_goes_within_seconds() {
         settled_programs()
     );
 }
+
+#[test]
+#[ignore = "needs root and BTF"]
+fn the_btf_offsets_are_cached_per_kernel_and_binary() {
+    let _g = guard();
+    let dir = temp_path("btf-cache");
+    let secret = secret_file();
+    let leak = fixture(&["leak7", secret.as_str()]);
+    // One traced leak: whether its offsets were cached, and the leaked fd's target (which
+    // only right offsets find).
+    let json = temp_path("btf-cache.json");
+    let run = || {
+        let out = Command::new(fdaudit())
+            .env("FDAUDIT_CACHE_DIR", &dir)
+            .args(["trace", "-v", "--json", "-o"])
+            .arg(&json)
+            .arg("--")
+            .args(&leak)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{err}");
+        let recs = records(&std::fs::read_to_string(&json).unwrap());
+        let spawn = recs.iter().find(|r| r["type"] == "spawn").expect("a spawn");
+        assert_eq!(spawn["leaked_fds"][0]["target"], secret.as_str(), "{err}");
+        err.contains("(cached offsets)")
+    };
+    assert!(!run(), "nothing cached yet");
+    let files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let name = files[0].file_name().unwrap().to_string_lossy().into_owned();
+    assert!(name.starts_with("btf-") && name.ends_with(".bin"), "{name}");
+    assert!(run(), "the second trace reads the cache");
+    // A damaged file is parsed around and written again.
+    let whole = std::fs::read(&files[0]).unwrap();
+    std::fs::write(&files[0], &whole[..whole.len() / 2]).unwrap();
+    assert!(!run(), "a truncated file is a miss");
+    assert_eq!(std::fs::read(&files[0]).unwrap(), whole);
+    assert!(run());
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_file(&json);
+}

@@ -335,7 +335,7 @@ fn backend_check(bpf: &mut aya::Ebpf, kernel: &ebpf::KernelBtf) -> Check {
     };
     let raw_tp = "raw-tp: every syscall on the machine runs the sys_enter program while \
                   tracing";
-    let ia32 = if ebpf::ia32_syscalls(&kernel.btf) {
+    let ia32 = if kernel.ia32 {
         format!("; {}", ebpf::IA32_UNSEEN)
     } else {
         String::new()
@@ -411,7 +411,7 @@ fn backend_check(bpf: &mut aya::Ebpf, kernel: &ebpf::KernelBtf) -> Check {
 
 /// Whether the fentry programs load and attach (detached again); Err is why not.
 fn fentry_attaches(bpf: &mut aya::Ebpf, kernel: &ebpf::KernelBtf) -> Result<(), String> {
-    ebpf::probe_fentry(&kernel.btf)?;
+    ebpf::probe_fentry(kernel.btf().map_err(|e| ebpf::one_line(&e))?)?;
     let btf = kernel.for_aya().map_err(|e| ebpf::one_line(&e))?;
     let attached = ebpf::attach_fentry(bpf, &btf, true).map_err(|e| ebpf::one_line(&e));
     ebpf::detach_fentry(bpf);

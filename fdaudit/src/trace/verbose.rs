@@ -45,7 +45,7 @@ pub fn verbose_startup(session: &Session, startup: Duration, command: bool) {
     }
     let t = session.timings();
     crate::diag!(
-        "fdaudit: start-up {:.1} ms until {} (BTF {:.1} ms{}, beside it the feature probes and \
+        "fdaudit: start-up {:.1} ms until {} (BTF {:.1} ms{}{}, beside it the feature probes and \
          an untraced close() timing {:.1} ms (waited for {:.1} ms), maps {:.1} ms (of it \
          waiting for aya's loader {:.1} ms), programs {:.1} ms)",
         ms(startup),
@@ -55,6 +55,11 @@ pub fn verbose_startup(session: &Session, startup: Duration, command: bool) {
             "the processes were traced"
         },
         t.btf_ms,
+        if t.btf_cached {
+            " (cached offsets)"
+        } else {
+            ""
+        },
         if t.aya_btf_ms > 0.0 {
             format!(" + aya's parse {:.1} ms", t.aya_btf_ms)
         } else {

@@ -57,8 +57,10 @@ pub struct SessionOptions {
 /// Where start-up time went (ms), for `trace -v`.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct StartupTimings {
-    /// Reading and parsing vmlinux BTF (fdaudit's parse).
+    /// Reading and parsing vmlinux BTF (fdaudit's parse), or reading its cache.
     pub btf_ms: f64,
+    /// The offsets came from the cache ([`crate::tracer::btf_cache`]).
+    pub btf_cached: bool,
     /// aya's parse of the same bytes, when fentry is tried.
     pub aya_btf_ms: f64,
     /// Waiting for aya's loader, made on another thread meanwhile
@@ -140,7 +142,7 @@ pub(super) fn load(opts: &SessionOptions) -> Result<LoadedObject> {
         }
     });
     let t = Instant::now();
-    let kernel = KernelBtf::read().context("failed to read kernel offsets")?;
+    let kernel = KernelBtf::read_cached().context("failed to read kernel offsets")?;
     let mut config = kernel.config;
     config.reads = u32::from(opts.reads);
     config.origin = u32::from(opts.origin);
@@ -149,6 +151,7 @@ pub(super) fn load(opts: &SessionOptions) -> Result<LoadedObject> {
         config.cgroup_level = level;
     }
     timings.btf_ms = ms_since(t);
+    timings.btf_cached = kernel.cached;
     let t = Instant::now();
     let probed = probes
         .join()
@@ -184,8 +187,7 @@ pub(super) fn load(opts: &SessionOptions) -> Result<LoadedObject> {
         ring_bytes,
         backend: a.backend,
         fallback: a.fallback,
-        ia32_unseen: a.backend.is_some_and(Backend::native_only)
-            && ebpf::ia32_syscalls(&kernel.btf),
+        ia32_unseen: a.backend.is_some_and(Backend::native_only) && kernel.ia32,
         exec_fails: a.exec_fails,
         close_cost_ns: probed.close_cost_ns,
         timings,
@@ -439,7 +441,7 @@ fn attach_fentry(
     reads: bool,
     aya_btf_ms: &mut f64,
 ) -> Result<(), String> {
-    ebpf::probe_fentry(&kernel.btf)?;
+    ebpf::probe_fentry(kernel.btf().map_err(|e| ebpf::one_line(&e))?)?;
     let t = Instant::now();
     let aya_btf = kernel.for_aya();
     *aya_btf_ms = ms_since(t);

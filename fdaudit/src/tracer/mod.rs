@@ -5,6 +5,7 @@
 
 pub mod boundary;
 pub mod btf;
+pub mod btf_cache;
 pub mod calibrate;
 pub mod counts;
 pub mod decode;

@@ -18,10 +18,11 @@ use fdaudit_common::{
 };
 use thiserror::Error;
 
-use crate::tracer::btf::{self, Btf, BtfError};
+use crate::tracer::btf::{self, BtfError};
 
 pub mod caps;
 mod fentry;
+mod kernel;
 pub mod misses;
 mod programs;
 mod raw;
@@ -30,6 +31,7 @@ mod tp;
 
 pub use caps::{effective_caps, has_cap, missing_trace_caps};
 pub use fentry::{attach_fentry, detach_after_exit, detach_fentry, probe_fentry};
+pub use kernel::KernelBtf;
 pub use misses::MissedRuns;
 pub use programs::{
     FentrySpec, ProgramSpec, TpSpec, FENTRY_PROGRAMS, ORIGIN_PROGRAMS, PROGRAMS, SYSCALL_PREFIX,
@@ -226,29 +228,6 @@ pub enum LoadError {
         #[source]
         source: ProgramError,
     },
-}
-
-/// The running kernel's BTF, read once: fdaudit's index of it (its raw bytes are what aya
-/// parses, only to load fentry programs) and the offsets from it.
-pub struct KernelBtf {
-    pub btf: Btf,
-    pub config: Config,
-}
-
-impl KernelBtf {
-    pub fn read() -> Result<Self, LoadError> {
-        let btf = Btf::from_sys_fs().map_err(LoadError::NoBtf)?;
-        let mut config = btf::config_from_btf(&btf).map_err(LoadError::Offsets)?;
-        // Before 5.11 (task_btf 0) the programs must not reach the helper: the verifier
-        // rejects an unknown helper only on a path it visits; CONFIG's values are constants.
-        config.task_btf = u32::from(has_task_btf());
-        Ok(KernelBtf { btf, config })
-    }
-
-    /// aya's parse of the same bytes (FEntry::load looks the hooked function up in it).
-    pub fn for_aya(&self) -> Result<aya::Btf, LoadError> {
-        aya::Btf::parse(self.btf.bytes(), aya::Endianness::default()).map_err(LoadError::AyaBtf)
-    }
 }
 
 /// Whether the kernel offers bpf_get_current_task_btf (5.11+) to raw tracepoint programs,
@@ -622,11 +601,17 @@ mod tests {
         for spec in &FENTRY_PROGRAMS {
             let f = spec.function();
             assert!(
-                kernel.btf.func_id(&f).is_some(),
+                kernel.btf().expect("BTF").func_id(&f).is_some(),
                 "{f} not in the kernel BTF"
             );
         }
-        assert_eq!(kernel.btf.func_id("no_such_function_fdaudit"), None);
+        assert_eq!(
+            kernel
+                .btf()
+                .expect("BTF")
+                .func_id("no_such_function_fdaudit"),
+            None
+        );
     }
 
     #[test]
