@@ -45,9 +45,9 @@ pub fn verbose_startup(session: &Session, startup: Duration, command: bool) {
     }
     let t = session.timings();
     crate::diag!(
-        "fdaudit: start-up {:.1} ms until {} (BTF {:.1} ms{}{}, beside it the feature probes and \
-         an untraced close() timing {:.1} ms (waited for {:.1} ms), maps {:.1} ms (of it \
-         waiting for aya's loader {:.1} ms), programs {:.1} ms)",
+        "fdaudit: start-up {:.1} ms until {} (BTF {:.1} ms{}{}, beside it the feature probes \
+         {:.1} ms (waited for {:.1} ms), maps {:.1} ms (of it waiting for aya's loader {:.1} \
+         ms; beside them an untraced close() timing {:.1} ms), programs {:.1} ms)",
         ms(startup),
         if command {
             "the command was released"
@@ -69,6 +69,7 @@ pub fn verbose_startup(session: &Session, startup: Duration, command: bool) {
         t.probes_wait_ms,
         t.maps_ms,
         t.loader_wait_ms,
+        t.close_timing_ms,
         t.attach_ms,
     );
 }

@@ -66,8 +66,10 @@ pub struct StartupTimings {
     /// Waiting for aya's loader, made on another thread meanwhile
     /// ([`crate::tracer::ebpf::spawn_loader`]): part of `maps_ms`.
     pub loader_wait_ms: f64,
-    /// The feature probes and the untraced close() timing, beside the BTF parse.
+    /// The feature probes, beside the BTF read.
     pub probes_ms: f64,
+    /// The untraced close() timing, after the feature probes, beside the maps.
+    pub close_timing_ms: f64,
     /// Waiting for them after the BTF parse: part of `maps_ms`.
     pub probes_wait_ms: f64,
     /// Creating the maps (aya's object load).
@@ -113,34 +115,47 @@ fn ms_since(t: Instant) -> f64 {
 /// What the probes thread of [`load`] found.
 struct Probed {
     exec_walk: ExecWalk,
-    close_cost_ns: f64,
     ms: f64,
+}
+
+/// The probes thread of [`load`]: what it found is sent first, and the untraced close()
+/// cost (ns) and its time (ms) are what it returns.
+fn spawn_probes(
+    leaks_only: bool,
+) -> (
+    std::sync::mpsc::Receiver<Probed>,
+    std::thread::JoinHandle<(f64, f64)>,
+) {
+    // aya's feature probes (a dozen tiny loads it would make when creating the maps, cached
+    // for the process) and the bpf_loop probe, beside the BTF read: the maps wait for them.
+    // Then, on the same thread, the untraced close() cost, which only the programs wait
+    // for (nothing is attached before, so the timing is the untraced one).
+    let (probed_tx, probed_rx) = std::sync::mpsc::channel();
+    let probes = std::thread::spawn(move || {
+        let t = Instant::now();
+        let _ = ebpf::has_task_btf(); // first: KernelBtf::read waits for it
+        let _ = aya::features();
+        let exec_walk = ebpf::exec_walk();
+        let _ = probed_tx.send(Probed {
+            exec_walk,
+            ms: ms_since(t),
+        });
+        let t = Instant::now();
+        let ns = if leaks_only {
+            0.0
+        } else {
+            sys::close_cost_ns(CALIBRATION_CLOSES)
+        };
+        (ns, ms_since(t))
+    });
+    (probed_rx, probes)
 }
 
 /// Creates the maps, loads the programs `opts` needs and attaches them.
 pub(super) fn load(opts: &SessionOptions) -> Result<LoadedObject> {
     let mut timings = StartupTimings::default();
     let loader = ebpf::spawn_loader();
-    // aya's feature probes (a dozen tiny loads it would make when creating the maps, cached
-    // for the process), the bpf_loop probe and the untraced close() cost, beside the BTF
-    // parse; nothing is attached yet, so the close() timing is the untraced one.
-    let leaks_only = opts.leaks_only;
-    let probes = std::thread::spawn(move || {
-        let t = Instant::now();
-        let _ = ebpf::has_task_btf(); // first: KernelBtf::read waits for it
-        let _ = aya::features();
-        let exec_walk = ebpf::exec_walk();
-        let close_cost_ns = if leaks_only {
-            0.0
-        } else {
-            sys::close_cost_ns(CALIBRATION_CLOSES)
-        };
-        Probed {
-            exec_walk,
-            close_cost_ns,
-            ms: ms_since(t),
-        }
-    });
+    let (probed_rx, probes) = spawn_probes(opts.leaks_only);
     let t = Instant::now();
     let kernel = KernelBtf::read_cached().context("failed to read kernel offsets")?;
     let mut config = kernel.config;
@@ -153,8 +168,8 @@ pub(super) fn load(opts: &SessionOptions) -> Result<LoadedObject> {
     timings.btf_ms = ms_since(t);
     timings.btf_cached = kernel.cached;
     let t = Instant::now();
-    let probed = probes
-        .join()
+    let probed = probed_rx
+        .recv()
         .map_err(|_| anyhow::anyhow!("the feature probes panicked"))?;
     timings.probes_wait_ms = ms_since(t);
     timings.probes_ms = probed.ms;
@@ -176,6 +191,10 @@ pub(super) fn load(opts: &SessionOptions) -> Result<LoadedObject> {
     let events = RingBuf::try_from(take(MAP_EVENTS)?)?;
     let tracked = HashMap::try_from(take(MAP_TRACKED)?)?;
     timings.maps_ms = ms_since(t);
+    let (close_cost_ns, close_ms) = probes
+        .join()
+        .map_err(|_| anyhow::anyhow!("the close() timing panicked"))?;
+    timings.close_timing_ms = close_ms;
     let t = Instant::now();
     let a = attach_programs(&mut bpf, &kernel, opts, probed.exec_walk)?;
     timings.aya_btf_ms = a.aya_btf_ms;
@@ -189,7 +208,7 @@ pub(super) fn load(opts: &SessionOptions) -> Result<LoadedObject> {
         fallback: a.fallback,
         ia32_unseen: a.backend.is_some_and(Backend::native_only) && kernel.ia32,
         exec_fails: a.exec_fails,
-        close_cost_ns: probed.close_cost_ns,
+        close_cost_ns,
         timings,
     })
 }
