@@ -63,26 +63,17 @@ impl Key {
     }
 }
 
-/// The GNU build id (hex) among the ELF notes in `notes`.
+/// The GNU build id (hex) among the ELF notes in `notes` (4-byte aligned, as the kernel
+/// publishes them).
 pub fn build_id(notes: &[u8]) -> Option<String> {
-    let word = |at: usize| {
-        notes
-            .get(at..at + 4)
-            .map(|b| u32::from_ne_bytes(b.try_into().unwrap_or_default()) as usize)
-    };
-    let pad = |n: usize| n.div_ceil(4) * 4;
-    let mut at = 0;
-    while at + 12 <= notes.len() {
-        let (namesz, descsz, kind) = (word(at)?, word(at + 4)?, word(at + 8)?);
-        let name = notes.get(at + 12..at + 12 + namesz)?;
-        let desc_at = at + 12 + pad(namesz);
-        let desc = notes.get(desc_at..desc_at + descsz)?;
-        if kind == 3 && name == b"GNU\0" && !desc.is_empty() {
-            return Some(desc.iter().map(|b| format!("{b:02x}")).collect());
-        }
-        at = desc_at + pad(descsz);
-    }
-    None
+    type Elf = object::elf::FileHeader64<object::NativeEndian>;
+    let endian = object::NativeEndian;
+    object::read::elf::NoteIterator::<Elf>::new(endian, 4, notes)
+        .ok()?
+        .map_while(Result::ok)
+        .find(|n| n.name() == b"GNU" && n.n_type(endian) == object::elf::NT_GNU_BUILD_ID)
+        .filter(|n| !n.desc().is_empty())
+        .map(|n| n.desc().iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// The cached offsets and ia32 answer for `key` in `dir`, if a valid file has them.
