@@ -68,10 +68,10 @@ pub struct StartupTimings {
     pub loader_wait_ms: f64,
     /// The feature probes, beside the BTF read.
     pub probes_ms: f64,
+    /// Waiting for them after the BTF read: part of `maps_ms`.
+    pub probes_wait_ms: f64,
     /// The untraced close() timing, after the feature probes, beside the maps.
     pub close_timing_ms: f64,
-    /// Waiting for them after the BTF parse: part of `maps_ms`.
-    pub probes_wait_ms: f64,
     /// Creating the maps (aya's object load).
     pub maps_ms: f64,
     /// Loading (verifier) and attaching the programs.
