@@ -69,8 +69,11 @@ pub const MAX_DEPTH: usize = 16;
 pub const COMP_LEN: usize = 48;
 /// Capacity of the TRACKED map.
 pub const MAX_TRACKED: u32 = 32768;
-/// Slots of the HOT array (a power of two; pids up to this never collide).
-pub const HOT_SLOTS: u32 = 1 << 16;
+/// Slots of the HOT array (a power of two). Only a process between its fork and its exec
+/// holds one, so a few are taken at a time: two such processes collide only when their pids
+/// are equal modulo this (then both are counted through TRACKED). 4096 slots are 192 KiB;
+/// 65536 were 3 MiB, whose creation was ~0.5 ms of every start (docs/performance.md).
+pub const HOT_SLOTS: u32 = 1 << 12;
 /// Capacity of the READS map.
 pub const MAX_READS: u32 = 16384;
 /// Capacity of the READ_PATHS map (storms are rare; ~780 bytes an entry).
