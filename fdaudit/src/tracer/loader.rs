@@ -13,8 +13,9 @@
 //! - aya creates the maps (3-4 ms, most of it the 8 MiB ring buffer, created and mapped;
 //!   the traced-process table is preallocated only before Linux 6.1: [`ebpf::open_with`]);
 //! - the exec program is verified on its own thread (4-30 ms of verifier time, the long
-//!   pole on most kernels) while this one loads the others (4-5 ms);
-//! - everything is attached, the scheduler hooks first.
+//!   pole on most kernels) while this one loads the others (4-5 ms) and then probes and
+//!   attaches tp's syscall counters (0.6 ms that were after it);
+//! - the rest is attached, the scheduler hooks first.
 //!
 //! The probes' cost is not measured here: the session measures it when the first spawn
 //! needs it ([`super::calibrate`]), which took 4-6 ms off every start (and all of it off a
@@ -306,7 +307,8 @@ type LoadResults = Vec<Option<Result<(), LoadError>>>;
 
 /// Loads every program `opts` needs (see [`load_all`]) and attaches them in order: the
 /// scheduler hooks first (a spawn never has syscall counts without its fork), then the
-/// syscall counters, then the optional exec_exit programs.
+/// syscall counters, then the optional exec_exit programs. tp's counters come earlier,
+/// beside the exec program's verifier ([`attach_tp_early`]), while no process is traced.
 fn attach_programs(
     bpf: &mut Ebpf,
     kernel: &KernelBtf,
@@ -314,7 +316,7 @@ fn attach_programs(
     exec_walk: ExecWalk,
 ) -> Result<Attached> {
     let plan = Plan::new(opts, exec_walk);
-    let mut results = load_all(bpf, &plan);
+    let (mut results, tp_early) = load_all(bpf, &plan);
     results.truncate(plan.exec_exit_end); // tp's results: attach_tp reports its own
     let exec_exit_loaded = results.split_off(plan.required);
     for (name, loaded) in plan.names.iter().zip(results) {
@@ -330,7 +332,8 @@ fn attach_programs(
         };
         attached.with_context(|| format!("failed to start program {}", spec.name))?;
     }
-    let (backend, fallback, aya_btf_ms) = attach_syscall_counters(bpf, kernel, opts, &plan)?;
+    let (backend, fallback, aya_btf_ms) =
+        attach_syscall_counters(bpf, kernel, opts, &plan, tp_early)?;
     if opts.origin {
         for spec in &ebpf::ORIGIN_PROGRAMS {
             ebpf::load_and_attach(bpf, spec)
@@ -355,7 +358,7 @@ fn attach_programs(
 /// thread of its own (the verifier of privileged loads takes no global lock), the rest on
 /// this one: that split balances the two threads' verifier time (docs/performance.md has
 /// the per-program figures).
-fn load_all(bpf: &mut Ebpf, plan: &Plan) -> LoadResults {
+fn load_all(bpf: &mut Ebpf, plan: &Plan) -> (LoadResults, Option<Result<(), String>>) {
     let names = &plan.names;
     let beside =
         |name: &str| name == EXEC || ebpf::EXEC_EXIT_PROGRAMS.iter().any(|(n, _)| *n == name);
@@ -372,11 +375,16 @@ fn load_all(bpf: &mut Ebpf, plan: &Plan) -> LoadResults {
     }
     // The exec program first: it is the one the others wait for.
     there.sort_by_key(|(i, _)| names[*i] != EXEC);
-    let load =
-        |(i, prog): (usize, &mut aya::programs::Program)| (i, ebpf::load_program(prog, names[i]));
+    let load = |(i, prog): &mut (usize, &mut aya::programs::Program)| {
+        (*i, ebpf::load_program(prog, names[*i]))
+    };
+    let mut early = None;
     let done: Vec<(usize, Result<(), LoadError>)> = std::thread::scope(|s| {
-        let thread = s.spawn(|| there.into_iter().map(load).collect::<Vec<_>>());
-        let mut done: Vec<_> = here.into_iter().map(load).collect();
+        let thread = s.spawn(|| there.iter_mut().map(load).collect::<Vec<_>>());
+        let mut done: Vec<_> = here.iter_mut().map(load).collect();
+        if plan.tries_tp && done.iter().all(|(_, r)| r.is_ok()) {
+            early = Some(attach_tp_early(here, names));
+        }
         done.extend(
             thread
                 .join()
@@ -387,7 +395,22 @@ fn load_all(bpf: &mut Ebpf, plan: &Plan) -> LoadResults {
     for (i, r) in done {
         results[i] = Some(r);
     }
-    results
+    (results, early)
+}
+
+/// tp's probe and attach, made while the exec program is verified on the other thread
+/// (the long pole: this thread's own loads end ~1.7 ms before it here, 2026-12-04), so
+/// that they are off the start-up's critical path. Attaching the syscall counters before
+/// the scheduler hooks counts nothing wrong: the maps were created by this load, so no
+/// process is traced until the scheduler hooks or the session add one. Err is why tp
+/// cannot be used ([`attach_tp`] then detaches what was attached).
+fn attach_tp_early(
+    here: Vec<(usize, &mut aya::programs::Program)>,
+    names: &[&'static str],
+) -> Result<(), String> {
+    ebpf::probe_tp()?;
+    ebpf::attach_loaded_tp(here.into_iter().map(|(i, p)| (names[i], p)))
+        .map_err(|e| ebpf::one_line(&e))
 }
 
 /// Attaches the syscall counters of the chosen backend: (backend, why auto chose it,
@@ -398,6 +421,7 @@ fn attach_syscall_counters(
     kernel: &KernelBtf,
     opts: &SessionOptions,
     plan: &Plan,
+    tp_early: Option<Result<(), String>>,
 ) -> Result<(Option<Backend>, Option<String>, f64)> {
     let choice = opts.backend;
     if opts.leaks_only {
@@ -420,7 +444,7 @@ fn attach_syscall_counters(
     // tp when chosen, and auto's first try: measured the cheapest here on every workload
     // (see [`ebpf::AUTO_TP`]).
     if plan.tries_tp {
-        match attach_tp(bpf, opts.reads) {
+        match attach_tp(bpf, opts.reads, tp_early) {
             Ok(reads) => {
                 let auto = (choice == BackendChoice::Auto)
                     .then(|| format!("auto: {}; {}", passed_over.join("; "), ebpf::AUTO_TP));
@@ -478,12 +502,23 @@ fn attach_fentry(
 /// (a syscall exit tracepoint's record lacks the fd). Err is why not, with nothing left
 /// attached.
 /// Ok says, with `reads`, where the read counts come from.
-fn attach_tp(bpf: &mut Ebpf, reads: bool) -> Result<Option<String>, String> {
-    if let Err(why) = ebpf::probe_tp() {
+/// `early`: what [`attach_tp_early`] did, None when it was not tried (a tp program did not
+/// load: attaching here retries the load and reports its error).
+fn attach_tp(
+    bpf: &mut Ebpf,
+    reads: bool,
+    early: Option<Result<(), String>>,
+) -> Result<Option<String>, String> {
+    let attached = match early {
+        Some(attached) => attached,
+        None => {
+            ebpf::probe_tp().and_then(|()| ebpf::attach_tp(bpf).map_err(|e| ebpf::one_line(&e)))
+        }
+    };
+    if let Err(why) = attached {
         ebpf::detach_tp(bpf); // loaded with the others (Plan::new), now not needed
         return Err(why);
     }
-    ebpf::attach_tp(bpf).map_err(|e| ebpf::one_line(&e))?;
     if !reads {
         return Ok(None);
     }

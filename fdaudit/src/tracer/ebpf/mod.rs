@@ -39,7 +39,8 @@ pub use programs::{
 };
 pub use report::{one_line, verifier_summary};
 pub use tp::{
-    attach_tp, attach_tp_reads, detach_tp, ia32_syscalls, probe_tp, probe_tp_reads, IA32_UNSEEN,
+    attach_loaded_tp, attach_tp, attach_tp_reads, detach_tp, ia32_syscalls, probe_tp,
+    probe_tp_reads, IA32_UNSEEN,
 };
 
 /// The optional programs on the exec syscalls' exit tracepoints (syscalls category), with

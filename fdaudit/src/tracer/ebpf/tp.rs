@@ -149,6 +149,35 @@ pub fn attach_tp(ebpf: &mut Ebpf) -> Result<(), LoadError> {
     attach_all(ebpf, here())
 }
 
+/// [`attach_tp`] for programs loaded beforehand and borrowed on their own (from
+/// [`Ebpf::programs_mut`], while another thread loads the exec program): each of
+/// [`TP_PROGRAMS`] found in `progs` by name is attached. On an error the caller detaches
+/// them with [`detach_tp`].
+pub fn attach_loaded_tp<'p>(
+    progs: impl IntoIterator<Item = (&'p str, &'p mut aya::programs::Program)>,
+) -> Result<(), LoadError> {
+    let mut attached = 0;
+    for (name, prog) in progs {
+        let Some(spec) = here().find(|s| s.name == name) else {
+            continue;
+        };
+        let prog: &mut TracePoint = prog
+            .try_into()
+            .map_err(|_| LoadError::MissingProgram(spec.name))?;
+        prog.attach("syscalls", spec.tracepoint)
+            .map_err(|source| LoadError::AttachTracepoint {
+                name: spec.name,
+                tracepoint: spec.tracepoint,
+                source,
+            })?;
+        attached += 1;
+    }
+    match attached == here().count() {
+        true => Ok(()),
+        false => Err(LoadError::MissingProgram("a tp program")),
+    }
+}
+
 /// Loads and attaches the `--reads` programs on the read syscalls' exit tracepoints (after
 /// [`probe_tp_reads`]); on a failure, as [`attach_tp`], every tp program is detached.
 pub fn attach_tp_reads(ebpf: &mut Ebpf) -> Result<(), LoadError> {
