@@ -305,10 +305,20 @@ impl Plan {
 /// One load result per [`Plan::names`] entry (None: the object has no such program).
 type LoadResults = Vec<Option<Result<(), LoadError>>>;
 
+/// What [`load_all`] attached while the exec program was verified.
+#[derive(Default)]
+struct Early {
+    /// The scheduler hooks but the exec one (fork, exit), with their attach results.
+    sched: Vec<(&'static str, Result<(), LoadError>)>,
+    /// tp's counters ([`attach_tp_early`]); None when not tried.
+    tp: Option<Result<(), String>>,
+}
+
 /// Loads every program `opts` needs (see [`load_all`]) and attaches them in order: the
 /// scheduler hooks first (a spawn never has syscall counts without its fork), then the
-/// syscall counters, then the optional exec_exit programs. tp's counters come earlier,
-/// beside the exec program's verifier ([`attach_tp_early`]), while no process is traced.
+/// syscall counters, then the optional exec_exit programs. The fork and exit hooks and
+/// tp's counters come earlier, beside the exec program's verifier ([`load_all`]), while no
+/// process is traced.
 fn attach_programs(
     bpf: &mut Ebpf,
     kernel: &KernelBtf,
@@ -316,7 +326,7 @@ fn attach_programs(
     exec_walk: ExecWalk,
 ) -> Result<Attached> {
     let plan = Plan::new(opts, exec_walk);
-    let (mut results, tp_early) = load_all(bpf, &plan);
+    let (mut results, early) = load_all(bpf, &plan);
     results.truncate(plan.exec_exit_end); // tp's results: attach_tp reports its own
     let exec_exit_loaded = results.split_off(plan.required);
     for (name, loaded) in plan.names.iter().zip(results) {
@@ -324,7 +334,14 @@ fn attach_programs(
             .unwrap_or(Err(LoadError::MissingProgram(name)))
             .with_context(|| format!("failed to start program {name}"))?;
     }
+    let attached_early: Vec<&str> = early.sched.iter().map(|(name, _)| *name).collect();
+    for (name, attached) in early.sched {
+        attached.with_context(|| format!("failed to start program {name}"))?;
+    }
     for spec in &plan.sched {
+        if attached_early.contains(&spec.name) {
+            continue;
+        }
         let attached = if plan.bounded(spec) {
             ebpf::load_and_attach(bpf, spec)
         } else {
@@ -333,7 +350,7 @@ fn attach_programs(
         attached.with_context(|| format!("failed to start program {}", spec.name))?;
     }
     let (backend, fallback, aya_btf_ms) =
-        attach_syscall_counters(bpf, kernel, opts, &plan, tp_early)?;
+        attach_syscall_counters(bpf, kernel, opts, &plan, early.tp)?;
     if opts.origin {
         for spec in &ebpf::ORIGIN_PROGRAMS {
             ebpf::load_and_attach(bpf, spec)
@@ -358,7 +375,7 @@ fn attach_programs(
 /// thread of its own (the verifier of privileged loads takes no global lock), the rest on
 /// this one: that split balances the two threads' verifier time (docs/performance.md has
 /// the per-program figures).
-fn load_all(bpf: &mut Ebpf, plan: &Plan) -> (LoadResults, Option<Result<(), String>>) {
+fn load_all(bpf: &mut Ebpf, plan: &Plan) -> (LoadResults, Early) {
     let names = &plan.names;
     let beside =
         |name: &str| name == EXEC || ebpf::EXEC_EXIT_PROGRAMS.iter().any(|(n, _)| *n == name);
@@ -378,12 +395,30 @@ fn load_all(bpf: &mut Ebpf, plan: &Plan) -> (LoadResults, Option<Result<(), Stri
     let load = |(i, prog): &mut (usize, &mut aya::programs::Program)| {
         (*i, ebpf::load_program(prog, names[*i]))
     };
-    let mut early = None;
+    let mut early = Early::default();
     let done: Vec<(usize, Result<(), LoadError>)> = std::thread::scope(|s| {
         let thread = s.spawn(|| there.iter_mut().map(load).collect::<Vec<_>>());
         let mut done: Vec<_> = here.iter_mut().map(load).collect();
-        if plan.tries_tp && done.iter().all(|(_, r)| r.is_ok()) {
-            early = Some(attach_tp_early(here, names));
+        // While the exec program is verified (the long pole: this thread's loads end
+        // ~1.7 ms before it here, 2026-12-04), what can be attached before it is: the fork
+        // and exit hooks (exec's comes after fork's, as before), then tp's counters. No
+        // process is traced yet (the maps are this load's), so the order counts nothing
+        // wrong. Only when every load here worked: a failure is reported as before.
+        if done.iter().all(|(_, r)| r.is_ok()) {
+            for (i, prog) in &mut here {
+                let spec = plan
+                    .sched
+                    .iter()
+                    .find(|s| s.name == names[*i] && s.name != EXEC);
+                if let Some(spec) = spec {
+                    early
+                        .sched
+                        .push((spec.name, ebpf::attach_program(prog, spec)));
+                }
+            }
+            if plan.tries_tp {
+                early.tp = Some(attach_tp_early(here, names));
+            }
         }
         done.extend(
             thread
@@ -399,10 +434,7 @@ fn load_all(bpf: &mut Ebpf, plan: &Plan) -> (LoadResults, Option<Result<(), Stri
 }
 
 /// tp's probe and attach, made while the exec program is verified on the other thread
-/// (the long pole: this thread's own loads end ~1.7 ms before it here, 2026-12-04), so
-/// that they are off the start-up's critical path. Attaching the syscall counters before
-/// the scheduler hooks counts nothing wrong: the maps were created by this load, so no
-/// process is traced until the scheduler hooks or the session add one. Err is why tp
+/// ([`load_all`]), so that they are off the start-up's critical path. Err is why tp
 /// cannot be used ([`attach_tp`] then detaches what was attached).
 fn attach_tp_early(
     here: Vec<(usize, &mut aya::programs::Program)>,
