@@ -156,13 +156,13 @@ impl Session {
         })
     }
 
-    /// For a process about to exit (trace): the slow detaches happen after the exit, in a
+    /// For a process about to exit (trace): the detaches happen after the exit, in a
     /// child ([`ebpf::detach_after_exit`]), so the caller does not wait for them: the
-    /// fentry trampolines' removal, and the exec_exit programs' (closing the last
-    /// reference to a syscall trace event's perf event waits for two RCU grace periods,
-    /// which would be most of fdaudit's exit time). Not for a
-    /// process that goes on (bench): its later work would still run under this session's
-    /// programs. Dropping the session then does not wait for the kernel to free the rest.
+    /// fentry trampolines' removal, the tracepoint programs' (a syscall trace event's
+    /// program detach waits for RCU grace periods, which would be most of fdaudit's exit
+    /// time), the raw tracepoints'. Not for a process that goes on (bench): its later work
+    /// would still run under this session's programs. Dropping the session then does not
+    /// wait for the kernel to free the rest.
     pub fn detach_after_exit(&mut self) {
         self.exiting = true;
         let hand_off = matches!(self.backend, Some(Backend::Fentry | Backend::Tp))

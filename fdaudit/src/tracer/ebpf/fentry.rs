@@ -1,10 +1,7 @@
 //! The fentry backend: loading, attaching and probing its programs, and detaching them
 //! without making fdaudit's caller wait for the kernel's trampoline removal.
 
-use aya::{
-    programs::{Program, ProgramError},
-    Ebpf,
-};
+use aya::{programs::Program, Ebpf};
 
 use aya_obj::generated::{
     bpf_attach_type, bpf_prog_type, perf_event_attr, perf_type_id, PERF_FLAG_FD_CLOEXEC,
@@ -93,41 +90,24 @@ pub fn probe_fentry(btf: &Btf) -> Result<(), String> {
         })
 }
 
-/// Detaches everything at once except the fentry backend's programs and the tracepoint
-/// programs (tp's, exec_exit's), whose links are left to a child that closes them once
-/// fdaudit has exited.
+/// Leaves every link to a child that closes them once fdaudit has exited, all at once
+/// ([`close_at_once`]).
 ///
 /// Removing a BPF trampoline waits for RCU-tasks grace periods under ftrace's lock, one
 /// trampoline after the other (10 took 1.5–2 s in a 6.12 guest), and closing the last fd
 /// of a link does that removal; detaching a program from a syscall trace event (a perf
 /// event) waits for two grace periods too (65-85 ms each on a loaded 2-vCPU 6.18 host):
-/// on fdaudit's way out, its caller would wait for all of them. The raw tracepoints go
-/// first (quick), then a child that holds a copy of every BPF fd (and nothing else: not
-/// the caller's pipes) waits for fdaudit to exit, closes them (the kernel detaches as the
-/// last copy goes) and keeps the trace events registered a little longer
-/// ([`hand_bpf_fds_to_a_child`]). Until fdaudit's exit those programs stay attached,
-/// writing into maps nobody reads. Falls back to [`detach_fentry`] when the child cannot be
-/// made.
+/// on fdaudit's way out, its caller would wait for all of them. Even the raw tracepoints'
+/// detach, quick, was 0.3-0.4 ms of every exit here (2026-12-04). So a child that holds a
+/// copy of every BPF fd (and nothing else: not the caller's pipes) waits for fdaudit to
+/// exit, closes them (the kernel detaches as the last copy goes) and keeps the trace
+/// events registered a little longer ([`hand_bpf_fds_to_a_child`]). Until then those
+/// programs stay attached, writing into maps nobody reads any more. Falls back to
+/// [`detach_fentry`] when the child cannot be made.
 pub fn detach_after_exit(ebpf: &mut Ebpf) {
-    for (name, prog) in ebpf.programs_mut() {
-        if let Program::RawTracePoint(p) = prog {
-            let _ = p.unload(); // not loaded (--no-syscalls's sys_enter) is fine
-        } else if !FENTRY_PROGRAMS.iter().any(|p| p.name == name) {
-            let _ = prog_unload(prog);
-        }
-    }
     let ids = trace_event_ids(ebpf);
     if hand_bpf_fds_to_a_child(&ids).is_err() {
         detach_fentry(ebpf);
-    }
-}
-
-fn prog_unload(prog: &mut Program) -> Result<(), ProgramError> {
-    match prog {
-        Program::FEntry(p) => p.unload(),
-        Program::FExit(p) => p.unload(),
-        Program::RawTracePoint(p) => p.unload(),
-        _ => Ok(()),
     }
 }
 
