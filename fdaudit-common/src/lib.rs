@@ -4,8 +4,16 @@
 //! out, so both sides agree on the layout byte for byte. Layout is checked by `const` asserts.
 #![no_std]
 
-/// Ring buffer carrying [`PathsRecord`], [`SpawnRecord`] and [`ExitRecord`] to userspace.
+/// The first ring buffer carrying [`PathsRecord`], [`SpawnRecord`], [`ExitRecord`] and
+/// [`OriginRecord`] to userspace.
 pub const MAP_EVENTS: &str = "EVENTS";
+/// One-slot array of maps: once userspace puts a bigger ring buffer in slot 0, every record
+/// goes there instead of [`MAP_EVENTS`].
+pub const MAP_EVENTS_GROWN: &str = "EVENTS_GROWN";
+/// Size of the template ring the object declares as [`MAP_EVENTS_GROWN`]'s inner map
+/// (created and dropped at load; the kernel does not compare inner ring sizes): a power of
+/// two that is a whole number of pages on 4, 16 and 64 KiB-page kernels.
+pub const RING_TEMPLATE_BYTES: u32 = 64 << 10;
 /// tgid -> [`TaskState`] for every process of the traced tree.
 pub const MAP_TRACKED: &str = "TRACKED";
 /// Scratch space (one [`SpawnScratch`] per CPU) the exec program fills before output.

@@ -14,7 +14,7 @@ use crate::{
     fork::{add_hot_counts, claim_hot, fd_cache_of},
     in_followed_cgroup,
     kernel::{self, stat_add},
-    EVENTS, EXEC_CHAIN, SCRATCH, STATS, TRACKED, ZERO_TASK,
+    EXEC_CHAIN, SCRATCH, STATS, TRACKED, ZERO_TASK,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -73,6 +73,8 @@ pub fn exec_walk_paths(_ctx: RawTracePointContext) -> i32 {
 /// want a constant one.
 #[inline(always)]
 pub(crate) fn output_spawn(rec: &mut SpawnRecord, paths: &mut PathsRecord) {
+    // Both records to the same ring, so that the paths come first.
+    let ring = crate::Ring::now();
     if rec.npaths > 0 {
         paths.header = RecordHeader {
             kind: RecordKind::Paths as u32,
@@ -83,7 +85,7 @@ pub(crate) fn output_spawn(rec: &mut SpawnRecord, paths: &mut PathsRecord) {
         // SAFETY: `len` is at most the size of the record, which lives in the map value.
         let bytes =
             unsafe { core::slice::from_raw_parts((paths as *const PathsRecord).cast::<u8>(), len) };
-        if EVENTS.output::<[u8]>(bytes, crate::wake::FOLLOWED).is_err() {
+        if ring.output(bytes, crate::wake::FOLLOWED).is_err() {
             stat_add(&STATS, |s| &mut s.lost_records);
             rec.npaths = 0;
             rec.header.flags |= flags::PATH_PARTIAL;
@@ -93,7 +95,7 @@ pub(crate) fn output_spawn(rec: &mut SpawnRecord, paths: &mut PathsRecord) {
     // SAFETY: as above.
     let bytes =
         unsafe { core::slice::from_raw_parts((rec as *const SpawnRecord).cast::<u8>(), len) };
-    if EVENTS.output::<[u8]>(bytes, crate::wake::NOW).is_err() {
+    if ring.output(bytes, crate::wake::NOW).is_err() {
         stat_add(&STATS, |s| &mut s.lost_records);
     }
 }

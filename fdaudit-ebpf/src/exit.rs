@@ -11,7 +11,7 @@ use crate::{
     current_tgid,
     fork::take_counters,
     kernel::{self, conf, read_kernel, stat_add},
-    EVENTS, STATS, TRACKED,
+    STATS, TRACKED,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -44,7 +44,8 @@ fn try_sched_process_exit() -> Result<(), i64> {
         rec_flags |= flags::EXEC_MISSED;
         never_execd = false;
     }
-    if let Some(mut entry) = EVENTS.reserve::<ExitRecord>(0) {
+    let ring = crate::Ring::now();
+    if let Some(mut entry) = ring.reserve::<ExitRecord>() {
         let rec = ExitRecord {
             header: RecordHeader {
                 kind: RecordKind::Exit as u32,
@@ -60,7 +61,7 @@ fn try_sched_process_exit() -> Result<(), i64> {
             counters,
         };
         entry.write(rec);
-        entry.submit(crate::wake::quiet_unless_filling());
+        entry.submit(crate::wake::quiet_unless_filling(ring));
     } else {
         stat_add(&STATS, |s| &mut s.lost_records);
     }

@@ -39,17 +39,20 @@ macro_rules! map_named {
 }
 
 use aya_ebpf::{
+    btf_maps::{self, ArrayOfMaps},
     helpers::{bpf_get_current_ancestor_cgroup_id, bpf_get_current_pid_tgid},
-    macros::map,
-    maps::{Array, HashMap, LruHashMap, PerCpuArray, ProgramArray, RingBuf},
+    macros::{btf_map, map},
+    maps::{
+        ring_buf::RingBufEntry, Array, HashMap, LruHashMap, PerCpuArray, ProgramArray, RingBuf,
+    },
 };
 use fdaudit_common::{
     Config, ExecFailure, FdPath, HotSlot, OriginPending, ReadKey, ReadStat, SpawnScratch, Stats,
-    TaskState, CONFIG_MAGIC, EXEC_CHAIN_LEN, GLOBAL_CONFIG, HOT_SLOTS, MAP_EVENTS, MAP_EXEC_CHAIN,
-    MAP_EXEC_FAILS, MAP_EXEC_PENDING, MAP_EXEC_SCRATCH, MAP_HOT, MAP_ORIGIN_GATE,
-    MAP_ORIGIN_PENDING, MAP_ORIGIN_SEEN, MAP_READS, MAP_READ_PATHS, MAP_SCRATCH, MAP_STATS,
-    MAP_TRACKED, MAX_EXEC_FAILS, MAX_ORIGIN_PENDING, MAX_READS, MAX_READ_PATHS, MAX_TRACKED,
-    ORIGIN_GATE_SLOTS,
+    TaskState, CONFIG_MAGIC, EXEC_CHAIN_LEN, GLOBAL_CONFIG, HOT_SLOTS, MAP_EVENTS,
+    MAP_EVENTS_GROWN, MAP_EXEC_CHAIN, MAP_EXEC_FAILS, MAP_EXEC_PENDING, MAP_EXEC_SCRATCH, MAP_HOT,
+    MAP_ORIGIN_GATE, MAP_ORIGIN_PENDING, MAP_ORIGIN_SEEN, MAP_READS, MAP_READ_PATHS, MAP_SCRATCH,
+    MAP_STATS, MAP_TRACKED, MAX_EXEC_FAILS, MAX_ORIGIN_PENDING, MAX_READS, MAX_READ_PATHS,
+    MAX_TRACKED, ORIGIN_GATE_SLOTS, RING_TEMPLATE_BYTES,
 };
 // fdwalk sends the records through `crate::output_spawn`.
 use exec::output_spawn;
@@ -57,10 +60,68 @@ use kernel::conf;
 
 // `#[map]` names each map after its static; `map_named!` checks at compile time that the
 // name is the `MAP_*` constant userspace looks the map up by.
-// The loader sizes the ring from the CPU count (`trace --buffer-pages`); 8 MiB otherwise.
+// The first ring: the loader sizes it (1 MiB, or `trace --buffer-pages`).
 #[map]
-static EVENTS: RingBuf = RingBuf::with_byte_size(8 << 20, 0);
+static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 map_named!(EVENTS, MAP_EVENTS);
+
+/// The grown ring, in slot 0 once userspace has put it there (a burst filled a quarter of
+/// the first ring in one of its passes): from then on every record goes to it. A ring
+/// cannot be resized once programs hold it, and a big one costs every trace its creation
+/// (an 8 MiB ring is 2-3 ms of cleared pages here); an array of maps lets the programs
+/// switch to one made later, by a thread of its own. The inner map in the object is only
+/// the template the kernel checks the ring against (type and flags; not its size, since
+/// Linux 5.10).
+#[btf_map]
+static EVENTS_GROWN: ArrayOfMaps<GrownRing, 1> = ArrayOfMaps::new();
+map_named!(EVENTS_GROWN, MAP_EVENTS_GROWN);
+
+type GrownRing = btf_maps::RingBuf<u8, { RING_TEMPLATE_BYTES as usize }>;
+
+/// Where a record goes: the grown ring when there is one (BPF_MAP_TYPE_ARRAY_OF_MAPS
+/// lookup, since 4.12), else the first.
+#[derive(Clone, Copy)]
+pub(crate) enum Ring {
+    First,
+    Grown(&'static GrownRing),
+}
+
+impl Ring {
+    #[inline(always)]
+    pub(crate) fn now() -> Ring {
+        match EVENTS_GROWN.get(0) {
+            Some(r) => Ring::Grown(r),
+            None => Ring::First,
+        }
+    }
+
+    #[inline(always)]
+    pub(crate) fn output(self, bytes: &[u8], flags: u64) -> Result<(), i32> {
+        match self {
+            Ring::First => EVENTS.output::<[u8]>(bytes, flags),
+            Ring::Grown(r) => r.output_untyped::<[u8]>(bytes, flags),
+        }
+    }
+
+    #[inline(always)]
+    pub(crate) fn reserve<U: 'static>(self) -> Option<RingBufEntry<U>> {
+        match self {
+            Ring::First => EVENTS.reserve::<U>(0),
+            Ring::Grown(r) => r.reserve_untyped::<U>(0),
+        }
+    }
+
+    #[inline(always)]
+    fn query(self, what: u64) -> u64 {
+        match self {
+            Ring::First => EVENTS.query(what),
+            // SAFETY: `r` is the ring buffer map the lookup in EVENTS_GROWN returned.
+            Ring::Grown(r) => unsafe {
+                aya_ebpf::helpers::bpf_ringbuf_query(core::ptr::from_ref(r).cast_mut().cast(), what)
+            },
+        }
+    }
+}
 
 #[map]
 static TRACKED: HashMap<u32, TaskState> = HashMap::with_max_entries(MAX_TRACKED, 0);
@@ -153,9 +214,9 @@ mod wake {
     /// An exit record: quiet (the next spawn record or the reader's 200 ms tick brings
     /// it), unless an eighth of the ring is waiting to be read.
     #[inline(always)]
-    pub fn quiet_unless_filling() -> u64 {
-        let waiting = crate::EVENTS.query(BPF_RB_AVAIL_DATA as u64);
-        let size = crate::EVENTS.query(BPF_RB_RING_SIZE as u64);
+    pub fn quiet_unless_filling(ring: crate::Ring) -> u64 {
+        let waiting = ring.query(BPF_RB_AVAIL_DATA as u64);
+        let size = ring.query(BPF_RB_RING_SIZE as u64);
         if waiting > size / 8 {
             BPF_RB_FORCE_WAKEUP as u64
         } else {

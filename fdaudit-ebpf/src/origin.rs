@@ -26,7 +26,7 @@ use crate::{
     compat::in_compat_syscall,
     configured, current_tgid, fdwalk,
     kernel::{conf, read_kernel, stat_add},
-    EVENTS, ORIGIN_GATE, ORIGIN_PENDING, ORIGIN_SEEN, STATS, TRACKED,
+    ORIGIN_GATE, ORIGIN_PENDING, ORIGIN_SEEN, STATS, TRACKED,
 };
 
 // raw_syscalls/sys_enter: TP_PROTO(struct pt_regs *regs, long id) (4.17+). Leaves at the
@@ -143,7 +143,8 @@ fn emit(
         // SAFETY: pointer from a map lookup, valid for this program run.
         .map(|st| unsafe { (*st).parent_pid })
         .unwrap_or(0);
-    let Some(mut entry) = EVENTS.reserve::<OriginRecord>(0) else {
+    let ring = crate::Ring::now();
+    let Some(mut entry) = ring.reserve::<OriginRecord>() else {
         stat_add(&STATS, |s| &mut s.lost_records);
         return Ok(());
     };
@@ -201,7 +202,7 @@ fn emit(
     entry.submit(if first {
         crate::wake::NOW
     } else {
-        crate::wake::quiet_unless_filling()
+        crate::wake::quiet_unless_filling(ring)
     });
     Ok(())
 }
