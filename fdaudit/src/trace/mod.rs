@@ -124,8 +124,9 @@ pub struct TraceArgs {
     #[arg(long)]
     pub origin: bool,
 
-    /// Ring buffer size in pages (a power of two). Default: from the CPU count, room for
-    /// 256 of the largest spawn records per CPU (at least 8 MiB).
+    /// Ring buffer size in pages (a power of two), fixed. Default: 1 MiB, grown on the
+    /// first burst that fills a quarter of it to room for 256 of the largest spawn records
+    /// per CPU (at least 8 MiB).
     #[arg(long, value_name = "PAGES")]
     pub buffer_pages: Option<u64>,
 
@@ -351,6 +352,7 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
     let missed = session.missed_runs();
     let calibrated = session.probe_cost_measured();
     let storms = read_storms(&args, &session, &mut targets);
+    let ring = ring_at_end(&session, &mut reporter);
     session.detach_after_exit();
     drop(session); // detach before waiting or printing the summary
     if let (true, Some(pid), None) = (timed_out, child, exit_status) {
@@ -365,12 +367,29 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
     let ending = ending(&reporter, exit_status);
     reporter.finish(stats, missed, storms, ending)?;
     if args.verbose {
-        verbose_exit(ended, child.is_some());
+        verbose_exit(ended, child.is_some(), ring);
         if !args.leaks_only {
             verbose_calibration(calibrated);
         }
     }
     Ok(ending.exit_code)
+}
+
+/// The ring buffer's first and last sizes; a warning when a burst needed it to grow and it
+/// could not.
+fn ring_at_end(session: &Session, reporter: &mut Reporter) -> (u64, u64) {
+    let ring_bytes = session.ring_bytes();
+    reporter.ring_bytes_at_end(ring_bytes);
+    if let Some(why) = session.ring_grow_failed() {
+        stream::note(
+            stream::Level::Warning,
+            &format!(
+                "the ring buffer could not grow past {} KiB under a burst ({why}): records may have been lost; --buffer-pages sets its size",
+                ring_bytes >> 10
+            ),
+        );
+    }
+    (session.first_ring_bytes(), ring_bytes)
 }
 
 /// Opens the records stream: stdout, or stderr when fdaudit runs a command (`--demo`

@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 use crate::tracer::session::Session;
 
 /// `-v`: how long fdaudit took to exit after the command (or the trace) ended.
-pub fn verbose_exit(ended: Instant, command: bool) {
+pub fn verbose_exit(ended: Instant, command: bool, (first_ring, end_ring): (u64, u64)) {
+    verbose_ring(first_ring, end_ring);
     crate::diag!(
         "fdaudit: exit {:.1} ms (from the {} to fdaudit's exit)",
         ms(ended.elapsed()),
@@ -16,6 +17,19 @@ pub fn verbose_exit(ended: Instant, command: bool) {
             "end of the trace"
         }
     );
+}
+
+/// `-v`: the ring buffer's size, and whether a burst made it grow.
+fn verbose_ring(first: u64, end: u64) {
+    if end > first {
+        crate::diag!(
+            "fdaudit: ring buffer {} KiB, grown to {} KiB under a burst",
+            first >> 10,
+            end >> 10
+        );
+    } else {
+        crate::diag!("fdaudit: ring buffer {} KiB", first >> 10);
+    }
 }
 
 /// `-v`: the probe-cost calibration (ns, ms), if a spawn needed it.

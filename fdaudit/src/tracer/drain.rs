@@ -15,6 +15,8 @@ use std::{
 
 use aya::maps::{MapData, RingBuf};
 
+use crate::tracer::ebpf::{self, RingSlot};
+
 /// What the consumer and the thread share.
 struct Shared {
     stop: AtomicBool,
@@ -26,6 +28,25 @@ struct Shared {
     /// Written by the thread when it queued records: what [`Drain::wait`] polls, so that a
     /// signal interrupts the wait (EINTR) as it did a poll on the ring itself.
     ready: OwnedFd,
+    /// The ring's size now: the first ring's, then the grown one's.
+    ring_bytes: AtomicU64,
+    /// Why the ring could not grow, when it could not.
+    grow_failed: std::sync::Mutex<Option<String>>,
+}
+
+/// What the drain thread needs to grow the ring ([`Drain::start`]).
+pub struct Grow {
+    /// Where the programs look for the grown ring.
+    pub slot: RingSlot,
+    /// Its size.
+    pub bytes: u32,
+}
+
+/// Whether a pass that copied `drained` bytes out of a ring of `ring_bytes` says the ring
+/// is too small: a quarter of it waited for the reader, so a burst a few times that size,
+/// or the reader kept from a CPU a few times as long, would lose records.
+pub fn under_pressure(drained: u64, ring_bytes: u64) -> bool {
+    drained > ring_bytes / 4
 }
 
 /// Adds one to an eventfd.
@@ -66,20 +87,27 @@ pub struct Drain {
 }
 
 impl Drain {
-    /// Starts the thread; it owns `ring` from now on.
-    pub fn start(ring: RingBuf<MapData>) -> std::io::Result<Drain> {
+    /// Starts the thread; it owns `ring` (`ring_bytes` long) from now on, and grows it as
+    /// `grow` says when a burst puts it [`under_pressure`].
+    pub fn start(
+        ring: RingBuf<MapData>,
+        ring_bytes: u64,
+        grow: Option<Grow>,
+    ) -> std::io::Result<Drain> {
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),
             flush_requested: AtomicU64::new(0),
             flush_done: AtomicU64::new(0),
             wake: eventfd()?,
             ready: eventfd()?,
+            ring_bytes: AtomicU64::new(ring_bytes),
+            grow_failed: std::sync::Mutex::new(None),
         });
         let (tx, rx) = mpsc::channel();
         let thread_shared = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("fdaudit-drain".into())
-            .spawn(move || run(ring, &thread_shared, &tx))?;
+            .spawn(move || run(ring, grow, &thread_shared, &tx))?;
         Ok(Drain {
             shared,
             records: rx,
@@ -112,6 +140,16 @@ impl Drain {
         self.shared.ready.as_raw_fd()
     }
 
+    /// The ring's size now (bytes): the first ring's, or the grown one's once it is in.
+    pub fn ring_bytes(&self) -> u64 {
+        self.shared.ring_bytes.load(Ordering::Acquire)
+    }
+
+    /// Why the ring could not grow under pressure, if it could not.
+    pub fn grow_failed(&self) -> Option<String> {
+        self.shared.grow_failed.lock().ok()?.clone()
+    }
+
     /// Every record in the ring now: the thread makes one complete pass after this call
     /// and everything it copied is returned (waits at most `timeout` for the pass).
     pub fn flush(&self, timeout: Duration) -> Vec<Vec<u8>> {
@@ -137,9 +175,59 @@ impl Drop for Drain {
     }
 }
 
+/// Copies every record `ring` holds to `tx`; the bytes copied, or None when the consumer is
+/// gone.
+fn copy_out(ring: &mut RingBuf<MapData>, tx: &mpsc::Sender<Vec<u8>>) -> Option<u64> {
+    let mut bytes = 0;
+    while let Some(item) = ring.next() {
+        bytes += item.len() as u64 + 8; // the kernel's record header
+        tx.send(item.to_vec()).ok()?;
+    }
+    Some(bytes)
+}
+
+/// The ring growing on a thread of its own (creating it clears its pages, and putting it
+/// in its slot waits for an RCU grace period: ~10 ms in all here), while the drain thread
+/// goes on copying out the first ring.
+fn start_growing(grow: Grow, shared: &Arc<Shared>) -> mpsc::Receiver<RingBuf<MapData>> {
+    let (tx, rx) = mpsc::channel();
+    let thread_shared = Arc::clone(shared);
+    let grown = move || -> Result<RingBuf<MapData>, String> {
+        let (map, reader) = ebpf::create_ring(grow.bytes).map_err(|e| ebpf::one_line(&e))?;
+        grow.slot.fill(&map).map_err(|e| ebpf::one_line(&e))?;
+        Ok(reader)
+    };
+    let spawned = std::thread::Builder::new()
+        .name("fdaudit-grow".into())
+        .spawn(move || {
+            match grown() {
+                Ok(reader) => {
+                    let _ = tx.send(reader);
+                }
+                Err(why) => {
+                    if let Ok(mut slot) = thread_shared.grow_failed.lock() {
+                        *slot = Some(why);
+                    }
+                }
+            }
+            thread_shared.wake();
+        });
+    if let Err(e) = spawned {
+        if let Ok(mut slot) = shared.grow_failed.lock() {
+            *slot = Some(format!("failed to start a thread: {e}"));
+        }
+    }
+    rx
+}
+
 /// The thread: copy out everything, answer flushes, sleep in poll until the kernel or the
-/// consumer wakes it.
-fn run(mut ring: RingBuf<MapData>, shared: &Shared, tx: &mpsc::Sender<Vec<u8>>) {
+/// consumer wakes it; grow the ring when a pass finds it under pressure.
+fn run(
+    mut ring: RingBuf<MapData>,
+    mut grow: Option<Grow>,
+    shared: &Arc<Shared>,
+    tx: &mpsc::Sender<Vec<u8>>,
+) {
     // Signals are for the consumer's thread: its wait is what a signal must interrupt.
     // SAFETY: a full set, applied to this thread only.
     unsafe {
@@ -147,29 +235,43 @@ fn run(mut ring: RingBuf<MapData>, shared: &Shared, tx: &mpsc::Sender<Vec<u8>>) 
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
     }
-    let mut fds = [
-        libc::pollfd {
-            fd: ring.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        },
-        libc::pollfd {
-            fd: shared.wake.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        },
-    ];
+    let pollfd = |fd| libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let mut fds = vec![pollfd(ring.as_raw_fd()), pollfd(shared.wake.as_raw_fd())];
+    let first_bytes = shared.ring_bytes.load(Ordering::Acquire);
+    // The growth under way: its size and where the grown ring comes from.
+    let mut growing: Option<(u32, mpsc::Receiver<RingBuf<MapData>>)> = None;
+    let mut grown: Option<RingBuf<MapData>> = None;
     loop {
         let asked = shared.flush_requested.load(Ordering::Acquire);
-        let mut sent = false;
-        while let Some(item) = ring.next() {
-            if tx.send(item.to_vec()).is_err() {
-                return; // the consumer is gone
+        if let Some((bytes, rx)) = &growing {
+            if let Ok(reader) = rx.try_recv() {
+                fds.push(pollfd(reader.as_raw_fd()));
+                shared
+                    .ring_bytes
+                    .store(u64::from(*bytes), Ordering::Release);
+                grown = Some(reader);
+                growing = None;
             }
-            sent = true;
         }
-        if sent {
+        // The first ring before the grown one: the programs switch to the grown one for
+        // good once it is in, so a process's records there come after its records here.
+        let Some(first) = copy_out(&mut ring, tx) else {
+            return; // the consumer is gone
+        };
+        let Some(later) = grown.as_mut().map_or(Some(0), |g| copy_out(g, tx)) else {
+            return;
+        };
+        if first + later > 0 {
             post(&shared.ready);
+        }
+        if under_pressure(first, first_bytes) {
+            if let Some(g) = grow.take() {
+                growing = Some((g.bytes, start_growing(g, shared)));
+            }
         }
         shared.flush_done.store(asked, Ordering::Release);
         if shared.stop.load(Ordering::Acquire) {
@@ -178,18 +280,24 @@ fn run(mut ring: RingBuf<MapData>, shared: &Shared, tx: &mpsc::Sender<Vec<u8>>) 
         // A spawn record wakes the ring's poll at once; an exit record does not (unless an
         // eighth of the ring waits: fdaudit-ebpf's `wake`), so the timeout is also the
         // tick that brings exit records no spawn followed; a flush (the trace's end) wakes
-        // the thread itself.
-        // SAFETY: two valid pollfds.
-        unsafe { libc::poll(fds.as_mut_ptr(), 2, 200) };
+        // the thread itself, and so does the grown ring's arrival.
+        // SAFETY: valid pollfds.
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 200) };
         if fds[1].revents != 0 {
             take(&shared.wake);
         }
     }
 }
 
-/// Spawns per CPU the default ring holds at their largest (with their exit records): what
+/// Spawns per CPU the grown ring holds at their largest (with their exit records): what
 /// one CPU can produce while the drain thread waits for a CPU of its own.
 pub const RECORDS_PER_CPU: u64 = 256;
+/// The first ring's size when `--buffer-pages` is not given: 1 MiB holds ~70 of the
+/// largest spawns and thousands of common ones; the ring grows to
+/// [`default_ring_bytes`] on the first pass that finds it [`under_pressure`]. Creating the
+/// 8 MiB ring at once cost every trace 2.5 ms of start-up and 0.5 ms of exit here
+/// (2026-12-04, docs/performance.md).
+pub const FIRST_RING_BYTES: u64 = 1 << 20;
 /// Bounds of the default ring size.
 pub const MIN_RING_BYTES: u64 = 8 << 20;
 pub const MAX_RING_BYTES: u64 = 256 << 20;
@@ -201,7 +309,7 @@ pub fn max_spawn_bytes() -> u64 {
     (fdaudit_common::MAX_SPAWN_BYTES + size_of::<fdaudit_common::ExitRecord>() + 8) as u64
 }
 
-/// Default ring size for `ncpus` CPUs: [`RECORDS_PER_CPU`] of the largest spawns per CPU,
+/// Grown ring size for `ncpus` CPUs: [`RECORDS_PER_CPU`] of the largest spawns per CPU,
 /// a power of two (the kernel's rule), within [`MIN_RING_BYTES`]..=[`MAX_RING_BYTES`].
 pub fn default_ring_bytes(ncpus: u64) -> u64 {
     (ncpus.max(1) * RECORDS_PER_CPU * max_spawn_bytes())
@@ -273,6 +381,17 @@ mod tests {
             max_spawn_bytes() > 8 * 1024,
             "the largest spawn is the fd list and 8 paths"
         );
+    }
+
+    #[test]
+    fn a_pass_that_drained_over_a_quarter_of_the_ring_is_pressure() {
+        let ring = FIRST_RING_BYTES;
+        assert!(!under_pressure(0, ring));
+        assert!(!under_pressure(ring / 4, ring));
+        assert!(under_pressure(ring / 4 + 1, ring));
+        // The first ring holds ~70 of the largest spawns; the grown one is bigger.
+        assert!(FIRST_RING_BYTES >= 64 * max_spawn_bytes());
+        assert!(default_ring_bytes(1) > FIRST_RING_BYTES);
     }
 
     #[test]

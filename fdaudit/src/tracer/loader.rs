@@ -10,8 +10,9 @@
 //!   close() (1 ms);
 //! - meanwhile this thread maps and indexes the same BTF for the offsets (2-4 ms,
 //!   [`crate::tracer::btf`]);
-//! - aya creates the maps (3-4 ms, most of it the 8 MiB ring buffer, created and mapped;
-//!   the traced-process table is preallocated only before Linux 6.1: [`ebpf::open_with`]);
+//! - aya creates the maps (2-3 ms; the first ring buffer is 1 MiB and grows under
+//!   pressure: [`super::drain`]; the traced-process table is preallocated only before
+//!   Linux 6.1: [`ebpf::open_with`]);
 //! - the exec program is verified on its own thread (4-30 ms of verifier time, the long
 //!   pole on most kernels) while this one loads the others (4-5 ms) and then probes and
 //!   attaches tp's syscall counters (0.6 ms that were after it);
@@ -46,7 +47,8 @@ pub struct SessionOptions {
     /// Record the calls that make fds inheritable (`trace --origin`): two more syscall
     /// programs, run only by the followed tree's fd-creating calls.
     pub origin: bool,
-    /// Ring buffer size in bytes; `None`: [`super::drain::default_ring_bytes`] for the CPUs online.
+    /// Ring buffer size in bytes, fixed; `None`: [`super::drain::FIRST_RING_BYTES`], grown
+    /// under pressure to [`super::drain::default_ring_bytes`] for the CPUs online.
     pub ring_bytes: Option<u64>,
     /// How to hook the counted syscalls.
     pub backend: BackendChoice,
@@ -92,8 +94,10 @@ pub(super) struct LoadedObject {
     /// Taken out of `bpf` for the drain thread.
     pub events: RingBuf<MapData>,
     pub tracked: HashMap<MapData, u32, TaskState>,
-    /// The ring buffer's size in bytes.
+    /// The (first) ring buffer's size in bytes.
     pub ring_bytes: u64,
+    /// How it grows, unless its size was given.
+    pub grow: Option<drain::Grow>,
     /// The backend counting syscalls (None with --no-syscalls: no syscall is hooked).
     pub backend: Option<Backend>,
     /// Why `auto` chose the backend it did.
@@ -179,10 +183,9 @@ pub(super) fn load(opts: &SessionOptions) -> Result<LoadedObject> {
         .join()
         .map_err(|_| anyhow::anyhow!("aya's loader panicked"))?;
     timings.loader_wait_ms = ms_since(wait);
-    let ring_bytes = opts
-        .ring_bytes
-        .unwrap_or_else(|| drain::default_ring_bytes(drain::online_cpus()));
+    let ring_bytes = opts.ring_bytes.unwrap_or(drain::FIRST_RING_BYTES);
     let ring_arg = u32::try_from(ring_bytes).context("the ring buffer size is too large")?;
+    let grown_bytes = drain::default_ring_bytes(drain::online_cpus());
     let mut bpf = ebpf::open_with(loader, &config, Some(ring_arg))
         .context("failed to load the eBPF object")?;
     let mut take = |name: &str| {
@@ -191,6 +194,13 @@ pub(super) fn load(opts: &SessionOptions) -> Result<LoadedObject> {
     };
     let events = RingBuf::try_from(take(MAP_EVENTS)?)?;
     let tracked = HashMap::try_from(take(MAP_TRACKED)?)?;
+    let grow = match opts.ring_bytes {
+        None if grown_bytes > ring_bytes => Some(drain::Grow {
+            slot: ebpf::RingSlot::of(&bpf).context("failed to load the eBPF object")?,
+            bytes: u32::try_from(grown_bytes).context("the ring buffer size is too large")?,
+        }),
+        _ => None,
+    };
     timings.maps_ms = ms_since(t);
     let (close_cost_ns, close_ms) = probes
         .join()
@@ -205,6 +215,7 @@ pub(super) fn load(opts: &SessionOptions) -> Result<LoadedObject> {
         events,
         tracked,
         ring_bytes,
+        grow,
         backend: a.backend,
         fallback: a.fallback,
         ia32_unseen: a.backend.is_some_and(Backend::native_only) && kernel.ia32,

@@ -92,6 +92,7 @@ impl Session {
             events,
             tracked,
             ring_bytes,
+            grow,
             backend,
             fallback,
             ia32_unseen,
@@ -122,7 +123,8 @@ impl Session {
         Ok(Session {
             events: None,
             drain: Some(
-                Drain::start(events).context("failed to start the ring buffer's drain thread")?,
+                Drain::start(events, ring_bytes, grow)
+                    .context("failed to start the ring buffer's drain thread")?,
             ),
             decoder: if opts.origin {
                 Decoder::new(opts.leaks_only).with_origins()
@@ -285,9 +287,21 @@ impl Session {
             .count()
     }
 
-    /// Size of the ring buffer in bytes.
+    /// Size of the ring buffer in bytes now: the first ring's, or the grown one's.
     pub fn ring_bytes(&self) -> u64 {
+        self.drain
+            .as_ref()
+            .map_or(self.ring_bytes, Drain::ring_bytes)
+    }
+
+    /// Size of the first ring buffer in bytes (`--buffer-pages`, or the default first ring).
+    pub fn first_ring_bytes(&self) -> u64 {
         self.ring_bytes
+    }
+
+    /// Why the ring buffer could not grow when a burst needed it to, if it could not.
+    pub fn ring_grow_failed(&self) -> Option<String> {
+        self.drain.as_ref().and_then(Drain::grow_failed)
     }
 
     /// Waits up to `timeout` for records, then returns every record available.

@@ -7,14 +7,14 @@ use std::{
 };
 
 use aya::{
-    maps::ProgramArray,
+    maps::{ArrayOfMaps, Map, MapData, MapError, ProgramArray, RingBuf},
     programs::{Program, ProgramError, ProgramType, RawTracePoint, TracePoint},
     sys::{is_helper_supported, BpfHelper},
     Ebpf, EbpfError, EbpfLoader,
 };
 use fdaudit_common::{
-    Config, GLOBAL_CONFIG, MAP_EVENTS, MAP_EXEC_CHAIN, MAP_ORIGIN_GATE, MAP_ORIGIN_PENDING,
-    MAP_ORIGIN_SEEN, MAP_READS, MAP_READ_PATHS, MAP_TRACKED,
+    Config, GLOBAL_CONFIG, MAP_EVENTS, MAP_EVENTS_GROWN, MAP_EXEC_CHAIN, MAP_ORIGIN_GATE,
+    MAP_ORIGIN_PENDING, MAP_ORIGIN_SEEN, MAP_READS, MAP_READ_PATHS, MAP_TRACKED,
 };
 use thiserror::Error;
 
@@ -197,6 +197,10 @@ pub enum LoadError {
     Maps(#[source] EbpfError),
     #[error("the object has no map {0}")]
     MissingMap(&'static str),
+    #[error("failed to create a ring buffer")]
+    Ring(#[source] MapError),
+    #[error("failed to put the grown ring buffer in its slot (an array of maps holding a ring buffer needs Linux 5.10)")]
+    RingSlot(#[source] MapError),
     #[error("the object has no program {0}")]
     MissingProgram(&'static str),
     #[error("the verifier rejected {name}: {summary}")]
@@ -257,6 +261,49 @@ pub fn open_with_ring(config: &Config, ring_bytes: Option<u32>) -> Result<Ebpf, 
         .join()
         .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
     open_with(loader, config, ring_bytes)
+}
+
+/// `BPF_MAP_TYPE_RINGBUF`.
+const BPF_MAP_TYPE_RINGBUF: u32 = 27;
+
+/// A ring buffer `bytes` long (a power-of-two multiple of the page size) for the grown
+/// slot ([`RingSlot::fill`]), and its reader, mapped.
+pub fn create_ring(bytes: u32) -> Result<(MapData, RingBuf<MapData>), LoadError> {
+    let def = aya_obj::Map::new_from_params(BPF_MAP_TYPE_RINGBUF, 0, 0, bytes, 0);
+    let map = MapData::create(def, MAP_EVENTS_GROWN, None).map_err(LoadError::Ring)?;
+    // A second handle on the same map, for the slot: the reader keeps the first.
+    let slot =
+        MapData::from_fd(dup(map.fd()).map_err(LoadError::Ring)?).map_err(LoadError::Ring)?;
+    let reader = RingBuf::try_from(Map::RingBuf(map)).map_err(LoadError::Ring)?;
+    Ok((slot, reader))
+}
+
+fn dup(fd: &impl std::os::fd::AsFd) -> Result<std::os::fd::OwnedFd, MapError> {
+    fd.as_fd().try_clone_to_owned().map_err(MapError::IoError)
+}
+
+/// [`MAP_EVENTS_GROWN`], the one-slot array of maps where the programs look for a grown
+/// ring buffer, through a handle of its own, so that another thread can fill it.
+pub struct RingSlot(ArrayOfMaps<MapData, MapData>);
+
+impl RingSlot {
+    pub fn of(ebpf: &Ebpf) -> Result<RingSlot, LoadError> {
+        let Some(Map::ArrayOfMaps(outer)) = ebpf.map(MAP_EVENTS_GROWN) else {
+            return Err(LoadError::MissingMap(MAP_EVENTS_GROWN));
+        };
+        let outer = MapData::from_fd(dup(outer.fd()).map_err(LoadError::RingSlot)?)
+            .map_err(LoadError::RingSlot)?;
+        let outer = ArrayOfMaps::try_from(Map::ArrayOfMaps(outer)).map_err(LoadError::RingSlot)?;
+        Ok(RingSlot(outer))
+    }
+
+    /// Puts `ring` ([`create_ring`]) in the slot: from then on the programs' records go to
+    /// it. The kernel waits for an RCU grace period in every update of an array of maps
+    /// (`maybe_wait_bpf_programs`: 5-10 ms here, 2026-12-04), so this is never on a path a
+    /// user waits on.
+    pub fn fill(mut self, ring: &MapData) -> Result<(), LoadError> {
+        self.0.set(0, ring, 0).map_err(LoadError::RingSlot)
+    }
 }
 
 /// Makes an `EbpfLoader` on a thread of its own, without aya's parse of vmlinux BTF where
