@@ -264,11 +264,8 @@ fn program_checks() -> (Vec<Check>, Vec<ProgramFigures>) {
             )
         }
     };
-    let mut out = vec![check(
-        "maps",
-        Status::Ok,
-        "created (ring buffer, hash maps, per-CPU arrays)",
-    )];
+    let maps = "created (ring buffer, hash maps, per-CPU arrays)";
+    let mut out = vec![check("maps", Status::Ok, maps), ring_growth_check(&bpf)];
     let mut figures = Vec::new();
     for spec in &ebpf::PROGRAMS {
         out.push(match ebpf::load_and_attach_measured(&mut bpf, spec) {
@@ -323,6 +320,28 @@ fn program_checks() -> (Vec<Check>, Vec<ProgramFigures>) {
     }
     drop(bpf); // closes every link and program fd: nothing stays attached
     (out, figures)
+}
+
+/// Whether the ring buffer can grow under a burst: a ring put in the object's growth slot,
+/// as `trace` does when a burst needs it ([`crate::tracer::drain`]).
+fn ring_growth_check(bpf: &aya::Ebpf) -> Check {
+    let grown = ebpf::create_ring(fdaudit_common::RING_TEMPLATE_BYTES)
+        .and_then(|(ring, _reader)| ebpf::RingSlot::of(bpf)?.fill(&ring));
+    match grown {
+        Ok(()) => check(
+            "ring growth",
+            Status::Ok,
+            "a bigger ring buffer can take over under a burst",
+        ),
+        Err(e) => check(
+            "ring growth",
+            Status::Warn,
+            format!(
+                "{}: a burst may lose records; trace --buffer-pages N sets a bigger ring from the start",
+                ebpf::one_line(&e)
+            ),
+        ),
+    }
 }
 
 /// Which backend `trace` will count syscalls with, and why: as trace's `auto` (or
