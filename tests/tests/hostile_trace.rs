@@ -186,12 +186,22 @@ fn a_burst_of_4000_spawns_or_burst_size_with_60_deep_leaked_files_each_loses_no_
     let _g = guard();
     let (top, dir) = deep_files("burst", 60);
     let n = burst_size();
-    let (objs, out) = trace_json(["--", "bash", "-c", &burst_script(&dir, n)]);
+    let (objs, out) = trace_json(["-v", "--", "bash", "-c", &burst_script(&dir, n)]);
     let _ = std::fs::remove_dir_all(&top);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let summary = objs.last().expect("a summary");
     assert_eq!(summary["type"], "summary");
     assert_eq!(summary["lost_records"], 0, "{stderr}");
+    // The 1 MiB first ring holds ~70 such spawns: a burst of them on two CPUs makes a pass
+    // of the drain thread find a quarter of it filled, and the grown ring takes over.
+    assert!(!stderr.contains("could not grow"), "{stderr}");
+    assert!(stderr.contains("fdaudit: ring buffer 1024 KiB"), "{stderr}");
+    if std::env::var_os("FDAUDIT_TEST_BURST").is_none() {
+        assert!(
+            stderr.contains(" KiB under a burst"),
+            "the ring did not grow under {n} spawns: {stderr}"
+        );
+    }
     let trues: Vec<_> = objs
         .iter()
         .filter(|o| o["type"] == "spawn" && o["exec_path"] == "/bin/true")
