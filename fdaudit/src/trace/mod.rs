@@ -124,9 +124,9 @@ pub struct TraceArgs {
     #[arg(long)]
     pub origin: bool,
 
-    /// Ring buffer size in pages (a power of two), fixed. Default: 1 MiB, grown on the
-    /// first burst that fills a quarter of it to room for 256 of the largest spawn records
-    /// per CPU (at least 8 MiB).
+    /// Ring buffer size in pages (a power of two), fixed. Default: 1 MiB, grown once 64 KiB
+    /// of records have gone through it (or 128 KiB waited at once) to room for 256 of the
+    /// largest spawn records per CPU (at least 8 MiB).
     #[arg(long, value_name = "PAGES")]
     pub buffer_pages: Option<u64>,
 

@@ -42,11 +42,15 @@ pub struct Grow {
     pub bytes: u32,
 }
 
-/// Whether a pass that copied `drained` bytes out of a ring of `ring_bytes` says the ring
-/// is too small: a quarter of it waited for the reader, so a burst a few times that size,
-/// or the reader kept from a CPU a few times as long, would lose records.
-pub fn under_pressure(drained: u64, ring_bytes: u64) -> bool {
-    drained > ring_bytes / 4
+/// Whether the first ring (`ring_bytes`) should grow, after a pass that copied `pass` bytes
+/// out of it and `total` since the start: an eighth of it waited for the reader, or a
+/// sixteenth of it has gone through at all (a few of the largest spawns, or about a hundred
+/// small ones). Early on purpose: while the reader is kept from a CPU (in a TCG guest for
+/// hundreds of milliseconds during a fork storm) nothing grows the ring, so the grown one
+/// must be in before the first such stretch; a trace of a command that spawns little
+/// (`trace -- /bin/true`) never grows it.
+pub fn under_pressure(pass: u64, total: u64, ring_bytes: u64) -> bool {
+    pass > ring_bytes / 8 || total > ring_bytes / 16
 }
 
 /// Adds one to an eventfd.
@@ -245,6 +249,7 @@ fn run(
     // The growth under way: its size and where the grown ring comes from.
     let mut growing: Option<(u32, mpsc::Receiver<RingBuf<MapData>>)> = None;
     let mut grown: Option<RingBuf<MapData>> = None;
+    let mut total = 0;
     loop {
         let asked = shared.flush_requested.load(Ordering::Acquire);
         if let Some((bytes, rx)) = &growing {
@@ -268,7 +273,8 @@ fn run(
         if first + later > 0 {
             post(&shared.ready);
         }
-        if under_pressure(first, first_bytes) {
+        total += first;
+        if under_pressure(first, total, first_bytes) {
             if let Some(g) = grow.take() {
                 growing = Some((g.bytes, start_growing(g, shared)));
             }
@@ -294,7 +300,7 @@ fn run(
 pub const RECORDS_PER_CPU: u64 = 256;
 /// The first ring's size when `--buffer-pages` is not given: 1 MiB holds ~70 of the
 /// largest spawns and thousands of common ones; the ring grows to
-/// [`default_ring_bytes`] on the first pass that finds it [`under_pressure`]. Creating the
+/// [`default_ring_bytes`] once a pass finds it [`under_pressure`]. Creating the
 /// 8 MiB ring at once cost every trace 2.5 ms of start-up and 0.5 ms of exit here
 /// (2026-12-04, docs/performance.md).
 pub const FIRST_RING_BYTES: u64 = 1 << 20;
@@ -384,11 +390,15 @@ mod tests {
     }
 
     #[test]
-    fn a_pass_that_drained_over_a_quarter_of_the_ring_is_pressure() {
+    fn an_eighth_of_the_ring_in_one_pass_or_a_sixteenth_in_all_is_pressure() {
         let ring = FIRST_RING_BYTES;
-        assert!(!under_pressure(0, ring));
-        assert!(!under_pressure(ring / 4, ring));
-        assert!(under_pressure(ring / 4 + 1, ring));
+        assert!(!under_pressure(0, 0, ring));
+        // trace -- /bin/true: one spawn and one exit record.
+        let one = max_spawn_bytes();
+        assert!(!under_pressure(one, one, ring));
+        assert!(!under_pressure(ring / 16, ring / 16, ring));
+        assert!(under_pressure(ring / 32, ring / 16 + 1, ring));
+        assert!(under_pressure(ring / 8 + 1, ring / 8 + 1, ring));
         // The first ring holds ~70 of the largest spawns; the grown one is bigger.
         assert!(FIRST_RING_BYTES >= 64 * max_spawn_bytes());
         assert!(default_ring_bytes(1) > FIRST_RING_BYTES);
