@@ -65,8 +65,9 @@ use kernel::conf;
 static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 map_named!(EVENTS, MAP_EVENTS);
 
-/// The grown ring, in slot 0 once userspace has put it there (a burst filled a quarter of
-/// the first ring in one of its passes): from then on every record goes to it. A ring
+/// The grown ring, in slot 0 once userspace has put it there (when records come faster
+/// than a trace of a lone command makes them: fdaudit's `tracer::drain::under_pressure`):
+/// from then on every record goes to it. A ring
 /// cannot be resized once programs hold it, and a big one costs every trace its creation
 /// (an 8 MiB ring is 2-3 ms of cleared pages here); an array of maps lets the programs
 /// switch to one made later, by a thread of its own. The inner map in the object is only

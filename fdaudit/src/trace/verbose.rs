@@ -5,7 +5,8 @@ use std::time::{Duration, Instant};
 
 use crate::tracer::session::Session;
 
-/// `-v`: how long fdaudit took to exit after the command (or the trace) ended.
+/// `-v`: the ring buffer's first and last sizes, and how long fdaudit took to exit after
+/// the command (or the trace) ended.
 pub fn verbose_exit(ended: Instant, command: bool, (first_ring, end_ring): (u64, u64)) {
     verbose_ring(first_ring, end_ring);
     crate::diag!(

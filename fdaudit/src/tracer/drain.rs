@@ -81,6 +81,12 @@ impl Shared {
     fn wake(&self) {
         post(&self.wake);
     }
+
+    fn set_grow_failed(&self, why: String) {
+        if let Ok(mut slot) = self.grow_failed.lock() {
+            *slot = Some(why);
+        }
+    }
 }
 
 /// A running drain thread and the records it has copied out.
@@ -208,18 +214,12 @@ fn start_growing(grow: Grow, shared: &Arc<Shared>) -> mpsc::Receiver<RingBuf<Map
                 Ok(reader) => {
                     let _ = tx.send(reader);
                 }
-                Err(why) => {
-                    if let Ok(mut slot) = thread_shared.grow_failed.lock() {
-                        *slot = Some(why);
-                    }
-                }
+                Err(why) => thread_shared.set_grow_failed(why),
             }
             thread_shared.wake();
         });
     if let Err(e) = spawned {
-        if let Ok(mut slot) = shared.grow_failed.lock() {
-            *slot = Some(format!("failed to start a thread: {e}"));
-        }
+        shared.set_grow_failed(format!("failed to start a thread: {e}"));
     }
     rx
 }

@@ -250,14 +250,14 @@ impl Reporter {
         }
     }
 
-    /// Writes the summary (JSON: the read storms and the summary record; text: the totals
-    /// line, the table, the storms) and the notes.
     /// The ring buffer's size at the end (it may have grown since [`Reporter::new`]), for
     /// the lost-records note.
     pub fn ring_bytes_at_end(&mut self, bytes: u64) {
         self.ring_bytes = bytes;
     }
 
+    /// Writes the summary (JSON: the read storms and the summary record; text: the totals
+    /// line, the table, the storms) and the notes.
     pub fn finish(
         mut self,
         stats: fdaudit_common::Stats,
