@@ -12,6 +12,7 @@ use aya::{
     sys::{is_helper_supported, BpfHelper},
     Ebpf, EbpfError, EbpfLoader,
 };
+use aya_obj::generated::bpf_map_type;
 use fdaudit_common::{
     Config, GLOBAL_CONFIG, MAP_EVENTS, MAP_EVENTS_GROWN, MAP_EXEC_CHAIN, MAP_ORIGIN_GATE,
     MAP_ORIGIN_PENDING, MAP_ORIGIN_SEEN, MAP_READS, MAP_READ_PATHS, MAP_TRACKED,
@@ -263,13 +264,11 @@ pub fn open_with_ring(config: &Config, ring_bytes: Option<u32>) -> Result<Ebpf, 
     open_with(loader, config, ring_bytes)
 }
 
-/// `BPF_MAP_TYPE_RINGBUF`.
-const BPF_MAP_TYPE_RINGBUF: u32 = 27;
-
 /// A ring buffer `bytes` long (a power-of-two multiple of the page size) for the grown
 /// slot ([`RingSlot::fill`]), and its reader, mapped.
 pub fn create_ring(bytes: u32) -> Result<(MapData, RingBuf<MapData>), LoadError> {
-    let def = aya_obj::Map::new_from_params(BPF_MAP_TYPE_RINGBUF, 0, 0, bytes, 0);
+    let def =
+        aya_obj::Map::new_from_params(bpf_map_type::BPF_MAP_TYPE_RINGBUF as u32, 0, 0, bytes, 0);
     let map = MapData::create(def, MAP_EVENTS_GROWN, None).map_err(LoadError::Ring)?;
     // A second handle on the same map, for the slot: the reader keeps the first.
     let slot =
@@ -383,8 +382,6 @@ pub fn open_with<'a>(
 
 /// `BPF_F_NO_PREALLOC`: a hash map's entries are allocated as they are inserted.
 const BPF_F_NO_PREALLOC: u32 = 1;
-/// `BPF_MAP_TYPE_HASH`.
-const BPF_MAP_TYPE_HASH: u32 = 1;
 
 /// The embedded object as this kernel should load it. From Linux 6.1 (eBPF programs
 /// allocate map entries with bpf_mem_alloc, safe in any context), the traced-process table
@@ -423,7 +420,7 @@ fn with_map_flags(obj: &[u8], name: &str, flags: u32) -> Option<Vec<u8>> {
         let b = obj.get(def + 4 * i..def + 4 * i + 4)?;
         Some(u32::from_le_bytes(b.try_into().ok()?))
     };
-    if word(0)? != BPF_MAP_TYPE_HASH {
+    if word(0)? != bpf_map_type::BPF_MAP_TYPE_HASH as u32 {
         return None;
     }
     let mut out = obj.to_vec();
