@@ -323,6 +323,8 @@ struct Early {
     sched: Vec<(&'static str, Result<(), LoadError>)>,
     /// tp's counters ([`attach_tp_early`]); None when not tried.
     tp: Option<Result<(), String>>,
+    /// Whether the exec_exit programs were attached; None when not tried.
+    exec_exit: Option<bool>,
 }
 
 /// Loads every program `opts` needs (see [`load_all`]) and attaches them in order: the
@@ -371,8 +373,9 @@ fn attach_programs(
     // Syscall tracepoints are named through tracefs, which a fresh boot may not mount.
     let exec_fails = plan.want_exec_exit
         && exec_exit_loaded.iter().all(|r| matches!(r, Some(Ok(()))))
-        && crate::sys::ensure_tracefs()
-        && ebpf::attach_exec_exit_loaded(bpf).is_ok();
+        && early.exec_exit.unwrap_or_else(|| {
+            crate::sys::ensure_tracefs() && ebpf::attach_exec_exit_loaded(bpf).is_ok()
+        });
     Ok(Attached {
         backend,
         fallback,
@@ -382,27 +385,22 @@ fn attach_programs(
 }
 
 /// Loads every program of the plan at once, on two threads (two cores): the exec program,
-/// whose verifier is the long pole on most kernels, with the small exec_exit ones on a
-/// thread of its own (the verifier of privileged loads takes no global lock), the rest on
-/// this one: that split balances the two threads' verifier time (docs/performance.md has
-/// the per-program figures).
+/// whose verifier is the long pole on most kernels, on a thread of its own (the verifier of
+/// privileged loads takes no global lock), the rest on this one, which ends first and then
+/// attaches what it can (docs/performance.md has the per-program figures).
 fn load_all(bpf: &mut Ebpf, plan: &Plan) -> (LoadResults, Early) {
     let names = &plan.names;
-    let beside =
-        |name: &str| name == EXEC || ebpf::EXEC_EXIT_PROGRAMS.iter().any(|(n, _)| *n == name);
     let mut results: LoadResults = names.iter().map(|_| None).collect();
-    let (mut there, mut here) = (Vec::new(), Vec::new());
+    let (mut there, mut here) = (None, Vec::new());
     for (name, prog) in bpf.programs_mut() {
         if let Some(i) = names.iter().position(|&n| n == name) {
-            if beside(name) {
-                there.push((i, prog));
+            if name == EXEC {
+                there = Some((i, prog));
             } else {
                 here.push((i, prog));
             }
         }
     }
-    // The exec program first: it is the one the others wait for.
-    there.sort_by_key(|(i, _)| names[*i] != EXEC);
     let load = |(i, prog): &mut (usize, &mut aya::programs::Program)| {
         (*i, ebpf::load_program(prog, names[*i]))
     };
@@ -412,10 +410,12 @@ fn load_all(bpf: &mut Ebpf, plan: &Plan) -> (LoadResults, Early) {
         let mut done: Vec<_> = here.iter_mut().map(load).collect();
         // While the exec program is verified (the long pole: this thread's loads end
         // ~1.7 ms before it here, 2026-12-04), what can be attached before it is: the fork
-        // and exit hooks (exec's comes after fork's, as before), then tp's counters. No
-        // process is traced yet (the maps are this load's), so the order counts nothing
-        // wrong. Only when every load here worked: a failure is reported as before.
-        if done.iter().all(|(_, r)| r.is_ok()) {
+        // and exit hooks (exec's comes after fork's, as before), the exec_exit programs, then
+        // tp's counters. No process is traced yet (the maps are this load's), so the order
+        // counts nothing wrong. Only when every load here worked (the optional exec_exit
+        // ones apart): a failure is reported as before.
+        let exec_exit = |i: usize| ebpf::EXEC_EXIT_PROGRAMS.iter().any(|(n, _)| *n == names[i]);
+        if done.iter().all(|(i, r)| r.is_ok() || exec_exit(*i)) {
             for (i, prog) in &mut here {
                 let spec = plan
                     .sched
@@ -426,6 +426,13 @@ fn load_all(bpf: &mut Ebpf, plan: &Plan) -> (LoadResults, Early) {
                         .sched
                         .push((spec.name, ebpf::attach_program(prog, spec)));
                 }
+            }
+            // The exec_exit programs too (syscall exit tracepoints, so after the close()
+            // timing, which load waited for): attached after the exec program, they were
+            // ~0.6 ms of start-up after its verifier (2026-12-05).
+            if plan.want_exec_exit && crate::sys::ensure_tracefs() {
+                let progs = here.iter_mut().map(|(i, p)| (names[*i], &mut **p));
+                early.exec_exit = Some(ebpf::attach_loaded_exec_exit(progs).is_ok());
             }
             if plan.tries_tp {
                 early.tp = Some(attach_tp_early(here, names));

@@ -67,16 +67,37 @@ pub fn attach_exec_exit(ebpf: &mut Ebpf) -> Result<(), LoadError> {
 
 /// Attaches [`EXEC_EXIT_PROGRAMS`], loaded beforehand (see [`load_program`]).
 pub fn attach_exec_exit_loaded(ebpf: &mut Ebpf) -> Result<(), LoadError> {
-    for (name, tracepoint) in EXEC_EXIT_PROGRAMS {
-        let prog: &mut TracePoint = program_as(ebpf, name, name, "a tracepoint")?;
+    let progs = ebpf
+        .programs_mut()
+        .filter(|(name, _)| EXEC_EXIT_PROGRAMS.iter().any(|(n, _)| n == name));
+    attach_loaded_exec_exit(progs)
+}
+
+/// Attaches [`EXEC_EXIT_PROGRAMS`] from `progs` (name, program), loaded beforehand; the
+/// others in `progs` are passed over. Err when one is missing or does not attach.
+pub fn attach_loaded_exec_exit<'p>(
+    progs: impl IntoIterator<Item = (&'p str, &'p mut Program)>,
+) -> Result<(), LoadError> {
+    let mut attached = 0;
+    for (name, prog) in progs {
+        let Some(&(name, tracepoint)) = EXEC_EXIT_PROGRAMS.iter().find(|(n, _)| *n == name) else {
+            continue;
+        };
+        let prog: &mut TracePoint = prog
+            .try_into()
+            .map_err(|_| LoadError::MissingProgram(name))?;
         prog.attach("syscalls", tracepoint)
             .map_err(|source| LoadError::AttachTracepoint {
                 name,
                 tracepoint,
                 source,
             })?;
+        attached += 1;
     }
-    Ok(())
+    match attached == EXEC_EXIT_PROGRAMS.len() {
+        true => Ok(()),
+        false => Err(LoadError::MissingProgram("an exec_exit program")),
+    }
 }
 
 /// Loads one raw tracepoint or tracepoint program into the kernel (the verifier and the
