@@ -16,7 +16,9 @@ Tracers: untraced; `fdaudit trace -q` (with --backend B when given); `trace-B` f
 `trace -q --backend B` (trace-raw-tp, trace-tp, trace-fentry); `reads-B` for `trace -q --reads
 --backend B`; `trace -q --no-syscalls`;
 `trace -q --reads`; `trace -q --origin`; bpftrace counting close() per process (installed with apt-get when
---install-bpftrace and missing); `strace -f -c`.
+--install-bpftrace and missing); `strace -f -c`; on the bystander workloads only, the kernel's
+floor for tp's hooks: `floor-tp`, a program that does nothing on syscalls/sys_enter_close,
+and `floor-tp-exit`, the same plus one on sys_exit_execve (both attached by bpftrace).
 
 Figures: the median over rounds of the wall time, with the middle half of the runs (first to
 third quartile) as its spread; `vs untraced` is the ratio of medians, and for `true` the
@@ -111,7 +113,31 @@ def bpftrace_close_counter(pid_filter):
     return prog
 
 
+# The kernel's floor for the tp backend's hooks: a program that does nothing (a pid filter
+# no process passes) on the same syscall tracepoints, attached by bpftrace. What any tool
+# that hooks these tracepoints costs a bystander, whatever its programs do (bystander
+# workloads only: bpftrace takes ~0.4 s to start).
+FLOORS = {
+    # sys_enter_close: every syscall takes the slow path and perf_syscall_enter's bit
+    # test; close() runs the program.
+    "floor-tp": ["sys_enter_close"],
+    # and an exit tracepoint (as the exec_exit programs and tp's --reads attach): every
+    # syscall's exit runs perf_syscall_exit's bit test too.
+    "floor-tp-exit": ["sys_enter_close", "sys_exit_execve"],
+}
+
+
+def bpftrace_floor(tracepoints):
+    return " ".join(f"tracepoint:syscalls:{tp} /pid == 1/ {{}}" for tp in tracepoints)
+
+
 def main():
+    # The followers are stopped with SIGINT, as Ctrl-C would. Started in the background by a
+    # non-interactive shell (`cmd &`), this script inherits SIGINT ignored, its children
+    # would too, and fdaudit keeps a signal its caller ignored ignored (caller.rs): each
+    # follower then ran until follow_idle's 30 s timeout killed it. A handler of our own is
+    # reset to the default in every child's exec.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--slow-rounds", type=int, default=1,
@@ -137,13 +163,14 @@ def main():
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     workloads = a.workloads.split(",")
     tracers = a.tracers.split(",")
-    if "bpftrace" in tracers and not shutil.which("bpftrace"):
+    wants_bpftrace = "bpftrace" in tracers or any(t in FLOORS for t in tracers)
+    if wants_bpftrace and not shutil.which("bpftrace"):
         if a.install_bpftrace:
             subprocess.run(["apt-get", "install", "-y", "-qq", "bpftrace"], check=True,
                            env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
         else:
             print("bpftrace not found (--install-bpftrace installs it): skipped", file=sys.stderr)
-            tracers.remove("bpftrace")
+            tracers[:] = [t for t in tracers if t != "bpftrace" and t not in FLOORS]
     if "strace" in tracers and not shutil.which("strace"):
         print("strace not found: skipped", file=sys.stderr)
         tracers.remove("strace")
@@ -224,6 +251,8 @@ def main():
         if t == "bpftrace":
             return follow_idle(["bpftrace", "-e", bpftrace_close_counter("/pid == {PID}/")],
                                "Attaching", cmd)
+        if t in FLOORS:
+            return follow_idle(["bpftrace", "-e", bpftrace_floor(FLOORS[t])], "Attaching", cmd)
         if t == "strace":
             return follow_idle(["strace", "-f", "-c", "-o", "/dev/null", "-p", "{PID}"],
                                "attached", cmd)
@@ -251,6 +280,8 @@ def main():
         for w in workloads:
             for t in tracers:
                 if t == "strace" and w == "storm" and r >= a.slow_rounds:
+                    continue
+                if t in FLOORS and w not in ("bystander", "getppid"):
                     continue
                 res[w][t].append(cases[w](t))
         print(f"round {r + 1}/{a.rounds} done (load {os.getloadavg()[0]:.1f})", file=sys.stderr)
