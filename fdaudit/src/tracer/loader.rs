@@ -14,8 +14,9 @@
 //!   pressure: [`super::drain`]; the traced-process table is preallocated only before
 //!   Linux 6.1: [`ebpf::open_with`]);
 //! - the exec program is verified on its own thread (4-30 ms of verifier time, the long
-//!   pole on most kernels) while this one loads the others (4-5 ms) and then probes and
-//!   attaches tp's syscall counters (0.6 ms that were after it);
+//!   pole on most kernels) while this one loads the others (4-5 ms) and then attaches the
+//!   fork and exit hooks, the exec_exit programs and tp's syscall counters (0.6 ms each
+//!   for the last two, that were after it);
 //! - the rest is attached, the scheduler hooks first.
 //!
 //! The probes' cost is not measured here: the session measures it when the first spawn
@@ -329,9 +330,9 @@ struct Early {
 
 /// Loads every program `opts` needs (see [`load_all`]) and attaches them in order: the
 /// scheduler hooks first (a spawn never has syscall counts without its fork), then the
-/// syscall counters, then the optional exec_exit programs. The fork and exit hooks and
-/// tp's counters come earlier, beside the exec program's verifier ([`load_all`]), while no
-/// process is traced.
+/// syscall counters, then the optional exec_exit programs. The fork and exit hooks, the
+/// exec_exit programs and tp's counters come earlier, beside the exec program's verifier
+/// ([`load_all`]), while no process is traced.
 fn attach_programs(
     bpf: &mut Ebpf,
     kernel: &KernelBtf,
