@@ -15,7 +15,8 @@ Workloads:
 Tracers: untraced; `fdaudit trace -q` (with --backend B when given); `trace-B` for
 `trace -q --backend B` (trace-raw-tp, trace-tp, trace-fentry); `reads-B` for `trace -q --reads
 --backend B`; `trace -q --no-syscalls`;
-`trace -q --reads`; `trace -q --origin`; bpftrace counting close() per process (installed with apt-get when
+`trace -q --reads`; `trace -q --origin`; `no-exec-exit`, `trace -q` without the failed-exec
+programs (FDAUDIT_EXEC_EXIT=0); bpftrace counting close() per process (installed with apt-get when
 --install-bpftrace and missing); `strace -f -c`; on the bystander workloads only, the kernel's
 floor for tp's hooks: `floor-tp`, a program that does nothing on syscalls/sys_enter_close,
 and `floor-tp-exit`, the same plus one on sys_exit_execve (both attached by bpftrace).
@@ -88,15 +89,21 @@ def wait_for_line(proc, needle, timeout=60.0):
     sys.exit(f"tracer never said {needle!r}: {''.join(seen)}")
 
 
-def follow_idle(tracer_cmd, needle, workload):
-    """Starts an idle sleep, attaches the tracer to it, times `workload` (untraced), stops."""
+def best_wall_ns(cmd, best_of):
+    """The shortest wall time of `best_of` runs of `cmd`."""
+    return min(wall_ns(cmd) for _ in range(best_of))
+
+
+def follow_idle(tracer_cmd, needle, workload, best_of=1):
+    """Starts an idle sleep, attaches the tracer to it, times `workload` (untraced; the
+    shortest of `best_of` runs), stops."""
     idle = subprocess.Popen(["sleep", "1000"])
     cmd = [a.replace("{PID}", str(idle.pid)) for a in tracer_cmd]
     tr = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         wait_for_line(tr, needle)
         time.sleep(0.05)
-        return wall_ns(workload)
+        return best_wall_ns(workload, best_of)
     finally:
         tr.send_signal(signal.SIGINT)
         try:
@@ -155,6 +162,10 @@ def main():
     ap.add_argument("--tracers", default="untraced,trace,leaks-only,reads,bpftrace,strace")
     ap.add_argument("--install-bpftrace", action="store_true",
                     help="apt-get install bpftrace when it is missing")
+    ap.add_argument("--best-of", type=int, default=1,
+                    help="bystander workloads: each tracer's figure in a round is the shortest "
+                         "of this many runs while it follows (interrupts and the other "
+                         "engineers' load only ever add time)")
     ap.add_argument("--json-out", default=None)
     ap.add_argument("--label", default="", help="printed in the header (e.g. 'VM guest, TCG')")
     a = ap.parse_args()
@@ -194,6 +205,8 @@ def main():
         "leaks-only": [fd, "trace", "-q", "--no-syscalls"],
         "reads": [fd, "trace", "-q", "--reads"] + backend,
         "origin": [fd, "trace", "-q", "--origin"] + backend,
+        # Without the failed-exec programs, the only syscall exit tracepoints of `trace`.
+        "no-exec-exit": ["env", "FDAUDIT_EXEC_EXIT=0", fd, "trace", "-q"] + backend,
     }
     # trace-BACKEND (trace-raw-tp, trace-tp, trace-fentry): `trace -q --backend BACKEND`, to
     # compare backends in the same interleaved rounds.
@@ -241,21 +254,24 @@ def main():
     def bystander(t, cmd):
         """Times `cmd`, untraced, while tracer `t` follows an idle process."""
         quiesce()
+        n = a.best_of
         if t == "untraced":
-            return wall_ns(cmd)
+            return best_wall_ns(cmd, n)
         if t in trace:
             # -q also silences the note that says the tracer is attached: the records go
             # to /dev/null instead.
             quiet = [x for x in trace[t] if x != "-q"]
-            return follow_idle(quiet + ["-o", "/dev/null", "-p", "{PID}"], "note: tracing", cmd)
+            return follow_idle(quiet + ["-o", "/dev/null", "-p", "{PID}"], "note: tracing", cmd,
+                               n)
         if t == "bpftrace":
             return follow_idle(["bpftrace", "-e", bpftrace_close_counter("/pid == {PID}/")],
-                               "Attaching", cmd)
+                               "Attaching", cmd, n)
         if t in FLOORS:
-            return follow_idle(["bpftrace", "-e", bpftrace_floor(FLOORS[t])], "Attaching", cmd)
+            return follow_idle(["bpftrace", "-e", bpftrace_floor(FLOORS[t])], "Attaching", cmd,
+                               n)
         if t == "strace":
             return follow_idle(["strace", "-f", "-c", "-o", "/dev/null", "-p", "{PID}"],
-                               "attached", cmd)
+                               "attached", cmd, n)
         raise ValueError(t)
 
     cpu = {}
@@ -288,7 +304,9 @@ def main():
     load_after = os.getloadavg()
 
     print(f"machine: {platform.node()} {platform.release()} {os.cpu_count()} CPUs; NOFILE {hard}; "
-          f"{a.rounds} interleaved rounds, medians of wall time{'; ' + a.label if a.label else ''}")
+          f"{a.rounds} interleaved rounds, medians of wall time"
+          f"{f' (bystanders: the shortest of {a.best_of} runs each)' if a.best_of > 1 else ''}"
+          f"{'; ' + a.label if a.label else ''}")
     print(f"load average (1 min) {load_before[0]:.1f} before, {load_after[0]:.1f} after; "
           f"fdaudit backend: {a.backend or 'auto'}")
     what = {
@@ -299,7 +317,7 @@ def main():
         "openclose": f"{a.openclose_pairs} open()/close() pairs, tracer started with them",
     }
     out = {"load": [load_before[0], load_after[0]], "backend": a.backend or "auto",
-           "label": a.label, "results": {}}
+           "best_of": a.best_of, "label": a.label, "results": {}}
     for w in workloads:
         print(f"\n{w}: {what[w]}")
         base = statistics.median(res[w]["untraced"]) if res[w].get("untraced") else None
