@@ -8,7 +8,7 @@ use std::{
 
 use aya::{
     maps::{ArrayOfMaps, Map, MapData, MapError, ProgramArray, RingBuf},
-    programs::{Program, ProgramError, ProgramType, RawTracePoint, TracePoint},
+    programs::{Program, ProgramError, ProgramType, RawTracePoint},
     sys::{is_helper_supported, BpfHelper},
     Ebpf, EbpfError, EbpfLoader,
 };
@@ -22,6 +22,7 @@ use thiserror::Error;
 use crate::tracer::btf::{self, BtfError};
 
 pub mod caps;
+mod exec_exit;
 mod fentry;
 mod kernel;
 pub mod misses;
@@ -31,6 +32,9 @@ mod report;
 mod tp;
 
 pub use caps::{effective_caps, has_cap, missing_trace_caps};
+pub use exec_exit::{
+    attach_exec_exit, attach_exec_exit_loaded, attach_loaded_exec_exit, EXEC_EXIT_PROGRAMS,
+};
 pub use fentry::{attach_fentry, detach_after_exit, detach_fentry, probe_fentry};
 pub use kernel::KernelBtf;
 pub use misses::MissedRuns;
@@ -43,62 +47,6 @@ pub use tp::{
     attach_loaded_tp, attach_tp, attach_tp_reads, detach_tp, ia32_syscalls, probe_tp,
     probe_tp_reads, IA32_UNSEEN,
 };
-
-/// The optional programs on the exec syscalls' exit tracepoints (syscalls category), with
-/// the tracepoint each attaches to: they record a failed exec's errno and path
-/// ([`fdaudit_common::MAP_EXEC_FAILS`]). Only execve exits run them; other syscalls pay the
-/// syscall tracepoint's "is it enabled" bit test. Without tracefs or
-/// CONFIG_FTRACE_SYSCALLS, trace runs without them.
-pub const EXEC_EXIT_PROGRAMS: [(&str, &str); 2] = [
-    ("exec_exit", "sys_exit_execve"),
-    ("execat_exit", "sys_exit_execveat"),
-];
-
-/// Loads and attaches [`EXEC_EXIT_PROGRAMS`].
-pub fn attach_exec_exit(ebpf: &mut Ebpf) -> Result<(), LoadError> {
-    for (name, _) in EXEC_EXIT_PROGRAMS {
-        let prog = ebpf
-            .program_mut(name)
-            .ok_or(LoadError::MissingProgram(name))?;
-        load_program(prog, name)?;
-    }
-    attach_exec_exit_loaded(ebpf)
-}
-
-/// Attaches [`EXEC_EXIT_PROGRAMS`], loaded beforehand (see [`load_program`]).
-pub fn attach_exec_exit_loaded(ebpf: &mut Ebpf) -> Result<(), LoadError> {
-    let progs = ebpf
-        .programs_mut()
-        .filter(|(name, _)| EXEC_EXIT_PROGRAMS.iter().any(|(n, _)| n == name));
-    attach_loaded_exec_exit(progs)
-}
-
-/// Attaches [`EXEC_EXIT_PROGRAMS`] from `progs` (name, program), loaded beforehand; the
-/// others in `progs` are passed over. Err when one is missing or does not attach.
-pub fn attach_loaded_exec_exit<'p>(
-    progs: impl IntoIterator<Item = (&'p str, &'p mut Program)>,
-) -> Result<(), LoadError> {
-    let mut attached = 0;
-    for (name, prog) in progs {
-        let Some(&(name, tracepoint)) = EXEC_EXIT_PROGRAMS.iter().find(|(n, _)| *n == name) else {
-            continue;
-        };
-        let prog: &mut TracePoint = prog
-            .try_into()
-            .map_err(|_| LoadError::MissingProgram(name))?;
-        prog.attach("syscalls", tracepoint)
-            .map_err(|source| LoadError::AttachTracepoint {
-                name,
-                tracepoint,
-                source,
-            })?;
-        attached += 1;
-    }
-    match attached == EXEC_EXIT_PROGRAMS.len() {
-        true => Ok(()),
-        false => Err(LoadError::MissingProgram("an exec_exit program")),
-    }
-}
 
 /// Loads one raw tracepoint or tracepoint program into the kernel (the verifier and the
 /// JIT) without attaching it.

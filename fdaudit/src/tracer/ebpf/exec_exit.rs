@@ -1,0 +1,66 @@
+//! The optional failed-exec programs: on the exec syscalls' exit tracepoints, they record a
+//! failed exec's errno and path.
+
+use aya::{
+    programs::{Program, TracePoint},
+    Ebpf,
+};
+
+use super::{load_program, LoadError};
+
+/// The optional programs on the exec syscalls' exit tracepoints (syscalls category), with
+/// the tracepoint each attaches to: they record a failed exec's errno and path
+/// ([`fdaudit_common::MAP_EXEC_FAILS`]). Only execve exits run them; every other syscall's
+/// exit on the machine pays the syscall exit tracepoint's "is it enabled" bit test (a
+/// `getppid()` loop 1.12x -> 1.16x here: docs/performance.md, 2026-12-05). Without tracefs
+/// or CONFIG_FTRACE_SYSCALLS, trace runs without them.
+pub const EXEC_EXIT_PROGRAMS: [(&str, &str); 2] = [
+    ("exec_exit", "sys_exit_execve"),
+    ("execat_exit", "sys_exit_execveat"),
+];
+
+/// Loads and attaches [`EXEC_EXIT_PROGRAMS`].
+pub fn attach_exec_exit(ebpf: &mut Ebpf) -> Result<(), LoadError> {
+    for (name, _) in EXEC_EXIT_PROGRAMS {
+        let prog = ebpf
+            .program_mut(name)
+            .ok_or(LoadError::MissingProgram(name))?;
+        load_program(prog, name)?;
+    }
+    attach_exec_exit_loaded(ebpf)
+}
+
+/// Attaches [`EXEC_EXIT_PROGRAMS`], loaded beforehand (see [`load_program`]).
+pub fn attach_exec_exit_loaded(ebpf: &mut Ebpf) -> Result<(), LoadError> {
+    let progs = ebpf
+        .programs_mut()
+        .filter(|(name, _)| EXEC_EXIT_PROGRAMS.iter().any(|(n, _)| n == name));
+    attach_loaded_exec_exit(progs)
+}
+
+/// Attaches [`EXEC_EXIT_PROGRAMS`] from `progs` (name, program), loaded beforehand; the
+/// others in `progs` are passed over. Err when one is missing or does not attach.
+pub fn attach_loaded_exec_exit<'p>(
+    progs: impl IntoIterator<Item = (&'p str, &'p mut Program)>,
+) -> Result<(), LoadError> {
+    let mut attached = 0;
+    for (name, prog) in progs {
+        let Some(&(name, tracepoint)) = EXEC_EXIT_PROGRAMS.iter().find(|(n, _)| *n == name) else {
+            continue;
+        };
+        let prog: &mut TracePoint = prog
+            .try_into()
+            .map_err(|_| LoadError::MissingProgram(name))?;
+        prog.attach("syscalls", tracepoint)
+            .map_err(|source| LoadError::AttachTracepoint {
+                name,
+                tracepoint,
+                source,
+            })?;
+        attached += 1;
+    }
+    match attached == EXEC_EXIT_PROGRAMS.len() {
+        true => Ok(()),
+        false => Err(LoadError::MissingProgram("an exec_exit program")),
+    }
+}
