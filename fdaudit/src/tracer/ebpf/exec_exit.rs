@@ -1,12 +1,9 @@
 //! The optional failed-exec programs: on the exec syscalls' exit tracepoints, they record a
 //! failed exec's errno and path.
 
-use aya::{
-    programs::{Program, TracePoint},
-    Ebpf,
-};
+use aya::{programs::Program, Ebpf};
 
-use super::{load_program, LoadError};
+use super::{load_program, tp::attach_loaded_syscall_tps, LoadError};
 
 /// The optional programs on the exec syscalls' exit tracepoints (syscalls category), with
 /// the tracepoint each attaches to: they record a failed exec's errno and path
@@ -43,24 +40,7 @@ pub fn attach_exec_exit_loaded(ebpf: &mut Ebpf) -> Result<(), LoadError> {
 pub fn attach_loaded_exec_exit<'p>(
     progs: impl IntoIterator<Item = (&'p str, &'p mut Program)>,
 ) -> Result<(), LoadError> {
-    let mut attached = 0;
-    for (name, prog) in progs {
-        let Some(&(name, tracepoint)) = EXEC_EXIT_PROGRAMS.iter().find(|(n, _)| *n == name) else {
-            continue;
-        };
-        let prog: &mut TracePoint = prog
-            .try_into()
-            .map_err(|_| LoadError::MissingProgram(name))?;
-        prog.attach("syscalls", tracepoint)
-            .map_err(|source| LoadError::AttachTracepoint {
-                name,
-                tracepoint,
-                source,
-            })?;
-        attached += 1;
-    }
-    match attached == EXEC_EXIT_PROGRAMS.len() {
-        true => Ok(()),
-        false => Err(LoadError::MissingProgram("an exec_exit program")),
-    }
+    let table = |name: &str| EXEC_EXIT_PROGRAMS.iter().find(|(n, _)| *n == name).copied();
+    let want = EXEC_EXIT_PROGRAMS.len();
+    attach_loaded_syscall_tps(progs, table, want, "an exec_exit program")
 }

@@ -156,25 +156,42 @@ pub fn attach_tp(ebpf: &mut Ebpf) -> Result<(), LoadError> {
 pub fn attach_loaded_tp<'p>(
     progs: impl IntoIterator<Item = (&'p str, &'p mut aya::programs::Program)>,
 ) -> Result<(), LoadError> {
+    let table = |name: &str| {
+        here()
+            .find(|s| s.name == name)
+            .map(|s| (s.name, s.tracepoint))
+    };
+    attach_loaded_syscall_tps(progs, table, here().count(), "a tp program")
+}
+
+/// Attaches each program of `progs` (loaded beforehand) that `table` names, (name, syscall
+/// tracepoint), to that tracepoint; the others are passed over. Err on the first that does
+/// not attach, or when fewer than `want` were found (`what` names the missing one).
+pub(super) fn attach_loaded_syscall_tps<'p>(
+    progs: impl IntoIterator<Item = (&'p str, &'p mut aya::programs::Program)>,
+    table: impl Fn(&str) -> Option<(&'static str, &'static str)>,
+    want: usize,
+    what: &'static str,
+) -> Result<(), LoadError> {
     let mut attached = 0;
     for (name, prog) in progs {
-        let Some(spec) = here().find(|s| s.name == name) else {
+        let Some((name, tracepoint)) = table(name) else {
             continue;
         };
         let prog: &mut TracePoint = prog
             .try_into()
-            .map_err(|_| LoadError::MissingProgram(spec.name))?;
-        prog.attach("syscalls", spec.tracepoint)
+            .map_err(|_| LoadError::MissingProgram(name))?;
+        prog.attach("syscalls", tracepoint)
             .map_err(|source| LoadError::AttachTracepoint {
-                name: spec.name,
-                tracepoint: spec.tracepoint,
+                name,
+                tracepoint,
                 source,
             })?;
         attached += 1;
     }
-    match attached == here().count() {
+    match attached == want {
         true => Ok(()),
-        false => Err(LoadError::MissingProgram("a tp program")),
+        false => Err(LoadError::MissingProgram(what)),
     }
 }
 
