@@ -297,3 +297,20 @@ pub fn build_c_fixture(name: &str, source: &str) -> PathBuf {
     let _ = std::fs::remove_file(&src);
     exe
 }
+
+/// `cmd` starts from the default dispositions of the signals tests stop fdaudit with
+/// (SIGINT, SIGTERM, SIGHUP), whatever this test's caller ignored: a runner started with
+/// `nohup` or `cmd &` from a script ignores SIGINT, and fdaudit keeps a signal its caller
+/// ignored ignored (`caller.rs`), so a Ctrl-C test would wait for the command instead.
+pub fn default_stop_signals(cmd: &mut std::process::Command) -> &mut std::process::Command {
+    use std::os::unix::process::CommandExt as _;
+    // SAFETY: signal(2) is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            Ok(())
+        })
+    }
+}

@@ -3,7 +3,7 @@
 
 use std::process::{Command, Output, Stdio};
 
-use fdaudit_tests::{fdaudit, of_type, records, require_root};
+use fdaudit_tests::{default_stop_signals, fdaudit, of_type, records, require_root};
 use serde_json::Value;
 
 fn bench(args: &[&str]) -> Output {
@@ -144,7 +144,7 @@ fn ctrl_c_stops_and_prints_what_was_measured() {
     let _ = std::fs::remove_file(&mark);
     // `exec sleep`: no fork, so /bin/true is the one spawn.
     let script = format!("/bin/true; : > '{}'; exec sleep 30", mark.display());
-    let child = Command::new(fdaudit())
+    let child = default_stop_signals(&mut Command::new(fdaudit()))
         .args([
             "bench",
             "--json",

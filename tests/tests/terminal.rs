@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use fdaudit_tests::{fdaudit, STRATEGIES};
+use fdaudit_tests::{default_stop_signals, fdaudit, STRATEGIES};
 
 /// Where the shell sends `args`'s stderr: away, except for `trace`, whose records go to
 /// stderr with `--demo` or `-- CMD` (#10: they never share the traced command's stdout), so
@@ -397,16 +397,9 @@ fn bench_ctrl_c_prints_the_finished_cells() {
     use std::os::unix::process::CommandExt as _;
     let mut cmd = Command::new(fdaudit());
     // A terminal's foreground job takes Ctrl-C: start from SIGINT's default, whatever this
-    // test's caller ignored (a CI runner started with `nohup` or `&` ignores it, and bench
-    // keeps a signal its caller ignored, so it would run all 100000 spawns).
-    // SAFETY: signal(2) is async-signal-safe.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::signal(libc::SIGINT, libc::SIG_DFL);
-            Ok(())
-        });
-    }
-    let child = cmd
+    // test's caller ignored (bench keeps a signal its caller ignored, so it would run all
+    // 100000 spawns).
+    let child = default_stop_signals(&mut cmd)
         .args([
             "bench",
             "--limits",

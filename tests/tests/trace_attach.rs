@@ -7,7 +7,7 @@ use std::io::{BufRead as _, BufReader, Write as _};
 use std::process::{Command, Stdio};
 
 use common::*;
-use fdaudit_tests::{fdaudit, records, target_bin, temp_path};
+use fdaudit_tests::{default_stop_signals, fdaudit, records, target_bin, temp_path};
 use serde_json::Value;
 
 #[test]
@@ -196,7 +196,7 @@ fn bad_input_gives_one_line_and_leaves_nothing_attached() {
 
     // Ctrl-C while tracing: a clean summary, status 130.
     let file = temp_path("ctrl-c.jsonl");
-    let mut tracer = Command::new(fdaudit())
+    let mut tracer = default_stop_signals(&mut Command::new(fdaudit()))
         .args(["trace", "--json", "-o"])
         .arg(&file)
         .args(["--", "sh", "-c", "exec sleep 31.4159 >/dev/null 2>&1"])

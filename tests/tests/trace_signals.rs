@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use fdaudit_tests::{fdaudit, guard, records, temp_path};
+use fdaudit_tests::{default_stop_signals, fdaudit, guard, records, temp_path};
 use serde_json::Value;
 
 /// Waits until the `-o` file holds the "tracing command (pid N)" note; returns N.
@@ -28,11 +28,13 @@ fn command_pid(path: &Path) -> u32 {
     );
 }
 
-/// Waits until `pid`'s `field` (`SigIgn` or `SigCgt` in /proc/PID/status) holds `sig`: the
-/// command's `trap` has run, so a signal sent now meets it (a slow guest may not be there
-/// yet when fdaudit says it traces). Not while `pid` is still fdaudit's held child before
-/// its exec: that copy catches fdaudit's signals with fdaudit's handlers (SigCgt), and a
-/// signal it gets is lost at the exec (the Ctrl-C test failed so, twice in CI).
+/// Waits until `pid`'s `field` (`SigIgn` in /proc/PID/status) holds `sig`: the command's
+/// `trap` has run, so a signal sent now meets it (a slow guest may not be there yet when
+/// fdaudit says it traces). Not while `pid` is still fdaudit's held child before its exec:
+/// that copy catches fdaudit's signals with fdaudit's handlers, and a signal it gets is lost
+/// at the exec (the Ctrl-C test failed so, twice in CI). Not for SigCgt: the exec renames
+/// the process before it drops those handlers, so a caught signal can show for a moment
+/// after `Name:` changed (the Ctrl-C test waits for its shell's own word instead).
 fn wait_for_disposition(pid: u32, field: &str, sig: i32) {
     let deadline = Instant::now() + Duration::from_secs(30);
     let bit = 1u64 << (sig - 1);
@@ -71,7 +73,7 @@ fn gone(pid: u32) -> bool {
 /// Starts `fdaudit trace --json -o FILE [extra] -- cmd`.
 fn start(name: &str, extra: &[&str], cmd: &[&str]) -> (Child, std::path::PathBuf) {
     let file = temp_path(name);
-    let child = Command::new(fdaudit())
+    let child = default_stop_signals(&mut Command::new(fdaudit()))
         .args(["trace", "--json", "-o"])
         .arg(&file)
         .args(extra)
@@ -190,7 +192,8 @@ fn in_a_terminal(cmd: &str) -> (Child, std::fs::File) {
     // bash, as a terminal's shell: it waits out a SIGINT its foreground command survives
     // (dash would die of it and never run what follows).
     let mut sh = Command::new("bash");
-    sh.args(["-c", cmd])
+    default_stop_signals(&mut sh)
+        .args(["-c", cmd])
         .stdin(Stdio::from(slave.try_clone().unwrap()))
         .stdout(Stdio::from(slave.try_clone().unwrap()))
         .stderr(Stdio::from(slave));
@@ -217,15 +220,18 @@ fn ctrl_c_in_a_terminal_reaches_the_command_once() {
     let _g = guard();
     let file = temp_path("ctrl-c-tty.jsonl");
     let marks = temp_path("ctrl-c-marks");
+    let ready = temp_path("ctrl-c-ready");
     let _ = std::fs::remove_file(&marks);
+    let _ = std::fs::remove_file(&ready);
     // The shell counts the SIGINTs it gets; it outlives them (the loop goes on), so
-    // --kill-after ends it.
+    // --kill-after ends it. It says when its trap is set by making `ready`.
     let cmd = format!(
-        "{} trace --json -o {} --kill-after 1 -- sh -c 'trap \"echo int >> {}\" INT; \
+        "{} trace --json -o {} --kill-after 1 -- sh -c 'trap \"echo int >> {}\" INT; : > {}; \
          while :; do sleep 0.1; done'; echo $? > {}.status",
         fdaudit().display(),
         file.display(),
         marks.display(),
+        ready.display(),
         marks.display(),
     );
     let (mut sh, mut master) = in_a_terminal(&cmd);
@@ -235,9 +241,19 @@ fn ctrl_c_in_a_terminal_reaches_the_command_once() {
         let mut sink = Vec::new();
         let _ = reader.read_to_end(&mut sink);
     });
-    // The traced command's trap is set (the first spawn's parent is that shell).
-    let inner = command_pid(&file);
-    wait_for_disposition(inner, "SigCgt", libc::SIGINT);
+    // The traced command's trap is set. Not from /proc/PID/status: an exec names the
+    // process (`Name: sh`) before it drops the handlers it inherited from fdaudit's held
+    // child (SigCgt), so in a slow guest the check could pass before dash's trap existed
+    // and the Ctrl-C then killed the shell (sid guest, 2026-12-05).
+    command_pid(&file);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !ready.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the traced shell never set its trap"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     master.write_all(b"\x03").unwrap();
     let status_file = format!("{}.status", marks.display());
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -253,6 +269,7 @@ fn ctrl_c_in_a_terminal_reaches_the_command_once() {
     let got = std::fs::read_to_string(&marks).unwrap_or_default();
     let _ = std::fs::remove_file(&status_file);
     let _ = std::fs::remove_file(&marks);
+    let _ = std::fs::remove_file(&ready);
     let (last, text) = summary(&file);
     assert_eq!(status.trim(), "130", "the shell's $?: {status:?}\n{text}");
     assert_eq!(
