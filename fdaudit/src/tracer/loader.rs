@@ -415,8 +415,8 @@ fn load_all(bpf: &mut Ebpf, plan: &Plan) -> (LoadResults, Early) {
         // tp's counters. No process is traced yet (the maps are this load's), so the order
         // counts nothing wrong. Only when every load here worked (the optional exec_exit
         // ones apart): a failure is reported as before.
-        let exec_exit = |i: usize| ebpf::EXEC_EXIT_PROGRAMS.iter().any(|(n, _)| *n == names[i]);
-        if done.iter().all(|(i, r)| r.is_ok() || exec_exit(*i)) {
+        let optional = |i: usize| ebpf::exec_exit_program(names[i]).is_some();
+        if done.iter().all(|(i, r)| r.is_ok() || optional(*i)) {
             for (i, prog) in &mut here {
                 let spec = plan
                     .sched

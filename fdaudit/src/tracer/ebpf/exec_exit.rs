@@ -27,12 +27,15 @@ pub fn attach_exec_exit(ebpf: &mut Ebpf) -> Result<(), LoadError> {
     attach_exec_exit_loaded(ebpf)
 }
 
+/// The entry of [`EXEC_EXIT_PROGRAMS`] for program `name`: (name, tracepoint), or None
+/// when `name` is not one of them.
+pub fn exec_exit_program(name: &str) -> Option<(&'static str, &'static str)> {
+    EXEC_EXIT_PROGRAMS.iter().find(|(n, _)| *n == name).copied()
+}
+
 /// Attaches [`EXEC_EXIT_PROGRAMS`], loaded beforehand (see [`load_program`]).
 pub fn attach_exec_exit_loaded(ebpf: &mut Ebpf) -> Result<(), LoadError> {
-    let progs = ebpf
-        .programs_mut()
-        .filter(|(name, _)| EXEC_EXIT_PROGRAMS.iter().any(|(n, _)| n == name));
-    attach_loaded_exec_exit(progs)
+    attach_loaded_exec_exit(ebpf.programs_mut())
 }
 
 /// Attaches [`EXEC_EXIT_PROGRAMS`] from `progs` (name, program), loaded beforehand; the
@@ -40,7 +43,6 @@ pub fn attach_exec_exit_loaded(ebpf: &mut Ebpf) -> Result<(), LoadError> {
 pub fn attach_loaded_exec_exit<'p>(
     progs: impl IntoIterator<Item = (&'p str, &'p mut Program)>,
 ) -> Result<(), LoadError> {
-    let table = |name: &str| EXEC_EXIT_PROGRAMS.iter().find(|(n, _)| *n == name).copied();
     let want = EXEC_EXIT_PROGRAMS.len();
-    attach_loaded_syscall_tps(progs, table, want, "an exec_exit program")
+    attach_loaded_syscall_tps(progs, exec_exit_program, want, "an exec_exit program")
 }

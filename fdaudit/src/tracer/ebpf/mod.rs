@@ -33,7 +33,8 @@ mod tp;
 
 pub use caps::{effective_caps, has_cap, missing_trace_caps};
 pub use exec_exit::{
-    attach_exec_exit, attach_exec_exit_loaded, attach_loaded_exec_exit, EXEC_EXIT_PROGRAMS,
+    attach_exec_exit, attach_exec_exit_loaded, attach_loaded_exec_exit, exec_exit_program,
+    EXEC_EXIT_PROGRAMS,
 };
 pub use fentry::{attach_fentry, detach_after_exit, detach_fentry, probe_fentry};
 pub use kernel::KernelBtf;
