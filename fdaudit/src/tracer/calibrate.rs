@@ -100,6 +100,8 @@ fn traced(
         }
     }
     let bad_fd = sys::closed_fd();
+    // SAFETY: getpid has no preconditions.
+    let parent = unsafe { libc::getpid() };
     // SAFETY: the children only make async-signal-safe calls, then _exit().
     let pid = unsafe { libc::fork() };
     if pid < 0 {
@@ -107,7 +109,13 @@ fn traced(
     }
     if pid == 0 {
         // SAFETY: as above.
-        unsafe { calibration_child(go[0], back[1], bad_fd, n) };
+        unsafe {
+            die_with(parent);
+            libc::close(go[1]);
+            libc::close(back[0]);
+            close_all_but(&mut [go[0], back[1]]);
+            calibration_child(go[0], back[1], bad_fd, n)
+        };
     }
     let inserted = tracked.insert(pid as u32, TaskState::default(), 0);
     super::pause::at("calibrate");
@@ -143,6 +151,61 @@ fn traced(
     let mut pids = vec![pid as u32, pid_of(&first[8..])];
     pids.extend(second.map(|b| pid_of(&b)));
     Ok((ns as f64 / f64::from(n), floor_ns, pids))
+}
+
+/// Makes the kernel SIGKILL this child when the thread that forked it ends (fdaudit killed,
+/// whatever the moment), and ends at once if `parent` is already gone (it died between
+/// the fork and the prctl: the child's parent is then a reaper). Without it a SIGKILL of
+/// fdaudit while the child waited for its go left the child blocked for ever, holding
+/// every BPF fd and so every program attached, machine-wide.
+///
+/// # Safety
+/// Only in a child just forked: async-signal-safe calls.
+unsafe fn die_with(parent: libc::pid_t) {
+    // SAFETY: prctl and getppid are async-signal-safe and take plain arguments.
+    unsafe {
+        if libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        ) != 0
+            || libc::getppid() != parent
+        {
+            libc::_exit(1);
+        }
+    }
+}
+
+/// Closes every fd from 3 up but those of `keep` (close_range(2), 5.9+; fdaudit needs
+/// 5.10): the child holds none of fdaudit's BPF fds, files or pipes, so nothing of
+/// fdaudit's outlives it through the child even for the moment before the kernel kills it.
+///
+/// # Safety
+/// Only in a child just forked: async-signal-safe calls.
+unsafe fn close_all_but(keep: &mut [i32]) {
+    keep.sort_unstable();
+    let mut from: libc::c_uint = 3;
+    for &k in keep.iter() {
+        let Ok(k) = libc::c_uint::try_from(k) else {
+            continue;
+        };
+        if k > from {
+            // SAFETY: close_range only closes fds of this process.
+            unsafe { libc::syscall(libc::SYS_close_range, from, k - 1, 0 as libc::c_uint) };
+        }
+        from = from.max(k + 1);
+    }
+    // SAFETY: as above.
+    unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            from,
+            libc::c_uint::MAX,
+            0 as libc::c_uint,
+        )
+    };
 }
 
 /// The calibration child: on each byte from `go`, a grandchild; the first times `n`
