@@ -13,6 +13,11 @@ pub const ERROR: u8 = 2;
 /// a `trace` gate (`--fail-on-leak`, `--fail-on-strategy`, `--max-closes`) failed (and CMD
 /// itself exited 0); `diff` found a regression.
 pub const POLICY: u8 = 3;
+/// `trace`: a gate (`--fail-on-leak`, `--fail-on-strategy`, `--max-closes`) was set and
+/// none failed on what was seen, CMD exited 0, but the trace is known to be incomplete
+/// (records lost, runs the kernel skipped, forks not traced): no gate passes on data known
+/// to be incomplete. A gate that failed on what was seen is [`POLICY`].
+pub const INCOMPLETE: u8 = 4;
 /// The output's reader went away (`fdaudit scan | head`): nothing is said, and the status
 /// is the one a shell reports for a program SIGPIPE killed (128 + 13), as `yes | head` gives.
 pub const BROKEN_PIPE: u8 = 141;

@@ -58,7 +58,8 @@ stdout and stderr as given, as under strace), to stdout with -p.\n\nExit status:
 own status with -- CMD (128+N when killed by signal N, 127 when it could not be exec'd), else \
 0; 3 when the command exited 0 and a gate failed: --fail-on-leak (a spawn leaked an fd), \
 --fail-on-strategy (a spawn used one of the strategies) or --max-closes (a spawn made more \
-closing calls); 2 on an error; \
+closing calls); 4 when the command exited 0, a gate was set and none failed, but the trace \
+is known to be incomplete (records lost: no gate passes on it); 2 on an error; \
 128+N after signal N stopped fdaudit (130 after Ctrl-C, 143 after SIGTERM). A SIGINT, SIGTERM \
 or SIGHUP sent to fdaudit alone is passed on to -- CMD, which is killed if it has not exited \
 after --kill-after."
@@ -364,7 +365,7 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
         );
         exit_status = child::wait_for_command(pid)?;
     }
-    let ending = ending(&reporter, exit_status);
+    let ending = ending(&reporter, exit_status, &stats, &missed);
     reporter.finish(stats, missed, storms, ending)?;
     if args.verbose {
         verbose_exit(ended, child.is_some(), ring);
@@ -428,15 +429,24 @@ fn read_storms(
 }
 
 /// fdaudit's exit status and why: CMD's own status, unless it exited 0 and a gate
-/// (`--fail-on-leak`, `--fail-on-strategy`, `--max-closes`) failed; 128+N after signal N
+/// (`--fail-on-leak`, `--fail-on-strategy`, `--max-closes`) failed on what was seen
+/// ([`exit::POLICY`]) or, set, could not pass on a trace that the kernel's counters
+/// (`stats`, `missed`) say is incomplete ([`exit::INCOMPLETE`]); 128+N after signal N
 /// stopped fdaudit.
-fn ending(reporter: &Reporter, exit_status: Option<i32>) -> Ending {
+fn ending(
+    reporter: &Reporter,
+    exit_status: Option<i32>,
+    stats: &fdaudit_common::Stats,
+    missed: &crate::tracer::ebpf::MissedRuns,
+) -> Ending {
     let command_status = exit_status.map(exit::from_wait_status);
     let interrupted = crate::signals::first_received().is_some();
     let policy = reporter.policy_failure();
+    let incomplete = (reporter.incomplete(&report::Losses::new(stats, missed))).is_some();
     let (exit_code, exit_reason) = match (command_status, policy) {
         _ if interrupted => (crate::signals::exit_status(), ExitReason::Interrupted),
         (Some(0) | None, Some(reason)) => (exit::POLICY, reason),
+        (Some(0) | None, None) if incomplete => (exit::INCOMPLETE, ExitReason::Incomplete),
         (Some(c), _) => (c, ExitReason::Command),
         (None, None) => (exit::OK, ExitReason::Ok),
     };

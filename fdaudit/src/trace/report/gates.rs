@@ -32,6 +32,26 @@ pub struct GateOptions {
     pub max_closes: Option<u64>,
 }
 
+impl GateOptions {
+    /// The gates set, as the command line names them (for the verdict line).
+    pub fn names(&self) -> Vec<String> {
+        let mut names = Vec::new();
+        match self.leak_gate {
+            Some(LeakGate::Boundary) => names.push("--fail-on-leak=boundary".to_string()),
+            Some(LeakGate::Any) => names.push("--fail-on-leak".to_string()),
+            None => {}
+        }
+        if !self.strategies.is_empty() {
+            let s: Vec<&str> = self.strategies.iter().map(|s| s.as_str()).collect();
+            names.push(format!("--fail-on-strategy {}", s.join(",")));
+        }
+        if let Some(max) = self.max_closes {
+            names.push(format!("--max-closes {max}"));
+        }
+        names
+    }
+}
+
 /// The fd-closing calls of a window that `--max-closes` counts: close() calls plus
 /// close_range() calls. The kernel does not say how many fds one close_range() closed, so
 /// it counts once, as the one call it is (its cost does not grow with NOFILE).
@@ -127,10 +147,14 @@ impl Gates {
     }
 
     /// The verdict lines of the gates that failed: which spawns, why, and the exit status
-    /// it led to.
-    pub fn verdicts(&self, leaked: bool, ending: &Ending) -> Vec<String> {
+    /// it led to; first, when the trace is known to be incomplete (`incomplete`: why, from
+    /// [`super::Losses::incomplete`]), a line that says so.
+    pub fn verdicts(&self, leaked: bool, incomplete: Option<&str>, ending: &Ending) -> Vec<String> {
         let outcome = match ending.exit_reason {
-            ExitReason::Leak | ExitReason::Strategy | ExitReason::Closes => {
+            ExitReason::Leak
+            | ExitReason::Strategy
+            | ExitReason::Closes
+            | ExitReason::Incomplete => {
                 format!("exit status {}", ending.exit_code)
             }
             _ => format!(
@@ -139,6 +163,16 @@ impl Gates {
             ),
         };
         let mut lines = Vec::new();
+        if let Some(why) = incomplete {
+            let gates = self.opts.names().join(", ");
+            lines.push(if ending.exit_reason == ExitReason::Incomplete {
+                format!(
+                    "{gates}: the trace is INCOMPLETE, so no gate can pass on it: {why} ({outcome})"
+                )
+            } else {
+                format!("{gates}: the trace is INCOMPLETE too: {why} ({outcome})")
+            });
+        }
         if self.opts.leak_gate.is_some() && leaked {
             let list: Vec<&String> = self.leaks.values().collect();
             let (gate, what) = match self.opts.leak_gate {
@@ -172,8 +206,8 @@ impl Gates {
     }
 
     /// Says [`Gates::verdicts`] as verdict notes.
-    pub fn say(&self, leaked: bool, ending: &Ending) {
-        for v in self.verdicts(leaked, ending) {
+    pub fn say(&self, leaked: bool, incomplete: Option<&str>, ending: &Ending) {
+        for v in self.verdicts(leaked, incomplete, ending) {
             stream::note(stream::Level::Verdict, &v);
         }
     }
@@ -190,7 +224,7 @@ fn shown(list: &[&String]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::spawn;
+    use super::super::tests::{leaked_fd, spawn};
     use super::*;
 
     fn ending(exit_code: u8, exit_reason: ExitReason) -> Ending {
@@ -223,7 +257,7 @@ mod tests {
             Some(ExitReason::Strategy),
             "no --fail-on-leak"
         );
-        let v = g.verdicts(false, &ending(3, ExitReason::Strategy));
+        let v = g.verdicts(false, None, &ending(3, ExitReason::Strategy));
         assert_eq!(
             v,
             [
@@ -231,11 +265,42 @@ mod tests {
                 "--max-closes 100: 1 spawn made more closing calls (exit status 3): pid 77 /bin/true: 19997 (close 19997, close_range 0)",
             ]
         );
-        let v = g.verdicts(false, &ending(1, ExitReason::Command));
+        let v = g.verdicts(false, None, &ending(1, ExitReason::Command));
         assert!(
             v[0].contains("but the command itself failed: exit status 1"),
             "{v:?}"
         );
+    }
+
+    #[test]
+    fn an_incomplete_trace_is_said_first_with_its_status() {
+        let mut g = Gates::new(GateOptions {
+            leak_gate: Some(LeakGate::Any),
+            ..GateOptions::default()
+        });
+        let why = "51000 records lost (the ring buffer was full)";
+        let v = g.verdicts(false, Some(why), &ending(4, ExitReason::Incomplete));
+        assert_eq!(
+            v,
+            ["--fail-on-leak: the trace is INCOMPLETE, so no gate can pass on it: 51000 records lost (the ring buffer was full) (exit status 4)"]
+        );
+        let mut s = spawn("sh", "/bin/cat", 0, 1_000, 1);
+        s.leaked_fds = vec![leaked_fd(9, 8, 42)];
+        g.judge(&s, &LeakPolicy::default());
+        let v = g.verdicts(true, Some(why), &ending(3, ExitReason::Leak));
+        assert_eq!(v.len(), 2, "{v:?}");
+        assert!(
+            v[0].starts_with("--fail-on-leak: the trace is INCOMPLETE too: 51000"),
+            "{v:?}"
+        );
+        assert!(v[0].ends_with("(exit status 3)"), "{v:?}");
+        assert!(
+            v[1].starts_with("--fail-on-leak: 1 spawn leaked fds"),
+            "{v:?}"
+        );
+        assert!(g
+            .verdicts(false, None, &ending(0, ExitReason::Ok))
+            .is_empty());
     }
 
     #[test]

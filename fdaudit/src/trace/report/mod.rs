@@ -5,12 +5,14 @@
 mod advice;
 mod gates;
 mod line;
+mod losses;
 mod summary;
 mod text;
 
 pub use advice::Advice;
 pub use gates::{GateOptions, LeakGate};
 pub use line::{spawn_line, strategy_paint};
+pub use losses::Losses;
 pub use summary::{parse_kind, Allowed, Collector, ExitReason, Group, LeakPolicy, Summary};
 
 use summary::link;
@@ -61,9 +63,13 @@ pub struct Reporter {
 /// What to say when records were lost: in the JSON summary's `partial` notes, on stderr, and
 /// on the totals line.
 pub fn lost_note(lost: u64, ring_bytes: u64) -> String {
+    let size = if ring_bytes >= 1 << 20 {
+        format!("{} MiB", ring_bytes >> 20)
+    } else {
+        format!("{} KiB", ring_bytes >> 10)
+    };
     format!(
-        "{lost} records LOST: the {} MiB ring buffer was full, some spawns are missing; raise --buffer-pages (now {})",
-        ring_bytes >> 20,
+        "{lost} records LOST: the {size} ring buffer was full, some spawns are missing; raise --buffer-pages (now {})",
         ring_bytes / crate::tracer::drain::page_size()
     )
 }
@@ -241,6 +247,12 @@ impl Reporter {
         self.gates.failed(self.leaked())
     }
 
+    /// Why the gates set cannot pass on a trace that lost what `losses` counts (None: no
+    /// gate set, or nothing lost that they need).
+    pub fn incomplete(&self, losses: &Losses) -> Option<String> {
+        losses.incomplete(&self.gates.opts)
+    }
+
     /// Whether a process's last exec leaked an fd that the policy counts (what
     /// `--fail-on-leak` fails on), filters or not.
     pub fn leaked(&self) -> bool {
@@ -269,6 +281,7 @@ impl Reporter {
             p.finish()
                 .context("failed to write the Perfetto trace (--perfetto)")?;
         }
+        let incomplete = self.incomplete(&Losses::new(&stats, &missed));
         let partial = summary::partial_notes(
             stats.lost_records,
             self.ring_bytes,
@@ -313,7 +326,8 @@ impl Reporter {
             stream::text(&advice::advice_text(&advice, self.term))?;
         }
         self.notes(&summary);
-        self.gates.say(self.leaked(), &ending);
+        self.gates
+            .say(self.leaked(), incomplete.as_deref(), &ending);
         if self.args.json {
             stream::record(&TraceRecord::Summary(Box::new(summary)))?;
         }
@@ -387,6 +401,25 @@ pub(crate) mod tests {
             exec_path_cut: false,
             runtime: None,
             parent_nofile: None,
+        }
+    }
+
+    /// A leaked regular file for tests: fd `fd`, file (`dev`, `ino`).
+    pub(crate) fn leaked_fd(fd: u32, dev: u32, ino: u64) -> LeakedFd {
+        LeakedFd {
+            fd,
+            kind: crate::fdkind::FdKind::Regular,
+            target: Lossless::new(b"/etc/secret".to_vec()),
+            access: "r",
+            family: None,
+            protocol: None,
+            ino,
+            dev,
+            origin: None,
+            critical: false,
+            deleted: false,
+            inherited: false,
+            partial: false,
         }
     }
 

@@ -183,6 +183,10 @@ pub enum ExitReason {
     Strategy,
     /// `--max-closes` and a spawn made more closing calls while CMD exited 0.
     Closes,
+    /// A gate was set, none failed on what was seen and CMD exited 0, but the trace is
+    /// known to be incomplete (records lost, runs skipped, forks untraced): no gate passes
+    /// on it ([`super::Losses`]).
+    Incomplete,
     /// Ctrl-C, SIGTERM or SIGHUP before CMD exited.
     Interrupted,
 }

@@ -1,0 +1,226 @@
+//! Gates a traced user tries to fool, as that user (`nobody`, via setpriv): a flood that
+//! makes the trace lose the one spawn that leaks (an incomplete trace must not pass its
+//! gate: exit 4), and a `-p` process that opens a secret after fdaudit attached and carries
+//! it through a re-exec (judged against what it held at attach, not waved through as
+//! inherited). Needs root.
+
+use std::io::Write as _;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fdaudit_tests::{fdaudit, guard, records, temp_path};
+use serde_json::Value;
+
+/// nobody's uid and gid (Debian's nobody:nogroup).
+const NOBODY: u32 = 65534;
+
+/// A fresh directory owned by nobody holding `secret`, `held` (files nobody can read) and
+/// the FIFO `go` the test releases the attacker with.
+fn attacker_dir(name: &str) -> PathBuf {
+    let dir = temp_path(name);
+    std::fs::create_dir(&dir).expect("create the attacker's directory");
+    for f in ["secret", "held"] {
+        std::fs::write(dir.join(f), format!("{f}\n")).expect("write a file");
+    }
+    let go = std::ffi::CString::new(dir.join("go").as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path we own.
+    assert_eq!(unsafe { libc::mkfifo(go.as_ptr(), 0o600) }, 0, "mkfifo");
+    for p in [
+        dir.join("secret"),
+        dir.join("held"),
+        dir.join("go"),
+        dir.clone(),
+    ] {
+        std::os::unix::fs::chown(&p, Some(NOBODY), Some(NOBODY)).expect("chown to nobody");
+    }
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
+
+/// `sh -c script sh DIR`, run as nobody.
+fn as_nobody(script: &str, dir: &Path) -> Vec<String> {
+    [
+        "setpriv",
+        "--reuid=nobody",
+        "--regid=nogroup",
+        "--clear-groups",
+        "--",
+        "sh",
+        "-c",
+        script,
+        "sh",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([dir.display().to_string()])
+    .collect()
+}
+
+/// Waits (at most 60 s) until `f` holds.
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Starts `fdaudit trace --json -o FILE ARGS` and waits until it says it is attached.
+fn start_trace(file: &Path, args: &[String]) -> Child {
+    let tracer = Command::new(fdaudit())
+        .args(["trace", "--json", "-o"])
+        .arg(file)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start fdaudit trace");
+    wait_until("the tracer to attach", || {
+        std::fs::read_to_string(file).is_ok_and(|t| t.contains("Ctrl-C to stop"))
+    });
+    tracer
+}
+
+/// Releases the attacker waiting on `DIR/go`.
+fn release(dir: &Path) {
+    let mut go = std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join("go"))
+        .expect("open the FIFO");
+    go.write_all(b"go\n").expect("write the FIFO");
+}
+
+fn last_of(recs: &[Value], ty: &str) -> Value {
+    recs.iter()
+        .rev()
+        .find(|r| r["type"] == ty)
+        .cloned()
+        .unwrap_or_else(|| panic!("no {ty} record in {recs:?}"))
+}
+
+fn verdicts(recs: &[Value]) -> Vec<String> {
+    recs.iter()
+        .filter(|r| r["type"] == "note" && r["level"] == "verdict")
+        .map(|r| r["message"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// State letter of `/proc/PID/stat`.
+fn state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.get(stat.rfind(')')? + 2..)?.chars().next()
+}
+
+#[test]
+#[ignore = "needs root and BTF"]
+fn a_gate_on_a_trace_that_lost_records_fails_with_its_own_status() {
+    let _g = guard();
+    let dir = attacker_dir("flood");
+    // 400 spawns while fdaudit cannot read (a one-page ring fills after a few), then the
+    // one that leaks the secret (fd 9): its record has no room.
+    let script = r#"read x < "$1/go"
+i=0; while [ $i -lt 400 ]; do /bin/true; i=$((i+1)); done
+exec 9< "$1/secret"; /bin/true; exec 9<&-
+echo done > "$1/done""#;
+    let file = temp_path("flood.jsonl");
+    let mut args: Vec<String> = ["--fail-on-leak", "--buffer-pages", "1", "--"]
+        .map(String::from)
+        .to_vec();
+    args.extend(as_nobody(script, &dir));
+    let mut tracer = start_trace(&file, &args);
+    let pid = tracer.id();
+    // SAFETY: stopping our own child (SIGCONT below).
+    unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+    wait_until("fdaudit to stop", || state(pid) == Some('T'));
+    release(&dir);
+    wait_until("the flood to end", || dir.join("done").exists());
+    // SAFETY: as above.
+    unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+    let status = tracer.wait().expect("wait for fdaudit");
+    let recs = records(&std::fs::read_to_string(&file).unwrap_or_default());
+    let _ = std::fs::remove_file(&file);
+    let _ = std::fs::remove_dir_all(&dir);
+    let summary = last_of(&recs, "summary");
+    assert!(
+        summary["lost_records"].as_u64() > Some(0),
+        "the flood lost nothing: {summary}"
+    );
+    assert_eq!(
+        (status.code(), summary["exit_reason"].as_str()),
+        (Some(4), Some("incomplete")),
+        "a trace that lost records passed --fail-on-leak: {summary}"
+    );
+    let v = verdicts(&recs);
+    assert!(
+        v.iter().any(|l| l
+            .starts_with("--fail-on-leak: the trace is INCOMPLETE, so no gate can pass on it: ")
+            && l.contains("records lost")
+            && l.ends_with("(exit status 4)")),
+        "{v:?}"
+    );
+}
+
+#[test]
+#[ignore = "needs root and BTF"]
+fn a_p_root_that_opens_a_secret_after_attach_and_reexecs_leaks_it() {
+    let _g = guard();
+    let dir = attacker_dir("reexec");
+    // fd 8 is held at attach (inheritable), fd 9 opened after it; then the re-exec.
+    let script = r#"exec 8< "$1/held"; read x < "$1/go"; exec 9< "$1/secret"; exec sleep 0.5"#;
+    let cmd = as_nobody(script, &dir);
+    let mut target = Command::new(&cmd[0])
+        .args(&cmd[1..])
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("start the attacker");
+    let pid = target.id();
+    wait_until("the attacker to hold fd 8", || {
+        std::fs::read_link(format!("/proc/{pid}/fd/8")).is_ok_and(|t| t.ends_with("held"))
+    });
+    let file = temp_path("reexec.jsonl");
+    let args = ["--fail-on-leak".to_string(), "-p".into(), pid.to_string()];
+    let mut tracer = start_trace(&file, &args);
+    release(&dir);
+    let status = tracer.wait().expect("wait for fdaudit");
+    let _ = target.wait();
+    let recs = records(&std::fs::read_to_string(&file).unwrap_or_default());
+    let _ = std::fs::remove_file(&file);
+    let _ = std::fs::remove_dir_all(&dir);
+    let summary = last_of(&recs, "summary");
+    assert_eq!(
+        (status.code(), summary["exit_reason"].as_str()),
+        (Some(3), Some("leak")),
+        "the secret opened after attach passed --fail-on-leak: {recs:?}"
+    );
+    let spawn = recs
+        .iter()
+        .find(|r| r["type"] == "spawn" && r["pid"] == pid)
+        .unwrap_or_else(|| panic!("the re-exec is not a spawn: {recs:?}"));
+    let fd = |n: u64| {
+        spawn["leaked_fds"]
+            .as_array()
+            .and_then(|a| a.iter().find(|f| f["fd"] == n))
+            .unwrap_or_else(|| panic!("fd {n} not in {spawn}"))
+    };
+    assert!(
+        fd(9)["target"].as_str().unwrap().ends_with("/secret"),
+        "{spawn}"
+    );
+    assert_eq!(
+        fd(9).get("inherited"),
+        None,
+        "fd 9 was opened after attach: {spawn}"
+    );
+    assert_eq!(fd(8)["inherited"], true, "fd 8 was held at attach: {spawn}");
+    let v = verdicts(&recs);
+    assert!(
+        v.iter()
+            .any(|l| l.starts_with("--fail-on-leak: 1 spawn leaked fds")
+                && l.contains("fd 9 ")
+                && !l.contains("fd 8 ")),
+        "{v:?}"
+    );
+}
