@@ -132,7 +132,8 @@ pub struct TraceArgs {
     pub buffer_pages: Option<u64>,
 
     /// Exit with status 3 when a spawn leaked an fd and the command itself exited 0 (for CI).
-    /// fds the traced command inherited from fdaudit's caller do not count (see --no-baseline).
+    /// fds the traced command inherited from fdaudit's caller do not count, nor with -p those
+    /// the processes held (inheritable) when fdaudit attached (see --no-baseline).
     /// `=boundary`: only leaks into an image that runs with other credentials or in other
     /// namespaces than its parent at fork (the critical ones).
     #[arg(
@@ -178,7 +179,7 @@ pub struct TraceArgs {
     pub fail_on_leak_kind: Vec<crate::fdkind::FdKind>,
 
     /// With --fail-on-leak: also count the fds the traced command inherited from
-    /// fdaudit's caller.
+    /// fdaudit's caller (with -p: those the processes held when fdaudit attached).
     #[arg(long)]
     pub no_baseline: bool,
 
@@ -243,12 +244,14 @@ pub struct TraceArgs {
 /// Help heading of the output filters.
 const FILTERS: &str = "Output filters (the kernel still follows the whole tree)";
 
-/// What the reporter takes from the arguments.
-fn report_options(args: &TraceArgs) -> report::ReportOptions {
+/// What the reporter takes from the arguments, and with `-p` what the processes held at
+/// attach.
+fn report_options(args: &TraceArgs, held: Option<Vec<targets::HeldFd>>) -> report::ReportOptions {
     report::ReportOptions {
         json: args.json,
         quiet: args.quiet,
         no_baseline: args.no_baseline,
+        held_at_attach: held,
         ignore_fds: args.ignore_fds.clone(),
         allow: args.allow_leak.clone(),
         kinds: args.fail_on_leak_kind.clone(),
@@ -314,8 +317,8 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
     let followed = args.cgroup.as_deref().map(Followed::find).transpose()?;
     let signal_rd = crate::signals::wake_pipe()?;
     crate::signals::install_stop();
-    let (mut session, child) = match attach(&args, &pids, followed.as_ref())? {
-        Attached::Tracing(session, child) => (*session, child),
+    let (mut session, child, held) = match attach(&args, &pids, followed.as_ref())? {
+        Attached::Tracing(session, child, held) => (*session, child, held),
         Attached::NotExecuted(code) => return Ok(code),
     };
     let root_pids: Vec<u32> = child.map(|c| vec![c]).unwrap_or_else(|| pids.clone());
@@ -325,7 +328,7 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
         verbose_startup(&session, startup, child.is_some());
     }
     let mut reporter =
-        Reporter::new(report_options(&args), &session, filter).with_perfetto(perfetto);
+        Reporter::new(report_options(&args, held), &session, filter).with_perfetto(perfetto);
     (session.unseen()).inspect(|u| stream::note(stream::Level::Note, u));
     let mut targets = reads::LiveTargets::default();
     let mut sink = following::TraceSink {
@@ -457,10 +460,11 @@ fn ending(
     }
 }
 
-/// What [`attach`] leaves: a session following the roots, or the status of a command that
+/// What [`attach`] leaves: a session following the roots (with `-p`, the inheritable fds
+/// they held at attach: [`targets::held_at_attach`]), or the status of a command that
 /// could not be exec'd (said on the records stream).
 enum Attached {
-    Tracing(Box<Session>, Option<u32>),
+    Tracing(Box<Session>, Option<u32>, Option<Vec<targets::HeldFd>>),
     NotExecuted(u8),
 }
 
@@ -501,6 +505,8 @@ fn attach(args: &TraceArgs, pids: &[u32], followed: Option<&Followed>) -> Result
     if let Some(pid) = child {
         session.track(pid).map_err(kill_held)?;
     }
+    // Read before the roots are tracked: an fd opened meanwhile is not in it (it counts).
+    let held_fds = (!pids.is_empty()).then(|| targets::held_at_attach(pids));
     for &pid in pids {
         session
             .track_tree(pid)
@@ -528,5 +534,5 @@ fn attach(args: &TraceArgs, pids: &[u32], followed: Option<&Followed>) -> Result
             return Ok(Attached::NotExecuted(code));
         }
     }
-    Ok(Attached::Tracing(Box::new(session), child))
+    Ok(Attached::Tracing(Box::new(session), child, held_fds))
 }

@@ -96,3 +96,150 @@ pub fn check_targets(pids: &[u32], command: bool, cgroup: bool) -> Result<Vec<u3
     }
     Ok(out)
 }
+
+/// fds read per process at attach, at most: a table larger than this is read in part, and
+/// its other fds count as leaks if they cross an exec (the safe side).
+const MAX_HELD_FDS: usize = 1 << 16;
+
+/// Bytes of an fdinfo file read: its `flags:` line is the second.
+const FDINFO_BYTES: usize = 512;
+
+/// An inheritable fd (no `O_CLOEXEC`) a `-p` process held when fdaudit attached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeldFd {
+    pub pid: u32,
+    pub fd: u32,
+    /// The file's device in the kernel's encoding (major << 20 | minor), as a leaked fd's.
+    pub dev: u32,
+    pub ino: u64,
+}
+
+/// The inheritable fds that `pids` and their descendants hold now: `-p`'s baseline, the
+/// files a leak is judged against (a -p process's later exec passes them on as it got
+/// them; what it opens after attach and carries through an exec is its own leak). Read
+/// from /proc/PID/fd by `statx(AT_STATX_DONT_SYNC)` of each fd's link (the kernel's own
+/// file, answered from cached attributes, so a FUSE or NFS server is not asked) and the
+/// `flags:` of its fdinfo. An fd that cannot be read is left out: it counts if it leaks.
+pub fn held_at_attach(pids: &[u32]) -> Vec<HeldFd> {
+    let mut all: Vec<u32> = pids.to_vec();
+    for &p in pids {
+        all.extend(crate::procfs_util::descendants(p));
+    }
+    all.sort_unstable();
+    all.dedup();
+    all.retain(|&p| p != std::process::id());
+    all.into_iter().flat_map(held_by).collect()
+}
+
+/// The inheritable fds `pid` holds ([`held_at_attach`]).
+fn held_by(pid: u32) -> Vec<HeldFd> {
+    use std::os::fd::AsRawFd as _;
+    let Ok(dir) = std::fs::File::open(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    let Ok(entries) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    let mut held = Vec::new();
+    for e in entries.flatten().take(MAX_HELD_FDS) {
+        let name = e.file_name();
+        let Some(fd) = name.to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if !inheritable(pid, fd) {
+            continue;
+        }
+        if let Some((dev, ino)) = link_dev_ino(dir.as_raw_fd(), fd) {
+            held.push(HeldFd { pid, fd, dev, ino });
+        }
+    }
+    held
+}
+
+/// Whether fd `fd` of `pid` lacks `O_CLOEXEC` (its fdinfo's `flags:`, octal).
+fn inheritable(pid: u32, fd: u32) -> bool {
+    use std::io::Read as _;
+    let Ok(f) = std::fs::File::open(format!("/proc/{pid}/fdinfo/{fd}")) else {
+        return false;
+    };
+    let mut text = String::new();
+    if f.take(FDINFO_BYTES as u64)
+        .read_to_string(&mut text)
+        .is_err()
+    {
+        return false;
+    }
+    flags_of(&text).is_some_and(|flags| flags & libc::O_CLOEXEC as u32 == 0)
+}
+
+/// The `flags:` field of an fdinfo text (octal).
+fn flags_of(fdinfo: &str) -> Option<u32> {
+    let v = fdinfo.lines().find_map(|l| l.strip_prefix("flags:"))?;
+    u32::from_str_radix(v.trim(), 8).ok()
+}
+
+/// The device (kernel encoding) and inode of the file behind fd link `fd` in the
+/// /proc/PID/fd directory `dir`, from cached attributes only.
+fn link_dev_ino(dir: i32, fd: u32) -> Option<(u32, u64)> {
+    let name = std::ffi::CString::new(fd.to_string()).ok()?;
+    // SAFETY: statx is plain data, filled by the kernel.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated name relative to a directory fd we hold; `st` outlives it.
+    let rc = unsafe {
+        libc::statx(
+            dir,
+            name.as_ptr(),
+            libc::AT_STATX_DONT_SYNC,
+            libc::STATX_INO,
+            &mut st,
+        )
+    };
+    (rc == 0 && st.stx_mask & libc::STATX_INO != 0)
+        .then(|| (kernel_dev(st.stx_dev_major, st.stx_dev_minor), st.stx_ino))
+}
+
+/// A device number as the kernel keeps it in `s_dev` (`MKDEV`: major << 20 | minor), the
+/// encoding of a leaked fd's `dev`.
+pub fn kernel_dev(major: u32, minor: u32) -> u32 {
+    (major << 20) | (minor & 0xf_ffff)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fdinfo_flags_are_octal_and_cloexec_is_seen() {
+        let text = "pos:\t0\nflags:\t02100002\nmnt_id:\t25\nino:\t7\n";
+        let flags = flags_of(text).unwrap();
+        assert_ne!(flags & libc::O_CLOEXEC as u32, 0);
+        assert_eq!(flags_of("pos:\t0\nflags:\t0100000\n"), Some(0o100000));
+        assert_eq!(flags_of("pos:\t0\n"), None);
+        assert_eq!(kernel_dev(8, 1), 8 << 20 | 1);
+        assert_eq!(kernel_dev(0, 0x1_2345), 0x1_2345);
+    }
+
+    #[test]
+    fn this_processs_inheritable_fds_are_read_with_the_kernels_device() {
+        use std::os::fd::AsRawFd as _;
+        use std::os::unix::fs::MetadataExt as _;
+        let plain = std::fs::File::open("/proc/self/status").unwrap(); // O_CLOEXEC (std)
+                                                                       // SAFETY: dup (no cloexec) of an fd we own; closed below.
+        let fd = unsafe { libc::dup(plain.as_raw_fd()) };
+        assert!(fd > 2);
+        let meta = plain.metadata().unwrap();
+        let me = held_by(std::process::id());
+        let found = me.iter().find(|h| h.fd == fd as u32).expect("the dup'd fd");
+        let dev = meta.dev();
+        assert_eq!(
+            (found.dev, found.ino),
+            (kernel_dev(libc::major(dev), libc::minor(dev)), meta.ino())
+        );
+        assert!(
+            !me.iter().any(|h| h.fd == plain.as_raw_fd() as u32),
+            "cloexec"
+        );
+        // SAFETY: closing the fd dup'd above.
+        unsafe { libc::close(fd) };
+    }
+}

@@ -60,6 +60,38 @@ pub struct Reporter {
     perfetto: Option<Perfetto>,
 }
 
+/// `-p`: says once which inheritable fds the processes held at attach (what
+/// `--fail-on-leak` does not count, unless `--no-baseline`).
+fn held_note(held: &[crate::trace::targets::HeldFd], no_baseline: bool) {
+    if held.is_empty() {
+        return;
+    }
+    let mut by_pid: std::collections::BTreeMap<u32, Vec<String>> = Default::default();
+    for h in held {
+        by_pid.entry(h.pid).or_default().push(h.fd.to_string());
+    }
+    let list: Vec<String> = by_pid
+        .iter()
+        .map(|(pid, fds)| match fds.len() {
+            n if n > 16 => format!("pid {pid}: {} … and {} more", fds[..16].join(" "), n - 16),
+            _ => format!("pid {pid}: {}", fds.join(" ")),
+        })
+        .collect();
+    stream::note(
+        stream::Level::Note,
+        &format!(
+            "the traced processes held {} without O_CLOEXEC when fdaudit attached ({}); {}",
+            count(held.len() as u64, "inheritable fd", "inheritable fds"),
+            list.join("; "),
+            if no_baseline {
+                "--no-baseline: --fail-on-leak counts them"
+            } else {
+                "--fail-on-leak does not count them (the same fd and file), --no-baseline does"
+            }
+        ),
+    );
+}
+
 /// What to say when records were lost: in the JSON summary's `partial` notes, on stderr, and
 /// on the totals line.
 pub fn lost_note(lost: u64, ring_bytes: u64) -> String {
@@ -90,6 +122,10 @@ pub struct ReportOptions {
     pub quiet: bool,
     /// `--fail-on-leak` counts what the traced command itself inherited.
     pub no_baseline: bool,
+    /// `-p`: the inheritable fds the processes held when fdaudit attached, the baseline
+    /// their leaks are judged against; a root's next exec is then a spawn like any other.
+    /// `None` (`-- CMD`): the baseline is what the command's own exec inherited.
+    pub held_at_attach: Option<Vec<crate::trace::targets::HeldFd>>,
     pub ignore_fds: Vec<u32>,
     /// `--allow-leak`, `--fail-on-leak-kind`.
     pub allow: Vec<Allowed>,
@@ -103,13 +139,19 @@ pub struct ReportOptions {
 
 impl Reporter {
     pub fn new(args: ReportOptions, s: &Session, filter: Filter) -> Self {
-        let collector = Collector::new(LeakPolicy {
-            baseline: Vec::new(),
+        let mut collector = Collector::new(LeakPolicy {
+            baseline: Default::default(),
             ignore_fds: args.ignore_fds.clone(),
             allow: args.allow.clone(),
             kinds: args.kinds.clone(),
             boundary_only: args.gates.leak_gate == Some(gates::LeakGate::Boundary),
         });
+        if let Some(held) = &args.held_at_attach {
+            if !args.no_baseline {
+                collector.policy.baseline = held.iter().map(|h| (h.fd, h.dev, h.ino)).collect();
+            }
+            held_note(held, args.no_baseline);
+        }
         Reporter {
             gates: gates::Gates::new(args.gates.clone()),
             stamper: Stamper::new(args.time, args.relative),
@@ -150,9 +192,12 @@ impl Reporter {
     pub fn handle(&mut self, ev: Event, roots: &[u32]) -> Result<()> {
         match ev {
             Event::Spawn(s) => {
-                // The traced command's own exec (or a -p root's re-exec) is not a spawn: what it
-                // inherited came from fdaudit's caller, the baseline every spawn starts from.
-                if roots.contains(&s.pid)
+                // The traced command's own exec is not a spawn: what it inherited came from
+                // fdaudit's caller, the baseline every spawn starts from. A -p root's exec
+                // is one (its baseline is what it held at attach: what it opened since and
+                // carries through the exec is its own leak).
+                if self.args.held_at_attach.is_none()
+                    && roots.contains(&s.pid)
                     && s.flags.contains(SpawnFlags::NO_FORK)
                     && !self.seen_root_exec.contains(&s.pid)
                 {
@@ -186,7 +231,7 @@ impl Reporter {
             self.collector
                 .policy
                 .baseline
-                .extend(fds.iter().map(|f| (f.fd, f.ino)));
+                .extend(fds.iter().map(|f| (f.fd, f.dev, f.ino)));
         }
         if fds.is_empty() {
             return;
@@ -213,7 +258,7 @@ impl Reporter {
     fn report_spawn(&mut self, mut s: Box<Spawn>) -> Result<()> {
         s.time_ns = stream::since_header(s.exec_ns);
         for f in &mut s.leaked_fds {
-            f.inherited = self.collector.policy.baseline.contains(&(f.fd, f.ino));
+            f.inherited = self.collector.policy.in_baseline(f);
         }
         self.gates.judge(&s, &self.collector.policy);
         if let Some(all) = &mut self.unfiltered {
@@ -455,6 +500,32 @@ pub(crate) mod tests {
             .filter(|l| l.starts_with("WARNING: "))
             .map(String::from)
             .collect()
+    }
+
+    #[test]
+    fn the_baseline_is_the_same_fd_and_file_device_and_inode_both() {
+        let policy = LeakPolicy {
+            baseline: [(5, 8 << 20 | 1, 42)].into(),
+            ..LeakPolicy::default()
+        };
+        assert!(
+            !policy.counts(&leaked_fd(5, 8 << 20 | 1, 42)),
+            "the held file"
+        );
+        // The same inode number on another file system (a tmpfs, an overlay's upper
+        // layer): another file, a leak.
+        assert!(policy.counts(&leaked_fd(5, 0x2d, 42)), "another device");
+        assert!(
+            policy.counts(&leaked_fd(5, 8 << 20 | 1, 43)),
+            "another inode"
+        );
+        assert!(
+            policy.counts(&leaked_fd(6, 8 << 20 | 1, 42)),
+            "another fd number"
+        );
+        let mut s = spawn("sh", "/bin/cat", 0, 1_000, 2);
+        s.leaked_fds = vec![leaked_fd(5, 8 << 20 | 1, 42), leaked_fd(5, 0x2d, 42)];
+        assert_eq!(policy.new_leaks(&s), 1);
     }
 
     #[test]

@@ -237,8 +237,10 @@ pub fn parse_kind(s: &str) -> Result<FdKind, String> {
 /// Which leaked fds `--fail-on-leak` ignores.
 #[derive(Debug, Clone, Default)]
 pub struct LeakPolicy {
-    /// fds the traced command inherited: (fd, inode). Empty with `--no-baseline`.
-    pub baseline: Vec<(u32, u64)>,
+    /// fds the traced command inherited from fdaudit's caller (`-- CMD`), or that the
+    /// `-p` processes held, inheritable, when fdaudit attached: (fd, device, inode), the
+    /// device in the kernel's encoding (a leaked fd's `dev`). Empty with `--no-baseline`.
+    pub baseline: std::collections::HashSet<(u32, u32, u64)>,
     /// `--ignore-fd`.
     pub ignore_fds: Vec<u32>,
     /// `--allow-leak`.
@@ -254,10 +256,16 @@ impl LeakPolicy {
     /// Whether a listed leaked fd counts against the policy.
     pub fn counts(&self, f: &LeakedFd) -> bool {
         !self.ignore_fds.contains(&f.fd)
-            && !self.baseline.contains(&(f.fd, f.ino))
+            && !self.in_baseline(f)
             && !self.allow.iter().any(|a| a.forgives(f))
             && (self.kinds.is_empty() || self.kinds.contains(&f.kind))
             && (!self.boundary_only || f.critical)
+    }
+
+    /// Whether `f` is the same fd number and the same file (device and inode) as one of the
+    /// baseline's.
+    pub fn in_baseline(&self, f: &LeakedFd) -> bool {
+        self.baseline.contains(&(f.fd, f.dev, f.ino))
     }
 
     /// The leaked fds of a spawn that count against the policy. fds beyond the record's list
