@@ -131,13 +131,18 @@ pub fn held_at_attach(pids: &[u32]) -> Vec<HeldFd> {
     all.into_iter().flat_map(held_by).collect()
 }
 
-/// The inheritable fds `pid` holds ([`held_at_attach`]).
+/// The inheritable fds `pid` holds ([`held_at_attach`]): its fd directory and each fdinfo
+/// are opened under one fd of /proc/PID, so all of them are the same process's.
 fn held_by(pid: u32) -> Vec<HeldFd> {
     use std::os::fd::AsRawFd as _;
-    let Ok(dir) = std::fs::File::open(format!("/proc/{pid}/fd")) else {
+    let Some(proc_dir) = open_at(libc::AT_FDCWD, &format!("/proc/{pid}"), libc::O_DIRECTORY) else {
         return Vec::new();
     };
-    let Ok(entries) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+    let Some(fd_dir) = open_at(proc_dir.as_raw_fd(), "fd", libc::O_DIRECTORY) else {
+        return Vec::new();
+    };
+    // Listed through our own fd of the directory.
+    let Ok(entries) = std::fs::read_dir(format!("/proc/self/fd/{}", fd_dir.as_raw_fd())) else {
         return Vec::new();
     };
     let mut held = Vec::new();
@@ -146,30 +151,44 @@ fn held_by(pid: u32) -> Vec<HeldFd> {
         let Some(fd) = name.to_str().and_then(|s| s.parse::<u32>().ok()) else {
             continue;
         };
-        if !inheritable(pid, fd) {
+        if !inheritable(proc_dir.as_raw_fd(), fd) {
             continue;
         }
-        if let Some((dev, ino)) = link_dev_ino(dir.as_raw_fd(), fd) {
+        if let Some((dev, ino)) = link_dev_ino(fd_dir.as_raw_fd(), fd) {
             held.push(HeldFd { pid, fd, dev, ino });
         }
     }
     held
 }
 
-/// Whether fd `fd` of `pid` lacks `O_CLOEXEC` (its fdinfo's `flags:`, octal).
-fn inheritable(pid: u32, fd: u32) -> bool {
+/// `openat(dir, path, O_RDONLY | flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)`.
+fn open_at(dir: i32, path: &str, flags: i32) -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd as _;
+    let path = std::ffi::CString::new(path).ok()?;
+    let all = libc::O_RDONLY | flags | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC;
+    // SAFETY: a NUL-terminated path; the fd returned is ours to own.
+    let fd = unsafe { libc::openat(dir, path.as_ptr(), all) };
+    // SAFETY: a fresh fd nothing else owns.
+    (fd >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// Whether fd `fd` of the process whose /proc directory is `proc_dir` lacks `O_CLOEXEC`
+/// (its fdinfo's `flags:`, octal).
+fn inheritable(proc_dir: i32, fd: u32) -> bool {
     use std::io::Read as _;
-    let Ok(f) = std::fs::File::open(format!("/proc/{pid}/fdinfo/{fd}")) else {
+    let Some(f) = open_at(proc_dir, &format!("fdinfo/{fd}"), 0) else {
         return false;
     };
-    let mut text = String::new();
-    if f.take(FDINFO_BYTES as u64)
-        .read_to_string(&mut text)
+    let mut text = Vec::with_capacity(FDINFO_BYTES);
+    if std::fs::File::from(f)
+        .take(FDINFO_BYTES as u64)
+        .read_to_end(&mut text)
         .is_err()
     {
         return false;
     }
-    flags_of(&text).is_some_and(|flags| flags & libc::O_CLOEXEC as u32 == 0)
+    flags_of(&String::from_utf8_lossy(&text))
+        .is_some_and(|flags| flags & libc::O_CLOEXEC as u32 == 0)
 }
 
 /// The `flags:` field of an fdinfo text (octal).

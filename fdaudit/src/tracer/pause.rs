@@ -36,3 +36,18 @@ pub fn at(step: &str) {
         libc::raise(libc::SIGSTOP);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_step_is_documented_and_killed_at_by_the_root_test() {
+        let docs = include_str!("../../../docs/architecture.md");
+        let test = include_str!("../../../tests/tests/trace_startup.rs");
+        for step in super::STEPS {
+            let quoted = format!("`{step}`");
+            assert!(docs.contains(&quoted), "docs/architecture.md lacks {quoted}");
+            let listed = format!("\"{step}\",");
+            assert!(test.contains(&listed), "trace_startup.rs does not kill at {step}");
+        }
+    }
+}
