@@ -131,6 +131,16 @@ fn kill_at(step: &str) -> (Vec<(&'static str, u32)>, Vec<u32>) {
         let left = deadline.saturating_duration_since(Instant::now());
         match rx.recv_timeout(left) {
             Ok(line) => said.push(line),
+            // Where the kernel has no syscall tracepoints (tp, exec_exit) nothing is handed
+            // off: fdaudit detaches at its exit and ends without reaching the step.
+            Err(mpsc::RecvTimeoutError::Disconnected)
+                if step == "hand-off" && !fdaudit_tests::syscall_tracepoints() =>
+            {
+                let status = tracer.wait().expect("reap fdaudit");
+                assert!(status.success(), "fdaudit failed: {status}: {said:?}");
+                let _ = std::fs::remove_file(&out);
+                return (Vec::new(), fdaudit_children(pid));
+            }
             Err(_) => {
                 let _ = tracer.kill();
                 panic!("fdaudit never said {want:?}; it said: {said:?}");

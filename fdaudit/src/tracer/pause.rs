@@ -45,9 +45,15 @@ mod tests {
         let test = include_str!("../../../tests/tests/trace_startup.rs");
         for step in super::STEPS {
             let quoted = format!("`{step}`");
-            assert!(docs.contains(&quoted), "docs/architecture.md lacks {quoted}");
+            assert!(
+                docs.contains(&quoted),
+                "docs/architecture.md lacks {quoted}"
+            );
             let listed = format!("\"{step}\",");
-            assert!(test.contains(&listed), "trace_startup.rs does not kill at {step}");
+            assert!(
+                test.contains(&listed),
+                "trace_startup.rs does not kill at {step}"
+            );
         }
     }
 }
