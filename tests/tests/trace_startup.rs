@@ -189,3 +189,37 @@ fn a_sigkill_at_any_startup_step_leaves_nothing_attached() {
     }
     assert!(failures.is_empty(), "{failures:#?}");
 }
+
+#[test]
+#[ignore = "needs root and BTF"]
+fn when_duration_ends_before_the_command_nothing_stays_attached_while_fdaudit_waits() {
+    let _g = guard();
+    let out = temp_path("duration.jsonl");
+    let mut tracer = Command::new(fdaudit())
+        .args(["trace", "--json", "--duration", "0.3", "-o"])
+        .arg(&out)
+        .args(["--", "sleep", "3"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start fdaudit trace");
+    let pid = tracer.id();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&out).is_ok_and(|t| t.contains("--duration ended")) {
+        assert!(Instant::now() < deadline, "--duration never ended");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // fdaudit now waits for the command (up to 3 s), untraced: it holds no BPF object,
+    // and no child of it does.
+    let held = bpf_ids(pid);
+    let children = fdaudit_children(pid);
+    let status = tracer.wait().expect("wait for fdaudit");
+    let _ = std::fs::remove_file(&out);
+    assert!(status.success(), "fdaudit: {status}");
+    assert!(
+        held.iter().all(|(kind, _)| *kind != "prog") && children.is_empty(),
+        "while waiting for the command after --duration, fdaudit held {held:?} and its \
+         children {children:?} kept the programs attached"
+    );
+}

@@ -16,6 +16,33 @@ pub fn wait_for_command(pid: u32) -> Result<Option<i32>> {
     }
 }
 
+/// Detaches `session` before the summary, and with `untraced` (`--duration` ended while the
+/// command runs) waits for that command, untraced; its status. The links are handed to a
+/// child that closes them after fdaudit's exit ([`Session::detach_after_exit`]) only when
+/// fdaudit exits next: while it waits for the command that child would keep every program
+/// attached, machine-wide, for as long as the command runs.
+///
+/// [`Session::detach_after_exit`]: crate::tracer::session::Session::detach_after_exit
+pub fn detach_then_wait(
+    mut session: crate::tracer::session::Session,
+    untraced: Option<u32>,
+) -> Result<Option<i32>> {
+    if untraced.is_none() {
+        session.detach_after_exit();
+    }
+    drop(session);
+    let Some(pid) = untraced else {
+        return Ok(None);
+    };
+    crate::output::stream::note(
+        crate::output::stream::Level::Note,
+        &format!(
+            "--duration ended: probes detached; waiting for the command (pid {pid}) to exit, untraced"
+        ),
+    );
+    wait_for_command(pid)
+}
+
 /// Tracing failed (the output could not be written: a full file system, a reader gone):
 /// detach, and with `-- CMD` wait for the command, untraced, rather than orphan it; then the
 /// error ends fdaudit (exit 2).

@@ -357,17 +357,10 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
     let calibrated = session.probe_cost_measured();
     let storms = read_storms(&args, &session, &mut targets);
     let ring = ring_at_end(&session, &mut reporter);
-    session.detach_after_exit();
-    drop(session); // detach before waiting or printing the summary
-    if let (true, Some(pid), None) = (timed_out, child, exit_status) {
-        stream::note(
-            stream::Level::Note,
-            &format!(
-                "--duration ended: probes detached; waiting for the command (pid {pid}) to exit, untraced"
-            ),
-        );
-        exit_status = child::wait_for_command(pid)?;
-    }
+    let untraced = (timed_out && exit_status.is_none())
+        .then_some(child)
+        .flatten();
+    exit_status = child::detach_then_wait(session, untraced)?.or(exit_status);
     let ending = ending(&reporter, exit_status, &stats, &missed);
     reporter.finish(stats, missed, storms, ending)?;
     if args.verbose {
