@@ -119,10 +119,10 @@ fn state(pid: u32) -> Option<char> {
 fn a_gate_on_a_trace_that_lost_records_fails_with_its_own_status() {
     let _g = guard();
     let dir = attacker_dir("flood");
-    // 400 spawns while fdaudit cannot read (a one-page ring fills after a few), then the
+    // 1000 spawns while fdaudit cannot read (a one-page ring fills after a few), then the
     // one that leaks the secret (fd 9): its record has no room.
     let script = r#"read x < "$1/go"
-i=0; while [ $i -lt 400 ]; do /bin/true; i=$((i+1)); done
+i=0; while [ $i -lt 1000 ]; do /bin/true; i=$((i+1)); done
 exec 9< "$1/secret"; /bin/true; exec 9<&-
 echo done > "$1/done""#;
     let file = temp_path("flood.jsonl");
