@@ -302,3 +302,80 @@ fn what_cmd_inherited_is_not_its_leak() {
     let c = of_type(&recs, "user_cell")[0];
     assert_eq!(summary(c), (2, "none", false, 0, 0, 0, 0), "{c}");
 }
+
+/// Kills and reaps a child when dropped (the CPU hog below).
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+#[ignore = "needs root and BTF"]
+fn spawns_are_filed_under_their_own_limit_on_a_busy_cpu() {
+    require_root();
+    // Exactly 20 spawns, one after another.
+    let spawner = fdaudit_tests::build_c_fixture(
+        "bench-spawnloop",
+        r#"#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    int n = atoi(argv[1]);
+    for (int i = 0; i < n; i++) {
+        pid_t p = fork();
+        if (p == 0) { execl("/bin/true", "true", (char *)0); _exit(127); }
+        if (p < 0 || waitpid(p, 0, 0) != p) return 1;
+    }
+    return 0;
+}
+"#,
+    );
+    // A busy loop on the CPU bench and the spawner run on: the drain thread waits for it,
+    // so records reach userspace late (a run's last spawns were filed under the next limit
+    // when a flush missed the ring growing under it).
+    let _hog = KillOnDrop(
+        Command::new("taskset")
+            .args(["-c", "0", "/bin/sh", "-c", "while :; do :; done"])
+            .spawn()
+            .expect("start a CPU hog with taskset"),
+    );
+    for round in 0..10 {
+        let out = Command::new("taskset")
+            .args(["-c", "0"])
+            .arg(fdaudit())
+            .args([
+                "bench",
+                "--json",
+                "--limits",
+                "1024,2048,4096",
+                "--runs",
+                "1",
+                "--",
+            ])
+            .arg(&spawner)
+            .arg("20")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run fdaudit bench under taskset");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "round {round}: {stderr}");
+        let recs = records(&String::from_utf8_lossy(&out.stdout));
+        let got: Vec<(u64, u64, u64)> = of_type(&recs, "user_cell")
+            .iter()
+            .map(|c| {
+                let n = |k: &str| c[k].as_u64().unwrap_or_else(|| panic!("{k} in {c}"));
+                (n("nofile"), n("spawns"), n("leaked_fd_count"))
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [(1024, 20, 0), (2048, 20, 0), (4096, 20, 0)],
+            "round {round}: every limit's run files its own 20 spawns, none leaking: {stderr}"
+        );
+    }
+    let _ = std::fs::remove_file(&spawner);
+}
