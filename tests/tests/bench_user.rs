@@ -379,3 +379,36 @@ int main(int argc, char **argv) {
     }
     let _ = std::fs::remove_file(&spawner);
 }
+
+#[test]
+#[ignore = "needs root and BTF"]
+fn cmd_runs_pinned_like_the_built_in_cells() {
+    require_root();
+    let report = fdaudit_tests::temp_path("bench-user-cpus");
+    let _ = std::fs::remove_file(&report);
+    let script = format!(
+        "grep Cpus_allowed_list /proc/self/status >> '{}'",
+        report.display()
+    );
+    for (pin, want) in [(&["--cpu", "0"][..], "0"), (&["--no-pin"][..], "")] {
+        let _ = std::fs::remove_file(&report);
+        let mut args = vec!["--json", "--limits", "1024", "--runs", "1"];
+        args.extend(pin);
+        args.extend(["--", "/bin/sh", "-c", &script]);
+        let out = bench(&args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = std::fs::read_to_string(&report).expect("CMD wrote its CPUs");
+        let cpus = text.split_whitespace().last().expect("a CPU list");
+        if want.is_empty() {
+            assert_ne!(cpus, "0", "--no-pin leaves CMD unpinned: {text}");
+        } else {
+            assert_eq!(cpus, want, "--cpu 0 pins CMD: {text}");
+        }
+    }
+    let _ = std::fs::remove_file(&report);
+}

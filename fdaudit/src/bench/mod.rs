@@ -360,7 +360,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
     let user = if builtins.interrupted {
         UserResults::default()
     } else {
-        user::measure(&args.spawner, args.runs, &setup.limits)?
+        user::measure(&args.spawner, args.runs, &setup.limits, setup.runner.cpu)?
     };
     let cmd_text = command_text(&setup.runner.cmd);
     let results = Results {
