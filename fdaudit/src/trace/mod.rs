@@ -475,6 +475,7 @@ fn attach(args: &TraceArgs, pids: &[u32], followed: Option<&Followed>) -> Result
         Some(start_held(&args.command)?)
     };
     let child = held.as_ref().map(|h| h.pid);
+    crate::tracer::pause::at("held");
     let kill_held = |e: anyhow::Error| {
         if let Some(pid) = child {
             // SAFETY: killing and reaping our own child, which has not exec'd yet.
@@ -495,6 +496,7 @@ fn attach(args: &TraceArgs, pids: &[u32], followed: Option<&Followed>) -> Result
             .track_tree(pid)
             .with_context(|| format!("failed to trace PID {pid}"))?;
     }
+    crate::tracer::pause::at("tracked");
     let what = match (child, followed) {
         (Some(pid), _) => format!("command (pid {pid})"),
         (None, Some(f)) => format!("cgroup {}", f.path),

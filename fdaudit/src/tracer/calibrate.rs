@@ -110,6 +110,7 @@ fn traced(
         unsafe { calibration_child(go[0], back[1], bad_fd, n) };
     }
     let inserted = tracked.insert(pid as u32, TaskState::default(), 0);
+    super::pause::at("calibrate");
     // SAFETY: plain fd I/O on the pipes we created; waitpid on our child. The replies are
     // the first grandchild's time (8 bytes) and pid (4), then, after the second go, the
     // second one's pid (4), each written once that grandchild was reaped.

@@ -203,6 +203,7 @@ pub(super) fn load(opts: &SessionOptions) -> Result<LoadedObject> {
         _ => None,
     };
     timings.maps_ms = ms_since(t);
+    super::pause::at("maps");
     let (close_cost_ns, close_ms) = probes
         .join()
         .map_err(|_| anyhow::anyhow!("the close() timing panicked"))?;
@@ -211,6 +212,7 @@ pub(super) fn load(opts: &SessionOptions) -> Result<LoadedObject> {
     let a = attach_programs(&mut bpf, &kernel, opts, probed.exec_walk)?;
     timings.aya_btf_ms = a.aya_btf_ms;
     timings.attach_ms = ms_since(t) - a.aya_btf_ms;
+    super::pause::at("attached");
     Ok(LoadedObject {
         bpf,
         events,
@@ -438,6 +440,7 @@ fn load_all(bpf: &mut Ebpf, plan: &Plan) -> (LoadResults, Early) {
             if plan.tries_tp {
                 early.tp = Some(attach_tp_early(here, names));
             }
+            super::pause::at("early-attach");
         }
         done.extend(
             thread

@@ -17,6 +17,7 @@ pub mod flags;
 pub mod follow;
 mod loader;
 pub mod origin;
+pub mod pause;
 mod runtimes;
 pub mod session;
 pub mod strategy;

@@ -280,5 +280,6 @@ fn hand_bpf_fds_to_a_child(ids: &[u64]) -> std::io::Result<()> {
     }
     // SAFETY: our copy of the read end; the write end stays open until we exit.
     unsafe { libc::close(gone[0]) };
+    crate::tracer::pause::at("hand-off");
     Ok(())
 }

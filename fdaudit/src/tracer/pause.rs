@@ -1,0 +1,38 @@
+//! Test-only pause points, one at each step of a session's start-up and at the hand-off of
+//! its links on exit: with `FDAUDIT_TEST_PAUSE=<step>` in its environment fdaudit writes
+//! `paused <step>` to stderr there and stops itself (SIGSTOP, the whole process), so a root
+//! test can SIGKILL it at exactly that point and check that nothing of it stays attached
+//! (`tests/tests/trace_startup.rs`). Without the variable each point is one comparison.
+//! Not for users: docs/architecture.md lists the steps.
+
+use std::sync::OnceLock;
+
+/// The environment variable that names the step to stop at.
+pub const ENV: &str = "FDAUDIT_TEST_PAUSE";
+
+/// Every pause point, in the order a `trace -- CMD` reaches them.
+pub const STEPS: [&str; 7] = [
+    "held",
+    "maps",
+    "early-attach",
+    "attached",
+    "tracked",
+    "calibrate",
+    "hand-off",
+];
+
+/// Stops here when `step` is the one named by [`ENV`].
+pub fn at(step: &str) {
+    static WANTED: OnceLock<Option<String>> = OnceLock::new();
+    let wanted = WANTED.get_or_init(|| std::env::var(ENV).ok());
+    if wanted.as_deref() != Some(step) {
+        return;
+    }
+    debug_assert!(STEPS.contains(&step), "{step} is not in STEPS");
+    let line = format!("paused {step}\n");
+    // SAFETY: a write of our own buffer to stderr, then a signal to ourselves.
+    unsafe {
+        libc::write(2, line.as_ptr().cast(), line.len());
+        libc::raise(libc::SIGSTOP);
+    }
+}
