@@ -412,3 +412,123 @@ fn cmd_runs_pinned_like_the_built_in_cells() {
     }
     let _ = std::fs::remove_file(&report);
 }
+
+/// Runs `bench ARGS` with `FDAUDIT_TEST_PAUSE=step`, sends SIGINT once it says it paused
+/// there (the signal waits while it is stopped, then SIGCONT lets it run): its exit code,
+/// records and stderr.
+fn bench_interrupted_at(step: &str, args: &[&str]) -> (Option<i32>, Vec<Value>, String) {
+    use std::io::BufRead as _;
+    let mut child = default_stop_signals(&mut Command::new(fdaudit()))
+        .arg("bench")
+        .args(args)
+        .env("FDAUDIT_TEST_PAUSE", step)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run fdaudit bench");
+    let stdout = child.stdout.take().expect("stdout");
+    let out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut { stdout }, &mut s);
+        s
+    });
+    let mut err = std::io::BufReader::new(child.stderr.take().expect("stderr"));
+    let mut said = String::new();
+    let want = format!("paused {step}");
+    loop {
+        let mut line = String::new();
+        let n = err.read_line(&mut line).expect("read bench's stderr");
+        assert!(n > 0, "bench never reached {step}: {said}");
+        said.push_str(&line);
+        if line.trim() == want {
+            break;
+        }
+    }
+    let pid = child.id() as i32;
+    // The line comes just before its SIGSTOP: a SIGCONT sent before the stop would be lost.
+    let stat = format!("/proc/{pid}/stat");
+    let t0 = std::time::Instant::now();
+    while !std::fs::read_to_string(&stat).is_ok_and(|s| {
+        s.rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('T'))
+    }) {
+        assert!(t0.elapsed().as_secs() < 30, "bench never stopped at {step}");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    // SAFETY: signalling our own (stopped) child.
+    unsafe {
+        libc::kill(pid, libc::SIGINT);
+        libc::kill(pid, libc::SIGCONT);
+    }
+    std::io::Read::read_to_string(&mut err, &mut said).expect("read the rest of stderr");
+    let status = child.wait().expect("wait for bench");
+    let text = out.join().expect("stdout reader");
+    (status.code(), records(&text), said)
+}
+
+#[test]
+#[ignore = "needs root and BTF"]
+fn ctrl_c_in_every_phase_gives_130_and_what_was_measured() {
+    require_root();
+    let args = [
+        "--json",
+        "--limits",
+        "1024,2048",
+        "--open-fds",
+        "3",
+        "--strategies",
+        "close-loop,close-range",
+        "-n",
+        "40",
+        "--batch",
+        "10",
+    ];
+    for step in ["bench-timed", "bench-traced", "bench-fit"] {
+        let (code, recs, stderr) = bench_interrupted_at(step, &args);
+        assert_eq!(code, Some(130), "{step}: {stderr}");
+        assert!(!stderr.contains("error"), "{step}: {stderr}");
+        let cells = of_type(&recs, "cell");
+        assert!(
+            !cells.is_empty(),
+            "{step}: the cells measured are out: {stderr}"
+        );
+        let spawns: Vec<u64> = cells
+            .iter()
+            .map(|c| c["spawns"].as_u64().unwrap())
+            .collect();
+        let traced: Vec<u64> = cells
+            .iter()
+            .map(|c| c["traced_spawns"].as_u64().unwrap_or(0))
+            .collect();
+        match step {
+            // One batch of one cell was timed before the pause: no cell is complete, and
+            // nothing is traced.
+            "bench-timed" => {
+                assert!(spawns.iter().all(|&n| n < 40), "{step}: {spawns:?}");
+                assert!(traced.iter().all(|&n| n == 0), "{step}: {traced:?}");
+            }
+            // Every cell timed, none traced (the pause comes before the first).
+            "bench-traced" => {
+                assert_eq!(spawns, [40; 4], "{step}");
+                assert_eq!(traced, [0; 4], "{step}");
+                let notes: Vec<&str> = of_type(&recs, "note")
+                    .iter()
+                    .filter_map(|n| n["message"].as_str())
+                    .collect();
+                assert!(
+                    notes
+                        .iter()
+                        .any(|m| m.contains("interrupted in the traced pass")),
+                    "{step}: {notes:?}"
+                );
+            }
+            // Everything measured: cells, traced columns and fits.
+            _ => {
+                assert_eq!(spawns, [40; 4], "{step}");
+                assert_eq!(traced, [3; 4], "{step}");
+                assert_eq!(of_type(&recs, "fit").len(), 2, "{step}: {recs:?}");
+            }
+        }
+    }
+}

@@ -115,7 +115,10 @@ fn kill_at(step: &str) -> (Vec<(&'static str, u32)>, Vec<u32>) {
     let stderr = tracer.stderr.take().unwrap();
     // Not joined: a child left behind may hold the pipe open.
     std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
             if tx.send(line).is_err() {
                 break;
             }

@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 pub const ENV: &str = "FDAUDIT_TEST_PAUSE";
 
 /// Every pause point, in the order a `trace -- CMD` reaches them.
-pub const STEPS: [&str; 7] = [
+pub const STEPS: [&str; 10] = [
     "held",
     "maps",
     "early-attach",
@@ -19,6 +19,11 @@ pub const STEPS: [&str; 7] = [
     "tracked",
     "calibrate",
     "hand-off",
+    // bench: after the first timed batch, with the traced pass's programs loaded, before
+    // the fits.
+    "bench-timed",
+    "bench-traced",
+    "bench-fit",
 ];
 
 /// Stops here when `step` is the one named by [`ENV`].
