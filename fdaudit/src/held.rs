@@ -57,6 +57,8 @@ pub struct HeldOptions {
     pub nofile: Option<u64>,
     /// Stdout to /dev/null (so the command cannot mix its output with fdaudit's).
     pub null_stdout: bool,
+    /// The one CPU the command (and what it forks) runs on, as bench's own cells do.
+    pub cpu: Option<usize>,
 }
 
 /// [`start_held`], with the soft RLIMIT_NOFILE and stdout of [`HeldOptions`].
@@ -86,6 +88,12 @@ pub fn start_held_with(cmd: &[OsString], opts: HeldOptions) -> Result<Held> {
         None
     };
     let null_fd = null.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
+    let cpus = opts.cpu.map(|cpu| {
+        // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes within it.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+        set
+    });
     let (mut hold, mut err) = ([0i32; 2], [0i32; 2]);
     // SAFETY: pipe2 fills arrays we own.
     if unsafe { libc::pipe2(hold.as_mut_ptr(), libc::O_CLOEXEC) } != 0
@@ -115,6 +123,9 @@ pub fn start_held_with(cmd: &[OsString], opts: HeldOptions) -> Result<Held> {
             }
             if let Some(l) = &limit {
                 libc::setrlimit(libc::RLIMIT_NOFILE, l);
+            }
+            if let Some(set) = &cpus {
+                libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set);
             }
             libc::execvp(argv_ptrs[0], argv_ptrs.as_ptr());
             let errno = *libc::__errno_location();

@@ -302,3 +302,233 @@ fn what_cmd_inherited_is_not_its_leak() {
     let c = of_type(&recs, "user_cell")[0];
     assert_eq!(summary(c), (2, "none", false, 0, 0, 0, 0), "{c}");
 }
+
+/// Kills and reaps a child when dropped (the CPU hog below).
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+#[ignore = "needs root and BTF"]
+fn spawns_are_filed_under_their_own_limit_on_a_busy_cpu() {
+    require_root();
+    // Exactly 20 spawns, one after another.
+    let spawner = fdaudit_tests::build_c_fixture(
+        "bench-spawnloop",
+        r#"#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    int n = atoi(argv[1]);
+    for (int i = 0; i < n; i++) {
+        pid_t p = fork();
+        if (p == 0) { execl("/bin/true", "true", (char *)0); _exit(127); }
+        if (p < 0 || waitpid(p, 0, 0) != p) return 1;
+    }
+    return 0;
+}
+"#,
+    );
+    // A busy loop on the CPU bench and the spawner run on: the drain thread waits for it,
+    // so records reach userspace late (a run's last spawns were filed under the next limit
+    // when a flush missed the ring growing under it).
+    let _hog = KillOnDrop(
+        Command::new("taskset")
+            .args(["-c", "0", "/bin/sh", "-c", "while :; do :; done"])
+            .spawn()
+            .expect("start a CPU hog with taskset"),
+    );
+    for round in 0..10 {
+        let out = Command::new("taskset")
+            .args(["-c", "0"])
+            .arg(fdaudit())
+            .args([
+                "bench",
+                "--json",
+                "--limits",
+                "1024,2048,4096",
+                "--runs",
+                "1",
+                "--",
+            ])
+            .arg(&spawner)
+            .arg("20")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run fdaudit bench under taskset");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "round {round}: {stderr}");
+        let recs = records(&String::from_utf8_lossy(&out.stdout));
+        let got: Vec<(u64, u64, u64)> = of_type(&recs, "user_cell")
+            .iter()
+            .map(|c| {
+                let n = |k: &str| c[k].as_u64().unwrap_or_else(|| panic!("{k} in {c}"));
+                (n("nofile"), n("spawns"), n("leaked_fd_count"))
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [(1024, 20, 0), (2048, 20, 0), (4096, 20, 0)],
+            "round {round}: every limit's run files its own 20 spawns, none leaking: {stderr}"
+        );
+    }
+    let _ = std::fs::remove_file(&spawner);
+}
+
+#[test]
+#[ignore = "needs root and BTF"]
+fn cmd_runs_pinned_like_the_built_in_cells() {
+    require_root();
+    let report = fdaudit_tests::temp_path("bench-user-cpus");
+    let _ = std::fs::remove_file(&report);
+    let script = format!(
+        "grep Cpus_allowed_list /proc/self/status >> '{}'",
+        report.display()
+    );
+    for (pin, want) in [(&["--cpu", "0"][..], "0"), (&["--no-pin"][..], "")] {
+        let _ = std::fs::remove_file(&report);
+        let mut args = vec!["--json", "--limits", "1024", "--runs", "1"];
+        args.extend(pin);
+        args.extend(["--", "/bin/sh", "-c", &script]);
+        let out = bench(&args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = std::fs::read_to_string(&report).expect("CMD wrote its CPUs");
+        let cpus = text.split_whitespace().last().expect("a CPU list");
+        if want.is_empty() {
+            assert_ne!(cpus, "0", "--no-pin leaves CMD unpinned: {text}");
+        } else {
+            assert_eq!(cpus, want, "--cpu 0 pins CMD: {text}");
+        }
+    }
+    let _ = std::fs::remove_file(&report);
+}
+
+/// Runs `bench ARGS` with `FDAUDIT_TEST_PAUSE=step`, sends SIGINT once it says it paused
+/// there (the signal waits while it is stopped, then SIGCONT lets it run): its exit code,
+/// records and stderr.
+fn bench_interrupted_at(step: &str, args: &[&str]) -> (Option<i32>, Vec<Value>, String) {
+    use std::io::BufRead as _;
+    let mut child = default_stop_signals(&mut Command::new(fdaudit()))
+        .arg("bench")
+        .args(args)
+        .env("FDAUDIT_TEST_PAUSE", step)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run fdaudit bench");
+    let stdout = child.stdout.take().expect("stdout");
+    let out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut { stdout }, &mut s);
+        s
+    });
+    let mut err = std::io::BufReader::new(child.stderr.take().expect("stderr"));
+    let mut said = String::new();
+    let want = format!("paused {step}");
+    loop {
+        let mut line = String::new();
+        let n = err.read_line(&mut line).expect("read bench's stderr");
+        assert!(n > 0, "bench never reached {step}: {said}");
+        said.push_str(&line);
+        if line.trim() == want {
+            break;
+        }
+    }
+    let pid = child.id() as i32;
+    // The line comes just before its SIGSTOP: a SIGCONT sent before the stop would be lost.
+    let stat = format!("/proc/{pid}/stat");
+    let t0 = std::time::Instant::now();
+    while !std::fs::read_to_string(&stat).is_ok_and(|s| {
+        s.rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('T'))
+    }) {
+        assert!(t0.elapsed().as_secs() < 30, "bench never stopped at {step}");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    // SAFETY: signalling our own (stopped) child.
+    unsafe {
+        libc::kill(pid, libc::SIGINT);
+        libc::kill(pid, libc::SIGCONT);
+    }
+    std::io::Read::read_to_string(&mut err, &mut said).expect("read the rest of stderr");
+    let status = child.wait().expect("wait for bench");
+    let text = out.join().expect("stdout reader");
+    (status.code(), records(&text), said)
+}
+
+#[test]
+#[ignore = "needs root and BTF"]
+fn ctrl_c_in_every_phase_gives_130_and_what_was_measured() {
+    require_root();
+    let args = [
+        "--json",
+        "--limits",
+        "1024,2048",
+        "--open-fds",
+        "3",
+        "--strategies",
+        "close-loop,close-range",
+        "-n",
+        "40",
+        "--batch",
+        "10",
+    ];
+    for step in ["bench-timed", "bench-traced", "bench-fit"] {
+        let (code, recs, stderr) = bench_interrupted_at(step, &args);
+        assert_eq!(code, Some(130), "{step}: {stderr}");
+        assert!(!stderr.contains("error"), "{step}: {stderr}");
+        let cells = of_type(&recs, "cell");
+        assert!(
+            !cells.is_empty(),
+            "{step}: the cells measured are out: {stderr}"
+        );
+        let spawns: Vec<u64> = cells
+            .iter()
+            .map(|c| c["spawns"].as_u64().unwrap())
+            .collect();
+        let traced: Vec<u64> = cells
+            .iter()
+            .map(|c| c["traced_spawns"].as_u64().unwrap_or(0))
+            .collect();
+        match step {
+            // One batch of one cell was timed before the pause: no cell is complete, and
+            // nothing is traced.
+            "bench-timed" => {
+                assert!(spawns.iter().all(|&n| n < 40), "{step}: {spawns:?}");
+                assert!(traced.iter().all(|&n| n == 0), "{step}: {traced:?}");
+            }
+            // Every cell timed, none traced (the pause comes before the first).
+            "bench-traced" => {
+                assert_eq!(spawns, [40; 4], "{step}");
+                assert_eq!(traced, [0; 4], "{step}");
+                let notes: Vec<&str> = of_type(&recs, "note")
+                    .iter()
+                    .filter_map(|n| n["message"].as_str())
+                    .collect();
+                assert!(
+                    notes
+                        .iter()
+                        .any(|m| m.contains("interrupted in the traced pass")),
+                    "{step}: {notes:?}"
+                );
+            }
+            // Everything measured: cells, traced columns and fits.
+            _ => {
+                assert_eq!(spawns, [40; 4], "{step}");
+                assert_eq!(traced, [3; 4], "{step}");
+                assert_eq!(of_type(&recs, "fit").len(), 2, "{step}: {recs:?}");
+            }
+        }
+    }
+}

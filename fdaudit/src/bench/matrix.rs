@@ -172,6 +172,9 @@ pub fn time_cells(
             if crate::signals::received().is_some() {
                 break 'rounds;
             }
+            if done == 1 {
+                crate::tracer::pause::at("bench-timed");
+            }
             bar.set_message(format!("{} @ {}", k.strategy, k.nofile));
             let times = match runner.batch(k, n + 1) {
                 Ok(t) => t,
@@ -213,11 +216,13 @@ pub struct Interrupted {
 
 /// The traced pass (root only), apart so tracing does not slow the timed spawns: `spawns`
 /// traced spawns per cell. Says why and leaves the traced columns empty when it cannot run.
+/// A stop signal ends it: the cells traced so far keep their columns, and the number of
+/// cells left untraced is returned (`None`: the pass ran to its end).
 pub fn trace_cells(
     runner: &Runner,
     samples: &mut BTreeMap<CellKey, Samples>,
     spawns: u64,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Option<usize>> {
     let mut tracer = match BenchTracer::start() {
         Ok(t) => t,
         Err(e) => {
@@ -225,21 +230,37 @@ pub fn trace_cells(
                 crate::output::stream::Level::Note,
                 &format!("traced columns skipped: {e:#}"),
             );
-            return Ok(());
+            return Ok(None);
         }
     };
+    crate::tracer::pause::at("bench-traced");
     let bar = progress(samples.len() as u64, "tracing", " cells");
-    for (k, s) in samples.iter_mut() {
-        s.traced = runner.traced(&mut tracer, *k, spawns).with_context(|| {
-            format!(
-                "failed to trace {} at NOFILE {} with {} fds",
-                k.strategy, k.nofile, k.open_fds
-            )
-        })?;
+    let total = samples.len();
+    for (done, (k, s)) in samples.iter_mut().enumerate() {
+        if crate::signals::received().is_some() {
+            bar.finish_and_clear();
+            return Ok(Some(total - done));
+        }
+        match runner.traced(&mut tracer, *k, spawns) {
+            Ok(t) => s.traced = t,
+            // The spawner got the terminal's Ctrl-C too: its cell is left untraced.
+            Err(_) if crate::signals::received().is_some() => {
+                bar.finish_and_clear();
+                return Ok(Some(total - done));
+            }
+            Err(e) => {
+                return Err(e).with_context(|| {
+                    format!(
+                        "failed to trace {} at NOFILE {} with {} fds",
+                        k.strategy, k.nofile, k.open_fds
+                    )
+                })
+            }
+        }
         bar.inc(1);
     }
     bar.finish_and_clear();
-    Ok(())
+    Ok(None)
 }
 
 /// One report per cell, with its statistics, traced medians, check and speed-up.

@@ -320,9 +320,23 @@ fn measure_builtins(args: &BenchArgs, setup: &Setup) -> anyhow::Result<Builtins>
                 i.batches_done, i.batches
             ),
         );
-    } else if args.trace_spawns > 0 {
-        matrix::trace_cells(runner, &mut samples, args.trace_spawns)?;
     }
+    let mut traced_cut = false;
+    if interrupted.is_none() && args.trace_spawns > 0 {
+        if let Some(left) = matrix::trace_cells(runner, &mut samples, args.trace_spawns)? {
+            traced_cut = true;
+            stream::note(
+                stream::Level::Warning,
+                &format!(
+                    "bench interrupted in the traced pass: {} of {} left without traced \
+                     columns (their times are complete)",
+                    crate::output::count(left as u64, "cell", "cells"),
+                    samples.len()
+                ),
+            );
+        }
+    }
+    crate::tracer::pause::at("bench-fit");
     let cells = matrix::cell_reports(&samples);
     let fits = if setup.nlimits >= 2 {
         report::fits(&cells)
@@ -332,7 +346,7 @@ fn measure_builtins(args: &BenchArgs, setup: &Setup) -> anyhow::Result<Builtins>
     Ok(Builtins {
         cells,
         fits,
-        interrupted: interrupted.is_some(),
+        interrupted: interrupted.is_some() || traced_cut,
     })
 }
 
@@ -360,7 +374,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
     let user = if builtins.interrupted {
         UserResults::default()
     } else {
-        user::measure(&args.spawner, args.runs, &setup.limits)?
+        user::measure(&args.spawner, args.runs, &setup.limits, setup.runner.cpu)?
     };
     let cmd_text = command_text(&setup.runner.cmd);
     let results = Results {
@@ -373,7 +387,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
     };
     write_results(&args, &results)?;
     draw_plots(&args.plot, &results)?;
-    if builtins.interrupted || user.interrupted {
+    // A signal during the fits or the output still ends bench as a signal does: what it
+    // measured is out, and the status says it was stopped.
+    if builtins.interrupted || user.interrupted || crate::signals::received().is_some() {
         return Ok(crate::signals::exit_status());
     }
     let builtin_status = exit_status(&builtins.cells, &cmd_text, &setup.runner);

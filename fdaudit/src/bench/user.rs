@@ -88,12 +88,18 @@ impl BenchTracer {
     /// Runs `cmd` once with soft RLIMIT_NOFILE `nofile` (stdout to /dev/null), traced from
     /// its first instruction, until it and what it left running have exited (at most
     /// [`TREE_GRACE`] after it), or a signal stops bench.
-    pub fn run_user(&mut self, cmd: &[OsString], nofile: u64) -> Result<UserRun, TraceError> {
+    pub fn run_user(
+        &mut self,
+        cmd: &[OsString],
+        nofile: u64,
+        cpu: Option<usize>,
+    ) -> Result<UserRun, TraceError> {
         let held = held::start_held_with(
             cmd,
             HeldOptions {
                 nofile: Some(nofile),
                 null_stdout: true,
+                cpu,
             },
         )?;
         let pid = held.pid;
@@ -178,9 +184,14 @@ pub struct UserRuns {
     pub interrupted: bool,
 }
 
-/// Runs `cmd` `runs` times at each limit (limits in order, runs back to back), traced.
-/// A signal stops it: what was measured is kept.
-pub fn run_all(cmd: &[OsString], limits: &[u64], runs: u64) -> anyhow::Result<UserRuns> {
+/// Runs `cmd` `runs` times at each limit (limits in order, runs back to back), traced, on
+/// `cpu` when given (bench's own cells' CPU). A signal stops it: what was measured is kept.
+pub fn run_all(
+    cmd: &[OsString],
+    limits: &[u64],
+    runs: u64,
+    cpu: Option<usize>,
+) -> anyhow::Result<UserRuns> {
     let mut tracer = BenchTracer::start().map_err(|e| match e {
         TraceError::NotRoot => anyhow!(
             "bench -- CMD traces CMD and needs root (CAP_BPF and CAP_PERFMON): run it with sudo"
@@ -196,7 +207,7 @@ pub fn run_all(cmd: &[OsString], limits: &[u64], runs: u64) -> anyhow::Result<Us
                 out.interrupted = true;
                 break 'limits;
             }
-            let run = tracer.run_user(cmd, l).map_err(|e| match e {
+            let run = tracer.run_user(cmd, l, cpu).map_err(|e| match e {
                 TraceError::NotRoot => anyhow!("not root"),
                 TraceError::Other(e) => e.context(format!("failed to run CMD at NOFILE {l}")),
             })?;
@@ -221,13 +232,18 @@ pub struct UserResults {
     pub interrupted: bool,
 }
 
-/// `-- CMD` at every limit, `--runs` times each, traced.
-pub fn measure(spawner: &[OsString], runs: u64, limits: &[u64]) -> anyhow::Result<UserResults> {
+/// `-- CMD` at every limit, `--runs` times each, traced, on `cpu` when given.
+pub fn measure(
+    spawner: &[OsString],
+    runs: u64,
+    limits: &[u64],
+    cpu: Option<usize>,
+) -> anyhow::Result<UserResults> {
     if spawner.is_empty() {
         return Ok(UserResults::default());
     }
     let text = super::command_text(spawner);
-    let runs = run_all(spawner, limits, runs)?;
+    let runs = run_all(spawner, limits, runs, cpu)?;
     if runs.interrupted {
         crate::output::stream::note(
             crate::output::stream::Level::Warning,

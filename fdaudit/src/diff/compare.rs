@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use super::input::{rank, Key, LeakId, Row, Side};
+use super::input::{rank, Key, Kind, LeakId, Row, Side};
 
 /// How strict the comparison is.
 #[derive(Debug, Clone, Copy)]
@@ -109,11 +109,15 @@ pub fn compare(a: &Side, b: &Side, tol: Tolerances) -> Diff {
             let (ra, rb) = (a.rows.get(k), b.rows.get(k));
             let (regressions, improvements) = match (ra, rb) {
                 (Some(x), Some(y)) => judge(x, y, tol),
+                (Some(x), None) if b.kind == Kind::Bench && x.spawns > 0 => (
+                    vec![format!("not measured ({} spawns → none)", x.spawns)],
+                    Vec::new(),
+                ),
                 _ => (Vec::new(), Vec::new()),
             };
             let change = match (ra, rb) {
                 (None, _) => Change::New,
-                (_, None) => Change::Gone,
+                (_, None) if regressions.is_empty() => Change::Gone,
                 _ if !regressions.is_empty() => Change::Worse,
                 _ if !improvements.is_empty() => Change::Better,
                 _ => Change::Same,
@@ -159,6 +163,12 @@ fn grew(a: f64, b: f64, pct: f64) -> bool {
 /// What got worse and what better from `a` to `b`.
 fn judge(a: &Row, b: &Row, tol: Tolerances) -> (Vec<String>, Vec<String>) {
     let (mut worse, mut better) = (Vec::new(), Vec::new());
+    // Nothing measured where there was something: no other rule can see a regression
+    // in a row with no spawns (its strategy is `-` and its closes unknown).
+    if a.spawns > 0 && b.spawns == 0 {
+        worse.push(format!("spawns {} → 0", a.spawns));
+        return (worse, better);
+    }
     if let (Some(ra), Some(rb)) = (rank(&a.strategy), rank(&b.strategy)) {
         let said = format!("strategy {} → {}", a.strategy, b.strategy);
         match rb.cmp(&ra) {
@@ -361,6 +371,54 @@ mod tests {
         assert_eq!(lp.change, Change::Worse);
         assert_eq!(lp.regressions, ["closes per spawn 1021 → 2045"]);
         assert_eq!(d.groups[1].change, Change::Same);
+        assert!(d.regressed());
+    }
+
+    #[test]
+    fn a_bench_row_measured_before_and_not_after_is_a_regression() {
+        let row = |spawns: u64, strategy: &str| Row {
+            spawns,
+            strategy: strategy.into(),
+            strategies: vec![strategy.into()],
+            close_median: (spawns > 0).then_some(0),
+            window_median_ns: 1000,
+            leaked_fds_per_spawn: 0.0,
+        };
+        let key = |nofile| Key::Spawner {
+            spawner: "./storm 20".into(),
+            nofile,
+        };
+        let side = |rows: Vec<(Key, Row)>| Side {
+            kind: Kind::Bench,
+            rows: rows.into_iter().collect(),
+            leaks: Default::default(),
+        };
+        let a = side(vec![
+            (key(1024), row(60, "close-range")),
+            (key(4096), row(60, "close-range")),
+            (key(20000), row(60, "close-range")),
+        ]);
+        let b = side(vec![
+            (key(1024), row(60, "close-range")),
+            (key(4096), row(0, "-")),
+        ]);
+        let d = compare(&a, &b, TOL);
+        let changes: Vec<(Change, &[String])> = d
+            .groups
+            .iter()
+            .map(|g| (g.change, g.regressions.as_slice()))
+            .collect();
+        assert_eq!(
+            changes,
+            [
+                (Change::Same, &[][..]),
+                (Change::Worse, &["spawns 60 → 0".to_string()][..]),
+                (
+                    Change::Worse,
+                    &["not measured (60 spawns → none)".to_string()][..]
+                ),
+            ]
+        );
         assert!(d.regressed());
     }
 

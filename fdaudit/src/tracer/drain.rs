@@ -197,26 +197,36 @@ fn copy_out(ring: &mut RingBuf<MapData>, tx: &mpsc::Sender<Vec<u8>>) -> Option<u
 }
 
 /// The ring growing on a thread of its own (creating it clears its pages, and putting it
-/// in its slot waits for an RCU grace period: ~10 ms in all here), while the drain thread
-/// goes on copying out the first ring.
+/// in its slot waits for an RCU grace period), while the drain thread goes on copying out
+/// the first ring. The reader goes to the drain thread *before* the ring is put in its
+/// slot: the programs write to it from the slot update on, while the update itself still
+/// waits for the grace period, and a flush answered in that wait without the grown
+/// ring's reader would miss records already written (`bench -- CMD` then filed a run's
+/// last spawns under the next run's limit).
 fn start_growing(grow: Grow, shared: &Arc<Shared>) -> mpsc::Receiver<RingBuf<MapData>> {
     let (tx, rx) = mpsc::channel();
     let thread_shared = Arc::clone(shared);
-    let grown = move || -> Result<RingBuf<MapData>, String> {
+    let grow_shared = Arc::clone(shared);
+    let grown = move || -> Result<(), String> {
         let (map, reader) = ebpf::create_ring(grow.bytes).map_err(|e| ebpf::one_line(&e))?;
+        tx.send(reader)
+            .map_err(|_| "the drain thread is gone".to_string())?;
+        // Any record in the grown ring is written after this send, so a flush asked after
+        // it finds the reader (the pass takes it after reading the request); the wake has
+        // the thread poll the grown ring from now on.
+        grow_shared.wake();
         grow.slot.fill(&map).map_err(|e| ebpf::one_line(&e))?;
-        Ok(reader)
+        grow_shared
+            .ring_bytes
+            .store(u64::from(grow.bytes), Ordering::Release);
+        Ok(())
     };
     let spawned = std::thread::Builder::new()
         .name("fdaudit-grow".into())
         .spawn(move || {
-            match grown() {
-                Ok(reader) => {
-                    let _ = tx.send(reader);
-                }
-                Err(why) => thread_shared.set_grow_failed(why),
+            if let Err(why) = grown() {
+                thread_shared.set_grow_failed(why);
             }
-            thread_shared.wake();
         });
     if let Err(e) = spawned {
         shared.set_grow_failed(format!("failed to start a thread: {e}"));
@@ -246,18 +256,15 @@ fn run(
     };
     let mut fds = vec![pollfd(ring.as_raw_fd()), pollfd(shared.wake.as_raw_fd())];
     let first_bytes = shared.ring_bytes.load(Ordering::Acquire);
-    // The growth under way: its size and where the grown ring comes from.
-    let mut growing: Option<(u32, mpsc::Receiver<RingBuf<MapData>>)> = None;
+    // The growth under way: where the grown ring's reader comes from.
+    let mut growing: Option<mpsc::Receiver<RingBuf<MapData>>> = None;
     let mut grown: Option<RingBuf<MapData>> = None;
     let mut total = 0;
     loop {
         let asked = shared.flush_requested.load(Ordering::Acquire);
-        if let Some((bytes, rx)) = &growing {
+        if let Some(rx) = &growing {
             if let Ok(reader) = rx.try_recv() {
                 fds.push(pollfd(reader.as_raw_fd()));
-                shared
-                    .ring_bytes
-                    .store(u64::from(*bytes), Ordering::Release);
                 grown = Some(reader);
                 growing = None;
             }
@@ -276,7 +283,7 @@ fn run(
         total += first;
         if under_pressure(first, total, first_bytes) {
             if let Some(g) = grow.take() {
-                growing = Some((g.bytes, start_growing(g, shared)));
+                growing = Some(start_growing(g, shared));
             }
         }
         shared.flush_done.store(asked, Ordering::Release);

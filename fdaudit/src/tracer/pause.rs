@@ -21,6 +21,10 @@ pub const STEPS: [&str; 7] = [
     "hand-off",
 ];
 
+/// bench's pause points: after the first timed batch, with the traced pass's programs
+/// loaded, before the fits (`tests/tests/bench_user.rs` interrupts it at each).
+pub const BENCH_STEPS: [&str; 3] = ["bench-timed", "bench-traced", "bench-fit"];
+
 /// Stops here when `step` is the one named by [`ENV`].
 pub fn at(step: &str) {
     static WANTED: OnceLock<Option<String>> = OnceLock::new();
@@ -28,7 +32,10 @@ pub fn at(step: &str) {
     if wanted.as_deref() != Some(step) {
         return;
     }
-    debug_assert!(STEPS.contains(&step), "{step} is not in STEPS");
+    debug_assert!(
+        STEPS.contains(&step) || BENCH_STEPS.contains(&step),
+        "{step} is not in STEPS or BENCH_STEPS"
+    );
     let line = format!("paused {step}\n");
     // SAFETY: a write of our own buffer to stderr, then a signal to ourselves.
     unsafe {
@@ -53,6 +60,22 @@ mod tests {
             assert!(
                 test.contains(&listed),
                 "trace_startup.rs does not kill at {step}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_bench_step_is_documented_and_interrupted_at_by_the_root_test() {
+        let docs = include_str!("../../../docs/architecture.md");
+        let test = include_str!("../../../tests/tests/bench_user.rs");
+        for step in super::BENCH_STEPS {
+            assert!(
+                docs.contains(&format!("`{step}`")),
+                "docs/architecture.md lacks `{step}`"
+            );
+            assert!(
+                test.contains(&format!("\"{step}\"")),
+                "bench_user.rs does not interrupt at {step}"
             );
         }
     }
