@@ -88,12 +88,7 @@ pub fn start_held_with(cmd: &[OsString], opts: HeldOptions) -> Result<Held> {
         None
     };
     let null_fd = null.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
-    let cpus = opts.cpu.map(|cpu| {
-        // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes within it.
-        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        unsafe { libc::CPU_SET(cpu, &mut set) };
-        set
-    });
+    let cpus = opts.cpu.map(crate::sys::one_cpu);
     let (mut hold, mut err) = ([0i32; 2], [0i32; 2]);
     // SAFETY: pipe2 fills arrays we own.
     if unsafe { libc::pipe2(hold.as_mut_ptr(), libc::O_CLOEXEC) } != 0

@@ -150,12 +150,18 @@ pub fn allowed_cpus() -> Result<Vec<usize>, SysError> {
         .collect())
 }
 
-/// Pins this process (and the children it forks from now on) to `cpu`.
-pub fn pin_to_cpu(cpu: usize) -> Result<(), SysError> {
+/// The CPU set of `cpu` alone (for sched_setaffinity).
+pub fn one_cpu(cpu: usize) -> libc::cpu_set_t {
     // SAFETY: a zeroed cpu_set_t is a valid empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: CPU_SET writes within the set; out-of-range CPUs are ignored.
     unsafe { libc::CPU_SET(cpu, &mut set) };
+    set
+}
+
+/// Pins this process (and the children it forks from now on) to `cpu`.
+pub fn pin_to_cpu(cpu: usize) -> Result<(), SysError> {
+    let set = one_cpu(cpu);
     // SAFETY: sched_setaffinity reads the set with its true size.
     if unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) } != 0 {
         return Err(sys_err("sched_setaffinity"));
