@@ -25,6 +25,7 @@ use crate::output::{
 use crate::procfs_util::at::{self, raw, NumName};
 
 mod boundary;
+mod inflight;
 mod kind;
 mod process;
 mod renamers;
@@ -114,6 +115,12 @@ pub struct FdRecord {
     /// whose path does not look secret): the finding does not rest on a name they chose.
     #[serde(skip)]
     pub renamers: Vec<renamers::Renamer>,
+    /// A unix socket's fds in flight (fdinfo's `scm_fds:`), where the kernel says.
+    #[serde(skip)]
+    pub in_flight: Option<u32>,
+    /// An inheritable io_uring fd's registered files.
+    #[serde(skip)]
+    pub registered: Option<findings::Registered>,
 }
 
 /// One process's result.

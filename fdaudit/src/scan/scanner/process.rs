@@ -7,6 +7,7 @@ use super::boundary::{self, Verdict};
 use super::socket::SockRef;
 use super::table::{ProcDirs, ProcScan};
 use super::*;
+use crate::scan::uring;
 
 impl Scanner<'_> {
     pub(super) fn scan_process(&self, h: &Header, s: &mut Scratch) -> Result<ProcReport, Skip> {
@@ -324,6 +325,12 @@ impl Scanner<'_> {
             let owner = renamers::file_owner(raw(&p.dirs.fd_dir), name.as_cstr());
             r.renamers = renamers::renamers(raw(&p.dirs.pid_dir), target, owner);
         }
+        if kind == FdKind::AnonInode
+            && r.target[..] == *uring::RING_LINK
+            && info.is_some_and(|i| !i.cloexec())
+        {
+            r.registered = Some(self.ring_files(name, p, s));
+        }
         Ok(Some(r))
     }
 
@@ -357,8 +364,23 @@ impl Scanner<'_> {
                     .iter()
                     .find(|x| !x.trusted_by(rep.uid))
                     .map(|x| x.describe()),
+                in_flight: r.in_flight,
             };
-            let (sev, rank, mut reason) = findings::inheritable(&facts);
+            let mut rated = findings::inheritable(&facts);
+            if let Some(reg) = r.registered.as_ref() {
+                if let Some(x) = findings::registered(r.fd, &target_text, reg) {
+                    if x.0 >= rated.0 {
+                        rated = x;
+                    }
+                }
+            }
+            let (sev, rank, mut reason) = rated;
+            if r.in_flight.is_none() && r.family == Some("unix") && self.live && !self.scm_fds {
+                reason.push_str(
+                    " (this kernel does not say whether fds wait in its receive queue: \
+                     scm_fds in fdinfo came in Linux 5.14)",
+                );
+            }
             if let Some(t) = r.tid {
                 reason.push_str(&format!(" (in the fd table of thread {t})"));
             }
@@ -431,7 +453,12 @@ impl Scanner<'_> {
             target_partial: false,
             tid: None,
             renamers: Vec::new(),
+            in_flight: None,
+            registered: None,
         };
+        if kind == FdKind::Socket {
+            r.in_flight = info.filter(|i| i.scm_fds).map(|i| i.in_flight);
+        }
         if let Some(sock) = sock {
             r.netns = sock.netns;
             r.unresolved = !sock.resolved;
