@@ -242,6 +242,9 @@ struct Scanner<'a> {
     /// This kernel prints `scm_fds:` in the fdinfo of unix sockets (5.14+), so fdinfo
     /// alone tells a unix socket from any other (live only).
     scm_fds: bool,
+    /// This kernel's io_uring fdinfo names registered files by path (`inflight.rs`),
+    /// checked at the first inheritable ring (live only).
+    ring_paths: OnceLock<bool>,
 }
 
 /// Whether this kernel's fdinfo of a unix socket has its `scm_fds:` line (a socketpair of
@@ -330,6 +333,7 @@ pub fn scan<R: Send>(
         keys: Mutex::new(HashMap::new()),
         unreadable_net: AtomicU64::new(0),
         scm_fds: live && kernel_prints_scm_fds(),
+        ring_paths: OnceLock::new(),
         own,
     };
     let mut outcome = Outcome::default();
