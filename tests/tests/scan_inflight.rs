@@ -14,7 +14,8 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use fdaudit_tests::{build_c_fixture, fdaudit, require_root};
 use serde_json::Value;
 
-/// The attacker. `scm PAYLOAD` queues PAYLOAD in an inheritable unix socket; `uring
+/// The attacker. `scm PAYLOAD` queues PAYLOAD in an inheritable unix socket
+/// (`scm-cloexec`: one with close-on-exec, the process's own); `uring
 /// PAYLOAD` registers it in an inheritable io_uring and closes its own fd. PAYLOAD is
 /// `listener` (TCP, 127.0.0.1), `root` (`/`: O_PATH|O_DIRECTORY for scm, O_DIRECTORY for
 /// io_uring, which refuses O_PATH files) or `both`. Prints `ready CARRIER_FD PORT`, then
@@ -47,7 +48,7 @@ static int listener(int *port) {
 
 int main(int argc, char **argv) {
     if (argc != 3) return 2;
-    int scm = !strcmp(argv[1], "scm");
+    int scm = !strncmp(argv[1], "scm", 3), keep = !strcmp(argv[1], "scm-cloexec");
     int want_l = strcmp(argv[2], "root") != 0, want_r = strcmp(argv[2], "listener") != 0;
     int port = 0, fds[2], n = 0;
     if (want_l) fds[n++] = listener(&port);
@@ -59,6 +60,7 @@ int main(int argc, char **argv) {
         /* sv[0] inheritable (no SOCK_CLOEXEC); the sending end closes on exec. */
         if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) die("socketpair");
         if (fcntl(sv[1], F_SETFD, FD_CLOEXEC)) die("fcntl");
+        if (keep && fcntl(sv[0], F_SETFD, FD_CLOEXEC)) die("fcntl");
         char cbuf[CMSG_SPACE(sizeof(int) * 2)];
         memset(cbuf, 0, sizeof cbuf);
         struct iovec io = { .iov_base = "x", .iov_len = 1 };
@@ -122,9 +124,23 @@ struct Attacker {
 
 impl Attacker {
     fn start(mode: &str, payload: &str) -> Attacker {
+        Attacker::start_in(&[], mode, payload)
+    }
+
+    /// The attacker under `wrap` (a command that runs the rest of its arguments).
+    fn start_in(wrap: &[&str], mode: &str, payload: &str) -> Attacker {
         static EXE: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
         let exe = EXE.get_or_init(|| build_c_fixture("inflight-attacker", ATTACKER));
-        let mut child = Command::new("setpriv")
+        let (prog, pre) = match wrap.split_first() {
+            Some((p, rest)) => (*p, rest),
+            None => ("setpriv", &[][..]),
+        };
+        let mut cmd = Command::new(prog);
+        cmd.args(pre);
+        if !wrap.is_empty() {
+            cmd.arg("setpriv");
+        }
+        let mut child = cmd
             .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
             .arg(exe)
             .args([mode, payload])
@@ -167,6 +183,13 @@ impl Drop for Attacker {
 
 /// `scan -p PID --json --fail-on SEVERITY`: exit status and the carrier's finding.
 fn scan_carrier(a: &Attacker, fail_on: &str) -> (Option<i32>, Value) {
+    let (code, f) = scan_findings(a, fail_on);
+    let f = f.unwrap_or_else(|| panic!("no finding for carrier fd {}", a.carrier));
+    (code, f)
+}
+
+/// `scan -p PID --json --fail-on SEVERITY`: exit status and the carrier's finding, if any.
+fn scan_findings(a: &Attacker, fail_on: &str) -> (Option<i32>, Option<Value>) {
     let pid = a.child.id().to_string();
     let out = Command::new(fdaudit())
         .args(["scan", "-p", &pid, "--json", "--fail-on", fail_on])
@@ -174,17 +197,15 @@ fn scan_carrier(a: &Attacker, fail_on: &str) -> (Option<i32>, Value) {
         .expect("run fdaudit scan");
     let text = String::from_utf8_lossy(&out.stdout);
     let records = fdaudit_tests::records(&text);
+    assert!(
+        text.contains("\"type\":\"summary\""),
+        "scan gave no summary: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let finding = records
         .iter()
         .find(|r| r["type"] == "finding" && r["fd"] == a.carrier)
-        .cloned()
-        .unwrap_or_else(|| {
-            panic!(
-                "no finding for carrier fd {}: {text}\n{}",
-                a.carrier,
-                String::from_utf8_lossy(&out.stderr)
-            )
-        });
+        .cloned();
     (out.status.code(), finding)
 }
 
@@ -246,4 +267,34 @@ fn files_registered_in_an_inheritable_io_uring_are_rated_as_held() {
         "the reason names the registered directory: {reason}"
     );
     assert_eq!(code, Some(3), "--fail-on high fails: {f}");
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_host_directory_in_flight_in_a_private_mount_namespace_is_outside_the_root() {
+    require_root();
+    // The process's own (close-on-exec) socket, in the scanner's mount namespace: nothing
+    // it receives can be outside, no finding.
+    let a = Attacker::start("scm-cloexec", "root");
+    let (code, f) = scan_findings(&a, "high");
+    assert!(f.is_none(), "no finding on the host: {f:?}");
+    assert_eq!(code, Some(0));
+    drop(a);
+    // The same in a mount namespace of its own (a container's shape): the `/` it can
+    // receive is the host's.
+    let mut a = Attacker::start_in(
+        &["unshare", "--mount", "--propagation", "private", "--"],
+        "scm-cloexec",
+        "root",
+    );
+    let (code, f) = scan_carrier(&a, "high");
+    let (sev, reason) = rated(&f);
+    assert_eq!(
+        (sev, f["rule"].as_str()),
+        ("high", Some("outside_root")),
+        "{f}"
+    );
+    assert!(reason.contains("in flight"), "{reason}");
+    assert_eq!(code, Some(3), "--fail-on high fails: {f}");
+    assert_eq!(a.receive(), "received 1: directory");
 }

@@ -112,6 +112,7 @@ impl Scanner<'_> {
             rep,
             s,
         )?;
+        self.in_flight_outside(fd, info, p, rep, s);
         rep.fd_count += 1;
         rep.max_fd = rep.max_fd.max(Some(fd));
         match cloexec {
@@ -212,6 +213,62 @@ impl Scanner<'_> {
         f.tid = p.tid;
         rep.findings.push(f);
         Ok(())
+    }
+
+    /// The boundary rule for fds in flight: a close-on-exec unix socket (an inheritable
+    /// one is critical already) with fds waiting in its queue, in a task that sees other
+    /// mounts than the scanner (a container, a chroot). The task can receive them at any
+    /// time, and what they are is not known: they are rated as if one were outside its
+    /// root, the way a host directory fd it held would be.
+    fn in_flight_outside(
+        &self,
+        fd: u32,
+        info: Option<parse::FdinfoEntry>,
+        p: &mut ProcScan,
+        rep: &mut ProcReport,
+        s: &mut Scratch,
+    ) {
+        let Some(i) = info.filter(|i| i.scm_fds && i.in_flight > 0 && i.cloexec()) else {
+            return;
+        };
+        if !self.live || fd < 3 {
+            return;
+        }
+        let view = match p.mounts.take() {
+            Some(v) => v,
+            None => self.mount_view(raw(&p.dirs.pid_dir), s),
+        };
+        let root = view
+            .as_ref()
+            .map(|v| String::from_utf8_lossy(&v.root_path).into_owned());
+        p.mounts = Some(view);
+        let Some(root) = root else {
+            return; // it sees what the scanner sees: nothing it receives is outside
+        };
+        let n = match i.in_flight {
+            u32::MAX => "fds".to_owned(),
+            n => format!("{n} fd{}", if n == 1 { "" } else { "s" }),
+        };
+        let mut reason = format!(
+            "fd {fd} (unix socket) has {n} in flight in its receive queue (sent with \
+             SCM_RIGHTS, in no fd table), which the process (root {root}) can receive at any \
+             time; scan does not know what they are, so they are rated as if one were outside \
+             its root directory or mount namespace"
+        );
+        if let Some(t) = p.tid {
+            reason.push_str(&format!(" (in the fd table of thread {t})"));
+        }
+        let mut f = Finding::new(
+            rep.pid,
+            &rep.comm,
+            Some(fd),
+            Severity::High,
+            FindingKind::OutsideRoot,
+            0,
+            reason,
+        );
+        f.tid = p.tid;
+        rep.findings.push(f);
     }
 
     /// The report before its fds: identity, limits and the NOFILE finding.
