@@ -197,10 +197,7 @@ fn name_note(f: &FdFacts<'_>) -> String {
 pub fn inheritable(f: &FdFacts<'_>) -> (Severity, u8, String) {
     if let Some(n) = f.in_flight.filter(|&n| n > 0 && f.listening.is_none()) {
         let p = f.proto.unwrap_or("unix");
-        let n = match n {
-            u32::MAX => "fds".to_owned(),
-            n => format!("{n} fd{}", if n == 1 { "" } else { "s" }),
-        };
+        let n = fd_count(n);
         return (
             Severity::Critical,
             0,
@@ -214,6 +211,14 @@ pub fn inheritable(f: &FdFacts<'_>) -> (Severity, u8, String) {
         );
     }
     rate(f, TAIL)
+}
+
+/// "1 fd", "N fds", or "fds" for a count fdinfo did not give as a number (`u32::MAX`).
+pub fn fd_count(n: u32) -> String {
+    match n {
+        u32::MAX => "fds".to_owned(),
+        n => format!("{n} fd{}", if n == 1 { "" } else { "s" }),
+    }
 }
 
 /// An fd's severity, rank and reason, `tail` saying how it reaches a child.

@@ -153,10 +153,7 @@ impl Scanner<'_> {
         else {
             return Ok(());
         };
-        let view = match p.mounts.take() {
-            Some(v) => v,
-            None => self.mount_view(raw(&p.dirs.pid_dir), s),
-        };
+        let view = self.take_view(p, s);
         let res = match view.as_ref() {
             Some(view) => self.judge(at, (mnt, view), record, p, rep, s),
             None => Ok(()),
@@ -234,10 +231,7 @@ impl Scanner<'_> {
         if !self.live || fd < 3 {
             return;
         }
-        let view = match p.mounts.take() {
-            Some(v) => v,
-            None => self.mount_view(raw(&p.dirs.pid_dir), s),
-        };
+        let view = self.take_view(p, s);
         let root = view
             .as_ref()
             .map(|v| String::from_utf8_lossy(&v.root_path).into_owned());
@@ -245,10 +239,7 @@ impl Scanner<'_> {
         let Some(root) = root else {
             return; // it sees what the scanner sees: nothing it receives is outside
         };
-        let n = match i.in_flight {
-            u32::MAX => "fds".to_owned(),
-            n => format!("{n} fd{}", if n == 1 { "" } else { "s" }),
-        };
+        let n = findings::fd_count(i.in_flight);
         let mut reason = format!(
             "fd {fd} (unix socket) has {n} in flight in its receive queue (sent with \
              SCM_RIGHTS, in no fd table), which the process (root {root}) can receive at any \
@@ -269,6 +260,15 @@ impl Scanner<'_> {
         );
         f.tid = p.tid;
         rep.findings.push(f);
+    }
+
+    /// The task's view of the mounts, read at its first fd that needs it (taken out of
+    /// `p`: the caller puts it back).
+    fn take_view(&self, p: &mut ProcScan, s: &mut Scratch) -> Option<boundary::MountView> {
+        match p.mounts.take() {
+            Some(v) => v,
+            None => self.mount_view(raw(&p.dirs.pid_dir), s),
+        }
     }
 
     /// The report before its fds: identity, limits and the NOFILE finding.
