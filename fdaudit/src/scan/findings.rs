@@ -160,7 +160,14 @@ pub struct FdFacts<'a> {
     /// Someone other than root and the process's own user can rename an entry on the path
     /// (described): the name is theirs to choose, so it is rated as if it looked secret.
     pub renamed_by: Option<String>,
+    /// A unix socket's fds in flight: sent with SCM_RIGHTS, waiting in its receive queue
+    /// (fdinfo's `scm_fds:`); `None` where the kernel does not say (before 5.14) or the
+    /// fd is no unix socket.
+    pub in_flight: Option<u32>,
 }
+
+/// The end of an inheritable fd's reason.
+const TAIL: &str = "has no close-on-exec: it leaks into every child spawned without closing it";
 
 /// Whether a socket of protocol `proto` (the kernel's or the table's name; `None`: not
 /// known) can listen: the worst an unresolved socket could be.
@@ -188,11 +195,38 @@ fn name_note(f: &FdFacts<'_>) -> String {
 
 /// The finding for an inheritable fd >= 3: severity, rank within it, reason.
 pub fn inheritable(f: &FdFacts<'_>) -> (Severity, u8, String) {
+    if let Some(n) = f.in_flight.filter(|&n| n > 0 && f.listening.is_none()) {
+        let p = f.proto.unwrap_or("unix");
+        let n = fd_count(n);
+        return (
+            Severity::Critical,
+            0,
+            format!(
+                "{p} socket {} {TAIL}, and {n} in flight wait in its receive queue (sent with \
+                 SCM_RIGHTS, not yet received: in no fd table), which a child can receive; \
+                 scan does not know what they are (it never receives them), so they are rated \
+                 as the worst they could be: a listening socket, a directory outside the root",
+                f.target
+            ),
+        );
+    }
+    rate(f, TAIL)
+}
+
+/// "1 fd", "N fds", or "fds" for a count fdinfo did not give as a number (`u32::MAX`).
+pub fn fd_count(n: u32) -> String {
+    match n {
+        u32::MAX => "fds".to_owned(),
+        n => format!("{n} fd{}", if n == 1 { "" } else { "s" }),
+    }
+}
+
+/// An fd's severity, rank and reason, `tail` saying how it reaches a child.
+fn rate(f: &FdFacts<'_>, tail: &str) -> (Severity, u8, String) {
     let what = match (f.kind, f.proto) {
         (FdKind::Socket, Some(p)) => format!("{p} socket {}", f.target),
         _ => format!("{} {}", f.kind, f.target),
     };
-    let tail = "has no close-on-exec: it leaks into every child spawned without closing it";
     if f.kind == FdKind::Socket && f.unresolved && f.listening.is_none() && can_listen(f.proto) {
         let p = f.proto.unwrap_or("socket");
         return (
@@ -259,6 +293,120 @@ pub fn inheritable(f: &FdFacts<'_>) -> (Severity, u8, String) {
     }
 }
 
+/// A file registered in an io_uring instance (a fixed file), as far as the ring's fdinfo
+/// says: its slot, and what its path text tells (see [`registered`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegisteredFile {
+    pub slot: u32,
+    /// `None`: the text names no kind (an older kernel's last path component).
+    pub kind: Option<FdKind>,
+    pub target: String,
+    pub raw_target: Vec<u8>,
+    /// A socket's protocol, from its namespace's tables.
+    pub proto: Option<String>,
+    /// A listening socket's address.
+    pub listening: Option<String>,
+    /// A socket its process's tables do not list (another namespace): it may listen.
+    pub unresolved: bool,
+}
+
+/// An io_uring instance's registered files (`complete`: the list was read whole).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Registered {
+    pub files: Vec<RegisteredFile>,
+    pub complete: bool,
+}
+
+/// The finding for an inheritable io_uring fd `ring` (fd `fd`) from the files registered
+/// in it, rated as if each were an inheritable fd of its own: a child that inherits the
+/// ring uses them through it, though they are in no fd table. `None` when it holds none.
+///
+/// The fdinfo gives a path, not a type or access mode: a path is rated as a directory
+/// (the worst a path can be); a socket as its tables say, and as possibly listening when
+/// they do not list it; a text that names no kind, or a list not read whole, as the worst
+/// anything could be (a listening socket).
+pub fn registered(fd: u32, ring: &str, reg: &Registered) -> Option<(Severity, u8, String)> {
+    let tail = format!(
+        "is registered in io_uring fd {fd} ({ring}), which has no close-on-exec: every child \
+         spawned without closing it can use it through the ring (a fixed file is in no fd table)"
+    );
+    if !reg.complete {
+        return Some((
+            Severity::Critical,
+            0,
+            format!(
+                "io_uring {ring} {TAIL}; the files registered in it, which a child can use \
+                 through it, could not be read (its fdinfo lists them only while the ring is \
+                 idle), so they are rated as the worst they could be: a listening socket"
+            ),
+        ));
+    }
+    let worst = reg
+        .files
+        .iter()
+        .map(|r| {
+            let (sev, rank, reason) = match r.kind {
+                None => (
+                    Severity::Critical,
+                    0,
+                    format!(
+                        "{:?} {tail}; this kernel's fdinfo gives only its last path component, \
+                         so it could be anything, a listening socket included",
+                        r.target
+                    ),
+                ),
+                Some(kind) => rate(&registered_facts(r, kind), &tail),
+            };
+            let as_dir = r.raw_target.starts_with(b"/")
+                && matches!(
+                    r.kind,
+                    Some(FdKind::Regular | FdKind::Device | FdKind::Other | FdKind::Directory)
+                );
+            let note = match as_dir {
+                true => {
+                    " (io_uring's fdinfo gives a path, not its type: rated as a directory, \
+                         the worst a path can be)"
+                }
+                false => "",
+            };
+            (sev, rank, format!("slot {}: {reason}{note}", r.slot))
+        })
+        .min_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)))?;
+    let n = reg.files.len();
+    let (sev, rank, reason) = worst;
+    Some((
+        sev,
+        rank,
+        format!(
+            "{reason}; {n} file{} registered in all",
+            if n == 1 { "" } else { "s" }
+        ),
+    ))
+}
+
+/// What a registered file's text says, as an fd's facts: a path as a directory, access
+/// mode as writable (not known: the worst).
+fn registered_facts(r: &RegisteredFile, kind: FdKind) -> FdFacts<'_> {
+    let kind = match kind {
+        FdKind::Regular | FdKind::Device | FdKind::Other if r.raw_target.starts_with(b"/") => {
+            FdKind::Directory
+        }
+        k => k,
+    };
+    FdFacts {
+        kind,
+        target: &r.target,
+        raw_target: &r.raw_target,
+        writable: true,
+        listening: r.listening.as_deref(),
+        proto: r.proto.as_deref(),
+        unresolved: r.unresolved,
+        partial: false,
+        renamed_by: None,
+        in_flight: None,
+    }
+}
+
 /// The cost model's price of one close() of an unopened fd in a close-to-limit loop, ns.
 ///
 /// Fixed so that `--fail-on` gives the same answer under any load: a figure measured at run
@@ -302,6 +450,7 @@ mod tests {
             unresolved: false,
             partial: false,
             renamed_by: None,
+            in_flight: None,
         }
     }
 
@@ -327,6 +476,83 @@ mod tests {
             inheritable(&facts(FdKind::Regular, "/root/.ssh/id_ed25519", true)).0,
             Severity::High
         );
+    }
+
+    #[test]
+    fn fds_in_flight_are_rated_at_their_worst() {
+        let sock = |n| FdFacts {
+            proto: Some("stream"),
+            in_flight: n,
+            ..facts(FdKind::Socket, "socket:[9]", true)
+        };
+        assert_eq!(inheritable(&sock(None)).0, Severity::Low);
+        assert_eq!(inheritable(&sock(Some(0))).0, Severity::Low);
+        let (sev, _, reason) = inheritable(&sock(Some(2)));
+        assert_eq!(sev, Severity::Critical);
+        assert!(
+            reason.contains("2 fds in flight") && reason.contains("does not know"),
+            "{reason}"
+        );
+        assert!(inheritable(&sock(Some(u32::MAX)))
+            .2
+            .contains(", and fds in flight"));
+    }
+
+    fn reg(target: &str, kind: Option<FdKind>) -> RegisteredFile {
+        RegisteredFile {
+            slot: 3,
+            kind,
+            target: target.into(),
+            raw_target: target.as_bytes().to_vec(),
+            proto: None,
+            listening: None,
+            unresolved: false,
+        }
+    }
+
+    #[test]
+    fn registered_files_are_rated_as_held() {
+        let ring = "anon_inode:[io_uring]";
+        let of = |files: Vec<RegisteredFile>| {
+            registered(
+                7,
+                ring,
+                &Registered {
+                    files,
+                    complete: true,
+                },
+            )
+        };
+        assert_eq!(of(vec![]), None);
+        let pipe = of(vec![reg("pipe:[5]", Some(FdKind::Pipe))]).unwrap();
+        assert_eq!(pipe.0, Severity::Low);
+        let dir = of(vec![reg("/", Some(FdKind::Regular))]).unwrap();
+        assert_eq!(dir.0, Severity::High);
+        assert!(dir.2.contains("slot 3: directory /") && dir.2.contains("not its type"));
+        let listening = RegisteredFile {
+            proto: Some("tcp".into()),
+            listening: Some("0.0.0.0:80".into()),
+            ..reg("socket:[8]", Some(FdKind::Socket))
+        };
+        let l = of(vec![reg("/", Some(FdKind::Regular)), listening]).unwrap();
+        assert_eq!(l.0, Severity::Critical);
+        assert!(
+            l.2.contains("0.0.0.0:80") && l.2.contains("2 files registered"),
+            "{}",
+            l.2
+        );
+        let elsewhere = RegisteredFile {
+            unresolved: true,
+            ..reg("socket:[8]", Some(FdKind::Socket))
+        };
+        assert_eq!(of(vec![elsewhere]).unwrap().0, Severity::Critical);
+        assert_eq!(
+            of(vec![reg("libc.so.6", None)]).unwrap().0,
+            Severity::Critical
+        );
+        let unread = registered(7, ring, &Registered::default()).unwrap();
+        assert_eq!(unread.0, Severity::Critical);
+        assert!(unread.2.contains("could not be read"), "{}", unread.2);
     }
 
     #[test]

@@ -11,6 +11,7 @@ pub mod netns;
 pub mod parse;
 pub mod report;
 pub mod scanner;
+pub mod uring;
 
 use std::ffi::CString;
 use std::io::{self, Write};

@@ -104,6 +104,10 @@ pub struct FdinfoEntry {
     /// An `scm_fds:` line follows `ino:`: the kernel prints it for unix sockets, and only
     /// for them (`unix_show_fdinfo`, Linux 5.14+).
     pub scm_fds: bool,
+    /// Its value: how many fds sent with SCM_RIGHTS wait in the socket's receive queue, in
+    /// no fd table until someone receives them (a value that does not parse counts as
+    /// `u32::MAX`: not known, so at its worst).
+    pub in_flight: u32,
 }
 
 impl FdinfoEntry {
@@ -159,7 +163,11 @@ pub fn parse_fdinfo(data: &[u8]) -> Option<FdinfoEntry> {
             b"mnt_id" => info.mnt_id = first_u32(val),
             b"ino" => {
                 info.ino = parse_u64(val);
-                info.scm_fds = rest.starts_with(b"scm_fds:");
+                if let Some(v) = rest.strip_prefix(b"scm_fds:") {
+                    info.scm_fds = true;
+                    let v = v.split(|&b| b == b'\n').next().unwrap_or_default();
+                    info.in_flight = first_u32(trim(v)).unwrap_or(u32::MAX);
+                }
                 break; // the last line we need
             }
             _ => {}
@@ -324,6 +332,11 @@ Max open files            1024                 524288               files     \n
         assert!(!i.scm_fds);
         let u = parse_fdinfo(b"pos:\t0\nflags:\t02\nmnt_id:\t10\nino:\t7\nscm_fds: 0\n").unwrap();
         assert!(u.scm_fds);
+        assert_eq!(u.in_flight, 0);
+        let u = parse_fdinfo(b"flags:\t02\nino:\t7\nscm_fds: 2\n").unwrap();
+        assert_eq!((u.scm_fds, u.in_flight), (true, 2));
+        let u = parse_fdinfo(b"flags:\t02\nino:\t7\nscm_fds: x").unwrap();
+        assert_eq!((u.scm_fds, u.in_flight), (true, u32::MAX));
         assert_eq!(parse_fdinfo(b"pos:\t0\nfla"), None);
         assert_eq!(parse_fdinfo(b"pos:\t0\nflags:\t09\n"), None);
         assert_eq!(parse_fdinfo(b"flags:\t\n"), None);

@@ -7,9 +7,9 @@ mod http;
 pub mod metrics;
 #[cfg(test)]
 mod same_spawn;
+mod textfile;
 
 use std::{
-    io::Write as _,
     net::SocketAddr,
     path::{Path, PathBuf},
     sync::{Arc, Mutex},
@@ -46,7 +46,8 @@ pub struct WatchArgs {
     pub no_listen: bool,
 
     /// Also write the metrics to DIR/fdaudit.prom for node_exporter's textfile collector
-    /// (written to a temporary file, then renamed over the old one).
+    /// (written to a new temporary file of an unguessable name, then renamed over the old
+    /// one; a DIR that is a symbolic link is refused).
     #[arg(long, value_name = "DIR")]
     pub textfile: Option<PathBuf>,
 
@@ -158,22 +159,6 @@ pub fn prometheus_text(openmetrics: &str) -> String {
         out.push('\n');
     }
     out
-}
-
-/// Writes `text` to DIR/fdaudit.prom atomically: a temporary file in DIR, then rename.
-pub fn write_textfile(dir: &Path, text: &str) -> Result<()> {
-    let tmp = dir.join(format!(".fdaudit.prom.{}", std::process::id()));
-    let fin = dir.join("fdaudit.prom");
-    let res = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(text.as_bytes())?;
-        f.sync_data()?;
-        std::fs::rename(&tmp, &fin)
-    })();
-    if res.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    res.with_context(|| format!("failed to write {}", fin.display()))
 }
 
 /// The scan gauges' `child`: the file name of `/proc/PID/exe` (less ` (deleted)`), as a
@@ -291,7 +276,7 @@ pub fn run(args: WatchArgs) -> Result<u8> {
     result?;
     if let Some(dir) = &args.textfile {
         let text = metrics.lock().unwrap_or_else(|p| p.into_inner()).encode();
-        write_textfile(dir, &prometheus_text(&text))?;
+        textfile::write(dir, &prometheus_text(&text))?;
     }
     if crate::signals::received().is_some() {
         crate::diag!("fdaudit: stopped, every program detached");
@@ -303,11 +288,18 @@ pub fn run(args: WatchArgs) -> Result<u8> {
 /// non-finite intervals, no series allowed.
 fn check_args(args: &WatchArgs) -> Result<()> {
     if let Some(dir) = &args.textfile {
-        if !dir.is_dir() {
-            bail!(
+        match textfile::check_dir(dir) {
+            Ok(()) => {}
+            // Refused by O_NOFOLLOW (ENOTDIR with O_DIRECTORY): not followed, on purpose.
+            Err(_) if std::fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink()) => bail!(
+                "--textfile {}: a symbolic link; give the directory it points to ({})",
+                dir.display(),
+                std::fs::canonicalize(dir).map_or_else(|_| "unresolved".into(), |p| p.display().to_string())
+            ),
+            Err(_) => bail!(
                 "--textfile {}: not a directory; give node_exporter's --collector.textfile.directory",
                 dir.display()
-            );
+            ),
         }
     }
     for (name, v) in [
@@ -533,7 +525,7 @@ impl Periodic {
             }
             let text = metrics.lock().unwrap_or_else(|p| p.into_inner()).encode();
             // A vanished directory is reported and retried, not fatal: it may be remounted.
-            if let Err(e) = write_textfile(dir, &prometheus_text(&text)) {
+            if let Err(e) = textfile::write(dir, &prometheus_text(&text)) {
                 crate::diag!("warning: {e:#}");
             }
             self.next_text = now + self.text_every;
@@ -583,28 +575,6 @@ mod tests {
             om.lines().filter(|l| !l.starts_with('#')).count(),
             text.lines().filter(|l| !l.starts_with('#')).count(),
             "samples are unchanged"
-        );
-    }
-
-    #[test]
-    fn textfile_is_replaced_atomically() {
-        let dir = std::env::temp_dir().join(format!("fdaudit-tf-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        write_textfile(&dir, "a 1\n").unwrap();
-        write_textfile(&dir, "a 2\n").unwrap();
-        let names: Vec<_> = std::fs::read_dir(&dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
-        assert_eq!(names, ["fdaudit.prom"], "no temporary file is left");
-        assert_eq!(
-            std::fs::read_to_string(dir.join("fdaudit.prom")).unwrap(),
-            "a 2\n"
-        );
-        std::fs::remove_dir_all(&dir).unwrap();
-        assert!(
-            write_textfile(&dir, "a 3\n").is_err(),
-            "a missing directory is an error"
         );
     }
 }

@@ -25,6 +25,7 @@ use crate::output::{
 use crate::procfs_util::at::{self, raw, NumName};
 
 mod boundary;
+mod inflight;
 mod kind;
 mod process;
 mod renamers;
@@ -114,6 +115,12 @@ pub struct FdRecord {
     /// whose path does not look secret): the finding does not rest on a name they chose.
     #[serde(skip)]
     pub renamers: Vec<renamers::Renamer>,
+    /// A unix socket's fds in flight (fdinfo's `scm_fds:`), where the kernel says.
+    #[serde(skip)]
+    pub in_flight: Option<u32>,
+    /// An inheritable io_uring fd's registered files.
+    #[serde(skip)]
+    pub registered: Option<findings::Registered>,
 }
 
 /// One process's result.
@@ -235,6 +242,9 @@ struct Scanner<'a> {
     /// This kernel prints `scm_fds:` in the fdinfo of unix sockets (5.14+), so fdinfo
     /// alone tells a unix socket from any other (live only).
     scm_fds: bool,
+    /// This kernel's io_uring fdinfo names registered files by path (`inflight.rs`),
+    /// checked at the first inheritable ring (live only).
+    ring_paths: OnceLock<bool>,
 }
 
 /// Whether this kernel's fdinfo of a unix socket has its `scm_fds:` line (a socketpair of
@@ -323,6 +333,7 @@ pub fn scan<R: Send>(
         keys: Mutex::new(HashMap::new()),
         unreadable_net: AtomicU64::new(0),
         scm_fds: live && kernel_prints_scm_fds(),
+        ring_paths: OnceLock::new(),
         own,
     };
     let mut outcome = Outcome::default();

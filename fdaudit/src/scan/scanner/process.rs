@@ -7,6 +7,7 @@ use super::boundary::{self, Verdict};
 use super::socket::SockRef;
 use super::table::{ProcDirs, ProcScan};
 use super::*;
+use crate::scan::uring;
 
 impl Scanner<'_> {
     pub(super) fn scan_process(&self, h: &Header, s: &mut Scratch) -> Result<ProcReport, Skip> {
@@ -111,6 +112,7 @@ impl Scanner<'_> {
             rep,
             s,
         )?;
+        self.in_flight_outside(fd, info, p, rep, s);
         rep.fd_count += 1;
         rep.max_fd = rep.max_fd.max(Some(fd));
         match cloexec {
@@ -151,10 +153,7 @@ impl Scanner<'_> {
         else {
             return Ok(());
         };
-        let view = match p.mounts.take() {
-            Some(v) => v,
-            None => self.mount_view(raw(&p.dirs.pid_dir), s),
-        };
+        let view = self.take_view(p, s);
         let res = match view.as_ref() {
             Some(view) => self.judge(at, (mnt, view), record, p, rep, s),
             None => Ok(()),
@@ -211,6 +210,65 @@ impl Scanner<'_> {
         f.tid = p.tid;
         rep.findings.push(f);
         Ok(())
+    }
+
+    /// The boundary rule for fds in flight: a close-on-exec unix socket (an inheritable
+    /// one is critical already) with fds waiting in its queue, in a task that sees other
+    /// mounts than the scanner (a container, a chroot). The task can receive them at any
+    /// time, and what they are is not known: they are rated as if one were outside its
+    /// root, the way a host directory fd it held would be.
+    fn in_flight_outside(
+        &self,
+        fd: u32,
+        info: Option<parse::FdinfoEntry>,
+        p: &mut ProcScan,
+        rep: &mut ProcReport,
+        s: &mut Scratch,
+    ) {
+        let Some(i) = info.filter(|i| i.scm_fds && i.in_flight > 0 && i.cloexec()) else {
+            return;
+        };
+        if !self.live || fd < 3 {
+            return;
+        }
+        let view = self.take_view(p, s);
+        let root = view
+            .as_ref()
+            .map(|v| String::from_utf8_lossy(&v.root_path).into_owned());
+        p.mounts = Some(view);
+        let Some(root) = root else {
+            return; // it sees what the scanner sees: nothing it receives is outside
+        };
+        let n = findings::fd_count(i.in_flight);
+        let mut reason = format!(
+            "fd {fd} (unix socket) has {n} in flight in its receive queue (sent with \
+             SCM_RIGHTS, in no fd table), which the process (root {root}) can receive at any \
+             time; scan does not know what they are, so they are rated as if one were outside \
+             its root directory or mount namespace"
+        );
+        if let Some(t) = p.tid {
+            reason.push_str(&format!(" (in the fd table of thread {t})"));
+        }
+        let mut f = Finding::new(
+            rep.pid,
+            &rep.comm,
+            Some(fd),
+            Severity::High,
+            FindingKind::OutsideRoot,
+            0,
+            reason,
+        );
+        f.tid = p.tid;
+        rep.findings.push(f);
+    }
+
+    /// The task's view of the mounts, read at its first fd that needs it (taken out of
+    /// `p`: the caller puts it back).
+    fn take_view(&self, p: &mut ProcScan, s: &mut Scratch) -> Option<boundary::MountView> {
+        match p.mounts.take() {
+            Some(v) => v,
+            None => self.mount_view(raw(&p.dirs.pid_dir), s),
+        }
     }
 
     /// The report before its fds: identity, limits and the NOFILE finding.
@@ -324,6 +382,12 @@ impl Scanner<'_> {
             let owner = renamers::file_owner(raw(&p.dirs.fd_dir), name.as_cstr());
             r.renamers = renamers::renamers(raw(&p.dirs.pid_dir), target, owner);
         }
+        if kind == FdKind::AnonInode
+            && r.target[..] == *uring::RING_LINK
+            && info.is_some_and(|i| !i.cloexec())
+        {
+            r.registered = Some(self.ring_files(name, p, s));
+        }
         Ok(Some(r))
     }
 
@@ -357,8 +421,23 @@ impl Scanner<'_> {
                     .iter()
                     .find(|x| !x.trusted_by(rep.uid))
                     .map(|x| x.describe()),
+                in_flight: r.in_flight,
             };
-            let (sev, rank, mut reason) = findings::inheritable(&facts);
+            let mut rated = findings::inheritable(&facts);
+            if let Some(reg) = r.registered.as_ref() {
+                if let Some(x) = findings::registered(r.fd, &target_text, reg) {
+                    if x.0 >= rated.0 {
+                        rated = x;
+                    }
+                }
+            }
+            let (sev, rank, mut reason) = rated;
+            if r.in_flight.is_none() && r.family == Some("unix") && self.live && !self.scm_fds {
+                reason.push_str(
+                    " (this kernel does not say whether fds wait in its receive queue: \
+                     scm_fds in fdinfo came in Linux 5.14)",
+                );
+            }
             if let Some(t) = r.tid {
                 reason.push_str(&format!(" (in the fd table of thread {t})"));
             }
@@ -431,7 +510,12 @@ impl Scanner<'_> {
             target_partial: false,
             tid: None,
             renamers: Vec::new(),
+            in_flight: None,
+            registered: None,
         };
+        if kind == FdKind::Socket {
+            r.in_flight = info.filter(|i| i.scm_fds).map(|i| i.in_flight);
+        }
         if let Some(sock) = sock {
             r.netns = sock.netns;
             r.unresolved = !sock.resolved;

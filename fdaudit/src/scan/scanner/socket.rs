@@ -99,7 +99,7 @@ impl Scanner<'_> {
 
     /// The tables of the namespace the process (or thread) is in now, read at its first
     /// socket.
-    fn own_tables(&self, p: &mut ProcScan) -> Arc<NetTables> {
+    pub(super) fn own_tables(&self, p: &mut ProcScan) -> Arc<NetTables> {
         if p.tables.is_none() {
             let (ns, t) = self.net_tables(p.pid, raw(&p.dirs.pid_dir));
             p.netns = ns;
