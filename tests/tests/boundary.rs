@@ -156,3 +156,136 @@ fn fail_on_leak_boundary_fails_only_on_a_leak_across_a_boundary() {
         "a plain leak fails the plain gate"
     );
 }
+
+/// Issue #37 finding 5 (a): root forks, the child drops to nobody without exec'ing and
+/// forks again, and only the grandchild execs, fd 7 still open. The fd was made by code
+/// that ran as root: the grandchild's image crossed a boundary although its parent at fork
+/// was nobody already.
+#[test]
+#[ignore = "needs root and BTF"]
+fn a_uid_drop_one_fork_before_the_exec_is_a_boundary() {
+    require_root();
+    let fixture = fdaudit_tests::target_bin("boundary-forks");
+    let script = format!(
+        "exec 7</etc/hostname; {} drop /bin/true; /bin/true",
+        fixture.display()
+    );
+    let (out, text) = trace_to_file("boundary-drop.jsonl", |c| {
+        c.args(["--fail-on-leak=boundary", "--", "bash", "-c", &script]);
+    });
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "--fail-on-leak=boundary fails: {}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let t = trues(&text);
+    assert_eq!(t.len(), 2, "two spawns of /bin/true: {text}");
+    let b = &t[0]["boundary"];
+    for key in ["uid", "euid", "suid", "gid", "egid", "sgid"] {
+        assert_eq!(b[key], serde_json::json!([0, 65534]), "{key}: {}", t[0]);
+    }
+    assert_eq!(b["cap_effective"][1], 0, "nobody has no capabilities: {b}");
+    assert_eq!(fd7(&t[0])["critical"], true, "{}", t[0]);
+    assert!(
+        t[1].get("boundary").is_none(),
+        "bash's own /bin/true crosses nothing: {}",
+        t[1]
+    );
+    assert!(fd7(&t[1]).get("critical").is_none(), "{}", t[1]);
+}
+
+/// Issue #37 finding 5 (c): a chroot with no namespace change, a host `/` fd (fd 7) open
+/// across it: the changed root is the boundary (`root_inode`, here /usr's inode), and
+/// chroot(1) itself, which runs where bash did, crosses nothing. Needs a merged /usr (the
+/// new root holds /bin/true and its loader).
+#[test]
+#[ignore = "needs root and BTF"]
+fn a_chroot_without_a_namespace_change_is_a_boundary() {
+    require_root();
+    let st = Command::new("chroot")
+        .args(["/usr", "/bin/true"])
+        .status()
+        .expect("run chroot");
+    assert!(
+        st.success(),
+        "`chroot /usr /bin/true` works here (merged /usr)"
+    );
+    let (out, text) = trace_to_file("boundary-chroot.jsonl", |c| {
+        c.args([
+            "--fail-on-leak=boundary",
+            "--",
+            "bash",
+            "-c",
+            "exec 7</; chroot /usr /bin/true",
+        ]);
+    });
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "--fail-on-leak=boundary fails: {}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let t = trues(&text);
+    assert_eq!(t.len(), 1, "one spawn of /bin/true: {text}");
+    let b = &t[0]["boundary"];
+    use std::os::unix::fs::MetadataExt as _;
+    let (host, usr) = (
+        std::fs::metadata("/").expect("stat /").ino(),
+        std::fs::metadata("/usr").expect("stat /usr").ino(),
+    );
+    assert_eq!(
+        b["root_inode"],
+        serde_json::json!([host, usr]),
+        "the root moved from / to /usr: {}",
+        t[0]
+    );
+    assert!(
+        b.get("mnt_namespace").is_none(),
+        "no namespace changed: {b}"
+    );
+    assert!(b.get("uid").is_none(), "no uid changed: {b}");
+    let fd = fd7(&t[0]);
+    assert_eq!(fd["critical"], true, "{fd}");
+    assert_eq!(fd["kind"], "directory", "{fd}");
+    for r in records(&text) {
+        if r["type"] == "spawn" && r["exec_path"] != "/bin/true" {
+            assert!(r.get("boundary").is_none(), "{r}");
+        }
+    }
+}
+
+/// The false-positive side: a shell that execs a child with nothing changed, a child of a
+/// child, and a privilege drop that exec's (setpriv, as `su` does): only the drop's own
+/// exec is a boundary, not the spawns of the image that runs as nobody from then on.
+#[test]
+#[ignore = "needs root and BTF"]
+fn only_the_exec_that_crosses_is_a_boundary() {
+    require_root();
+    let script = "exec 7</etc/hostname; bash -c 'exec /bin/true'; \
+        sh -c '/bin/true; :'; \
+        setpriv --reuid=65534 --regid=65534 --clear-groups bash -c '/bin/true; :'";
+    let (out, text) = trace_to_file("boundary-plain.jsonl", |c| {
+        c.args(["--", "bash", "-c", script]);
+    });
+    fdaudit_tests::assert_success(&out);
+    let t = trues(&text);
+    assert_eq!(t.len(), 3, "three spawns of /bin/true: {text}");
+    for s in &t {
+        assert!(s.get("boundary").is_none(), "no change before it: {s}");
+        assert!(fd7(s).get("critical").is_none(), "{s}");
+    }
+    let crossed: Vec<Value> = records(&text)
+        .into_iter()
+        .filter(|r| r["type"] == "spawn" && r.get("boundary").is_some())
+        .collect();
+    assert_eq!(crossed.len(), 1, "only setpriv's bash: {crossed:?}");
+    assert!(
+        crossed[0]["exec_path"]
+            .as_str()
+            .is_some_and(|p| p.ends_with("/bash")),
+        "{}",
+        crossed[0]
+    );
+    assert_eq!(crossed[0]["boundary"]["uid"], serde_json::json!([0, 65534]));
+}

@@ -1,0 +1,59 @@
+//! Fixture for spawn boundaries crossed one fork before the exec (issue #37, finding 5):
+//! the code that holds an fd changes what it runs as, then forks, and only the child execs.
+//! Needs root. It passes every fd it inherited on (the test's leaked fd among them).
+//!
+//! Usage: boundary-forks drop PROG ARG...
+//!
+//! - `drop PROG ARG...`: forks; the child drops to uid and gid 65534 (nobody, no groups)
+//!   without exec'ing, forks again, and that grandchild execs PROG. Exits with PROG's
+//!   status.
+
+use std::os::unix::process::CommandExt as _;
+
+use fdaudit_tests::check;
+
+/// Forks; the child runs `f` (which exits or execs), the parent waits for it and returns
+/// its exit status (1 when it did not exit).
+fn fork_and_wait(f: impl FnOnce()) -> i32 {
+    // SAFETY: the fixture is single-threaded.
+    let pid = check(unsafe { libc::fork() }, "fork");
+    if pid == 0 {
+        f();
+        std::process::exit(127);
+    }
+    let mut status = 0;
+    // SAFETY: waitpid on our own child into a local.
+    check(unsafe { libc::waitpid(pid, &mut status, 0) }, "waitpid");
+    if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        1
+    }
+}
+
+/// Drops to nobody: no supplementary groups, then gid, then uid (real, effective, saved).
+fn drop_to_nobody() {
+    // SAFETY: plain credential syscalls on this process.
+    unsafe {
+        check(libc::setgroups(0, std::ptr::null()), "setgroups(0)");
+        check(libc::setresgid(65534, 65534, 65534), "setresgid(65534)");
+        check(libc::setresuid(65534, 65534, 65534), "setresuid(65534)");
+    }
+}
+
+fn exec(argv: &[String]) -> ! {
+    let e = std::process::Command::new(&argv[0]).args(&argv[1..]).exec();
+    panic!("failed to exec {argv:?}: {e}");
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let status = match args.first().map(String::as_str) {
+        Some("drop") if args.len() > 1 => fork_and_wait(|| {
+            drop_to_nobody();
+            std::process::exit(fork_and_wait(|| exec(&args[1..])))
+        }),
+        _ => panic!("usage: boundary-forks drop PROG ARG..."),
+    };
+    std::process::exit(status);
+}
