@@ -44,9 +44,11 @@ pub struct TaskState {
     pub parent_comm: [u8; 16],
     pub counters: Counters,
     pub cache: FdCache,
-    /// The parent's credentials and namespaces at the fork (or, for a process first seen
-    /// at an exec, its own after that exec): what each exec of this process is compared
-    /// with. Kept across an exec chain.
+    /// What the last exec'd image in this process's ancestry ran as and in: its own after
+    /// its last exec; else what its parent's held at the fork (inherited across any number
+    /// of forks); for a tree's root never seen exec'ing, what it had when first seen (its
+    /// first fork). The code that made the fds a spawn inherits ran as this: each exec is
+    /// compared with it, then replaces it. `read == 0`: not known yet (nothing compared).
     pub credns: crate::CredNs,
 }
 

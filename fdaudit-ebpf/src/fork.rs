@@ -48,12 +48,30 @@ fn try_sched_process_fork(ctx: &RawTracePointContext) -> Result<(), i64> {
     st.parent_pid = parent_tgid;
     st.in_window = 1;
     crate::kernel::current_comm_into(&mut st.parent_comm);
-    // What the parent runs as and in: each exec of the child is compared with it.
-    crate::credns::read_current(crate::kernel::current_task(), &mut st.credns);
+    inherit_image(parent_tgid, st);
     // copy_process() has given the child its own fd table by now: cache where it is.
     st.cache = fd_cache_of(child).unwrap_or_default();
     claim_hot(child_tgid, &st.cache);
     Ok(())
+}
+
+/// Gives the child what its exec will be compared with: the last exec'd image in its
+/// ancestry, which the parent's TaskState holds, whatever the parent did since (a privilege
+/// drop, unshare or chroot between its exec and this fork is what the comparison is for).
+/// A parent not traced yet (a followed cgroup's) or not seen exec'ing (a tree's root added
+/// by userspace) gives what it runs as now, and a traced one keeps that as its own.
+#[inline(always)]
+fn inherit_image(parent_tgid: u32, child: &mut TaskState) {
+    if let Some(parent) = TRACKED.get_ptr_mut(parent_tgid) {
+        // SAFETY: pointer from a map lookup, valid for this program run.
+        let parent = unsafe { &mut *parent };
+        if parent.credns.read == 0 {
+            crate::credns::read_current(crate::kernel::current_task(), &mut parent.credns);
+        }
+        crate::kernel::copy_words(&mut child.credns, &parent.credns);
+    } else {
+        crate::credns::read_current(crate::kernel::current_task(), &mut child.credns);
+    }
 }
 
 /// Claims `tgid`'s HOT slot so its syscalls skip the hash lookup; when another process in a

@@ -133,7 +133,7 @@ pub struct TraceArgs {
     /// Exit with status 3 when a spawn leaked an fd and the command itself exited 0 (for CI).
     /// fds the traced command inherited from fdaudit's caller do not count (see --no-baseline).
     /// `=boundary`: only leaks into an image that runs with other credentials or in other
-    /// namespaces than its parent at fork (the critical ones).
+    /// namespaces or root than the last exec'd image of its ancestry (the critical ones).
     #[arg(
         long,
         value_name = "WHICH",

@@ -1,8 +1,12 @@
-//! Spawn boundaries (issue #22): what differs between a spawn's parent at fork and its new
-//! image right after exec, from the [`CredNs`] the kernel programs read at both. A leak into
-//! a child that runs as and where its parent did is a hygiene bug; one across a credential
-//! or namespace change is the runc CVE-2024-21626 shape (a host directory fd surviving into
-//! a container) or a privilege-escalation path, and its fds are critical.
+//! Spawn boundaries (issues #22, #37): what differs between the last exec'd image in a
+//! spawn's ancestry and its new image right after exec, from the [`CredNs`] the kernel
+//! programs read at both. The fds a spawn inherits were made by code that ran as that
+//! earlier image (or by the new image's own ancestors since, which the kernel saw as forks
+//! of it): the comparison spans every fork between the two execs, so a privilege drop,
+//! unshare or chroot followed by more forks before the exec is still seen. A leak into an
+//! image that runs as and where that code did is a hygiene bug; one across a credential,
+//! namespace or root change is the runc CVE-2024-21626 shape (a host directory fd surviving
+//! into a container or chroot) or a privilege-escalation path, and its fds are critical.
 
 use std::fmt;
 
@@ -28,10 +32,18 @@ const FIELDS: &[Field] = &[
     ("user_namespace", bit::USER_NS, |c| c.user_ns.into()),
     ("net_namespace", bit::NET_NS, |c| c.net_ns.into()),
     ("cgroup_namespace", bit::CGROUP_NS, |c| c.cgroup_ns.into()),
+    ("root_dev", bit::ROOT, |c| user_dev(c.root_dev)),
+    ("root_inode", bit::ROOT, |c| c.root_ino),
     ("cgroup2_id", bit::CGROUP, |c| c.cgroup),
 ];
 
-/// One field that changed: (key, at fork, at exec).
+/// A kernel `dev_t` (major << 20 | minor) in the encoding stat(2)'s `st_dev` gives, which
+/// `stat -c %d` prints: what a reader compares `root_dev` with.
+fn user_dev(kernel: u32) -> u64 {
+    libc::makedev(kernel >> 20, kernel & 0xf_ffff)
+}
+
+/// One field that changed: (key, in the earlier image, after exec).
 pub type Crossing = (&'static str, u64, u64);
 
 /// What a spawn crossed; never empty. JSON: `{"uid": [0, 65534], "mnt_namespace": [A, B]}`.
@@ -39,14 +51,15 @@ pub type Crossing = (&'static str, u64, u64);
 pub struct Boundary(Vec<Crossing>);
 
 impl Boundary {
-    /// The fields that differ between `fork` and `exec`, compared only where both sides
-    /// were read; `None` when nothing differs (or nothing could be compared).
-    pub fn between(fork: &CredNs, exec: &CredNs) -> Option<Boundary> {
-        let both = fork.read & exec.read;
+    /// The fields that differ between `image` (the last exec'd image in the ancestry) and
+    /// `exec` (the new one), compared only where both sides were read; `None` when nothing
+    /// differs (or nothing could be compared).
+    pub fn between(image: &CredNs, exec: &CredNs) -> Option<Boundary> {
+        let both = image.read & exec.read;
         let crossed: Vec<Crossing> = FIELDS
             .iter()
             .filter(|(_, b, _)| both & b != 0)
-            .map(|&(k, _, get)| (k, get(fork), get(exec)))
+            .map(|&(k, _, get)| (k, get(image), get(exec)))
             .filter(|&(_, a, b)| a != b)
             .collect();
         (!crossed.is_empty()).then_some(Boundary(crossed))
@@ -133,6 +146,27 @@ mod tests {
         );
         assert!(b.to_string().starts_with("uid 0→65534, euid 0→65534"));
         assert!(b.to_string().contains("cap_effective 0x1ffffffffff→0x0"));
+    }
+
+    #[test]
+    fn a_chroot_is_a_changed_root_with_the_device_as_stat_gives_it() {
+        let mut before = root();
+        before.root_ino = 2;
+        before.root_dev = (8 << 20) | 1; // sda1
+        let mut exec = before;
+        exec.root_ino = 1;
+        exec.root_dev = 42; // an anonymous device (tmpfs): major 0
+        let b = Boundary::between(&before, &exec).unwrap();
+        assert_eq!(b.keys(), "root_dev+root_inode");
+        assert_eq!(
+            serde_json::to_value(&b).unwrap(),
+            serde_json::json!({"root_dev": [0x801, 42], "root_inode": [2, 1]})
+        );
+        exec.root_dev = before.root_dev;
+        let b = Boundary::between(&before, &exec).unwrap();
+        assert_eq!(b.to_string(), "root_inode 2→1");
+        before.read &= !bit::ROOT;
+        assert_eq!(Boundary::between(&before, &exec), None, "root not read");
     }
 
     #[test]
