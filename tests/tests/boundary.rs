@@ -253,6 +253,27 @@ fn a_chroot_without_a_namespace_change_is_a_boundary() {
             assert!(r.get("boundary").is_none(), "{r}");
         }
     }
+    // The text line names it too.
+    let out = Command::new(fdaudit_tests::fdaudit())
+        .args([
+            "trace",
+            "--",
+            "bash",
+            "-c",
+            "exec 7</; chroot /usr /bin/true",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run fdaudit trace");
+    fdaudit_tests::assert_success(&out);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.lines().any(|l| l.contains("/bin/true")
+            && l.contains(&format!(
+                "CRITICAL: LEAKED 1 across a boundary (root_inode {host}→{usr}"
+            ))),
+        "{err}"
+    );
 }
 
 /// The false-positive side: a shell that execs a child with nothing changed, a child of a
