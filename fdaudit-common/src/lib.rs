@@ -218,7 +218,8 @@ const _: () = {
     assert!(size_of::<Counters>() == counters * 4 + 16 * MAX_RANGES);
     assert!(core::mem::offset_of!(Counters, ranges) == counters * 4);
     assert!(
-        size_of::<TaskState>() == 8 + 16 + 16 + size_of::<Counters>() + 32 + size_of::<CredNs>()
+        size_of::<TaskState>()
+            == 8 + 16 + 16 + size_of::<Counters>() + 32 + 2 * size_of::<CredNs>()
     );
     assert!(size_of::<FdInfo>() == 16 + 8 + 8 + 8 + 8 + NAME_LEN);
     assert!(size_of::<SpawnRecord>().is_multiple_of(8));

@@ -44,12 +44,15 @@ pub struct TaskState {
     pub parent_comm: [u8; 16],
     pub counters: Counters,
     pub cache: FdCache,
-    /// What the last exec'd image in this process's ancestry ran as and in: its own after
-    /// its last exec; else what its parent's held at the fork (inherited across any number
-    /// of forks); for a tree's root never seen exec'ing, what it had when first seen (its
-    /// first fork). The code that made the fds a spawn inherits ran as this: each exec is
-    /// compared with it, then replaces it. `read == 0`: not known yet (nothing compared).
+    /// What each exec of this process is compared with: the last exec'd image in its
+    /// ancestry when it was forked (the parent's [`image`](Self::image), inherited across any
+    /// number of forks), kept across its exec chain, which is one spawn judged at its last
+    /// exec. A process first seen at an exec takes that exec's image; a tree's root first
+    /// seen at a fork, what it had then. `read == 0`: not known yet (nothing compared).
     pub credns: crate::CredNs,
+    /// What the code of this process runs as: its own image after its last exec, else the
+    /// one it inherited (what it hands to the children it forks, whatever it changed since).
+    pub image: crate::CredNs,
 }
 
 /// Counters the programs keep about themselves.

@@ -181,7 +181,8 @@ pub struct SpawnRecord {
     /// number of the cgroup's directory (bpf_get_current_cgroup_id, since 4.18).
     pub cgroup_id: u64,
     /// [`TaskState::credns`](crate::TaskState::credns) at this exec: the last exec'd image
-    /// in the ancestry (what the code that made the inherited fds ran as).
+    /// in the ancestry when the process was forked (what the code that made the inherited
+    /// fds ran as), kept across its exec chain.
     pub image_credns: crate::CredNs,
     /// The new image's credentials and namespaces, after exec installed them.
     pub exec_credns: crate::CredNs,

@@ -109,6 +109,7 @@ const _: () = assert!(
         && core::mem::offset_of!(SpawnRecord, parent_comm).is_multiple_of(8)
         && core::mem::offset_of!(SpawnRecord, comm).is_multiple_of(8)
         && core::mem::offset_of!(TaskState, credns).is_multiple_of(8)
+        && core::mem::offset_of!(TaskState, image).is_multiple_of(8)
         && core::mem::offset_of!(SpawnRecord, image_credns).is_multiple_of(8)
         && core::mem::offset_of!(SpawnRecord, exec_credns).is_multiple_of(8)
 );
@@ -199,9 +200,13 @@ fn fill_spawn(rec: &mut SpawnRecord, st: &mut TaskState, tgid: u32, now: u64, ol
     // begin_new_exec, 5.9+; install_exec_creds in the binfmt loader before).
     kernel::copy_words(&mut rec.image_credns, &st.credns);
     credns::read_current(kernel::current_task(), &mut rec.exec_credns);
-    // This image is what its later execs, and those of the children it forks, are compared
-    // with (what the code that makes their fds runs as).
-    kernel::copy_words(&mut st.credns, &rec.exec_credns);
+    // This image is what the children it forks are compared with (what the code that
+    // makes their fds runs as); its own later execs, one spawn with this one, keep the
+    // comparison with the ancestry, unless there was none (a process first seen here).
+    kernel::copy_words(&mut st.image, &rec.exec_credns);
+    if st.credns.read == 0 {
+        kernel::copy_words(&mut st.credns, &rec.exec_credns);
+    }
     if st.counters.close_range_calls as usize > MAX_RANGES {
         rec.header.flags |= flags::RANGES_TRUNCATED;
     }

@@ -55,23 +55,28 @@ fn try_sched_process_fork(ctx: &RawTracePointContext) -> Result<(), i64> {
     Ok(())
 }
 
-/// Gives the child what its exec will be compared with: the last exec'd image in its
-/// ancestry, which the parent's TaskState holds, whatever the parent did since (a privilege
-/// drop, unshare or chroot between its exec and this fork is what the comparison is for).
-/// A parent not traced yet (a followed cgroup's) or not seen exec'ing (a tree's root added
-/// by userspace) gives what it runs as now, and a traced one keeps that as its own.
+/// Gives the child what its execs will be compared with and the image its code runs as:
+/// both the parent's image, the last exec'd one in its ancestry, whatever the parent did
+/// since (a privilege drop, unshare or chroot between its exec and this fork is what the
+/// comparison is for). A parent not traced yet (a followed cgroup's) or not seen exec'ing
+/// (a tree's root added by userspace) gives what it runs as now, and a traced one keeps
+/// that as its own.
 #[inline(always)]
 fn inherit_image(parent_tgid: u32, child: &mut TaskState) {
     if let Some(parent) = TRACKED.get_ptr_mut(parent_tgid) {
         // SAFETY: pointer from a map lookup, valid for this program run.
         let parent = unsafe { &mut *parent };
-        if parent.credns.read == 0 {
-            crate::credns::read_current(crate::kernel::current_task(), &mut parent.credns);
+        if parent.image.read == 0 {
+            crate::credns::read_current(crate::kernel::current_task(), &mut parent.image);
+            if parent.credns.read == 0 {
+                crate::kernel::copy_words(&mut parent.credns, &parent.image);
+            }
         }
-        crate::kernel::copy_words(&mut child.credns, &parent.credns);
+        crate::kernel::copy_words(&mut child.image, &parent.image);
     } else {
-        crate::credns::read_current(crate::kernel::current_task(), &mut child.credns);
+        crate::credns::read_current(crate::kernel::current_task(), &mut child.image);
     }
+    crate::kernel::copy_words(&mut child.credns, &child.image);
 }
 
 /// Claims `tgid`'s HOT slot so its syscalls skip the hash lookup; when another process in a

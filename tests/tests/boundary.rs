@@ -276,6 +276,35 @@ fn a_chroot_without_a_namespace_change_is_a_boundary() {
     );
 }
 
+/// An exec chain is one spawn, judged at its last exec: a crossing at an earlier exec of
+/// the chain (setpriv's exec of `env` as nobody) still makes the last image's leaks critical
+/// (`env`'s exec of /bin/true changes nothing of its own).
+#[test]
+#[ignore = "needs root and BTF"]
+fn a_crossing_inside_an_exec_chain_is_the_chains_boundary() {
+    require_root();
+    let script = "exec 7</etc/hostname; \
+        setpriv --reuid=65534 --regid=65534 --clear-groups env /bin/true";
+    let (out, text) = trace_to_file("boundary-chain.jsonl", |c| {
+        c.args(["--fail-on-leak=boundary", "--", "bash", "-c", script]);
+    });
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "--fail-on-leak=boundary fails: {}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let t = trues(&text);
+    assert_eq!(t.len(), 1, "one spawn of /bin/true: {text}");
+    assert_eq!(
+        t[0]["boundary"]["uid"],
+        serde_json::json!([0, 65534]),
+        "{}",
+        t[0]
+    );
+    assert_eq!(fd7(&t[0])["critical"], true, "{}", t[0]);
+}
+
 /// The false-positive side: a shell that execs a child with nothing changed, a child of a
 /// child, and a privilege drop that exec's (setpriv, as `su` does): only the drop's own
 /// exec is a boundary, not the spawns of the image that runs as nobody from then on.
