@@ -195,31 +195,78 @@ fn a_uid_drop_one_fork_before_the_exec_is_a_boundary() {
     assert!(fd7(&t[1]).get("critical").is_none(), "{}", t[1]);
 }
 
+/// A directory holding /bin/true and what the kernel maps to run such a program (the
+/// files `cat /proc/self/maps` names, the ELF interpreter /bin/true asks for, the loader's
+/// cache): a root to chroot into on the same filesystem layout as this one.
+fn mini_root() -> std::path::PathBuf {
+    let root = fdaudit_tests::temp_path("chroot-root");
+    let copy = |from: &str, to: &str| {
+        let dst = root.join(to.trim_start_matches('/'));
+        std::fs::create_dir_all(dst.parent().expect("a parent")).expect("mkdir in the root");
+        std::fs::copy(from, &dst).unwrap_or_else(|e| panic!("copy {from} into the root: {e}"));
+    };
+    copy("/bin/true", "/bin/true");
+    let maps = Command::new("cat")
+        .arg("/proc/self/maps")
+        .output()
+        .expect("run cat");
+    let maps = String::from_utf8_lossy(&maps.stdout).into_owned();
+    for path in maps.lines().filter_map(|l| l.split_whitespace().nth(5)) {
+        if path.starts_with('/') {
+            copy(path, path);
+        }
+    }
+    let elf = std::fs::read("/bin/true").expect("read /bin/true");
+    let interp = elf_interpreter(&elf).expect("/bin/true names its ELF interpreter");
+    copy(&interp, &interp);
+    if std::path::Path::new("/etc/ld.so.cache").exists() {
+        copy("/etc/ld.so.cache", "/etc/ld.so.cache");
+    }
+    root
+}
+
+/// PT_INTERP of a 64-bit little-endian ELF: the program interpreter's path.
+fn elf_interpreter(elf: &[u8]) -> Option<String> {
+    let u16_at = |o: usize| Some(u16::from_le_bytes(elf.get(o..o + 2)?.try_into().ok()?));
+    let u64_at = |o: usize| Some(u64::from_le_bytes(elf.get(o..o + 8)?.try_into().ok()?));
+    let (phoff, phentsize, phnum) = (u64_at(0x20)? as usize, u16_at(0x36)?, u16_at(0x38)?);
+    (0..usize::from(phnum)).find_map(|i| {
+        let ph = phoff + i * usize::from(phentsize);
+        let is_interp = elf.get(ph..ph + 4)? == 3u32.to_le_bytes();
+        let (off, len) = (u64_at(ph + 8)? as usize, u64_at(ph + 32)? as usize);
+        let bytes = elf.get(off..off + len)?;
+        is_interp.then(|| String::from_utf8_lossy(bytes.strip_suffix(&[0]).unwrap_or(bytes)).into())
+    })
+}
+
 /// Issue #37 finding 5 (c): a chroot with no namespace change, a host `/` fd (fd 7) open
-/// across it: the changed root is the boundary (`root_inode`, here /usr's inode), and
-/// chroot(1) itself, which runs where bash did, crosses nothing. Needs a merged /usr (the
-/// new root holds /bin/true and its loader).
+/// across it: the changed root is the boundary (`root_inode`), and the fixture's own exec,
+/// which runs where bash did, crosses nothing.
 #[test]
 #[ignore = "needs root and BTF"]
 fn a_chroot_without_a_namespace_change_is_a_boundary() {
     require_root();
-    let st = Command::new("chroot")
-        .args(["/usr", "/bin/true"])
-        .status()
-        .expect("run chroot");
-    assert!(
-        st.success(),
-        "`chroot /usr /bin/true` works here (merged /usr)"
+    let root = mini_root();
+    let script = format!(
+        "exec 7</; {} chroot {} /bin/true",
+        fdaudit_tests::target_bin("boundary-forks").display(),
+        root.display()
     );
     let (out, text) = trace_to_file("boundary-chroot.jsonl", |c| {
-        c.args([
-            "--fail-on-leak=boundary",
-            "--",
-            "bash",
-            "-c",
-            "exec 7</; chroot /usr /bin/true",
-        ]);
+        c.args(["--fail-on-leak=boundary", "--", "bash", "-c", &script]);
     });
+    // The text line names it too.
+    let text_run = Command::new(fdaudit_tests::fdaudit())
+        .args(["trace", "--", "bash", "-c", &script])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run fdaudit trace");
+    use std::os::unix::fs::MetadataExt as _;
+    let (host, new) = (
+        std::fs::metadata("/").expect("stat /").ino(),
+        std::fs::metadata(&root).expect("stat the root").ino(),
+    );
+    let _ = std::fs::remove_dir_all(&root);
     assert_eq!(
         out.status.code(),
         Some(3),
@@ -229,15 +276,10 @@ fn a_chroot_without_a_namespace_change_is_a_boundary() {
     let t = trues(&text);
     assert_eq!(t.len(), 1, "one spawn of /bin/true: {text}");
     let b = &t[0]["boundary"];
-    use std::os::unix::fs::MetadataExt as _;
-    let (host, usr) = (
-        std::fs::metadata("/").expect("stat /").ino(),
-        std::fs::metadata("/usr").expect("stat /usr").ino(),
-    );
     assert_eq!(
         b["root_inode"],
-        serde_json::json!([host, usr]),
-        "the root moved from / to /usr: {}",
+        serde_json::json!([host, new]),
+        "the root moved from / to the mini root: {}",
         t[0]
     );
     assert!(
@@ -253,24 +295,12 @@ fn a_chroot_without_a_namespace_change_is_a_boundary() {
             assert!(r.get("boundary").is_none(), "{r}");
         }
     }
-    // The text line names it too.
-    let out = Command::new(fdaudit_tests::fdaudit())
-        .args([
-            "trace",
-            "--",
-            "bash",
-            "-c",
-            "exec 7</; chroot /usr /bin/true",
-        ])
-        .stdin(Stdio::null())
-        .output()
-        .expect("run fdaudit trace");
-    fdaudit_tests::assert_success(&out);
-    let err = String::from_utf8_lossy(&out.stderr);
+    fdaudit_tests::assert_success(&text_run);
+    let err = String::from_utf8_lossy(&text_run.stderr);
     assert!(
         err.lines().any(|l| l.contains("/bin/true")
             && l.contains(&format!(
-                "CRITICAL: LEAKED 1 across a boundary (root_inode {host}→{usr}"
+                "CRITICAL: LEAKED 1 across a boundary (root_inode {host}→{new}"
             ))),
         "{err}"
     );

@@ -2,11 +2,13 @@
 //! the code that holds an fd changes what it runs as, then forks, and only the child execs.
 //! Needs root. It passes every fd it inherited on (the test's leaked fd among them).
 //!
-//! Usage: boundary-forks drop PROG ARG...
+//! Usage: boundary-forks drop PROG ARG... | chroot ROOT PROG ARG...
 //!
 //! - `drop PROG ARG...`: forks; the child drops to uid and gid 65534 (nobody, no groups)
 //!   without exec'ing, forks again, and that grandchild execs PROG. Exits with PROG's
 //!   status.
+//! - `chroot ROOT PROG ARG...`: `chroot(ROOT)` in the same namespaces, then execs PROG (a
+//!   path inside ROOT).
 
 use std::os::unix::process::CommandExt as _;
 
@@ -41,6 +43,15 @@ fn drop_to_nobody() {
     }
 }
 
+fn chroot(root: &str) {
+    let r = std::ffi::CString::new(root).expect("no NUL");
+    // SAFETY: r is NUL-terminated.
+    unsafe {
+        check(libc::chroot(r.as_ptr()), &format!("chroot {root}"));
+        check(libc::chdir(c"/".as_ptr()), "chdir /");
+    }
+}
+
 fn exec(argv: &[String]) -> ! {
     let e = std::process::Command::new(&argv[0]).args(&argv[1..]).exec();
     panic!("failed to exec {argv:?}: {e}");
@@ -53,7 +64,11 @@ fn main() {
             drop_to_nobody();
             std::process::exit(fork_and_wait(|| exec(&args[1..])))
         }),
-        _ => panic!("usage: boundary-forks drop PROG ARG..."),
+        Some("chroot") if args.len() > 2 => {
+            chroot(&args[1]);
+            exec(&args[2..])
+        }
+        _ => panic!("usage: boundary-forks drop PROG ARG... | chroot ROOT PROG ARG..."),
     };
     std::process::exit(status);
 }
