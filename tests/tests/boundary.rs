@@ -195,9 +195,9 @@ fn a_uid_drop_one_fork_before_the_exec_is_a_boundary() {
     assert!(fd7(&t[1]).get("critical").is_none(), "{}", t[1]);
 }
 
-/// A directory holding /bin/true and what the kernel maps to run such a program (the
-/// files `cat /proc/self/maps` names, the ELF interpreter /bin/true asks for, the loader's
-/// cache): a root to chroot into on the same filesystem layout as this one.
+/// A directory holding /bin/true and what it needs to run (the shared objects this test
+/// has mapped, the ELF interpreter /bin/true asks for, the loader's cache): a root to
+/// chroot into, with this system's layout.
 fn mini_root() -> std::path::PathBuf {
     let root = fdaudit_tests::temp_path("chroot-root");
     let copy = |from: &str, to: &str| {
@@ -206,15 +206,16 @@ fn mini_root() -> std::path::PathBuf {
         std::fs::copy(from, &dst).unwrap_or_else(|e| panic!("copy {from} into the root: {e}"));
     };
     copy("/bin/true", "/bin/true");
-    let maps = Command::new("cat")
-        .arg("/proc/self/maps")
-        .output()
-        .expect("run cat");
-    let maps = String::from_utf8_lossy(&maps.stdout).into_owned();
-    for path in maps.lines().filter_map(|l| l.split_whitespace().nth(5)) {
-        if path.starts_with('/') {
-            copy(path, path);
-        }
+    // This test's own shared objects: libc among them, which is all /bin/true needs.
+    let maps = std::fs::read_to_string("/proc/self/maps").expect("read /proc/self/maps");
+    let mut libs: Vec<&str> = maps
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .filter(|p| p.starts_with('/') && p.contains(".so"))
+        .collect();
+    libs.dedup();
+    for path in libs {
+        copy(path, path);
     }
     let elf = std::fs::read("/bin/true").expect("read /bin/true");
     let interp = elf_interpreter(&elf).expect("/bin/true names its ELF interpreter");
