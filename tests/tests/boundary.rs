@@ -1,6 +1,7 @@
-//! Spawn boundaries (issue #22): a leak into an image that runs with other credentials or
-//! in other namespaces than its parent at fork is critical, in trace's JSON and text and
-//! for `--fail-on-leak=boundary`. Root only (eBPF, namespaces); the CVE shape is in
+//! Spawn boundaries (issues #22, #37): a leak into an image that runs with other
+//! credentials, in other namespaces or under another root than the last exec'd image of its
+//! ancestry (however many forks came between) is critical, in trace's JSON and text and for
+//! `--fail-on-leak=boundary`. Root only (eBPF, namespaces); the CVE shape is in
 //! boundary_cve.rs.
 
 use std::process::{Command, Stdio};
