@@ -1,7 +1,7 @@
-//! A process's credentials, namespaces and root, read in the kernel at exec (and at fork for
-//! a tree whose root was never seen exec'ing): a spawn whose exec'd image differs from the
-//! last exec'd image in its ancestry crossed a privilege, namespace or root boundary
-//! (`boundary` in the spawn record; issues #22 and #37).
+//! A process's credentials, namespaces and root, read in the kernel at exec (and at a fork
+//! whose parent's image is not known: a tree's root not seen exec'ing, an untraced parent):
+//! a spawn whose exec'd image differs from the last exec'd image in its ancestry crossed a
+//! privilege, namespace or root boundary (`boundary` in the spawn record; issues #22, #37).
 
 /// Bits of [`CredNs::read`]: which groups of fields the kernel program could read.
 pub mod read {

@@ -1,12 +1,12 @@
 //! Spawn boundaries (issues #22, #37): what differs between the last exec'd image in a
-//! spawn's ancestry and its new image right after exec, from the [`CredNs`] the kernel
-//! programs read at both. The fds a spawn inherits were made by code that ran as that
-//! earlier image (or by the new image's own ancestors since, which the kernel saw as forks
-//! of it): the comparison spans every fork between the two execs, so a privilege drop,
-//! unshare or chroot followed by more forks before the exec is still seen. A leak into an
-//! image that runs as and where that code did is a hygiene bug; one across a credential,
-//! namespace or root change is the runc CVE-2024-21626 shape (a host directory fd surviving
-//! into a container or chroot) or a privilege-escalation path, and its fds are critical.
+//! spawn's ancestry when it was forked (kept across its exec chain) and its new image right
+//! after exec, from the [`CredNs`] the kernel programs read at both. That earlier image is
+//! what the code that made the inherited fds ran as; comparing with it rather than with the
+//! parent at the fork sees a privilege drop, unshare or chroot followed by any number of
+//! forks before the exec. A leak into an image that runs as and where that code did is a
+//! hygiene bug; one across a credential, namespace or root change is the runc
+//! CVE-2024-21626 shape (a host directory fd surviving into a container or chroot) or a
+//! privilege-escalation path, and its fds are critical.
 
 use std::fmt;
 
