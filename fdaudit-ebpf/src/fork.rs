@@ -21,10 +21,16 @@ pub fn sched_process_fork(ctx: RawTracePointContext) -> i32 {
 }
 
 fn try_sched_process_fork(ctx: &RawTracePointContext) -> Result<(), i64> {
+    if !configured() {
+        return Ok(());
+    }
     let parent_tgid = current_tgid();
+    // Kept for the child's image below: the entry stays where it is while the child's is
+    // inserted (hash map elements are not moved, and are freed only after an RCU grace).
+    let parent = TRACKED.get_ptr_mut(parent_tgid);
     // The child starts in its parent's cgroup (clone3's CLONE_INTO_CGROUP aside: such a
     // child is caught at its exec below).
-    if !configured() || TRACKED.get_ptr(parent_tgid).is_none() && !in_followed_cgroup() {
+    if parent.is_none() && !in_followed_cgroup() {
         return Ok(());
     }
     let child: u64 = ctx.arg(1);
@@ -48,7 +54,8 @@ fn try_sched_process_fork(ctx: &RawTracePointContext) -> Result<(), i64> {
     st.parent_pid = parent_tgid;
     st.in_window = 1;
     crate::kernel::current_comm_into(&mut st.parent_comm);
-    inherit_image(parent_tgid, st);
+    // SAFETY: pointer from the map lookup above, valid for this program run.
+    inherit_image(parent.map(|p| unsafe { &mut *p }), st);
     // copy_process() has given the child its own fd table by now: cache where it is.
     st.cache = fd_cache_of(child).unwrap_or_default();
     claim_hot(child_tgid, &st.cache);
@@ -62,10 +69,8 @@ fn try_sched_process_fork(ctx: &RawTracePointContext) -> Result<(), i64> {
 /// (a tree's root added by userspace) gives what it runs as now, and a traced one keeps
 /// that as its own.
 #[inline(always)]
-fn inherit_image(parent_tgid: u32, child: &mut TaskState) {
-    if let Some(parent) = TRACKED.get_ptr_mut(parent_tgid) {
-        // SAFETY: pointer from a map lookup, valid for this program run.
-        let parent = unsafe { &mut *parent };
+fn inherit_image(parent: Option<&mut TaskState>, child: &mut TaskState) {
+    if let Some(parent) = parent {
         if parent.image.read == 0 {
             crate::credns::read_current(crate::kernel::current_task(), &mut parent.image);
             if parent.credns.read == 0 {
