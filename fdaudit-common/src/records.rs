@@ -184,6 +184,10 @@ pub struct SpawnRecord {
     /// in the ancestry when the process was forked (what the code that made the inherited
     /// fds ran as), kept across its exec chain.
     pub image_credns: crate::CredNs,
+    /// [`TaskState::image`](crate::TaskState::image) at this exec: what the image that
+    /// exec'd ran as (for a re-exec, the chain's previous image, whose code made the fds it
+    /// passes on too; for a first exec, the same as `image_credns`).
+    pub prev_credns: crate::CredNs,
     /// The new image's credentials and namespaces, after exec installed them.
     pub exec_credns: crate::CredNs,
     /// Leaked fds; last, so that a record is sent only up to the last one found.

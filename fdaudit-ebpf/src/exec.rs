@@ -111,6 +111,7 @@ const _: () = assert!(
         && core::mem::offset_of!(TaskState, credns).is_multiple_of(8)
         && core::mem::offset_of!(TaskState, image).is_multiple_of(8)
         && core::mem::offset_of!(SpawnRecord, image_credns).is_multiple_of(8)
+        && core::mem::offset_of!(SpawnRecord, prev_credns).is_multiple_of(8)
         && core::mem::offset_of!(SpawnRecord, exec_credns).is_multiple_of(8)
 );
 
@@ -199,6 +200,7 @@ fn fill_spawn(rec: &mut SpawnRecord, st: &mut TaskState, tgid: u32, now: u64, ol
     // sched_process_exec fires after exec installed the new credentials (commit_creds in
     // begin_new_exec, 5.9+; install_exec_creds in the binfmt loader before).
     kernel::copy_words(&mut rec.image_credns, &st.credns);
+    kernel::copy_words(&mut rec.prev_credns, &st.image);
     credns::read_current(kernel::current_task(), &mut rec.exec_credns);
     // This image is what the children it forks are compared with (what the code that
     // makes their fds runs as); its own later execs, one spawn with this one, keep the

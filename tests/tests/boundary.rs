@@ -337,6 +337,55 @@ fn a_crossing_inside_an_exec_chain_is_the_chains_boundary() {
     assert_eq!(fd7(&t[0])["critical"], true, "{}", t[0]);
 }
 
+/// A setuid-root helper run by nobody opens a root-only file, drops back to nobody and execs
+/// a program of the user's: the ancestry ran as nobody and so does the last image, but the
+/// fd was made by the helper's image, which ran as root: a re-exec is compared with the image
+/// that exec'd as well as with the ancestry.
+#[test]
+#[ignore = "needs root and BTF"]
+fn a_setuid_helper_that_drops_back_before_its_exec_is_a_boundary() {
+    require_root();
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = fdaudit_tests::temp_path("setuid-helper");
+    std::fs::create_dir(&dir).expect("the helper's directory");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod dir");
+    let helper = dir.join("helper");
+    std::fs::copy(fdaudit_tests::target_bin("boundary-forks"), &helper).expect("copy fixture");
+    std::fs::set_permissions(&helper, std::fs::Permissions::from_mode(0o4755))
+        .expect("setuid root");
+    let secret = dir.join("secret");
+    std::fs::write(&secret, b"root only\n").expect("the secret");
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    // `; :` keeps bash from exec'ing the helper in its own process: a child of bash's image.
+    let script = format!(
+        "{} helper {} /bin/true; :",
+        helper.display(),
+        secret.display()
+    );
+    let (out, text) = trace_to_file("boundary-helper.jsonl", |c| {
+        c.args(["--fail-on-leak=boundary", "--", "setpriv", "--reuid=65534"])
+            .args(["--regid=65534", "--clear-groups", "bash", "-c", &script]);
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "--fail-on-leak=boundary fails: {}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let t = trues(&text);
+    assert_eq!(t.len(), 1, "one spawn of /bin/true: {text}");
+    let b = &t[0]["boundary"];
+    assert_eq!(b["euid"], serde_json::json!([0, 65534]), "{}", t[0]);
+    assert_eq!(b["suid"], serde_json::json!([0, 65534]), "{}", t[0]);
+    assert!(b.get("uid").is_none(), "the real uid stayed nobody's: {b}");
+    let fd8 = t[0]["leaked_fds"]
+        .as_array()
+        .and_then(|a| a.iter().find(|f| f["fd"] == 8))
+        .unwrap_or_else(|| panic!("fd 8 did not leak: {}", t[0]));
+    assert_eq!(fd8["critical"], true, "{fd8}");
+}
+
 /// The false-positive side: a shell that execs a child with nothing changed, a child of a
 /// child, and a privilege drop that exec's (setpriv, as `su` does): only the drop's own
 /// exec is a boundary, not the spawns of the image that runs as nobody from then on.

@@ -434,7 +434,7 @@ pub fn spawn_from_record(
     };
     let shown = (rec.nfds as usize).min(MAX_FDS);
     let path_of = |i: usize| paths.iter().find(|p| p.index as usize == i);
-    let boundary = Boundary::between(&rec.image_credns, &rec.exec_credns);
+    let boundary = Boundary::across(&[&rec.image_credns, &rec.prev_credns], &rec.exec_credns);
     let leaked_fds: Vec<LeakedFd> = rec.fds[..shown]
         .iter()
         .enumerate()

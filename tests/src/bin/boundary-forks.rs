@@ -2,13 +2,16 @@
 //! the code that holds an fd changes what it runs as, then forks, and only the child execs.
 //! Needs root. It passes every fd it inherited on (the test's leaked fd among them).
 //!
-//! Usage: boundary-forks drop PROG ARG... | chroot ROOT PROG ARG...
+//! Usage: boundary-forks drop PROG ARG... | chroot ROOT PROG ARG... | helper FILE PROG ARG...
 //!
 //! - `drop PROG ARG...`: forks; the child drops to uid and gid 65534 (nobody, no groups)
 //!   without exec'ing, forks again, and that grandchild execs PROG. Exits with PROG's
 //!   status.
 //! - `chroot ROOT PROG ARG...`: `chroot(ROOT)` in the same namespaces, then execs PROG (a
 //!   path inside ROOT).
+//! - `helper FILE PROG ARG...`: a setuid-root helper's shape (the test installs a copy of
+//!   this fixture setuid root): opens FILE as fd 8, inheritable, with the privilege it was
+//!   exec'd with, drops back to its real uid and gid, then execs PROG.
 
 use std::os::unix::process::CommandExt as _;
 
@@ -52,6 +55,30 @@ fn chroot(root: &str) {
     }
 }
 
+/// Opens `path` read-only and moves it to fd 8, inheritable.
+fn open_fd8(path: &str) {
+    let p = std::ffi::CString::new(path).expect("no NUL");
+    // SAFETY: p is NUL-terminated; the fds are this process's own.
+    unsafe {
+        let fd = check(
+            libc::open(p.as_ptr(), libc::O_RDONLY),
+            &format!("open {path}"),
+        );
+        check(libc::dup2(fd, 8), "dup2 to 8");
+        check(libc::close(fd), "close");
+    }
+}
+
+/// Back to the real uid and gid, effective and saved ones included.
+fn drop_to_real_ids() {
+    // SAFETY: plain credential syscalls on this process.
+    unsafe {
+        let (uid, gid) = (libc::getuid(), libc::getgid());
+        check(libc::setresgid(gid, gid, gid), "setresgid(real)");
+        check(libc::setresuid(uid, uid, uid), "setresuid(real)");
+    }
+}
+
 fn exec(argv: &[String]) -> ! {
     let e = std::process::Command::new(&argv[0]).args(&argv[1..]).exec();
     panic!("failed to exec {argv:?}: {e}");
@@ -68,7 +95,15 @@ fn main() {
             chroot(&args[1]);
             exec(&args[2..])
         }
-        _ => panic!("usage: boundary-forks drop PROG ARG... | chroot ROOT PROG ARG..."),
+        Some("helper") if args.len() > 2 => {
+            open_fd8(&args[1]);
+            drop_to_real_ids();
+            exec(&args[2..])
+        }
+        _ => panic!(
+            "usage: boundary-forks drop PROG ARG... | chroot ROOT PROG ARG... | \
+             helper FILE PROG ARG..."
+        ),
     };
     std::process::exit(status);
 }
