@@ -1,6 +1,8 @@
-//! Fixture for spawn boundaries crossed one fork before the exec (issue #37, finding 5):
-//! the code that holds an fd changes what it runs as, then forks, and only the child execs.
-//! Needs root. It passes every fd it inherited on (the test's leaked fd among them).
+//! Fixture for spawn boundaries that the parent at the fork does not show (issue #37,
+//! finding 5): code that holds an fd changes what it runs as (a privilege drop and one more
+//! fork, a chroot, a setuid helper dropping back) before a later image inherits the fd.
+//! Needs root (or its setuid copy). It passes every fd it inherited on (the test's leaked
+//! fd among them).
 //!
 //! Usage: boundary-forks drop PROG ARG... | chroot ROOT PROG ARG... | helper FILE PROG ARG...
 //!
