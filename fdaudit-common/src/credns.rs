@@ -1,6 +1,7 @@
-//! A process's credentials and namespaces, read in the kernel at fork and at exec: a spawn
-//! whose exec'd image differs from its parent at fork crossed a privilege or namespace
-//! boundary (`boundary` in the spawn record; issue #22).
+//! A process's credentials, namespaces and root, read in the kernel at exec (and at a fork
+//! whose parent's image is not known: a tree's root not seen exec'ing, an untraced parent):
+//! a spawn whose exec'd image differs from the last exec'd image in its ancestry crossed a
+//! privilege, namespace or root boundary (`boundary` in the spawn record; issues #22, #37).
 
 /// Bits of [`CredNs::read`]: which groups of fields the kernel program could read.
 pub mod read {
@@ -17,10 +18,13 @@ pub mod read {
     pub const CGROUP_NS: u32 = 1 << 7;
     /// The cgroup v2 id (bpf_get_current_cgroup_id).
     pub const CGROUP: u32 = 1 << 8;
+    /// The root directory (fs->root: chroot, pivot_root): its inode and device.
+    pub const ROOT: u32 = 1 << 9;
 }
 
 /// What a process runs as and in. Namespaces are their inode numbers (what
-/// `/proc/PID/ns/*` links name), the cgroup is its cgroup2 id (the directory's inode).
+/// `/proc/PID/ns/*` links name), the cgroup is its cgroup2 id (the directory's inode), the
+/// root its directory's inode and superblock device (what `/proc/PID/root` names).
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct CredNs {
@@ -43,9 +47,14 @@ pub struct CredNs {
     pub cgroup_ns: u32,
     pub _pad: u32,
     pub cgroup: u64,
+    /// fs->root.dentry->d_inode->i_ino.
+    pub root_ino: u64,
+    /// ->i_sb->s_dev of the same inode (kernel encoding: major << 20 | minor).
+    pub root_dev: u32,
+    pub _pad2: u32,
 }
 
-const _: () = assert!(core::mem::size_of::<CredNs>() == 80);
+const _: () = assert!(core::mem::size_of::<CredNs>() == 96);
 
 /// Offsets (from BTF) the programs read [`CredNs`] through, in [`crate::Config::credns`];
 /// [`crate::NO_OFFSET`] where the running kernel lacks the member (that group is not read).
@@ -83,7 +92,11 @@ pub struct CredNsOffsets {
     pub upid_size: u32,
     pub upid_ns: u32,
     pub pid_ns_inum: u32,
-    pub _pad: u32,
+    /// task_struct->fs, fs_struct->root.dentry, dentry->d_inode: the root directory's inode
+    /// (its number and device through `Config::inode_ino`, `inode_sb` and `sb_dev`).
+    pub task_fs: u32,
+    pub fs_root_dentry: u32,
+    pub dentry_inode: u32,
 }
 
 impl CredNsOffsets {
@@ -113,6 +126,8 @@ impl CredNsOffsets {
         upid_size: 0,
         upid_ns: 0,
         pid_ns_inum: 0,
-        _pad: 0,
+        task_fs: 0,
+        fs_root_dentry: 0,
+        dentry_inode: 0,
     };
 }

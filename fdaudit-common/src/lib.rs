@@ -218,7 +218,8 @@ const _: () = {
     assert!(size_of::<Counters>() == counters * 4 + 16 * MAX_RANGES);
     assert!(core::mem::offset_of!(Counters, ranges) == counters * 4);
     assert!(
-        size_of::<TaskState>() == 8 + 16 + 16 + size_of::<Counters>() + 32 + size_of::<CredNs>()
+        size_of::<TaskState>()
+            == 8 + 16 + 16 + size_of::<Counters>() + 32 + 2 * size_of::<CredNs>()
     );
     assert!(size_of::<FdInfo>() == 16 + 8 + 8 + 8 + 8 + NAME_LEN);
     assert!(size_of::<SpawnRecord>().is_multiple_of(8));
@@ -229,7 +230,7 @@ const _: () = {
     assert!(size_of::<SpawnScratch>() == size_of::<SpawnRecord>() + size_of::<PathsRecord>());
     assert!(size_of::<ExitRecord>() == 8 + 8 + 16 + 8 + 16 + size_of::<Counters>());
     assert!(size_of::<Config>() == 52 * 4 + 8 + 32 + size_of::<CredNsOffsets>());
-    assert!(size_of::<CredNsOffsets>() == 26 * 4);
+    assert!(size_of::<CredNsOffsets>() == 28 * 4);
     assert!(size_of::<OriginPending>() == 24);
     assert!(
         size_of::<OriginRecord>()

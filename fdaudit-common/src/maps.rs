@@ -44,10 +44,15 @@ pub struct TaskState {
     pub parent_comm: [u8; 16],
     pub counters: Counters,
     pub cache: FdCache,
-    /// The parent's credentials and namespaces at the fork (or, for a process first seen
-    /// at an exec, its own after that exec): what each exec of this process is compared
-    /// with. Kept across an exec chain.
+    /// What each exec of this process is compared with: the last exec'd image in its
+    /// ancestry when it was forked (the parent's [`image`](Self::image), inherited across any
+    /// number of forks), kept across its exec chain, which is one spawn judged at its last
+    /// exec. A process first seen at an exec takes that exec's image; a tree's root first
+    /// seen at a fork, what it had then. `read == 0`: not known yet (nothing compared).
     pub credns: crate::CredNs,
+    /// What the code of this process runs as: its own image after its last exec, else the
+    /// one it inherited (what it hands to the children it forks, whatever it changed since).
+    pub image: crate::CredNs,
 }
 
 /// Counters the programs keep about themselves.

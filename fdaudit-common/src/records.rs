@@ -180,8 +180,14 @@ pub struct SpawnRecord {
     /// The process's cgroup on the unified (v2) hierarchy at exec: its kernfs id, the inode
     /// number of the cgroup's directory (bpf_get_current_cgroup_id, since 4.18).
     pub cgroup_id: u64,
-    /// [`TaskState::credns`](crate::TaskState::credns) at this exec: the parent's at fork.
-    pub fork_credns: crate::CredNs,
+    /// [`TaskState::credns`](crate::TaskState::credns) at this exec: the last exec'd image
+    /// in the ancestry when the process was forked (what the code that made the inherited
+    /// fds ran as), kept across its exec chain.
+    pub image_credns: crate::CredNs,
+    /// [`TaskState::image`](crate::TaskState::image) at this exec: what the image that
+    /// exec'd ran as (for a re-exec, the chain's previous image, whose code made the fds it
+    /// passes on too; for a first exec, the same as `image_credns`).
+    pub prev_credns: crate::CredNs,
     /// The new image's credentials and namespaces, after exec installed them.
     pub exec_credns: crate::CredNs,
     /// Leaked fds; last, so that a record is sent only up to the last one found.

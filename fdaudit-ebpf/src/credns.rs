@@ -1,7 +1,8 @@
-//! Credentials and namespaces of a task ([`CredNs`]), read at fork (the parent's) and at
-//! exec (the new image's) so that userspace can tell a spawn that crossed a privilege or
-//! namespace boundary. Every offset comes from BTF through `Config::credns`; a group whose
-//! offsets the kernel lacks ([`NO_OFFSET`]) or whose read faults is left out of `read`.
+//! Credentials, namespaces and root of a task ([`CredNs`]), read at exec (the new image's)
+//! and at a fork whose parent's image is not known yet, so that userspace can tell a spawn
+//! that crossed a privilege, namespace or root boundary. Every offset comes from BTF through
+//! `Config::credns`; a group whose offsets the kernel lacks ([`NO_OFFSET`]) or whose read
+//! faults is left out of `read`.
 
 use aya_ebpf::helpers::bpf_get_current_cgroup_id;
 use fdaudit_common::{credns::read as bit, CredNs, NO_OFFSET};
@@ -29,6 +30,7 @@ pub fn read_current(task: u64, out: &mut CredNs) {
     out.read = 0;
     read_creds(task, out);
     read_namespaces(task, out);
+    read_root(task, out);
     // SAFETY: the helper only reads current's css_set (since 4.18).
     out.cgroup = unsafe { bpf_get_current_cgroup_id() };
     if out.cgroup != 0 {
@@ -121,5 +123,30 @@ fn read_namespaces(task: u64, out: &mut CredNs) {
     if let Ok(i) = pid_ns {
         out.pid_ns = i;
         out.read |= bit::PID_NS;
+    }
+}
+
+// struct fs_struct (include/linux/fs_struct.h): root is the struct path chroot(2) and
+// pivot_root(2) set (set_fs_root), read here without fs->seq: a thread of the task that
+// chroots at this moment may give the old root or the new one, either a real one.
+#[inline(always)]
+fn read_root(task: u64, out: &mut CredNs) {
+    if !known(conf!(credns.task_fs)) {
+        return;
+    }
+    let root = (|| -> Result<(u64, u32), i64> {
+        let fs: u64 = read_kernel(task + conf!(credns.task_fs))?;
+        let dentry: u64 = read_kernel(fs + conf!(credns.fs_root_dentry))?;
+        let inode: u64 = read_kernel(dentry + conf!(credns.dentry_inode))?;
+        let sb: u64 = read_kernel(inode + conf!(inode_sb))?;
+        Ok((
+            read_kernel(inode + conf!(inode_ino))?,
+            read_kernel(sb + conf!(sb_dev))?,
+        ))
+    })();
+    if let Ok((ino, dev)) = root {
+        out.root_ino = ino;
+        out.root_dev = dev;
+        out.read |= bit::ROOT;
     }
 }

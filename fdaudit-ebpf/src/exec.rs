@@ -109,7 +109,10 @@ const _: () = assert!(
         && core::mem::offset_of!(SpawnRecord, parent_comm).is_multiple_of(8)
         && core::mem::offset_of!(SpawnRecord, comm).is_multiple_of(8)
         && core::mem::offset_of!(TaskState, credns).is_multiple_of(8)
-        && core::mem::offset_of!(SpawnRecord, fork_credns).is_multiple_of(8)
+        && core::mem::offset_of!(TaskState, image).is_multiple_of(8)
+        && core::mem::offset_of!(SpawnRecord, image_credns).is_multiple_of(8)
+        && core::mem::offset_of!(SpawnRecord, prev_credns).is_multiple_of(8)
+        && core::mem::offset_of!(SpawnRecord, exec_credns).is_multiple_of(8)
 );
 
 /// Fills the spawn record and starts a new window; with `bounded`, leaves the record in
@@ -170,9 +173,10 @@ fn try_sched_process_exec(ctx: &RawTracePointContext, bounded: bool) -> Result<b
     Ok(bounded)
 }
 
-/// The spawn record's fixed part, from the window that ends at this exec.
+/// The spawn record's fixed part, from the window that ends at this exec; the process's
+/// image identity becomes the new image's.
 #[inline(always)]
-fn fill_spawn(rec: &mut SpawnRecord, st: &TaskState, tgid: u32, now: u64, old_pid: u32) {
+fn fill_spawn(rec: &mut SpawnRecord, st: &mut TaskState, tgid: u32, now: u64, old_pid: u32) {
     rec.header = RecordHeader {
         kind: RecordKind::Spawn as u32,
         flags: st.flags,
@@ -195,8 +199,16 @@ fn fill_spawn(rec: &mut SpawnRecord, st: &TaskState, tgid: u32, now: u64, old_pi
     add_hot_counts(tgid, &mut rec.counters);
     // sched_process_exec fires after exec installed the new credentials (commit_creds in
     // begin_new_exec, 5.9+; install_exec_creds in the binfmt loader before).
-    kernel::copy_words(&mut rec.fork_credns, &st.credns);
+    kernel::copy_words(&mut rec.image_credns, &st.credns);
+    kernel::copy_words(&mut rec.prev_credns, &st.image);
     credns::read_current(kernel::current_task(), &mut rec.exec_credns);
+    // This image is what the children it forks are compared with (what the code that
+    // makes their fds runs as); its own later execs, one spawn with this one, keep the
+    // comparison with the ancestry, unless there was none (a process first seen here).
+    kernel::copy_words(&mut st.image, &rec.exec_credns);
+    if st.credns.read == 0 {
+        kernel::copy_words(&mut st.credns, &rec.exec_credns);
+    }
     if st.counters.close_range_calls as usize > MAX_RANGES {
         rec.header.flags |= flags::RANGES_TRUNCATED;
     }
@@ -211,11 +223,6 @@ fn open_new_window(st: &mut TaskState, tgid: u32, now: u64) {
     st.fork_ns = now;
     st.flags = 0;
     kernel::zero_words(&mut st.counters);
-    // A process first seen at this exec (trace -p's, --cgroup's) is compared with what it
-    // runs as now at its later execs; a forked one keeps its parent's at fork.
-    if st.credns.read == 0 {
-        credns::read_current(kernel::current_task(), &mut st.credns);
-    }
     // begin_new_exec() may have given the process a new fd table (unshare_files()).
     st.cache = fd_cache_of(kernel::current_task()).unwrap_or_default();
     claim_hot(tgid, &st.cache);

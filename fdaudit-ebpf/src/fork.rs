@@ -21,10 +21,16 @@ pub fn sched_process_fork(ctx: RawTracePointContext) -> i32 {
 }
 
 fn try_sched_process_fork(ctx: &RawTracePointContext) -> Result<(), i64> {
+    if !configured() {
+        return Ok(());
+    }
     let parent_tgid = current_tgid();
+    // Kept for the child's image below: the entry stays where it is while the child's is
+    // inserted (hash map elements are not moved, and are freed only after an RCU grace).
+    let parent = TRACKED.get_ptr_mut(parent_tgid);
     // The child starts in its parent's cgroup (clone3's CLONE_INTO_CGROUP aside: such a
     // child is caught at its exec below).
-    if !configured() || TRACKED.get_ptr(parent_tgid).is_none() && !in_followed_cgroup() {
+    if parent.is_none() && !in_followed_cgroup() {
         return Ok(());
     }
     let child: u64 = ctx.arg(1);
@@ -48,12 +54,34 @@ fn try_sched_process_fork(ctx: &RawTracePointContext) -> Result<(), i64> {
     st.parent_pid = parent_tgid;
     st.in_window = 1;
     crate::kernel::current_comm_into(&mut st.parent_comm);
-    // What the parent runs as and in: each exec of the child is compared with it.
-    crate::credns::read_current(crate::kernel::current_task(), &mut st.credns);
+    // SAFETY: pointer from the map lookup above, valid for this program run.
+    inherit_image(parent.map(|p| unsafe { &mut *p }), st);
     // copy_process() has given the child its own fd table by now: cache where it is.
     st.cache = fd_cache_of(child).unwrap_or_default();
     claim_hot(child_tgid, &st.cache);
     Ok(())
+}
+
+/// Gives the child what its execs will be compared with and the image its code runs as:
+/// both the parent's image, the last exec'd one in its ancestry, whatever the parent did
+/// since (a privilege drop, unshare or chroot between its exec and this fork is what the
+/// comparison is for). A parent not traced yet (a followed cgroup's) or not seen exec'ing
+/// (a tree's root added by userspace) gives what it runs as now, and a traced one keeps
+/// that as its own.
+#[inline(always)]
+fn inherit_image(parent: Option<&mut TaskState>, child: &mut TaskState) {
+    if let Some(parent) = parent {
+        if parent.image.read == 0 {
+            crate::credns::read_current(crate::kernel::current_task(), &mut parent.image);
+            if parent.credns.read == 0 {
+                crate::kernel::copy_words(&mut parent.credns, &parent.image);
+            }
+        }
+        crate::kernel::copy_words(&mut child.image, &parent.image);
+    } else {
+        crate::credns::read_current(crate::kernel::current_task(), &mut child.image);
+    }
+    crate::kernel::copy_words(&mut child.credns, &child.image);
 }
 
 /// Claims `tgid`'s HOT slot so its syscalls skip the hash lookup; when another process in a

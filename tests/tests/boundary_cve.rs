@@ -12,7 +12,8 @@ use serde_json::Value;
 
 /// The CVE-2024-21626 shape: the host's /sys/fs/cgroup opened without O_CLOEXEC (fd 3, in a
 /// named function), then a child enters a new mount namespace, mounts a small root (a tmpfs
-/// with the host's /usr bound in), chroots into it and execs `sleep`.
+/// with the host's /usr bound in), chroots into it and execs `sleep`; with a third argument
+/// `fork`, that child forks once more and only the grandchild execs (issue #37).
 const CVE_FIXTURE: &str = r#"
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -32,7 +33,7 @@ static void at(char *buf, const char *root, const char *name) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 3) return 2;
+    if (argc != 3 && argc != 4) return 2;
     for (int fd = 3; fd < 1024; fd++) close(fd); /* what the test's runner passed on */
     if (open_host_dir() != 3) return 10;
     pid_t pid = fork();
@@ -48,6 +49,15 @@ int main(int argc, char **argv) {
         at(p, root, "lib"); symlink("usr/lib", p);
         at(p, root, "lib64"); symlink("usr/lib64", p);
         if (chroot(root) != 0 || chdir("/") != 0) _exit(24);
+        if (argc == 4) {
+            pid_t grandchild = fork();
+            if (grandchild < 0) _exit(25);
+            if (grandchild > 0) {
+                int gst;
+                waitpid(grandchild, &gst, 0);
+                _exit(WIFEXITED(gst) ? WEXITSTATUS(gst) : 1);
+            }
+        }
         execl("/bin/sleep", "sleep", argv[2], (char *)0);
         _exit(127);
     }
@@ -191,4 +201,54 @@ fn the_cve_shape_is_a_critical_leak_across_mnt_ns_with_its_origin_traced_and_sca
         findings.iter().any(|f| f["severity"] == "critical"),
         "scan flags fd 3 of {sleeper} critical: {scanned}"
     );
+}
+
+/// Issue #37 finding 5 (b): the CVE shape with one more fork between the chroot and the
+/// exec. The fd was made by the fixture's image, on the host: the grandchild's `sleep`
+/// crossed the mount namespace and the root although its parent at fork had crossed both
+/// already.
+#[test]
+#[ignore = "needs root, BTF and gcc"]
+fn the_cve_shape_with_one_more_fork_before_the_exec_is_a_critical_leak() {
+    require_root();
+    let exe = build_cve_fixture();
+    let root = temp_path("cve-fork-root");
+    std::fs::create_dir(&root).expect("the small root");
+    let (out, text) = fdaudit_tests::trace_to_file("cve-fork.jsonl", |c| {
+        c.args(["--fail-on-leak=boundary", "--"])
+            .arg(&exe)
+            .arg(&root)
+            .args(["0", "fork"]);
+    });
+    let _ = std::fs::remove_file(&exe);
+    let _ = std::fs::remove_dir(&root);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "--fail-on-leak=boundary fails: {stderr}\n{text}"
+    );
+    let spawn = records(&text)
+        .into_iter()
+        .find(|r| r["type"] == "spawn" && r["argv"][0] == "sleep")
+        .unwrap_or_else(|| panic!("no spawn of sleep: {text}"));
+    let b = &spawn["boundary"];
+    let own_mnt = std::fs::read_link("/proc/self/ns/mnt").expect("own mnt ns");
+    assert!(
+        own_mnt
+            .to_string_lossy()
+            .contains(&b["mnt_namespace"][0].to_string()),
+        "mnt_namespace starts at the host's ({own_mnt:?}): {spawn}"
+    );
+    assert_ne!(b["mnt_namespace"][0], b["mnt_namespace"][1], "{spawn}");
+    assert!(
+        b.get("root_inode").is_some(),
+        "the root changed too: {spawn}"
+    );
+    let fd3 = spawn["leaked_fds"]
+        .as_array()
+        .and_then(|a| a.iter().find(|f| f["fd"] == 3))
+        .unwrap_or_else(|| panic!("fd 3 did not leak: {spawn}"));
+    assert_eq!(fd3["critical"], true, "{fd3}");
+    assert_eq!(fd3["target"], "/sys/fs/cgroup", "{fd3}");
 }

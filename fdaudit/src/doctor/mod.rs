@@ -180,14 +180,29 @@ pub fn collect_with_programs() -> (Vec<Check>, Vec<ProgramFigures>) {
 fn btf_check() -> (Check, bool) {
     match btf::Btf::from_sys_fs() {
         Ok(b) => match btf::config_from_btf(&b) {
-            Ok(_) => (
-                check(
-                    "btf",
-                    Status::Ok,
-                    format!("{} has every offset fdaudit needs", btf::VMLINUX_BTF),
+            Ok(cfg) => match btf::boundary_groups_missing(&cfg.credns)[..] {
+                [] => (
+                    check(
+                        "btf",
+                        Status::Ok,
+                        format!("{} has every offset fdaudit needs", btf::VMLINUX_BTF),
+                    ),
+                    true,
                 ),
-                true,
-            ),
+                ref missing => (
+                    check(
+                        "btf",
+                        Status::Warn,
+                        format!(
+                            "{} lacks members of the boundary group(s) {}: spawn boundaries \
+                             compare the rest only",
+                            btf::VMLINUX_BTF,
+                            missing.join(", ")
+                        ),
+                    ),
+                    true,
+                ),
+            },
             Err(e) => (
                 check(
                     "btf",

@@ -135,7 +135,7 @@ pub struct TraceArgs {
     /// fds the traced command inherited from fdaudit's caller do not count, nor with -p those
     /// the processes held (inheritable) when fdaudit attached (see --no-baseline).
     /// `=boundary`: only leaks into an image that runs with other credentials or in other
-    /// namespaces than its parent at fork (the critical ones).
+    /// namespaces or root than the last exec'd image of its ancestry (the critical ones).
     #[arg(
         long,
         value_name = "WHICH",

@@ -1,8 +1,12 @@
-//! Spawn boundaries (issue #22): what differs between a spawn's parent at fork and its new
-//! image right after exec, from the [`CredNs`] the kernel programs read at both. A leak into
-//! a child that runs as and where its parent did is a hygiene bug; one across a credential
-//! or namespace change is the runc CVE-2024-21626 shape (a host directory fd surviving into
-//! a container) or a privilege-escalation path, and its fds are critical.
+//! Spawn boundaries (issues #22, #37): what differs between a spawn's new image right after
+//! exec and what the code that made its inherited fds ran as: the last exec'd image in its
+//! ancestry when it was forked (kept across its exec chain) and, for a re-exec, the chain's
+//! previous image, from the [`CredNs`] the kernel programs read. Comparing with those rather
+//! than with the parent at the fork sees a privilege drop, unshare or chroot followed by any
+//! number of forks before the exec, and a setuid helper that drops back before its exec. A leak into an image that runs as and where that code did is a
+//! hygiene bug; one across a credential, namespace or root change is the runc
+//! CVE-2024-21626 shape (a host directory fd surviving into a container or chroot) or a
+//! privilege-escalation path, and its fds are critical.
 
 use std::fmt;
 
@@ -28,10 +32,18 @@ const FIELDS: &[Field] = &[
     ("user_namespace", bit::USER_NS, |c| c.user_ns.into()),
     ("net_namespace", bit::NET_NS, |c| c.net_ns.into()),
     ("cgroup_namespace", bit::CGROUP_NS, |c| c.cgroup_ns.into()),
+    ("root_dev", bit::ROOT, |c| user_dev(c.root_dev)),
+    ("root_inode", bit::ROOT, |c| c.root_ino),
     ("cgroup2_id", bit::CGROUP, |c| c.cgroup),
 ];
 
-/// One field that changed: (key, at fork, at exec).
+/// A kernel `dev_t` (major << 20 | minor) in the encoding stat(2)'s `st_dev` gives, which
+/// `stat -c %d` prints: what a reader compares `root_dev` with.
+fn user_dev(kernel: u32) -> u64 {
+    libc::makedev(kernel >> 20, kernel & 0xf_ffff)
+}
+
+/// One field that changed: (key, in the earlier image, after exec).
 pub type Crossing = (&'static str, u64, u64);
 
 /// What a spawn crossed; never empty. JSON: `{"uid": [0, 65534], "mnt_namespace": [A, B]}`.
@@ -39,15 +51,20 @@ pub type Crossing = (&'static str, u64, u64);
 pub struct Boundary(Vec<Crossing>);
 
 impl Boundary {
-    /// The fields that differ between `fork` and `exec`, compared only where both sides
-    /// were read; `None` when nothing differs (or nothing could be compared).
-    pub fn between(fork: &CredNs, exec: &CredNs) -> Option<Boundary> {
-        let both = fork.read & exec.read;
+    /// The fields in which `exec` (the new image) differs from any of `before` (the
+    /// ancestry's image at the fork, then the image that exec'd), each paired with the first
+    /// it differs from, compared only where both sides were read; `None` when nothing
+    /// differs (or nothing could be compared).
+    pub fn across(before: &[&CredNs], exec: &CredNs) -> Option<Boundary> {
         let crossed: Vec<Crossing> = FIELDS
             .iter()
-            .filter(|(_, b, _)| both & b != 0)
-            .map(|&(k, _, get)| (k, get(fork), get(exec)))
-            .filter(|&(_, a, b)| a != b)
+            .filter_map(|&(k, b, get)| {
+                before
+                    .iter()
+                    .filter(|c| c.read & exec.read & b != 0)
+                    .map(|c| (k, get(c), get(exec)))
+                    .find(|&(_, a, b)| a != b)
+            })
             .collect();
         (!crossed.is_empty()).then_some(Boundary(crossed))
     }
@@ -106,7 +123,7 @@ mod tests {
 
     #[test]
     fn the_same_identity_crosses_nothing() {
-        assert_eq!(Boundary::between(&root(), &root()), None);
+        assert_eq!(Boundary::across(&[&root()], &root()), None);
     }
 
     #[test]
@@ -118,7 +135,7 @@ mod tests {
         exec.cap_effective = 0;
         exec.cap_permitted = 0;
         exec.mnt_ns = 4026532500;
-        let b = Boundary::between(&root(), &exec).unwrap();
+        let b = Boundary::across(&[&root()], &exec).unwrap();
         assert_eq!(
             b.keys(),
             "uid+euid+suid+cap_effective+cap_permitted+mnt_namespace"
@@ -136,17 +153,67 @@ mod tests {
     }
 
     #[test]
+    fn a_chroot_is_a_changed_root_with_the_device_as_stat_gives_it() {
+        let mut before = root();
+        before.root_ino = 2;
+        before.root_dev = (8 << 20) | 1; // sda1
+        let mut exec = before;
+        exec.root_ino = 1;
+        exec.root_dev = 42; // an anonymous device (tmpfs): major 0
+        let b = Boundary::across(&[&before], &exec).unwrap();
+        assert_eq!(b.keys(), "root_dev+root_inode");
+        assert_eq!(
+            serde_json::to_value(&b).unwrap(),
+            serde_json::json!({"root_dev": [0x801, 42], "root_inode": [2, 1]})
+        );
+        exec.root_dev = before.root_dev;
+        let b = Boundary::across(&[&before], &exec).unwrap();
+        assert_eq!(b.to_string(), "root_inode 2→1");
+        before.read &= !bit::ROOT;
+        assert_eq!(Boundary::across(&[&before], &exec), None, "root not read");
+    }
+
+    #[test]
+    fn a_re_exec_is_compared_with_the_ancestry_and_with_the_image_that_execd() {
+        let ancestry = root();
+        let mut setuid = root(); // a setuid-root helper run by 1000
+        setuid.uid = 1000;
+        let mut dropped = setuid; // which drops back to 1000 before its next exec
+        dropped.euid = 1000;
+        dropped.suid = 1000;
+        dropped.cap_effective = 0;
+        let b = Boundary::across(&[&ancestry, &setuid], &dropped).unwrap();
+        assert_eq!(b.keys(), "uid+euid+suid+cap_effective");
+        assert_eq!(
+            serde_json::to_value(&b).unwrap()["uid"],
+            serde_json::json!([0, 1000]),
+            "the ancestry's pair comes first"
+        );
+        assert_eq!(
+            serde_json::to_value(&b).unwrap()["euid"],
+            serde_json::json!([0, 1000])
+        );
+        // The ancestry ran as 1000 too: only the helper's image tells.
+        let mut user = setuid;
+        user.euid = 1000;
+        user.suid = 1000;
+        let b = Boundary::across(&[&user, &setuid], &user).unwrap();
+        assert_eq!(b.to_string(), "euid 0→1000, suid 0→1000");
+        assert_eq!(Boundary::across(&[&user, &user], &user), None);
+    }
+
+    #[test]
     fn only_fields_read_on_both_sides_are_compared() {
         let mut fork = root();
         fork.read &= !bit::MNT_NS;
         let mut exec = root();
         exec.mnt_ns = 1;
-        assert_eq!(Boundary::between(&fork, &exec), None);
+        assert_eq!(Boundary::across(&[&fork], &exec), None);
         exec.net_ns = 2;
         assert_eq!(
-            Boundary::between(&fork, &exec).unwrap().keys(),
+            Boundary::across(&[&fork], &exec).unwrap().keys(),
             "net_namespace"
         );
-        assert_eq!(Boundary::between(&CredNs::default(), &exec), None);
+        assert_eq!(Boundary::across(&[&CredNs::default()], &exec), None);
     }
 }

@@ -303,7 +303,7 @@ impl Btf {
     }
 }
 
-/// The credentials and namespace offsets ([`CredNsOffsets`]), each group all or nothing: a
+/// The credentials, namespace and root offsets ([`CredNsOffsets`]), each group all or nothing: a
 /// group with a member the kernel lacks has its first offset [`NO_OFFSET`] and is not read.
 fn credns_from_btf(btf: &Btf) -> CredNsOffsets {
     let o = |ty: &str, path: &str| btf.offset(ty, path);
@@ -339,13 +339,37 @@ fn credns_from_btf(btf: &Btf) -> CredNsOffsets {
         c.pid_ns_inum = o("pid_namespace", "ns.inum")?;
         Ok(())
     })();
+    // The root directory's inode; its number and device through the fd walk's inode_ino,
+    // inode_sb and sb_dev, which config_from_btf requires.
+    let root = (|| -> Result<(), BtfError> {
+        c.task_fs = o("task_struct", "fs")?;
+        c.fs_root_dentry = o("fs_struct", "root.dentry")?;
+        c.dentry_inode = o("dentry", "d_inode")?;
+        Ok(())
+    })();
     if creds.is_err() {
         c.task_cred = NO_OFFSET;
+    }
+    if root.is_err() {
+        c.task_fs = NO_OFFSET;
     }
     if namespaces.is_err() {
         c.task_nsproxy = NO_OFFSET;
     }
     c
+}
+
+/// The boundary groups ([`CredNsOffsets`]) this kernel's BTF left unread (`doctor`).
+pub fn boundary_groups_missing(c: &CredNsOffsets) -> Vec<&'static str> {
+    [
+        ("credentials", c.task_cred),
+        ("namespaces", c.task_nsproxy),
+        ("root", c.task_fs),
+    ]
+    .into_iter()
+    .filter(|&(_, gate)| gate == NO_OFFSET)
+    .map(|(name, _)| name)
+    .collect()
 }
 
 fn is_alias(kind: u32) -> bool {
@@ -532,6 +556,20 @@ mod tests {
     }
 
     #[test]
+    fn a_boundary_group_the_kernel_lacks_is_not_read() {
+        let btf = Btf::parse(&sample()).expect("sample parses");
+        let c = credns_from_btf(&btf);
+        assert_eq!(
+            (c.task_cred, c.task_nsproxy, c.task_fs),
+            (NO_OFFSET, NO_OFFSET, NO_OFFSET)
+        );
+        assert_eq!(
+            boundary_groups_missing(&c),
+            ["credentials", "namespaces", "root"]
+        );
+    }
+
+    #[test]
     fn errors_name_what_is_missing() {
         let btf = Btf::parse(&sample()).expect("sample parses");
         assert!(matches!(
@@ -600,9 +638,12 @@ mod tests {
         // Both groups of the boundary offsets resolve; struct upid is an int and a pointer.
         let c = cfg.credns;
         assert!(
-            c.task_cred != NO_OFFSET && c.task_nsproxy != NO_OFFSET,
+            c.task_cred != NO_OFFSET && c.task_nsproxy != NO_OFFSET && c.task_fs != NO_OFFSET,
             "{c:?}"
         );
+        assert!(boundary_groups_missing(&c).is_empty(), "{c:?}");
+        // fs_struct->root is a struct path: the dentry follows the vfsmount pointer.
+        assert!(c.fs_root_dentry >= 8 && c.dentry_inode > 0, "{c:?}");
         assert_eq!(c.upid_size, 16);
         assert!(
             c.cred_euid > c.cred_uid && c.pid_numbers > c.pid_level,

@@ -124,8 +124,9 @@ pub struct Spawn {
     pub stdio: Vec<LeakedFd>,
     /// Partial-data markers and `reexec`, as a list of names.
     pub flags: SpawnFlags,
-    /// What changed between the parent at fork and the new image (credentials, namespaces,
-    /// cgroup); absent when nothing did or the fork was not seen.
+    /// What changed between the last exec'd image in the ancestry and the new image
+    /// (credentials, namespaces, root, cgroup); absent when nothing did or no earlier image
+    /// was seen.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub boundary: Option<Boundary>,
     /// cgroup (id from the kernel at exec, path), container, and pid in its own namespace.
@@ -433,7 +434,7 @@ pub fn spawn_from_record(
     };
     let shown = (rec.nfds as usize).min(MAX_FDS);
     let path_of = |i: usize| paths.iter().find(|p| p.index as usize == i);
-    let boundary = Boundary::between(&rec.fork_credns, &rec.exec_credns);
+    let boundary = Boundary::across(&[&rec.image_credns, &rec.prev_credns], &rec.exec_credns);
     let leaked_fds: Vec<LeakedFd> = rec.fds[..shown]
         .iter()
         .enumerate()

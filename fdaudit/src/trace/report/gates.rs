@@ -16,8 +16,9 @@ const SHOWN: usize = 5;
 pub enum LeakGate {
     /// Any leaked fd (what `--fail-on-leak` alone means).
     Any,
-    /// Only fds that crossed a privilege or namespace boundary: the spawn's image runs with
-    /// other credentials, capabilities, namespaces or cgroup than its parent at fork.
+    /// Only fds that crossed a privilege, namespace or root boundary: the spawn's image runs
+    /// with other credentials, capabilities, namespaces, root or cgroup than the last exec'd
+    /// image of its ancestry (whatever forks came between).
     Boundary,
 }
 
