@@ -250,6 +250,14 @@ impl Decoder {
         self
     }
 
+    /// `trace --origin`: keeps `pid`'s fd table as fdaudit attaches to it (its fds are
+    /// "before tracing"; any other fd without an origin is "not seen").
+    pub fn note_attached(&mut self, pid: u32) {
+        if let Some(origins) = &mut self.origins {
+            origins.note_attached(pid);
+        }
+    }
+
     /// Decodes one record; a paths record gives nothing until its spawn comes. An exec path
     /// the kernel cut is read again from /proc/PID/exe while the process lives, when that
     /// starts with what the kernel kept.

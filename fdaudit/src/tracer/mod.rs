@@ -18,6 +18,7 @@ pub mod follow;
 mod loader;
 pub mod origin;
 mod runtimes;
+pub mod seen;
 pub mod session;
 pub mod strategy;
 pub mod wait;
