@@ -170,10 +170,10 @@ pub use maps::{
 };
 pub use origin::{
     effect, inheritable, origin_flags, origin_sysno, pending_what, Effect, FdAt, OriginCall,
-    OriginMade, OriginPending, OriginRecord, Place, Rule, CMSGHDR_SIZE, FD_CLOEXEC, FIOCLEX,
-    FIONCLEX, F_DUPFD, F_DUPFD_CLOEXEC, F_SETFD, MAX_ORIGIN_MADE, MAX_ORIGIN_PENDING, MMSGHDR_SIZE,
-    MSGHDR_CONTROL, MSGHDR_CONTROLLEN, ORIGIN_CMSGS, ORIGIN_FDS, ORIGIN_GATE_SLOTS, ORIGIN_MSGS,
-    ORIGIN_SP_WORDS, ORIGIN_STACK_DEPTH, SCM_RIGHTS, SOL_SOCKET,
+    OriginCreatedRecord, OriginMade, OriginPending, OriginRecord, Place, Rule, CMSGHDR_SIZE,
+    FD_CLOEXEC, FIOCLEX, FIONCLEX, F_DUPFD, F_DUPFD_CLOEXEC, F_SETFD, MAX_ORIGIN_MADE,
+    MAX_ORIGIN_PENDING, MMSGHDR_SIZE, MSGHDR_CONTROL, MSGHDR_CONTROLLEN, ORIGIN_CMSGS, ORIGIN_FDS,
+    ORIGIN_GATE_SLOTS, ORIGIN_MSGS, ORIGIN_SP_WORDS, ORIGIN_STACK_DEPTH, SCM_RIGHTS, SOL_SOCKET,
 };
 pub use records::{
     fd_flags, flags, CloseRange, Counters, ExitRecord, FdInfo, FdPath, PathsRecord, RecordHeader,
@@ -250,8 +250,8 @@ const _: () = {
                 + 16
                 + 8
                 + 8 * (ORIGIN_STACK_DEPTH + 3 + ORIGIN_SP_WORDS)
-                + size_of::<OriginMade>()
     );
+    assert!(size_of::<OriginCreatedRecord>() == 16 + size_of::<OriginMade>());
     assert!(size_of::<FdPath>() == 16 + COMP_LEN * MAX_DEPTH);
     assert!(size_of::<FdCache>() == 32);
     assert!(size_of::<HotSlot>() == 48);

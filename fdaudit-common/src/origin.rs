@@ -356,7 +356,8 @@ pub mod origin_flags {
     pub const UNSEEN_URING: u32 = 1 << 10;
     /// More received fds than [`super::ORIGIN_FDS`]: the rest are not in the record.
     pub const FDS_CUT: u32 = 1 << 11;
-    /// `created` holds the call that made `fd[0]` with close-on-exec.
+    /// The [`super::OriginCreatedRecord`] sent just before names the call that made
+    /// `fd[0]` with close-on-exec.
     pub const CREATED: u32 = 1 << 12;
 }
 
@@ -378,8 +379,8 @@ pub struct OriginPending {
 }
 
 /// The call that made an fd with close-on-exec, kept per (tgid << 32 | fd) in
-/// [`crate::MAP_ORIGIN_MADE`] (no ring record), and copied into the origin record of the
-/// call that later makes that fd inheritable.
+/// [`crate::MAP_ORIGIN_MADE`] (no ring record), and sent in an [`OriginCreatedRecord`] just
+/// before the origin record of the call that later makes that fd inheritable.
 #[repr(C)]
 #[derive(Copy, Clone, Debug)]
 pub struct OriginMade {
@@ -441,8 +442,19 @@ pub struct OriginRecord {
     /// The user stack pointer at the call and the words above it.
     pub sp: u64,
     pub sp_words: [u64; ORIGIN_SP_WORDS],
-    /// With [`origin_flags::CREATED`]: the close-on-exec call that made `fd[0]`.
-    pub created: OriginMade,
+}
+
+/// Sent just before an origin record with [`origin_flags::CREATED`]
+/// ([`crate::RecordKind::OriginCreated`]): a record of its own, so that the origin record
+/// most calls send stays small.
+#[repr(C)]
+#[derive(Copy, Clone, Debug)]
+pub struct OriginCreatedRecord {
+    pub header: RecordHeader,
+    /// The process and fd of the origin record that follows.
+    pub pid: u32,
+    pub fd: i32,
+    pub made: OriginMade,
 }
 
 #[cfg(test)]

@@ -28,10 +28,10 @@ use aya_ebpf::{
     EbpfContext,
 };
 use fdaudit_common::{
-    effect, origin_flags, pending_what, Effect, FdAt, OriginCall, OriginMade, OriginPending,
-    OriginRecord, RecordHeader, RecordKind, CMSGHDR_SIZE, MMSGHDR_SIZE, MSGHDR_CONTROL,
-    MSGHDR_CONTROLLEN, ORIGIN_CMSGS, ORIGIN_FDS, ORIGIN_GATE_SLOTS, ORIGIN_MSGS, ORIGIN_SP_WORDS,
-    ORIGIN_STACK_DEPTH, SCM_RIGHTS, SOL_SOCKET,
+    effect, origin_flags, pending_what, Effect, FdAt, OriginCall, OriginCreatedRecord, OriginMade,
+    OriginPending, OriginRecord, RecordHeader, RecordKind, CMSGHDR_SIZE, MMSGHDR_SIZE,
+    MSGHDR_CONTROL, MSGHDR_CONTROLLEN, ORIGIN_CMSGS, ORIGIN_FDS, ORIGIN_GATE_SLOTS, ORIGIN_MSGS,
+    ORIGIN_SP_WORDS, ORIGIN_STACK_DEPTH, SCM_RIGHTS, SOL_SOCKET,
 };
 
 use crate::{
@@ -165,87 +165,80 @@ fn try_origin_exit(ctx: &RawTracePointContext) -> Result<(), i64> {
         return Ok(());
     }
     let mut fds = [-1i32; ORIGIN_FDS];
-    let mut got = Got { n: 0, cut: false };
+    let mut n = 1;
+    let mut cut = false;
     match p.at {
-        0 => (fds[0], got.n) = (ret as i32, 1),
+        0 => fds[0] = ret as i32,
         1 => {
             let pair = read_user::<[i32; 2]>(p.addr)?;
-            (fds[0], fds[1], got.n) = (pair[0], pair[1], 2);
+            (fds[0], fds[1], n) = (pair[0], pair[1], 2);
         }
-        2 => (fds[0], got.n) = (p.addr as i32, 1),
-        3 => scm_fds(p.addr, &mut fds, &mut got),
+        2 => fds[0] = p.addr as i32,
         _ => {
-            // recvmmsg returns the number of messages received.
-            for m in 0..ORIGIN_MSGS as u64 {
-                if m >= ret as u64 {
-                    break;
-                }
-                scm_fds(p.addr + m * MMSGHDR_SIZE, &mut fds, &mut got);
-            }
+            // recvmsg: its message; recvmmsg (which returns how many it received): the
+            // first with fds, the others' are cut.
+            let msgs = if p.at == 3 { 1 } else { ret as u64 };
+            let Some((data, count, m)) = scm_rights(p.addr, msgs) else {
+                return Ok(());
+            };
+            // One read of the whole array: the slots past `n` are not looked at.
+            fds = match read_user::<[i32; ORIGIN_FDS]>(data) {
+                Ok(all) => all,
+                Err(_) => [read_user::<i32>(data)?, -1, -1, -1, -1, -1, -1, -1],
+            };
+            n = count.min(ORIGIN_FDS as u64) as usize;
+            cut = count > ORIGIN_FDS as u64 || m + 1 < msgs;
         }
     }
-    if got.n == 0 {
-        return Ok(());
-    }
-    let cut = if got.cut { origin_flags::FDS_CUT } else { 0 };
-    match p.what {
-        pending_what::INHERITABLE => emit(ctx, regs, p.call, p.cmd, &fds, got.n, cut),
-        pending_what::CLOEXEC => remember(ctx, regs, key, &p, &fds, got.n),
-        pending_what::SETS_CLOEXEC => emit(ctx, 0, p.call, p.cmd, &fds, 1, origin_flags::CLEARED),
-        _ => emit(ctx, 0, p.call, 0, &fds, 1, origin_flags::UNSEEN_URING),
-    }
-}
-
-/// The fds found so far, and whether some did not fit.
-struct Got {
-    n: usize,
-    cut: bool,
-}
-
-/// Appends the fds of the SCM_RIGHTS control messages of the struct msghdr at user address
-/// `msg` (at sys_exit the kernel has set msg_controllen to the bytes it wrote). Bounded:
-/// [`ORIGIN_CMSGS`] messages, [`ORIGIN_FDS`] fds.
-#[inline(always)]
-fn scm_fds(msg: u64, fds: &mut [i32; ORIGIN_FDS], got: &mut Got) {
-    let (Ok(ctl), Ok(len)) = (
-        read_user::<u64>(msg + MSGHDR_CONTROL),
-        read_user::<u64>(msg + MSGHDR_CONTROLLEN),
-    ) else {
-        return;
+    // One call of emit (each inlined copy is verified on its own paths).
+    let (stack_regs, flags) = match p.what {
+        pending_what::INHERITABLE if cut => (regs, origin_flags::FDS_CUT),
+        pending_what::INHERITABLE => (regs, 0),
+        pending_what::CLOEXEC => return remember(ctx, regs, key, &p, &fds, n),
+        pending_what::SETS_CLOEXEC => (0, origin_flags::CLEARED),
+        _ => (0, origin_flags::UNSEEN_URING),
     };
-    let mut off = 0u64;
-    for _ in 0..ORIGIN_CMSGS {
-        if off + CMSGHDR_SIZE > len {
+    emit(ctx, stack_regs, p.call, p.cmd, &fds, n, flags)
+}
+
+/// The SCM_RIGHTS control message of the first of the `msgs` messages at user address
+/// `msg` (a struct msghdr, or a vector of struct mmsghdr) that has one: (its fds' user
+/// address, how many, the message's index). At sys_exit the kernel has set
+/// msg_controllen to the bytes it wrote; it puts all of a message's fds in one control
+/// message. Bounded: [`ORIGIN_MSGS`] messages, [`ORIGIN_CMSGS`] control messages each.
+#[inline(always)]
+fn scm_rights(msg: u64, msgs: u64) -> Option<(u64, u64, u64)> {
+    for m in 0..ORIGIN_MSGS as u64 {
+        if m >= msgs {
             break;
         }
-        // struct cmsghdr: cmsg_len (size_t), cmsg_level, cmsg_type (int).
-        let Ok(h) = read_user::<[u32; 4]>(ctl + off) else {
-            break;
+        let hdr = msg + m * MMSGHDR_SIZE;
+        let (Ok(ctl), Ok(len)) = (
+            read_user::<u64>(hdr + MSGHDR_CONTROL),
+            read_user::<u64>(hdr + MSGHDR_CONTROLLEN),
+        ) else {
+            continue;
         };
-        let clen = u64::from(h[0]) | u64::from(h[1]) << 32;
-        if clen < CMSGHDR_SIZE || off + clen > len {
-            break;
-        }
-        if h[2] as i32 == SOL_SOCKET && h[3] as i32 == SCM_RIGHTS {
-            let count = (clen - CMSGHDR_SIZE) / 4;
-            for i in 0..ORIGIN_FDS as u64 {
-                if i >= count {
-                    break;
-                }
-                let Some(slot) = fds.get_mut(got.n) else {
-                    break;
-                };
-                if let Ok(fd) = read_user::<i32>(ctl + off + CMSGHDR_SIZE + 4 * i) {
-                    *slot = fd;
-                    got.n += 1;
-                }
+        let mut off = 0u64;
+        for _ in 0..ORIGIN_CMSGS {
+            if off + CMSGHDR_SIZE > len {
+                break;
             }
-            if got.n + count as usize > ORIGIN_FDS {
-                got.cut = true;
+            // struct cmsghdr: cmsg_len (size_t), cmsg_level, cmsg_type (int).
+            let Ok(h) = read_user::<[u32; 4]>(ctl + off) else {
+                break;
+            };
+            let clen = u64::from(h[0]) | u64::from(h[1]) << 32;
+            if clen < CMSGHDR_SIZE || off + clen > len {
+                break;
             }
+            if h[2] as i32 == SOL_SOCKET && h[3] as i32 == SCM_RIGHTS {
+                return Some((ctl + off + CMSGHDR_SIZE, (clen - CMSGHDR_SIZE) / 4, m));
+            }
+            off += (clen + 7) & !7;
         }
-        off += (clen + 7) & !7;
     }
+    None
 }
 
 /// Keeps the call that made `fds` with close-on-exec in ORIGIN_MADE, one entry per fd (no
@@ -323,6 +316,32 @@ fn creator(tgid: u32, parent: u32, fd: i32) -> Option<*const OriginMade> {
     None
 }
 
+/// Sends the kept creator of `fd` (an [`OriginCreatedRecord`]), if any; whether it did.
+#[inline(always)]
+fn send_creator(ring: crate::Ring, tgid: u32, parent: u32, fd: i32) -> bool {
+    let Some(m) = creator(tgid, parent, fd) else {
+        return false;
+    };
+    let Some(mut entry) = ring.reserve::<OriginCreatedRecord>() else {
+        return false;
+    };
+    let rec = entry.as_mut_ptr();
+    // SAFETY: `rec` points at the reserved record; `m` is a map value pointer valid for
+    // this program run.
+    unsafe {
+        (*rec).header = RecordHeader {
+            kind: RecordKind::OriginCreated as u32,
+            flags: 0,
+        };
+        (*rec).pid = tgid;
+        (*rec).fd = fd;
+        (*rec).made = *m;
+    }
+    // The origin record right after it wakes the reader if need be.
+    entry.submit(crate::wake::FOLLOWED);
+    true
+}
+
 /// Sends an origin record for call `call` of the current thread: `fds[..n]` with their
 /// identity; with `regs` (non-zero) the user stack too; for an fd made inheritable after
 /// its creation (FIONCLEX, F_SETFD) the call that created it, when kept.
@@ -345,6 +364,12 @@ fn emit(
         .unwrap_or(0);
     let seen = ORIGIN_SEEN.get_ptr_mut(tgid);
     let ring = crate::Ring::now();
+    // FIONCLEX and F_SETFD make an existing fd inheritable: its creator goes first.
+    let given = call == OriginCall::Ioctl as u32
+        || (call == OriginCall::Fcntl as u32 && cmd == fdaudit_common::F_SETFD);
+    if regs != 0 && given && send_creator(ring, tgid, parent_pid, fds[0]) {
+        flags |= origin_flags::CREATED;
+    }
     let Some(mut entry) = ring.reserve::<OriginRecord>() else {
         stat_add(&STATS, |s| &mut s.lost_records);
         // Counted per process: its next record says how many went before it.
@@ -358,19 +383,7 @@ fn emit(
         return Ok(());
     };
     let rec = entry.as_mut_ptr();
-    // FIONCLEX and F_SETFD make an existing fd inheritable: it has a creator.
-    let given = call == OriginCall::Ioctl as u32
-        || (call == OriginCall::Fcntl as u32 && cmd == fdaudit_common::F_SETFD);
-    let made = if regs != 0 && given {
-        creator(tgid, parent_pid, fds[0])
-    } else {
-        None
-    };
-    if made.is_some() {
-        flags |= origin_flags::CREATED;
-    }
-    // SAFETY: `rec` points at the reserved record, written field by field before submit;
-    // `made` is a map value pointer valid for this program run.
+    // SAFETY: `rec` points at the reserved record, written field by field before submit.
     unsafe {
         (*rec).header = RecordHeader {
             kind: RecordKind::Origin as u32,
@@ -380,20 +393,18 @@ fn emit(
         (*rec).tid = pid_tgid as u32;
         (*rec).parent_pid = parent_pid;
         (*rec).call = call;
+        // `n` is not used below: the verifier then prunes the paths that differ in it
+        // (unused slots of `fds` hold -1).
         (*rec).nfd = n as u32;
         (*rec).lost = seen.map(|v| *v).unwrap_or(0);
         (*rec).cmd = cmd;
         (*rec).time_ns = bpf_ktime_get_ns();
         (*rec).comm = bpf_get_current_comm().unwrap_or_default();
         for (i, &fd) in fds.iter().enumerate() {
-            let fd = if i < n { fd } else { -1 };
             let (ino, dev) = identity(fd);
             (*rec).fd[i] = fd;
             (*rec).ino[i] = ino;
             (*rec).dev[i] = dev;
-        }
-        if let Some(m) = made {
-            (*rec).created = *m;
         }
     }
     if regs != 0 {

@@ -12,6 +12,7 @@ use serde::Serialize;
 
 pub use super::fdtarget::cstr;
 use super::fdtarget::{resolve_target, Resolver};
+use super::seen::OriginMessage;
 use super::{
     boundary::Boundary,
     counts::SyscallCounts,
@@ -263,9 +264,16 @@ impl Decoder {
     /// starts with what the kernel kept.
     pub fn decode(&mut self, bytes: &[u8]) -> Option<Event> {
         if let Some(origins) = &mut self.origins {
-            if let Some(rec) = origin_record(bytes) {
-                origins.record(&rec);
-                return None;
+            match super::seen::origin_message(bytes) {
+                Some(OriginMessage::Origin(rec)) => {
+                    origins.record(&rec);
+                    return None;
+                }
+                Some(OriginMessage::Created(rec)) => {
+                    origins.created_record(rec);
+                    return None;
+                }
+                None => {}
             }
         }
         let mut ev = decode_with(bytes, self.leaks_only, &mut self.pending, resolve_target);
@@ -284,18 +292,6 @@ impl Decoder {
         }
         ev
     }
-}
-
-/// An origin record (`trace --origin`), if `bytes` is one.
-fn origin_record(bytes: &[u8]) -> Option<fdaudit_common::OriginRecord> {
-    if bytes.len() < size_of::<fdaudit_common::OriginRecord>() {
-        return None;
-    }
-    // SAFETY: length checked; the record is plain integers; read_unaligned copies.
-    let header: RecordHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
-    (RecordKind::from_u32(header.kind)? == RecordKind::Origin)
-        // SAFETY: as above.
-        .then(|| unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) })
 }
 
 /// Gives each leaked fd of a spawn its origin, and learns the parent links.

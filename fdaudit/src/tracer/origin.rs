@@ -21,8 +21,8 @@
 use std::{collections::HashMap, os::unix::fs::FileExt, path::PathBuf, sync::Arc};
 
 use fdaudit_common::{
-    origin_flags, OriginCall, OriginRecord, FIOCLEX, FIONCLEX, F_DUPFD, F_DUPFD_CLOEXEC, F_SETFD,
-    ORIGIN_FDS,
+    origin_flags, OriginCall, OriginCreatedRecord, OriginMade, OriginRecord, FIOCLEX, FIONCLEX,
+    F_DUPFD, F_DUPFD_CLOEXEC, F_SETFD, ORIGIN_FDS,
 };
 
 pub use super::seen::BEFORE_TRACING;
@@ -128,6 +128,8 @@ pub struct Origins {
     text_segment: HashMap<PathBuf, Option<(u64, u64)>>,
     /// The attach-time tables and what fdaudit could not follow.
     seen: Seen,
+    /// The creator record just received, for the origin record that follows it.
+    created: Option<Box<OriginCreatedRecord>>,
 }
 
 /// An executable mapping of a process: [start, end) from file offset `offset` of `path`.
@@ -162,9 +164,13 @@ impl Origins {
         } else {
             self.frames(rec)
         };
-        let created_by = (flags & origin_flags::CREATED != 0)
-            .then(|| self.created(rec))
-            .flatten();
+        let made = self
+            .created
+            .take()
+            .filter(|c| (c.pid, c.fd) == (rec.pid, rec.fd[0]));
+        let created_by = made
+            .filter(|_| flags & origin_flags::CREATED != 0)
+            .and_then(|c| self.created(rec, &c.made));
         let call = Arc::new(Call {
             syscall: syscall_name(call, rec.cmd),
             pid: rec.pid,
@@ -192,9 +198,13 @@ impl Origins {
         }
     }
 
-    /// The close-on-exec call the kernel kept for the fd `rec` made inheritable.
-    fn created(&mut self, rec: &OriginRecord) -> Option<Box<Call>> {
-        let m = &rec.created;
+    /// Keeps the creator the kernel sends before the origin record of its fd.
+    pub fn created_record(&mut self, rec: Box<OriginCreatedRecord>) {
+        self.created = Some(rec);
+    }
+
+    /// The close-on-exec call `m` the kernel kept for the fd `rec` made inheritable.
+    fn created(&mut self, rec: &OriginRecord, m: &OriginMade) -> Option<Box<Call>> {
         let call = OriginCall::from_u32(m.call)?;
         // Its frames as a record of its own: the same walk and stack scan.
         let mut r = *rec;
@@ -622,9 +632,13 @@ mod tests {
         // Made by the kernel-kept close-on-exec open, then FIONCLEX.
         let mut r = flag_call(100, 3, 55, 20, OriginCall::Ioctl, FIONCLEX);
         r.header.flags = origin_flags::CREATED;
-        r.created.call = OriginCall::Openat as u32;
-        r.created.pid = 100;
-        r.created.time_ns = 10;
+        // SAFETY: plain integers; all zero is valid.
+        let mut c: OriginCreatedRecord = unsafe { std::mem::zeroed() };
+        (c.pid, c.fd) = (100, 3);
+        c.made.call = OriginCall::Openat as u32;
+        c.made.pid = 100;
+        c.made.time_ns = 10;
+        o.created_record(Box::new(c));
         o.record(&r);
         let Origin::Known(c) = o.find(100, 3, 55, 7, 30) else {
             panic!("FIONCLEX is the origin");

@@ -9,7 +9,9 @@
 
 use std::collections::HashMap;
 
-use fdaudit_common::{origin_flags, OriginCall, OriginRecord, F_SETFD};
+use fdaudit_common::{
+    origin_flags, OriginCall, OriginCreatedRecord, OriginRecord, RecordHeader, RecordKind, F_SETFD,
+};
 
 /// Why an fd has no origin: it was open when fdaudit attached.
 pub const BEFORE_TRACING: &str = "before tracing";
@@ -105,6 +107,38 @@ impl Seen {
         "no call fdaudit follows made it (a syscall outside the origin table, or a process \
          it did not trace)"
             .into()
+    }
+}
+
+/// A `trace --origin` record off the ring buffer.
+pub enum OriginMessage {
+    Origin(Box<OriginRecord>),
+    /// The creator of the fd of the origin record that follows it.
+    Created(Box<OriginCreatedRecord>),
+}
+
+/// The origin or creator record `bytes` is, if either.
+pub fn origin_message(bytes: &[u8]) -> Option<OriginMessage> {
+    use std::mem::size_of;
+    if bytes.len() < size_of::<RecordHeader>() {
+        return None;
+    }
+    // SAFETY: length checked; the records are plain integers; read_unaligned copies.
+    let header: RecordHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+    match RecordKind::from_u32(header.kind)? {
+        RecordKind::Origin if bytes.len() >= size_of::<OriginRecord>() => {
+            // SAFETY: as above.
+            Some(OriginMessage::Origin(Box::new(unsafe {
+                std::ptr::read_unaligned(bytes.as_ptr().cast())
+            })))
+        }
+        RecordKind::OriginCreated if bytes.len() >= size_of::<OriginCreatedRecord>() => {
+            // SAFETY: as above.
+            Some(OriginMessage::Created(Box::new(unsafe {
+                std::ptr::read_unaligned(bytes.as_ptr().cast())
+            })))
+        }
+        _ => None,
     }
 }
 
