@@ -33,6 +33,8 @@ use serde::Serialize;
 const PER_FD: usize = 4;
 /// Above the user half of the address space (x86_64's 47 bits; aarch64's 48).
 const USER_TOP: u64 = 1 << 48;
+/// Creator records waiting for their origin record.
+const PENDING_CREATED: usize = 256;
 /// Ancestors looked at for an inherited fd.
 const MAX_ANCESTORS: usize = 32;
 
@@ -128,8 +130,8 @@ pub struct Origins {
     text_segment: HashMap<PathBuf, Option<(u64, u64)>>,
     /// The attach-time tables and what fdaudit could not follow.
     seen: Seen,
-    /// The creator record just received, for the origin record that follows it.
-    created: Option<Box<OriginCreatedRecord>>,
+    /// The creator records received, for the origin records that follow them.
+    created: HashMap<(u32, i32), Box<OriginCreatedRecord>>,
 }
 
 /// An executable mapping of a process: [start, end) from file offset `offset` of `path`.
@@ -164,13 +166,12 @@ impl Origins {
         } else {
             self.frames(rec)
         };
-        let made = self
-            .created
-            .take()
-            .filter(|c| (c.pid, c.fd) == (rec.pid, rec.fd[0]));
-        let created_by = made
-            .filter(|_| flags & origin_flags::CREATED != 0)
-            .and_then(|c| self.created(rec, &c.made));
+        let created_by = if flags & origin_flags::CREATED != 0 {
+            let made = self.created.remove(&(rec.pid, rec.fd[0]));
+            made.and_then(|c| self.created(rec, &c.made))
+        } else {
+            None
+        };
         let call = Arc::new(Call {
             syscall: syscall_name(call, rec.cmd),
             pid: rec.pid,
@@ -200,7 +201,12 @@ impl Origins {
 
     /// Keeps the creator the kernel sends before the origin record of its fd.
     pub fn created_record(&mut self, rec: Box<OriginCreatedRecord>) {
-        self.created = Some(rec);
+        // Another CPU's records can come between it and its origin record; one whose
+        // origin record was lost must not stay.
+        if self.created.len() >= PENDING_CREATED {
+            self.created.clear();
+        }
+        self.created.insert((rec.pid, rec.fd), rec);
     }
 
     /// The close-on-exec call `m` the kernel kept for the fd `rec` made inheritable.
