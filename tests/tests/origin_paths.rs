@@ -436,3 +436,78 @@ fn with_p_before_tracing_is_an_fd_open_at_attach_and_a_later_unseen_one_is_not()
         "{o}"
     );
 }
+
+/// An fd opened through io_uring (IORING_OP_OPENAT without O_CLOEXEC: no open syscall);
+/// the ring's own fd is close-on-exec.
+const URING: &str = r#"
+#include <linux/io_uring.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+
+/* One IORING_OP_OPENAT of /etc/hostname without O_CLOEXEC, through a ring: no open
+   syscall. Returns the new fd. */
+static int uring_open(void) {
+    struct io_uring_params p;
+    memset(&p, 0, sizeof p);
+    int ring = (int)syscall(SYS_io_uring_setup, 4, &p);
+    if (ring < 0) return -1;
+    size_t sq_len = p.sq_off.array + p.sq_entries * sizeof(unsigned);
+    size_t cq_len = p.cq_off.cqes + p.cq_entries * sizeof(struct io_uring_cqe);
+    char *sq = mmap(0, sq_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, ring, IORING_OFF_SQ_RING);
+    char *cq = mmap(0, cq_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, ring, IORING_OFF_CQ_RING);
+    struct io_uring_sqe *sqes = mmap(0, p.sq_entries * sizeof(struct io_uring_sqe),
+        PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, ring, IORING_OFF_SQES);
+    if (sq == MAP_FAILED || cq == MAP_FAILED || sqes == MAP_FAILED) return -2;
+    unsigned tail = *(unsigned *)(sq + p.sq_off.tail);
+    unsigned idx = tail & *(unsigned *)(sq + p.sq_off.ring_mask);
+    struct io_uring_sqe *e = &sqes[idx];
+    memset(e, 0, sizeof *e);
+    e->opcode = IORING_OP_OPENAT;
+    e->fd = AT_FDCWD;
+    e->addr = (unsigned long)"/etc/hostname";
+    e->open_flags = O_RDONLY;
+    ((unsigned *)(sq + p.sq_off.array))[idx] = idx;
+    __atomic_store_n((unsigned *)(sq + p.sq_off.tail), tail + 1, __ATOMIC_RELEASE);
+    if (syscall(SYS_io_uring_enter, ring, 1, 1, IORING_ENTER_GETEVENTS, 0, 0) != 1) return -3;
+    unsigned head = __atomic_load_n((unsigned *)(cq + p.cq_off.head), __ATOMIC_ACQUIRE);
+    struct io_uring_cqe *c = (struct io_uring_cqe *)(cq + p.cq_off.cqes) +
+        (head & *(unsigned *)(cq + p.cq_off.ring_mask));
+    return c->res;
+}
+
+int main(void) {
+    for (int fd = 3; fd < 1024; fd++) close(fd);
+    int fd = uring_open();
+    if (fd < 0) { fprintf(stderr, "io_uring open: %d\n", fd); return 10; }
+    return run_true();
+}
+"#;
+
+#[test]
+#[ignore = "needs root and BTF"]
+fn an_fd_opened_through_io_uring_is_not_seen_and_says_so() {
+    require_root();
+    let _serial = serial();
+    assert_eq!(
+        std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
+            .unwrap_or_else(|_| "0".into())
+            .trim(),
+        "0",
+        "io_uring is disabled on this machine (kernel.io_uring_disabled)"
+    );
+    let spawn = fixture_spawn("origin-uring", &format!("{COMMON}{URING}"));
+    let o = origin_of(&spawn, 4);
+    assert_eq!(o["unknown"], "not seen", "{o}");
+    assert!(
+        o["reason"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("io_uring (io_uring_setup by pid "),
+        "{o}"
+    );
+    assert!(
+        leaked(&spawn, 3).is_none(),
+        "the ring's fd is close-on-exec: {spawn}"
+    );
+}
