@@ -264,21 +264,14 @@ fn remember(
         (*m).call = p.call;
         (*m).tid = pid_tgid as u32;
         (*m).pid = tgid as u32;
-        // The frame-pointer walk (bpf_get_stack, 4.18), into the map value.
-        let r = bpf_get_stack(
-            ctx.as_ptr(),
-            core::ptr::addr_of_mut!((*m).stack).cast(),
-            (ORIGIN_STACK_DEPTH * 8) as u32,
-            BPF_F_USER_STACK as u64,
+        let (nstack, nsp_words) = frames_and_words(
+            ctx,
+            sp,
+            core::ptr::addr_of_mut!((*m).stack),
+            core::ptr::addr_of_mut!((*m).sp_words),
         );
-        (*m).nstack = if r > 0 { (r / 8) as u32 } else { 0 };
-        // The words at the user sp, as the record's (bpf_probe_read_user, 5.5).
-        let r = bpf_probe_read_user(
-            core::ptr::addr_of_mut!((*m).sp_words).cast(),
-            (ORIGIN_SP_WORDS * 8) as u32,
-            sp as *const _,
-        );
-        (*m).nsp_words = if r == 0 { ORIGIN_SP_WORDS as u32 } else { 0 };
+        (*m).nstack = nstack;
+        (*m).nsp_words = nsp_words;
     }
     for (i, &fd) in fds.iter().enumerate() {
         if i >= n {
@@ -449,25 +442,46 @@ unsafe fn user_stack(ctx: &RawTracePointContext, regs: u64, rec: *mut OriginReco
     unsafe {
         (*rec).start_code = start_code;
         (*rec).end_code = end_code;
-        // The frame-pointer walk of the user stack (bpf_get_stack, 4.18; user stack from
-        // the task's saved registers). It zeroes the rest of the buffer itself, and all of
-        // it on failure.
+        (*rec).sp = sp;
+        let (nstack, nsp_words) = frames_and_words(
+            ctx,
+            sp,
+            core::ptr::addr_of_mut!((*rec).stack),
+            core::ptr::addr_of_mut!((*rec).sp_words),
+        );
+        (*rec).nstack = nstack;
+        (*rec).nsp_words = nsp_words;
+    }
+}
+
+/// The frame-pointer walk of the user stack into `stack` (bpf_get_stack, 4.18; the user
+/// stack from the task's saved registers; it zeroes the rest of the buffer itself, and all
+/// of it on failure) and the words at the user sp into `words` (bpf_probe_read_user, 5.5:
+/// the return address into the caller of a libc wrapper built without frame pointers is
+/// among them). Returns how many of each were filled.
+///
+/// # Safety
+/// `stack` and `words` point at ring-record or map-value memory of their size.
+#[inline(always)]
+unsafe fn frames_and_words(
+    ctx: &RawTracePointContext,
+    sp: u64,
+    stack: *mut [u64; ORIGIN_STACK_DEPTH],
+    words: *mut [u64; ORIGIN_SP_WORDS],
+) -> (u32, u32) {
+    // SAFETY: the caller's; the helpers fail instead of faulting.
+    unsafe {
         let n = bpf_get_stack(
             ctx.as_ptr(),
-            core::ptr::addr_of_mut!((*rec).stack).cast(),
+            stack.cast(),
             (ORIGIN_STACK_DEPTH * 8) as u32,
             BPF_F_USER_STACK as u64,
         );
-        (*rec).nstack = if n > 0 { (n / 8) as u32 } else { 0 };
-        // The words at the user sp: the return address into the caller of a libc wrapper
-        // built without frame pointers is among them (bpf_probe_read_user, 5.5).
-        (*rec).sp = sp;
-        let r = bpf_probe_read_user(
-            core::ptr::addr_of_mut!((*rec).sp_words).cast(),
-            (ORIGIN_SP_WORDS * 8) as u32,
-            sp as *const _,
-        );
-        (*rec).nsp_words = if r == 0 { ORIGIN_SP_WORDS as u32 } else { 0 };
+        let r = bpf_probe_read_user(words.cast(), (ORIGIN_SP_WORDS * 8) as u32, sp as *const _);
+        (
+            if n > 0 { (n / 8) as u32 } else { 0 },
+            if r == 0 { ORIGIN_SP_WORDS as u32 } else { 0 },
+        )
     }
 }
 
