@@ -90,7 +90,10 @@ pub struct Config {
     /// mm_struct->start_code and ->end_code: the main executable's text (`--origin`).
     pub mm_start_code: u32,
     pub mm_end_code: u32,
-    pub _pad_origin: [u32; 3],
+    /// pt_regs offset of the fifth syscall argument (x86_64: r8; aarch64: regs[4]):
+    /// perf_event_open's flags (`--origin`).
+    pub regs_arg4: u32,
+    pub _pad_origin: [u32; 2],
     /// Where the credentials and namespaces are (spawn boundaries).
     pub credns: crate::CredNsOffsets,
 }
@@ -163,7 +166,8 @@ impl Config {
         regs_sp: 0,
         mm_start_code: 0,
         mm_end_code: 0,
-        _pad_origin: [0; 3],
+        regs_arg4: 0,
+        _pad_origin: [0; 2],
         credns: crate::CredNsOffsets::ZEROED,
     };
 }

@@ -43,6 +43,11 @@ pub const MAP_ORIGIN_GATE: &str = "ORIGIN_GATE";
 /// tgid -> 1 once the process sent an origin record: its first one wakes fdaudit's reader at
 /// once, so that its memory map is read while it lives (an LRU map: stale entries age out).
 pub const MAP_ORIGIN_SEEN: &str = "ORIGIN_SEEN";
+/// (tgid << 32 | fd) -> [`OriginMade`]: the call that made the fd with close-on-exec, kept
+/// (no ring record) to name it when a later call makes the fd inheritable.
+pub const MAP_ORIGIN_MADE: &str = "ORIGIN_MADE";
+/// A per-CPU [`OriginMade`] being filled (too large for the BPF stack).
+pub const MAP_ORIGIN_MADE_SCRATCH: &str = "ORIGIN_MADE_SCRATCH";
 /// Name of the global holding the [`Config`].
 pub const GLOBAL_CONFIG: &str = "CONFIG";
 
@@ -164,8 +169,11 @@ pub use maps::{
     MAX_EXEC_FAILS,
 };
 pub use origin::{
-    inheritable, origin_sysno, FdAt, OriginCall, OriginPending, OriginRecord, FD_CLOEXEC, F_DUPFD,
-    F_SETFD, MAX_ORIGIN_PENDING, ORIGIN_GATE_SLOTS, ORIGIN_SP_WORDS, ORIGIN_STACK_DEPTH,
+    effect, inheritable, origin_flags, origin_sysno, pending_what, Effect, FdAt, OriginCall,
+    OriginCreatedRecord, OriginMade, OriginPending, OriginRecord, Place, Rule, CMSGHDR_SIZE,
+    FD_CLOEXEC, FIOCLEX, FIONCLEX, F_DUPFD, F_DUPFD_CLOEXEC, F_SETFD, MAX_ORIGIN_MADE,
+    MAX_ORIGIN_PENDING, MMSGHDR_SIZE, MSGHDR_CONTROL, MSGHDR_CONTROLLEN, ORIGIN_CMSGS, ORIGIN_FDS,
+    ORIGIN_GATE_SLOTS, ORIGIN_MSGS, ORIGIN_SP_WORDS, ORIGIN_STACK_DEPTH, SCM_RIGHTS, SOL_SOCKET,
 };
 pub use records::{
     fd_flags, flags, CloseRange, Counters, ExitRecord, FdInfo, FdPath, PathsRecord, RecordHeader,
@@ -231,19 +239,20 @@ const _: () = {
     assert!(size_of::<ExitRecord>() == 8 + 8 + 16 + 8 + 16 + size_of::<Counters>());
     assert!(size_of::<Config>() == 52 * 4 + 8 + 32 + size_of::<CredNsOffsets>());
     assert!(size_of::<CredNsOffsets>() == 28 * 4);
-    assert!(size_of::<OriginPending>() == 24);
+    assert!(size_of::<OriginPending>() == 32);
+    assert!(size_of::<OriginMade>() == 24 + 16 + 8 * ORIGIN_STACK_DEPTH + 8 + 8 * ORIGIN_SP_WORDS);
     assert!(
         size_of::<OriginRecord>()
             == 8 + 16
                 + 8
-                + 8
-                + 8
+                + 4 * ORIGIN_FDS
                 + 16
-                + 8
+                + 12 * ORIGIN_FDS
                 + 16
                 + 8
                 + 8 * (ORIGIN_STACK_DEPTH + 3 + ORIGIN_SP_WORDS)
     );
+    assert!(size_of::<OriginCreatedRecord>() == 16 + size_of::<OriginMade>());
     assert!(size_of::<FdPath>() == 16 + COMP_LEN * MAX_DEPTH);
     assert!(size_of::<FdCache>() == 32);
     assert!(size_of::<HotSlot>() == 48);

@@ -62,6 +62,9 @@ pub enum RecordKind {
     Paths = 3,
     /// `trace --origin`: a call made an inheritable fd: [`crate::OriginRecord`].
     Origin = 4,
+    /// `trace --origin`: the close-on-exec call that made the fd of the origin record sent
+    /// next ([`crate::OriginCreatedRecord`]).
+    OriginCreated = 5,
 }
 
 impl RecordKind {
@@ -71,6 +74,7 @@ impl RecordKind {
             2 => Some(Self::Exit),
             3 => Some(Self::Paths),
             4 => Some(Self::Origin),
+            5 => Some(Self::OriginCreated),
             _ => None,
         }
     }

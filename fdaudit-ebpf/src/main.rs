@@ -47,11 +47,12 @@ use aya_ebpf::{
     },
 };
 use fdaudit_common::{
-    Config, ExecFailure, FdPath, HotSlot, OriginPending, ReadKey, ReadStat, SpawnScratch, Stats,
-    TaskState, CONFIG_MAGIC, EXEC_CHAIN_LEN, GLOBAL_CONFIG, HOT_SLOTS, MAP_EVENTS,
-    MAP_EVENTS_GROWN, MAP_EXEC_CHAIN, MAP_EXEC_FAILS, MAP_EXEC_PENDING, MAP_EXEC_SCRATCH, MAP_HOT,
-    MAP_ORIGIN_GATE, MAP_ORIGIN_PENDING, MAP_ORIGIN_SEEN, MAP_READS, MAP_READ_PATHS, MAP_SCRATCH,
-    MAP_STATS, MAP_TRACKED, MAX_EXEC_FAILS, MAX_ORIGIN_PENDING, MAX_READS, MAX_READ_PATHS,
+    Config, ExecFailure, FdPath, HotSlot, OriginMade, OriginPending, ReadKey, ReadStat,
+    SpawnScratch, Stats, TaskState, CONFIG_MAGIC, EXEC_CHAIN_LEN, GLOBAL_CONFIG, HOT_SLOTS,
+    MAP_EVENTS, MAP_EVENTS_GROWN, MAP_EXEC_CHAIN, MAP_EXEC_FAILS, MAP_EXEC_PENDING,
+    MAP_EXEC_SCRATCH, MAP_HOT, MAP_ORIGIN_GATE, MAP_ORIGIN_MADE, MAP_ORIGIN_MADE_SCRATCH,
+    MAP_ORIGIN_PENDING, MAP_ORIGIN_SEEN, MAP_READS, MAP_READ_PATHS, MAP_SCRATCH, MAP_STATS,
+    MAP_TRACKED, MAX_EXEC_FAILS, MAX_ORIGIN_MADE, MAX_ORIGIN_PENDING, MAX_READS, MAX_READ_PATHS,
     MAX_TRACKED, ORIGIN_GATE_SLOTS, RING_TEMPLATE_BYTES,
 };
 // fdwalk sends the records through `crate::output_spawn`.
@@ -181,10 +182,20 @@ map_named!(ORIGIN_PENDING, MAP_ORIGIN_PENDING);
 static ORIGIN_GATE: Array<u32> = Array::with_max_entries(ORIGIN_GATE_SLOTS, 0);
 map_named!(ORIGIN_GATE, MAP_ORIGIN_GATE);
 
-/// The processes that sent an origin record (origin.rs: the first one wakes the reader).
+/// The processes that sent an origin record (origin.rs: the first one wakes the reader), with
+/// the count of their origin records lost to a full ring.
 #[map]
 static ORIGIN_SEEN: LruHashMap<u32, u32> = LruHashMap::with_max_entries(MAX_ORIGIN_PENDING, 0);
 map_named!(ORIGIN_SEEN, MAP_ORIGIN_SEEN);
+
+/// The call that made each fd with close-on-exec, per (tgid << 32 | fd) (origin.rs).
+#[map]
+static ORIGIN_MADE: LruHashMap<u64, OriginMade> = LruHashMap::with_max_entries(MAX_ORIGIN_MADE, 0);
+map_named!(ORIGIN_MADE, MAP_ORIGIN_MADE);
+
+#[map]
+static ORIGIN_MADE_SCRATCH: PerCpuArray<OriginMade> = PerCpuArray::with_max_entries(1, 0);
+map_named!(ORIGIN_MADE_SCRATCH, MAP_ORIGIN_MADE_SCRATCH);
 
 /// Offsets and options, written by the loader (`EbpfLoader::override_global`).
 #[unsafe(no_mangle)]

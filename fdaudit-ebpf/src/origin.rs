@@ -1,10 +1,21 @@
 //! `trace --origin`: where each inheritable fd of the followed tree was made. Two programs of
 //! their own, attached only with the option (so a trace without it runs none of this): at
 //! sys_enter of a call in the origin table (`fdaudit_common::for_each_origin_call!`) made by
-//! a tracked process without its close-on-exec flag, the call is stashed per thread; at its
-//! sys_exit, if it succeeded, one [`OriginRecord`] goes to the ring buffer with the new fd(s),
-//! their file identity and the user stack. Closes are not tracked: userspace keeps the last
-//! origin per (process, fd) and matches it to a leaked fd by the file's identity.
+//! a tracked process, what the call does ([`effect`]) is stashed per thread; at its sys_exit,
+//! if it succeeded:
+//! - made inheritable fds (no cloexec flag, FIONCLEX, F_SETFD without FD_CLOEXEC, recvmsg's
+//!   SCM_RIGHTS without MSG_CMSG_CLOEXEC): one [`OriginRecord`] to the ring buffer with the
+//!   fds, their file identity, the user stack and, for an fd made inheritable after its
+//!   creation, the call that created it (from ORIGIN_MADE);
+//! - made fds with close-on-exec: no ring record, only an ORIGIN_MADE entry per fd (the
+//!   call, its time and stack), so that a later FIONCLEX names it;
+//! - set close-on-exec again (FIOCLEX, F_SETFD FD_CLOEXEC): a record without stack, so the
+//!   fd's older origin no longer counts;
+//! - io_uring_setup (whose opens no syscall hook sees): a marker record.
+//!
+//! An ia32 call of the table is not followed: a marker record names it. Closes are not
+//! tracked: userspace keeps the last origins per (process, fd) and matches them to a
+//! leaked fd by the file's identity.
 
 use aya_ebpf::{
     bindings::BPF_F_USER_STACK,
@@ -17,8 +28,10 @@ use aya_ebpf::{
     EbpfContext,
 };
 use fdaudit_common::{
-    inheritable, FdAt, OriginCall, OriginPending, OriginRecord, RecordHeader, RecordKind,
-    ORIGIN_GATE_SLOTS, ORIGIN_SP_WORDS, ORIGIN_STACK_DEPTH,
+    effect, origin_flags, pending_what, Effect, FdAt, OriginCall, OriginCreatedRecord, OriginMade,
+    OriginPending, OriginRecord, RecordHeader, RecordKind, CMSGHDR_SIZE, MMSGHDR_SIZE,
+    MSGHDR_CONTROL, MSGHDR_CONTROLLEN, ORIGIN_CMSGS, ORIGIN_FDS, ORIGIN_GATE_SLOTS, ORIGIN_MSGS,
+    ORIGIN_SP_WORDS, ORIGIN_STACK_DEPTH, SCM_RIGHTS, SOL_SOCKET,
 };
 
 use crate::{
@@ -26,50 +39,81 @@ use crate::{
     compat::in_compat_syscall,
     configured, current_tgid, fdwalk,
     kernel::{conf, read_kernel, stat_add},
-    ORIGIN_GATE, ORIGIN_PENDING, ORIGIN_SEEN, STATS, TRACKED,
+    ORIGIN_GATE, ORIGIN_MADE, ORIGIN_MADE_SCRATCH, ORIGIN_PENDING, ORIGIN_SEEN, STATS, TRACKED,
 };
 
 // raw_syscalls/sys_enter: TP_PROTO(struct pt_regs *regs, long id) (4.17+). Leaves at the
-// syscall number unless it is one of the table's.
+// syscall number unless it is one of the table's (native or i386).
 #[raw_tracepoint(tracepoint = "sys_enter")]
 pub fn origin_enter(ctx: RawTracePointContext) -> i32 {
     let _ = try_origin_enter(&ctx);
     0
 }
 
+/// The table's call an i386 number is (x86_64 only: aarch64 tells no compat calls apart).
+#[inline(always)]
+fn ia32_call(nr: i64) -> Option<OriginCall> {
+    if cfg!(bpf_target_arch = "aarch64") {
+        None
+    } else {
+        OriginCall::of_ia32(nr)
+    }
+}
+
 fn try_origin_enter(ctx: &RawTracePointContext) -> Result<(), i64> {
     let raw_id: i64 = ctx.arg(1);
-    let Some(call) = OriginCall::of_sysno(raw_id) else {
+    let native = OriginCall::of_sysno(raw_id);
+    let ia32 = ia32_call(raw_id);
+    if native.is_none() && ia32.is_none() {
         return Ok(());
-    };
+    }
     if conf!(origin) == 0 || !configured() || TRACKED.get_ptr(current_tgid()).is_none() {
         return Ok(());
     }
-    // An ia32 call's number means another call (the table is native only).
+    // An ia32 call's number means another call: it is only named, as not followed.
     if in_compat_syscall() {
+        if let Some(call) = ia32 {
+            let fds = [-1; ORIGIN_FDS];
+            emit(ctx, 0, call as u32, 0, &fds, 0, origin_flags::UNSEEN_IA32)?;
+        }
         return Ok(());
     }
+    let Some(call) = native else {
+        return Ok(());
+    };
     let regs: u64 = ctx.arg(0);
     let a = [
         arch::arg(regs, conf!(regs_arg0))?,
         arch::arg(regs, conf!(regs_arg1))?,
         arch::arg(regs, conf!(regs_arg2))?,
         arch::arg(regs, conf!(regs_arg3))?,
+        if call == OriginCall::PerfEventOpen {
+            arch::arg(regs, conf!(regs_arg4))?
+        } else {
+            0
+        },
     ];
     // openat2(dfd, path, struct open_how *how, size): how->flags is its first u64.
-    let Some(at) = inheritable(call, &a, || read_user::<u64>(a[2]).unwrap_or(0)) else {
+    let Some(e) = effect(call, &a, || read_user::<u64>(a[2]).unwrap_or(0)) else {
         return Ok(());
     };
-    let (at, addr) = match at {
-        FdAt::Result => (0, 0),
-        FdAt::Pair(p) => (1, p),
-        FdAt::Given(fd) => (2, fd),
+    let (what, at) = match e {
+        Effect::Makes { at, cloexec: false } => (pending_what::INHERITABLE, at),
+        Effect::Makes { at, cloexec: true } => (pending_what::CLOEXEC, at),
+        Effect::SetsCloexec(fd) => (pending_what::SETS_CLOEXEC, FdAt::Given(fd)),
+        Effect::Blind => (pending_what::BLIND, FdAt::Result),
     };
+    let (at, addr) = at.encode();
     let pending = OriginPending {
         call: call as u32,
         at,
         addr,
-        cmd: if call == OriginCall::Fcntl { a[1] } else { 0 },
+        cmd: match call {
+            OriginCall::Fcntl | OriginCall::Ioctl => a[1],
+            _ => 0,
+        },
+        what,
+        _pad: 0,
     };
     let key = bpf_get_current_pid_tgid();
     ORIGIN_PENDING.insert(key, pending, 0).map_err(i64::from)?;
@@ -85,7 +129,7 @@ const GATE_MASK: u32 = ORIGIN_GATE_SLOTS - 1;
 
 // raw_syscalls/sys_exit: TP_PROTO(struct pt_regs *regs, long ret) (4.17+). Every thread
 // but one with a pending call leaves after one array load (ORIGIN_GATE); two threads whose
-// tids collide in it lose the older call's origin (its fd then reads "before tracing").
+// tids collide in it lose the older call's origin (its fd then reads "not seen").
 #[raw_tracepoint(tracepoint = "sys_exit")]
 pub fn origin_exit(ctx: RawTracePointContext) -> i32 {
     let _ = try_origin_exit(&ctx);
@@ -120,84 +164,260 @@ fn try_origin_exit(ctx: &RawTracePointContext) -> Result<(), i64> {
     if ret < 0 {
         return Ok(());
     }
-    let fd = match p.at {
-        0 => [ret as i32, -1],
-        1 => read_user::<[i32; 2]>(p.addr)?,
-        _ => [p.addr as i32, -1],
+    let mut fds = [-1i32; ORIGIN_FDS];
+    let mut n = 1;
+    let mut cut = false;
+    match p.at {
+        0 => fds[0] = ret as i32,
+        1 => {
+            let pair = read_user::<[i32; 2]>(p.addr)?;
+            (fds[0], fds[1], n) = (pair[0], pair[1], 2);
+        }
+        2 => fds[0] = p.addr as i32,
+        _ => {
+            // recvmsg: its message; recvmmsg (which returns how many it received): the
+            // first with fds, the others' are cut.
+            let msgs = if p.at == 3 { 1 } else { ret as u64 };
+            let Some((data, count, m)) = scm_rights(p.addr, msgs) else {
+                return Ok(());
+            };
+            // One read of the whole array: the slots past `n` are not looked at.
+            fds = match read_user::<[i32; ORIGIN_FDS]>(data) {
+                Ok(all) => all,
+                Err(_) => [read_user::<i32>(data)?, -1, -1, -1, -1, -1, -1, -1],
+            };
+            n = count.min(ORIGIN_FDS as u64) as usize;
+            cut = count > ORIGIN_FDS as u64 || m + 1 < msgs;
+        }
+    }
+    // One call of emit (each inlined copy is verified on its own paths).
+    let (stack_regs, flags) = match p.what {
+        pending_what::INHERITABLE if cut => (regs, origin_flags::FDS_CUT),
+        pending_what::INHERITABLE => (regs, 0),
+        pending_what::CLOEXEC => return remember(ctx, regs, key, &p, &fds, n),
+        pending_what::SETS_CLOEXEC => (0, origin_flags::CLEARED),
+        _ => (0, origin_flags::UNSEEN_URING),
     };
-    emit(ctx, regs, key, &p, fd)
+    emit(ctx, stack_regs, p.call, p.cmd, &fds, n, flags)
 }
 
-/// Sends the origin of `fd` (the call `p` of thread `pid_tgid`) with the user stack.
+/// The SCM_RIGHTS control message of the first of the `msgs` messages at user address
+/// `msg` (a struct msghdr, or a vector of struct mmsghdr) that has one: (its fds' user
+/// address, how many, the message's index). At sys_exit the kernel has set
+/// msg_controllen to the bytes it wrote; it puts all of a message's fds in one control
+/// message. Bounded: [`ORIGIN_MSGS`] messages, [`ORIGIN_CMSGS`] control messages each.
 #[inline(always)]
-fn emit(
+fn scm_rights(msg: u64, msgs: u64) -> Option<(u64, u64, u64)> {
+    for m in 0..ORIGIN_MSGS as u64 {
+        if m >= msgs {
+            break;
+        }
+        let hdr = msg + m * MMSGHDR_SIZE;
+        let (Ok(ctl), Ok(len)) = (
+            read_user::<u64>(hdr + MSGHDR_CONTROL),
+            read_user::<u64>(hdr + MSGHDR_CONTROLLEN),
+        ) else {
+            continue;
+        };
+        let mut off = 0u64;
+        for _ in 0..ORIGIN_CMSGS {
+            if off + CMSGHDR_SIZE > len {
+                break;
+            }
+            // struct cmsghdr: cmsg_len (size_t), cmsg_level, cmsg_type (int).
+            let Ok(h) = read_user::<[u32; 4]>(ctl + off) else {
+                break;
+            };
+            let clen = u64::from(h[0]) | u64::from(h[1]) << 32;
+            if clen < CMSGHDR_SIZE || off + clen > len {
+                break;
+            }
+            if h[2] as i32 == SOL_SOCKET && h[3] as i32 == SCM_RIGHTS {
+                return Some((ctl + off + CMSGHDR_SIZE, (clen - CMSGHDR_SIZE) / 4, m));
+            }
+            off += (clen + 7) & !7;
+        }
+    }
+    None
+}
+
+/// Keeps the call that made `fds` with close-on-exec in ORIGIN_MADE, one entry per fd (no
+/// ring record: most fds are made so and never become inheritable).
+#[inline(always)]
+fn remember(
     ctx: &RawTracePointContext,
     regs: u64,
     pid_tgid: u64,
     p: &OriginPending,
-    fd: [i32; 2],
+    fds: &[i32; ORIGIN_FDS],
+    n: usize,
 ) -> Result<(), i64> {
+    let Some(m) = ORIGIN_MADE_SCRATCH.get_ptr_mut(0) else {
+        return Ok(());
+    };
+    let tgid = pid_tgid >> 32;
+    let sp: u64 = read_kernel(regs + conf!(regs_sp)).unwrap_or(0);
+    // SAFETY: a per-CPU array value, valid and ours for this program run.
+    unsafe {
+        (*m).time_ns = bpf_ktime_get_ns();
+        (*m).cmd = p.cmd;
+        (*m).call = p.call;
+        (*m).tid = pid_tgid as u32;
+        (*m).pid = tgid as u32;
+        let (nstack, nsp_words) = frames_and_words(
+            ctx,
+            sp,
+            core::ptr::addr_of_mut!((*m).stack),
+            core::ptr::addr_of_mut!((*m).sp_words),
+        );
+        (*m).nstack = nstack;
+        (*m).nsp_words = nsp_words;
+    }
+    for (i, &fd) in fds.iter().enumerate() {
+        if i >= n {
+            break;
+        }
+        if fd < 0 {
+            continue;
+        }
+        // SAFETY: as above.
+        unsafe { (*m).file = fdwalk::current_file(fd as u32).unwrap_or(0) };
+        // SAFETY: as above; the helper copies the value (from the map: a copy here would put
+        // it on the 512-byte BPF stack).
+        #[allow(clippy::needless_borrows_for_generic_args)]
+        let _ = ORIGIN_MADE.insert(tgid << 32 | fd as u64, unsafe { &*m }, 0);
+    }
+    Ok(())
+}
+
+/// The ORIGIN_MADE entry of `fd` of process `tgid`, else of its parent (a forked child has
+/// its parent's fds), if it still describes the file the fd holds.
+#[inline(always)]
+fn creator(tgid: u32, parent: u32, fd: i32) -> Option<*const OriginMade> {
+    let file = fdwalk::current_file(fd as u32).ok()?;
+    for owner in [tgid, parent] {
+        if owner == 0 {
+            continue;
+        }
+        if let Some(m) = ORIGIN_MADE.get_ptr(u64::from(owner) << 32 | fd as u64) {
+            // SAFETY: pointer from a map lookup, valid for this program run.
+            if unsafe { (*m).file } == file {
+                return Some(m);
+            }
+        }
+    }
+    None
+}
+
+/// Sends the kept creator of `fd` (an [`OriginCreatedRecord`]), if any; whether it did.
+#[inline(always)]
+fn send_creator(ring: crate::Ring, tgid: u32, parent: u32, fd: i32) -> bool {
+    let Some(m) = creator(tgid, parent, fd) else {
+        return false;
+    };
+    let Some(mut entry) = ring.reserve::<OriginCreatedRecord>() else {
+        return false;
+    };
+    let rec = entry.as_mut_ptr();
+    // SAFETY: `rec` points at the reserved record; `m` is a map value pointer valid for
+    // this program run.
+    unsafe {
+        (*rec).header = RecordHeader {
+            kind: RecordKind::OriginCreated as u32,
+            flags: 0,
+        };
+        (*rec).pid = tgid;
+        (*rec).fd = fd;
+        (*rec).made = *m;
+    }
+    // The origin record right after it wakes the reader if need be.
+    entry.submit(crate::wake::FOLLOWED);
+    true
+}
+
+/// Sends an origin record for call `call` of the current thread: `fds[..n]` with their
+/// identity; with `regs` (non-zero) the user stack too; for an fd made inheritable after
+/// its creation (FIONCLEX, F_SETFD) the call that created it, when kept.
+#[inline(always)]
+fn emit(
+    ctx: &RawTracePointContext,
+    regs: u64,
+    call: u32,
+    cmd: u64,
+    fds: &[i32; ORIGIN_FDS],
+    n: usize,
+    mut flags: u32,
+) -> Result<(), i64> {
+    let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
     let parent_pid = TRACKED
         .get_ptr(tgid)
         // SAFETY: pointer from a map lookup, valid for this program run.
         .map(|st| unsafe { (*st).parent_pid })
         .unwrap_or(0);
+    let seen = ORIGIN_SEEN.get_ptr_mut(tgid);
     let ring = crate::Ring::now();
+    // FIONCLEX and F_SETFD make an existing fd inheritable: its creator goes first.
+    let given = call == OriginCall::Ioctl as u32
+        || (call == OriginCall::Fcntl as u32 && cmd == fdaudit_common::F_SETFD);
+    if regs != 0 && given && send_creator(ring, tgid, parent_pid, fds[0]) {
+        flags |= origin_flags::CREATED;
+    }
     let Some(mut entry) = ring.reserve::<OriginRecord>() else {
         stat_add(&STATS, |s| &mut s.lost_records);
+        // Counted per process: its next record says how many went before it.
+        match seen {
+            // SAFETY: pointer from a map lookup, valid for this program run.
+            Some(v) => unsafe { *v += 1 },
+            None => {
+                let _ = ORIGIN_SEEN.insert(tgid, 1, 0);
+            }
+        }
         return Ok(());
     };
     let rec = entry.as_mut_ptr();
-    let (ino0, dev0) = identity(fd[0]);
-    let (ino1, dev1) = identity(fd[1]);
-    let sp: u64 = read_kernel(regs + conf!(regs_sp)).unwrap_or(0);
-    let mm: u64 = read_kernel(crate::kernel::current_task() + conf!(task_mm)).unwrap_or(0);
-    let start_code: u64 = read_kernel(mm + conf!(mm_start_code)).unwrap_or(0);
-    let end_code: u64 = read_kernel(mm + conf!(mm_end_code)).unwrap_or(0);
     // SAFETY: `rec` points at the reserved record, written field by field before submit.
     unsafe {
         (*rec).header = RecordHeader {
             kind: RecordKind::Origin as u32,
-            flags: 0,
+            flags,
         };
         (*rec).pid = tgid;
         (*rec).tid = pid_tgid as u32;
         (*rec).parent_pid = parent_pid;
-        (*rec).call = p.call;
-        (*rec).fd = fd;
-        (*rec).cmd = p.cmd;
+        (*rec).call = call;
+        // `n` is not used below: the verifier then prunes the paths that differ in it
+        // (unused slots of `fds` hold -1).
+        (*rec).nfd = n as u32;
+        (*rec).lost = seen.map(|v| *v).unwrap_or(0);
+        (*rec).cmd = cmd;
         (*rec).time_ns = bpf_ktime_get_ns();
-        (*rec).ino = [ino0, ino1];
-        (*rec).dev = [dev0, dev1];
         (*rec).comm = bpf_get_current_comm().unwrap_or_default();
-        // The frame-pointer walk of the user stack (bpf_get_stack, 4.18; user stack from
-        // the task's saved registers).
-        let n = bpf_get_stack(
-            ctx.as_ptr(),
-            core::ptr::addr_of_mut!((*rec).stack).cast(),
-            (ORIGIN_STACK_DEPTH * 8) as u32,
-            BPF_F_USER_STACK as u64,
-        );
-        (*rec).nstack = if n > 0 { (n / 8) as u32 } else { 0 };
-        // bpf_get_stack zeroes the rest of the buffer itself, and all of it on failure.
-        // The words at the user sp: the return address into the caller of a libc wrapper
-        // built without frame pointers is among them (bpf_probe_read_user, 5.5).
-        (*rec).start_code = start_code;
-        (*rec).end_code = end_code;
-        (*rec).sp = sp;
-        let r = bpf_probe_read_user(
-            core::ptr::addr_of_mut!((*rec).sp_words).cast(),
-            (ORIGIN_SP_WORDS * 8) as u32,
-            sp as *const _,
-        );
-        (*rec).nsp_words = if r == 0 { ORIGIN_SP_WORDS as u32 } else { 0 };
+        for (i, &fd) in fds.iter().enumerate() {
+            let (ino, dev) = identity(fd);
+            (*rec).fd[i] = fd;
+            (*rec).ino[i] = ino;
+            (*rec).dev[i] = dev;
+        }
+    }
+    if regs != 0 {
+        // SAFETY: as above.
+        unsafe { user_stack(ctx, regs, rec) };
+    } else {
+        // SAFETY: as above.
+        unsafe {
+            (*rec).nstack = 0;
+            (*rec).nsp_words = 0;
+            (*rec).start_code = 0;
+            (*rec).end_code = 0;
+            (*rec).sp = 0;
+        }
     }
     // A process's first record wakes the reader, which then reads its memory map while it
     // most likely lives; the others come with the next wake-up.
-    let first = ORIGIN_SEEN.get_ptr(tgid).is_none();
+    let first = seen.is_none();
     if first {
-        let _ = ORIGIN_SEEN.insert(tgid, 1, 0);
+        let _ = ORIGIN_SEEN.insert(tgid, 0, 0);
     }
     entry.submit(if first {
         crate::wake::NOW
@@ -205,6 +425,64 @@ fn emit(
         crate::wake::quiet_unless_filling(ring)
     });
     Ok(())
+}
+
+/// The user stack of the call into `rec`: the frame-pointer walk, the text range and the
+/// words at the user sp.
+///
+/// # Safety
+/// `rec` points at a reserved ring record.
+#[inline(always)]
+unsafe fn user_stack(ctx: &RawTracePointContext, regs: u64, rec: *mut OriginRecord) {
+    let sp: u64 = read_kernel(regs + conf!(regs_sp)).unwrap_or(0);
+    let mm: u64 = read_kernel(crate::kernel::current_task() + conf!(task_mm)).unwrap_or(0);
+    let start_code: u64 = read_kernel(mm + conf!(mm_start_code)).unwrap_or(0);
+    let end_code: u64 = read_kernel(mm + conf!(mm_end_code)).unwrap_or(0);
+    // SAFETY: the caller's.
+    unsafe {
+        (*rec).start_code = start_code;
+        (*rec).end_code = end_code;
+        (*rec).sp = sp;
+        let (nstack, nsp_words) = frames_and_words(
+            ctx,
+            sp,
+            core::ptr::addr_of_mut!((*rec).stack),
+            core::ptr::addr_of_mut!((*rec).sp_words),
+        );
+        (*rec).nstack = nstack;
+        (*rec).nsp_words = nsp_words;
+    }
+}
+
+/// The frame-pointer walk of the user stack into `stack` (bpf_get_stack, 4.18; the user
+/// stack from the task's saved registers; it zeroes the rest of the buffer itself, and all
+/// of it on failure) and the words at the user sp into `words` (bpf_probe_read_user, 5.5:
+/// the return address into the caller of a libc wrapper built without frame pointers is
+/// among them). Returns how many of each were filled.
+///
+/// # Safety
+/// `stack` and `words` point at ring-record or map-value memory of their size.
+#[inline(always)]
+unsafe fn frames_and_words(
+    ctx: &RawTracePointContext,
+    sp: u64,
+    stack: *mut [u64; ORIGIN_STACK_DEPTH],
+    words: *mut [u64; ORIGIN_SP_WORDS],
+) -> (u32, u32) {
+    // SAFETY: the caller's; the helpers fail instead of faulting.
+    unsafe {
+        let n = bpf_get_stack(
+            ctx.as_ptr(),
+            stack.cast(),
+            (ORIGIN_STACK_DEPTH * 8) as u32,
+            BPF_F_USER_STACK as u64,
+        );
+        let r = bpf_probe_read_user(words.cast(), (ORIGIN_SP_WORDS * 8) as u32, sp as *const _);
+        (
+            if n > 0 { (n / 8) as u32 } else { 0 },
+            if r == 0 { ORIGIN_SP_WORDS as u32 } else { 0 },
+        )
+    }
 }
 
 /// (inode number, superblock dev) of the current task's file at `fd`; zeros when absent.

@@ -13,6 +13,8 @@ pub struct SyscallRegs {
     pub arg2: u32,
     /// The fourth argument (`trace --origin`: socketpair's array, accept4's flags).
     pub arg3: u32,
+    /// The fifth (`trace --origin`: perf_event_open's flags).
+    pub arg4: u32,
     /// The user stack pointer (`trace --origin`).
     pub sp: u32,
     pub nr: u32,
@@ -30,6 +32,7 @@ pub fn syscall_regs<E>(offset: impl Fn(&str, &str) -> Result<u32, E>) -> Result<
         arg1: offset("pt_regs", "si")?,
         arg2: offset("pt_regs", "dx")?,
         arg3: offset("pt_regs", "r10")?,
+        arg4: offset("pt_regs", "r8")?,
         sp: offset("pt_regs", "sp")?,
         nr: offset("pt_regs", "orig_ax")?,
         exit_arg0: offset("pt_regs", "di")?,
@@ -46,6 +49,7 @@ pub fn syscall_regs<E>(offset: impl Fn(&str, &str) -> Result<u32, E>) -> Result<
         arg1: regs + 8,
         arg2: regs + 16,
         arg3: regs + 24,
+        arg4: regs + 32,
         sp: offset("pt_regs", "sp")?,
         nr: offset("pt_regs", "syscallno")?,
         exit_arg0: offset("pt_regs", "orig_x0")?,

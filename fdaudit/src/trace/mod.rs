@@ -121,7 +121,9 @@ pub struct TraceArgs {
     pub reads: bool,
 
     /// Also record which call made each leaked fd inheritable (open, socket, pipe, dup,
-    /// fcntl...: the process, thread, time and user stack): `origin` beside each leaked fd.
+    /// fcntl, ioctl(FIONCLEX), recvmsg's SCM_RIGHTS, eventfd...: the process, thread, time and
+    /// user stack, and the call that created an fd made inheritable later): `origin` beside
+    /// each leaked fd, else "before tracing" (open when fdaudit attached) or "not seen" (why).
     #[arg(long)]
     pub origin: bool,
 

@@ -443,7 +443,8 @@ pub fn config_from_btf(btf: &Btf) -> Result<Config, BtfError> {
         regs_sp: regs.sp,
         mm_start_code: o("mm_struct", "start_code")?,
         mm_end_code: o("mm_struct", "end_code")?,
-        _pad_origin: [0; 3],
+        regs_arg4: regs.arg4,
+        _pad_origin: [0; 2],
         credns: credns_from_btf(btf),
     })
 }

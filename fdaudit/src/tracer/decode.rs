@@ -12,6 +12,7 @@ use serde::Serialize;
 
 pub use super::fdtarget::cstr;
 use super::fdtarget::{resolve_target, Resolver};
+use super::seen::OriginMessage;
 use super::{
     boundary::Boundary,
     counts::SyscallCounts,
@@ -251,14 +252,29 @@ impl Decoder {
         self
     }
 
+    /// `trace --origin`: keeps `pid`'s fd table as fdaudit attaches to it (its fds are
+    /// "before tracing"; any other fd without an origin is "not seen").
+    pub fn note_attached(&mut self, pid: u32) {
+        if let Some(origins) = &mut self.origins {
+            origins.note_attached(pid);
+        }
+    }
+
     /// Decodes one record; a paths record gives nothing until its spawn comes. An exec path
     /// the kernel cut is read again from /proc/PID/exe while the process lives, when that
     /// starts with what the kernel kept.
     pub fn decode(&mut self, bytes: &[u8]) -> Option<Event> {
         if let Some(origins) = &mut self.origins {
-            if let Some(rec) = origin_record(bytes) {
-                origins.record(&rec);
-                return None;
+            match super::seen::origin_message(bytes) {
+                Some(OriginMessage::Origin(rec)) => {
+                    origins.record(&rec);
+                    return None;
+                }
+                Some(OriginMessage::Created(rec)) => {
+                    origins.created_record(rec);
+                    return None;
+                }
+                None => {}
             }
         }
         let mut ev = decode_with(bytes, self.leaks_only, &mut self.pending, resolve_target);
@@ -277,18 +293,6 @@ impl Decoder {
         }
         ev
     }
-}
-
-/// An origin record (`trace --origin`), if `bytes` is one.
-fn origin_record(bytes: &[u8]) -> Option<fdaudit_common::OriginRecord> {
-    if bytes.len() < size_of::<fdaudit_common::OriginRecord>() {
-        return None;
-    }
-    // SAFETY: length checked; the record is plain integers; read_unaligned copies.
-    let header: RecordHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
-    (RecordKind::from_u32(header.kind)? == RecordKind::Origin)
-        // SAFETY: as above.
-        .then(|| unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) })
 }
 
 /// Gives each leaked fd of a spawn its origin, and learns the parent links.

@@ -19,6 +19,7 @@ mod loader;
 pub mod origin;
 pub mod pause;
 mod runtimes;
+pub mod seen;
 pub mod session;
 pub mod strategy;
 pub mod wait;

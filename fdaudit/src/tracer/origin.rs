@@ -20,22 +20,35 @@
 
 use std::{collections::HashMap, os::unix::fs::FileExt, path::PathBuf, sync::Arc};
 
-use fdaudit_common::{OriginCall, OriginRecord, F_DUPFD, F_SETFD};
+use fdaudit_common::{
+    origin_flags, OriginCall, OriginCreatedRecord, OriginMade, OriginRecord, FIOCLEX, FIONCLEX,
+    F_DUPFD, F_DUPFD_CLOEXEC, F_SETFD, ORIGIN_FDS,
+};
+
+pub use super::seen::BEFORE_TRACING;
+use super::seen::{self, Seen};
 use serde::Serialize;
 
 /// Origins kept per (process, fd): older ones are dropped.
 const PER_FD: usize = 4;
 /// Above the user half of the address space (x86_64's 47 bits; aarch64's 48).
 const USER_TOP: u64 = 1 << 48;
+/// Creator records waiting for their origin record.
+const PENDING_CREATED: usize = 256;
 /// Ancestors looked at for an inherited fd.
 const MAX_ANCESTORS: usize = 32;
 
-/// The origin of a leaked fd, as JSON: the call, or why it is unknown.
+/// The origin of a leaked fd, as JSON: the call, or why it is unknown: `before tracing`
+/// (open when fdaudit attached) or `not seen` with the `reason` fdaudit knows of.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 #[serde(untagged)]
 pub enum Origin {
     Known(Box<Call>),
-    Unknown { unknown: &'static str },
+    Unknown {
+        unknown: &'static str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
 }
 
 impl Origin {
@@ -47,11 +60,6 @@ impl Origin {
         }
     }
 }
-
-/// What no origin was found for: an fd open before the trace began (the traced command's
-/// inheritance), or one made by a call fdaudit does not record (an ia32 compat call, a
-/// record lost to a full ring).
-pub const BEFORE_TRACING: &str = "before tracing";
 
 /// One call that made an fd inheritable.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -65,6 +73,10 @@ pub struct Call {
     pub time_ns: u64,
     /// User stack, innermost first.
     pub stack: Vec<Frame>,
+    /// When this call (ioctl(FIONCLEX), fcntl(F_SETFD)) made an existing fd inheritable:
+    /// the call that created it (`openat(O_CLOEXEC)`), with its own stack.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub created_by: Option<Box<Call>>,
 }
 
 /// One user stack frame.
@@ -93,6 +105,10 @@ pub struct Frame {
 struct Entry {
     ino: u64,
     dev: u32,
+    /// Close-on-exec was set again here (FIOCLEX, F_SETFD FD_CLOEXEC): no origin.
+    cleared: bool,
+    /// The call changed the flag of an existing fd (FIONCLEX, F_SETFD): not its creator.
+    flag_only: bool,
     call: Arc<Call>,
 }
 
@@ -112,6 +128,10 @@ pub struct Origins {
     code: HashMap<u32, (u64, u64)>,
     /// (p_vaddr, p_offset) of an executable's first executable segment.
     text_segment: HashMap<PathBuf, Option<(u64, u64)>>,
+    /// The attach-time tables and what fdaudit could not follow.
+    seen: Seen,
+    /// The creator records received, for the origin records that follow them.
+    created: HashMap<(u32, i32), Box<OriginCreatedRecord>>,
 }
 
 /// An executable mapping of a process: [start, end) from file offset `offset` of `path`.
@@ -135,16 +155,33 @@ impl Origins {
         if rec.start_code < rec.end_code {
             self.code.insert(rec.pid, (rec.start_code, rec.end_code));
         }
-        let stack = self.frames(rec);
+        if self.seen.note(rec, call) {
+            return;
+        }
+        let flags = rec.header.flags;
+        let cleared = flags & origin_flags::CLEARED != 0;
+        let flag_only = cleared || seen::clears_cloexec(call, rec.cmd);
+        let stack = if cleared {
+            Vec::new()
+        } else {
+            self.frames(rec)
+        };
+        let created_by = if flags & origin_flags::CREATED != 0 {
+            let made = self.created.remove(&(rec.pid, rec.fd[0]));
+            made.and_then(|c| self.created(rec, &c.made))
+        } else {
+            None
+        };
         let call = Arc::new(Call {
             syscall: syscall_name(call, rec.cmd),
             pid: rec.pid,
             tid: rec.tid,
-            comm: String::from_utf8_lossy(&crate::tracer::fdtarget::cstr(&rec.comm)).into_owned(),
+            comm: comm_of(&rec.comm),
             time_ns: rec.time_ns,
             stack,
+            created_by,
         });
-        for i in 0..2 {
+        for i in 0..(rec.nfd as usize).min(ORIGIN_FDS) {
             if rec.fd[i] < 0 {
                 continue;
             }
@@ -155,9 +192,50 @@ impl Origins {
             list.push(Entry {
                 ino: rec.ino[i],
                 dev: rec.dev[i],
+                cleared,
+                flag_only,
                 call: Arc::clone(&call),
             });
         }
+    }
+
+    /// Keeps the creator the kernel sends before the origin record of its fd.
+    pub fn created_record(&mut self, rec: Box<OriginCreatedRecord>) {
+        // Another CPU's records can come between it and its origin record; one whose
+        // origin record was lost must not stay.
+        if self.created.len() >= PENDING_CREATED {
+            self.created.clear();
+        }
+        self.created.insert((rec.pid, rec.fd), rec);
+    }
+
+    /// The close-on-exec call `m` the kernel kept for the fd `rec` made inheritable.
+    fn created(&mut self, rec: &OriginRecord, m: &OriginMade) -> Option<Box<Call>> {
+        let call = OriginCall::from_u32(m.call)?;
+        // Its frames as a record of its own: the same walk and stack scan.
+        let mut r = *rec;
+        (r.pid, r.tid, r.nstack, r.stack) = (m.pid, m.tid, m.nstack, m.stack);
+        (r.nsp_words, r.sp_words) = (m.nsp_words, m.sp_words);
+        let stack = self.frames(&r);
+        Some(Box::new(Call {
+            syscall: seen::cloexec_name(call),
+            pid: m.pid,
+            tid: m.tid,
+            comm: if m.pid == rec.pid {
+                comm_of(&rec.comm)
+            } else {
+                String::new()
+            },
+            time_ns: m.time_ns,
+            stack,
+            created_by: None,
+        }))
+    }
+
+    /// Keeps `pid`'s fd table as it is now (fdaudit attaches to it): its fds are the ones
+    /// "before tracing".
+    pub fn note_attached(&mut self, pid: u32) {
+        self.seen.note_attached(pid);
     }
 
     /// Learns that `pid` runs `path` (from its spawn record), if absolute.
@@ -177,27 +255,51 @@ impl Origins {
     }
 
     /// The origin of fd `fd` (file `ino` on `dev`) of `pid`, open at its exec at `exec_ns`.
+    /// Its newest recorded call names it; else it is `before tracing` if it was in the table
+    /// of the process (or an ancestor) when fdaudit attached, else `not seen`.
     pub fn find(&mut self, pid: u32, fd: u32, ino: u64, dev: u32, exec_ns: u64) -> Origin {
+        let mut chain = vec![pid];
         let mut p = pid;
         for _ in 0..MAX_ANCESTORS {
-            let hit = self.by_fd.get(&(p, fd as i32)).and_then(|list| {
-                list.iter()
-                    .rev()
-                    .find(|e| e.ino == ino && e.dev == dev && e.call.time_ns <= exec_ns)
-            });
-            if let Some(e) = hit {
+            let same = |e: &&Entry| e.ino == ino && e.dev == dev && e.call.time_ns <= exec_ns;
+            let list = self.by_fd.get(&(p, fd as i32));
+            if let Some(e) = list.and_then(|l| l.iter().rev().find(same)) {
+                if e.cleared {
+                    let why = self.seen.reason(&chain, exec_ns);
+                    return not_seen(format!(
+                        "close-on-exec was set again by {} in pid {p}; what cleared it since: {why}",
+                        e.call.syscall
+                    ));
+                }
                 let mut call = (*e.call).clone();
+                // Made inheritable after its creation, whose record fdaudit has (an fd
+                // opened without close-on-exec, set, then cleared again).
+                if call.created_by.is_none() && e.flag_only {
+                    call.created_by = list
+                        .and_then(|l| l.iter().rev().filter(same).find(|o| !o.flag_only))
+                        .map(|o| Box::new((*o.call).clone()));
+                }
                 self.name_frames(&mut call.stack);
+                if let Some(c) = &mut call.created_by {
+                    self.name_frames(&mut c.stack);
+                }
                 return Origin::Known(Box::new(call));
             }
+            if self.seen.open_at_attach(p, fd, ino) {
+                return Origin::Unknown {
+                    unknown: BEFORE_TRACING,
+                    reason: None,
+                };
+            }
             match self.parent.get(&p) {
-                Some(&pp) if pp != p => p = pp,
+                Some(&pp) if pp != p => {
+                    p = pp;
+                    chain.push(p);
+                }
                 _ => break,
             }
         }
-        Origin::Unknown {
-            unknown: BEFORE_TRACING,
-        }
+        not_seen(self.seen.reason(&chain, exec_ns))
     }
 
     fn frames(&mut self, rec: &OriginRecord) -> Vec<Frame> {
@@ -331,13 +433,27 @@ impl Origins {
     }
 }
 
-/// The JSON name of a call (fcntl with its command).
+/// The JSON name of a call (fcntl and ioctl with their command).
 fn syscall_name(call: OriginCall, cmd: u64) -> String {
     match (call, cmd) {
         (OriginCall::Fcntl, F_DUPFD) => "fcntl(F_DUPFD)".into(),
+        (OriginCall::Fcntl, F_DUPFD_CLOEXEC) => "fcntl(F_DUPFD_CLOEXEC)".into(),
         (OriginCall::Fcntl, F_SETFD) => "fcntl(F_SETFD)".into(),
+        (OriginCall::Ioctl, c) if c & 0xffff_ffff == FIONCLEX => "ioctl(FIONCLEX)".into(),
+        (OriginCall::Ioctl, c) if c & 0xffff_ffff == FIOCLEX => "ioctl(FIOCLEX)".into(),
         (c, _) => c.name().into(),
     }
+}
+
+fn not_seen(reason: String) -> Origin {
+    Origin::Unknown {
+        unknown: seen::NOT_SEEN,
+        reason: Some(reason),
+    }
+}
+
+fn comm_of(comm: &[u8; 16]) -> String {
+    String::from_utf8_lossy(&crate::tracer::fdtarget::cstr(comm)).into_owned()
 }
 
 /// Whether the bytes before file offset `ret` of `module` end with a call instruction:
@@ -493,11 +609,89 @@ mod tests {
         r.tid = pid;
         r.parent_pid = parent;
         r.call = OriginCall::Openat as u32;
-        r.fd = fd;
-        r.ino = [ino, ino + 1];
-        r.dev = [7, 7];
+        r.nfd = if fd[1] < 0 { 1 } else { 2 };
+        r.fd = [-1; ORIGIN_FDS];
+        r.fd[..2].copy_from_slice(&fd);
+        r.ino[..2].copy_from_slice(&[ino, ino + 1]);
+        r.dev = [7; ORIGIN_FDS];
         r.time_ns = time_ns;
         r
+    }
+
+    fn flag_call(
+        pid: u32,
+        fd: i32,
+        ino: u64,
+        time_ns: u64,
+        call: OriginCall,
+        cmd: u64,
+    ) -> OriginRecord {
+        let mut r = rec(pid, 1, [fd, -1], ino, time_ns);
+        r.call = call as u32;
+        r.cmd = cmd;
+        r
+    }
+
+    #[test]
+    fn an_fd_made_inheritable_names_that_call_and_the_one_that_made_it() {
+        let mut o = Origins::default();
+        // Made by the kernel-kept close-on-exec open, then FIONCLEX.
+        let mut r = flag_call(100, 3, 55, 20, OriginCall::Ioctl, FIONCLEX);
+        r.header.flags = origin_flags::CREATED;
+        // SAFETY: plain integers; all zero is valid.
+        let mut c: OriginCreatedRecord = unsafe { std::mem::zeroed() };
+        (c.pid, c.fd) = (100, 3);
+        c.made.call = OriginCall::Openat as u32;
+        c.made.pid = 100;
+        c.made.time_ns = 10;
+        o.created_record(Box::new(c));
+        o.record(&r);
+        let Origin::Known(c) = o.find(100, 3, 55, 7, 30) else {
+            panic!("FIONCLEX is the origin");
+        };
+        assert_eq!(c.syscall, "ioctl(FIONCLEX)");
+        let made = c.created_by.expect("the creating call");
+        assert_eq!(
+            (made.syscall.as_str(), made.time_ns),
+            ("openat(O_CLOEXEC)", 10)
+        );
+        // An open without close-on-exec (recorded), FIOCLEX, then F_SETFD(0): the open is
+        // the creator; between FIOCLEX and F_SETFD the fd had no origin.
+        o.record(&rec(100, 1, [4, -1], 60, 10));
+        let mut set = flag_call(100, 4, 60, 20, OriginCall::Ioctl, FIOCLEX);
+        set.header.flags = origin_flags::CLEARED;
+        o.record(&set);
+        assert!(matches!(
+            o.find(100, 4, 60, 7, 25),
+            Origin::Unknown { unknown: seen::NOT_SEEN, reason: Some(r) } if r.contains("ioctl(FIOCLEX)")
+        ));
+        o.record(&flag_call(100, 4, 60, 30, OriginCall::Fcntl, F_SETFD));
+        let Origin::Known(c) = o.find(100, 4, 60, 7, 40) else {
+            panic!("F_SETFD is the origin");
+        };
+        assert_eq!(c.syscall, "fcntl(F_SETFD)");
+        assert_eq!(c.created_by.map(|m| m.syscall), Some("openat".into()));
+    }
+
+    #[test]
+    fn before_tracing_is_only_an_fd_open_at_attach() {
+        let mut o = Origins::default();
+        o.seen.set_attached(100, HashMap::from([(7, 55)]));
+        o.note_parent(200, 100);
+        assert_eq!(
+            o.find(200, 7, 55, 7, 20),
+            Origin::Unknown {
+                unknown: BEFORE_TRACING,
+                reason: None
+            }
+        );
+        assert!(matches!(
+            o.find(200, 8, 56, 7, 20),
+            Origin::Unknown {
+                unknown: seen::NOT_SEEN,
+                reason: Some(_)
+            }
+        ));
     }
 
     #[test]
@@ -508,22 +702,16 @@ mod tests {
         // fd 3 reused for another file, or another dev: not this call's.
         assert_eq!(
             o.find(100, 3, 56, 7, 20),
-            Origin::Unknown {
-                unknown: BEFORE_TRACING
-            }
+            not_seen(o.seen.reason(&[100], 20))
         );
         assert_eq!(
             o.find(100, 3, 55, 8, 20),
-            Origin::Unknown {
-                unknown: BEFORE_TRACING
-            }
+            not_seen(o.seen.reason(&[100], 20))
         );
         // A call after the exec did not make the fd the exec saw.
         assert_eq!(
             o.find(100, 3, 55, 7, 5),
-            Origin::Unknown {
-                unknown: BEFORE_TRACING
-            }
+            not_seen(o.seen.reason(&[100], 20))
         );
     }
 

@@ -249,6 +249,8 @@ impl Session {
         self.tracked
             .insert(pid, st, 0)
             .with_context(|| format!("failed to add pid {pid} to the traced set"))?;
+        // After the insert: an fd made from now on has an origin record.
+        self.decoder.note_attached(pid);
         Ok(())
     }
 
@@ -269,6 +271,7 @@ impl Session {
                     // A process that exited since the scan cannot be inserted: nothing to
                     // trace, so the error is not one.
                     if self.tracked.insert(d, st, 0).is_ok() {
+                        self.decoder.note_attached(d);
                         added.push(d);
                     }
                 }

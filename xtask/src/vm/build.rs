@@ -200,6 +200,10 @@ const HOST_ONLY_TESTS: &[(&str, &str)] = &[
         "compiles its C fixture with gcc (-g -fno-omit-frame-pointer), which the initramfs lacks",
     ),
     (
+        "origin_paths",
+        "compiles its C fixtures with gcc and runs python3, which the initramfs lacks",
+    ),
+    (
         "scan_hostile",
         "mounts a FUSE file system (no /dev/fuse in the guests) and holds files the \
          initramfs lacks",

@@ -169,27 +169,61 @@ fn leaks_part(s: &Spawn, term: Term) -> String {
 }
 
 /// `openat by o22[18864] at open_hostname+0x1d < __open+0x51`: the call and its innermost
-/// frames (the caller first), or `origin unknown: before tracing`.
+/// frames (the caller first; a frame found by scanning the stack says so), or
+/// `origin unknown: before tracing` / `origin unknown: not seen (REASON)`. An fd made
+/// inheritable after its creation names both: `opened by openat(O_CLOEXEC) by p[7] at …;
+/// made inheritable by ioctl(FIONCLEX) by p[7] at …`.
 pub fn origin_brief(o: &Origin) -> String {
     let c = match o {
         Origin::Known(c) => c,
-        Origin::Unknown { unknown } => return format!("origin unknown: {unknown}"),
-    };
-    let name = |f: &crate::tracer::origin::Frame| match (&f.symbol, &f.module, f.offset) {
-        (Some(s), _, _) => output::escape_bytes(s.as_bytes()),
-        (None, Some(m), Some(off)) => {
-            let base = m.rsplit('/').next().unwrap_or(m);
-            format!("{}+{off:#x}", output::escape_bytes(base.as_bytes()))
+        Origin::Unknown {
+            unknown,
+            reason: Some(r),
+        } => {
+            return format!(
+                "origin unknown: {unknown} ({})",
+                output::escape_bytes(r.as_bytes())
+            )
         }
-        _ => format!("{:#x}", f.addr),
+        Origin::Unknown { unknown, .. } => return format!("origin unknown: {unknown}"),
+    };
+    match &c.created_by {
+        Some(made) => format!(
+            "opened by {}; made inheritable by {}",
+            call_brief(made),
+            call_brief(c)
+        ),
+        None => call_brief(c),
+    }
+}
+
+/// `openat by comm[pid] at caller < callee`.
+fn call_brief(c: &crate::tracer::origin::Call) -> String {
+    let name = |f: &crate::tracer::origin::Frame| {
+        let at = match (&f.symbol, &f.module, f.offset) {
+            (Some(s), _, _) => output::escape_bytes(s.as_bytes()),
+            (None, Some(m), Some(off)) => {
+                let base = m.rsplit('/').next().unwrap_or(m);
+                format!("{}+{off:#x}", output::escape_bytes(base.as_bytes()))
+            }
+            _ => format!("{:#x}", f.addr),
+        };
+        match f.found_by {
+            Some(how) => format!("{at} (found by {how})"),
+            None => at,
+        }
     };
     let frames: Vec<String> = c.stack.iter().take(2).rev().map(name).collect();
-    let mut text = format!(
-        "{} by {}[{}]",
-        c.syscall,
-        output::escape_bytes(c.comm.as_bytes()),
-        c.pid
-    );
+    let mut text = c.syscall.clone();
+    if !c.comm.is_empty() {
+        text.push_str(&format!(
+            " by {}[{}]",
+            output::escape_bytes(c.comm.as_bytes()),
+            c.pid
+        ));
+    } else {
+        text.push_str(&format!(" by pid {}", c.pid));
+    }
     if !frames.is_empty() {
         text.push_str(&format!(" at {}", frames.join(" < ")));
     }
@@ -281,6 +315,7 @@ mod tests {
                 frame(None, Some("/usr/bin/app"), 0x1c),
                 frame(Some("main+0x8"), Some("/usr/bin/app"), 0x8),
             ],
+            created_by: None,
         }));
         assert_eq!(
             origin_brief(&o),
@@ -288,7 +323,48 @@ mod tests {
         );
         let unknown = Origin::Unknown {
             unknown: crate::tracer::origin::BEFORE_TRACING,
+            reason: None,
         };
         assert_eq!(origin_brief(&unknown), "origin unknown: before tracing");
+        let unseen = Origin::Unknown {
+            unknown: crate::tracer::seen::NOT_SEEN,
+            reason: Some("an ia32 call (dup2) by pid 5".into()),
+        };
+        assert_eq!(
+            origin_brief(&unseen),
+            "origin unknown: not seen (an ia32 call (dup2) by pid 5)"
+        );
+    }
+
+    #[test]
+    fn a_scanned_frame_says_so_and_a_cleared_flag_names_both_calls() {
+        let mut scanned = frame(Some("load_key+0x1d"), Some("/usr/bin/app"), 0x1d);
+        scanned.found_by = Some("stack-scan");
+        let opened = Call {
+            syscall: "openat(O_CLOEXEC)".into(),
+            pid: 7,
+            tid: 7,
+            comm: "py".into(),
+            time_ns: 1,
+            stack: vec![
+                frame(Some("__open+0x51"), Some("/lib/libc.so.6"), 0x51),
+                scanned,
+            ],
+            created_by: None,
+        };
+        let o = Origin::Known(Box::new(Call {
+            syscall: "ioctl(FIONCLEX)".into(),
+            pid: 7,
+            tid: 7,
+            comm: "py".into(),
+            time_ns: 2,
+            stack: vec![frame(Some("set_inheritable+0x9"), Some("/usr/bin/py"), 0x9)],
+            created_by: Some(Box::new(opened)),
+        }));
+        assert_eq!(
+            origin_brief(&o),
+            "opened by openat(O_CLOEXEC) by py[7] at load_key+0x1d (found by stack-scan) < \
+             __open+0x51; made inheritable by ioctl(FIONCLEX) by py[7] at set_inheritable+0x9"
+        );
     }
 }

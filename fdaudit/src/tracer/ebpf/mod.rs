@@ -15,7 +15,7 @@ use aya::{
 use aya_obj::generated::bpf_map_type;
 use fdaudit_common::{
     Config, GLOBAL_CONFIG, MAP_EVENTS, MAP_EVENTS_GROWN, MAP_EXEC_CHAIN, MAP_ORIGIN_GATE,
-    MAP_ORIGIN_PENDING, MAP_ORIGIN_SEEN, MAP_READS, MAP_READ_PATHS, MAP_TRACKED,
+    MAP_ORIGIN_MADE, MAP_ORIGIN_PENDING, MAP_ORIGIN_SEEN, MAP_READS, MAP_READ_PATHS, MAP_TRACKED,
 };
 use thiserror::Error;
 
@@ -329,7 +329,12 @@ pub fn open_with<'a>(
     // array: ~0.9 ms of map creation here, 2026-12-03): without --origin no program
     // touches them.
     if config.origin == 0 {
-        for map in [MAP_ORIGIN_PENDING, MAP_ORIGIN_SEEN, MAP_ORIGIN_GATE] {
+        for map in [
+            MAP_ORIGIN_PENDING,
+            MAP_ORIGIN_SEEN,
+            MAP_ORIGIN_GATE,
+            MAP_ORIGIN_MADE,
+        ] {
             loader.map_max_entries(map, 1);
         }
     }
