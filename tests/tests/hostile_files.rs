@@ -273,3 +273,157 @@ fn a_libc_truncated_while_it_is_read_does_not_kill_the_trace() {
         spawns.first()
     );
 }
+
+/// Opens /etc/hostname without O_CLOEXEC in a named function, then deletes its own
+/// executable and puts at that path a FIFO (`fifo`) or a symlink to argv[2] (`symlink`):
+/// what /proc/PID/maps names "PATH (deleted)" is now something else. Then it forks and
+/// execs /bin/true (fd 3 leaks into it), and lives a little longer.
+const SWAP_EXE: &str = r#"
+#include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+__attribute__((noinline)) int open_it(void) { return open("/etc/hostname", O_RDONLY); }
+
+int main(int argc, char **argv) {
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (argc < 2 || n <= 0) return 2;
+    self[n] = 0;
+    for (int fd = 3; fd < 1024; fd++) close(fd);
+    if (open_it() != 3) return 10;
+    if (unlink(self) != 0) return 11;
+    if (strcmp(argv[1], "fifo") == 0) {
+        if (mkfifo(self, 0644) != 0) return 12;
+    } else if (argc < 3 || symlink(argv[2], self) != 0) {
+        return 13;
+    }
+    usleep(300000);
+    pid_t pid = fork();
+    if (pid == 0) { execl("/bin/true", "true", (char *)0); _exit(127); }
+    int st;
+    waitpid(pid, &st, 0);
+    usleep(500000);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+}
+"#;
+
+/// The origin of the fd 3 that /bin/true got.
+fn origin_of_fd3(run: &Run) -> &Value {
+    let spawn = of_type(&run.records, "spawn")
+        .into_iter()
+        .find(|s| s["exec_path"] == "/bin/true")
+        .unwrap_or_else(|| panic!("no spawn of /bin/true: {}", run.stderr));
+    let leaked = spawn["leaked_fds"].as_array().expect("leaked_fds");
+    let fd3 = leaked
+        .iter()
+        .find(|l| l["fd"] == 3)
+        .unwrap_or_else(|| panic!("fd 3 did not leak: {spawn}"));
+    &fd3["origin"]
+}
+
+/// Whether a frame of `origin` names the fixture's `open_it`.
+fn names_open_it(origin: &Value) -> bool {
+    origin["stack"].as_array().is_some_and(|frames| {
+        frames
+            .iter()
+            .any(|f| f["symbol"].as_str().unwrap_or("").starts_with("open_it+"))
+    })
+}
+
+#[test]
+#[ignore = "needs root"]
+fn an_executable_replaced_by_a_fifo_neither_hangs_origin_nor_gets_a_reader() {
+    let _g = guard();
+    let scene = Scene::new("fifo");
+    let exe = scene.program("swap-exe-fifo", SWAP_EXE);
+    // A writer opens a FIFO without blocking only while it has a reader: fdaudit must never
+    // be one.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let probe = {
+        let (stop, path) = (std::sync::Arc::clone(&stop), exe.clone());
+        std::thread::spawn(move || {
+            let c = std::ffi::CString::new(path.as_os_str().as_bytes()).expect("a path");
+            let mut readers = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                // Only once the path is the FIFO (a write open of the executable before that
+                // would make its exec fail with ETXTBSY).
+                let is_fifo = std::fs::symlink_metadata(&path).is_ok_and(|m| {
+                    use std::os::unix::fs::FileTypeExt as _;
+                    m.file_type().is_fifo()
+                });
+                if !is_fifo {
+                    std::thread::sleep(Duration::from_millis(2));
+                    continue;
+                }
+                // SAFETY: a valid path; the fd is closed at once.
+                let fd = unsafe {
+                    libc::open(
+                        c.as_ptr(),
+                        libc::O_WRONLY | libc::O_NONBLOCK | libc::O_CLOEXEC,
+                    )
+                };
+                if fd >= 0 {
+                    readers += 1;
+                    // SAFETY: our fd.
+                    unsafe { libc::close(fd) };
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            readers
+        })
+    };
+    let run = trace_as_nobody(
+        &["--origin"],
+        &[exe.as_os_str(), "fifo".as_ref()],
+        Duration::from_secs(60),
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let readers = probe.join().expect("the probe thread");
+    assert_eq!(readers, 0, "the FIFO at the executable's path got a reader");
+    run.assert_finished("an executable replaced by a FIFO");
+    let origin = origin_of_fd3(&run);
+    assert_eq!(origin["syscall"], "openat", "{origin}");
+    // Named from the mapped file itself (map_files), not from what its path is now.
+    assert!(names_open_it(origin), "{origin}");
+}
+
+#[test]
+#[ignore = "needs root"]
+fn an_executable_replaced_by_a_symlink_does_not_make_root_read_its_target() {
+    let _g = guard();
+    let scene = Scene::new("symlink");
+    let exe = scene.program("swap-exe-link", SWAP_EXE);
+    // Root's, unreadable to nobody; watched for any open or read.
+    let secret = scene.root.join("secret");
+    std::fs::copy(&exe, &secret).expect("write the secret");
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600))
+        .expect("chmod the secret");
+    // SAFETY: plain calls; the fd is ours.
+    let ino = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+    assert!(ino >= 0, "inotify_init1");
+    let c = std::ffi::CString::new(secret.as_os_str().as_bytes()).expect("a path");
+    // SAFETY: a valid fd and path.
+    let wd = unsafe { libc::inotify_add_watch(ino, c.as_ptr(), libc::IN_OPEN | libc::IN_ACCESS) };
+    assert!(wd >= 0, "inotify_add_watch");
+    let run = trace_as_nobody(
+        &["--origin"],
+        &[exe.as_os_str(), "symlink".as_ref(), secret.as_os_str()],
+        Duration::from_secs(60),
+    );
+    let mut buf = [0u8; 4096];
+    // SAFETY: reads into our buffer from our fd.
+    let n = unsafe { libc::read(ino, buf.as_mut_ptr().cast(), buf.len()) };
+    // SAFETY: our fd.
+    unsafe { libc::close(ino) };
+    assert!(
+        n <= 0,
+        "fdaudit opened or read the symlink's root-only target ({n} bytes of inotify events)"
+    );
+    run.assert_finished("an executable replaced by a symlink");
+    let origin = origin_of_fd3(&run);
+    assert_eq!(origin["syscall"], "openat", "{origin}");
+    assert!(names_open_it(origin), "{origin}");
+}

@@ -14,7 +14,7 @@ use crate::untrusted::{self, Bounded};
 
 /// Whether a path lies under a mount whose file system is never read, by the longest mount
 /// point (fdaudit's own mountinfo) that is a prefix of it.
-fn on_remote(path: &[u8], mountinfo: &str) -> bool {
+pub fn on_remote(path: &[u8], mountinfo: &str) -> bool {
     let mut best: (usize, bool) = (0, false);
     for line in mountinfo.lines() {
         let point = line.split(' ').nth(4).unwrap_or("");

@@ -20,6 +20,8 @@ pub mod origin;
 mod runtimes;
 pub mod session;
 pub mod strategy;
+mod symbolize;
+mod symbols;
 pub mod wait;
 
 #[cfg(test)]
