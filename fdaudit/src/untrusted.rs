@@ -13,7 +13,7 @@
 
 use std::{
     cell::RefCell,
-    collections::HashMap,
+    collections::{BTreeMap, HashMap},
     ffi::CString,
     fs::File,
     os::{
@@ -169,11 +169,13 @@ struct Cache {
     /// Bytes still allowed.
     left: u64,
     bufs: HashMap<(u64, u64), Box<[u8]>>,
-    strings: HashMap<(u64, u8), Box<[u8]>>,
+    /// Windows of string tables by (offset, length): strings are served from them. Never
+    /// replaced (what was handed out points into them).
+    windows: BTreeMap<(u64, usize), Box<[u8]>>,
 }
 
-/// The longest string (a symbol or section name) read.
-const MAX_STRING: u64 = 4096;
+/// Bytes read at once for strings (a symbol or section name is within one).
+const WINDOW: u64 = 64 << 10;
 
 /// A file read by `pread` for `object`'s parsers ([`object::ReadRef`]): each range read is
 /// kept while the reader lives, and all of them together stay within a byte budget (a read
@@ -226,7 +228,7 @@ impl Bounded {
     /// Bytes kept so far.
     pub fn kept(&self) -> u64 {
         let c = self.cache.borrow();
-        let bufs = c.bufs.values().chain(c.strings.values());
+        let bufs = c.bufs.values().chain(c.windows.values());
         bufs.map(|b| b.len() as u64).sum()
     }
 
@@ -280,22 +282,33 @@ impl<'a> object::ReadRef<'a> for &'a Bounded {
             return Err(());
         }
         let c = &mut *self.cache.borrow_mut();
-        if let Some(b) = c.strings.get(&(range.start, delimiter)) {
-            return Ok(extend(b));
+        // A window read before that holds the string whole (names of a table are read in
+        // order: one read serves thousands of them).
+        let hit = c
+            .windows
+            .range(..=(range.start, usize::MAX))
+            .next_back()
+            .and_then(|(&(at, _), w)| {
+                let from = usize::try_from(range.start - at).ok()?;
+                let rest = w.get(from..)?;
+                let len = memchr::memchr(delimiter, rest)?;
+                (range.start + len as u64 <= range.end).then(|| extend(&rest[..len]))
+            });
+        if let Some(s) = hit {
+            return Ok(s);
         }
-        let max = (range.end - range.start).min(MAX_STRING);
-        Bounded::spend(c, max)?;
-        let mut bytes = vec![0; max as usize];
+        let size = (range.end - range.start).min(WINDOW);
+        Bounded::spend(c, size)?;
+        let mut bytes = vec![0; size as usize];
         let n = self.file.read_at(&mut bytes, range.start).map_err(|_| ())?;
-        let len = memchr::memchr(delimiter, &bytes[..n]).ok_or(())?;
-        bytes.truncate(len);
-        // What was not kept goes back to the budget.
-        c.left += max - len as u64;
-        Ok(extend(
-            c.strings
-                .entry((range.start, delimiter))
-                .or_insert(bytes.into_boxed_slice()),
-        ))
+        bytes.truncate(n);
+        let len = memchr::memchr(delimiter, &bytes).ok_or(())?;
+        // An equal key holds as many bytes: `len` is within it.
+        let w = c
+            .windows
+            .entry((range.start, n))
+            .or_insert(bytes.into_boxed_slice());
+        Ok(extend(&w[..len]))
     }
 }
 
@@ -358,6 +371,24 @@ mod tests {
         );
         assert!((&b).read_bytes_at(9_000, 2_000).is_err(), "past the end");
         assert_eq!(b.kept(), 4000);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn strings_are_served_from_one_window_within_their_table() {
+        let d = scratch("strings");
+        let p = d.join("f");
+        std::fs::write(&p, b"abc\0def\0ghi").unwrap();
+        let b = Bounded::of(open_path(path_bytes(&p), 1 << 20, None).unwrap(), 1 << 20);
+        assert_eq!((&b).read_bytes_at_until(0..11, 0).unwrap(), b"abc");
+        assert_eq!((&b).read_bytes_at_until(4..11, 0).unwrap(), b"def");
+        assert_eq!(b.kept(), 11, "one window");
+        assert!((&b).read_bytes_at_until(8..11, 0).is_err(), "no delimiter");
+        assert!(
+            (&b).read_bytes_at_until(4..6, 0).is_err(),
+            "past the table's end"
+        );
+        assert_eq!((&b).read_bytes_at_until(4..11, 0).unwrap(), b"def");
         let _ = std::fs::remove_dir_all(&d);
     }
 

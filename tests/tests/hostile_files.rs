@@ -67,8 +67,9 @@ struct Run {
     /// The wait status (None: killed at the deadline).
     status: Option<i32>,
     elapsed: Duration,
-    /// fdaudit's peak RSS (KiB), from wait4's rusage.
+    /// fdaudit's peak RSS (KiB) and CPU time (user and system), from wait4's rusage.
     max_rss_kib: i64,
+    cpu: Duration,
     stderr: String,
     records: Vec<Value>,
 }
@@ -130,9 +131,14 @@ fn trace_as_nobody(args: &[&str], cmd: &[&std::ffi::OsStr], limit: Duration) -> 
         status: ended.then_some(status),
         elapsed,
         max_rss_kib: ru.ru_maxrss,
+        cpu: tv(ru.ru_utime) + tv(ru.ru_stime),
         stderr,
         records: if ended { records(&text) } else { Vec::new() },
     }
+}
+
+fn tv(t: libc::timeval) -> Duration {
+    Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
 }
 
 impl Run {
@@ -426,4 +432,168 @@ fn an_executable_replaced_by_a_symlink_does_not_make_root_read_its_target() {
     let origin = origin_of_fd3(&run);
     assert_eq!(origin["syscall"], "openat", "{origin}");
     assert!(names_open_it(origin), "{origin}");
+}
+
+/// Maps three hard links to one 320 MiB sparse ELF file (its headers claim a symbol table
+/// and DWARF of hundreds of MiB) and 60,000 small executable mappings of another file, then
+/// makes 200 openat calls (no O_CLOEXEC) with a forged frame chain (rbp pointing at a chain
+/// whose return addresses are in the three links, then in no mapping at all), and forks
+/// and execs /bin/true: every fd leaks and each origin's 16 frames are named. It stays
+/// alive meanwhile, so that its maps (60,000 lines) are there to be read for each frame.
+const MULTIPLY: &str = r#"
+#define _GNU_SOURCE
+#include <elf.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define BIG (320L << 20)
+#define LINKS 3
+#define MAPS 60000
+#define CALLS 200
+
+static int write_elf(int fd) {
+    unsigned char h[4096];
+    memset(h, 0, sizeof h);
+    Elf64_Ehdr *e = (Elf64_Ehdr *)h;
+    memcpy(e->e_ident, ELFMAG, SELFMAG);
+    e->e_ident[EI_CLASS] = ELFCLASS64;
+    e->e_ident[EI_DATA] = ELFDATA2LSB;
+    e->e_ident[EI_VERSION] = EV_CURRENT;
+    e->e_type = ET_DYN;
+    e->e_machine = EM_X86_64;
+    e->e_version = EV_CURRENT;
+    e->e_ehsize = sizeof(Elf64_Ehdr);
+    e->e_shoff = 64;
+    e->e_shentsize = sizeof(Elf64_Shdr);
+    e->e_shnum = 6;
+    e->e_shstrndx = 5;
+    Elf64_Shdr *s = (Elf64_Shdr *)(h + 64);
+    const char names[] = "\0.text\0.symtab\0.strtab\0.debug_info\0.shstrtab";
+    s[1] = (Elf64_Shdr){.sh_name = 1, .sh_type = SHT_PROGBITS, .sh_flags = SHF_ALLOC | SHF_EXECINSTR,
+                        .sh_addr = 0x1000, .sh_offset = 0x1000, .sh_size = 0x100000};
+    s[2] = (Elf64_Shdr){.sh_name = 7, .sh_type = SHT_SYMTAB, .sh_offset = 0x200000,
+                        .sh_size = BIG - 0x400000, .sh_link = 3, .sh_entsize = sizeof(Elf64_Sym)};
+    s[3] = (Elf64_Shdr){.sh_name = 15, .sh_type = SHT_STRTAB, .sh_offset = 0x200000, .sh_size = 0x100000};
+    s[4] = (Elf64_Shdr){.sh_name = 23, .sh_type = SHT_PROGBITS, .sh_offset = 0x200000, .sh_size = BIG - 0x200000};
+    s[5] = (Elf64_Shdr){.sh_name = 35, .sh_type = SHT_STRTAB, .sh_offset = 1024, .sh_size = sizeof names};
+    memcpy(h + 1024, names, sizeof names);
+    return pwrite(fd, h, sizeof h, 0) == sizeof h && ftruncate(fd, BIG) == 0 ? 0 : -1;
+}
+
+struct frame { struct frame *next; unsigned long ret; };
+static struct frame chain[17];
+
+/* openat(AT_FDCWD, path, O_RDONLY) with rbp at the forged chain. */
+static long forged_openat(const char *path) {
+    long ret;
+    __asm__ volatile(
+        "sub $128, %%rsp\n\t"
+        "push %%rbp\n\t"
+        "mov %[chain], %%rbp\n\t"
+        "mov $257, %%eax\n\t"
+        "mov $-100, %%rdi\n\t"
+        "mov %[path], %%rsi\n\t"
+        "xor %%edx, %%edx\n\t"
+        "syscall\n\t"
+        "pop %%rbp\n\t"
+        "add $128, %%rsp\n\t"
+        : "=&a"(ret)
+        : [chain] "r"(chain), [path] "r"(path)
+        : "rdi", "rsi", "rdx", "rcx", "r11", "memory", "cc");
+    return ret;
+}
+
+int main(int argc, char **argv) {
+    char big[4096], link_path[4096], many[4096];
+    if (argc < 2) return 2;
+    snprintf(big, sizeof big, "%s/big", argv[1]);
+    int fd = open(big, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0755);
+    if (fd < 0 || write_elf(fd) != 0) return 3;
+    unsigned long base[LINKS];
+    for (int i = 0; i < LINKS; i++) {
+        snprintf(link_path, sizeof link_path, "%s/lib%d.so", argv[1], i);
+        unlink(link_path);
+        if (link(big, link_path) != 0) return 4;
+        int lf = open(link_path, O_RDONLY | O_CLOEXEC);
+        /* Low, so that they come first in maps, before the many mappings below. */
+        void *want = (void *)(0x200000000UL + i * 0x10000000UL);
+        void *m = mmap(want, 1 << 20, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_FIXED_NOREPLACE, lf, 0);
+        if (lf < 0 || m != want) return 5;
+        base[i] = (unsigned long)m;
+        close(lf);
+    }
+    /* A long name: each of its maps lines is ~300 bytes, 18 MB in all. */
+    char name[201];
+    memset(name, 'm', 200);
+    name[200] = 0;
+    snprintf(many, sizeof many, "%s/%s", argv[1], name);
+    int mf = open(many, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0755);
+    if (mf < 0 || ftruncate(mf, 2L * MAPS * 4096) != 0) return 6;
+    for (long i = 0; i < MAPS; i++)
+        if (mmap(0, 4096, PROT_READ | PROT_EXEC, MAP_PRIVATE, mf, i * 2 * 4096) == MAP_FAILED) return 7;
+    for (int i = 0; i < 16; i++) {
+        chain[i].next = &chain[i + 1];
+        chain[i].ret = i < LINKS ? base[i] + 0x1000 + 16 * i : 0x1000 + 64 * i;
+    }
+    for (int i = 0; i < CALLS; i++)
+        if (forged_openat("/etc/hostname") < 0) return 8;
+    /* Alive while fdaudit decodes the records: it reads this process's maps for them. */
+    sleep(2);
+    pid_t p = fork();
+    if (p == 0) { execl("/bin/true", "true", (char *)0); _exit(127); }
+    int st;
+    waitpid(p, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+}
+"#;
+
+#[test]
+#[ignore = "needs root"]
+fn mappings_hard_links_and_forged_frames_do_not_multiply_memory_or_cpu() {
+    let _g = guard();
+    let scene = Scene::new("multiply");
+    let exe = scene.program("multiply", MULTIPLY);
+    let run = trace_as_nobody(
+        &["--origin"],
+        &[exe.as_os_str(), scene.dir.as_os_str()],
+        Duration::from_secs(180),
+    );
+    // assert_finished checks the peak RSS against the unit's 256 MiB.
+    run.assert_finished("many mappings, hard links and forged frames");
+    eprintln!(
+        "fdaudit: peak RSS {} MiB, CPU {:?}, {:?} in all",
+        run.max_rss_kib >> 10,
+        run.cpu,
+        run.elapsed
+    );
+    let spawn = of_type(&run.records, "spawn")
+        .into_iter()
+        .find(|s| s["exec_path"] == "/bin/true")
+        .unwrap_or_else(|| panic!("no spawn of /bin/true: {}", run.stderr));
+    let leaked = spawn["leaked_fds"].as_array().expect("leaked_fds");
+    assert!(
+        leaked.len() >= 64,
+        "the forged calls' fds leak: {}",
+        leaked.len()
+    );
+    let forged = leaked
+        .iter()
+        .filter(|l| l["origin"]["syscall"] == "openat")
+        .count();
+    assert!(
+        forged >= 60,
+        "each has its origin: {forged} of {}",
+        leaked.len()
+    );
+    // 200 records of 16 frames each: at most 50 ms of CPU per record, fdaudit's own start
+    // (loading and attaching its programs, the probes' calibration) included.
+    assert!(
+        run.cpu < Duration::from_secs(10),
+        "fdaudit used {:?} of CPU for 200 origin records",
+        run.cpu
+    );
 }

@@ -131,6 +131,8 @@ pub struct Mapping {
 /// pseudo-paths such as `[heap]` left out).
 pub fn mapped_paths(maps: &[u8]) -> Vec<Mapping> {
     let mut out: Vec<Mapping> = Vec::new();
+    // Each path once, without a quadratic search (a process can map thousands of files).
+    let mut seen: std::collections::HashSet<&[u8]> = std::collections::HashSet::new();
     for line in maps.split(|&b| b == b'\n') {
         // addr perms offset dev inode path (the path after spaces; it may hold spaces).
         let mut f = line.splitn(6, |&b| b == b' ');
@@ -152,7 +154,7 @@ pub fn mapped_paths(maps: &[u8]) -> Vec<Mapping> {
         });
         let id = crate::untrusted::FileId::from_maps(dev, ino);
         if let (Some(range), Some(id)) = (range, id) {
-            if !out.iter().any(|m| m.path == path) {
+            if seen.insert(path) {
                 out.push(Mapping {
                     path: path.to_vec(),
                     dev: id.major_minor(),

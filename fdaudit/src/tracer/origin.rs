@@ -156,6 +156,11 @@ impl Origins {
         }
     }
 
+    /// A spawn record's leaked fds are to be named: its share of CPU starts now.
+    pub fn begin_record(&mut self) {
+        self.sym.begin_record();
+    }
+
     /// `rec`'s frames, resolved now (the record's process may soon be gone).
     fn frames(&mut self, rec: &OriginRecord) -> Vec<Frame> {
         self.sym.frames(rec, &self.parent)

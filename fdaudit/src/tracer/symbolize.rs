@@ -14,7 +14,12 @@
 //! symbols kept stay within [`SYMBOLS_BUDGET`] (least recently used dropped), so that with a
 //! module being read ([`super::symbols::LOAD_BUDGET`]) symbolization holds at most 64 MiB.
 
-use std::{collections::HashMap, fs::File, sync::Arc};
+use std::{
+    collections::HashMap,
+    fs::File,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use fdaudit_common::OriginRecord;
 
@@ -41,6 +46,10 @@ pub const SYMBOLS_BUDGET: u64 = 32 << 20;
 const MAX_PIDS: usize = 1 << 16;
 /// Answers of the stack scan's call check kept.
 const MAX_FOLLOWS: usize = 1 << 16;
+/// After this much of a record's time, no new module is read for it (its frames keep their
+/// module and offset, unnamed; a later record reads the module): what bounds a record's
+/// CPU (50 ms) when a process maps many modules with large symbol tables.
+pub const LOAD_TIME_PER_RECORD: Duration = Duration::from_millis(30);
 
 /// One user stack frame.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -151,6 +160,8 @@ pub(super) struct Symbolizer {
     /// Reads of maps left for the record being decoded, and the pids read for it.
     reads_left: u32,
     read_now: Vec<u32>,
+    /// When the record being decoded began.
+    record_start: Option<Instant>,
 }
 
 /// Inserts into a map kept under `max` entries (emptied when full: the entries are hints).
@@ -165,9 +176,7 @@ impl Symbolizer {
     /// The frames of `rec`, each resolved to its module and file offset now (the module's
     /// file opened while the process lives).
     pub fn frames(&mut self, rec: &OriginRecord, parent: &HashMap<u32, u32>) -> Vec<Frame> {
-        self.tick += 1;
-        self.reads_left = MAPS_READS_PER_RECORD;
-        self.read_now.clear();
+        self.begin_record();
         if rec.start_code < rec.end_code {
             let range = (rec.start_code, rec.end_code);
             insert_bounded(&mut self.code, MAX_PIDS, rec.pid, range);
@@ -192,6 +201,14 @@ impl Symbolizer {
             }
         }
         out
+    }
+
+    /// A record begins: its maps reads and module loads are counted from now.
+    pub fn begin_record(&mut self) {
+        self.tick += 1;
+        self.reads_left = MAPS_READS_PER_RECORD;
+        self.read_now.clear();
+        self.record_start = Some(Instant::now());
     }
 
     /// Learns that `pid` runs `path` (from its spawn record), if absolute.
@@ -420,6 +437,12 @@ impl Symbolizer {
         if let Some(e) = self.symbols.get_mut(&id) {
             e.1 = tick;
             return e.0.clone();
+        }
+        if self
+            .record_start
+            .is_some_and(|t| t.elapsed() > LOAD_TIME_PER_RECORD)
+        {
+            return None;
         }
         let m = Mapping {
             start: 0,

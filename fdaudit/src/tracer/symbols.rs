@@ -19,6 +19,8 @@ pub const FUNCS_BUDGET: u64 = 8 << 20;
 pub const DWARF_BUDGET: u64 = 8 << 20;
 /// What one kept function costs besides its name (the tuple and the String's header).
 const FUNC_COST: u64 = 48;
+/// Symbols looked at per table (`.symtab`, `.dynsym`): what bounds a module's load time.
+const MAX_SYMBOLS: usize = 1 << 17;
 
 /// DWARF of a module, over the debug sections it owns.
 type Dwarf = addr2line::Context<gimli::EndianArcSlice<gimli::RunTimeEndian>>;
@@ -111,7 +113,8 @@ fn functions<'a>(
     };
     let mut left = FUNCS_BUDGET;
     let mut funcs: Vec<(u64, u64, String)> = Vec::new();
-    for s in obj.symbols().chain(obj.dynamic_symbols()) {
+    let symbols = obj.symbols().take(MAX_SYMBOLS);
+    for s in symbols.chain(obj.dynamic_symbols().take(MAX_SYMBOLS)) {
         if s.kind() != object::SymbolKind::Text || s.address() == 0 {
             continue;
         }
