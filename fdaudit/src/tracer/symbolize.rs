@@ -14,12 +14,7 @@
 //! symbols kept stay within [`SYMBOLS_BUDGET`] (least recently used dropped), so that with a
 //! module being read ([`super::symbols::LOAD_BUDGET`]) symbolization holds at most 64 MiB.
 
-use std::{
-    collections::HashMap,
-    fs::File,
-    sync::Arc,
-    time::{Duration, Instant},
-};
+use std::{collections::HashMap, fs::File, sync::Arc, time::Duration};
 
 use fdaudit_common::OriginRecord;
 
@@ -46,9 +41,9 @@ pub const SYMBOLS_BUDGET: u64 = 32 << 20;
 const MAX_PIDS: usize = 1 << 16;
 /// Answers of the stack scan's call check kept.
 const MAX_FOLLOWS: usize = 1 << 16;
-/// After this much of a record's time, no new module is read for it (its frames keep their
-/// module and offset, unnamed; a later record reads the module): what bounds a record's
-/// CPU (50 ms) when a process maps many modules with large symbol tables.
+/// After this much of a record's CPU time, no second module is read for it (its frames keep
+/// their module and offset, unnamed; a later record reads the module): what bounds a
+/// record's CPU (50 ms) when a process maps many modules with large symbol tables.
 pub const LOAD_TIME_PER_RECORD: Duration = Duration::from_millis(30);
 
 /// One user stack frame.
@@ -160,8 +155,21 @@ pub(super) struct Symbolizer {
     /// Reads of maps left for the record being decoded, and the pids read for it.
     reads_left: u32,
     read_now: Vec<u32>,
-    /// When the record being decoded began.
-    record_start: Option<Instant>,
+    /// The decoding thread's CPU time when the record being decoded began, and the modules
+    /// read for it.
+    record_start: Option<Duration>,
+    loads_now: u32,
+}
+
+/// The calling thread's CPU time (what a record costs, whatever else runs on the CPUs).
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid timespec to write.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 /// Inserts into a map kept under `max` entries (emptied when full: the entries are hints).
@@ -208,7 +216,8 @@ impl Symbolizer {
         self.tick += 1;
         self.reads_left = MAPS_READS_PER_RECORD;
         self.read_now.clear();
-        self.record_start = Some(Instant::now());
+        self.record_start = Some(thread_cpu());
+        self.loads_now = 0;
     }
 
     /// Learns that `pid` runs `path` (from its spawn record), if absolute.
@@ -438,12 +447,11 @@ impl Symbolizer {
             e.1 = tick;
             return e.0.clone();
         }
-        if self
-            .record_start
-            .is_some_and(|t| t.elapsed() > LOAD_TIME_PER_RECORD)
-        {
+        let spent = self.record_start.map(|t| thread_cpu().saturating_sub(t));
+        if self.loads_now > 0 && spent.is_some_and(|d| d > LOAD_TIME_PER_RECORD) {
             return None;
         }
+        self.loads_now += 1;
         let m = Mapping {
             start: 0,
             end: 0,
