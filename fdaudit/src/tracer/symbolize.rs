@@ -564,6 +564,51 @@ mod tests {
     }
 
     #[test]
+    fn a_module_s_path_is_opened_only_if_it_is_still_the_file_maps_named() {
+        let d = std::env::temp_dir().join(format!("fdaudit-symbolize-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let (lib, other) = (d.join("lib.so"), d.join("other"));
+        std::fs::copy(std::env::current_exe().unwrap(), &lib).unwrap();
+        std::fs::write(&other, b"x").unwrap();
+        let id_of = |p: &std::path::Path| {
+            use std::os::unix::fs::MetadataExt as _;
+            let m = std::fs::metadata(p).unwrap();
+            FileId {
+                dev: m.dev(),
+                ino: m.ino(),
+            }
+        };
+        let mapping = |path: &std::path::Path, id| Mapping {
+            start: 0x1000,
+            end: 0x2000,
+            offset: 0,
+            path: path.to_str().unwrap().into(),
+            id: Some(id),
+        };
+        let mut s = Symbolizer::default();
+        let lib_id = id_of(&lib);
+        assert!(s.module_file(&mapping(&lib, lib_id), None).is_some());
+        // Replaced since maps named it: another inode at the path.
+        let other_id = id_of(&other);
+        std::fs::rename(&other, d.join("lib2.so")).unwrap();
+        let (lib2, fifo) = (d.join("lib2.so"), d.join("fifo"));
+        // (Known by its identity, the file opened above is still the module.)
+        assert!(s.module_file(&mapping(&lib2, lib_id), None).is_some());
+        let mut s = Symbolizer::default();
+        assert!(s.module_file(&mapping(&lib2, lib_id), None).is_none());
+        // A FIFO or a symlink where the module was: refused at once, never opened.
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        assert!(s.module_file(&mapping(&fifo, other_id), None).is_none());
+        let link = d.join("link");
+        std::os::unix::fs::symlink(&lib2, &link).unwrap();
+        assert!(s.module_file(&mapping(&link, other_id), None).is_none());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
     fn maps_lines_give_executable_file_mappings_only() {
         let mut paths = HashMap::new();
         let m = parse_maps_line(
