@@ -20,7 +20,7 @@ pub const DWARF_BUDGET: u64 = 8 << 20;
 /// What one kept function costs besides its name (the tuple and the String's header).
 const FUNC_COST: u64 = 48;
 /// Symbols looked at per table (`.symtab`, `.dynsym`): what bounds a module's load time.
-const MAX_SYMBOLS: usize = 1 << 17;
+const MAX_SYMBOLS: usize = 1 << 16;
 
 /// DWARF of a module, over the debug sections it owns.
 type Dwarf = addr2line::Context<gimli::EndianArcSlice<gimli::RunTimeEndian>>;
