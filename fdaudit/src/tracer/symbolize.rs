@@ -21,7 +21,10 @@ use fdaudit_common::OriginRecord;
 use serde::Serialize;
 
 use super::symbols::{self, Symbols};
-use crate::untrusted::{self, FileId};
+use crate::{
+    runtime::read_proc,
+    untrusted::{self, FileId},
+};
 
 /// Above the user half of the address space (x86_64's 47 bits; aarch64's 48).
 const USER_TOP: u64 = 1 << 48;
@@ -106,14 +109,16 @@ impl Remote {
     /// Whether a path lies on one, in fdaudit's own view.
     fn path_on_remote(&mut self, path: &[u8]) -> bool {
         let own = self.own.get_or_insert_with(|| {
-            std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default()
+            let text = read_proc(std::process::id(), "mountinfo").unwrap_or_default();
+            String::from_utf8_lossy(&text).into_owned()
         });
         crate::runtime::on_remote(path, own)
     }
 
     /// Whether `id` (of `pid`'s mapping; fdaudit's own view without a pid) is on one.
     fn has(&mut self, pid: Option<u32>, id: FileId) -> bool {
-        let who = pid.map_or_else(|| "self".to_string(), |p| p.to_string());
+        let me = std::process::id();
+        let who = pid.unwrap_or(me);
         let ns = std::fs::metadata(format!("/proc/{who}/ns/mnt")).map_or(0, |m| {
             use std::os::unix::fs::MetadataExt as _;
             m.ino()
@@ -122,8 +127,9 @@ impl Remote {
             self.by_ns.clear();
         }
         let devs = self.by_ns.entry(ns).or_insert_with(|| {
-            let text = std::fs::read(format!("/proc/{who}/mountinfo"))
-                .or_else(|_| std::fs::read("/proc/self/mountinfo"))
+            // Bounded reads (a namespace can hold thousands of mounts).
+            let text = read_proc(who, "mountinfo")
+                .or_else(|| read_proc(me, "mountinfo"))
                 .unwrap_or_default();
             crate::runtime::image::remote_devs(&String::from_utf8_lossy(&text))
         });
