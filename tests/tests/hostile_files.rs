@@ -175,26 +175,16 @@ impl Run {
     }
 }
 
-/// Writes an ELF header whose `.rodata` spans 96 MiB of a sparse file named libc.so.6,
-/// then, while a child truncates it to 4 KiB and grows it back in a loop, forks 60
-/// children that each map it (below the real libc, so it is the first libc.so.6 of their
-/// maps) and spawn /bin/true: fdaudit names each spawn's runtime from its parent's libc.
-const TRUNCATE: &str = r#"
+/// C shared by the fixtures: `write_elf` makes `fd` a sparse ELF64 file of `size` bytes
+/// whose headers say what `sections` (n of them, the first the null one, the last the
+/// names') say; the names at offset 1024.
+const ELF_WRITER: &str = r#"
 #define _GNU_SOURCE
 #include <elf.h>
-#include <fcntl.h>
-#include <signal.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#define BIG (96L << 20)
-
-int main(int argc, char **argv) {
-    if (argc < 2) return 2;
-    int fd = open(argv[1], O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return 3;
+static int write_elf(int fd, long size, Elf64_Shdr *sections, int n, const char *names, size_t len) {
     unsigned char h[4096];
     memset(h, 0, sizeof h);
     Elf64_Ehdr *e = (Elf64_Ehdr *)h;
@@ -208,21 +198,40 @@ int main(int argc, char **argv) {
     e->e_ehsize = sizeof(Elf64_Ehdr);
     e->e_shoff = 64;
     e->e_shentsize = sizeof(Elf64_Shdr);
-    e->e_shnum = 3;
-    e->e_shstrndx = 2;
-    Elf64_Shdr *s = (Elf64_Shdr *)(h + 64);
-    s[1].sh_name = 1;
-    s[1].sh_type = SHT_PROGBITS;
-    s[1].sh_flags = SHF_ALLOC;
-    s[1].sh_addr = 4096;
-    s[1].sh_offset = 4096;
-    s[1].sh_size = BIG - 4096;
-    s[2].sh_name = 9;
-    s[2].sh_type = SHT_STRTAB;
-    s[2].sh_offset = 512;
-    s[2].sh_size = 19;
-    memcpy(h + 512, "\0.rodata\0.shstrtab\0", 19);
-    if (pwrite(fd, h, sizeof h, 0) != sizeof h || ftruncate(fd, BIG) != 0) return 4;
+    e->e_shnum = n;
+    e->e_shstrndx = n - 1;
+    sections[n - 1].sh_type = SHT_STRTAB;
+    sections[n - 1].sh_offset = 1024;
+    sections[n - 1].sh_size = len;
+    memcpy(h + 64, sections, n * sizeof *sections);
+    memcpy(h + 1024, names, len);
+    return pwrite(fd, h, sizeof h, 0) == sizeof h && ftruncate(fd, size) == 0 ? 0 : -1;
+}
+"#;
+
+/// Writes an ELF header whose `.rodata` spans 96 MiB of a sparse file named libc.so.6,
+/// then, while a child truncates it to 4 KiB and grows it back in a loop, forks 60
+/// children that each map it (below the real libc, so it is the first libc.so.6 of their
+/// maps) and spawn /bin/true: fdaudit names each spawn's runtime from its parent's libc.
+const TRUNCATE: &str = r#"
+#include <fcntl.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define BIG (96L << 20)
+
+int main(int argc, char **argv) {
+    if (argc < 2) return 2;
+    int fd = open(argv[1], O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return 3;
+    Elf64_Shdr s[3] = {{0},
+                       {.sh_name = 1, .sh_type = SHT_PROGBITS, .sh_flags = SHF_ALLOC,
+                        .sh_addr = 4096, .sh_offset = 4096, .sh_size = BIG - 4096},
+                       {.sh_name = 9}};
+    if (write_elf(fd, BIG, s, 3, "\0.rodata\0.shstrtab", 19) != 0) return 4;
     pid_t cutter = fork();
     if (cutter == 0) {
         for (;;) {
@@ -258,7 +267,7 @@ int main(int argc, char **argv) {
 fn a_libc_truncated_while_it_is_read_does_not_kill_the_trace() {
     let _g = guard();
     let scene = Scene::new("truncate");
-    let exe = scene.program("truncating-libc", TRUNCATE);
+    let exe = scene.program("truncating-libc", &format!("{ELF_WRITER}{TRUNCATE}"));
     let lib = scene.dir.join("libc.so.6");
     let run = trace_as_nobody(
         &[],
@@ -441,8 +450,6 @@ fn an_executable_replaced_by_a_symlink_does_not_make_root_read_its_target() {
 /// and execs /bin/true: every fd leaks and each origin's 16 frames are named. It stays
 /// alive meanwhile, so that its maps (60,000 lines) are there to be read for each frame.
 const MULTIPLY: &str = r#"
-#define _GNU_SOURCE
-#include <elf.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -455,33 +462,20 @@ const MULTIPLY: &str = r#"
 #define MAPS 60000
 #define CALLS 200
 
-static int write_elf(int fd) {
-    unsigned char h[4096];
-    memset(h, 0, sizeof h);
-    Elf64_Ehdr *e = (Elf64_Ehdr *)h;
-    memcpy(e->e_ident, ELFMAG, SELFMAG);
-    e->e_ident[EI_CLASS] = ELFCLASS64;
-    e->e_ident[EI_DATA] = ELFDATA2LSB;
-    e->e_ident[EI_VERSION] = EV_CURRENT;
-    e->e_type = ET_DYN;
-    e->e_machine = EM_X86_64;
-    e->e_version = EV_CURRENT;
-    e->e_ehsize = sizeof(Elf64_Ehdr);
-    e->e_shoff = 64;
-    e->e_shentsize = sizeof(Elf64_Shdr);
-    e->e_shnum = 6;
-    e->e_shstrndx = 5;
-    Elf64_Shdr *s = (Elf64_Shdr *)(h + 64);
+/* Headers that claim a symbol table and DWARF of hundreds of MiB. */
+static int write_big_elf(int fd) {
     const char names[] = "\0.text\0.symtab\0.strtab\0.debug_info\0.shstrtab";
-    s[1] = (Elf64_Shdr){.sh_name = 1, .sh_type = SHT_PROGBITS, .sh_flags = SHF_ALLOC | SHF_EXECINSTR,
-                        .sh_addr = 0x1000, .sh_offset = 0x1000, .sh_size = 0x100000};
-    s[2] = (Elf64_Shdr){.sh_name = 7, .sh_type = SHT_SYMTAB, .sh_offset = 0x200000,
-                        .sh_size = BIG - 0x400000, .sh_link = 3, .sh_entsize = sizeof(Elf64_Sym)};
-    s[3] = (Elf64_Shdr){.sh_name = 15, .sh_type = SHT_STRTAB, .sh_offset = 0x200000, .sh_size = 0x100000};
-    s[4] = (Elf64_Shdr){.sh_name = 23, .sh_type = SHT_PROGBITS, .sh_offset = 0x200000, .sh_size = BIG - 0x200000};
-    s[5] = (Elf64_Shdr){.sh_name = 35, .sh_type = SHT_STRTAB, .sh_offset = 1024, .sh_size = sizeof names};
-    memcpy(h + 1024, names, sizeof names);
-    return pwrite(fd, h, sizeof h, 0) == sizeof h && ftruncate(fd, BIG) == 0 ? 0 : -1;
+    Elf64_Shdr s[6] = {
+        {0},
+        {.sh_name = 1, .sh_type = SHT_PROGBITS, .sh_flags = SHF_ALLOC | SHF_EXECINSTR,
+         .sh_addr = 0x1000, .sh_offset = 0x1000, .sh_size = 0x100000},
+        {.sh_name = 7, .sh_type = SHT_SYMTAB, .sh_offset = 0x200000, .sh_size = BIG - 0x400000,
+         .sh_link = 3, .sh_entsize = sizeof(Elf64_Sym)},
+        {.sh_name = 15, .sh_type = SHT_STRTAB, .sh_offset = 0x200000, .sh_size = 0x100000},
+        {.sh_name = 23, .sh_type = SHT_PROGBITS, .sh_offset = 0x200000, .sh_size = BIG - 0x200000},
+        {.sh_name = 35},
+    };
+    return write_elf(fd, BIG, s, 6, names, sizeof names);
 }
 
 struct frame { struct frame *next; unsigned long ret; };
@@ -512,7 +506,7 @@ int main(int argc, char **argv) {
     if (argc < 2) return 2;
     snprintf(big, sizeof big, "%s/big", argv[1]);
     int fd = open(big, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0755);
-    if (fd < 0 || write_elf(fd) != 0) return 3;
+    if (fd < 0 || write_big_elf(fd) != 0) return 3;
     unsigned long base[LINKS];
     for (int i = 0; i < LINKS; i++) {
         snprintf(link_path, sizeof link_path, "%s/lib%d.so", argv[1], i);
@@ -556,7 +550,7 @@ int main(int argc, char **argv) {
 fn mappings_hard_links_and_forged_frames_do_not_multiply_memory_or_cpu() {
     let _g = guard();
     let scene = Scene::new("multiply");
-    let exe = scene.program("multiply", MULTIPLY);
+    let exe = scene.program("multiply", &format!("{ELF_WRITER}{MULTIPLY}"));
     let run = trace_as_nobody(
         &["--origin"],
         &[exe.as_os_str(), scene.dir.as_os_str()],
