@@ -28,6 +28,7 @@ mod stats;
 mod sys;
 mod trace;
 mod tracer;
+mod untrusted;
 mod usage;
 mod watch;
 

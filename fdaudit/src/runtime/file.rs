@@ -2,14 +2,19 @@
 //! path the kernel recorded) and the libraries its ELF asks for (`DT_NEEDED`, `PT_INTERP`),
 //! read from this host's file systems, never from a remote one (mount points matched by
 //! path from fdaudit's own mountinfo, so nothing is asked of the path before it is known
-//! to be local).
+//! to be local). Files are opened without following a symlink at the path's end (after
+//! [`resolve`]), regular files only, and read by bounded positional reads, never mapped
+//! ([`crate::untrusted`]).
 
-use super::image::{go_buildinfo_version, is_remote, section, token_after, MAX_IMAGE};
+use super::image::{
+    find_in_section, go_buildinfo_version, is_remote, section_head, IMAGE_BUDGET, MAX_IMAGE,
+};
 use super::rules::{base, Images, Which};
+use crate::untrusted::{self, Bounded};
 
 /// Whether a path lies under a mount whose file system is never read, by the longest mount
 /// point (fdaudit's own mountinfo) that is a prefix of it.
-fn on_remote(path: &[u8], mountinfo: &str) -> bool {
+pub fn on_remote(path: &[u8], mountinfo: &str) -> bool {
     let mut best: (usize, bool) = (0, false);
     for line in mountinfo.lines() {
         let point = line.split(' ').nth(4).unwrap_or("");
@@ -24,23 +29,13 @@ fn on_remote(path: &[u8], mountinfo: &str) -> bool {
     best.1
 }
 
-/// Maps a local regular file of at most [`MAX_IMAGE`] bytes.
-fn map(path: &[u8], mountinfo: &str) -> Option<memmap2::Mmap> {
-    use std::os::unix::{ffi::OsStrExt as _, fs::OpenOptionsExt as _};
+/// Opens a local regular file of at most [`MAX_IMAGE`] bytes for bounded reads.
+fn open(path: &[u8], mountinfo: &str) -> Option<Bounded> {
     if !path.starts_with(b"/") || path.starts_with(b"/proc/") || on_remote(path, mountinfo) {
         return None;
     }
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(std::ffi::OsStr::from_bytes(path))
-        .ok()?;
-    let meta = f.metadata().ok()?;
-    if !meta.is_file() || meta.len() > MAX_IMAGE {
-        return None;
-    }
-    // SAFETY: read-only private mapping of a regular file (see image.rs).
-    unsafe { memmap2::MmapOptions::new().map_copy_read_only(&f) }.ok()
+    let f = untrusted::open_path(path, MAX_IMAGE, None).ok()?;
+    Some(Bounded::of(f, IMAGE_BUDGET))
 }
 
 /// The file a path names, its last component's symlinks followed (at most 8; `/usr/bin/python3`
@@ -68,7 +63,7 @@ pub fn resolve(path: &[u8], mountinfo: &str) -> Vec<u8> {
 
 /// The executable at a path and what it links: its file, and the libraries it names.
 pub struct FileImages {
-    exe: Option<memmap2::Mmap>,
+    exe: Option<Bounded>,
     mountinfo: String,
     /// This process's own mapped C library, for a `libc.so.6` the executable needs.
     own_libc: Option<Vec<u8>>,
@@ -84,7 +79,7 @@ impl FileImages {
             .map(|m| m.path)
             .find(|p| base(p) == b"libc.so.6");
         FileImages {
-            exe: map(exe, &mountinfo),
+            exe: open(exe, &mountinfo),
             mountinfo,
             own_libc,
         }
@@ -93,7 +88,7 @@ impl FileImages {
     /// What the executable links: `DT_NEEDED` names (`libc.so.6` as this host's path) and
     /// its interpreter (`/lib/ld-musl-x86_64.so.1`).
     pub fn linked(&self) -> Vec<Vec<u8>> {
-        let Some(data) = self.exe.as_deref() else {
+        let Some(data) = self.exe.as_ref() else {
             return Vec::new();
         };
         let mut out = needed(data);
@@ -104,7 +99,7 @@ impl FileImages {
                 }
             }
         }
-        if let Some(interp) = section(data, ".interp") {
+        if let Some(interp) = section_head(data, ".interp", 4096) {
             out.push(
                 interp
                     .split(|&b| b == 0)
@@ -118,7 +113,7 @@ impl FileImages {
 }
 
 /// The `DT_NEEDED` names of an ELF file's dynamic section.
-fn needed(data: &[u8]) -> Vec<Vec<u8>> {
+fn needed(data: &Bounded) -> Vec<Vec<u8>> {
     use object::read::elf::{Dyn as _, FileHeader as _, SectionHeader as _};
     let Ok(elf) = object::elf::FileHeader64::<object::Endianness>::parse(data) else {
         return Vec::new();
@@ -151,21 +146,18 @@ fn needed(data: &[u8]) -> Vec<Vec<u8>> {
 impl Images for FileImages {
     fn find(&mut self, file: Which<'_>, name: &str, needle: &[u8]) -> Option<String> {
         match file {
-            Which::Exe => token_after(section(self.exe.as_deref()?, name)?, needle),
-            Which::Mapped(p) => {
-                let m = map(p, &self.mountinfo)?;
-                token_after(section(&m, name)?, needle)
-            }
+            Which::Exe => find_in_section(self.exe.as_ref()?, name, needle),
+            Which::Mapped(p) => find_in_section(&open(p, &self.mountinfo)?, name, needle),
         }
     }
 
     fn go_version(&mut self) -> Option<String> {
-        go_buildinfo_version(section(self.exe.as_deref()?, ".go.buildinfo")?)
+        go_buildinfo_version(&section_head(self.exe.as_ref()?, ".go.buildinfo", 4096)?)
     }
 
     fn text_file(&mut self, path: &[u8]) -> Option<String> {
-        let m = map(path, &self.mountinfo)?;
-        Some(String::from_utf8_lossy(&m[..m.len().min(64 << 10)]).into_owned())
+        let text = open(path, &self.mountinfo)?.read_at(0, 64 << 10).ok()?;
+        Some(String::from_utf8_lossy(&text).into_owned())
     }
 }
 

@@ -1,17 +1,25 @@
 //! Bounded reads of a live process's images for the runtime rules: its executable
-//! (`/proc/PID/exe`) and mapped objects (through `/proc/PID/root`), never on a file system
-//! that may not answer (FUSE, NFS, CIFS, 9p, ... as the process's mountinfo names the
-//! mapping's device), opened non-blocking, regular files only, at most [`MAX_IMAGE`] bytes
-//! mapped and [`MAX_SECTION`] bytes of one section searched.
+//! (`/proc/PID/exe`) and mapped objects (`/proc/PID/map_files/START-END` while it lives, else
+//! the path through `/proc/PID/root`, which must still be the file maps named), never on a
+//! file system that may not answer (FUSE, NFS, CIFS, 9p, ... as the process's mountinfo
+//! names the mapping's device). Files are read by bounded positional reads, never mapped
+//! (the process may truncate them meanwhile: [`crate::untrusted`]), regular files of at most
+//! [`MAX_IMAGE`] bytes, [`IMAGE_BUDGET`] bytes of headers kept per file and [`MAX_SECTION`]
+//! bytes of one section searched, [`CHUNK`] at a time.
 
-use std::{collections::HashMap, os::fd::AsRawFd as _};
+use std::collections::HashMap;
 
 use super::rules::{leading_version, Images, Which};
+use crate::untrusted::{self, Bounded, FileId};
 
-/// The largest file mapped (a Node or JVM image is well below).
+/// The largest file read (a Node or JVM image is well below).
 pub const MAX_IMAGE: u64 = 512 << 20;
 /// The most bytes of one section searched for a version string.
 pub const MAX_SECTION: usize = 64 << 20;
+/// The most bytes of an image's headers (ELF, section headers, names, dynamic) kept.
+pub const IMAGE_BUDGET: u64 = 16 << 20;
+/// A section is searched this many bytes at a time.
+const CHUNK: usize = 1 << 20;
 /// The most bytes of a text file read (a JDK's `release`).
 const MAX_TEXT: usize = 64 << 10;
 
@@ -46,6 +54,14 @@ pub fn remote_devs(mountinfo: &str) -> Vec<(u32, u32)> {
     out
 }
 
+/// What maps says of one mapped file: its device (major, minor), identity and one range.
+#[derive(Debug, Clone, Copy)]
+pub struct MapInfo {
+    pub dev: (u32, u32),
+    pub id: FileId,
+    pub range: (u64, u64),
+}
+
 /// The images of one live process.
 pub struct ProcImages {
     pid: u32,
@@ -53,11 +69,11 @@ pub struct ProcImages {
     /// root is ours (its files then stay readable after it exits).
     prefix: Vec<u8>,
     exe: Option<Vec<u8>>,
-    /// Each mapped path's device (from maps, hex major:minor), the executable's as `None`.
-    devs: HashMap<Vec<u8>, (u32, u32)>,
-    exe_dev: Option<(u32, u32)>,
+    /// Each mapped path's device, identity and a range of it (from maps).
+    maps: HashMap<Vec<u8>, MapInfo>,
+    exe_map: Option<MapInfo>,
     remote: Vec<(u32, u32)>,
-    open: HashMap<Option<Vec<u8>>, Option<memmap2::Mmap>>,
+    open: HashMap<Option<Vec<u8>>, Option<Bounded>>,
 }
 
 impl ProcImages {
@@ -65,11 +81,11 @@ impl ProcImages {
     pub fn new(
         pid: u32,
         exe: Option<&[u8]>,
-        devs: HashMap<Vec<u8>, (u32, u32)>,
+        maps: HashMap<Vec<u8>, MapInfo>,
         remote: Vec<(u32, u32)>,
         own_root: bool,
     ) -> Self {
-        let exe_dev = exe.and_then(|e| devs.get(e).copied());
+        let exe_map = exe.and_then(|e| maps.get(e).copied());
         let prefix = if own_root {
             Vec::new()
         } else {
@@ -79,14 +95,14 @@ impl ProcImages {
             pid,
             prefix,
             exe: exe.map(<[u8]>::to_vec),
-            devs,
-            exe_dev,
+            maps,
+            exe_map,
             remote,
             open: HashMap::new(),
         }
     }
 
-    fn map(&mut self, file: Which<'_>) -> Option<&memmap2::Mmap> {
+    fn image(&mut self, file: Which<'_>) -> Option<&Bounded> {
         let key = match file {
             Which::Exe => None,
             Which::Mapped(p) => Some(p.to_vec()),
@@ -98,55 +114,63 @@ impl ProcImages {
         self.open.get(&key)?.as_ref()
     }
 
-    fn open_image(&self, file: Which<'_>) -> Option<memmap2::Mmap> {
+    fn open_image(&self, file: Which<'_>) -> Option<Bounded> {
         let under_root = |p: &[u8]| [self.prefix.as_slice(), p].concat();
-        let (dev, path) = match file {
-            Which::Exe => (self.exe_dev, self.exe.as_deref().map(under_root)),
-            Which::Mapped(p) => (self.devs.get(p).copied(), Some(under_root(p))),
+        let (info, path) = match file {
+            Which::Exe => (self.exe_map, self.exe.as_deref().map(under_root)),
+            Which::Mapped(p) => (self.maps.get(p).copied(), Some(under_root(p))),
         };
         // A device not in maps (the exe unmapped?) or on a remote file system: not opened.
-        if dev.is_none_or(|d| self.remote.contains(&d)) {
-            return None;
-        }
-        let f = match file {
-            // The image itself while the process lives (its path may have been replaced).
-            Which::Exe => open_regular(format!("/proc/{}/exe", self.pid).as_bytes())
-                .or_else(|| open_regular(&path?))?,
-            Which::Mapped(_) => open_regular(&path?)?,
+        let info = info.filter(|i| !self.remote.contains(&i.dev))?;
+        let (start, end) = info.range;
+        // The file itself while the process lives (its path may have been replaced), else
+        // the path, if it is still the file maps named.
+        let live = match file {
+            Which::Exe => untrusted::open_exe(self.pid, MAX_IMAGE),
+            Which::Mapped(_) => untrusted::open_mapped(self.pid, start, end, MAX_IMAGE),
         };
-        if f.metadata().ok()?.len() > MAX_IMAGE {
-            return None;
+        let f = match live {
+            Ok(f) => f,
+            Err(_) => untrusted::open_path(&path?, MAX_IMAGE, Some(info.id)).ok()?,
+        };
+        Some(Bounded::of(f, IMAGE_BUDGET))
+    }
+}
+
+/// The first `max` bytes of ELF section `name` of an image (`None`: no such section, or
+/// not ELF, or unreadable).
+pub fn section_head(img: &Bounded, name: &str, max: usize) -> Option<Vec<u8>> {
+    let (off, size) = untrusted::section_range(img, name)?;
+    img.read_at(off, max.min(usize::try_from(size).ok()?)).ok()
+}
+
+/// The version-like token after `needle` in ELF section `name` of an image (its first
+/// [`MAX_SECTION`] bytes, read [`CHUNK`] at a time), as [`token_after`] gives it.
+pub fn find_in_section(img: &Bounded, name: &str, needle: &[u8]) -> Option<String> {
+    let (off, size) = untrusted::section_range(img, name)?;
+    if needle.is_empty() {
+        return Some(String::new());
+    }
+    let size = usize::try_from(size).ok()?.min(MAX_SECTION);
+    // Each chunk also holds what follows its last byte, so that a needle found in it has
+    // its token whole (leading_version reads at most 40 bytes).
+    let tail = needle.len() + 64;
+    let mut at = 0;
+    while at < size {
+        let want = (CHUNK + tail).min(size - at);
+        let buf = img.read_at(off + at as u64, want).ok()?;
+        if let Some(i) = memchr::memmem::find(&buf, needle) {
+            // A needle only in the overlap is the next chunk's (with its token whole).
+            if i < CHUNK || at + buf.len() >= size {
+                return token_after(&buf[i..], needle);
+            }
         }
-        // SAFETY: read-only private mapping; a file truncated meanwhile can SIGBUS, as for
-        // any reader of mapped ELF files (the origin symbolizer reads them alike).
-        unsafe { memmap2::MmapOptions::new().map_copy_read_only(&f) }.ok()
+        if buf.len() < want {
+            return None; // truncated meanwhile
+        }
+        at += CHUNK;
     }
-}
-
-/// Opens a path non-blocking, refusing anything but a regular file.
-fn open_regular(path: &[u8]) -> Option<std::fs::File> {
-    use std::os::unix::{ffi::OsStrExt as _, fs::OpenOptionsExt as _};
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(std::ffi::OsStr::from_bytes(path))
-        .ok()?;
-    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
-    // SAFETY: st is written by the kernel on success; f is an open fd.
-    if unsafe { libc::fstat(f.as_raw_fd(), st.as_mut_ptr()) } != 0 {
-        return None;
-    }
-    // SAFETY: success above.
-    (unsafe { st.assume_init() }.st_mode & libc::S_IFMT == libc::S_IFREG).then_some(f)
-}
-
-/// The bytes of a section of an ELF image (`None`: no such section, or not ELF).
-pub fn section<'a>(data: &'a [u8], name: &str) -> Option<&'a [u8]> {
-    use object::{Object as _, ObjectSection as _};
-    let file = object::File::parse(data).ok()?;
-    let s = file.section_by_name(name)?;
-    let d = s.data().ok()?;
-    Some(&d[..d.len().min(MAX_SECTION)])
+    None
 }
 
 /// The version-like token after `needle` in `data` (`""` when nothing version-like follows).
@@ -186,28 +210,32 @@ fn uvarint(b: &[u8]) -> Option<(u64, usize)> {
 
 impl Images for ProcImages {
     fn find(&mut self, file: Which<'_>, name: &str, needle: &[u8]) -> Option<String> {
-        let data = self.map(file)?;
-        token_after(section(data, name)?, needle)
+        find_in_section(self.image(file)?, name, needle)
     }
 
     fn go_version(&mut self) -> Option<String> {
-        let data = self.map(Which::Exe)?;
-        go_buildinfo_version(section(data, ".go.buildinfo")?)
+        go_buildinfo_version(&section_head(
+            self.image(Which::Exe)?,
+            ".go.buildinfo",
+            4096,
+        )?)
     }
 
     fn text_file(&mut self, path: &[u8]) -> Option<String> {
         use std::io::Read as _;
         let full = [self.prefix.as_slice(), path].concat();
         // The release file sits beside the mapped libjvm.so: on that mount, if any.
-        let dev = self.devs.iter().find(|(p, _)| {
+        let dev = self.maps.iter().find(|(p, _)| {
             let home = &path[..path.len().saturating_sub(b"/release".len())];
             p.starts_with(home)
         });
-        if dev.is_none_or(|(_, d)| self.remote.contains(d)) {
+        if dev.is_none_or(|(_, i)| self.remote.contains(&i.dev)) {
             return None;
         }
         let mut buf = Vec::new();
-        open_regular(&full)?
+        untrusted::open_path(&full, u64::MAX, None)
+            .ok()?
+            .file
             .take(MAX_TEXT as u64)
             .read_to_end(&mut buf)
             .ok()?;

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-pub use file::{resolve, FileImages};
+pub use file::{on_remote, resolve, FileImages};
 pub use rules::identify;
 
 /// The most bytes of /proc/PID/maps or mountinfo read.
@@ -117,21 +117,26 @@ pub struct Nofile {
     pub hard: u64,
 }
 
-/// One mapping of /proc/PID/maps with a file: its path and device.
+/// One mapping of /proc/PID/maps with a file: its path, device, identity and range (the
+/// first of the path's mappings).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mapping {
     pub path: Vec<u8>,
     pub dev: (u32, u32),
+    pub id: crate::untrusted::FileId,
+    pub range: (u64, u64),
 }
 
 /// The file-backed mappings of maps' text, each path once, in order (deleted files and
 /// pseudo-paths such as `[heap]` left out).
 pub fn mapped_paths(maps: &[u8]) -> Vec<Mapping> {
     let mut out: Vec<Mapping> = Vec::new();
+    // Each path once, without a quadratic search (a process can map thousands of files).
+    let mut seen: std::collections::HashSet<&[u8]> = std::collections::HashSet::new();
     for line in maps.split(|&b| b == b'\n') {
         // addr perms offset dev inode path (the path after spaces; it may hold spaces).
         let mut f = line.splitn(6, |&b| b == b' ');
-        let (Some(_), Some(_), Some(_), Some(dev), Some(_)) =
+        let (Some(range), Some(_), Some(_), Some(dev), Some(ino)) =
             (f.next(), f.next(), f.next(), f.next(), f.next())
         else {
             continue;
@@ -140,18 +145,21 @@ pub fn mapped_paths(maps: &[u8]) -> Vec<Mapping> {
         if !path.starts_with(b"/") || path.ends_with(b" (deleted)") {
             continue;
         }
-        let dev = std::str::from_utf8(dev).ok().and_then(|d| {
-            let (a, b) = d.split_once(':')?;
+        let range = std::str::from_utf8(range).ok().and_then(|r| {
+            let (a, b) = r.split_once('-')?;
             Some((
-                u32::from_str_radix(a, 16).ok()?,
-                u32::from_str_radix(b, 16).ok()?,
+                u64::from_str_radix(a, 16).ok()?,
+                u64::from_str_radix(b, 16).ok()?,
             ))
         });
-        if let Some(dev) = dev {
-            if !out.iter().any(|m| m.path == path) {
+        let id = crate::untrusted::FileId::from_maps(dev, ino);
+        if let (Some(range), Some(id)) = (range, id) {
+            if seen.insert(path) {
                 out.push(Mapping {
                     path: path.to_vec(),
-                    dev,
+                    dev: id.major_minor(),
+                    id,
+                    range,
                 });
             }
         }
@@ -196,9 +204,19 @@ pub fn of_pid(pid: u32) -> Option<(Runtime, Option<Nofile>)> {
     let remote = image::remote_devs(&String::from_utf8_lossy(
         &read_proc(pid, "mountinfo").unwrap_or_default(),
     ));
-    let devs: HashMap<Vec<u8>, (u32, u32)> = maps.iter().map(|m| (m.path.clone(), m.dev)).collect();
+    let infos: HashMap<Vec<u8>, image::MapInfo> = maps
+        .iter()
+        .map(|m| {
+            let info = image::MapInfo {
+                dev: m.dev,
+                id: m.id,
+                range: m.range,
+            };
+            (m.path.clone(), info)
+        })
+        .collect();
     let paths: Vec<Vec<u8>> = maps.into_iter().map(|m| m.path).collect();
-    let mut images = image::ProcImages::new(pid, Some(&exe), devs, remote, own_root);
+    let mut images = image::ProcImages::new(pid, Some(&exe), infos, remote, own_root);
     let rt = identify(Some(&exe), &paths, &mut images);
     Some((rt, nofile))
 }

@@ -379,6 +379,7 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
 fn ring_at_end(session: &Session, reporter: &mut Reporter) -> (u64, u64) {
     let ring_bytes = session.ring_bytes();
     reporter.ring_bytes_at_end(ring_bytes);
+    reporter.queue_dropped_at_end(session.queue_dropped());
     if let Some(why) = session.ring_grow_failed() {
         stream::note(
             stream::Level::Warning,

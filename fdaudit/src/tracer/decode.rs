@@ -308,6 +308,7 @@ fn name_origins(origins: &mut super::origin::Origins, ev: &mut Event) {
         }
     };
     origins.note_parent(s.pid, s.parent_pid);
+    origins.begin_record();
     if s.exec_ok {
         origins.note_exec(s.pid, &s.exec_path);
     }

@@ -1,7 +1,9 @@
 //! The ring-buffer drain: a thread of its own that only copies records out of the kernel's
 //! ring into memory, so that a burst of spawns never waits for decoding, /proc look-ups or
 //! printing to free ring space. Self-contained: it owns the ring and hands out raw records
-//! in ring order; whoever consumes them decodes at its own pace.
+//! in ring order; whoever consumes them decodes at its own pace. The queue between them is
+//! bounded ([`MAX_QUEUE_BYTES`]): a record that does not fit is dropped and counted
+//! ([`Drain::dropped`]), said with the records the kernel lost.
 
 use std::{
     os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
@@ -16,6 +18,88 @@ use std::{
 use aya::maps::{MapData, RingBuf};
 
 use crate::tracer::ebpf::{self, RingSlot};
+
+/// The most bytes of records copied out of the ring and not yet taken by the consumer:
+/// what a decoder slowed down (by a traced process, or by a starved CPU) can make fdaudit
+/// hold. Four of the largest rings.
+pub const MAX_QUEUE_BYTES: u64 = 64 << 20;
+
+/// The counts a bounded queue's ends share.
+#[derive(Debug)]
+struct QueueCounts {
+    /// Bytes sent and not yet taken.
+    queued: AtomicU64,
+    /// Records dropped because they did not fit.
+    dropped: AtomicU64,
+    max_bytes: u64,
+}
+
+/// The sending end of a queue of records bounded by bytes.
+pub struct QueueTx {
+    tx: mpsc::Sender<Vec<u8>>,
+    counts: Arc<QueueCounts>,
+}
+
+/// The receiving end: what is taken frees room.
+pub struct QueueRx {
+    rx: mpsc::Receiver<Vec<u8>>,
+    counts: Arc<QueueCounts>,
+}
+
+/// A queue that holds at most `max_bytes` of records.
+pub fn bounded_queue(max_bytes: u64) -> (QueueTx, QueueRx) {
+    let (tx, rx) = mpsc::channel();
+    let counts = Arc::new(QueueCounts {
+        queued: AtomicU64::new(0),
+        dropped: AtomicU64::new(0),
+        max_bytes,
+    });
+    let rx = QueueRx {
+        rx,
+        counts: Arc::clone(&counts),
+    };
+    (QueueTx { tx, counts }, rx)
+}
+
+impl QueueTx {
+    /// Queues a copy of `rec`, or drops and counts it when the queue is full; `None` when
+    /// the consumer is gone.
+    pub fn push(&self, rec: &[u8]) -> Option<()> {
+        let n = rec.len() as u64;
+        let c = &self.counts;
+        // Only this thread adds: a check then an add cannot overshoot.
+        if c.queued.load(Ordering::Acquire) + n > c.max_bytes {
+            c.dropped.fetch_add(1, Ordering::AcqRel);
+            return Some(());
+        }
+        c.queued.fetch_add(n, Ordering::AcqRel);
+        self.tx.send(rec.to_vec()).ok()
+    }
+}
+
+impl QueueRx {
+    fn taken(&self, rec: Vec<u8>) -> Vec<u8> {
+        self.counts
+            .queued
+            .fetch_sub(rec.len() as u64, Ordering::AcqRel);
+        rec
+    }
+
+    /// Every record queued now.
+    pub fn take_all(&self) -> Vec<Vec<u8>> {
+        self.rx.try_iter().map(|r| self.taken(r)).collect()
+    }
+
+    /// One record, waiting up to `timeout`.
+    fn recv_timeout(&self, timeout: Duration) -> Option<Vec<u8>> {
+        self.rx.recv_timeout(timeout).ok().map(|r| self.taken(r))
+    }
+
+    /// Records dropped so far because the queue was full.
+    pub fn dropped(&self) -> u64 {
+        self.counts.dropped.load(Ordering::Acquire)
+    }
+}
 
 /// What the consumer and the thread share.
 struct Shared {
@@ -92,7 +176,7 @@ impl Shared {
 /// A running drain thread and the records it has copied out.
 pub struct Drain {
     shared: Arc<Shared>,
-    records: mpsc::Receiver<Vec<u8>>,
+    records: QueueRx,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -113,7 +197,7 @@ impl Drain {
             ring_bytes: AtomicU64::new(ring_bytes),
             grow_failed: std::sync::Mutex::new(None),
         });
-        let (tx, rx) = mpsc::channel();
+        let (tx, rx) = bounded_queue(MAX_QUEUE_BYTES);
         let thread_shared = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("fdaudit-drain".into())
@@ -128,7 +212,7 @@ impl Drain {
     /// Waits up to `timeout` for a record (a signal ends the wait early, as it ends a
     /// poll(2)), then returns every record copied out so far.
     pub fn wait(&self, timeout: Duration) -> Vec<Vec<u8>> {
-        let mut out: Vec<Vec<u8>> = self.records.try_iter().collect();
+        let mut out: Vec<Vec<u8>> = self.records.take_all();
         if out.is_empty() {
             let mut pfd = libc::pollfd {
                 fd: self.shared.ready.as_raw_fd(),
@@ -140,8 +224,13 @@ impl Drain {
             unsafe { libc::poll(&mut pfd, 1, ms) };
         }
         take(&self.shared.ready);
-        out.extend(self.records.try_iter());
+        out.extend(self.records.take_all());
         out
+    }
+
+    /// Records dropped because the decoder had [`MAX_QUEUE_BYTES`] still to take.
+    pub fn dropped(&self) -> u64 {
+        self.records.dropped()
     }
 
     /// Readable when records wait to be taken ([`Drain::wait`] resets it): for a caller
@@ -170,7 +259,7 @@ impl Drain {
         while self.shared.flush_done.load(Ordering::Acquire) < want && Instant::now() < deadline {
             out.extend(self.records.recv_timeout(Duration::from_millis(1)));
         }
-        out.extend(self.records.try_iter());
+        out.extend(self.records.take_all());
         out
     }
 }
@@ -187,11 +276,11 @@ impl Drop for Drain {
 
 /// Copies every record `ring` holds to `tx`; the bytes copied, or None when the consumer is
 /// gone.
-fn copy_out(ring: &mut RingBuf<MapData>, tx: &mpsc::Sender<Vec<u8>>) -> Option<u64> {
+fn copy_out(ring: &mut RingBuf<MapData>, tx: &QueueTx) -> Option<u64> {
     let mut bytes = 0;
     while let Some(item) = ring.next() {
         bytes += item.len() as u64 + 8; // the kernel's record header
-        tx.send(item.to_vec()).ok()?;
+        tx.push(&item)?;
     }
     Some(bytes)
 }
@@ -236,12 +325,7 @@ fn start_growing(grow: Grow, shared: &Arc<Shared>) -> mpsc::Receiver<RingBuf<Map
 
 /// The thread: copy out everything, answer flushes, sleep in poll until the kernel or the
 /// consumer wakes it; grow the ring when a pass finds it under pressure.
-fn run(
-    mut ring: RingBuf<MapData>,
-    mut grow: Option<Grow>,
-    shared: &Arc<Shared>,
-    tx: &mpsc::Sender<Vec<u8>>,
-) {
+fn run(mut ring: RingBuf<MapData>, mut grow: Option<Grow>, shared: &Arc<Shared>, tx: &QueueTx) {
     // Signals are for the consumer's thread: its wait is what a signal must interrupt.
     // SAFETY: a full set, applied to this thread only.
     unsafe {
@@ -409,6 +493,26 @@ mod tests {
         // The first ring holds ~70 of the largest spawns; the grown one is bigger.
         assert!(FIRST_RING_BYTES >= 64 * max_spawn_bytes());
         assert!(default_ring_bytes(1) > FIRST_RING_BYTES);
+    }
+
+    #[test]
+    fn the_queue_drops_and_counts_what_does_not_fit_and_taking_frees_room() {
+        let (tx, rx) = bounded_queue(100);
+        for _ in 0..4 {
+            tx.push(&[0; 30]).expect("the consumer is here");
+        }
+        assert_eq!(
+            rx.dropped(),
+            1,
+            "the fourth 30-byte record is over 100 bytes"
+        );
+        assert_eq!(rx.take_all().len(), 3);
+        tx.push(&[0; 100]).expect("room again");
+        tx.push(&[0; 1]).expect("the consumer is here");
+        assert_eq!(rx.dropped(), 2);
+        assert_eq!(rx.take_all(), vec![vec![0; 100]]);
+        drop(rx);
+        assert!(tx.push(&[0; 1]).is_none(), "the consumer is gone");
     }
 
     #[test]

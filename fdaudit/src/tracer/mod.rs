@@ -22,6 +22,8 @@ mod runtimes;
 pub mod seen;
 pub mod session;
 pub mod strategy;
+mod symbolize;
+mod symbols;
 pub mod wait;
 
 #[cfg(test)]

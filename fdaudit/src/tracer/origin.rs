@@ -14,11 +14,13 @@
 //! (the bytes before it are a call instruction). Such frames are marked
 //! `"found_by": "stack-scan"`; they are a heuristic (a stale return address left on the
 //! stack can match too). Each address is resolved to its module and file offset while the
-//! process lives (/proc/PID/maps, read when the record is decoded), and named from the
-//! module's ELF symbol tables (`.symtab`, else `.dynsym`) and DWARF line table (`addr2line`,
-//! when the module has `.debug_info`) when a leaked fd needs it.
+//! process lives (/proc/PID/maps, read when the record is decoded; the module's file opened
+//! then, through /proc/PID/map_files), and named from the module's ELF symbol tables
+//! (`.symtab`, else `.dynsym`) and DWARF line table (`addr2line`, when the module has
+//! `.debug_info`) when a leaked fd needs it: [`super::symbolize`], which treats every path,
+//! file and size the traced process controls as hostile and bounds what it keeps.
 
-use std::{collections::HashMap, os::unix::fs::FileExt, path::PathBuf, sync::Arc};
+use std::{collections::HashMap, sync::Arc};
 
 use fdaudit_common::{
     origin_flags, OriginCall, OriginCreatedRecord, OriginMade, OriginRecord, FIOCLEX, FIONCLEX,
@@ -29,10 +31,10 @@ pub use super::seen::BEFORE_TRACING;
 use super::seen::{self, Seen};
 use serde::Serialize;
 
+pub use super::symbolize::Frame;
+
 /// Origins kept per (process, fd): older ones are dropped.
 const PER_FD: usize = 4;
-/// Above the user half of the address space (x86_64's 47 bits; aarch64's 48).
-const USER_TOP: u64 = 1 << 48;
 /// Creator records waiting for their origin record.
 const PENDING_CREATED: usize = 256;
 /// Ancestors looked at for an inherited fd.
@@ -79,27 +81,6 @@ pub struct Call {
     pub created_by: Option<Box<Call>>,
 }
 
-/// One user stack frame.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct Frame {
-    pub addr: u64,
-    /// The ELF symbol containing `addr` with the offset into it (`open_hostname+0x1c`).
-    pub symbol: Option<String>,
-    /// Source file and line of the call (DWARF), when the module has them.
-    pub file: Option<String>,
-    pub line: Option<u32>,
-    /// The mapped file `addr` is in, and the offset into that file.
-    pub module: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub offset: Option<u64>,
-    /// The module's GNU build id (hex), to find its debug file elsewhere.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub build_id: Option<String>,
-    /// `stack-scan`: recovered from the words on the stack, not the frame-pointer walk.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub found_by: Option<&'static str>,
-}
-
 /// One recorded origin: the call, the file's identity and the raw frames.
 #[derive(Debug, Clone)]
 struct Entry {
@@ -117,30 +98,12 @@ struct Entry {
 pub struct Origins {
     by_fd: HashMap<(u32, i32), Vec<Entry>>,
     parent: HashMap<u32, u32>,
-    maps: HashMap<u32, Vec<Mapping>>,
-    symbols: HashMap<PathBuf, Option<Arc<Symbols>>>,
-    /// Whether a call instruction ends before (module, file offset): the stack scan asks
-    /// for the same return addresses again and again.
-    follows_call: HashMap<(PathBuf, u64), bool>,
-    /// Each process's executable (from its spawn) and text (from its origin records): its
-    /// own frames are found there once /proc/PID/maps is gone.
-    exe: HashMap<u32, PathBuf>,
-    code: HashMap<u32, (u64, u64)>,
-    /// (p_vaddr, p_offset) of an executable's first executable segment.
-    text_segment: HashMap<PathBuf, Option<(u64, u64)>>,
+    /// Frames resolved and named (bounded: [`super::symbolize`]).
+    sym: super::symbolize::Symbolizer,
     /// The attach-time tables and what fdaudit could not follow.
     seen: Seen,
     /// The creator records received, for the origin records that follow them.
     created: HashMap<(u32, i32), Box<OriginCreatedRecord>>,
-}
-
-/// An executable mapping of a process: [start, end) from file offset `offset` of `path`.
-#[derive(Debug, Clone)]
-struct Mapping {
-    start: u64,
-    end: u64,
-    offset: u64,
-    path: PathBuf,
 }
 
 impl Origins {
@@ -151,9 +114,6 @@ impl Origins {
         };
         if rec.parent_pid != 0 {
             self.parent.insert(rec.pid, rec.parent_pid);
-        }
-        if rec.start_code < rec.end_code {
-            self.code.insert(rec.pid, (rec.start_code, rec.end_code));
         }
         if self.seen.note(rec, call) {
             return;
@@ -240,11 +200,7 @@ impl Origins {
 
     /// Learns that `pid` runs `path` (from its spawn record), if absolute.
     pub fn note_exec(&mut self, pid: u32, path: &[u8]) {
-        use std::os::unix::ffi::OsStrExt as _;
-        if path.first() == Some(&b'/') {
-            let path = PathBuf::from(std::ffi::OsStr::from_bytes(path));
-            self.exe.insert(pid, path);
-        }
+        self.sym.note_exec(pid, path);
     }
 
     /// Learns that `pid`'s parent is `parent` (from a spawn or exit record).
@@ -302,134 +258,18 @@ impl Origins {
         not_seen(self.seen.reason(&chain, exec_ns))
     }
 
+    /// A spawn record's leaked fds are to be named: its share of CPU starts now.
+    pub fn begin_record(&mut self) {
+        self.sym.begin_record();
+    }
+
+    /// `rec`'s frames, resolved now (the record's process may soon be gone).
     fn frames(&mut self, rec: &OriginRecord) -> Vec<Frame> {
-        let n = (rec.nstack as usize).min(rec.stack.len());
-        // A walk through a frame without a frame pointer ends in garbage: stop at the
-        // first word that is no user address.
-        let walk: Vec<u64> = rec.stack[..n]
-            .iter()
-            .copied()
-            .take_while(|&a| a != 0 && a < USER_TOP)
-            .collect();
-        let mut out: Vec<Frame> = walk.iter().map(|&a| self.frame(rec.pid, a, None)).collect();
-        let words = &rec.sp_words[..(rec.nsp_words as usize).min(rec.sp_words.len())];
-        if let Some(found) = self.scan_return_address(rec.pid, words) {
-            if walk.get(1) != Some(&found) {
-                let at = out.len().min(1);
-                out.insert(at, self.frame(rec.pid, found, Some("stack-scan")));
-            }
-        }
-        out
-    }
-
-    fn frame(&mut self, pid: u32, addr: u64, found_by: Option<&'static str>) -> Frame {
-        let m = self.mapping_in_tree(pid, addr, true);
-        Frame {
-            addr,
-            symbol: None,
-            file: None,
-            line: None,
-            module: m.as_ref().map(|m| m.path.to_string_lossy().into_owned()),
-            offset: m.map(|m| addr - m.start + m.offset),
-            build_id: None,
-            found_by,
-        }
-    }
-
-    /// The first word that is a return address: in an executable mapping, just after a
-    /// call instruction (read from the mapped file, so it works once the process is gone).
-    fn scan_return_address(&mut self, pid: u32, words: &[u64]) -> Option<u64> {
-        words.iter().copied().find(|&w| {
-            let Some(m) = self.mapping_in_tree(pid, w, false) else {
-                return false;
-            };
-            let off = w - m.start + m.offset;
-            *self
-                .follows_call
-                .entry((m.path, off))
-                .or_insert_with_key(|(path, off)| follows_call(path, *off))
-        })
-    }
-
-    /// The mapping of `addr` in `pid`, else in its parent's (a forked child that exec'd
-    /// before its record was read had its parent's layout when it made the call).
-    fn mapping_in_tree(&mut self, pid: u32, addr: u64, refresh: bool) -> Option<Mapping> {
-        let mut p = pid;
-        for _ in 0..4 {
-            if let Some(m) = self.mapping(p, addr, refresh) {
-                return Some(m);
-            }
-            match self.parent.get(&p) {
-                Some(&pp) if pp != p => p = pp,
-                _ => break,
-            }
-        }
-        self.exe_mapping(pid, addr)
-    }
-
-    /// `addr` in `pid`'s executable, from its text range (mm->start_code..end_code) and the
-    /// executable's first executable segment (binfmt_elf sets start_code to its address):
-    /// for a process gone before its maps were read.
-    fn exe_mapping(&mut self, pid: u32, addr: u64) -> Option<Mapping> {
-        let &(start, end) = self.code.get(&pid)?;
-        if !(start..end).contains(&addr) {
-            return None;
-        }
-        let path = self.exe.get(&pid)?.clone();
-        let seg = *self
-            .text_segment
-            .entry(path.clone())
-            .or_insert_with(|| text_segment(&path));
-        let (_, offset) = seg?;
-        Some(Mapping {
-            start,
-            end,
-            offset,
-            path,
-        })
-    }
-
-    /// The mapping of `addr` in `pid`; `refresh`: read /proc/PID/maps again when the cached
-    /// copy lacks it (not for the stack scan's words, most of which are data).
-    fn mapping(&mut self, pid: u32, addr: u64, refresh: bool) -> Option<Mapping> {
-        let find = |maps: &[Mapping]| {
-            maps.iter()
-                .find(|m| m.start <= addr && addr < m.end)
-                .cloned()
-        };
-        if let Some(m) = self.maps.get(&pid).and_then(|maps| find(maps)) {
-            return Some(m);
-        }
-        if !(8..USER_TOP).contains(&addr) || (!refresh && self.maps.contains_key(&pid)) {
-            return None;
-        }
-        // Read again (a library loaded since); a process gone keeps what was read.
-        let fresh = read_exec_maps(pid);
-        let hit = find(&fresh);
-        if !fresh.is_empty() {
-            self.maps.insert(pid, fresh);
-        }
-        hit
+        self.sym.frames(rec, &self.parent)
     }
 
     fn name_frames(&mut self, stack: &mut [Frame]) {
-        for f in stack.iter_mut() {
-            let (Some(module), Some(offset)) = (&f.module, f.offset) else {
-                continue;
-            };
-            let path = PathBuf::from(module);
-            let syms = self
-                .symbols
-                .entry(path.clone())
-                .or_insert_with(|| Symbols::load(&path).map(Arc::new));
-            if let Some(s) = syms {
-                f.symbol = s.name(offset);
-                f.build_id.clone_from(&s.build_id);
-                if let Some((file, line)) = s.line(offset) {
-                    (f.file, f.line) = (Some(file), line);
-                }
-            }
-        }
+        self.sym.name_frames(stack);
     }
 }
 
@@ -454,148 +294,6 @@ fn not_seen(reason: String) -> Origin {
 
 fn comm_of(comm: &[u8; 16]) -> String {
     String::from_utf8_lossy(&crate::tracer::fdtarget::cstr(comm)).into_owned()
-}
-
-/// Whether the bytes before file offset `ret` of `module` end with a call instruction:
-/// x86_64 `call rel32` (e8, 5 bytes) or an indirect `call` (ff /2: 2, 3, 6 or 7 bytes);
-/// aarch64 `bl`/`blr` (the word before).
-fn follows_call(module: &std::path::Path, ret: u64) -> bool {
-    let mut b = [0u8; 8];
-    let Some(at) = ret.checked_sub(8) else {
-        return false;
-    };
-    let read = std::fs::File::open(module).and_then(|f| f.read_exact_at(&mut b, at));
-    if read.is_err() {
-        return false;
-    }
-    if cfg!(target_arch = "aarch64") {
-        let w = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
-        return w & 0xfc00_0000 == 0x9400_0000 || w & 0xffff_fc1f == 0xd63f_0000;
-    }
-    let modrm_call = |i: usize| b[i] == 0xff && (b[i + 1] >> 3) & 7 == 2;
-    b[3] == 0xe8 || modrm_call(6) || modrm_call(5) || modrm_call(2) || modrm_call(1)
-}
-
-/// (p_vaddr, p_offset) of the lowest executable PT_LOAD segment of ELF file `path`.
-fn text_segment(path: &std::path::Path) -> Option<(u64, u64)> {
-    use object::{Object as _, ObjectSegment as _};
-    let data = std::fs::read(path).ok()?;
-    let file = object::File::parse(&*data).ok()?;
-    file.segments()
-        .filter(|s| matches!(s.flags(), object::SegmentFlags::Elf { p_flags } if p_flags & 1 != 0))
-        .map(|s| (s.address(), s.file_range().0))
-        .min()
-}
-
-/// The executable file mappings of `pid` (empty once it is gone).
-fn read_exec_maps(pid: u32) -> Vec<Mapping> {
-    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
-        return Vec::new();
-    };
-    text.lines().filter_map(parse_maps_line).collect()
-}
-
-/// One /proc/PID/maps line, if it is an executable mapping of a file.
-fn parse_maps_line(line: &str) -> Option<Mapping> {
-    let mut it = line.splitn(6, ' ');
-    let (range, perms, offset) = (it.next()?, it.next()?, it.next()?);
-    let (_dev, _inode) = (it.next()?, it.next()?);
-    let path = it.next()?.trim_start();
-    if !perms.contains('x') || !path.starts_with('/') {
-        return None;
-    }
-    let (a, b) = range.split_once('-')?;
-    Some(Mapping {
-        start: u64::from_str_radix(a, 16).ok()?,
-        end: u64::from_str_radix(b, 16).ok()?,
-        offset: u64::from_str_radix(offset, 16).ok()?,
-        path: PathBuf::from(path.trim_end_matches(" (deleted)")),
-    })
-}
-
-/// DWARF of a module, over its bytes (kept for the session: a module is read once).
-type Dwarf = addr2line::Context<gimli::EndianSlice<'static, gimli::RunTimeEndian>>;
-
-/// A module's function symbols by file offset: (start, size, name), sorted; its sections
-/// (file offset, size, address) to turn an offset into the address DWARF knows; its DWARF.
-struct Symbols {
-    funcs: Vec<(u64, u64, String)>,
-    sections: Vec<(u64, u64, u64)>,
-    dwarf: Option<Dwarf>,
-    build_id: Option<String>,
-}
-
-impl Symbols {
-    fn load(path: &std::path::Path) -> Option<Symbols> {
-        use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
-        // Leaked on purpose: the DWARF context borrows the bytes for the session.
-        let data: &'static [u8] = Box::leak(std::fs::read(path).ok()?.into_boxed_slice());
-        let file = object::File::parse(data).ok()?;
-        // Symbol values are virtual addresses; the mapping gives file offsets: convert
-        // through the section that holds each address.
-        let sections: Vec<(u64, u64, u64)> = file
-            .sections()
-            .filter(|s| s.address() != 0)
-            .filter_map(|s| Some((s.file_range()?.0, s.size(), s.address())))
-            .collect();
-        let to_offset = |addr: u64| {
-            sections
-                .iter()
-                .find(|&&(_, size, a)| a <= addr && addr < a + size)
-                .map(|&(off, _, a)| addr - a + off)
-        };
-        let mut funcs: Vec<(u64, u64, String)> = file
-            .symbols()
-            .chain(file.dynamic_symbols())
-            .filter(|s| s.kind() == object::SymbolKind::Text && s.address() != 0)
-            .filter_map(|s| Some((to_offset(s.address())?, s.size(), s.name().ok()?.to_owned())))
-            .collect();
-        funcs.sort_unstable();
-        funcs.dedup_by_key(|f| f.0);
-        let dwarf = file.section_by_name(".debug_info").and_then(|_| {
-            let endian = if file.is_little_endian() {
-                gimli::RunTimeEndian::Little
-            } else {
-                gimli::RunTimeEndian::Big
-            };
-            let load = |id: gimli::SectionId| -> Result<_, gimli::Error> {
-                let d = file.section_by_name(id.name()).and_then(|s| s.data().ok());
-                Ok(gimli::EndianSlice::new(d.unwrap_or(&[]), endian))
-            };
-            addr2line::Context::from_dwarf(gimli::Dwarf::load(load).ok()?).ok()
-        });
-        let build_id = file
-            .build_id()
-            .ok()
-            .flatten()
-            .map(|id| id.iter().map(|b| format!("{b:02x}")).collect());
-        Some(Symbols {
-            funcs,
-            sections,
-            dwarf,
-            build_id,
-        })
-    }
-
-    /// `name+0xoff` of the function holding file offset `off`.
-    fn name(&self, off: u64) -> Option<String> {
-        let i = self.funcs.partition_point(|f| f.0 <= off).checked_sub(1)?;
-        let (start, size, name) = &self.funcs[i];
-        (*size == 0 || off < start + size).then(|| format!("{name}+{:#x}", off - start))
-    }
-
-    /// The source file and line of the call that returns to file offset `ret` (DWARF
-    /// line table; the byte before the return address is inside the call).
-    fn line(&self, ret: u64) -> Option<(String, Option<u32>)> {
-        let at = ret.checked_sub(1)?;
-        let addr = self
-            .sections
-            .iter()
-            .find(|&&(off, size, _)| off <= at && at < off + size)
-            .map(|&(off, _, a)| at - off + a)?;
-        let loc = self.dwarf.as_ref()?.find_location(addr).ok()??;
-        Some((loc.file?.to_owned(), loc.line))
-    }
 }
 
 #[cfg(test)]
@@ -729,41 +427,9 @@ mod tests {
     }
 
     #[test]
-    fn a_gone_process_s_own_frames_are_found_from_its_text_range_and_executable() {
-        use std::os::unix::ffi::OsStrExt as _;
-        let exe = std::env::current_exe().expect("the test binary");
-        let (vaddr, off) = text_segment(&exe).expect("an executable segment");
-        let pid = 1 << 30; // no such process: no /proc/PID/maps
-        let mut o = Origins::default();
-        o.note_exec(pid, exe.as_os_str().as_bytes());
-        let start = 0x5555_0000_0000 + vaddr;
-        o.code.insert(pid, (start, start + 0x1000));
-        let m = o
-            .mapping_in_tree(pid, start + 0x10, true)
-            .expect("found in the executable");
-        assert_eq!((m.path, m.offset, m.start), (exe, off, start));
-        assert!(o.mapping_in_tree(pid, start + 0x1000, true).is_none());
-    }
-
-    #[test]
     fn fcntl_is_named_with_its_command() {
         assert_eq!(syscall_name(OriginCall::Fcntl, F_DUPFD), "fcntl(F_DUPFD)");
         assert_eq!(syscall_name(OriginCall::Fcntl, F_SETFD), "fcntl(F_SETFD)");
         assert_eq!(syscall_name(OriginCall::Dup2, 0), "dup2");
-    }
-
-    #[test]
-    fn maps_lines_give_executable_file_mappings_only() {
-        let m = parse_maps_line(
-            "7f00a000-7f00b000 r-xp 00002000 08:01 1234                       /usr/lib/libc.so.6",
-        )
-        .expect("an executable file mapping");
-        assert_eq!(
-            (m.start, m.end, m.offset),
-            (0x7f00_a000, 0x7f00_b000, 0x2000)
-        );
-        assert_eq!(m.path, PathBuf::from("/usr/lib/libc.so.6"));
-        assert!(parse_maps_line("7f00a000-7f00b000 rw-p 00000000 00:00 0   [heap]").is_none());
-        assert!(parse_maps_line("7f00a000-7f00b000 r--p 00000000 08:01 1 /usr/lib/x.so").is_none());
     }
 }

@@ -493,7 +493,8 @@ impl Session {
         }
     }
 
-    /// The kernel's own counters, summed over CPUs.
+    /// The kernel's own counters, summed over CPUs; `lost_records` also counts the records
+    /// fdaudit's queue behind the ring dropped ([`Session::queue_dropped`]): lost all the same.
     pub fn stats(&self) -> Result<Stats> {
         let per_cpu = self
             .stats
@@ -505,7 +506,14 @@ impl Session {
             s.tracked_full += v.tracked_full;
             s.reads_full += v.reads_full;
         }
+        s.lost_records += self.queue_dropped();
         Ok(s)
+    }
+
+    /// Records the drain thread dropped because the decoder had
+    /// [`super::drain::MAX_QUEUE_BYTES`] still to take.
+    pub fn queue_dropped(&self) -> u64 {
+        self.drain.as_ref().map_or(0, Drain::dropped)
     }
 
     /// Runs of each program the kernel skipped since the session was ready

@@ -204,6 +204,11 @@ const HOST_ONLY_TESTS: &[(&str, &str)] = &[
         "compiles its C fixtures with gcc and runs python3, which the initramfs lacks",
     ),
     (
+        "hostile_files",
+        "compiles its C fixtures with gcc, which the initramfs lacks, and runs them as nobody \
+         through setpriv",
+    ),
+    (
         "scan_hostile",
         "mounts a FUSE file system (no /dev/fuse in the guests) and holds files the \
          initramfs lacks",

@@ -299,6 +299,7 @@ mod tests {
             offset: module.map(|_| offset),
             build_id: None,
             found_by: None,
+            module_id: None,
         }
     }
 

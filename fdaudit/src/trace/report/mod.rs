@@ -56,6 +56,8 @@ pub struct Reporter {
     close_cost_ns: f64,
     leaks_only: bool,
     ring_bytes: u64,
+    /// Lost records that fdaudit's queue between the ring and the decoder dropped.
+    queue_dropped: u64,
     /// `--perfetto FILE`: the spawns shown, as a timeline.
     perfetto: Option<Perfetto>,
 }
@@ -92,18 +94,31 @@ fn held_note(held: &[crate::trace::targets::HeldFd], no_baseline: bool) {
     );
 }
 
-/// What to say when records were lost: in the JSON summary's `partial` notes, on stderr, and
-/// on the totals line.
-pub fn lost_note(lost: u64, ring_bytes: u64) -> String {
+/// What to say when records were lost (`dropped` of them by fdaudit's own queue, the rest
+/// by the kernel's full ring): in the JSON summary's `partial` notes, on stderr, and on the
+/// totals line.
+pub fn lost_note(lost: u64, dropped: u64, ring_bytes: u64) -> String {
     let size = if ring_bytes >= 1 << 20 {
         format!("{} MiB", ring_bytes >> 20)
     } else {
         format!("{} KiB", ring_bytes >> 10)
     };
-    format!(
-        "{lost} records LOST: the {size} ring buffer was full, some spawns are missing; raise --buffer-pages (now {})",
+    let ring = format!(
+        "the {size} ring buffer was full; raise --buffer-pages (now {})",
         ring_bytes / crate::tracer::drain::page_size()
-    )
+    );
+    let queue = format!(
+        "fdaudit's decoder fell {} MiB behind the ring buffer (records slow to decode, or fdaudit kept from a CPU)",
+        crate::tracer::drain::MAX_QUEUE_BYTES >> 20
+    );
+    match dropped {
+        0 => format!("{lost} records LOST: some spawns are missing: {ring}"),
+        d if d >= lost => format!("{lost} records LOST: some spawns are missing: {queue}"),
+        d => format!(
+            "{lost} records LOST: some spawns are missing: {} because {ring}, {d} because {queue}",
+            lost - d
+        ),
+    }
 }
 
 /// How the run ended, for the summary.
@@ -167,6 +182,7 @@ impl Reporter {
             close_cost_ns: s.close_cost_ns(),
             leaks_only: s.leaks_only(),
             ring_bytes: s.ring_bytes(),
+            queue_dropped: 0,
             perfetto: None,
         }
     }
@@ -313,6 +329,11 @@ impl Reporter {
         self.ring_bytes = bytes;
     }
 
+    /// How many of the lost records fdaudit's own queue dropped ([`Session::queue_dropped`]).
+    pub fn queue_dropped_at_end(&mut self, records: u64) {
+        self.queue_dropped = records;
+    }
+
     /// Writes the summary (JSON: the read storms and the summary record; text: the totals
     /// line, the table, the storms) and the notes.
     pub fn finish(
@@ -329,6 +350,7 @@ impl Reporter {
         let incomplete = self.incomplete(&Losses::new(&stats, &missed));
         let partial = summary::partial_notes(
             stats.lost_records,
+            self.queue_dropped,
             self.ring_bytes,
             &missed,
             self.collector.partial_notes(),
@@ -336,6 +358,7 @@ impl Reporter {
         let summary = Summary {
             spawns: self.collector.spawns(),
             lost_records: stats.lost_records,
+            queue_dropped_records: self.queue_dropped,
             bpf_missed_runs: missed,
             untracked_forks: stats.tracked_full,
             read_table_full: stats.reads_full,
@@ -473,7 +496,8 @@ pub(crate) mod tests {
         Summary {
             spawns: 0,
             lost_records: lost,
-            partial: summary::partial_notes(lost, 4 << 20, &missed, flags),
+            queue_dropped_records: 0,
+            partial: summary::partial_notes(lost, 0, 4 << 20, &missed, flags),
             bpf_missed_runs: missed,
             untracked_forks: 0,
             read_table_full: 0,
@@ -526,6 +550,29 @@ pub(crate) mod tests {
         let mut s = spawn("sh", "/bin/cat", 0, 1_000, 2);
         s.leaked_fds = vec![leaked_fd(5, 8 << 20 | 1, 42), leaked_fd(5, 0x2d, 42)];
         assert_eq!(policy.new_leaks(&s), 1);
+    }
+
+    #[test]
+    fn records_the_queue_dropped_are_said_apart_from_the_ring_s() {
+        let ring = lost_note(10, 0, 4 << 20);
+        assert!(ring.starts_with("10 records LOST") && ring.contains("--buffer-pages"));
+        let queue = lost_note(10, 10, 4 << 20);
+        assert!(queue.contains("decoder fell 64 MiB behind"), "{queue}");
+        assert!(!queue.contains("--buffer-pages"), "{queue}");
+        let both = lost_note(10, 4, 4 << 20);
+        assert!(
+            both.contains("6 because the 4 MiB ring buffer was full"),
+            "{both}"
+        );
+        assert!(both.contains("4 because fdaudit's decoder"), "{both}");
+        let s = Summary {
+            queue_dropped_records: 4,
+            ..summary_with(10, MissedRuns::Unknown, vec![])
+        };
+        assert_eq!(
+            serde_json::to_value(&s).unwrap()["queue_dropped_records"],
+            4
+        );
     }
 
     #[test]

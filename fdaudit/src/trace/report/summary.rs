@@ -100,7 +100,10 @@ pub struct Group {
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
     pub spawns: u64,
+    /// Records lost between the kernel and the decoder: the ring buffer was full, or
+    /// fdaudit's queue behind it (`queue_dropped_records` of them).
     pub lost_records: u64,
+    pub queue_dropped_records: u64,
     /// Runs of each program the kernel skipped (a run preempted and its hook fired again on
     /// that CPU): by program name, or "unknown" before Linux 5.12. A skipped exec, fork or
     /// exit program loses a record, a skipped syscall program a count.
@@ -152,13 +155,14 @@ impl Summary {
 /// (both said as warnings, see [`Summary::warnings`]), then the spawns' partial-data flags.
 pub fn partial_notes(
     lost_records: u64,
+    queue_dropped: u64,
     ring_bytes: u64,
     missed: &MissedRuns,
     flags: Vec<String>,
 ) -> Vec<String> {
     let mut notes = Vec::new();
     if lost_records > 0 {
-        notes.push(super::lost_note(lost_records, ring_bytes));
+        notes.push(super::lost_note(lost_records, queue_dropped, ring_bytes));
     }
     notes.extend(missed.note());
     notes.extend(flags);
