@@ -4,6 +4,7 @@
 
 mod compare;
 mod input;
+pub mod normalise;
 mod render;
 
 use std::path::PathBuf;
@@ -51,6 +52,12 @@ pub struct DiffArgs {
     /// it grew by more than this many percent. Off by default: times vary from run to run.
     #[arg(long, value_name = "PERCENT", value_parser = parse_percent)]
     pub window_tolerance: Option<f64>,
+
+    /// Compare paths as they are: by default a number in a path that is a pid of the same
+    /// run and the random suffix of an mkstemp-style name (`tmp.aB3xZ9`) are taken out
+    /// first, so that two runs of the same program compare equal (docs/diff.md).
+    #[arg(long)]
+    pub keep_paths: bool,
 }
 
 /// A percentage: a finite number, 0 or more.
@@ -64,8 +71,8 @@ fn parse_percent(s: &str) -> Result<f64, String> {
 }
 
 pub fn run(args: DiffArgs) -> Result<u8> {
-    let a = input::read(&args.before)?;
-    let b = input::read(&args.after)?;
+    let a = input::read(&args.before, args.keep_paths)?;
+    let b = input::read(&args.after, args.keep_paths)?;
     if a.kind != b.kind {
         bail!(
             "{} and {} were written by different subcommands (trace and bench): compare two traces or two benches",
