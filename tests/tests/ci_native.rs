@@ -83,3 +83,137 @@ fn two_demo_traces_diff_clean_and_an_extra_leak_regresses() {
         let _ = std::fs::remove_file(p);
     }
 }
+
+fn run(args: &[&str]) -> Output {
+    Command::new(fdaudit())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("failed to run fdaudit")
+}
+
+/// `trace --fail-on-leak --policy-exit-code 42 EXTRA -- bash -c SCRIPT`.
+fn gated(extra: &[&str], script: &str) -> Output {
+    let mut args = vec!["trace", "-q", "--fail-on-leak", "--policy-exit-code", "42"];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--", "bash", "-c", script]);
+    run(&args)
+}
+
+const LEAKS: &str = "exec 7</etc/hostname; /bin/true;";
+
+#[test]
+#[ignore = "needs root and BTF"]
+fn policy_exit_code_tells_a_failed_gate_from_the_commands_own_status() {
+    let _g = guard();
+    // The command's own 3, no leak: 3, and no verdict.
+    let o = gated(&[], "/bin/true; exit 3");
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("verdict:"), "{}", stderr(&o));
+
+    // A leak, the command exits 0: the gate's 42, said on a verdict line.
+    let o = gated(&[], &format!("{LEAKS} true"));
+    assert_eq!(o.status.code(), Some(42), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("verdict: --fail-on-leak: 1 spawn leaked fds (exit status 42)"),
+        "{}",
+        stderr(&o)
+    );
+
+    // A leak and the command's own 3: its 3 wins, and the verdict is still said.
+    let o = gated(&[], &format!("{LEAKS} exit 3"));
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("the command itself failed: exit status 3 is its own"),
+        "{}",
+        stderr(&o)
+    );
+
+    // Records in a file: the verdict is said on stderr too, as text; the summary has 42.
+    let f = temp_path("gated.jsonl");
+    let o = gated(
+        &["--json", "-o", f.to_str().unwrap()],
+        &format!("{LEAKS} true"),
+    );
+    assert_eq!(o.status.code(), Some(42), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("verdict: --fail-on-leak: 1 spawn leaked fds (exit status 42)"),
+        "{}",
+        stderr(&o)
+    );
+    let recs = records(&std::fs::read_to_string(&f).unwrap());
+    let s = of_type(&recs, "summary")[0];
+    assert_eq!(
+        (s["exit_code"].as_u64(), s["exit_reason"].as_str()),
+        (Some(42), Some("leak"))
+    );
+    let _ = std::fs::remove_file(&f);
+}
+
+#[test]
+fn policy_exit_code_refuses_fdaudits_own_and_the_shells_statuses() {
+    for bad in [
+        &["--policy-exit-code", "2"][..],
+        &["--policy-exit-code", "0"],
+        &["--policy-exit-code", "127"],
+        &["--incomplete-exit-code", "130"],
+        // The two verdicts must stay apart.
+        &["--policy-exit-code", "4"],
+        &["--policy-exit-code", "9", "--incomplete-exit-code", "9"],
+    ] {
+        let mut args = vec!["trace", "--fail-on-leak"];
+        args.extend_from_slice(bad);
+        args.extend_from_slice(&["--", "/bin/true"]);
+        let o = run(&args);
+        assert_eq!(o.status.code(), Some(2), "{bad:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("exit"), "{bad:?}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn scan_and_diff_take_the_policy_exit_code() {
+    let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/procfs/basic");
+    let o = run(&[
+        "scan",
+        fixture,
+        "--fail-on",
+        "high",
+        "--policy-exit-code",
+        "42",
+    ]);
+    assert_eq!(o.status.code(), Some(42), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("at or above it (2 critical, 2 high): exit status 42"),
+        "{}",
+        stderr(&o)
+    );
+    // `--json`: the records on stdout, the verdict on stderr.
+    let o = run(&[
+        "scan",
+        fixture,
+        "--json",
+        "--fail-on",
+        "high",
+        "--policy-exit-code",
+        "42",
+    ]);
+    assert_eq!(o.status.code(), Some(42), "{}", stderr(&o));
+    assert!(
+        stderr(&o).starts_with("verdict: --fail-on high"),
+        "{}",
+        stderr(&o)
+    );
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/diff");
+    let (a, b) = (
+        Path::new(dir).join("before.jsonl"),
+        Path::new(dir).join("after.jsonl"),
+    );
+    // after → before undoes a fix: a regression, at the status asked for.
+    let o = diff(&b, &a, &["--policy-exit-code", "42"]);
+    assert_eq!(o.status.code(), Some(42), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("verdict: regression (exit status 42)"),
+        "{}",
+        stderr(&o)
+    );
+}

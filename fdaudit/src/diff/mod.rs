@@ -24,7 +24,7 @@ target, that no spawn leaked before), or a group (parent and exec path; for benc
 whose strategy grows more with NOFILE, whose closes per spawn grew beyond --closes-tolerance, \
 or whose leaked fds per spawn grew; with --window-tolerance, also a longer window. Groups only \
 in one run are listed as new or gone.\n\nExit status: 0 when nothing regressed, 3 on a \
-regression, 2 on bad input (a file that is not trace or bench JSON output, or one of each)."
+regression (--policy-exit-code), 2 on bad input (a file that is not trace or bench JSON output, or one of each)."
 )]
 pub struct DiffArgs {
     /// The earlier run: what `fdaudit trace --json` or `fdaudit bench --json` wrote.
@@ -58,6 +58,9 @@ pub struct DiffArgs {
     /// first, so that two runs of the same program compare equal (docs/diff.md).
     #[arg(long)]
     pub keep_paths: bool,
+
+    #[command(flatten)]
+    pub policy_exit_code: exit::PolicyCode,
 }
 
 /// A percentage: a finite number, 0 or more.
@@ -86,7 +89,7 @@ pub fn run(args: DiffArgs) -> Result<u8> {
     };
     let d = compare::compare(&a, &b, tol);
     let code = if d.regressed() {
-        exit::POLICY
+        args.policy_exit_code.code
     } else {
         exit::OK
     };
