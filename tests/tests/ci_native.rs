@@ -217,3 +217,133 @@ fn scan_and_diff_take_the_policy_exit_code() {
         stderr(&o)
     );
 }
+
+/// The venv .ci/setup installs junitparser into.
+const JUNITPARSER: &str = "/opt/fdaudit-ci/junit-venv/bin/python";
+
+#[test]
+#[ignore = "needs root and BTF"]
+fn junit_has_a_case_per_gate_and_group_that_junitparser_reads() {
+    let _g = guard();
+    let xml = temp_path("trace.xml");
+    let o = run(&[
+        "trace",
+        "--demo",
+        "-q",
+        "--fail-on-leak",
+        "--fail-on-strategy",
+        "close-loop",
+        "--max-closes",
+        "100000",
+        "--junit",
+        xml.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    // junitparser: each case as `suite|name|passed|first failure message`.
+    let script = r#"
+import sys
+from junitparser import JUnitXml
+for suite in JUnitXml.fromfile(sys.argv[1]):
+    for case in suite:
+        msg = case.result[0].message if case.result else ""
+        print(f"{suite.name}|{case.name}|{case.is_passed}|{msg}")
+"#;
+    let out = Command::new(JUNITPARSER)
+        .args(["-c", script])
+        .arg(&xml)
+        .output()
+        .unwrap_or_else(|e| panic!("{JUNITPARSER}: {e}: run .ci/setup"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "junitparser: {}", stderr(&out));
+    let cases: Vec<Vec<&str>> = text.lines().map(|l| l.splitn(4, '|').collect()).collect();
+    let failing = |suite: &str| {
+        cases
+            .iter()
+            .filter(|c| c[0] == suite && c[2] == "False")
+            .map(|c| c[1])
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        failing("gates"),
+        ["--fail-on-leak", "--fail-on-strategy close-loop"],
+        "{text}"
+    );
+    assert!(
+        cases
+            .iter()
+            .any(|c| c[..3] == ["gates", "--max-closes 100000", "True"]),
+        "{text}"
+    );
+    // The demo's four groups; the leaking one and the close loop fail, with the verdict.
+    assert_eq!(
+        cases.iter().filter(|c| c[0] == "groups").count(),
+        4,
+        "{text}"
+    );
+    assert_eq!(
+        failing("groups"),
+        [
+            "fdaudit → /bin/true (close-loop)",
+            "fdaudit → /bin/true (none)"
+        ],
+        "{text}"
+    );
+    assert!(
+        cases.iter().any(|c| c[1] == "fdaudit → /bin/true (none)"
+            && c[3].starts_with("--fail-on-leak: 2 spawns leaked fds (exit status 3)")),
+        "{text}"
+    );
+    let _ = std::fs::remove_file(&xml);
+}
+
+#[test]
+#[ignore = "needs root and BTF"]
+fn github_actions_annotations_are_capped_and_the_step_summary_written() {
+    let _g = guard();
+    // Twelve programs, each a group of its own, each leaking fd 7.
+    let dir = temp_path("gha");
+    std::fs::create_dir(&dir).unwrap();
+    for i in 0..12 {
+        std::fs::copy("/bin/true", dir.join(format!("t{i:02}"))).unwrap();
+    }
+    let script = format!(
+        "exec 7</etc/hostname; for f in {}/t*; do \"$f\"; done",
+        dir.display()
+    );
+    let summary = dir.join("summary.md");
+    let o = Command::new(fdaudit())
+        .args(["trace", "-q", "--fail-on-leak", "--", "bash", "-c", &script])
+        .env("GITHUB_ACTIONS", "true")
+        .env("GITHUB_STEP_SUMMARY", &summary)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run fdaudit");
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let e = stderr(&o);
+    let errors: Vec<&str> = e.lines().filter(|l| l.starts_with("::error ")).collect();
+    assert_eq!(errors.len(), 10, "{e}");
+    assert!(errors[9].contains("and 3 more errors"), "{e}");
+    assert!(
+        errors[0].contains("::--fail-on-leak: 12 spawns leaked fds"),
+        "{e}"
+    );
+    assert!(
+        e.lines()
+            .any(|l| l.starts_with("fdaudit: 12 errors, 0 warnings (exit status 3)")),
+        "{e}"
+    );
+    let md = std::fs::read_to_string(&summary).expect("the step summary is written");
+    assert!(md.starts_with("### fdaudit trace: exit status 3"), "{md}");
+    assert_eq!(md.matches("| ❌ | bash → ").count(), 12, "{md}");
+
+    // Outside GitHub Actions: no workflow commands.
+    let o = Command::new(fdaudit())
+        .args(["trace", "-q", "--fail-on-leak", "--", "bash", "-c", &script])
+        .env_remove("GITHUB_ACTIONS")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run fdaudit");
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("::error"), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -99,6 +99,11 @@ pub struct TraceArgs {
     #[arg(long, value_name = "FILE")]
     pub perfetto: Option<PathBuf>,
 
+    /// Also write a JUnit XML report to FILE: a test case per gate set and per group
+    /// (parent → exec, strategy), failing with the gates' verdict lines (docs/ci.md).
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
+
     /// When a signal stops fdaudit while it runs -- CMD: how long to go on tracing the
     /// command (which got the signal too) before killing it with SIGKILL.
     #[arg(long, value_name = "SECONDS", value_parser = parse_duration, default_value = "5")]
@@ -308,17 +313,7 @@ fn exec_failure(name: &str, errno: i32) -> (String, u8) {
 
 pub fn run(mut args: TraceArgs) -> Result<u8> {
     let t0 = Instant::now();
-    if args.policy_exit_code.code == args.incomplete_exit_code {
-        anyhow::bail!(
-            "--policy-exit-code and --incomplete-exit-code are both {}: give them different statuses, so that a failed gate and an incomplete trace stay apart",
-            args.incomplete_exit_code
-        );
-    }
-    open_output(&mut args)?;
-    // Created before anything starts, so that a bad path fails at once.
-    let perfetto = (args.perfetto.as_deref())
-        .map(perfetto::Perfetto::create)
-        .transpose()?;
+    let (perfetto, junit) = output_files(&mut args)?;
     let pids = check_targets(&args.pids, !args.command.is_empty(), args.cgroup.is_some())?;
     let filter = filter::Filter::new(
         &args.exec,
@@ -377,7 +372,11 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
     exit_status = child::detach_then_wait(session, untraced)?.or(exit_status);
     let codes = (args.policy_exit_code.code, args.incomplete_exit_code);
     let ending = ending(&reporter, exit_status, &stats, &missed, codes);
-    reporter.finish(stats, missed, storms, ending)?;
+    let ci = reporter.finish(stats, missed, storms, ending)?;
+    if let Some(j) = junit {
+        j.write_trace(&ci)?;
+    }
+    crate::output::github::report(&ci)?;
     if args.verbose {
         verbose_exit(ended, child.is_some(), ring);
         if !args.leaks_only {
@@ -402,6 +401,31 @@ fn ring_at_end(session: &Session, reporter: &mut Reporter) -> (u64, u64) {
         );
     }
     (session.first_ring_bytes(), ring_bytes)
+}
+
+/// Checks the exit codes asked for, opens the records stream ([`open_output`]) and creates
+/// the `--perfetto` and `--junit` files: before anything starts, so that a bad path fails
+/// at once.
+fn output_files(
+    args: &mut TraceArgs,
+) -> Result<(
+    Option<perfetto::Perfetto>,
+    Option<crate::output::junit::JunitFile>,
+)> {
+    if args.policy_exit_code.code == args.incomplete_exit_code {
+        anyhow::bail!(
+            "--policy-exit-code and --incomplete-exit-code are both {}: give them different statuses, so that a failed gate and an incomplete trace stay apart",
+            args.incomplete_exit_code
+        );
+    }
+    open_output(args)?;
+    let perfetto = (args.perfetto.as_deref())
+        .map(perfetto::Perfetto::create)
+        .transpose()?;
+    let junit = (args.junit.as_deref())
+        .map(crate::output::junit::JunitFile::create)
+        .transpose()?;
+    Ok((perfetto, junit))
 }
 
 /// Opens the records stream: stdout, or stderr when fdaudit runs a command (`--demo`
