@@ -336,6 +336,28 @@ fn github_actions_annotations_are_capped_and_the_step_summary_written() {
     assert!(md.starts_with("### fdaudit trace: exit status 3"), "{md}");
     assert_eq!(md.matches("| ❌ | bash → ").count(), 12, "{md}");
 
+    // JSON records on stderr: every line there stays JSON, the summary is still written.
+    std::fs::remove_file(&summary).unwrap();
+    let o = Command::new(fdaudit())
+        .args([
+            "trace",
+            "--json",
+            "--fail-on-leak",
+            "--",
+            "bash",
+            "-c",
+            &script,
+        ])
+        .env("GITHUB_ACTIONS", "true")
+        .env("GITHUB_STEP_SUMMARY", &summary)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run fdaudit");
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let recs = records(&stderr(&o));
+    assert!(!of_type(&recs, "summary").is_empty(), "{}", stderr(&o));
+    assert!(summary.exists(), "no step summary with --json");
+
     // Outside GitHub Actions: no workflow commands.
     let o = Command::new(fdaudit())
         .args(["trace", "-q", "--fail-on-leak", "--", "bash", "-c", &script])
@@ -346,4 +368,127 @@ fn github_actions_annotations_are_capped_and_the_step_summary_written() {
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     assert!(!stderr(&o).contains("::error"), "{}", stderr(&o));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The commands of docs/ci.md's job whose YAML starts with `# {name}`: the `run:` values
+/// (GitHub Actions) or the `script:` items (GitLab CI).
+fn job_commands(name: &str) -> Vec<String> {
+    let doc = include_str!("../../docs/ci.md");
+    let start = doc
+        .find(&format!("```yaml\n# {name}\n"))
+        .unwrap_or_else(|| panic!("docs/ci.md has no {name} job"));
+    let block = &doc[start..];
+    let block = &block[..block[3..].find("```").expect("a closed block") + 3];
+    let mut cmds = Vec::new();
+    let mut in_script = false;
+    for l in block.lines() {
+        let t = l.trim_start();
+        if let Some(cmd) = t.strip_prefix("run: ") {
+            cmds.push(cmd.to_string());
+        } else if t == "script:" {
+            in_script = true;
+        } else if let (true, Some(cmd)) = (in_script, t.strip_prefix("- ")) {
+            cmds.push(cmd.to_string());
+        } else {
+            in_script = false;
+        }
+    }
+    assert!(!cmds.is_empty(), "no commands in the {name} job");
+    cmds
+}
+
+/// Runs `cmds` as a CI runner would (`bash -e -c`, one at a time, stopping at the first
+/// that fails) in `dir`, with fdaudit and a `sudo` for root (it runs what follows its
+/// options) on PATH; returns the last status.
+fn run_job(cmds: &[String], dir: &Path, env: &[(&str, &Path)]) -> Output {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let sudo = bin.join("sudo");
+    std::fs::write(
+        &sudo,
+        "#!/bin/sh\nwhile [ \"${1#-}\" != \"$1\" ]; do shift; done\nexec \"$@\"\n",
+    )
+    .unwrap();
+    let mode = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+    std::fs::set_permissions(&sudo, mode).unwrap();
+    let fdaudit_dir = fdaudit().parent().unwrap().to_path_buf();
+    let path = format!(
+        "{}:{}:{}",
+        bin.display(),
+        fdaudit_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut last = None;
+    for c in cmds {
+        let mut cmd = Command::new("bash");
+        cmd.args(["-e", "-c", c])
+            .current_dir(dir)
+            .env("PATH", &path)
+            .env_remove("GITHUB_ACTIONS")
+            .stdin(Stdio::null());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let o = cmd.output().expect("run a job's command");
+        let ok = o.status.success();
+        last = Some(o);
+        if !ok {
+            break;
+        }
+    }
+    last.unwrap()
+}
+
+#[test]
+#[ignore = "needs root and BTF"]
+fn ci_jobs_in_docs_run_as_written() {
+    let _g = guard();
+    let github = job_commands(".github/workflows/fdaudit.yml");
+    let gitlab = job_commands(".gitlab-ci.yml");
+    for (recipe, want) in [
+        ("/bin/true", 0),
+        ("bash -c 'exec 7</etc/hostname; /bin/true; true'", 42),
+        // make's own status for a failing recipe: the tests failed, not fdaudit's verdict.
+        ("/bin/false", 2),
+    ] {
+        for (job, cmds) in [("github", &github), ("gitlab", &gitlab)] {
+            let dir = temp_path(&format!("job-{job}"));
+            std::fs::create_dir(&dir).unwrap();
+            std::fs::write(dir.join("Makefile"), format!("test:\n\t{recipe}\n")).unwrap();
+            let summary = dir.join("summary.md");
+            let env: Vec<(&str, &Path)> = if job == "github" {
+                vec![
+                    ("GITHUB_ACTIONS", Path::new("true")),
+                    ("GITHUB_STEP_SUMMARY", &summary),
+                ]
+            } else {
+                Vec::new()
+            };
+            let o = run_job(cmds, &dir, &env);
+            assert_eq!(
+                o.status.code(),
+                Some(want),
+                "{job} job, recipe {recipe}: {}",
+                stderr(&o)
+            );
+            let xml = std::fs::read_to_string(dir.join("fdaudit.xml"))
+                .unwrap_or_else(|e| panic!("{job}: no fdaudit.xml: {e}"));
+            assert_eq!(
+                xml.contains("<failure"),
+                want != 0,
+                "{job}, recipe {recipe}: {xml}"
+            );
+            if job == "github" {
+                let md = std::fs::read_to_string(&summary).expect("a step summary");
+                assert!(md.contains("exit status"), "{md}");
+                assert_eq!(
+                    stderr(&o).contains("::error "),
+                    want == 42,
+                    "{}",
+                    stderr(&o)
+                );
+            }
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
 }

@@ -2,7 +2,8 @@
 //! for a trace's verdicts, within GitHub's caps (10 errors and 10 warnings a step are
 //! shown: the worst first, and the last of each says how many more), and a markdown table
 //! appended to `$GITHUB_STEP_SUMMARY` when it is set. The commands go to stderr, the
-//! diagnostics stream (the runner reads both; stdout stays the command's, or the data).
+//! diagnostics stream (the runner reads both; stdout stays the command's, or the data),
+//! except when JSON records go there.
 //! <https://docs.github.com/en/actions/reference/workflow-commands-for-github-actions>
 
 use std::fmt::Write as _;
@@ -129,8 +130,11 @@ pub fn report(v: &CiVerdict) -> Result<()> {
     if !active() {
         return Ok(());
     }
+    // JSON records on stderr (`trace --json -- CMD` without -o) keep every line there
+    // JSON: no commands then (docs/ci.md: use -o FILE).
+    let json_on_stderr = super::stream::is_json() && super::stream::is_stderr();
     let mut err = std::io::stderr().lock();
-    for l in commands(v) {
+    for l in commands(v).into_iter().filter(|_| !json_on_stderr) {
         // Not wrapped to a terminal as diagnostics are: one command, one line.
         let _ = writeln!(err, "{l}");
     }
@@ -212,8 +216,8 @@ fn md(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use crate::output::ci::GateCase;
     use super::*;
+    use crate::output::ci::GateCase;
 
     fn group(i: u64, failures: Vec<String>) -> GroupCase {
         GroupCase {

@@ -219,8 +219,8 @@ fn attr(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use crate::output::ci::{GateCase, GroupCase};
     use super::*;
+    use crate::output::ci::{GateCase, GroupCase};
 
     fn verdict() -> CiVerdict {
         CiVerdict {

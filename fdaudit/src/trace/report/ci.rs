@@ -60,7 +60,7 @@ pub fn verdict(
         groups,
         incomplete,
         exit_code: ending.exit_code,
-        command_failed: ending.exit_reason == ExitReason::Command,
+        command_failed: ending.exit_reason == ExitReason::Command && ending.exit_code != 0,
     }
 }
 
