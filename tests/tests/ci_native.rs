@@ -492,3 +492,83 @@ fn ci_jobs_in_docs_run_as_written() {
         }
     }
 }
+
+/// `(suite, case, passed)` of a JUnit file, as junitparser reads it.
+fn junit_cases(xml: &Path) -> Vec<(String, String, bool)> {
+    let script = r#"
+import sys
+from junitparser import JUnitXml
+for suite in JUnitXml.fromfile(sys.argv[1]):
+    for case in suite:
+        print(f"{suite.name}|{case.name}|{case.is_passed}")
+"#;
+    let out = Command::new(JUNITPARSER)
+        .args(["-c", script])
+        .arg(xml)
+        .output()
+        .unwrap_or_else(|e| panic!("{JUNITPARSER}: {e}: run .ci/setup"));
+    assert!(out.status.success(), "junitparser: {}", stderr(&out));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.splitn(3, '|').collect();
+            (f[0].to_string(), f[1].to_string(), f[2] == "True")
+        })
+        .collect()
+}
+
+#[test]
+fn diff_junit_and_github_annotations() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/diff");
+    let (a, b) = (
+        Path::new(dir).join("before.jsonl"),
+        Path::new(dir).join("after.jsonl"),
+    );
+    let xml = temp_path("diff.xml");
+    let summary = temp_path("diff-summary.md");
+    // after → before undoes the fix: the group is worse and a leak is new.
+    let o = Command::new(fdaudit())
+        .arg("diff")
+        .args([&b, &a])
+        .arg("--junit")
+        .arg(&xml)
+        .env("GITHUB_ACTIONS", "true")
+        .env("GITHUB_STEP_SUMMARY", &summary)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run fdaudit diff");
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let cases = junit_cases(&xml);
+    let failed: Vec<&str> = cases
+        .iter()
+        .filter(|c| !c.2)
+        .map(|c| c.1.as_str())
+        .collect();
+    assert_eq!(
+        failed,
+        [
+            "no regression",
+            "fdaudit → /bin/true (close-range → close-loop)",
+            "new leak → /bin/true fd 4 socket inet tcp (-)"
+        ],
+        "{cases:?}"
+    );
+    let e = stderr(&o);
+    assert_eq!(
+        e.lines().filter(|l| l.starts_with("::error ")).count(),
+        2,
+        "{e}"
+    );
+    let md = std::fs::read_to_string(&summary).expect("a step summary");
+    assert!(md.starts_with("### fdaudit diff: exit status 3"), "{md}");
+    // A run against itself: nothing fails.
+    let o = diff(&a, &a, &["--junit", xml.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        junit_cases(&xml).iter().all(|c| c.2),
+        "{:?}",
+        junit_cases(&xml)
+    );
+    let _ = std::fs::remove_file(&xml);
+    let _ = std::fs::remove_file(&summary);
+}

@@ -2,6 +2,7 @@
 //! before a change and one after: per group the strategy, closes per spawn, window and
 //! leaked fds; the leaks that are new and those that are fixed; exit 3 on a regression.
 
+mod ci;
 mod compare;
 mod input;
 pub mod normalise;
@@ -61,6 +62,11 @@ pub struct DiffArgs {
 
     #[command(flatten)]
     pub policy_exit_code: exit::PolicyCode,
+
+    /// Also write a JUnit XML report to FILE: a case "no regression" failing with the
+    /// verdict, one per group failing with what got worse, one per new or fixed leak.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
 }
 
 /// A percentage: a finite number, 0 or more.
@@ -74,6 +80,9 @@ fn parse_percent(s: &str) -> Result<f64, String> {
 }
 
 pub fn run(args: DiffArgs) -> Result<u8> {
+    let junit = (args.junit.as_deref())
+        .map(crate::output::junit::JunitFile::create)
+        .transpose()?;
     let a = input::read(&args.before, args.keep_paths)?;
     let b = input::read(&args.after, args.keep_paths)?;
     if a.kind != b.kind {
@@ -99,5 +108,10 @@ pub fn run(args: DiffArgs) -> Result<u8> {
         "diff",
     )?;
     render::write(&d, a.kind, args.json, code)?;
+    let ci = ci::verdict_of(&d, code);
+    if let Some(j) = junit {
+        j.write(&ci)?;
+    }
+    crate::output::github::report(&ci)?;
     Ok(code)
 }

@@ -1,7 +1,9 @@
 //! What the CI reports (`--junit`, GitHub Actions annotations and step summary) say of a
 //! run: each gate set, passed or failed with its verdict line, and each group of the
-//! summary with the verdict lines of the gates its spawns failed. Plain values, built by
-//! `trace/report/ci.rs`; the formats are [`super::junit`] and [`super::github`].
+//! summary with the verdict lines of the gates its spawns failed (`diff`: one gate, no
+//! regression; each group and new leak with what got worse). Plain values, built by
+//! `trace/report/ci.rs` and `diff/ci.rs`; the formats are [`super::junit`] and
+//! [`super::github`].
 
 /// A gate's outcome.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,9 +27,11 @@ pub struct GroupCase {
     pub failures: Vec<String>,
 }
 
-/// One trace's verdicts, as the CI reports show them.
+/// One run's verdicts, as the CI reports show them.
 #[derive(Debug, Clone, Default)]
 pub struct CiVerdict {
+    /// The subcommand: `trace` or `diff`.
+    pub command: &'static str,
     pub gates: Vec<GateCase>,
     pub groups: Vec<GroupCase>,
     /// The trace is known to be incomplete and a gate was set: why (the verdict line).

@@ -37,27 +37,32 @@ fn annotations(v: &CiVerdict) -> (Vec<Note>, Vec<Note>) {
     let mut failing: Vec<&GroupCase> = v.groups.iter().filter(|g| !g.failures.is_empty()).collect();
     // Worst first: the most leaked fds, then the most closes, then the most spawns.
     failing.sort_by_key(|g| std::cmp::Reverse((g.leaked_fds, g.close_max, g.spawns)));
-    for gate in v.gates.iter().filter(|g| g.failure.is_some()) {
-        let line = gate.failure.as_deref().unwrap_or_default();
-        let hit: Vec<&&GroupCase> = failing
-            .iter()
-            .filter(|g| g.failures.iter().any(|f| f == line))
-            .collect();
-        if hit.is_empty() {
+    for g in &failing {
+        for line in &g.failures {
             errors.push(Note {
-                title: format!("fdaudit {}", gate.name),
-                message: line.to_string(),
-            });
-        }
-        for g in hit {
-            errors.push(Note {
-                title: format!("fdaudit {}: {} → {}", gate.name, g.parent_comm, g.exec_path),
+                title: format!("fdaudit {}: {} → {}", v.command, g.parent_comm, g.exec_path),
                 message: format!(
-                    "{} ({}; {} spawns, {} leaked fds)",
-                    line, g.strategy, g.spawns, g.leaked_fds
+                    "{line} ({}; {} spawns, {} leaked fds)",
+                    g.strategy, g.spawns, g.leaked_fds
                 ),
             });
         }
+    }
+    // A failed gate that no group shows (the output filters left its spawns out).
+    for gate in v.gates.iter() {
+        let Some(line) = gate.failure.as_deref() else {
+            continue;
+        };
+        if v.command == "trace" && failing.iter().any(|g| g.failures.iter().any(|f| f == line)) {
+            continue;
+        }
+        if v.command != "trace" && !failing.is_empty() {
+            continue;
+        }
+        errors.push(Note {
+            title: format!("fdaudit {} {}", v.command, gate.name),
+            message: line.to_string(),
+        });
     }
     let mut warnings = Vec::new();
     if let Some(why) = &v.incomplete {
@@ -154,7 +159,7 @@ pub fn report(v: &CiVerdict) -> Result<()> {
 /// The step summary: the exit status, a table of the gates and one of the groups.
 pub fn summary(v: &CiVerdict) -> String {
     let mark = |failed: bool| if failed { "❌" } else { "✅" };
-    let mut s = format!("### fdaudit trace: exit status {}\n\n", v.exit_code);
+    let mut s = format!("### fdaudit {}: exit status {}\n\n", v.command, v.exit_code);
     if let Some(why) = &v.incomplete {
         let _ = writeln!(s, "⚠️ {}\n", md(why));
     }
@@ -171,7 +176,7 @@ pub fn summary(v: &CiVerdict) -> String {
         }
         s.push('\n');
     }
-    s.push_str("| | parent → exec | strategy | spawns | leaked fds | max close() calls | verdict |\n|---|---|---|---|---|---|---|\n");
+    s.push_str("| | parent → exec | strategy | spawns | leaked fds | close() calls | verdict |\n|---|---|---|---|---|---|---|\n");
     for g in v.groups.iter().take(SUMMARY_ROWS) {
         let _ = writeln!(
             s,
@@ -235,6 +240,7 @@ mod tests {
     fn errors_are_capped_worst_first_with_how_many_more() {
         let line = "--fail-on-leak: 15 spawns leaked fds (exit status 3): …".to_string();
         let v = CiVerdict {
+            command: "trace",
             gates: vec![GateCase {
                 name: "--fail-on-leak".into(),
                 failure: Some(line.clone()),

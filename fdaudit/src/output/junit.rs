@@ -49,9 +49,9 @@ impl JunitFile {
         Ok(JunitFile { file, name })
     }
 
-    /// Writes the report of a trace.
-    pub fn write_trace(mut self, v: &CiVerdict) -> Result<()> {
-        let xml = render("fdaudit trace", &trace_suites(v));
+    /// Writes the report.
+    pub fn write(mut self, v: &CiVerdict) -> Result<()> {
+        let xml = render(&format!("fdaudit {}", v.command), &suites(v));
         self.file
             .write_all(xml.as_bytes())
             .and_then(|()| self.file.flush())
@@ -59,7 +59,7 @@ impl JunitFile {
     }
 }
 
-fn trace_suites(v: &CiVerdict) -> Vec<Suite> {
+fn suites(v: &CiVerdict) -> Vec<Suite> {
     let mut gates: Vec<Case> = v
         .gates
         .iter()
@@ -94,7 +94,7 @@ fn trace_suites(v: &CiVerdict) -> Vec<Suite> {
                 Outcome::Failure(g.failures.clone())
             },
             out: Some(format!(
-                "strategy {}; {} spawns; {} leaked fds; at most {} close() calls",
+                "strategy {}; {} spawns; {} leaked fds; close() calls {}",
                 g.strategy, g.spawns, g.leaked_fds, g.close_max
             )),
         })
@@ -224,6 +224,7 @@ mod tests {
 
     fn verdict() -> CiVerdict {
         CiVerdict {
+            command: "trace",
             gates: vec![
                 GateCase {
                     name: "--fail-on-leak".into(),
@@ -251,7 +252,7 @@ mod tests {
 
     #[test]
     fn gates_and_groups_are_cases_and_failures_carry_the_verdict() {
-        let x = render("fdaudit trace", &trace_suites(&verdict()));
+        let x = render("fdaudit trace", &suites(&verdict()));
         assert!(
             x.contains(
                 "<testsuites name=\"fdaudit trace\" tests=\"3\" failures=\"2\" errors=\"0\">"
@@ -267,7 +268,7 @@ mod tests {
     fn an_incomplete_trace_errs_the_gates_that_did_not_fail() {
         let mut v = verdict();
         v.incomplete = Some("records lost".into());
-        let x = render("fdaudit trace", &trace_suites(&v));
+        let x = render("fdaudit trace", &suites(&v));
         assert!(
             x.contains("<error type=\"incomplete\" message=\"records lost\">"),
             "{x}"

@@ -374,7 +374,7 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
     let ending = ending(&reporter, exit_status, &stats, &missed, codes);
     let ci = reporter.finish(stats, missed, storms, ending)?;
     if let Some(j) = junit {
-        j.write_trace(&ci)?;
+        j.write(&ci)?;
     }
     crate::output::github::report(&ci)?;
     if args.verbose {

@@ -56,6 +56,7 @@ pub fn verdict(
         })
         .collect();
     CiVerdict {
+        command: "trace",
         gates: gate_cases.into_iter().map(|(_, c)| c).collect(),
         groups,
         incomplete,
