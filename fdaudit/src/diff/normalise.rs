@@ -253,4 +253,58 @@ mod tests {
         let r = Normaliser::from_records(&recs, false);
         assert_eq!(r.path("/tmp/a-40000-40001-1"), "/tmp/a-<pid>-<pid>-1");
     }
+
+    /// A trace stream of one spawn (pid `pid`, parent `pid - 1`) that leaked `target`.
+    fn run(pid: u32, target: &str) -> String {
+        format!(
+            concat!(
+                r#"{{"type":"header","command":"trace","schema_version":2}}"#,
+                "\n",
+                r#"{{"type":"spawn","pid":{},"parent_pid":{},"exec_path":"/bin/true","#,
+                r#""leaked_fds":[{{"fd":7,"kind":"regular","target":"{}"}}]}}"#,
+                "\n",
+                r#"{{"type":"summary","groups":[{{"parent_comm":"sh","exec_path":"/bin/true","#,
+                r#""spawns":1,"close_calls_median":0,"window_median_ns":1,"strategy":"none","#,
+                r#""leaked_fd_count":1}}]}}"#,
+                "\n"
+            ),
+            pid,
+            pid - 1,
+            target
+        )
+    }
+
+    fn new_and_fixed(a: &str, b: &str, keep_paths: bool) -> (u64, u64) {
+        use super::super::{compare, input};
+        let tol = compare::Tolerances {
+            closes_pct: 10.0,
+            window_pct: None,
+        };
+        let (a, b) = (
+            input::parse(a, keep_paths).unwrap(),
+            input::parse(b, keep_paths).unwrap(),
+        );
+        let d = compare::compare(&a, &b, tol);
+        (
+            d.leak_count(compare::LeakChange::New),
+            d.leak_count(compare::LeakChange::Fixed),
+        )
+    }
+
+    #[test]
+    fn diff_matches_leaks_by_normalised_names() {
+        // The same file named by each run's pid: the same leak.
+        let (a, b) = (
+            run(13708, "/tmp/fdaudit-demo-13707-credentials"),
+            run(26724, "/tmp/fdaudit-demo-26723-credentials"),
+        );
+        assert_eq!(new_and_fixed(&a, &b, false), (0, 0));
+        assert_eq!(new_and_fixed(&a, &b, true), (1, 1), "--keep-paths");
+        // Two temporary files of mkstemp: the same leak.
+        let (a, b) = (run(500, "/tmp/tmp.aB3xZ9"), run(600, "/tmp/tmp.Q7fk2P"));
+        assert_eq!(new_and_fixed(&a, &b, false), (0, 0));
+        // shard-12 and shard-13 are two files: one new, one fixed.
+        let (a, b) = (run(500, "/data/shard-12"), run(600, "/data/shard-13"));
+        assert_eq!(new_and_fixed(&a, &b, false), (1, 1));
+    }
 }
