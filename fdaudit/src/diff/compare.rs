@@ -214,7 +214,11 @@ fn judge(a: &Row, b: &Row, tol: Tolerances) -> (Vec<String>, Vec<String>) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::input::parse;
+
+    /// A stream read as `diff` reads it by default (paths normalised).
+    fn parse(text: &str) -> anyhow::Result<super::super::input::Side> {
+        super::super::input::parse(text, false)
+    }
     use super::*;
 
     const BEFORE: &str = include_str!("../../../tests/fixtures/diff/before.jsonl");

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use anyhow::{bail, Context as _, Result};
 use serde::{Deserialize, Serialize};
 
+use super::normalise::Normaliser;
 use crate::tracer::strategy::Strategy;
 
 /// Which subcommand wrote the stream.
@@ -54,9 +55,9 @@ pub struct Row {
     pub leaked_fds_per_spawn: f64,
 }
 
-/// A leak, as far as it can be recognised in another run: a `socket:[N]` or `pipe:[N]`
-/// target (an inode number, new in every run) is replaced by the socket's family and
-/// protocol (`inet tcp`), or nothing.
+/// A leak, as far as it can be recognised in another run: its exec path and target
+/// normalised ([`Normaliser`]: the run's pids, `mkstemp` suffixes, and a `socket:[N]` or
+/// `pipe:[N]`'s inode number replaced by the socket's family and protocol, or nothing).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct LeakId {
     pub exec_path: String,
@@ -151,18 +152,18 @@ struct FdIn {
     inherited: bool,
 }
 
-/// Reads `path` (named in errors as given).
-pub fn read(path: &std::path::Path) -> Result<Side> {
+/// Reads `path` (named in errors as given); `keep_paths`: `--keep-paths`.
+pub fn read(path: &std::path::Path, keep_paths: bool) -> Result<Side> {
     let name = crate::output::text::escape_path(path);
     let text = std::fs::read_to_string(path).with_context(|| format!("failed to read {name}"))?;
     // One line: what is wrong with which file.
-    parse(&text).map_err(|e| {
+    parse(&text, keep_paths).map_err(|e| {
         anyhow::anyhow!("{name} is not the output of fdaudit trace --json or bench --json: {e:#}")
     })
 }
 
-/// A stream's records, made into a [`Side`].
-pub fn parse(text: &str) -> Result<Side> {
+/// A stream's records, made into a [`Side`], its paths normalised unless `keep_paths`.
+pub fn parse(text: &str, keep_paths: bool) -> Result<Side> {
     let mut recs = Vec::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
@@ -183,7 +184,7 @@ pub fn parse(text: &str) -> Result<Side> {
         );
     }
     match header["command"].as_str() {
-        Some("trace") => trace_side(&recs),
+        Some("trace") => trace_side(&recs, &Normaliser::from_records(&recs, keep_paths)),
         Some("bench") => bench_side(&recs),
         Some(other) => bail!("it was written by `fdaudit {other}`"),
         None => bail!("its header names no command"),
@@ -197,7 +198,7 @@ fn of<'a>(
     recs.iter().filter(move |r| r["type"] == ty)
 }
 
-fn trace_side(recs: &[serde_json::Value]) -> Result<Side> {
+fn trace_side(recs: &[serde_json::Value], norm: &Normaliser) -> Result<Side> {
     let summary = of(recs, "summary")
         .last()
         .context("it has no summary record: the trace did not finish")?;
@@ -210,7 +211,7 @@ fn trace_side(recs: &[serde_json::Value]) -> Result<Side> {
     for g in groups {
         let key = Key::Trace {
             parent_comm: g.parent_comm,
-            exec_path: g.exec_path,
+            exec_path: norm.path(&g.exec_path),
         };
         let (row, leaked) = acc.entry(key).or_insert_with(|| {
             let row = Row {
@@ -245,7 +246,7 @@ fn trace_side(recs: &[serde_json::Value]) -> Result<Side> {
     Ok(Side {
         kind: Kind::Trace,
         rows,
-        leaks: trace_leaks(recs)?,
+        leaks: trace_leaks(recs, norm)?,
     })
 }
 
@@ -256,20 +257,21 @@ pub fn rank(s: &str) -> Option<u8> {
 
 /// The fds each spawn's last image got: a record flagged `reexec` replaces its process's
 /// previous one (the image that exec'd again passed its fds on, it did not leak them).
-fn trace_leaks(recs: &[serde_json::Value]) -> Result<BTreeMap<LeakId, u64>> {
+fn trace_leaks(recs: &[serde_json::Value], norm: &Normaliser) -> Result<BTreeMap<LeakId, u64>> {
     let mut last: Vec<(u32, Vec<LeakId>)> = Vec::new();
     for r in of(recs, "spawn") {
         let s: SpawnIn = serde_json::from_value(r.clone())
             .context("a spawn record is not as fdaudit writes it")?;
+        let exec_path = norm.path(&s.exec_path);
         let ids: Vec<LeakId> = s
             .leaked_fds
             .iter()
             .filter(|f| !f.inherited)
             .map(|f| LeakId {
-                exec_path: s.exec_path.clone(),
+                exec_path: exec_path.clone(),
                 fd: f.fd,
                 kind: f.kind.clone(),
-                target: leak_target(f),
+                target: norm.target(&f.target, f.family.as_deref(), f.protocol.as_deref()),
             })
             .collect();
         let reexec = s.flags.iter().any(|f| f == "reexec");
@@ -287,21 +289,6 @@ fn trace_leaks(recs: &[serde_json::Value]) -> Result<BTreeMap<LeakId, u64>> {
         }
     }
     Ok(leaks)
-}
-
-/// The target without an inode number: `socket:[64069]` is `inet tcp`, `pipe:[5]` is
-/// empty; paths stay as they are.
-fn leak_target(f: &FdIn) -> String {
-    if let Some((_, rest)) = f.target.split_once(":[") {
-        let digits = rest.strip_suffix(']').unwrap_or("");
-        if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
-            let mut parts = Vec::new();
-            parts.extend(f.family.as_deref());
-            parts.extend(f.protocol.as_deref());
-            return parts.join(" ");
-        }
-    }
-    f.target.clone()
 }
 
 fn bench_side(recs: &[serde_json::Value]) -> Result<Side> {

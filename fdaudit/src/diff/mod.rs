@@ -2,8 +2,10 @@
 //! before a change and one after: per group the strategy, closes per spawn, window and
 //! leaked fds; the leaks that are new and those that are fixed; exit 3 on a regression.
 
+mod ci;
 mod compare;
 mod input;
+pub mod normalise;
 mod render;
 
 use std::path::PathBuf;
@@ -23,7 +25,7 @@ target, that no spawn leaked before), or a group (parent and exec path; for benc
 whose strategy grows more with NOFILE, whose closes per spawn grew beyond --closes-tolerance, \
 or whose leaked fds per spawn grew; with --window-tolerance, also a longer window. Groups only \
 in one run are listed as new or gone.\n\nExit status: 0 when nothing regressed, 3 on a \
-regression, 2 on bad input (a file that is not trace or bench JSON output, or one of each)."
+regression (--policy-exit-code), 2 on bad input (a file that is not trace or bench JSON output, or one of each)."
 )]
 pub struct DiffArgs {
     /// The earlier run: what `fdaudit trace --json` or `fdaudit bench --json` wrote.
@@ -51,6 +53,20 @@ pub struct DiffArgs {
     /// it grew by more than this many percent. Off by default: times vary from run to run.
     #[arg(long, value_name = "PERCENT", value_parser = parse_percent)]
     pub window_tolerance: Option<f64>,
+
+    /// Compare paths as they are: by default a number in a path that is a pid of the same
+    /// run and the random suffix of an mkstemp-style name (`tmp.aB3xZ9`) are taken out
+    /// first, so that two runs of the same program compare equal (docs/diff.md).
+    #[arg(long)]
+    pub keep_paths: bool,
+
+    #[command(flatten)]
+    pub policy_exit_code: exit::PolicyCode,
+
+    /// Also write a JUnit XML report to FILE: a case "no regression" failing with the
+    /// verdict, one per group failing with what got worse, one per new or fixed leak.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
 }
 
 /// A percentage: a finite number, 0 or more.
@@ -64,8 +80,11 @@ fn parse_percent(s: &str) -> Result<f64, String> {
 }
 
 pub fn run(args: DiffArgs) -> Result<u8> {
-    let a = input::read(&args.before)?;
-    let b = input::read(&args.after)?;
+    let junit = (args.junit.as_deref())
+        .map(crate::output::junit::JunitFile::create)
+        .transpose()?;
+    let a = input::read(&args.before, args.keep_paths)?;
+    let b = input::read(&args.after, args.keep_paths)?;
     if a.kind != b.kind {
         bail!(
             "{} and {} were written by different subcommands (trace and bench): compare two traces or two benches",
@@ -79,7 +98,7 @@ pub fn run(args: DiffArgs) -> Result<u8> {
     };
     let d = compare::compare(&a, &b, tol);
     let code = if d.regressed() {
-        exit::POLICY
+        args.policy_exit_code.code
     } else {
         exit::OK
     };
@@ -89,5 +108,10 @@ pub fn run(args: DiffArgs) -> Result<u8> {
         "diff",
     )?;
     render::write(&d, a.kind, args.json, code)?;
+    let ci = ci::verdict_of(&d, code);
+    if let Some(j) = junit {
+        j.write(&ci)?;
+    }
+    crate::output::github::report(&ci)?;
     Ok(code)
 }

@@ -235,7 +235,11 @@ pub fn verdict(d: &Diff, exit_code: u8) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::super::compare::{compare, Tolerances};
-    use super::super::input::parse;
+
+    /// A stream read as `diff` reads it by default (paths normalised).
+    fn parse(text: &str) -> anyhow::Result<super::super::input::Side> {
+        super::super::input::parse(text, false)
+    }
     use super::*;
 
     fn fixture_diff() -> Diff {

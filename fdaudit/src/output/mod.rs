@@ -1,6 +1,9 @@
 //! Output helpers shared by the subcommands: tables for people, JSON lines for machines.
 
+pub mod ci;
 pub mod color;
+pub mod github;
+pub mod junit;
 pub mod table;
 
 use std::io::Write;

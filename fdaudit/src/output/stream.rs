@@ -420,6 +420,12 @@ pub fn note(level: Level, message: &str) {
             level,
             message,
         });
+        // A CI log shows the verdict without parsing JSON: when the records go to a file
+        // or stdout, the verdict is said on stderr too (when they go to stderr, every line
+        // there stays JSON).
+        if level == Level::Verdict && !is_stderr() {
+            crate::diag!("verdict: {}", text::escape(message));
+        }
     } else {
         if level == Level::Note && QUIET.load(Ordering::Relaxed) {
             return;

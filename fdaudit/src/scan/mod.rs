@@ -53,6 +53,8 @@ pub struct ScanArgs {
     /// Exit with status 3 when a finding at or above this severity exists (for CI).
     #[arg(long, value_enum, value_name = "SEVERITY")]
     pub fail_on: Option<Severity>,
+    #[command(flatten)]
+    pub policy_exit_code: crate::exit::PolicyCode,
     /// Show only findings at or above this severity (text and JSON); the summary still
     /// counts the others, and --fail-on still judges every finding.
     #[arg(long, value_enum, value_name = "SEVERITY", default_value_t = Severity::Info)]
@@ -218,11 +220,11 @@ pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
     let verdict_line = args
         .fail_on
         .filter(|min| worst.is_some_and(|w| w >= *min))
-        .map(|min| fail_on_verdict(min, &tail.by_severity));
+        .map(|min| fail_on_verdict(min, &tail.by_severity, args.policy_exit_code.code));
     // Decided before the summary is written, so the summary can say it. A `-p` process that
     // exited or turned unreadable during the scan is an error, as it is before it.
     let exit_code = match (args.fail_on, worst) {
-        (Some(min), Some(w)) if w >= min => exit::POLICY,
+        (Some(min), Some(w)) if w >= min => args.policy_exit_code.code,
         _ if outcome.totals.interrupted => crate::signals::exit_status(),
         _ => exit::OK,
     };
@@ -337,7 +339,7 @@ fn unreadable_as(pid: u32, euid: u32) -> String {
 }
 
 /// `--fail-on MIN` met: what failed, by severity, in one line.
-fn fail_on_verdict(min: Severity, by_severity: &[usize; 5]) -> String {
+fn fail_on_verdict(min: Severity, by_severity: &[usize; 5], code: u8) -> String {
     let at_or_above: Vec<String> = [
         Severity::Critical,
         Severity::High,
@@ -355,7 +357,7 @@ fn fail_on_verdict(min: Severity, by_severity: &[usize; 5]) -> String {
         min.as_str(),
         crate::output::count(n as u64, "finding", "findings"),
         at_or_above.join(", "),
-        exit::POLICY
+        code
     )
 }
 

@@ -99,6 +99,11 @@ pub struct TraceArgs {
     #[arg(long, value_name = "FILE")]
     pub perfetto: Option<PathBuf>,
 
+    /// Also write a JUnit XML report to FILE: a test case per gate set and per group
+    /// (parent → exec, strategy), failing with the gates' verdict lines (docs/ci.md).
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
+
     /// When a signal stops fdaudit while it runs -- CMD: how long to go on tracing the
     /// command (which got the signal too) before killing it with SIGKILL.
     #[arg(long, value_name = "SECONDS", value_parser = parse_duration, default_value = "5")]
@@ -179,6 +184,14 @@ pub struct TraceArgs {
     /// repeatable).
     #[arg(long, value_name = "KIND", requires = "fail_on_leak", value_parser = report::parse_kind)]
     pub fail_on_leak_kind: Vec<crate::fdkind::FdKind>,
+
+    #[command(flatten)]
+    pub policy_exit_code: exit::PolicyCode,
+
+    /// The exit status when a gate was set and none failed, but the trace is known to be
+    /// incomplete (records lost), instead of 4: see --policy-exit-code (1 to 125, not 2).
+    #[arg(long, value_name = "N", default_value_t = exit::INCOMPLETE, value_parser = exit::parse_verdict_code)]
+    pub incomplete_exit_code: u8,
 
     /// With --fail-on-leak: also count the fds the traced command inherited from
     /// fdaudit's caller (with -p: those the processes held when fdaudit attached).
@@ -302,11 +315,7 @@ fn exec_failure(name: &str, errno: i32) -> (String, u8) {
 
 pub fn run(mut args: TraceArgs) -> Result<u8> {
     let t0 = Instant::now();
-    open_output(&mut args)?;
-    // Created before anything starts, so that a bad path fails at once.
-    let perfetto = (args.perfetto.as_deref())
-        .map(perfetto::Perfetto::create)
-        .transpose()?;
+    let (perfetto, junit) = output_files(&mut args)?;
     let pids = check_targets(&args.pids, !args.command.is_empty(), args.cgroup.is_some())?;
     let filter = filter::Filter::new(
         &args.exec,
@@ -363,8 +372,13 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
         .then_some(child)
         .flatten();
     exit_status = child::detach_then_wait(session, untraced)?.or(exit_status);
-    let ending = ending(&reporter, exit_status, &stats, &missed);
-    reporter.finish(stats, missed, storms, ending)?;
+    let codes = (args.policy_exit_code.code, args.incomplete_exit_code);
+    let ending = ending(&reporter, exit_status, &stats, &missed, codes);
+    let ci = reporter.finish(stats, missed, storms, ending)?;
+    if let Some(j) = junit {
+        j.write(&ci)?;
+    }
+    crate::output::github::report(&ci)?;
     if args.verbose {
         verbose_exit(ended, child.is_some(), ring);
         if !args.leaks_only {
@@ -390,6 +404,31 @@ fn ring_at_end(session: &Session, reporter: &mut Reporter) -> (u64, u64) {
         );
     }
     (session.first_ring_bytes(), ring_bytes)
+}
+
+/// Checks the exit codes asked for, opens the records stream ([`open_output`]) and creates
+/// the `--perfetto` and `--junit` files: before anything starts, so that a bad path fails
+/// at once.
+fn output_files(
+    args: &mut TraceArgs,
+) -> Result<(
+    Option<perfetto::Perfetto>,
+    Option<crate::output::junit::JunitFile>,
+)> {
+    if args.policy_exit_code.code == args.incomplete_exit_code {
+        anyhow::bail!(
+            "--policy-exit-code and --incomplete-exit-code are both {}: give them different statuses, so that a failed gate and an incomplete trace stay apart",
+            args.incomplete_exit_code
+        );
+    }
+    open_output(args)?;
+    let perfetto = (args.perfetto.as_deref())
+        .map(perfetto::Perfetto::create)
+        .transpose()?;
+    let junit = (args.junit.as_deref())
+        .map(crate::output::junit::JunitFile::create)
+        .transpose()?;
+    Ok((perfetto, junit))
 }
 
 /// Opens the records stream: stdout, or stderr when fdaudit runs a command (`--demo`
@@ -429,14 +468,16 @@ fn read_storms(
 
 /// fdaudit's exit status and why: CMD's own status, unless it exited 0 and a gate
 /// (`--fail-on-leak`, `--fail-on-strategy`, `--max-closes`) failed on what was seen
-/// ([`exit::POLICY`]) or, set, could not pass on a trace that the kernel's counters
-/// (`stats`, `missed`) say is incomplete ([`exit::INCOMPLETE`]); 128+N after signal N
+/// ([`exit::POLICY`], or `--policy-exit-code`: `codes.0`) or, set, could not pass on a
+/// trace that the kernel's counters (`stats`, `missed`) say is incomplete
+/// ([`exit::INCOMPLETE`], or `--incomplete-exit-code`: `codes.1`); 128+N after signal N
 /// stopped fdaudit.
 fn ending(
     reporter: &Reporter,
     exit_status: Option<i32>,
     stats: &fdaudit_common::Stats,
     missed: &crate::tracer::ebpf::MissedRuns,
+    (policy_code, incomplete_code): (u8, u8),
 ) -> Ending {
     let command_status = exit_status.map(exit::from_wait_status);
     let interrupted = crate::signals::first_received().is_some();
@@ -444,8 +485,8 @@ fn ending(
     let incomplete = (reporter.incomplete(&report::Losses::new(stats, missed))).is_some();
     let (exit_code, exit_reason) = match (command_status, policy) {
         _ if interrupted => (crate::signals::exit_status(), ExitReason::Interrupted),
-        (Some(0) | None, Some(reason)) => (exit::POLICY, reason),
-        (Some(0) | None, None) if incomplete => (exit::INCOMPLETE, ExitReason::Incomplete),
+        (Some(0) | None, Some(reason)) => (policy_code, reason),
+        (Some(0) | None, None) if incomplete => (incomplete_code, ExitReason::Incomplete),
         (Some(c), _) => (c, ExitReason::Command),
         (None, None) => (exit::OK, ExitReason::Ok),
     };

@@ -2,7 +2,7 @@
 //! record is judged, whatever the output filters keep; the verdict lines name the spawns
 //! that failed each gate, and [`Gates::failed`] the exit reason.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Ending, ExitReason, LeakPolicy};
 use crate::output::{count, stream};
@@ -71,6 +71,19 @@ pub struct Gates {
     strategy: Vec<String>,
     /// `--max-closes`: every exec record that made more closing calls.
     closes: Vec<String>,
+    /// Where each gate's offenders ran, for the CI reports' per-group verdicts: the exec
+    /// path of each process in `leaks`, and (exec path, strategy) of the others.
+    leak_execs: BTreeMap<u32, Vec<u8>>,
+    strategy_hits: BTreeSet<(Vec<u8>, String)>,
+    closes_hits: BTreeSet<(Vec<u8>, String)>,
+}
+
+/// One of the gates, for [`Gates::hit`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    Leak,
+    Strategy,
+    Closes,
 }
 
 impl Gates {
@@ -93,6 +106,8 @@ impl Gates {
                 None => s.strategy.to_string(),
             };
             self.strategy.push(format!("{}: {how}", who()));
+            let hit = (s.exec_path.to_vec(), s.strategy.to_string());
+            self.strategy_hits.insert(hit);
         }
         if let Some(max) = self.opts.max_closes {
             let n = closes(s);
@@ -103,6 +118,8 @@ impl Gates {
                     s.calls.close_calls,
                     s.calls.close_range_calls
                 ));
+                let hit = (s.exec_path.to_vec(), s.strategy.to_string());
+                self.closes_hits.insert(hit);
             }
         }
     }
@@ -110,8 +127,10 @@ impl Gates {
     fn judge_leaks(&mut self, s: &Spawn, policy: &LeakPolicy) {
         if policy.new_leaks(s) == 0 {
             self.leaks.remove(&s.pid);
+            self.leak_execs.remove(&s.pid);
             return;
         }
+        self.leak_execs.insert(s.pid, s.exec_path.to_vec());
         let mut fds: Vec<String> = s
             .leaked_fds
             .iter()
@@ -131,6 +150,33 @@ impl Gates {
                 fds.join(", ")
             ),
         );
+    }
+
+    /// The gates set, each with the name the command line gives it.
+    pub fn set(&self) -> Vec<(Gate, String)> {
+        let names = self.opts.names();
+        let gates = [
+            (Gate::Leak, self.opts.leak_gate.is_some()),
+            (Gate::Strategy, !self.opts.strategies.is_empty()),
+            (Gate::Closes, self.opts.max_closes.is_some()),
+        ];
+        gates
+            .into_iter()
+            .filter(|(_, on)| *on)
+            .map(|(g, _)| g)
+            .zip(names)
+            .collect()
+    }
+
+    /// Whether a spawn of `exec_path` (its last image) with `strategy` failed `gate`
+    /// (`--fail-on-leak`: a process whose last image is `exec_path` leaked).
+    pub fn hit(&self, gate: Gate, exec_path: &[u8], strategy: &str) -> bool {
+        let key = (exec_path.to_vec(), strategy.to_string());
+        match gate {
+            Gate::Leak => self.leak_execs.values().any(|e| e == exec_path),
+            Gate::Strategy => self.strategy_hits.contains(&key),
+            Gate::Closes => self.closes_hits.contains(&key),
+        }
     }
 
     /// The first gate that failed, in the order leak, strategy, closes (`leaked`: whether

@@ -3,6 +3,7 @@
 //! event and writes the end.
 
 mod advice;
+pub mod ci;
 mod gates;
 mod line;
 mod losses;
@@ -342,7 +343,7 @@ impl Reporter {
         missed: MissedRuns,
         storms: Vec<reads::ReadStorm>,
         ending: Ending,
-    ) -> Result<()> {
+    ) -> Result<ci::CiVerdict> {
         if let Some(p) = self.perfetto.take() {
             p.finish()
                 .context("failed to write the Perfetto trace (--perfetto)")?;
@@ -396,10 +397,20 @@ impl Reporter {
         self.notes(&summary);
         self.gates
             .say(self.leaked(), incomplete.as_deref(), &ending);
+        let lines = self
+            .gates
+            .verdicts(self.leaked(), incomplete.as_deref(), &ending);
+        let ci = ci::verdict(
+            &self.gates,
+            lines,
+            incomplete.is_some(),
+            &summary.groups,
+            &ending,
+        );
         if self.args.json {
             stream::record(&TraceRecord::Summary(Box::new(summary)))?;
         }
-        Ok(())
+        Ok(ci)
     }
 
     /// The notes and warnings after the summary.
