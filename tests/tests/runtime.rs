@@ -407,3 +407,41 @@ fn the_spawners_runtimes_are_named_with_their_versions() {
     let _ = std::fs::remove_file(&d);
     assert!(wrong.is_empty(), "wrong runtimes:\n{}", wrong.join("\n"));
 }
+
+/// A wrapper that forks once (`$(readlink …)`, so its own image is read while it is bash),
+/// then execs a spawner of another runtime (most Docker entrypoints; pyenv's shims): the
+/// spawner's children are labelled with the spawner's runtime, the image that forked them,
+/// not the wrapper's.
+#[test]
+#[ignore = "needs root, BTF, gdc and python3"]
+fn a_wrapper_that_execs_a_spawner_names_the_spawners_runtime() {
+    let _g = common::guard();
+    secret();
+    let d = build("gdc");
+    let py = "import subprocess; subprocess.run(['/bin/true'])";
+    let cases = [
+        ("cpython", format!("exec /usr/bin/python3 -c \"{py}\"")),
+        ("phobos", format!("exec {d} spawnProcess /bin/true")),
+    ];
+    let mut wrong = Vec::new();
+    for (name, exec) in &cases {
+        let script = format!("x=$(readlink /proc/self/exe); [ -n \"$x\" ] && {exec}");
+        let (rt, recs) = true_group_runtime(&["/usr/bin/bash", "-c", &script]);
+        let readlink = recs
+            .iter()
+            .find(|r| r["type"] == "spawn" && r["exec_path"].as_str() == Some("/usr/bin/readlink"));
+        assert!(
+            readlink.is_some_and(|r| r["runtime"]["name"] == "bash"),
+            "the wrapper forked readlink as bash: {readlink:?}"
+        );
+        if rt["name"] != *name {
+            wrong.push(format!("{name}: {rt}"));
+        }
+    }
+    let _ = std::fs::remove_file(&d);
+    assert!(
+        wrong.is_empty(),
+        "stale runtime after the wrapper's exec:\n{}",
+        wrong.join("\n")
+    );
+}
