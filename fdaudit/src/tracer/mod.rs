@@ -20,6 +20,7 @@ pub mod origin;
 pub mod pause;
 mod runtimes;
 pub mod session;
+pub mod steps;
 pub mod strategy;
 pub mod wait;
 
