@@ -23,12 +23,15 @@ bitflags::bitflags! {
         /// Userspace's: this image exec'd again without forking (an exec chain's step,
         /// [`super::steps`]): its fds passed on to the next image, transient, not leaks.
         const EXECD_AGAIN = 1 << 30;
+        /// Userspace's: the window ran a 32-bit (ia32) image and the backend counts native
+        /// syscalls only ([`super::ia32`]): its counts are unknown, not 0.
+        const IA32_UNSEEN = 1 << 29;
     }
 }
 
 impl SpawnFlags {
     /// Names in JSON and text, in bit order.
-    const NAMES: [(SpawnFlags, &'static str); 13] = [
+    const NAMES: [(SpawnFlags, &'static str); 14] = [
         (SpawnFlags::FDS_TRUNCATED, "fds_truncated"),
         (SpawnFlags::READ_FAILED, "read_failed"),
         (SpawnFlags::ARGV_TRUNCATED, "argv_truncated"),
@@ -41,6 +44,7 @@ impl SpawnFlags {
         (SpawnFlags::BOUNDED_WALK, "bounded_walk"),
         (SpawnFlags::COMPAT_SYSCALLS, "compat_syscalls"),
         (SpawnFlags::EXEC_MISSED, "exec_missed"),
+        (SpawnFlags::IA32_UNSEEN, "ia32_unseen"),
         (SpawnFlags::EXECD_AGAIN, "execd_again"),
     ];
 

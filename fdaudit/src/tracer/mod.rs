@@ -15,6 +15,7 @@ mod exec_parent;
 pub mod fdtarget;
 pub mod flags;
 pub mod follow;
+mod ia32;
 mod loader;
 pub mod origin;
 pub mod pause;

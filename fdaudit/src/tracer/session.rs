@@ -68,6 +68,8 @@ pub struct Session {
     fallback: Option<String>,
     /// The backend does not count the ia32 syscalls this kernel runs.
     ia32_unseen: bool,
+    /// Then: which images are ia32, to flag the spawns whose counts are unseen.
+    ia32_images: Option<super::ia32::Ia32Images>,
     timings: StartupTimings,
     /// The fentry or exec_exit links were handed to a child that closes them after our exit.
     handed_off: bool,
@@ -148,6 +150,7 @@ impl Session {
             backend,
             fallback,
             ia32_unseen,
+            ia32_images: ia32_unseen.then(Default::default),
             timings,
             handed_off: false,
             exiting: false,
@@ -371,6 +374,9 @@ impl Session {
                 self.decode_raw(&raw)
             });
             self.runtimes = Some(r);
+        }
+        if let Some(images) = &mut self.ia32_images {
+            images.mark(&mut out);
         }
         for ev in &mut out {
             self.add_exec_failure(ev);
