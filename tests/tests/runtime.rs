@@ -169,7 +169,7 @@ fn a_c_program_calling_itself_python3_is_glibc_and_told_to_use_close_range() {
         .unwrap_or_else(|| panic!("{text}"));
     assert!(section.starts_with("python3 (glibc "), "{section}");
     assert!(
-        section.contains(" -> /bin/true, close-loop to 20000: ~"),
+        section.contains(" -> /bin/true, close-loop to 20000: the walk costs ~"),
         "{section}"
     );
     assert!(section.contains("close_range saves ~"), "{section}");

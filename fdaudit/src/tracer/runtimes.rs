@@ -66,9 +66,17 @@ impl Resolver {
         live
     }
 
-    /// A traced process exited: its exec path is no longer needed.
-    pub fn exited(&mut self, pid: u32) {
-        self.exec_paths.remove(&pid);
+    /// Names the failed spawns that come with their exits (spawns were named as they were
+    /// decoded, while their parents live) and forgets the exited processes' exec paths.
+    pub fn exits(&mut self, events: &mut [Event]) {
+        for ev in events {
+            if let Event::Exit(e) = ev {
+                if let Some(s) = e.failed_spawn.as_mut() {
+                    self.name(s, false);
+                }
+                self.exec_paths.remove(&e.pid);
+            }
+        }
     }
 
     /// Names each spawn's runtime in record order. A parent whose own exec comes later is

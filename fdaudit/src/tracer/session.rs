@@ -441,16 +441,7 @@ impl Session {
         }
         self.exec_parents.complete(events);
         if let Some(r) = &mut self.runtimes {
-            // Spawns were named as they were decoded (while their parents live); a failed
-            // spawn comes with its exit.
-            for ev in events.iter_mut() {
-                if let Event::Exit(e) = ev {
-                    if let Some(s) = e.failed_spawn.as_mut() {
-                        r.name(s, false);
-                    }
-                    r.exited(e.pid);
-                }
-            }
+            r.exits(events);
         }
     }
 
