@@ -16,6 +16,10 @@ use super::{decode::Event, flags::SpawnFlags};
 /// again within milliseconds; a later exec starts a chain of its own.
 pub const GRACE: Duration = Duration::from_secs(1);
 
+/// Records held at most: past it the oldest waiting spawn is judged final at once (a burst
+/// of long-lived children with fds), so memory stays bounded.
+const MAX_QUEUED: usize = 1 << 16;
+
 /// The records not yet judged, in order; `Some(since)` on a spawn that waits.
 #[derive(Debug, Default)]
 pub struct Steps {
@@ -41,7 +45,8 @@ impl Steps {
     pub fn release(&mut self, now: Instant) -> Vec<Event> {
         let mut out = Vec::new();
         while let Some((_, since)) = self.queue.front() {
-            if since.is_some_and(|t| now.duration_since(t) < GRACE) {
+            let full = self.queue.len() > MAX_QUEUED;
+            if !full && since.is_some_and(|t| now.duration_since(t) < GRACE) {
                 break;
             }
             out.extend(self.queue.pop_front().map(|(ev, _)| ev));
