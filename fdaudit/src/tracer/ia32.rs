@@ -6,20 +6,24 @@
 //!
 //! The window runs the image the child was forked with, its parent's image (or, for an exec
 //! chain's step, the process's previous image). Each image is named at its exec record by
-//! the ELF header of `/proc/PID/exe` (the kernel's link to the file it runs: following it is
-//! the point), else of its exec path (relative: to its parent's cwd, the cwd it was forked
-//! with) with the last component not followed; a parent whose exec was not seen is read
-//! from its `/proc/PID/exe` when its child's record comes. Every file is opened `O_PATH`
-//! first and read (20 bytes, never mapped) only when it is a regular file, so opening a
-//! device or FIFO a hostile path names has no effect; at most [`MAX_IMAGES`] processes are
-//! remembered. A process gone before its image was read, by a path that no longer names
-//! it, is not flagged: its class is unknown.
+//! its ELF header, read from the file `/proc/PID/exe` links to (the kernel's link: following
+//! it is the point), else, the process gone, from its absolute exec path opened with
+//! `openat2(RESOLVE_CACHED | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)`: only what the
+//! dentry cache holds, so no file system is asked to look anything up. Either is an `O_PATH`
+//! fd first: its cached attributes (`statx`, `AT_STATX_DONT_SYNC`) must say a regular file
+//! on a device that is no FUSE, NFS, … mount ([`crate::runtime::image::remote_devs`] of the
+//! process's, or our, mountinfo), and only then are 20 bytes read, never mapped. Answers are
+//! kept per file (device, inode) and per process, each map bounded. A process whose image
+//! cannot be read so is not flagged: its class is unknown.
 
 use std::collections::HashMap;
+use std::ffi::CString;
 use std::io::Read as _;
+use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt as _;
 
 use super::{decode::Event, flags::SpawnFlags, strategy::Strategy};
+use crate::runtime::read_proc;
 
 /// Processes remembered at most (their entries go at exit; a burst past this forgets all,
 /// and their images are read again from /proc).
@@ -39,54 +43,94 @@ pub fn is_ia32_elf(head: &[u8]) -> Option<bool> {
     Some(head[4] == 1 && head[5] == 1 && machine == EM_386)
 }
 
-/// The first 20 bytes of the regular file at `path` (`flags`: `O_NOFOLLOW` or 0), looked at
-/// through an `O_PATH` fd before it is opened for reading.
-fn head_of(path: &str, flags: i32) -> Option<[u8; 20]> {
-    let at = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(flags | libc::O_PATH | libc::O_CLOEXEC)
-        .open(path)
-        .ok()?;
-    if !at.metadata().ok()?.file_type().is_file() {
+/// `O_PATH | O_NOFOLLOW` of an absolute path, from the dentry cache only, no symlink
+/// followed (None before Linux 5.12, which has no `RESOLVE_CACHED`, or when not cached).
+fn cached_path(path: &[u8]) -> Option<OwnedFd> {
+    const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+    const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+    const RESOLVE_CACHED: u64 = 0x20;
+    // struct open_how (linux/openat2.h); libc's is non-exhaustive.
+    #[repr(C)]
+    struct OpenHow {
+        flags: u64,
+        mode: u64,
+        resolve: u64,
+    }
+    if !path.starts_with(b"/") || path.starts_with(b"/proc/") {
         return None;
     }
+    let name = CString::new(path).ok()?;
+    let how = OpenHow {
+        flags: (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64,
+        mode: 0,
+        resolve: RESOLVE_CACHED | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+    };
+    // SAFETY: name is NUL-terminated, how is a valid open_how of the size passed.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            name.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
+    };
+    // SAFETY: r is a new fd, ours.
+    (r >= 0).then(|| unsafe { OwnedFd::from_raw_fd(r as i32) })
+}
+
+/// `O_PATH` of the file `/proc/PID/exe` links to (None: gone).
+fn exe_path_fd(pid: u32) -> Option<OwnedFd> {
     let f = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(format!(
-            "/proc/self/fd/{}",
-            std::os::fd::AsRawFd::as_raw_fd(&at)
-        ))
+        .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
+        .open(format!("/proc/{pid}/exe"))
+        .ok()?;
+    Some(f.into())
+}
+
+/// (device, inode) of a regular file, from its cached attributes (no file system asked).
+fn regular_file_id(fd: &OwnedFd) -> Option<((u32, u32), u64)> {
+    // SAFETY: st is plain data, filled by statx.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    let want = libc::STATX_TYPE | libc::STATX_INO;
+    // SAFETY: an empty NUL-terminated path with AT_EMPTY_PATH; st is valid for writing.
+    let r = unsafe {
+        libc::statx(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH | libc::AT_STATX_DONT_SYNC,
+            want,
+            &mut st,
+        )
+    };
+    let regular = u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFREG;
+    (r == 0 && st.stx_mask & want == want && regular)
+        .then_some(((st.stx_dev_major, st.stx_dev_minor), st.stx_ino))
+}
+
+/// The first 20 bytes of the file an `O_PATH` fd names.
+fn head_of(fd: &OwnedFd) -> Option<[u8; 20]> {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
+        .open(format!("/proc/self/fd/{}", fd.as_raw_fd()))
         .ok()?;
     let mut head = [0u8; 20];
     f.take(20).read_exact(&mut head).ok()?;
     Some(head)
 }
 
-/// Whether process `pid` runs an ia32 image now (`None`: gone, or not an ELF file).
-fn live(pid: u32) -> Option<bool> {
-    is_ia32_elf(&head_of(&format!("/proc/{pid}/exe"), 0)?)
+/// The devices of the FUSE, NFS, … mounts a mountinfo names (never read).
+fn remote_devs_of(mountinfo: &str) -> Vec<(u32, u32)> {
+    crate::runtime::image::remote_devs(mountinfo)
 }
 
-/// Whether the file at an exec path is an ia32 image (its last component not followed; a
-/// relative one from the cwd of `parent`, which the process was forked with).
-fn by_path(path: &[u8], parent: u32) -> Option<bool> {
-    let p = std::str::from_utf8(path).ok()?;
-    if p.is_empty() || p.starts_with("/proc/") {
-        return None;
-    }
-    let full = if p.starts_with('/') {
-        p.to_string()
-    } else {
-        format!("/proc/{parent}/cwd/{p}")
-    };
-    is_ia32_elf(&head_of(&full, libc::O_NOFOLLOW)?)
-}
-
-/// Each traced process's latest image: ia32 or not.
+/// Each traced process's latest image, and each file read: ia32 or not.
 #[derive(Debug, Default)]
 pub struct Ia32Images {
     images: HashMap<u32, bool>,
+    files: HashMap<((u32, u32), u64), bool>,
 }
 
 impl Ia32Images {
@@ -109,7 +153,7 @@ impl Ia32Images {
                 if self.images.len() >= MAX_IMAGES {
                     self.images.clear();
                 }
-                match live(s.pid).or_else(|| by_path(&s.exec_path, s.parent_pid)) {
+                match self.live(s.pid).or_else(|| self.by_path(&s.exec_path)) {
                     Some(ia32) => self.images.insert(s.pid, ia32),
                     None => self.images.remove(&s.pid),
                 };
@@ -125,16 +169,56 @@ impl Ia32Images {
         let ran = if chained {
             self.images.get(&s.pid).copied()
         } else {
-            self.images
-                .get(&s.parent_pid)
-                .copied()
-                .or_else(|| live(s.parent_pid))
+            match self.images.get(&s.parent_pid) {
+                Some(&known) => Some(known),
+                None => self.live(s.parent_pid),
+            }
         };
         if ran == Some(true) {
             s.flags |= SpawnFlags::IA32_UNSEEN;
             s.strategy = Strategy::Unknown;
             s.close_loop_bound = None;
         }
+    }
+
+    /// Whether process `pid` runs an ia32 image now (None: gone or unreadable).
+    fn live(&mut self, pid: u32) -> Option<bool> {
+        let fd = exe_path_fd(pid)?;
+        self.class(&fd, || {
+            let text = read_proc(pid, "mountinfo")?;
+            Some(remote_devs_of(&String::from_utf8_lossy(&text)))
+        })
+    }
+
+    /// Whether the file at an absolute exec path is an ia32 image (our mount namespace).
+    fn by_path(&mut self, path: &[u8]) -> Option<bool> {
+        let fd = cached_path(path)?;
+        self.class(&fd, || {
+            let text = read_proc(std::process::id(), "mountinfo")?;
+            Some(remote_devs_of(&String::from_utf8_lossy(&text)))
+        })
+    }
+
+    /// The class of the regular file `fd` names, once per file; never read on a remote
+    /// device (`remote`: the mountinfo's, asked only for a file not seen before).
+    fn class(
+        &mut self,
+        fd: &OwnedFd,
+        remote: impl FnOnce() -> Option<Vec<(u32, u32)>>,
+    ) -> Option<bool> {
+        let (dev, ino) = regular_file_id(fd)?;
+        if let Some(&known) = self.files.get(&(dev, ino)) {
+            return Some(known);
+        }
+        if remote()?.contains(&dev) {
+            return None;
+        }
+        let ia32 = is_ia32_elf(&head_of(fd)?)?;
+        if self.files.len() >= MAX_IMAGES {
+            self.files.clear();
+        }
+        self.files.insert((dev, ino), ia32);
+        Some(ia32)
     }
 }
 
@@ -156,7 +240,12 @@ mod tests {
         assert_eq!(is_ia32_elf(&h), Some(false));
         assert_eq!(is_ia32_elf(b"#!/bin/sh\n echo hi there"), None);
         assert_eq!(is_ia32_elf(b"\x7fELF"), None, "too short");
-        // This test binary is a native one.
-        assert_eq!(live(std::process::id()), Some(false));
+        // This test binary is a native one, read once.
+        let mut images = Ia32Images::default();
+        assert_eq!(images.live(std::process::id()), Some(false));
+        assert_eq!(images.files.len(), 1);
+        assert_eq!(images.live(std::process::id()), Some(false));
+        // A path through a symlink is not followed; /proc paths are not taken.
+        assert_eq!(images.by_path(b"/proc/self/exe"), None);
     }
 }
