@@ -4,14 +4,14 @@
 
 use std::collections::{HashMap, HashSet};
 
-/// Why a spawn is named by its parent's exec path, not by its image now.
-const EXECD_SINCE: &str = "the parent exec'd again before it was read";
-
 use super::{
     decode::{Event, Spawn},
     flags::SpawnFlags,
 };
 use crate::runtime::{identify, of_pid, read_proc, resolve, FileImages, Nofile, Runtime};
+
+/// Why a spawn is named by its parent's exec path, not by its image now.
+const EXECD_SINCE: &str = "the parent exec'd again before it was read";
 
 /// Process start time (clock ticks since boot): with the pid, which process it is.
 fn start_time(pid: u32) -> Option<u64> {
