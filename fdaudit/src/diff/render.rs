@@ -104,8 +104,16 @@ fn closes(r: &Row) -> String {
 
 /// The table for people: one row per key, what changed and why.
 pub fn table(d: &Diff, kind: Kind, term: Term) -> String {
+    // `bench -- CMD`'s rows are keyed by the command line, built-in cells by strategy.
+    let spawners = d
+        .groups
+        .iter()
+        .any(|g| matches!(g.key, Key::Spawner { .. }));
+    let cells = d.groups.iter().any(|g| matches!(g.key, Key::Bench { .. }));
     let (k1, k2) = match kind {
         Kind::Trace => ("parent", "exec"),
+        Kind::Bench if spawners && cells => ("strategy or spawner", "cell"),
+        Kind::Bench if spawners => ("spawner", "cell"),
         Kind::Bench => ("strategy", "cell"),
     };
     let mut t = Table::new([
@@ -279,6 +287,8 @@ mod tests {
         let d = compare(&a, &b, tol);
         assert!(d.regressed());
         let t = table(&d, Kind::Bench, Term::plain());
+        let head = t.lines().next().unwrap_or_default();
+        assert!(head.trim_start().starts_with("spawner "), "{t}");
         let row = t
             .lines()
             .find(|l| l.contains("python3 s.py"))

@@ -223,13 +223,15 @@ fn btf_check() -> (Check, bool) {
     }
 }
 
-/// The capabilities held, and a warning without CAP_SYS_PTRACE.
+/// The capabilities held, and a warning without CAP_SYS_PTRACE or CAP_DAC_READ_SEARCH (the
+/// four the README lists).
 fn caps_checks(caps: u64, missing: Option<&str>) -> Vec<Check> {
     let names = [
         ("CAP_BPF", caps::CAP_BPF),
         ("CAP_PERFMON", caps::CAP_PERFMON),
         ("CAP_SYS_ADMIN", caps::CAP_SYS_ADMIN),
         ("CAP_SYS_PTRACE", caps::CAP_SYS_PTRACE),
+        ("CAP_DAC_READ_SEARCH", caps::CAP_DAC_READ_SEARCH),
     ];
     let held: Vec<&str> = names
         .iter()
@@ -253,6 +255,15 @@ fn caps_checks(caps: u64, missing: Option<&str>) -> Vec<Check> {
             "ptrace",
             Status::Warn,
             "no CAP_SYS_PTRACE: leaked fd paths of other users' processes may be partial",
+        ));
+    }
+    if missing.is_none() && !ebpf::has_cap(caps, caps::CAP_DAC_READ_SEARCH) {
+        checks.push(check(
+            "dac_read_search",
+            Status::Warn,
+            "no CAP_DAC_READ_SEARCH: /proc/PID/{status,limits,cgroup} of other users' \
+             processes may be unreadable (runtimes, NOFILE advice, containers); grant it \
+             beside CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE",
         ));
     }
     checks
@@ -493,5 +504,30 @@ fn tracefs_check(root: bool) -> Check {
             Status::Warn,
             format!("not mounted and mount failed ({e}): trace reports failed execs without errno and path"),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_four_capabilities_the_readme_lists_are_checked() {
+        let bit = |c: u32| 1u64 << c;
+        let three = bit(caps::CAP_BPF) | bit(caps::CAP_PERFMON) | bit(caps::CAP_SYS_PTRACE);
+        let checks = caps_checks(three, None);
+        let warn = checks
+            .iter()
+            .find(|c| c.name == "dac_read_search")
+            .unwrap_or_else(|| panic!("no CAP_DAC_READ_SEARCH check: {checks:?}"));
+        assert_eq!(warn.status, Status::Warn);
+        let all = caps_checks(three | bit(caps::CAP_DAC_READ_SEARCH), None);
+        assert_eq!(all.len(), 1, "{all:?}");
+        assert!(
+            all[0]
+                .detail
+                .ends_with("CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH"),
+            "{all:?}"
+        );
     }
 }

@@ -29,6 +29,9 @@ pub struct Link<'a> {
     pub pid: u32,
     /// The record continues this process's previous exec (flag `reexec`).
     pub reexec: bool,
+    /// This image exec'd again (flag `execd_again`, [`crate::tracer::steps`]): its fds are
+    /// transient.
+    pub execd_again: bool,
     /// The container it runs in (`docker:0123456789ab`), if any: its own rows.
     pub container: Option<String>,
     pub parent_comm: &'a [u8],
@@ -71,6 +74,9 @@ struct Chain {
     critical: u32,
     /// fds of images that exec'd again.
     transient: u64,
+    /// The latest image's fds were judged final, not transient (it exec'd again only after
+    /// [`crate::tracer::steps::GRACE`]): a later exec starts a spawn of its own.
+    judged_final: bool,
     /// The first record's spawner (the runtime that spawned it), the walk of the image that
     /// closed fds, the first leak's origin.
     spawner: Spawner,
@@ -91,6 +97,7 @@ impl Chain {
             new_leaks: l.new_leaks,
             critical: l.critical,
             transient: 0,
+            judged_final: l.leaked + l.inherited > 0 && !l.execd_again,
             spawner: l.spawner.clone(),
         }
     }
@@ -112,6 +119,7 @@ impl Chain {
         self.inherited = l.inherited;
         self.new_leaks = l.new_leaks;
         self.critical = l.critical;
+        self.judged_final = l.leaked + l.inherited > 0 && !l.execd_again;
         if l.leaked > 0 {
             self.spawner.origin.clone_from(&l.spawner.origin);
         }
@@ -244,7 +252,7 @@ impl Chains {
     /// Adds an exec record.
     pub fn add(&mut self, l: &Link<'_>) {
         if l.reexec {
-            if let Some(c) = self.open.get_mut(&l.pid) {
+            if let Some(c) = self.open.get_mut(&l.pid).filter(|c| !c.judged_final) {
                 c.extend(l);
                 return;
             }
@@ -321,6 +329,8 @@ mod tests {
         Link {
             pid,
             reexec,
+            // Steps judged as trace judges them: each exec'd again soon after.
+            execd_again: true,
             container: None,
             parent_comm: b"sh",
             exec_path: path.as_bytes(),
@@ -396,6 +406,19 @@ mod tests {
         let r = &c.rows()[0];
         assert_eq!(r.strategy, "close-loop");
         assert_eq!((r.leaked_fds, r.transient_fds, r.close_max), (0, 14, 100));
+    }
+
+    #[test]
+    fn a_step_judged_final_is_a_spawn_of_its_own() {
+        let mut c = Chains::default();
+        // Its fds were judged leaks (it exec'd again only after the grace): one verdict.
+        c.add(&Link {
+            execd_again: false,
+            ..link(40, false, "/usr/bin/slow-wrapper", "none", 2)
+        });
+        c.add(&link(40, true, "/bin/true", "none", 0));
+        assert_eq!(c.spawns(), 2);
+        assert_eq!(totals(&c), (1, 2, 0));
     }
 
     #[test]

@@ -15,6 +15,7 @@ use crate::{
         decode,
         follow::{self, End, Until},
         session::Session,
+        steps::{self, Steps},
         wait,
     },
 };
@@ -30,22 +31,38 @@ pub struct TraceSink<'a> {
     pub roots: &'a [u32],
     /// `--reads`: the storms' files, named every [`READS_CHECK_EVERY`].
     pub reads: Option<(&'a mut reads::LiveTargets, Instant)>,
+    /// Each exec chain step's verdict, as `watch` judges it.
+    pub steps: Steps,
+}
+
+impl TraceSink<'_> {
+    /// Reports what waits for a verdict (the trace is over: final).
+    pub fn finish(&mut self) -> Result<()> {
+        for ev in self.steps.finish() {
+            self.reporter.handle(ev, self.roots)?;
+        }
+        Ok(())
+    }
 }
 
 impl follow::Sink for TraceSink<'_> {
     fn events(&mut self, session: &mut Session, events: Vec<decode::Event>) -> Result<()> {
         self.reporter.costs_from(session);
-        for ev in events {
+        for ev in self.steps.push(events, Instant::now()) {
             self.reporter.handle(ev, self.roots)?;
         }
         Ok(())
     }
 
     fn tick_every(&self) -> Option<Duration> {
-        self.reads.as_ref().map(|_| READS_CHECK_EVERY)
+        // A step waiting for its verdict is reported within a tick of its grace.
+        Some(READS_CHECK_EVERY.min(steps::GRACE / 4))
     }
 
     fn tick(&mut self, session: &mut Session, now: Instant) -> Result<bool> {
+        for ev in self.steps.release(now) {
+            self.reporter.handle(ev, self.roots)?;
+        }
         if let Some((targets, checked)) = &mut self.reads {
             if now.duration_since(*checked) >= READS_CHECK_EVERY {
                 targets.update(&session.read_counts(), procfs_util::fd_target);

@@ -346,6 +346,7 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
         reporter: &mut reporter,
         roots: &root_pids,
         reads: args.reads.then(|| (&mut targets, Instant::now())),
+        steps: Default::default(),
     };
     let followed_until = following::follow(
         &args,
@@ -359,7 +360,7 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
         mut exit_status,
         timed_out,
         ended,
-    } = match followed_until {
+    } = match followed_until.and_then(|end| sink.finish().map(|()| end)) {
         Ok(end) => end,
         Err(e) => return Err(child::abandon(session, child, e)),
     };

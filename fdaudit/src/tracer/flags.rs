@@ -20,12 +20,18 @@ bitflags::bitflags! {
         const BOUNDED_WALK = k::BOUNDED_WALK;
         const COMPAT_SYSCALLS = k::COMPAT_SYSCALLS;
         const EXEC_MISSED = k::EXEC_MISSED;
+        /// Userspace's: this image exec'd again without forking (an exec chain's step,
+        /// [`super::steps`]): its fds passed on to the next image, transient, not leaks.
+        const EXECD_AGAIN = 1 << 30;
+        /// Userspace's: the window ran a 32-bit (ia32) image and the backend counts native
+        /// syscalls only ([`super::ia32`]): its counts are unknown, not 0.
+        const IA32_UNSEEN = 1 << 29;
     }
 }
 
 impl SpawnFlags {
     /// Names in JSON and text, in bit order.
-    const NAMES: [(SpawnFlags, &'static str); 12] = [
+    const NAMES: [(SpawnFlags, &'static str); 14] = [
         (SpawnFlags::FDS_TRUNCATED, "fds_truncated"),
         (SpawnFlags::READ_FAILED, "read_failed"),
         (SpawnFlags::ARGV_TRUNCATED, "argv_truncated"),
@@ -38,6 +44,8 @@ impl SpawnFlags {
         (SpawnFlags::BOUNDED_WALK, "bounded_walk"),
         (SpawnFlags::COMPAT_SYSCALLS, "compat_syscalls"),
         (SpawnFlags::EXEC_MISSED, "exec_missed"),
+        (SpawnFlags::IA32_UNSEEN, "ia32_unseen"),
+        (SpawnFlags::EXECD_AGAIN, "execd_again"),
     ];
 
     /// The names of the set flags, in bit order (unknown bits are dropped).
@@ -49,10 +57,12 @@ impl SpawnFlags {
     }
 
     /// Flags that mean data is missing, as opposed to facts about the spawn (`no_fork`,
-    /// `reexec`, `compat_syscalls`: counted by their meaning) or the run (`no_syscalls`).
+    /// `reexec`, `execd_again`, `compat_syscalls`: counted by their meaning) or the run
+    /// (`no_syscalls`).
     pub fn partial(self) -> SpawnFlags {
         self - (SpawnFlags::NO_FORK
             | SpawnFlags::REEXEC
+            | SpawnFlags::EXECD_AGAIN
             | SpawnFlags::NO_SYSCALLS
             | SpawnFlags::COMPAT_SYSCALLS)
     }

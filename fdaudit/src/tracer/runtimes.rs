@@ -1,11 +1,17 @@
-//! Each spawn's runtime, from its parent's image ([`crate::runtime`]): read once per
-//! process (pid and start time), or named from the exec path the kernel gave for a parent
-//! gone before it was read.
+//! Each spawn's runtime, from its parent's image ([`crate::runtime`]) as it was at the
+//! fork: read once per image (pid, start time, until the process's next exec), or named from
+//! the exec path the kernel gave for a parent gone, or exec'd again, before it was read.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
-use super::{decode::Spawn, flags::SpawnFlags};
+use super::{
+    decode::{Event, Spawn},
+    flags::SpawnFlags,
+};
 use crate::runtime::{identify, of_pid, read_proc, resolve, FileImages, Nofile, Runtime};
+
+/// Why a spawn is named by its parent's exec path, not by its image now.
+const EXECD_SINCE: &str = "the parent exec'd again before it was read";
 
 /// Process start time (clock ticks since boot): with the pid, which process it is.
 fn start_time(pid: u32) -> Option<u64> {
@@ -15,47 +21,121 @@ fn start_time(pid: u32) -> Option<u64> {
     std::str::from_utf8(field).ok()?.parse().ok()
 }
 
-/// Names each spawn's runtime, reading each parent once (by pid and start time); a parent
-/// gone is named from the exec path the kernel gave for it, when it was traced.
+/// Names each spawn's runtime, reading each parent's image once (by pid and start time,
+/// dropped at its next exec: a wrapper's `exec` makes another runtime of the same process);
+/// a parent gone, or exec'd again since the fork, is named from the exec path the kernel
+/// gave for it, when it was traced.
 #[derive(Debug, Default)]
 pub struct Resolver {
-    cache: HashMap<(u32, u64), (Runtime, Option<Nofile>)>,
+    /// pid → (start time, what its image as now exec'd was read to be).
+    cache: HashMap<u32, (u64, (Runtime, Option<Nofile>))>,
     /// Each traced process's latest exec path (the kernel's), until its exit.
     exec_paths: HashMap<u32, Vec<u8>>,
 }
 
 impl Resolver {
     /// Sets `runtime` and `parent_nofile` on a spawn, then remembers its exec path.
-    pub fn name(&mut self, s: &mut Spawn) {
+    /// `parent_execd_since`: a later record (already read) is the parent's own exec, so its
+    /// image now is not the one that forked this child. True when the parent's image was
+    /// read live.
+    pub fn name(&mut self, s: &mut Spawn, parent_execd_since: bool) -> bool {
         let again = s.flags.contains(SpawnFlags::REEXEC)
             || s.parent_pid == s.pid
             || (s.flags.contains(SpawnFlags::NO_FORK) && self.exec_paths.contains_key(&s.pid));
-        let (rt, nofile) = if again {
+        let ((rt, nofile), live) = if again {
             // An exec chain: the image that exec'd again spawned nothing, its process did;
             // that image is gone, named by its path.
-            self.by_path(s.pid, "the image that exec'd again")
+            (self.by_path(s.pid, "the image that exec'd again"), false)
+        } else if parent_execd_since && self.exec_paths.contains_key(&s.parent_pid) {
+            (self.by_path(s.parent_pid, EXECD_SINCE), false)
         } else {
             self.of_parent(s.parent_pid)
         };
         s.runtime = Some(rt);
         s.parent_nofile = nofile;
+        if s.exec_ok {
+            // Another image from now on: what was read of the old one no longer names it.
+            self.cache.remove(&s.pid);
+        }
         // A path that names the image only in the process's own view (`/proc/self/exe`)
         // or relative to its cwd says nothing later: the previous one is kept.
         let p = s.exec_path.as_slice();
         if s.exec_ok && p.starts_with(b"/") && !p.starts_with(b"/proc/") {
             self.exec_paths.insert(s.pid, p.to_vec());
         }
+        live
     }
 
-    /// A traced process exited: its exec path is no longer needed.
-    pub fn exited(&mut self, pid: u32) {
-        self.exec_paths.remove(&pid);
+    /// Names the failed spawns that come with their exits (spawns were named as they were
+    /// decoded, while their parents live) and forgets the exited processes' exec paths.
+    pub fn exits(&mut self, events: &mut [Event]) {
+        for ev in events {
+            if let Event::Exit(e) = ev {
+                if let Some(s) = e.failed_spawn.as_mut() {
+                    self.name(s, false);
+                }
+                self.exec_paths.remove(&e.pid);
+            }
+        }
     }
 
-    fn of_parent(&mut self, ppid: u32) -> (Runtime, Option<Nofile>) {
+    /// Names each spawn's runtime in record order. A parent whose own exec comes later is
+    /// past the image that forked the child (a wrapper's `exec`): it is named by the exec
+    /// path it had. A parent read live may have exec'd just before it was read, its record
+    /// not yet taken: `more` gives the records written since, appended to `events`.
+    pub fn name_all(&mut self, events: &mut Vec<Event>, more: impl FnOnce() -> Vec<Event>) {
+        let live = self.name_each(events);
+        if live.is_empty() {
+            return;
+        }
+        let mut later = more();
+        let execd: HashSet<u32> = later
+            .iter()
+            .filter_map(|e| match e {
+                Event::Spawn(s) if s.exec_ok => Some(s.pid),
+                _ => None,
+            })
+            .collect();
+        for i in live {
+            if let Event::Spawn(s) = &mut events[i] {
+                if execd.contains(&s.parent_pid) && self.exec_paths.contains_key(&s.parent_pid) {
+                    let (rt, _) = self.by_path(s.parent_pid, EXECD_SINCE);
+                    s.runtime = Some(rt);
+                    self.cache.remove(&s.parent_pid);
+                }
+            }
+        }
+        self.name_each(&mut later);
+        events.append(&mut later);
+    }
+
+    /// Names each spawn; the indexes of those whose parent was read live.
+    fn name_each(&mut self, events: &mut [Event]) -> Vec<usize> {
+        let last_exec: HashMap<u32, usize> = events
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| match e {
+                Event::Spawn(s) if s.exec_ok => Some((s.pid, i)),
+                _ => None,
+            })
+            .collect();
+        let mut live = Vec::new();
+        for (i, ev) in events.iter_mut().enumerate() {
+            if let Event::Spawn(s) = ev {
+                let since = last_exec.get(&s.parent_pid).is_some_and(|&j| j > i);
+                if self.name(s, since) {
+                    live.push(i);
+                }
+            }
+        }
+        live
+    }
+
+    /// The parent's runtime, and whether it was read live (not from the cache or its path).
+    fn of_parent(&mut self, ppid: u32) -> ((Runtime, Option<Nofile>), bool) {
         if let Some(start) = start_time(ppid) {
-            if let Some(hit) = self.cache.get(&(ppid, start)) {
-                return hit.clone();
+            if let Some((_, hit)) = self.cache.get(&ppid).filter(|(t, _)| *t == start) {
+                return (hit.clone(), false);
             }
             if let Some(found) = of_pid(ppid) {
                 // Not another process by now (gone is fine: what was read was its own).
@@ -63,12 +143,15 @@ impl Resolver {
                     if self.cache.len() > 4096 {
                         self.cache.clear();
                     }
-                    self.cache.insert((ppid, start), found.clone());
-                    return found;
+                    self.cache.insert(ppid, (start, found.clone()));
+                    return (found, true);
                 }
             }
         }
-        self.by_path(ppid, "the parent exited before it was read")
+        (
+            self.by_path(ppid, "the parent exited before it was read"),
+            false,
+        )
     }
 
     fn by_path(&self, pid: u32, why: &str) -> (Runtime, Option<Nofile>) {

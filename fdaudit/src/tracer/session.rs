@@ -68,6 +68,8 @@ pub struct Session {
     fallback: Option<String>,
     /// The backend does not count the ia32 syscalls this kernel runs.
     ia32_unseen: bool,
+    /// Then: which images are ia32, to flag the spawns whose counts are unseen.
+    ia32_images: Option<super::ia32::Ia32Images>,
     timings: StartupTimings,
     /// The fentry or exec_exit links were handed to a child that closes them after our exit.
     handed_off: bool,
@@ -148,6 +150,7 @@ impl Session {
             backend,
             fallback,
             ia32_unseen,
+            ia32_images: ia32_unseen.then(Default::default),
             timings,
             handed_off: false,
             exiting: false,
@@ -345,9 +348,14 @@ impl Session {
 
     /// Every record now in the ring buffer (and copied out before), decoded.
     pub fn drain(&mut self) -> Vec<Event> {
+        let raw = self.flush_raw();
+        self.decode_all(raw)
+    }
+
+    /// Every record now in the ring buffer (and copied out before), undecoded.
+    fn flush_raw(&mut self) -> Vec<Vec<u8>> {
         if let Some(d) = &self.drain {
-            let raw = d.flush(Duration::from_secs(2));
-            return self.decode_all(raw);
+            return d.flush(Duration::from_secs(2));
         }
         let mut raw = Vec::new();
         if let Some(events) = &mut self.events {
@@ -355,41 +363,55 @@ impl Session {
                 raw.push(item.to_vec());
             }
         }
-        self.decode_all(raw)
+        raw
     }
 
     fn decode_all(&mut self, raw: Vec<Vec<u8>>) -> Vec<Event> {
-        let mut out = Vec::new();
-        for item in &raw {
-            if let Some(mut ev) = self.decoder.decode(item) {
-                if self.is_ignored(&ev) {
-                    continue;
-                }
-                if let Event::Spawn(s) = &mut ev {
-                    if let (Some(id), Some(h)) = (s.identity.cgroup_id, &mut self.cgroups) {
-                        s.identity = h.identity(id, s.pid);
-                    }
-                    // Picked up at its exec by `--cgroup` (its fork was not seen): the parent
-                    // from /proc while the process runs (named by `complete`).
-                    if s.parent_pid == 0 {
-                        if let Some(pp) = procfs_util::parent_of(s.pid) {
-                            s.parent_pid = pp;
-                            s.parent_comm = crate::output::text::Lossless::new(Vec::new());
-                        }
-                    }
-                    // The parent's runtime now, before anything slower (the probe-cost
-                    // calibration): a spawner often exits soon after its child.
-                    if let Some(r) = &mut self.runtimes {
-                        r.name(s);
-                    }
-                }
-                out.push(ev);
-            }
+        let mut out = self.decode_raw(&raw);
+        // The parent's runtime now, before anything slower (the probe-cost calibration): a
+        // spawner often exits soon after its child. A parent read live may have exec'd
+        // before it was read (its record not yet taken): the records written since say so.
+        if let Some(mut r) = self.runtimes.take() {
+            r.name_all(&mut out, || {
+                let raw = self.flush_raw();
+                self.decode_raw(&raw)
+            });
+            self.runtimes = Some(r);
+        }
+        if let Some(images) = &mut self.ia32_images {
+            images.mark(&mut out);
         }
         for ev in &mut out {
             self.add_exec_failure(ev);
         }
         self.complete(&mut out);
+        out
+    }
+
+    fn decode_raw(&mut self, raw: &[Vec<u8>]) -> Vec<Event> {
+        let mut out = Vec::new();
+        for item in raw {
+            let Some(mut ev) = self.decoder.decode(item) else {
+                continue;
+            };
+            if self.is_ignored(&ev) {
+                continue;
+            }
+            if let Event::Spawn(s) = &mut ev {
+                if let (Some(id), Some(h)) = (s.identity.cgroup_id, &mut self.cgroups) {
+                    s.identity = h.identity(id, s.pid);
+                }
+                // Picked up at its exec by `--cgroup` (its fork was not seen): the parent
+                // from /proc while the process runs (named by `complete`).
+                if s.parent_pid == 0 {
+                    if let Some(pp) = procfs_util::parent_of(s.pid) {
+                        s.parent_pid = pp;
+                        s.parent_comm = crate::output::text::Lossless::new(Vec::new());
+                    }
+                }
+            }
+            out.push(ev);
+        }
         out
     }
 
@@ -422,16 +444,7 @@ impl Session {
         }
         self.exec_parents.complete(events);
         if let Some(r) = &mut self.runtimes {
-            // Spawns were named as they were decoded (while their parents live); a failed
-            // spawn comes with its exit.
-            for ev in events.iter_mut() {
-                if let Event::Exit(e) = ev {
-                    if let Some(s) = e.failed_spawn.as_mut() {
-                        r.name(s);
-                    }
-                    r.exited(e.pid);
-                }
-            }
+            r.exits(events);
         }
     }
 

@@ -146,6 +146,8 @@ pub struct SpawnObservation {
     /// `--origin`: the syscall that made each of them inheritable, in the same order
     /// ("unknown" when none was seen; empty without the option).
     pub leaked_origins: Vec<String>,
+    /// fds of an exec chain's step (its image exec'd again): passed on, not leaks.
+    pub transient_fds: u64,
     /// The spawn's boundary as its changed keys (`uid+mnt_namespace`), empty when none.
     pub boundary: String,
     /// close() calls between fork and exec; `None` with --no-syscalls.
@@ -171,6 +173,7 @@ pub struct Metrics {
     spawns: Family<SpawnLabels, Counter>,
     spawns_with_leaks: Family<SpawnLabels, Counter>,
     leaked_fds: Family<LeakLabels, Counter>,
+    transient_fds: Family<SpawnLabels, Counter>,
     close_calls: Family<SpawnLabels, Counter>,
     window: Family<WindowLabels, Histogram, fn() -> Histogram>,
     lost_records: Counter,
@@ -201,6 +204,7 @@ impl Metrics {
             spawns: Family::default(),
             spawns_with_leaks: Family::default(),
             leaked_fds: Family::default(),
+            transient_fds: Family::default(),
             close_calls: Family::default(),
             window: Family::new_with_constructor(window_histogram),
             lost_records: Counter::default(),
@@ -236,6 +240,11 @@ impl Metrics {
             "leaked_fds",
             "File descriptors >= 3 that crossed execve, by kind",
             self.leaked_fds.clone(),
+        );
+        registry.register(
+            "transient_fds",
+            "File descriptors >= 3 that crossed into an image that exec'd again without forking (an exec chain's step, such as jspawnhelper): passed on, not leaks",
+            self.transient_fds.clone(),
         );
         registry.register(
             "preexec_close_calls",
@@ -323,6 +332,11 @@ impl Metrics {
                 boundary: obs.boundary.clone(),
             };
             self.leaked_fds.get_or_create(&ll).inc();
+        }
+        if obs.transient_fds > 0 {
+            self.transient_fds
+                .get_or_create(&l)
+                .inc_by(obs.transient_fds);
         }
         if let Some(c) = obs.close_calls {
             self.close_calls.get_or_create(&l).inc_by(c);
@@ -448,6 +462,7 @@ mod tests {
             labels: labels(container, child),
             leaked_kinds: kinds.iter().map(|k| k.to_string()).collect(),
             leaked_origins: Vec::new(),
+            transient_fds: 0,
             boundary: String::new(),
             close_calls: Some(5),
             window_seconds: Some(0.002),

@@ -23,8 +23,10 @@ use crate::{
     signals::{Action, CallerIgnored},
     tracer::{
         decode::{Event, Spawn},
+        flags::SpawnFlags,
         follow::{follow, Sink, Until},
         session::{Session, SessionOptions},
+        steps::Steps,
         wait::Waiter,
     },
 };
@@ -93,6 +95,9 @@ pub fn observation(s: &Spawn, leaks_only: bool) -> SpawnObservation {
         .next()
         .filter(|n| !n.is_empty())
         .unwrap_or("?");
+    // An exec chain's step (tracer::steps): its fds passed on to the next image, whose
+    // own record says which of them crossed. Transient, as trace's summary counts them.
+    let transient = s.flags.contains(SpawnFlags::EXECD_AGAIN);
     let mut leaked_kinds: Vec<String> = s
         .leaked_fds
         .iter()
@@ -103,6 +108,11 @@ pub fn observation(s: &Spawn, leaks_only: bool) -> SpawnObservation {
         leaked_kinds.len().max(s.leaked_count as usize),
         "unknown".into(),
     );
+    let transient_fds = if transient {
+        std::mem::take(&mut leaked_kinds).len() as u64
+    } else {
+        0
+    };
     SpawnObservation {
         labels: SpawnLabels {
             container_id: s
@@ -125,8 +135,13 @@ pub fn observation(s: &Spawn, leaks_only: bool) -> SpawnObservation {
                 s.strategy.as_str().to_owned()
             },
         },
+        leaked_origins: if transient {
+            Vec::new()
+        } else {
+            s.origin_labels()
+        },
         leaked_kinds,
-        leaked_origins: s.origin_labels(),
+        transient_fds,
         boundary: s.boundary.as_ref().map(|b| b.keys()).unwrap_or_default(),
         close_calls: (!leaks_only).then_some(s.calls.close_calls),
         // Without the probes' own cost, as trace reports it ("untraced").
@@ -390,8 +405,10 @@ fn watch_loop(
         args,
         metrics,
         jobs: Periodic::new(args),
+        steps: Steps::default(),
     };
     follow(session, &mut waiter, &until, &mut sink)?;
+    observe(metrics, sink.steps.finish(), !args.full);
     sink.jobs.finish();
     Ok(())
 }
@@ -401,11 +418,14 @@ struct WatchSink<'a> {
     args: &'a WatchArgs,
     metrics: &'a Arc<Mutex<Metrics>>,
     jobs: Periodic,
+    /// Each exec chain step's verdict, as `trace` judges it.
+    steps: Steps,
 }
 
 impl Sink for WatchSink<'_> {
     fn events(&mut self, _session: &mut Session, events: Vec<Event>) -> Result<()> {
-        observe(self.metrics, events, !self.args.full);
+        let judged = self.steps.push(events, Instant::now());
+        observe(self.metrics, judged, !self.args.full);
         Ok(())
     }
 
@@ -414,6 +434,7 @@ impl Sink for WatchSink<'_> {
     }
 
     fn tick(&mut self, session: &mut Session, now: Instant) -> Result<bool> {
+        observe(self.metrics, self.steps.release(now), !self.args.full);
         self.jobs.kernel_totals(now, session, self.metrics)?;
         self.jobs.scan(now, self.metrics);
         if let Some(dir) = &self.args.textfile {
@@ -426,7 +447,8 @@ impl Sink for WatchSink<'_> {
 /// How often the watch loop runs its periodic jobs at the latest.
 const TICK: Duration = Duration::from_millis(200);
 
-/// Counts the spawns among `events` (a failed exec counts when its process exits).
+/// Counts the spawns among `events` (a failed exec counts when its process exits), each
+/// exec chain step with its verdict ([`Steps`]).
 fn observe(metrics: &Mutex<Metrics>, events: Vec<Event>, leaks_only: bool) {
     let mut m = metrics.lock().unwrap_or_else(|p| p.into_inner());
     for ev in events {
@@ -545,6 +567,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_exec_chains_step_counts_transient_fds_not_a_leak() {
+        let mut s =
+            crate::trace::report::tests::spawn("java", "/usr/lib/jvm/lib/jspawnhelper", 0, 9, 11);
+        s.flags = SpawnFlags::EXECD_AGAIN;
+        let o = observation(&s, true);
+        assert!(o.leaked_kinds.is_empty(), "{:?}", o.leaked_kinds);
+        assert_eq!(o.transient_fds, 11);
+        let mut m = Metrics::new(5);
+        m.observe_spawn(o);
+        let om = m.encode();
+        assert!(
+            om.contains("fdaudit_transient_fds_total{") && om.contains("child=\"jspawnhelper\""),
+            "{om}"
+        );
+        assert!(!om.contains("fdaudit_spawns_with_leaks_total{"), "{om}");
+        assert!(!om.contains("fdaudit_leaked_fds_total{"), "{om}");
+    }
+
+    #[test]
     fn prometheus_text_names_counters_with_total() {
         let mut m = Metrics::new(5);
         m.observe_spawn(SpawnObservation {
@@ -557,6 +598,7 @@ mod tests {
             },
             leaked_kinds: vec!["regular".into()],
             leaked_origins: vec!["openat".into()],
+            transient_fds: 0,
             boundary: String::new(),
             close_calls: None,
             window_seconds: Some(1e-4),

@@ -128,8 +128,6 @@ fn applies(e: &Entry, rt: Option<&Runtime>, g: &Group) -> bool {
 fn fill(text: &str, rt: Option<&Runtime>, nofile: Option<Nofile>, origin: Option<&str>) -> String {
     let limit = |n: u64| match n {
         u64::MAX => "unlimited".to_string(),
-        // The hard limit, unknown (the process was gone before it was read).
-        n if n == u64::MAX - 1 => "<hard limit>".to_string(),
         n => n.to_string(),
     };
     let glibc = rt
@@ -200,6 +198,10 @@ fn nofile_of(g: &Group) -> (Option<Nofile>, Option<&'static str>) {
     (None, None)
 }
 
+/// Said after a remedy whose hard limit is the walked soft limit.
+const HARD_UNREAD: &str = " (the hard limit shown is the soft limit the sweep walked: the \
+                           process exited before its limits were read; keep its own if higher)";
+
 /// The advice for each group that leaks or sweeps fds up to NOFILE, in the groups' order.
 pub fn advise(groups: &[Group], close_cost_ns: f64) -> Vec<Advice> {
     let mut out = Vec::new();
@@ -215,15 +217,9 @@ pub fn advise(groups: &[Group], close_cost_ns: f64) -> Vec<Advice> {
         // a poll's nfds: the limit less nothing, or less 3 for the fds it skips).
         let walks_soft = nofile
             .is_some_and(|n| g.spawner.walked + 3 >= n.soft && g.spawner.walked <= n.soft + 3);
-        // A limit guessed from the walk says nothing of the hard limit.
-        let nofile_text = nofile.map(|n| Nofile {
-            hard: if nofile_from == Some("walk") {
-                u64::MAX - 1
-            } else {
-                n.hard
-            },
-            ..n
-        });
+        // A limit guessed from the walk says nothing of the hard limit: the walk (the soft
+        // limit the child read) stands for it, a value that works as written, and is said.
+        let nofile_text = nofile;
         let mut kinds = Vec::new();
         if sweep {
             kinds.push("sweep");
@@ -238,10 +234,14 @@ pub fn advise(groups: &[Group], close_cost_ns: f64) -> Vec<Advice> {
             .iter()
             .filter_map(|k| {
                 let e = table().iter().find(|e| e.kind == *k && applies(e, rt, g))?;
+                let mut text = fill(&e.text, rt, nofile_text, origin);
+                if e.text.contains("{hard}") && nofile_from == Some("walk") {
+                    text.push_str(HARD_UNREAD);
+                }
                 Some(Remedy {
                     id: e.id.clone(),
                     fix: e.fix.clone(),
-                    text: fill(&e.text, rt, nofile_text, origin),
+                    text,
                     source: e.source.clone(),
                 })
             })
@@ -261,9 +261,10 @@ pub fn advise(groups: &[Group], close_cost_ns: f64) -> Vec<Advice> {
     out
 }
 
-/// `close-loop to 20000: ~4.81 ms per spawn here (200 ns per fd, measured close()); at the
-/// hard limit 1048576: ~211 ms; close_range saves ~4.00 ms per spawn` (what the projection
-/// says, for people).
+/// `close-loop to 20000: the walk costs ~4.00 ms per spawn here (200 ns per fd, measured
+/// close(); of a ~5.00 ms window); at the hard limit 1048576: ~210 ms; close_range saves
+/// ~4.00 ms per spawn` (what the projection says, for people): each figure is the walk's
+/// share, so the cost and the saving are the same number.
 pub fn projection_line(a: &Advice) -> Option<String> {
     use crate::output::fmt_ns;
     let p = a.projection.as_ref()?;
@@ -272,34 +273,35 @@ pub fn projection_line(a: &Advice) -> Option<String> {
         Some(soft) => soft.to_string(),
         None => p.walked_fds.to_string(),
     };
+    // The walk's share only: the rest of the window (`fixed_ns`: fork, exec, the probes'
+    // and the machine's noise) stays after the fix, so a whole window beside a saving
+    // would be two numbers that disagree.
+    let walk = p
+        .at_soft_ns
+        .unwrap_or(p.window_ns)
+        .saturating_sub(p.fixed_ns);
     let mut line = format!(
-        "{} to {limit}: ~{} per spawn here ({} per fd, {})",
+        "{} to {limit}: the walk costs ~{} per spawn here ({} per fd, {}; of a ~{} window)",
         a.strategy,
-        fmt_ns(p.at_soft_ns.unwrap_or(p.window_ns) as f64),
+        fmt_ns(walk as f64),
         fmt_ns(p.per_fd_ns as f64),
         if p.per_fd_from == "close_cost" {
             "measured close()"
         } else {
             "from this group's window"
         },
+        fmt_ns(p.window_ns as f64),
     );
     if let (Some(hard), Some(ns)) = (p.nofile_hard, p.at_hard_ns) {
         if Some(hard) != p.nofile_soft {
             line.push_str(&format!(
                 "; at the hard limit {hard}: ~{}",
-                fmt_ns(ns as f64)
+                fmt_ns(ns.saturating_sub(p.fixed_ns) as f64)
             ));
         }
     }
-    // The saving, not the cost after the fix: the window less the walk (`fixed_ns`) also
-    // holds the probes' and the machine's noise, so only the walk's share is stated.
     let fix = a.remedies.first().map_or("fixed", |r| r.fix.as_str());
-    let at_soft = p.at_soft_ns.unwrap_or(p.window_ns);
-    let saving = at_soft.saturating_sub(p.fixed_ns);
-    line.push_str(&format!(
-        "; {fix} saves ~{} per spawn",
-        fmt_ns(saving as f64)
-    ));
+    line.push_str(&format!("; {fix} saves ~{} per spawn", fmt_ns(walk as f64)));
     Some(line)
 }
 

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Ending, ExitReason, LeakPolicy};
 use crate::output::{count, stream};
-use crate::tracer::{decode::Spawn, strategy::Strategy};
+use crate::tracer::{decode::Spawn, flags::SpawnFlags, strategy::Strategy};
 
 /// How many offending spawns a verdict line names.
 const SHOWN: usize = 5;
@@ -125,7 +125,7 @@ impl Gates {
     }
 
     fn judge_leaks(&mut self, s: &Spawn, policy: &LeakPolicy) {
-        if policy.new_leaks(s) == 0 {
+        if policy.new_leaks(s) == 0 || s.flags.contains(SpawnFlags::EXECD_AGAIN) {
             self.leaks.remove(&s.pid);
             self.leak_execs.remove(&s.pid);
             return;

@@ -36,7 +36,14 @@ pub fn spawn_line(s: &Spawn, term: Term) -> String {
     if !s.flags.contains(SpawnFlags::NO_SYSCALLS) {
         line.push_str(&strategy_part(s, term));
     }
-    let leaks = if s.leaked_count > 0 {
+    let leaks = if s.flags.contains(SpawnFlags::EXECD_AGAIN) && s.leaked_count > 0 {
+        // Passed on to the next image, whose own line says what crossed.
+        format!(
+            "  {} {}",
+            term.paint(&format!("transient {}:", s.leaked_count), Paint::Warn),
+            "closed or passed on by its next exec"
+        )
+    } else if s.leaked_count > 0 {
         leaks_part(s, term)
     } else {
         String::new()

@@ -668,6 +668,11 @@ pub(crate) mod tests {
         let mut c = Collector::default();
         let mut helper = spawn("java", "/usr/lib/jvm/lib/jspawnhelper", 0, 1_000, 14);
         helper.pid = 40;
+        // As tracer::steps judged it when pid 40 exec'd again.
+        helper.flags = SpawnFlags::EXECD_AGAIN;
+        let line = spawn_line(&helper, Term::plain());
+        assert!(line.contains("  transient 14: "), "{line}");
+        assert!(!line.contains("LEAKED"), "{line}");
         let mut fin = spawn("java", "/bin/true", 15, 2_000, 0);
         fin.pid = 40;
         fin.flags = SpawnFlags::REEXEC;

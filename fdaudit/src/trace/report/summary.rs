@@ -294,6 +294,7 @@ pub(super) fn link<'a>(s: &'a Spawn, policy: &LeakPolicy) -> Link<'a> {
     Link {
         pid: s.pid,
         reexec: s.flags.contains(SpawnFlags::REEXEC),
+        execd_again: s.flags.contains(SpawnFlags::EXECD_AGAIN),
         container: s.identity.container_label(),
         parent_comm: &s.parent_comm,
         exec_path: &s.exec_path,

@@ -1,5 +1,6 @@
 //! Linux capability numbers fdaudit cares about, and which of them this process has.
 
+pub const CAP_DAC_READ_SEARCH: u32 = 2;
 pub const CAP_SYS_PTRACE: u32 = 19;
 pub const CAP_SYS_ADMIN: u32 = 21;
 pub const CAP_PERFMON: u32 = 38;

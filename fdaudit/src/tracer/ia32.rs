@@ -1,0 +1,251 @@
+//! Spawns whose window ran a 32-bit (ia32) image, which the native-only backends (tp,
+//! fentry) cannot count: the kernel's native syscall tracepoints skip compat syscalls
+//! (ARCH_TRACE_IGNORE_COMPAT_SYSCALLS) and fentry hooks the `__x64_sys_*` entry points only.
+//! Such a spawn's counts are unknown, not 0: it is flagged
+//! [`SpawnFlags::IA32_UNSEEN`] and its strategy is `unknown`.
+//!
+//! The window runs the image the child was forked with, its parent's image (or, for an exec
+//! chain's step, the process's previous image). Each image is named at its exec record by
+//! its ELF header, read from the file `/proc/PID/exe` links to (the kernel's link: following
+//! it is the point), else, the process gone, from its absolute exec path opened with
+//! `openat2(RESOLVE_CACHED | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)`: only what the
+//! dentry cache holds, so no file system is asked to look anything up. Either is an `O_PATH`
+//! fd first: its cached attributes (`statx`, `AT_STATX_DONT_SYNC`) must say a regular file
+//! on a device that is no FUSE, NFS, … mount ([`crate::runtime::image::remote_devs`] of the
+//! process's, or our, mountinfo), and only then are 20 bytes read, never mapped. Answers are
+//! kept per file (device, inode) and per process, each map bounded. A process whose image
+//! cannot be read so is not flagged: its class is unknown.
+
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::io::Read as _;
+use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt as _;
+
+use super::{decode::Event, flags::SpawnFlags, strategy::Strategy};
+use crate::runtime::read_proc;
+
+/// Processes remembered at most (their entries go at exit; a burst past this forgets all,
+/// and their images are read again from /proc).
+const MAX_IMAGES: usize = 1 << 16;
+
+/// `EM_386`: the ia32 ABI (x32 is ELFCLASS32 with EM_X86_64, whose syscalls are native).
+const EM_386: u16 = 3;
+
+/// Whether an ELF header is a 32-bit x86 (ia32) image; `None` when it is not an ELF file.
+pub fn is_ia32_elf(head: &[u8]) -> Option<bool> {
+    if head.len() < 20 || &head[..4] != b"\x7fELF" {
+        return None;
+    }
+    // e_ident[EI_CLASS] 1: ELFCLASS32; e_machine at 18, in the file's byte order (EI_DATA
+    // 1: little-endian, as x86 is).
+    let machine = u16::from_le_bytes([head[18], head[19]]);
+    Some(head[4] == 1 && head[5] == 1 && machine == EM_386)
+}
+
+/// `O_PATH | O_NOFOLLOW` of an absolute path, from the dentry cache only, no symlink
+/// followed (None before Linux 5.12, which has no `RESOLVE_CACHED`, or when not cached).
+fn cached_path(path: &[u8]) -> Option<OwnedFd> {
+    const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+    const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+    const RESOLVE_CACHED: u64 = 0x20;
+    // struct open_how (linux/openat2.h); libc's is non-exhaustive.
+    #[repr(C)]
+    struct OpenHow {
+        flags: u64,
+        mode: u64,
+        resolve: u64,
+    }
+    if !path.starts_with(b"/") || path.starts_with(b"/proc/") {
+        return None;
+    }
+    let name = CString::new(path).ok()?;
+    let how = OpenHow {
+        flags: (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64,
+        mode: 0,
+        resolve: RESOLVE_CACHED | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+    };
+    // SAFETY: name is NUL-terminated, how is a valid open_how of the size passed.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            name.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
+    };
+    // SAFETY: r is a new fd, ours.
+    (r >= 0).then(|| unsafe { OwnedFd::from_raw_fd(r as i32) })
+}
+
+/// `O_PATH` of the file `/proc/PID/exe` links to (None: gone).
+fn exe_path_fd(pid: u32) -> Option<OwnedFd> {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
+        .open(format!("/proc/{pid}/exe"))
+        .ok()?;
+    Some(f.into())
+}
+
+/// (device, inode) of a regular file, from its cached attributes (no file system asked).
+fn regular_file_id(fd: &OwnedFd) -> Option<((u32, u32), u64)> {
+    // SAFETY: st is plain data, filled by statx.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    let want = libc::STATX_TYPE | libc::STATX_INO;
+    // SAFETY: an empty NUL-terminated path with AT_EMPTY_PATH; st is valid for writing.
+    let r = unsafe {
+        libc::statx(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH | libc::AT_STATX_DONT_SYNC,
+            want,
+            &mut st,
+        )
+    };
+    let regular = u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFREG;
+    (r == 0 && st.stx_mask & want == want && regular)
+        .then_some(((st.stx_dev_major, st.stx_dev_minor), st.stx_ino))
+}
+
+/// The first 20 bytes of the file an `O_PATH` fd names.
+fn head_of(fd: &OwnedFd) -> Option<[u8; 20]> {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
+        .open(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+        .ok()?;
+    let mut head = [0u8; 20];
+    f.take(20).read_exact(&mut head).ok()?;
+    Some(head)
+}
+
+/// The devices of the FUSE, NFS, … mounts a mountinfo names (never read).
+fn remote_devs_of(mountinfo: &str) -> Vec<(u32, u32)> {
+    crate::runtime::image::remote_devs(mountinfo)
+}
+
+/// Each traced process's latest image, and each file read: ia32 or not.
+#[derive(Debug, Default)]
+pub struct Ia32Images {
+    images: HashMap<u32, bool>,
+    files: HashMap<((u32, u32), u64), bool>,
+}
+
+impl Ia32Images {
+    /// Flags the spawns among `events` whose window ran an ia32 image, in record order, and
+    /// remembers each exec'd image.
+    pub fn mark(&mut self, events: &mut [Event]) {
+        for ev in events {
+            let s = match ev {
+                Event::Spawn(s) => s,
+                Event::Exit(e) => {
+                    self.images.remove(&e.pid);
+                    if let Some(s) = e.failed_spawn.as_mut() {
+                        self.flag(s);
+                    }
+                    continue;
+                }
+            };
+            self.flag(s);
+            if s.exec_ok {
+                if self.images.len() >= MAX_IMAGES {
+                    self.images.clear();
+                }
+                match self.live(s.pid).or_else(|| self.by_path(&s.exec_path)) {
+                    Some(ia32) => self.images.insert(s.pid, ia32),
+                    None => self.images.remove(&s.pid),
+                };
+            }
+        }
+    }
+
+    fn flag(&mut self, s: &mut super::decode::Spawn) {
+        // An exec chain's step ran the process's own previous image; a forked child, its
+        // parent's.
+        let chained = s.flags.contains(SpawnFlags::REEXEC)
+            || (s.flags.contains(SpawnFlags::NO_FORK) && self.images.contains_key(&s.pid));
+        let ran = if chained {
+            self.images.get(&s.pid).copied()
+        } else {
+            match self.images.get(&s.parent_pid) {
+                Some(&known) => Some(known),
+                None => self.live(s.parent_pid),
+            }
+        };
+        if ran == Some(true) {
+            s.flags |= SpawnFlags::IA32_UNSEEN;
+            s.strategy = Strategy::Unknown;
+            s.close_loop_bound = None;
+        }
+    }
+
+    /// Whether process `pid` runs an ia32 image now (None: gone or unreadable).
+    fn live(&mut self, pid: u32) -> Option<bool> {
+        let fd = exe_path_fd(pid)?;
+        self.class(&fd, || {
+            let text = read_proc(pid, "mountinfo")?;
+            Some(remote_devs_of(&String::from_utf8_lossy(&text)))
+        })
+    }
+
+    /// Whether the file at an absolute exec path is an ia32 image (our mount namespace).
+    fn by_path(&mut self, path: &[u8]) -> Option<bool> {
+        let fd = cached_path(path)?;
+        self.class(&fd, || {
+            let text = read_proc(std::process::id(), "mountinfo")?;
+            Some(remote_devs_of(&String::from_utf8_lossy(&text)))
+        })
+    }
+
+    /// The class of the regular file `fd` names, once per file; never read on a remote
+    /// device (`remote`: the mountinfo's, asked only for a file not seen before).
+    fn class(
+        &mut self,
+        fd: &OwnedFd,
+        remote: impl FnOnce() -> Option<Vec<(u32, u32)>>,
+    ) -> Option<bool> {
+        let (dev, ino) = regular_file_id(fd)?;
+        if let Some(&known) = self.files.get(&(dev, ino)) {
+            return Some(known);
+        }
+        if remote()?.contains(&dev) {
+            return None;
+        }
+        let ia32 = is_ia32_elf(&head_of(fd)?)?;
+        if self.files.len() >= MAX_IMAGES {
+            self.files.clear();
+        }
+        self.files.insert((dev, ino), ia32);
+        Some(ia32)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_elf_header_names_ia32_and_nothing_else() {
+        let mut h = [0u8; 20];
+        h[..4].copy_from_slice(b"\x7fELF");
+        h[4] = 1; // ELFCLASS32
+        h[5] = 1; // little-endian
+        h[18] = 3; // EM_386
+        assert_eq!(is_ia32_elf(&h), Some(true));
+        h[18] = 62; // EM_X86_64 with ELFCLASS32: x32, native syscalls
+        assert_eq!(is_ia32_elf(&h), Some(false));
+        h[4] = 2;
+        assert_eq!(is_ia32_elf(&h), Some(false));
+        assert_eq!(is_ia32_elf(b"#!/bin/sh\n echo hi there"), None);
+        assert_eq!(is_ia32_elf(b"\x7fELF"), None, "too short");
+        // This test binary is a native one, read once.
+        let mut images = Ia32Images::default();
+        assert_eq!(images.live(std::process::id()), Some(false));
+        assert_eq!(images.files.len(), 1);
+        assert_eq!(images.live(std::process::id()), Some(false));
+        // A path through a symlink is not followed; /proc paths are not taken.
+        assert_eq!(images.by_path(b"/proc/self/exe"), None);
+    }
+}
