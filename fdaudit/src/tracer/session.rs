@@ -6,11 +6,11 @@
 //! [`super::decode`]; the programs are loaded and their cost measured in
 //! [`super::loader`].
 
-use std::{os::fd::AsRawFd as _, time::Duration};
+use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 use aya::{
-    maps::{HashMap, MapData, PerCpuArray, RingBuf},
+    maps::{HashMap, MapData, PerCpuArray},
     Ebpf,
 };
 use fdaudit_common::{
@@ -34,8 +34,6 @@ use crate::{
 
 /// Loaded and attached programs with their maps. Dropping it detaches everything.
 pub struct Session {
-    /// The ring, when no drain thread reads it.
-    events: Option<RingBuf<MapData>>,
     drain: Option<Drain>,
     decoder: Decoder,
     ring_bytes: u64,
@@ -123,7 +121,6 @@ impl Session {
         // Fresh programs: zero, as a rule.
         let missed_baseline = ebpf::misses::read_all(&bpf);
         Ok(Session {
-            events: None,
             drain: Some(
                 Drain::start(events, ring_bytes, grow)
                     .context("failed to start the ring buffer's drain thread")?,
@@ -312,38 +309,13 @@ impl Session {
 
     /// Waits up to `timeout` for records, then returns every record available.
     pub fn poll(&mut self, timeout: Duration) -> Result<Vec<Event>> {
-        if let Some(d) = &self.drain {
-            let raw = d.wait(timeout);
-            return Ok(self.decode_all(raw));
-        }
-        let Some(events) = &self.events else {
-            return Ok(Vec::new());
-        };
-        let mut pfd = libc::pollfd {
-            fd: events.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: one valid pollfd.
-        let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
-        if rc < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() != std::io::ErrorKind::Interrupted {
-                return Err(e).context("failed to poll the ring buffer");
-            }
-        }
-        Ok(self.drain())
+        let raw = self.drain.as_ref().map(|d| d.wait(timeout));
+        Ok(self.decode_all(raw.unwrap_or_default()))
     }
 
-    /// Readable when records wait: the drain thread's ready eventfd (the ring buffer's fd
-    /// before the thread starts).
+    /// Readable when records wait: the drain thread's ready eventfd.
     pub fn events_fd(&self) -> std::os::fd::RawFd {
-        match (&self.drain, &self.events) {
-            (Some(d), _) => d.ready_fd(),
-            (None, Some(e)) => e.as_raw_fd(),
-            (None, None) => -1,
-        }
+        self.drain.as_ref().map_or(-1, Drain::ready_fd)
     }
 
     /// Every record now in the ring buffer (and copied out before), decoded.
@@ -354,16 +326,8 @@ impl Session {
 
     /// Every record now in the ring buffer (and copied out before), undecoded.
     fn flush_raw(&mut self) -> Vec<Vec<u8>> {
-        if let Some(d) = &self.drain {
-            return d.flush(Duration::from_secs(2));
-        }
-        let mut raw = Vec::new();
-        if let Some(events) = &mut self.events {
-            while let Some(item) = events.next() {
-                raw.push(item.to_vec());
-            }
-        }
-        raw
+        let raw = self.drain.as_ref().map(|d| d.flush(Duration::from_secs(2)));
+        raw.unwrap_or_default()
     }
 
     fn decode_all(&mut self, raw: Vec<Vec<u8>>) -> Vec<Event> {
