@@ -104,12 +104,13 @@ fn links_planted_by_the_directory_owner_are_not_written_through() {
         }
     });
     let t0 = Instant::now();
+    let mut said = Vec::new();
     loop {
         let left = Duration::from_secs(90).saturating_sub(t0.elapsed());
         match rx.recv_timeout(left) {
             Ok(l) if l.contains("fdaudit: watching") => break,
-            Ok(_) => {}
-            Err(e) => panic!("watch never started ({e})"),
+            Ok(l) => said.push(l),
+            Err(e) => panic!("watch never started ({e}): {}", said.join("\n")),
         }
     }
 

@@ -152,6 +152,28 @@ pub(super) fn build(root: &Path, opts: &Options) -> Result<Built> {
 /// they check the host's deployment rather than the kernel, with tools the initramfs lacks.
 const HOST_ONLY_TESTS: &[(&str, &str)] = &[
     (
+        "scan_inflight",
+        "compiles its C attacker with gcc, which the initramfs lacks",
+    ),
+    (
+        "watch_textfile",
+        "checks the textfile writer's file handling, not the kernel, with an attacker run as \
+         nobody through setpriv and ln",
+    ),
+    (
+        "chains",
+        "compiles and runs Java (javac, java), which the initramfs lacks",
+    ),
+    (
+        "ia32",
+        "compiles its -m32 fixture with gcc, which the initramfs lacks",
+    ),
+    (
+        "ci_native",
+        "runs make, docs/ci.md's jobs and junitparser from a Python venv, none of which the \
+         initramfs carries",
+    ),
+    (
         "deploy",
         "validates deployment files with promtool, systemd-analyze and kubernetes-validate",
     ),
