@@ -5,8 +5,8 @@
 //! error), where a mapping would kill fdaudit with SIGBUS.
 //!
 //! A path is first opened `O_PATH | O_NOFOLLOW` (no open of the file itself: a FIFO's
-//! reader, a device's driver and a symlink's target are never reached), checked with
-//! `fstat`, and only then reopened for reading through `/proc/self/fd`. A process's own
+//! reader, a device's driver and a symlink's target are never reached), checked by its
+//! cached attributes ([`Handle`]), and only then reopened for reading through `/proc/self/fd`. A process's own
 //! links (`/proc/PID/map_files/START-END`, `/proc/PID/exe`) name the real file even when its
 //! path was deleted or replaced, and are opened the same way (without `O_NOFOLLOW`: they are
 //! the kernel's links, not the process's).
@@ -22,7 +22,7 @@ use std::{
     },
 };
 
-/// A file's identity: the device and inode `fstat` gives (and /proc/PID/maps shows).
+/// A file's identity: the device and inode its attributes give (and /proc/PID/maps shows).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct FileId {
     pub dev: u64,
@@ -86,14 +86,69 @@ fn open_raw(path: &[u8], flags: libc::c_int) -> std::io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-fn fstat(fd: &OwnedFd) -> std::io::Result<libc::stat> {
-    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
-    // SAFETY: st is written by the kernel on success; fd is open.
-    if unsafe { libc::fstat(fd.as_raw_fd(), st.as_mut_ptr()) } != 0 {
-        return Err(std::io::Error::last_os_error());
+/// A file held `O_PATH` (nothing of the file itself opened: no FIFO reader, no driver), with
+/// what its cached attributes say: `statx` with `AT_STATX_DONT_SYNC`, so no file system is
+/// asked (a FUSE or NFS server the process controls cannot stall it).
+#[derive(Debug)]
+pub struct Handle {
+    fd: OwnedFd,
+    pub id: FileId,
+    pub len: u64,
+    regular: bool,
+}
+
+impl Handle {
+    /// `path` held `O_PATH` (`nofollow`: never through a symlink at its end).
+    pub fn at(path: &[u8], nofollow: bool) -> std::io::Result<Handle> {
+        let extra = if nofollow { libc::O_NOFOLLOW } else { 0 };
+        Handle::of(open_raw(path, libc::O_PATH | extra)?)
     }
-    // SAFETY: success above.
-    Ok(unsafe { st.assume_init() })
+
+    /// An fd opened `O_PATH` elsewhere (openat2 with its own resolve flags).
+    pub fn of(fd: OwnedFd) -> std::io::Result<Handle> {
+        // SAFETY: st is plain data, filled by statx.
+        let mut st: libc::statx = unsafe { std::mem::zeroed() };
+        let want = libc::STATX_TYPE | libc::STATX_INO | libc::STATX_SIZE;
+        // SAFETY: an empty NUL-terminated path with AT_EMPTY_PATH; st is valid for writing.
+        let r = unsafe {
+            libc::statx(
+                fd.as_raw_fd(),
+                c"".as_ptr(),
+                libc::AT_EMPTY_PATH | libc::AT_STATX_DONT_SYNC,
+                want,
+                &mut st,
+            )
+        };
+        if r != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if st.stx_mask & want != want {
+            return Err(std::io::Error::from_raw_os_error(libc::ENODATA));
+        }
+        Ok(Handle {
+            fd,
+            id: FileId {
+                dev: libc::makedev(st.stx_dev_major, st.stx_dev_minor),
+                ino: st.stx_ino,
+            },
+            len: st.stx_size,
+            regular: u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFREG,
+        })
+    }
+
+    pub fn is_regular(&self) -> bool {
+        self.regular
+    }
+
+    /// The held file itself, opened for reading (non-blocking, never a controlling tty).
+    pub fn reopen(&self) -> std::io::Result<File> {
+        let again = format!("/proc/self/fd/{}", self.fd.as_raw_fd());
+        let fd = open_raw(
+            again.as_bytes(),
+            libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY,
+        )?;
+        Ok(File::from(fd))
+    }
 }
 
 /// Opens `path` (`nofollow`: its last component must not be a symlink) as a regular file of
@@ -109,38 +164,26 @@ fn open_checked(
         path: name(),
         source,
     };
-    let extra = if nofollow { libc::O_NOFOLLOW } else { 0 };
-    let handle = open_raw(path, libc::O_PATH | extra).map_err(err)?;
-    let st = fstat(&handle).map_err(err)?;
-    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+    let handle = Handle::at(path, nofollow).map_err(err)?;
+    if !handle.is_regular() {
         return Err(OpenError::NotRegular(name()));
     }
-    let id = FileId {
-        dev: st.st_dev,
-        ino: st.st_ino,
-    };
-    if want.is_some_and(|w| w != id) {
+    if want.is_some_and(|w| w != handle.id) {
         return Err(OpenError::Replaced(name()));
     }
-    let len = st.st_size as u64;
-    if len > max_len {
+    if handle.len > max_len {
         return Err(OpenError::TooLarge {
             path: name(),
-            len,
+            len: handle.len,
             max: max_len,
         });
     }
-    // The same inode, now opened for reading (the check above was on this very file).
-    let again = format!("/proc/self/fd/{}", handle.as_raw_fd());
-    let fd = open_raw(
-        again.as_bytes(),
-        libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY,
-    )
-    .map_err(err)?;
+    // The same inode, now opened for reading (the checks above were on this very file).
+    let file = handle.reopen().map_err(err)?;
     Ok(Opened {
-        file: File::from(fd),
-        id,
-        len,
+        file,
+        id: handle.id,
+        len: handle.len,
     })
 }
 

@@ -19,11 +19,11 @@
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::io::Read as _;
-use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
-use std::os::unix::fs::OpenOptionsExt as _;
+use std::os::fd::{FromRawFd as _, OwnedFd};
 
 use super::{decode::Event, flags::SpawnFlags, strategy::Strategy};
 use crate::runtime::read_proc;
+use crate::untrusted::{FileId, Handle};
 
 /// Processes remembered at most (their entries go at exit; a burst past this forgets all,
 /// and their images are read again from /proc).
@@ -45,7 +45,7 @@ pub fn is_ia32_elf(head: &[u8]) -> Option<bool> {
 
 /// `O_PATH | O_NOFOLLOW` of an absolute path, from the dentry cache only, no symlink
 /// followed (None before Linux 5.12, which has no `RESOLVE_CACHED`, or when not cached).
-fn cached_path(path: &[u8]) -> Option<OwnedFd> {
+fn cached_path(path: &[u8]) -> Option<Handle> {
     const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
     const RESOLVE_NO_SYMLINKS: u64 = 0x04;
     const RESOLVE_CACHED: u64 = 0x20;
@@ -76,48 +76,19 @@ fn cached_path(path: &[u8]) -> Option<OwnedFd> {
         )
     };
     // SAFETY: r is a new fd, ours.
-    (r >= 0).then(|| unsafe { OwnedFd::from_raw_fd(r as i32) })
+    let fd = (r >= 0).then(|| unsafe { OwnedFd::from_raw_fd(r as i32) })?;
+    Handle::of(fd).ok()
 }
 
-/// `O_PATH` of the file `/proc/PID/exe` links to (None: gone).
-fn exe_path_fd(pid: u32) -> Option<OwnedFd> {
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
-        .open(format!("/proc/{pid}/exe"))
-        .ok()?;
-    Some(f.into())
+/// The file `/proc/PID/exe` links to, held `O_PATH` (None: gone).
+fn exe_handle(pid: u32) -> Option<Handle> {
+    Handle::at(format!("/proc/{pid}/exe").as_bytes(), false).ok()
 }
 
-/// (device, inode) of a regular file, from its cached attributes (no file system asked).
-fn regular_file_id(fd: &OwnedFd) -> Option<((u32, u32), u64)> {
-    // SAFETY: st is plain data, filled by statx.
-    let mut st: libc::statx = unsafe { std::mem::zeroed() };
-    let want = libc::STATX_TYPE | libc::STATX_INO;
-    // SAFETY: an empty NUL-terminated path with AT_EMPTY_PATH; st is valid for writing.
-    let r = unsafe {
-        libc::statx(
-            fd.as_raw_fd(),
-            c"".as_ptr(),
-            libc::AT_EMPTY_PATH | libc::AT_STATX_DONT_SYNC,
-            want,
-            &mut st,
-        )
-    };
-    let regular = u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFREG;
-    (r == 0 && st.stx_mask & want == want && regular)
-        .then_some(((st.stx_dev_major, st.stx_dev_minor), st.stx_ino))
-}
-
-/// The first 20 bytes of the file an `O_PATH` fd names.
-fn head_of(fd: &OwnedFd) -> Option<[u8; 20]> {
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
-        .open(format!("/proc/self/fd/{}", fd.as_raw_fd()))
-        .ok()?;
+/// The first 20 bytes of the file a handle holds.
+fn head_of(h: &Handle) -> Option<[u8; 20]> {
     let mut head = [0u8; 20];
-    f.take(20).read_exact(&mut head).ok()?;
+    h.reopen().ok()?.take(20).read_exact(&mut head).ok()?;
     Some(head)
 }
 
@@ -130,7 +101,7 @@ fn remote_devs_of(mountinfo: &str) -> Vec<(u32, u32)> {
 #[derive(Debug, Default)]
 pub struct Ia32Images {
     images: HashMap<u32, bool>,
-    files: HashMap<((u32, u32), u64), bool>,
+    files: HashMap<FileId, bool>,
 }
 
 impl Ia32Images {
@@ -183,8 +154,8 @@ impl Ia32Images {
 
     /// Whether process `pid` runs an ia32 image now (None: gone or unreadable).
     fn live(&mut self, pid: u32) -> Option<bool> {
-        let fd = exe_path_fd(pid)?;
-        self.class(&fd, || {
+        let h = exe_handle(pid)?;
+        self.class(&h, || {
             let text = read_proc(pid, "mountinfo")?;
             Some(remote_devs_of(&String::from_utf8_lossy(&text)))
         })
@@ -192,32 +163,34 @@ impl Ia32Images {
 
     /// Whether the file at an absolute exec path is an ia32 image (our mount namespace).
     fn by_path(&mut self, path: &[u8]) -> Option<bool> {
-        let fd = cached_path(path)?;
-        self.class(&fd, || {
+        let h = cached_path(path)?;
+        self.class(&h, || {
             let text = read_proc(std::process::id(), "mountinfo")?;
             Some(remote_devs_of(&String::from_utf8_lossy(&text)))
         })
     }
 
-    /// The class of the regular file `fd` names, once per file; never read on a remote
+    /// The class of the regular file `h` holds, once per file; never read on a remote
     /// device (`remote`: the mountinfo's, asked only for a file not seen before).
     fn class(
         &mut self,
-        fd: &OwnedFd,
+        h: &Handle,
         remote: impl FnOnce() -> Option<Vec<(u32, u32)>>,
     ) -> Option<bool> {
-        let (dev, ino) = regular_file_id(fd)?;
-        if let Some(&known) = self.files.get(&(dev, ino)) {
-            return Some(known);
-        }
-        if remote()?.contains(&dev) {
+        if !h.is_regular() {
             return None;
         }
-        let ia32 = is_ia32_elf(&head_of(fd)?)?;
+        if let Some(&known) = self.files.get(&h.id) {
+            return Some(known);
+        }
+        if remote()?.contains(&h.id.major_minor()) {
+            return None;
+        }
+        let ia32 = is_ia32_elf(&head_of(h)?)?;
         if self.files.len() >= MAX_IMAGES {
             self.files.clear();
         }
-        self.files.insert((dev, ino), ia32);
+        self.files.insert(h.id, ia32);
         Some(ia32)
     }
 }
