@@ -76,6 +76,15 @@ impl Plan {
                 "fdaudit trace --json -- sh -c 'exec 7</etc/hostname; /bin/true'",
                 180,
             ),
+            // The origin programs load and name the call that made fd 7 (the origin tests
+            // need gcc and stay on the host: without this no guest kernel's verifier sees
+            // them).
+            Step::new(
+                "origin",
+                "fdaudit trace --origin --json -- sh -c 'exec 7</etc/hostname; /bin/true' \
+                 2>&1 | grep '\"origin\":{\"syscall\":'",
+                180,
+            ),
         ];
         for (name, path) in tests {
             // CARGO=/bin/true: the tests' helper that rebuilds fdaudit finds it built.
