@@ -17,9 +17,7 @@
 //! cannot be read so is not flagged: its class is unknown.
 
 use std::collections::HashMap;
-use std::ffi::CString;
 use std::io::Read as _;
-use std::os::fd::{FromRawFd as _, OwnedFd};
 
 use super::{decode::Event, flags::SpawnFlags, strategy::Strategy};
 use crate::runtime::read_proc;
@@ -41,43 +39,6 @@ pub fn is_ia32_elf(head: &[u8]) -> Option<bool> {
     // 1: little-endian, as x86 is).
     let machine = u16::from_le_bytes([head[18], head[19]]);
     Some(head[4] == 1 && head[5] == 1 && machine == EM_386)
-}
-
-/// `O_PATH | O_NOFOLLOW` of an absolute path, from the dentry cache only, no symlink
-/// followed (None before Linux 5.12, which has no `RESOLVE_CACHED`, or when not cached).
-fn cached_path(path: &[u8]) -> Option<Handle> {
-    const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
-    const RESOLVE_NO_SYMLINKS: u64 = 0x04;
-    const RESOLVE_CACHED: u64 = 0x20;
-    // struct open_how (linux/openat2.h); libc's is non-exhaustive.
-    #[repr(C)]
-    struct OpenHow {
-        flags: u64,
-        mode: u64,
-        resolve: u64,
-    }
-    if !path.starts_with(b"/") || path.starts_with(b"/proc/") {
-        return None;
-    }
-    let name = CString::new(path).ok()?;
-    let how = OpenHow {
-        flags: (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64,
-        mode: 0,
-        resolve: RESOLVE_CACHED | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
-    };
-    // SAFETY: name is NUL-terminated, how is a valid open_how of the size passed.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            libc::AT_FDCWD,
-            name.as_ptr(),
-            &how as *const OpenHow,
-            std::mem::size_of::<OpenHow>(),
-        )
-    };
-    // SAFETY: r is a new fd, ours.
-    let fd = (r >= 0).then(|| unsafe { OwnedFd::from_raw_fd(r as i32) })?;
-    Handle::of(fd).ok()
 }
 
 /// The file `/proc/PID/exe` links to, held `O_PATH` (None: gone).
@@ -163,7 +124,7 @@ impl Ia32Images {
 
     /// Whether the file at an absolute exec path is an ia32 image (our mount namespace).
     fn by_path(&mut self, path: &[u8]) -> Option<bool> {
-        let h = cached_path(path)?;
+        let h = Handle::cached(path).ok()?;
         self.class(&h, || {
             let text = read_proc(std::process::id(), "mountinfo")?;
             Some(remote_devs_of(&String::from_utf8_lossy(&text)))

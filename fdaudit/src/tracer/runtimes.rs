@@ -9,6 +9,7 @@ use super::{
     flags::SpawnFlags,
 };
 use crate::runtime::{identify, of_pid, read_proc, resolve, FileImages, Nofile, Runtime};
+use crate::untrusted::Handle;
 
 /// Why a spawn is named by its parent's exec path, not by its image now.
 const EXECD_SINCE: &str = "the parent exec'd again before it was read";
@@ -138,8 +139,11 @@ impl Resolver {
                 return (hit.clone(), false);
             }
             if let Some(found) = of_pid(ppid) {
-                // Not another process by now (gone is fine: what was read was its own).
-                if start_time(ppid).is_none_or(|t| t == start) {
+                // Not another process by now (gone is fine: what was read was its own), and
+                // still the image its last exec record named: one exec'd since, its record
+                // not yet written (the exe changes before the exec's tracepoint), is named
+                // below by that path.
+                if start_time(ppid).is_none_or(|t| t == start) && !self.execd_since_read(ppid) {
                     if self.cache.len() > 4096 {
                         self.cache.clear();
                     }
@@ -152,6 +156,21 @@ impl Resolver {
             self.by_path(ppid, "the parent exited before it was read"),
             false,
         )
+    }
+
+    /// Whether `pid`'s executable now is another file than the one its last exec record's
+    /// path names. The path is looked up in the dentry cache only, following no link
+    /// ([`Handle::cached`]: no file system is asked); unknown (not cached, gone, not a
+    /// regular file): false.
+    fn execd_since_read(&self, pid: u32) -> bool {
+        let Some(path) = self.exec_paths.get(&pid) else {
+            return false;
+        };
+        let now = Handle::at(format!("/proc/{pid}/exe").as_bytes(), false);
+        let named = Handle::cached(path);
+        // Only a regular file at that path says anything: a link there now (the file
+        // replaced) is not followed, and leaves the live read standing.
+        matches!((now, named), (Ok(a), Ok(b)) if b.is_regular() && a.id != b.id)
     }
 
     fn by_path(&self, pid: u32, why: &str) -> (Runtime, Option<Nofile>) {
