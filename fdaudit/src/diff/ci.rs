@@ -3,7 +3,7 @@
 //! per leak only in one run, new ones failing.
 
 use super::compare::{Change, Diff, GroupDiff, LeakChange};
-use super::input::{Key, Row};
+use super::input::Row;
 use super::render::{leak_line, verdict};
 use crate::output::ci::{CiVerdict, GateCase, GroupCase};
 
@@ -48,21 +48,7 @@ pub fn verdict_of(d: &Diff, exit_code: u8) -> CiVerdict {
 }
 
 fn group(g: &GroupDiff) -> GroupCase {
-    let (parent, exec) = match &g.key {
-        Key::Trace {
-            parent_comm,
-            exec_path,
-        } => (parent_comm.clone(), exec_path.clone()),
-        Key::Bench {
-            strategy,
-            nofile,
-            open_fds,
-        } => (
-            strategy.clone(),
-            format!("nofile {nofile}, {open_fds} open fds"),
-        ),
-        Key::Spawner { spawner, nofile } => (spawner.clone(), format!("nofile {nofile}")),
-    };
+    let (parent, exec) = g.key.columns();
     let strategy = |r: &Option<Row>| r.as_ref().map_or("-".to_string(), |r| r.strategy.clone());
     let (sa, sb) = (strategy(&g.a), strategy(&g.b));
     let now = g.b.as_ref().or(g.a.as_ref());

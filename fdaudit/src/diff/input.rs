@@ -35,6 +35,28 @@ pub enum Key {
     Spawner { spawner: String, nofile: u64 },
 }
 
+impl Key {
+    /// The key as two columns for people and CI reports: (parent or spawner or strategy,
+    /// exec path or limit), unescaped.
+    pub fn columns(&self) -> (String, String) {
+        match self {
+            Key::Trace {
+                parent_comm,
+                exec_path,
+            } => (parent_comm.clone(), exec_path.clone()),
+            Key::Bench {
+                strategy,
+                nofile,
+                open_fds,
+            } => (
+                strategy.clone(),
+                format!("nofile {nofile}, {open_fds} open fds"),
+            ),
+            Key::Spawner { spawner, nofile } => (spawner.clone(), format!("nofile {nofile}")),
+        }
+    }
+}
+
 /// One side's numbers for a key. Several trace groups of one key (the same parent and exec
 /// path with several strategies) make one row with the worst of each.
 #[derive(Debug, Clone, PartialEq, Serialize)]

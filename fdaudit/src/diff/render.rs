@@ -127,21 +127,8 @@ pub fn table(d: &Diff, kind: Kind, term: Term) -> String {
         Col::new("why").text().drop(1),
     ]);
     for g in &d.groups {
-        let (c1, c2) = match &g.key {
-            Key::Trace {
-                parent_comm,
-                exec_path,
-            } => (escape(parent_comm), escape(exec_path)),
-            Key::Bench {
-                strategy,
-                nofile,
-                open_fds,
-            } => (
-                strategy.clone(),
-                format!("nofile {nofile}, {open_fds} open fds"),
-            ),
-            Key::Spawner { spawner, nofile } => (escape(spawner), format!("nofile {nofile}")),
-        };
+        let (c1, c2) = g.key.columns();
+        let (c1, c2) = (escape(&c1), escape(&c2));
         let paint = match g.change {
             Change::Worse => Some(Paint::Alarm),
             Change::Better => Some(Paint::Good),
