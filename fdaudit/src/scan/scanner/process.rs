@@ -188,27 +188,14 @@ impl Scanner<'_> {
             return Ok(());
         }
         let inheritable = info.is_some_and(|i| !i.cloexec());
-        let (sev, mut reason) = boundary::finding(
+        let (sev, reason) = boundary::finding(
             v,
             fd,
             &r.target.lossy(),
             &String::from_utf8_lossy(&view.root_path),
             inheritable,
         );
-        if let Some(t) = p.tid {
-            reason.push_str(&format!(" (in the fd table of thread {t})"));
-        }
-        let mut f = Finding::new(
-            rep.pid,
-            &rep.comm,
-            Some(fd),
-            sev,
-            FindingKind::OutsideRoot,
-            0,
-            reason,
-        );
-        f.tid = p.tid;
-        rep.findings.push(f);
+        outside_root(p, rep, fd, sev, reason);
         Ok(())
     }
 
@@ -240,26 +227,13 @@ impl Scanner<'_> {
             return; // it sees what the scanner sees: nothing it receives is outside
         };
         let n = findings::fd_count(i.in_flight);
-        let mut reason = format!(
+        let reason = format!(
             "fd {fd} (unix socket) has {n} in flight in its receive queue (sent with \
              SCM_RIGHTS, in no fd table), which the process (root {root}) can receive at any \
              time; scan does not know what they are, so they are rated as if one were outside \
              its root directory or mount namespace"
         );
-        if let Some(t) = p.tid {
-            reason.push_str(&format!(" (in the fd table of thread {t})"));
-        }
-        let mut f = Finding::new(
-            rep.pid,
-            &rep.comm,
-            Some(fd),
-            Severity::High,
-            FindingKind::OutsideRoot,
-            0,
-            reason,
-        );
-        f.tid = p.tid;
-        rep.findings.push(f);
+        outside_root(p, rep, fd, Severity::High, reason);
     }
 
     /// The task's view of the mounts, read at its first fd that needs it (taken out of
@@ -555,4 +529,23 @@ struct FdAt<'a> {
     fd: u32,
     name: &'a NumName,
     info: Option<parse::FdinfoEntry>,
+}
+
+/// Adds an `outside_root` finding for fd `fd` of the task `p` scans, naming its thread when
+/// the fd table is a thread's own.
+fn outside_root(p: &ProcScan, rep: &mut ProcReport, fd: u32, sev: Severity, mut reason: String) {
+    if let Some(t) = p.tid {
+        reason.push_str(&format!(" (in the fd table of thread {t})"));
+    }
+    let mut f = Finding::new(
+        rep.pid,
+        &rep.comm,
+        Some(fd),
+        sev,
+        FindingKind::OutsideRoot,
+        0,
+        reason,
+    );
+    f.tid = p.tid;
+    rep.findings.push(f);
 }
