@@ -93,7 +93,9 @@ pub struct Config {
     /// pt_regs offset of the fifth syscall argument (x86_64: r8; aarch64: regs[4]):
     /// perf_event_open's flags (`--origin`).
     pub regs_arg4: u32,
-    pub _pad_origin: [u32; 2],
+    /// signal_struct->rlim: the process's resource limits (the spawn's NOFILE at exec).
+    pub signal_rlim: u32,
+    pub _pad_origin: u32,
     /// Where the credentials and namespaces are (spawn boundaries).
     pub credns: crate::CredNsOffsets,
 }
@@ -167,7 +169,8 @@ impl Config {
         mm_start_code: 0,
         mm_end_code: 0,
         regs_arg4: 0,
-        _pad_origin: [0; 2],
+        signal_rlim: 0,
+        _pad_origin: 0,
         credns: crate::CredNsOffsets::ZEROED,
     };
 }

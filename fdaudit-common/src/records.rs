@@ -184,6 +184,11 @@ pub struct SpawnRecord {
     /// The process's cgroup on the unified (v2) hierarchy at exec: its kernfs id, the inode
     /// number of the cgroup's directory (bpf_get_current_cgroup_id, since 4.18).
     pub cgroup_id: u64,
+    /// RLIMIT_NOFILE's soft and hard limits at exec: what the new image starts with, which
+    /// the child inherited from its parent at fork (and may have changed before exec'ing);
+    /// what a close loop in the child walks to. `nofile_max` 0: not read.
+    pub nofile_cur: u64,
+    pub nofile_max: u64,
     /// [`TaskState::credns`](crate::TaskState::credns) at this exec: the last exec'd image
     /// in the ancestry when the process was forked (what the code that made the inherited
     /// fds ran as), kept across its exec chain.

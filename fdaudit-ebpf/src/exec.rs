@@ -10,7 +10,7 @@ use fdaudit_common::{
 };
 
 use crate::{
-    configured, credns, current_tgid, fdwalk,
+    conf, configured, credns, current_tgid, fdwalk,
     fork::{add_hot_counts, claim_hot, fd_cache_of},
     in_followed_cgroup,
     kernel::{self, stat_add},
@@ -195,6 +195,7 @@ fn fill_spawn(rec: &mut SpawnRecord, st: &mut TaskState, tgid: u32, now: u64, ol
     kernel::current_comm_into(&mut rec.comm);
     // SAFETY: the helper only reads current's css_set.
     rec.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+    read_nofile(rec);
     kernel::copy_words(&mut rec.counters, &st.counters);
     add_hot_counts(tgid, &mut rec.counters);
     // sched_process_exec fires after exec installed the new credentials (commit_creds in
@@ -212,6 +213,22 @@ fn fill_spawn(rec: &mut SpawnRecord, st: &mut TaskState, tgid: u32, now: u64, ol
     if st.counters.close_range_calls as usize > MAX_RANGES {
         rec.header.flags |= flags::RANGES_TRUNCATED;
     }
+}
+
+/// RLIMIT_NOFILE in the asm-generic numbering (x86_64 and arm64 alike).
+const RLIMIT_NOFILE: u64 = 7;
+
+/// current->signal->rlim[RLIMIT_NOFILE] (`struct rlimit`: rlim_cur, rlim_max, unsigned
+/// longs): the limits the new image starts with. Read here rather than from the parent's
+/// /proc later, when it may be gone. Left 0 when the read fails.
+#[inline(always)]
+fn read_nofile(rec: &mut SpawnRecord) {
+    let at = kernel::read_kernel::<u64>(kernel::current_task() + conf!(task_signal))
+        .map(|signal| signal + conf!(signal_rlim) + RLIMIT_NOFILE * 16);
+    let lim = at.and_then(kernel::read_kernel::<[u64; 2]>);
+    let [cur, max] = lim.unwrap_or([0, 0]);
+    rec.nofile_cur = cur;
+    rec.nofile_max = max;
 }
 
 /// The process stays traced: its children are spawns too, and what the new image does

@@ -17,6 +17,9 @@ pub struct Spawner {
     /// The parent's runtime (`None` where runtimes are not identified).
     pub runtime: Option<Runtime>,
     pub nofile: Option<Nofile>,
+    /// `nofile` is the child's at its exec, read by the exec program (not the parent's,
+    /// read from /proc with its runtime).
+    pub nofile_at_exec: bool,
     /// fds the strategy walked: a close loop's bound, a poll's nfds, the fcntl calls.
     pub walked: u64,
     /// `--origin`: the frame that made the first leaked fd inheritable (`main at x.c:12`).

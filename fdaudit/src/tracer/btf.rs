@@ -444,7 +444,8 @@ pub fn config_from_btf(btf: &Btf) -> Result<Config, BtfError> {
         mm_start_code: o("mm_struct", "start_code")?,
         mm_end_code: o("mm_struct", "end_code")?,
         regs_arg4: regs.arg4,
-        _pad_origin: [0; 2],
+        signal_rlim: o("signal_struct", "rlim")?,
+        _pad_origin: 0,
         credns: credns_from_btf(btf),
     })
 }

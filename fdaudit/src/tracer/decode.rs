@@ -149,6 +149,9 @@ pub struct Spawn {
     /// The parent's NOFILE limits, read with its runtime.
     #[serde(skip)]
     pub parent_nofile: Option<crate::runtime::Nofile>,
+    /// The child's NOFILE limits at exec, read by the exec program (inherited at fork).
+    #[serde(skip)]
+    pub nofile: Option<crate::runtime::Nofile>,
 }
 
 impl Spawn {
@@ -467,6 +470,10 @@ pub fn spawn_from_record(
     Spawn {
         runtime: None,
         parent_nofile: None,
+        nofile: (rec.nofile_max != 0).then_some(crate::runtime::Nofile {
+            soft: rec.nofile_cur,
+            hard: rec.nofile_max,
+        }),
         exec_path_cut,
         exec_tid: (rec.old_pid != rec.pid).then_some(rec.old_pid),
         exec_path: Lossless::new(exec_path),
@@ -587,6 +594,7 @@ fn window_spawn(
         exec_path_cut: false,
         runtime: None,
         parent_nofile: None,
+        nofile: None,
     }
 }
 

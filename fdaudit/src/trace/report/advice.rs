@@ -171,21 +171,29 @@ fn projection(g: &Group, close_cost_ns: f64) -> Option<Projection> {
         window_ns: window,
         rest_ns: rest,
         nofile_soft: nofile.map(|n| n.soft),
-        nofile_hard: nofile.map(|n| n.hard).filter(|_| from == Some("parent")),
+        nofile_hard: nofile.map(|n| n.hard).filter(|_| from != Some("walk")),
         nofile_from: from,
         at_soft_ns: nofile.and_then(|n| at(n.soft)),
         at_hard_ns: nofile
-            .filter(|_| from == Some("parent"))
+            .filter(|_| from != Some("walk"))
             .and_then(|n| at(n.hard)),
         fixed_ns: rest,
     })
 }
 
-/// The spawning process's NOFILE, or (gone before it was read) the limit a close loop or a
-/// poll walked to, which is what the child read as its limit.
+/// The child's NOFILE at its exec (what it inherited from the spawning process), else the
+/// spawning process's read from /proc, else (gone before it was read) the limit a close loop
+/// or a poll walked to, which is what the child read as its limit.
 fn nofile_of(g: &Group) -> (Option<Nofile>, Option<&'static str>) {
     if let Some(n) = g.spawner.nofile {
-        return (Some(n), Some("parent"));
+        return (
+            Some(n),
+            Some(if g.spawner.nofile_at_exec {
+                "exec"
+            } else {
+                "parent"
+            }),
+        );
     }
     let walked = g.spawner.walked;
     if matches!(g.strategy.as_str(), "close-loop" | "poll-scan") && walked > 0 {

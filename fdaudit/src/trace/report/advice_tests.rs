@@ -207,3 +207,31 @@ fn a_remedy_already_given_is_named_not_repeated() {
         "{text}"
     );
 }
+
+#[test]
+fn the_limits_read_at_exec_come_before_the_parents_and_the_walk() {
+    let g = |exec: Option<(u64, u64)>, parent: Option<(u64, u64)>| {
+        let mut c = Collector::default();
+        let mut s = spawn("python3", "/bin/true", 1021, 1_000_000, 0);
+        s.runtime = Some(runtime("glibc", Some("2.31"), Some("2.31")));
+        s.nofile = exec.map(|(soft, hard)| Nofile { soft, hard });
+        s.parent_nofile = parent.map(|(soft, hard)| Nofile { soft, hard });
+        c.add(&s);
+        c.groups().remove(0)
+    };
+    let from = |g: Group| {
+        let a = advise(&[g], 0.0);
+        let p = a[0].projection.clone().expect("a sweep has a projection");
+        (p.nofile_soft, p.nofile_hard, p.nofile_from)
+    };
+    // The child's own limits at exec win over a parent read later (which may differ).
+    assert_eq!(
+        from(g(Some((1024, 4096)), Some((2048, 8192)))),
+        (Some(1024), Some(4096), Some("exec"))
+    );
+    assert_eq!(
+        from(g(None, Some((2048, 8192)))),
+        (Some(2048), Some(8192), Some("parent"))
+    );
+    assert_eq!(from(g(None, None)), (Some(1024), None, Some("walk")));
+}

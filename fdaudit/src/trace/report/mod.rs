@@ -480,6 +480,7 @@ pub(crate) mod tests {
             exec_path_cut: false,
             runtime: None,
             parent_nofile: None,
+            nofile: None,
         }
     }
 

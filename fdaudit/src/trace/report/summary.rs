@@ -312,7 +312,8 @@ pub(super) fn link<'a>(s: &'a Spawn, policy: &LeakPolicy) -> Link<'a> {
             .count() as u32,
         spawner: Spawner {
             runtime: s.runtime.clone(),
-            nofile: s.parent_nofile,
+            nofile: s.nofile.or(s.parent_nofile),
+            nofile_at_exec: s.nofile.is_some(),
             walked: walked(s),
             origin: s
                 .leaked_fds
