@@ -8,6 +8,7 @@ pub mod alike;
 pub mod findings;
 pub mod net;
 pub mod netns;
+pub mod oflags;
 pub mod parse;
 pub mod report;
 pub mod scanner;
@@ -73,6 +74,10 @@ pub struct ScanArgs {
     /// Name every process that could not be read (pid and comm), not just count them.
     #[arg(short, long)]
     pub verbose: bool,
+    /// The architecture a procfs tree was captured on, whose O_* values its fdinfo flags
+    /// hold [default: the tree's fdaudit-arch file, else this machine's].
+    #[arg(long, value_enum, value_name = "ARCH")]
+    pub arch: Option<oflags::Arch>,
 }
 
 /// How `--sort` orders processes.
@@ -312,8 +317,19 @@ fn scan_options(args: &ScanArgs) -> anyhow::Result<ScanOptions> {
         full_fds: !args.only_findings && (args.json || args.fds || !args.pids.is_empty()),
         close_ns: args.close_cost_ns as f64,
         threads,
+        arch: oflags::resolve(
+            &args.procfs_root,
+            is_own_procfs(&args.procfs_root),
+            args.arch,
+        )?,
         stop: Default::default(),
     })
+}
+
+/// Whether `root` is this process's own procfs (its `self` names this process).
+fn is_own_procfs(root: &Path) -> bool {
+    std::fs::read_link(root.join("self"))
+        .is_ok_and(|l| l.as_os_str() == std::process::id().to_string().as_str())
 }
 
 /// The error for a `-p` process that exited or turned unreadable during the scan.

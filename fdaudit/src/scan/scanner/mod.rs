@@ -68,6 +68,8 @@ pub struct ScanOptions {
     pub close_ns: f64,
     /// Worker threads.
     pub threads: usize,
+    /// The architecture whose `O_*` values the fdinfo flags under `root` hold.
+    pub arch: crate::scan::oflags::Arch,
     /// Set to stop the workers early (e.g. the reader of the output went away).
     pub stop: Arc<AtomicBool>,
 }
@@ -270,6 +272,18 @@ fn kernel_prints_scm_fds() -> bool {
     match at::read_head_at(libc::AT_FDCWD, &name, &mut buf) {
         Ok(n) => parse::parse_fdinfo(&buf[..n]).is_some_and(|i| i.scm_fds),
         Err(_) => false,
+    }
+}
+
+impl Scanner<'_> {
+    /// An fdinfo file's fields, its flags in this build's `O_*` values (a tree captured on
+    /// another architecture holds that one's).
+    fn fdinfo(&self, data: &[u8]) -> Option<parse::FdinfoEntry> {
+        let host = crate::scan::oflags::Arch::host();
+        parse::parse_fdinfo(data).map(|mut i| {
+            i.flags = self.cfg.arch.convert(i.flags, host);
+            i
+        })
     }
 }
 

@@ -74,7 +74,7 @@ impl Scanner<'_> {
             at::read_head_at
         };
         let info = match read(raw(&p.dirs.fdinfo_dir), name.as_cstr(), &mut s.info) {
-            Ok(n) => parse::parse_fdinfo(&s.info[..n]),
+            Ok(n) => self.fdinfo(&s.info[..n]),
             Err(e) if is_vanished(&e) => {
                 rep.vanished_fds += 1;
                 return Ok(());
