@@ -25,6 +25,7 @@ use crate::output::{
 use crate::procfs_util::at::{self, raw, NumName};
 
 mod boundary;
+mod creds;
 mod inflight;
 mod kind;
 mod process;
@@ -123,6 +124,10 @@ pub struct FdRecord {
     /// An inheritable io_uring fd's registered files.
     #[serde(skip)]
     pub registered: Option<findings::Registered>,
+    /// Why the process's own credentials could not have opened this inheritable fd's file
+    /// (`creds.rs`): its finding is critical.
+    #[serde(skip)]
+    pub beyond_creds: Option<String>,
 }
 
 /// One process's result.
@@ -152,6 +157,9 @@ pub struct ProcReport {
     /// This process's findings, worst first (shared-description findings come at the end
     /// of the scan, in `Outcome::shared`).
     pub findings: Vec<Finding>,
+    /// File-access credentials from `status` (fsuid, fsgid, groups, CapEff), for the
+    /// check of `creds.rs`.
+    pub creds: Option<parse::Creds>,
 }
 
 impl ProcReport {
