@@ -265,3 +265,52 @@ fn a_procfs_tree_is_decoded_with_the_o_flags_of_its_own_architecture() {
     assert!(stderr(&o).contains(want), "{}", stderr(&o));
     let _ = std::fs::remove_dir_all(&arm);
 }
+
+#[test]
+fn scan_quiet_prints_the_findings_at_or_above_min_severity_and_the_summary() {
+    let o = run(&["scan", FIXTURE, "-q", "--min-severity", "high"]);
+    let (out, e) = (String::from_utf8_lossy(&o.stdout), stderr(&o));
+    assert_eq!(o.status.code(), Some(0), "{e}");
+    let lines: Vec<&str> = out.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(lines[0].trim_start().starts_with("SEVERITY"), "{out}");
+    let rows = &lines[1..];
+    assert_eq!(rows.len(), 4, "2 critical and 2 high, nothing else: {out}");
+    assert!(
+        rows.iter().all(|r| ["critical", "high"]
+            .iter()
+            .any(|s| r.trim_start().starts_with(s))),
+        "{out}"
+    );
+    // The summary, and no other note (not even what --min-severity hid).
+    let notes: Vec<&str> = e.lines().collect();
+    assert_eq!(notes.len(), 1, "{e}");
+    assert!(
+        notes[0].starts_with("scan: 3 processes, 18 fds, 9 findings;"),
+        "{e}"
+    );
+    // JSON: the header, the findings and the summary; no process records or notes but it.
+    let o = run(&["scan", FIXTURE, "-q", "--json", "--min-severity", "high"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    let types: Vec<String> = fdaudit_tests::records(&text)
+        .iter()
+        .map(|r| r["type"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(
+        types,
+        ["header", "finding", "finding", "finding", "finding", "note", "summary"],
+        "{text}"
+    );
+    // --fail-on still judges every finding, and says so.
+    let o = run(&[
+        "scan",
+        FIXTURE,
+        "-q",
+        "--fail-on",
+        "medium",
+        "--min-severity",
+        "critical",
+    ]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(3), "{e}");
+    assert!(e.contains("verdict: --fail-on medium:"), "{e}");
+}
