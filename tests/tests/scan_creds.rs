@@ -17,6 +17,14 @@ const NOBODY: u32 = 65534;
 /// close-on-exec, scans it as root, and returns its finding on fd 7.
 fn finding_of_held(file: &Path) -> Value {
     let c_file = std::ffi::CString::new(file.as_os_str().as_encoded_bytes()).expect("no NUL");
+    // SAFETY: open is async-signal-safe.
+    finding_of(move || unsafe { libc::open(c_file.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) })
+}
+
+/// Runs `sleep 30` as nobody holding at fd 7, without close-on-exec, what `open` (run by
+/// root in the child before the exec, async-signal-safe) returns; scans it as root and
+/// returns its finding on fd 7.
+fn finding_of(open: impl Fn() -> libc::c_int + Send + Sync + 'static) -> Value {
     let mut cmd = Command::new("setpriv");
     cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
         .args(["sleep", "30"])
@@ -25,7 +33,7 @@ fn finding_of_held(file: &Path) -> Value {
     // SAFETY: open and dup2 are async-signal-safe; dup2's copy has no close-on-exec.
     unsafe {
         cmd.pre_exec(move || {
-            let fd = libc::open(c_file.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+            let fd = open();
             if fd < 0 || libc::dup2(fd, 7) != 7 {
                 return Err(std::io::Error::last_os_error());
             }
@@ -98,4 +106,29 @@ fn a_file_beyond_the_holders_credentials_is_critical_its_own_is_not() {
         "{f}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+#[ignore = "needs root"]
+fn root_s_socket_held_by_nobody_is_critical() {
+    let _g = guard();
+    let f = finding_of(|| {
+        let mut sv = [0; 2];
+        // SAFETY: socketpair is async-signal-safe; sv is valid for two ints.
+        match unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, sv.as_mut_ptr()) } {
+            0 => sv[0],
+            _ => -1,
+        }
+    });
+    assert_eq!(
+        f["severity"], "critical",
+        "root's socket held by nobody: {f}"
+    );
+    assert!(
+        f["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("root made this socket"),
+        "{f}"
+    );
 }
