@@ -200,14 +200,7 @@ fn backends_report_the_same_records() {
         // One line: the kernel's refusal and what to use instead (no "caused by:" chain,
         // no empty "Verifier output:").
         assert_eq!(err.trim_end().lines().count(), 1, "{err}");
-        assert!(
-            // The refusal comes at the one-syscall probe (this host: EPERM) or at a
-            // program's verification (5.10: "arg#0 type is not a struct").
-            err.starts_with("error: --backend fentry: the kernel refuse")
-                && err.contains("BPF_PROG_LOAD")
-                && err.trim_end().ends_with("use --backend tp or raw-tp"),
-            "{err}"
-        );
+        assert!(is_fentry_refusal(&err), "{err}");
     }
     // tp needs the syscall tracepoints (CONFIG_FTRACE_SYSCALLS; trace mounts tracefs).
     let tp_probe = run("tp", &[], &spawner("none", 1));
@@ -290,4 +283,39 @@ fn kernel_at_least(major: u32, minor: u32) -> bool {
         .split(['.', '-'])
         .map(|p| p.parse::<u32>().unwrap_or(0));
     (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (major, minor)
+}
+
+/// Whether `err` is `--backend fentry`'s one-line refusal. The kernel refuses at the
+/// one-syscall probe (this host: EPERM) or at a program's verification (5.10: "arg#0 type
+/// is not a struct"), both `BPF_PROG_LOAD`, or at attach: arm64 6.1 loads the program and
+/// then fails `bpf_raw_tracepoint_open` with 524 (ENOTSUPP: no BPF trampoline there).
+fn is_fentry_refusal(err: &str) -> bool {
+    let at_load = err.contains("BPF_PROG_LOAD");
+    let at_attach = err.contains("`bpf_raw_tracepoint_open` failed");
+    err.starts_with("error: --backend fentry: the kernel refuse")
+        && (at_load || at_attach)
+        && err.trim_end().ends_with("use --backend tp or raw-tp")
+}
+
+#[test]
+fn fentry_refusal_at_load_or_at_attach_is_one_line_that_names_the_alternatives() {
+    let x86 = "error: --backend fentry: the kernel refuses tracing programs on __x64_sys_close \
+               (BPF_PROG_LOAD: Operation not permitted (os error 1)): use --backend tp or raw-tp";
+    // What arm64 6.1 prints (the aarch64 guest of `cargo xtask vm-test`, issue #43).
+    let arm64 = "error: --backend fentry: the kernel refused the fentry program fentry_close on \
+                 __arm64_sys_close: `bpf_raw_tracepoint_open` failed: Unknown error 524 \
+                 (os error 524): use --backend tp or raw-tp";
+    assert!(
+        is_fentry_refusal(x86),
+        "x86_64's refusal at load not accepted"
+    );
+    assert!(
+        is_fentry_refusal(arm64),
+        "arm64's refusal at attach not accepted"
+    );
+    let no_way_out = arm64.trim_end_matches(": use --backend tp or raw-tp");
+    assert!(
+        !is_fentry_refusal(no_way_out),
+        "a refusal that names no alternative accepted"
+    );
 }

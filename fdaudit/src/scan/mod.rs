@@ -8,6 +8,7 @@ pub mod alike;
 pub mod findings;
 pub mod net;
 pub mod netns;
+pub mod oflags;
 pub mod parse;
 pub mod report;
 pub mod scanner;
@@ -44,6 +45,10 @@ pub struct ScanArgs {
     /// Print only the findings.
     #[arg(long)]
     pub only_findings: bool,
+    /// Print only the findings at or above --min-severity and the summary line (no process
+    /// table, fd listing or other notes); with --json, only finding and summary records.
+    #[arg(short, long, conflicts_with = "fds")]
+    pub quiet: bool,
     /// One JSON object per line: "process", "finding" and a final "summary" object.
     #[arg(long)]
     pub json: bool,
@@ -73,6 +78,10 @@ pub struct ScanArgs {
     /// Name every process that could not be read (pid and comm), not just count them.
     #[arg(short, long)]
     pub verbose: bool,
+    /// The architecture a procfs tree was captured on, whose O_* values its fdinfo flags
+    /// hold [default: the tree's fdaudit-arch file, else this machine's].
+    #[arg(long, value_enum, value_name = "ARCH")]
+    pub arch: Option<oflags::Arch>,
 }
 
 /// How `--sort` orders processes.
@@ -210,7 +219,7 @@ pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
     let opts = RenderOptions {
         json: args.json,
         list_fds: cfg.full_fds,
-        only_findings: args.only_findings,
+        only_findings: args.only_findings || args.quiet,
         sort: args.sort,
         min_severity: args.min_severity,
     };
@@ -276,6 +285,12 @@ fn closing_notes(
     n_findings: usize,
     hidden: usize,
 ) -> Vec<String> {
+    if args.quiet {
+        // The summary line (the first note without -v), and whether it covers the whole scan.
+        let notes = report::notes(outcome, n_findings, args.close_cost_ns, false);
+        let interrupted = notes.iter().skip(1).filter(|n| n.contains("interrupted"));
+        return notes.iter().take(1).chain(interrupted).cloned().collect();
+    }
     let mut notes = report::notes(outcome, n_findings, args.close_cost_ns, args.verbose);
     if hidden > 0 {
         notes.push(format!(
@@ -309,11 +324,24 @@ fn scan_options(args: &ScanArgs) -> anyhow::Result<ScanOptions> {
         root: args.procfs_root.clone(),
         pids: (!args.pids.is_empty()).then(|| args.pids.clone()),
         uid,
-        full_fds: !args.only_findings && (args.json || args.fds || !args.pids.is_empty()),
+        full_fds: !args.only_findings
+            && !args.quiet
+            && (args.json || args.fds || !args.pids.is_empty()),
         close_ns: args.close_cost_ns as f64,
         threads,
+        arch: oflags::resolve(
+            &args.procfs_root,
+            is_own_procfs(&args.procfs_root),
+            args.arch,
+        )?,
         stop: Default::default(),
     })
+}
+
+/// Whether `root` is this process's own procfs (its `self` names this process).
+fn is_own_procfs(root: &Path) -> bool {
+    std::fs::read_link(root.join("self"))
+        .is_ok_and(|l| l.as_os_str() == std::process::id().to_string().as_str())
 }
 
 /// The error for a `-p` process that exited or turned unreadable during the scan.

@@ -24,11 +24,30 @@ pub struct ProcStatus {
     pub kthread: bool,
     /// Last field of `NSpid:`: the pid in the process's own pid namespace.
     pub ns_pid: Option<u32>,
+    /// What the kernel checks a file's mode against when the process opens it: fsuid and
+    /// fsgid (fourth fields of `Uid:` and `Gid:`), `Groups:` and `CapEff:`. `None` when a
+    /// line is missing or does not parse.
+    pub creds: Option<Creds>,
 }
+
+/// A process's file-access credentials, as `/proc/PID/status` shows them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Creds {
+    pub fsuid: u32,
+    pub fsgid: u32,
+    pub groups: Vec<u32>,
+    /// Effective capabilities (`CapEff:`, hex).
+    pub cap_eff: u64,
+}
+
+/// Supplementary groups kept per process; the kernel allows 65536, a process past this
+/// many is judged with the first ones only (a group missed can only raise a finding).
+const MAX_GROUPS: usize = 1024;
 
 pub fn parse_status(data: &[u8]) -> ProcStatus {
     let mut st = ProcStatus::default();
     let (mut kthread_line, mut vm) = (false, false);
+    let (mut fsuid, mut fsgid, mut groups, mut cap_eff) = (None, None, None, None);
     for line in data.split(|&b| b == b'\n') {
         let Some(colon) = line.iter().position(|&b| b == b':') else {
             continue;
@@ -41,11 +60,28 @@ pub fn parse_status(data: &[u8]) -> ProcStatus {
             }
             b"PPid" => st.ppid = first_u32(val),
             b"Uid" => {
-                st.euid = val
-                    .split(u8::is_ascii_whitespace)
-                    .filter(|s| !s.is_empty())
-                    .nth(1)
-                    .and_then(crate::procfs_util::at::parse_u32)
+                st.euid = nth_u32(val, 1);
+                fsuid = nth_u32(val, 3);
+            }
+            b"Gid" => fsgid = nth_u32(val, 3),
+            b"Groups" => {
+                let mut ids = Vec::new();
+                for w in val.split(u8::is_ascii_whitespace).filter(|s| !s.is_empty()) {
+                    let Some(id) = crate::procfs_util::at::parse_u32(w) else {
+                        ids.clear();
+                        break;
+                    };
+                    if ids.len() < MAX_GROUPS {
+                        ids.push(id);
+                    }
+                }
+                groups = Some(ids);
+            }
+            b"CapEff" => {
+                cap_eff = std::str::from_utf8(val)
+                    .ok()
+                    .filter(|v| !v.is_empty() && v.len() <= 16)
+                    .and_then(|v| u64::from_str_radix(v, 16).ok())
             }
             b"Kthread" => {
                 kthread_line = true;
@@ -65,7 +101,24 @@ pub fn parse_status(data: &[u8]) -> ProcStatus {
     if !kthread_line && !vm && matches!(st.ppid, Some(0) | Some(2)) && st.name.is_some() {
         st.kthread = true;
     }
+    if let (Some(fsuid), Some(fsgid), Some(groups), Some(cap_eff)) = (fsuid, fsgid, groups, cap_eff)
+    {
+        st.creds = Some(Creds {
+            fsuid,
+            fsgid,
+            groups,
+            cap_eff,
+        });
+    }
     st
+}
+
+/// The `n`th white-space separated number of a status value.
+fn nth_u32(val: &[u8], n: usize) -> Option<u32> {
+    val.split(u8::is_ascii_whitespace)
+        .filter(|s| !s.is_empty())
+        .nth(n)
+        .and_then(crate::procfs_util::at::parse_u32)
 }
 
 /// NOFILE limits from `/proc/PID/limits`: `(soft, hard)`, `None` for "unlimited".
@@ -247,6 +300,23 @@ pub use crate::procfs_util::bracket_inode;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn status_credentials() {
+        let st = parse_status(
+            b"Name:\tx\nUid:\t0\t0\t0\t65534\nGid:\t0\t0\t0\t65533\nGroups:\t4 27 \nCapEff:\t0000000000000006\n",
+        );
+        let c = st.creds.expect("all four lines are there");
+        assert_eq!(
+            (c.fsuid, c.fsgid, &c.groups[..], c.cap_eff),
+            (65534, 65533, &[4, 27][..], 6)
+        );
+        let none = parse_status(b"Uid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\nGroups:\t\nCapEff:\tzz\n");
+        assert_eq!(none.creds, None, "a CapEff that does not parse");
+        let no_groups =
+            parse_status(b"Uid:\t5\t5\t5\t5\nGid:\t5\t5\t5\t5\nGroups:\t\nCapEff:\t0\n");
+        assert_eq!(no_groups.creds.map(|c| c.groups), Some(vec![]));
+    }
 
     #[test]
     fn status_fields() {

@@ -36,6 +36,8 @@ fn basic(full_fds: bool, threads: usize) -> ScanOptions {
         full_fds,
         close_ns: 100.0,
         threads,
+        // What the tree's fdaudit-arch file says (the scan command reads it; see oflags).
+        arch: super::oflags::Arch::X86_64,
         stop: Default::default(),
     }
 }

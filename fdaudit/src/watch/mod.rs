@@ -195,6 +195,7 @@ fn scan_once(metrics: &Mutex<Metrics>, close_ns: f64) -> Result<()> {
         full_fds: false,
         close_ns,
         threads: 1,
+        arch: scan::oflags::Arch::host(),
         stop: Default::default(),
     };
     const SEVERITIES: [Severity; 5] = [

@@ -25,6 +25,7 @@ use crate::output::{
 use crate::procfs_util::at::{self, raw, NumName};
 
 mod boundary;
+mod creds;
 mod inflight;
 mod kind;
 mod process;
@@ -68,6 +69,8 @@ pub struct ScanOptions {
     pub close_ns: f64,
     /// Worker threads.
     pub threads: usize,
+    /// The architecture whose `O_*` values the fdinfo flags under `root` hold.
+    pub arch: crate::scan::oflags::Arch,
     /// Set to stop the workers early (e.g. the reader of the output went away).
     pub stop: Arc<AtomicBool>,
 }
@@ -121,6 +124,10 @@ pub struct FdRecord {
     /// An inheritable io_uring fd's registered files.
     #[serde(skip)]
     pub registered: Option<findings::Registered>,
+    /// Why the process's own credentials could not have opened this inheritable fd's file
+    /// (`creds.rs`): its finding is critical.
+    #[serde(skip)]
+    pub beyond_creds: Option<String>,
 }
 
 /// One process's result.
@@ -150,6 +157,9 @@ pub struct ProcReport {
     /// This process's findings, worst first (shared-description findings come at the end
     /// of the scan, in `Outcome::shared`).
     pub findings: Vec<Finding>,
+    /// File-access credentials from `status` (fsuid, fsgid, groups, CapEff), for the
+    /// check of `creds.rs`.
+    pub creds: Option<parse::Creds>,
 }
 
 impl ProcReport {
@@ -270,6 +280,18 @@ fn kernel_prints_scm_fds() -> bool {
     match at::read_head_at(libc::AT_FDCWD, &name, &mut buf) {
         Ok(n) => parse::parse_fdinfo(&buf[..n]).is_some_and(|i| i.scm_fds),
         Err(_) => false,
+    }
+}
+
+impl Scanner<'_> {
+    /// An fdinfo file's fields, its flags in this build's `O_*` values (a tree captured on
+    /// another architecture holds that one's).
+    fn fdinfo(&self, data: &[u8]) -> Option<parse::FdinfoEntry> {
+        let host = crate::scan::oflags::Arch::host();
+        parse::parse_fdinfo(data).map(|mut i| {
+            i.flags = self.cfg.arch.convert(i.flags, host);
+            i
+        })
     }
 }
 

@@ -4,6 +4,7 @@ use std::io;
 use std::os::fd::OwnedFd;
 
 use super::boundary::{self, Verdict};
+use super::creds;
 use super::socket::SockRef;
 use super::table::{ProcDirs, ProcScan};
 use super::*;
@@ -74,7 +75,7 @@ impl Scanner<'_> {
             at::read_head_at
         };
         let info = match read(raw(&p.dirs.fdinfo_dir), name.as_cstr(), &mut s.info) {
-            Ok(n) => parse::parse_fdinfo(&s.info[..n]),
+            Ok(n) => self.fdinfo(&s.info[..n]),
             Err(e) if is_vanished(&e) => {
                 rep.vanished_fds += 1;
                 return Ok(());
@@ -129,7 +130,13 @@ impl Scanner<'_> {
                 p.keys.push(k);
             }
         }
-        if let Some(r) = record {
+        if let Some(mut r) = record {
+            if inheritable && fd >= 3 && self.live {
+                if let Some(c) = rep.creds.as_ref() {
+                    let dir = raw(&p.dirs.fd_dir);
+                    r.beyond_creds = creds::beyond(c, dir, name.as_cstr(), r.kind, r.mode);
+                }
+            }
             self.add_fd(rep, r, inheritable, info);
         }
         Ok(())
@@ -282,6 +289,7 @@ impl Scanner<'_> {
             unknown_fds: 0,
             fds: Vec::with_capacity(if self.cfg.full_fds { s.fds.len() } else { 0 }),
             findings: Vec::new(),
+            creds: h.status.creds.clone(),
         };
         if let Some(soft) = nofile.and_then(|l| l.soft) {
             if let Some((sev, reason)) = findings::nofile(soft, self.cfg.close_ns) {
@@ -405,7 +413,11 @@ impl Scanner<'_> {
                     }
                 }
             }
-            let (sev, rank, mut reason) = rated;
+            let (mut sev, rank, mut reason) = rated;
+            if let Some(why) = r.beyond_creds.as_deref() {
+                sev = Severity::Critical;
+                reason.push_str(&format!(" ({why})"));
+            }
             if r.in_flight.is_none() && r.family == Some("unix") && self.live && !self.scm_fds {
                 reason.push_str(
                     " (this kernel does not say whether fds wait in its receive queue: \
@@ -486,6 +498,7 @@ impl Scanner<'_> {
             renamers: Vec::new(),
             in_flight: None,
             registered: None,
+            beyond_creds: None,
         };
         if kind == FdKind::Socket {
             r.in_flight = info.filter(|i| i.scm_fds).map(|i| i.in_flight);

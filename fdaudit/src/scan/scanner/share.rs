@@ -67,7 +67,8 @@ impl Scanner<'_> {
             let Ok(n) = at::read_head_at(raw(&fdinfo_dir), name.as_cstr(), &mut s.info) else {
                 continue;
             };
-            if let Some(k) = parse::parse_fdinfo(&s.info[..n])
+            if let Some(k) = self
+                .fdinfo(&s.info[..n])
                 .map(|i| self.with_ino(i, raw(&fd_dir), name.as_cstr()))
                 .and_then(|i| ShareKey::of(&i, fd))
             {

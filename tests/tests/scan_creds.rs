@@ -1,0 +1,134 @@
+//! scan's boundary finding (issue #43 item 6): a process that holds an inheritable fd its
+//! own credentials could not have opened (root's 0600 key held by a process running as
+//! nobody) is rated critical; a file of its own is not. The holder runs as nobody through
+//! `setpriv`, handed the fd by root across the exec.
+
+use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+use std::os::unix::process::CommandExt as _;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use fdaudit_tests::{fdaudit, guard, temp_path};
+use serde_json::Value;
+
+const NOBODY: u32 = 65534;
+
+/// Runs `sleep 30` as nobody holding `file` (opened read-only by root) at fd 7 without
+/// close-on-exec, scans it as root, and returns its finding on fd 7.
+fn finding_of_held(file: &Path) -> Value {
+    let c_file = std::ffi::CString::new(file.as_os_str().as_encoded_bytes()).expect("no NUL");
+    // SAFETY: open is async-signal-safe.
+    finding_of(move || unsafe { libc::open(c_file.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) })
+}
+
+/// Runs `sleep 30` as nobody holding at fd 7, without close-on-exec, what `open` (run by
+/// root in the child before the exec, async-signal-safe) returns; scans it as root and
+/// returns its finding on fd 7.
+fn finding_of(open: impl Fn() -> libc::c_int + Send + Sync + 'static) -> Value {
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .args(["sleep", "30"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null());
+    // SAFETY: open and dup2 are async-signal-safe; dup2's copy has no close-on-exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let fd = open();
+            if fd < 0 || libc::dup2(fd, 7) != 7 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut holder = cmd.spawn().expect("failed to start setpriv");
+    let pid = holder.id();
+    let mut ready = false;
+    for _ in 0..500 {
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        let uid = std::fs::metadata(format!("/proc/{pid}")).map(|m| m.uid());
+        if comm == "sleep\n" && uid.is_ok_and(|u| u == NOBODY) {
+            ready = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let out = Command::new(fdaudit())
+        .args(["scan", "--json", "-p", &pid.to_string()])
+        .stdin(Stdio::null())
+        .output()
+        .expect("failed to run fdaudit");
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert!(ready, "the holder never ran sleep as nobody");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let records = fdaudit_tests::records(&text);
+    records
+        .into_iter()
+        .find(|r| r["type"] == "finding" && r["pid"] == pid && r["fd"] == 7)
+        .unwrap_or_else(|| panic!("no finding on fd 7 of {pid}: {text}"))
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_file_beyond_the_holders_credentials_is_critical_its_own_is_not() {
+    let _g = guard();
+    // A directory nobody cannot write, with root's key and a file of nobody's.
+    let dir = temp_path("creds");
+    std::fs::create_dir(&dir).expect("temp dir");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let key = dir.join("token");
+    std::fs::write(&key, "secret\n").expect("key");
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let own = dir.join("notes");
+    std::fs::write(&own, "mine\n").expect("own file");
+    std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    std::os::unix::fs::chown(&own, Some(NOBODY), Some(NOBODY)).expect("chown to nobody");
+
+    let f = finding_of_held(&key);
+    assert_eq!(
+        f["severity"], "critical",
+        "root's 0600 file held by nobody: {f}"
+    );
+    let reason = f["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("could not have opened it (r)") && reason.contains("mode 0600"),
+        "{f}"
+    );
+    assert!(reason.contains("runs as uid 65534"), "{f}");
+
+    let f = finding_of_held(&own);
+    assert_eq!(f["severity"], "low", "nobody's own read-only file: {f}");
+    assert!(
+        !f["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("could not have opened"),
+        "{f}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+#[ignore = "needs root"]
+fn root_s_socket_held_by_nobody_is_critical() {
+    let _g = guard();
+    let f = finding_of(|| {
+        let mut sv = [0; 2];
+        // SAFETY: socketpair is async-signal-safe; sv is valid for two ints.
+        match unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, sv.as_mut_ptr()) } {
+            0 => sv[0],
+            _ => -1,
+        }
+    });
+    assert_eq!(
+        f["severity"], "critical",
+        "root's socket held by nobody: {f}"
+    );
+    assert!(
+        f["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("root made this socket"),
+        "{f}"
+    );
+}
