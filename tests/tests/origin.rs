@@ -226,3 +226,101 @@ fn an_exec_chain_keeps_the_origin_and_a_grandchild_finds_its_grandparent_s() {
         "the same call"
     );
 }
+
+/// Issue #38's stale frame: `open_listener` runs first and leaves return addresses on the
+/// stack; `load_key` then opens the file through libc's `open64`, which keeps no frame
+/// pointer. The caller comes from `.eh_frame`, never from a scan of stale stack words.
+const FIXTURE_STALE: &str = r#"
+#include <fcntl.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+__attribute__((noinline)) int open_listener(void) {
+    char pad[256];
+    memset(pad, 1, sizeof pad);
+    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    return s + pad[7] - 1;
+}
+__attribute__((noinline)) int load_key(void) {
+    return open("/etc/hostname", O_RDONLY); /* the key */
+}
+
+int main(void) {
+    for (int fd = 3; fd < 1024; fd++) close(fd);
+    if (open_listener() < 0 || load_key() < 0) return 10;
+    pid_t pid = fork();
+    if (pid == 0) { execl("/bin/true", "true", (char *)0); _exit(127); }
+    int st;
+    waitpid(pid, &st, 0);
+    /* Frames are resolved from /proc/PID/maps while the process lives (a process gone
+       first keeps only its executable's frames: docs/architecture.md). */
+    usleep(300000);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+}
+"#;
+
+#[test]
+#[ignore = "needs root and BTF"]
+fn the_caller_of_a_libc_wrapper_is_unwound_the_same_in_every_run() {
+    require_root();
+    let _serial = serial();
+    let exe = build("origin-stale", FIXTURE_STALE);
+    let runs = 20;
+    let script = format!(
+        "for i in $(seq {runs}); do {} || exit 1; done",
+        exe.display()
+    );
+    let (out, text) = fdaudit_tests::trace_to_file("origin-stale.jsonl", |c| {
+        c.args(["--origin", "--", "sh", "-c", &script]);
+    });
+    let _ = std::fs::remove_file(&exe);
+    fdaudit_tests::assert_success(&out);
+    let line = FIXTURE_STALE
+        .lines()
+        .position(|l| l.contains("/* the key */"))
+        .expect("the line")
+        + 1;
+    let spawns: Vec<Value> = records(&text)
+        .into_iter()
+        .filter(|r| r["type"] == "spawn" && r["exec_path"] == "/bin/true")
+        .collect();
+    assert_eq!(spawns.len(), runs, "{text}");
+    for spawn in &spawns {
+        let leaked = spawn["leaked_fds"].as_array().expect("leaked_fds");
+        let key = leaked
+            .iter()
+            .find(|l| l["target"] == "/etc/hostname")
+            .unwrap_or_else(|| panic!("the key did not leak: {spawn}"));
+        let origin = &key["origin"];
+        let frames = origin["stack"].as_array().expect("a stack");
+        assert!(frames.len() >= 3, "{origin}");
+        // open64 (libc, named from .dynsym), then load_key from the unwind table, then main.
+        for f in &frames[..3] {
+            assert!(
+                f["symbol"].is_string(),
+                "a frame without a symbol: {origin}"
+            );
+        }
+        let caller = &frames[1];
+        assert!(
+            caller["symbol"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("load_key+")),
+            "{origin}"
+        );
+        assert_eq!(caller["found_by"], "eh_frame", "{origin}");
+        assert_eq!(caller["line"], line as u64, "{origin}");
+        assert!(
+            frames[2]["symbol"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("main+")),
+            "{origin}"
+        );
+        assert!(
+            !origin.to_string().contains("open_listener"),
+            "a stale frame: {origin}"
+        );
+    }
+}

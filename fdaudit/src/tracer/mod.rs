@@ -19,6 +19,7 @@ mod ia32;
 mod loader;
 pub mod origin;
 pub mod pause;
+mod proc_maps;
 mod runtimes;
 pub mod seen;
 pub mod session;
@@ -26,6 +27,7 @@ pub mod steps;
 pub mod strategy;
 mod symbolize;
 mod symbols;
+mod unwind;
 pub mod wait;
 
 #[cfg(test)]

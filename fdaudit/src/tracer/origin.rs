@@ -9,11 +9,10 @@
 //!
 //! The stack: the kernel's frame-pointer walk (bpf_get_stack), plus the top words of the
 //! user stack. Debian's glibc is built without frame pointers, so a walk that starts inside
-//! a libc wrapper (open64) skips the function that called it: that frame is recovered as
-//! the first word above the user sp that is a return address into an executable mapping
-//! (the bytes before it are a call instruction). Such frames are marked
-//! `"found_by": "stack-scan"`; they are a heuristic (a stale return address left on the
-//! stack can match too). Each address is resolved to its module and file offset while the
+//! a libc wrapper (open64) skips the function that called it: that frame is read from the
+//! stack words where the wrapper's unwind table (`.eh_frame`) says its return address is,
+//! marked `"found_by": "eh_frame"`; where the table does not say, it is missing, never
+//! guessed. Each address is resolved to its module and file offset while the
 //! process lives (/proc/PID/maps, read when the record is decoded; the module's file opened
 //! then, through /proc/PID/map_files), and named from the module's ELF symbol tables
 //! (`.symtab`, else `.dynsym`) and DWARF line table (`addr2line`, when the module has

@@ -16,18 +16,18 @@
 
 use std::{collections::HashMap, fs::File, sync::Arc, time::Duration};
 
-use fdaudit_common::OriginRecord;
+use fdaudit_common::{OriginRecord, ORIGIN_STACK_DEPTH};
 
 use serde::Serialize;
 
+use super::proc_maps::{read_exec_maps, Mapping};
 use super::symbols::{self, Symbols};
+use super::unwind::{self, kernel_frames_kept, unwind, FrameRule, USER_TOP};
 use crate::{
     runtime::read_proc,
     untrusted::{self, FileId},
 };
 
-/// Above the user half of the address space (x86_64's 47 bits; aarch64's 48).
-const USER_TOP: u64 = 1 << 48;
 /// Reads of /proc/PID/maps per record (its process, and one ancestor).
 pub const MAPS_READS_PER_RECORD: u32 = 2;
 /// The most bytes of /proc/PID/maps read.
@@ -42,8 +42,12 @@ pub const MAX_OPEN_MODULES: usize = 64;
 pub const SYMBOLS_BUDGET: u64 = 32 << 20;
 /// Processes whose executable and text range are kept.
 const MAX_PIDS: usize = 1 << 16;
+/// Unwind rules (from modules' unwind tables) kept, by module and offset.
+const MAX_RULES: usize = 1 << 16;
 /// Answers of the stack scan's call check kept.
 const MAX_FOLLOWS: usize = 1 << 16;
+/// Bytes of modules' unwind tables kept (emptied when a module would go over).
+const TABLES_BUDGET: u64 = 32 << 20;
 /// After this much of a record's CPU time, no second module is read for it (its frames keep
 /// their module and offset, unnamed; a later record reads the module): what bounds a
 /// record's CPU (50 ms) when a process maps many modules with large symbol tables.
@@ -65,29 +69,14 @@ pub struct Frame {
     /// The module's GNU build id (hex), to find its debug file elsewhere.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub build_id: Option<String>,
-    /// `stack-scan`: recovered from the words on the stack, not the frame-pointer walk.
+    /// `eh_frame`: the return address the frame-pointer walk skips (a libc wrapper keeps no
+    /// frame pointer), read from the stack where the module's unwind table says it is.
+    /// Absent: the frame-pointer walk's (the first frame: the instruction pointer).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub found_by: Option<&'static str>,
     /// The module's identity (device and inode, as maps gave them): what names it.
     #[serde(skip)]
     pub module_id: Option<crate::untrusted::FileId>,
-}
-
-/// An executable mapping of a process: [start, end) from file offset `offset` of a file.
-#[derive(Debug, Clone)]
-pub(super) struct Mapping {
-    pub start: u64,
-    pub end: u64,
-    pub offset: u64,
-    pub path: Arc<str>,
-    /// The file's identity as maps gave it (None: an executable named by its exec path).
-    pub id: Option<FileId>,
-}
-
-impl Mapping {
-    fn cost(&self) -> u64 {
-        64 + self.path.len() as u64
-    }
 }
 
 /// A process's executable mappings, what they cost and when they were read.
@@ -150,6 +139,11 @@ pub(super) struct Symbolizer {
     /// Whether a call instruction ends before (module, file offset): the stack scan asks
     /// for the same return addresses again and again.
     follows_call: HashMap<(FileId, u64), bool>,
+    /// The unwind rule at (module, file offset): a call site asks again and again.
+    frame_rules: HashMap<(FileId, u64), Option<FrameRule>>,
+    /// Modules' unwind tables (None: the module has none), within [`TABLES_BUDGET`].
+    tables: HashMap<FileId, Option<Arc<unwind::Tables>>>,
+    tables_cost: u64,
     /// Each process's executable (from its spawn) and text (from its origin records): its
     /// own frames are found there once /proc/PID/maps is gone.
     exe: HashMap<u32, (Arc<str>, Option<FileId>)>,
@@ -208,11 +202,41 @@ impl Symbolizer {
             .map(|&a| self.frame(rec.pid, a, None, parent))
             .collect();
         let words = &rec.sp_words[..(rec.nsp_words as usize).min(rec.sp_words.len())];
-        if let Some(found) = self.scan_return_address(rec.pid, words, parent) {
-            if walk.get(1) != Some(&found) {
-                let at = out.len().min(1);
-                out.insert(at, self.frame(rec.pid, found, Some("stack-scan"), parent));
+        let Some(&ip) = walk.first() else {
+            return out;
+        };
+        if self.mapping_in_tree(rec.pid, ip, false, parent).is_none() {
+            // The process was gone before its maps were read: no module, no unwind table
+            // for the innermost frame. The caller is then guessed from the stack words,
+            // and says so.
+            if let Some(found) = self.scan_return_address(rec.pid, words, parent) {
+                if walk.get(1) != Some(&found) {
+                    out.insert(1, self.frame(rec.pid, found, Some("stack-scan"), parent));
+                }
             }
+            return out;
+        }
+        let callers = unwind(ip, rec.sp, words, |at| self.frame_rule(rec.pid, at, parent));
+        let Some(&first) = callers.first() else {
+            return out;
+        };
+        if walk.len() > 1 && callers.len() == 1 {
+            // The copy ended after one caller, and the kernel's walk went on from the frame
+            // pointer at the call: its frames hold only while each function on the way
+            // keeps a frame pointer (rbp is a plain register elsewhere).
+            let kept = kernel_frames_kept(&walk, first, |at| self.frame_rule(rec.pid, at, parent));
+            out.truncate(1);
+            out.push(self.frame(rec.pid, first, Some("eh_frame"), parent));
+            for a in kept {
+                out.push(self.frame(rec.pid, a, None, parent));
+            }
+            return out;
+        }
+        // The unwind table's walk, as far as the copied words reach, in place of the
+        // kernel's (which a frame without a frame pointer derails).
+        out.truncate(1);
+        for &ret in callers.iter().take(ORIGIN_STACK_DEPTH) {
+            out.push(self.frame(rec.pid, ret, Some("eh_frame"), parent));
         }
         out
     }
@@ -287,6 +311,33 @@ impl Symbolizer {
         })
     }
 
+    /// The unwind rule of the frame executing at `ip` (the call's innermost frame, in a
+    /// libc wrapper that keeps no frame pointer, whose caller the frame-pointer walk skips),
+    /// from its module's unwind table, cached by module and offset.
+    fn frame_rule(&mut self, pid: u32, ip: u64, parent: &HashMap<u32, u32>) -> Option<FrameRule> {
+        let (m, live) = self.mapping_in_tree(pid, ip, false, parent)?;
+        let id = m.id?;
+        let off = ip - m.start + m.offset;
+        if let Some(&known) = self.frame_rules.get(&(id, off)) {
+            return known;
+        }
+        if !self.tables.contains_key(&id) {
+            let tables = self
+                .module_file(&m, live)
+                .and_then(|(f, len, _)| unwind::Tables::load(&f, len));
+            let cost = tables.as_ref().map_or(64, unwind::Tables::cost);
+            if self.tables_cost + cost > TABLES_BUDGET {
+                self.tables.clear();
+                self.tables_cost = 0;
+            }
+            self.tables_cost += cost;
+            self.tables.insert(id, tables.map(Arc::new));
+        }
+        let rule = self.tables.get(&id)?.as_ref().and_then(|t| t.rule(off));
+        insert_bounded(&mut self.frame_rules, MAX_RULES, (id, off), rule);
+        rule
+    }
+
     /// The mapping of `addr` in `pid`, else in its parent's (a forked child that exec'd
     /// before its record was read had its parent's layout when it made the call), with the
     /// pid whose maps had it.
@@ -341,8 +392,8 @@ impl Symbolizer {
     }
 
     /// The mapping of `addr` in `pid`; `refresh`: read /proc/PID/maps again when the cached
-    /// copy lacks it (not for the stack scan's words, most of which are data), at most once
-    /// per record and process.
+    /// copy lacks it (not for the unwinder's second look at a frame's address), at most
+    /// once per record and process.
     fn mapping(&mut self, pid: u32, addr: u64, refresh: bool) -> Option<Mapping> {
         let find = |maps: &[Mapping]| {
             maps.iter()
@@ -363,7 +414,7 @@ impl Symbolizer {
         self.reads_left -= 1;
         self.read_now.push(pid);
         // Read again (a library loaded since); a process gone keeps what was read.
-        let fresh = read_exec_maps(pid);
+        let fresh = read_exec_maps(pid, MAPS_MAX_BYTES, MAX_MAPPINGS_PER_PID);
         let hit = find(&fresh);
         if !fresh.is_empty() {
             self.keep_maps(pid, fresh);
@@ -499,51 +550,10 @@ impl Symbolizer {
 /// are read, within their budgets (a large sparse file costs no more than a small one).
 const MAX_MODULE: u64 = u64::MAX;
 
-/// The executable file mappings of `pid` (empty once it is gone): the first
-/// [`MAPS_MAX_BYTES`] of its maps, at most [`MAX_MAPPINGS_PER_PID`] of them.
-fn read_exec_maps(pid: u32) -> Vec<Mapping> {
-    use std::io::Read as _;
-    let mut text = Vec::new();
-    let read = std::fs::File::open(format!("/proc/{pid}/maps"))
-        .and_then(|f| f.take(MAPS_MAX_BYTES as u64).read_to_end(&mut text));
-    if read.is_err() {
-        return Vec::new();
-    }
-    let text = String::from_utf8_lossy(&text);
-    let mut paths: HashMap<FileId, Arc<str>> = HashMap::new();
-    text.lines()
-        .filter_map(|l| parse_maps_line(l, &mut paths))
-        .take(MAX_MAPPINGS_PER_PID)
-        .collect()
-}
-
-/// One /proc/PID/maps line, if it is an executable mapping of a file (paths shared by
-/// identity through `paths`).
-fn parse_maps_line(line: &str, paths: &mut HashMap<FileId, Arc<str>>) -> Option<Mapping> {
-    let mut it = line.splitn(6, ' ');
-    let (range, perms, offset) = (it.next()?, it.next()?, it.next()?);
-    let (dev, inode) = (it.next()?, it.next()?);
-    let path = it.next()?.trim_start();
-    if !perms.contains('x') || !path.starts_with('/') {
-        return None;
-    }
-    let id = FileId::from_maps(dev.as_bytes(), inode.as_bytes())?;
-    let (a, b) = range.split_once('-')?;
-    let path = paths
-        .entry(id)
-        .or_insert_with(|| path.trim_end_matches(" (deleted)").into());
-    Some(Mapping {
-        start: u64::from_str_radix(a, 16).ok()?,
-        end: u64::from_str_radix(b, 16).ok()?,
-        offset: u64::from_str_radix(offset, 16).ok()?,
-        path: Arc::clone(path),
-        id: Some(id),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tracer::proc_maps::parse_maps_line;
 
     #[test]
     fn a_gone_process_s_own_frames_are_found_from_its_text_range_and_executable() {

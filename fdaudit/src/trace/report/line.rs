@@ -347,7 +347,7 @@ mod tests {
     #[test]
     fn a_scanned_frame_says_so_and_a_cleared_flag_names_both_calls() {
         let mut scanned = frame(Some("load_key+0x1d"), Some("/usr/bin/app"), 0x1d);
-        scanned.found_by = Some("stack-scan");
+        scanned.found_by = Some("eh_frame");
         let opened = Call {
             syscall: "openat(O_CLOEXEC)".into(),
             pid: 7,
@@ -371,7 +371,7 @@ mod tests {
         }));
         assert_eq!(
             origin_brief(&o),
-            "opened by openat(O_CLOEXEC) by py[7] at load_key+0x1d (found by stack-scan) < \
+            "opened by openat(O_CLOEXEC) by py[7] at load_key+0x1d (found by eh_frame) < \
              __open+0x51; made inheritable by ioctl(FIONCLEX) by py[7] at set_inheritable+0x9"
         );
     }

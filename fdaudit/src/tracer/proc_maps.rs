@@ -1,0 +1,65 @@
+//! A process's executable file mappings, from /proc/PID/maps (hostile text: every field
+//! parsed, bounded in bytes and entries).
+
+use std::{collections::HashMap, sync::Arc};
+
+use crate::untrusted::FileId;
+
+/// An executable mapping of a process: [start, end) from file offset `offset` of a file.
+#[derive(Debug, Clone)]
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    pub offset: u64,
+    pub path: Arc<str>,
+    /// The file's identity as maps gave it (None: an executable named by its exec path).
+    pub id: Option<FileId>,
+}
+
+impl Mapping {
+    pub fn cost(&self) -> u64 {
+        64 + self.path.len() as u64
+    }
+}
+
+/// The executable file mappings of `pid` (empty once it is gone): the first `max_bytes` of
+/// its maps, at most `max` of them.
+pub fn read_exec_maps(pid: u32, max_bytes: usize, max: usize) -> Vec<Mapping> {
+    use std::io::Read as _;
+    let mut text = Vec::new();
+    let read = std::fs::File::open(format!("/proc/{pid}/maps"))
+        .and_then(|f| f.take(max_bytes as u64).read_to_end(&mut text));
+    if read.is_err() {
+        return Vec::new();
+    }
+    let text = String::from_utf8_lossy(&text);
+    let mut paths: HashMap<FileId, Arc<str>> = HashMap::new();
+    text.lines()
+        .filter_map(|l| parse_maps_line(l, &mut paths))
+        .take(max)
+        .collect()
+}
+
+/// One /proc/PID/maps line, if it is an executable mapping of a file (paths shared by
+/// identity through `paths`).
+pub fn parse_maps_line(line: &str, paths: &mut HashMap<FileId, Arc<str>>) -> Option<Mapping> {
+    let mut it = line.splitn(6, ' ');
+    let (range, perms, offset) = (it.next()?, it.next()?, it.next()?);
+    let (dev, inode) = (it.next()?, it.next()?);
+    let path = it.next()?.trim_start();
+    if !perms.contains('x') || !path.starts_with('/') {
+        return None;
+    }
+    let id = FileId::from_maps(dev.as_bytes(), inode.as_bytes())?;
+    let (a, b) = range.split_once('-')?;
+    let path = paths
+        .entry(id)
+        .or_insert_with(|| path.trim_end_matches(" (deleted)").into());
+    Some(Mapping {
+        start: u64::from_str_radix(a, 16).ok()?,
+        end: u64::from_str_radix(b, 16).ok()?,
+        offset: u64::from_str_radix(offset, 16).ok()?,
+        path: Arc::clone(path),
+        id: Some(id),
+    })
+}
