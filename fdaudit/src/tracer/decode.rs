@@ -8,7 +8,6 @@ use fdaudit_common::{
     fd_flags, Counters, ExitRecord, FdInfo, FdPath, PathsRecord, RecordHeader, RecordKind,
     SpawnRecord, MAX_FDS,
 };
-use serde::Serialize;
 
 pub use super::fdtarget::cstr;
 use super::fdtarget::{resolve_target, Resolver};
@@ -37,89 +36,65 @@ lossless_field!(ArgvField, "argv");
 pub type Target = Lossless<Vec<u8>, TargetField>;
 
 /// A leaked fd: open in the new image right after exec, fd >= 3.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeakedFd {
     pub fd: u32,
     pub kind: FdKind,
-    #[serde(flatten)]
     pub target: Target,
     /// O_RDONLY / O_WRONLY / O_RDWR: "r", "w", "rw".
     pub access: &'static str,
     /// Socket family for sockets ("inet", "inet6", "unix", ...), as in `scan`.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub family: Option<&'static str>,
     /// Socket protocol for sockets, as in `scan`: "tcp", "udp", "raw" for inet and inet6
     /// (from the socket type: an inet stream socket is "tcp"), else the socket type
     /// ("stream", "dgram", "seqpacket").
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub protocol: Option<&'static str>,
     pub ino: u64,
     /// inode->i_sb->s_dev (kernel encoding): with `ino`, the file's identity.
-    #[serde(skip)]
     pub dev: u32,
     /// `trace --origin`: the call that made this fd inheritable, or why it is unknown.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub origin: Option<super::origin::Origin>,
     /// The spawn crossed a privilege or namespace boundary ([`Spawn::boundary`]): this fd
     /// reached an image that runs as or where its holder did not.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub critical: bool,
     /// The file was deleted while open (no name left; `target` is its last one).
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub deleted: bool,
-    /// The same fd and file the traced command itself inherited from fdaudit's caller (the
-    /// baseline): passed on, not this tree's leak (set by trace's reporter; never with
-    /// `--no-baseline`).
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub inherited: bool,
     /// `target` is not the whole path (the kernel's was cut or missing and the live link
     /// was gone): the spawn then carries `path_partial`.
-    #[serde(skip)]
     pub partial: bool,
 }
 
-/// One spawn: a traced child that completed an exec (`"type":"spawn"` in JSON).
-#[derive(Debug, Clone, Serialize)]
+/// One spawn: a traced child that completed an exec, or whose every exec failed.
+#[derive(Debug, Clone)]
 pub struct Spawn {
-    /// ns from the header record to the exec (to the exit for a failed exec).
-    pub time_ns: u64,
     pub parent_pid: u32,
-    #[serde(flatten)]
     pub parent_comm: Lossless<Vec<u8>, ParentCommField>,
     pub pid: u32,
     /// Thread id that called exec, when it was not the main thread.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub exec_tid: Option<u32>,
-    #[serde(flatten)]
     pub exec_path: Lossless<Vec<u8>, ExecPathField>,
     /// Every argument, empty ones included.
-    #[serde(flatten)]
     pub argv: Lossless<Vec<Vec<u8>>, ArgvField>,
     pub exec_ok: bool,
     pub exec_attempts: u32,
     /// For a failed exec: the errno the exec returned (2 for ENOENT), when known.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub exec_errno: Option<i32>,
     /// `exec_errno` by name ("ENOENT").
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub exec_error: Option<&'static str>,
     /// fork to exec, nanoseconds, as measured (probes included). 0 when the fork was not seen.
     pub window_ns: u64,
     /// `window_ns` less the probes' own cost per counted syscall: the untraced estimate
     /// (equal to `window_ns` until [`Spawn::correct_for_probes`]).
     pub window_corrected_ns: u64,
-    /// The window's syscall counters, one JSON key each.
-    #[serde(flatten)]
+    /// The window's syscall counters.
     pub calls: SyscallCounts,
     /// (first, last, flags) of the first close_range() calls.
     pub close_ranges: Vec<[u32; 3]>,
     pub strategy: Strategy,
     /// For `close-loop`: the fd the loop ran up to (exclusive).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub close_loop_bound: Option<u32>,
     pub leaked_fds: Vec<LeakedFd>,
     /// Number of leaked fds (may exceed `leaked_fds.len()` when truncated).
-    #[serde(rename = "leaked_fd_count")]
     pub leaked_count: u32,
     /// Redirected or inherited stdio (fds 0-2), shown apart from leaks.
     pub stdio: Vec<LeakedFd>,
@@ -128,26 +103,19 @@ pub struct Spawn {
     /// What changed between the last exec'd image in the ancestry and the new image
     /// (credentials, namespaces, root, cgroup); absent when nothing did or no earlier image
     /// was seen.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub boundary: Option<Boundary>,
     /// cgroup (id from the kernel at exec, path), container, and pid in its own namespace.
-    #[serde(flatten)]
     pub identity: Identity,
     /// Kernel timestamp of the exec (CLOCK_MONOTONIC ns).
-    #[serde(skip)]
     pub exec_ns: u64,
     /// Syscalls in the window that went through a probe (the counters and the exec
     /// attempts the kernel saw): what [`Spawn::correct_for_probes`] charges for.
-    #[serde(skip)]
     pub probed: u64,
     /// `exec_path` is the first bytes of a longer name (the kernel's buffer was full).
-    #[serde(skip)]
     pub exec_path_cut: bool,
     /// The parent's runtime (`trace`: [`crate::runtime::Resolver`]), from its image.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub runtime: Option<crate::runtime::Runtime>,
     /// The parent's NOFILE limits, read with its runtime.
-    #[serde(skip)]
     pub parent_nofile: Option<crate::runtime::Nofile>,
 }
 
@@ -161,15 +129,12 @@ impl Spawn {
 }
 
 /// A traced process exited.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct Exit {
     pub pid: u32,
     pub parent_pid: u32,
-    pub comm: Vec<u8>,
     /// It forked and exited without exec'ing.
     pub never_execd: bool,
-    pub exit_code: i32,
-    pub close_calls: u32,
     /// It tried to exec and every attempt failed: reported as a spawn with `exec_ok: false`.
     pub failed_spawn: Option<Box<Spawn>>,
 }
@@ -356,10 +321,7 @@ fn decode_with(
             Some(Event::Exit(Exit {
                 pid: rec.pid,
                 parent_pid: rec.parent_pid,
-                comm: cstr(&rec.comm),
                 never_execd: rec.never_execd != 0,
-                exit_code: rec.exit_code as i32,
-                close_calls: rec.counters.close_calls,
                 failed_spawn: failed_spawn_from_exit(&rec, leaks_only).map(Box::new),
             }))
         }
@@ -402,7 +364,6 @@ fn leaked_from(
         origin: None,
         critical: false,
         deleted,
-        inherited: false,
         partial,
     }
 }
@@ -552,7 +513,6 @@ fn window_spawn(
         strategy::classify(&calls)
     };
     Spawn {
-        time_ns: 0,
         parent_pid,
         parent_comm: Lossless::new(parent_comm),
         pid,
@@ -697,10 +657,6 @@ mod tests {
         assert_eq!(s.flags, SpawnFlags::PATH_PARTIAL);
         assert_eq!(s.calls.close_calls, 19_997);
         assert_eq!(s.exec_tid, None);
-        // The record's own fields (trace's TraceRecord adds "type": "spawn").
-        let json = serde_json::to_value(s).unwrap();
-        assert_eq!(json["strategy"], "close-loop");
-        assert_eq!(json["leaked_fds"][0]["fd"], 7);
     }
 
     /// A stdio target the live link names whole is no partial path; one it cannot name is.
@@ -800,9 +756,6 @@ mod tests {
             s.exec_path_cut,
             "255 bytes and partial: the exec path may be cut"
         );
-        let json = serde_json::to_value(&s.leaked_fds).unwrap();
-        assert_eq!(json[1]["deleted"], true);
-        assert!(json[0].get("deleted").is_none());
     }
 
     #[test]

@@ -91,10 +91,7 @@ mod tests {
         Event::Exit(Exit {
             pid,
             parent_pid: 1,
-            comm: Vec::new(),
             never_execd: false,
-            exit_code: 0,
-            close_calls: 0,
             failed_spawn: None,
         })
     }
