@@ -1,5 +1,6 @@
 //! Decoding ring-buffer records into [`Spawn`]s and [`Exit`]s: pure functions of the record
-//! (but for the live-link [`Resolver`], stubbed in tests). The probe-cost correction is not
+//! and of what the session's [`Live`] answers (fd links, a process's image), stubbed in
+//! tests; nothing here reads a file. The probe-cost correction is not
 //! applied here but by the consumer ([`Spawn::correct_for_probes`]).
 
 use std::collections::VecDeque;
@@ -10,7 +11,7 @@ use fdaudit_common::{
 };
 
 pub use super::fdtarget::cstr;
-use super::fdtarget::{resolve_target, Resolver};
+use super::fdtarget::Live;
 use super::seen::OriginMessage;
 use super::{
     boundary::Boundary,
@@ -24,7 +25,6 @@ use crate::{
     fdkind::{self, FdKind},
     lossless_field,
     output::text::Lossless,
-    procfs_util,
 };
 
 lossless_field!(TargetField, "target");
@@ -194,18 +194,20 @@ fn record_from<T: Copy>(bytes: &[u8]) -> Box<T> {
 const PENDING_PATHS: usize = 64;
 
 /// Decodes ring-buffer records in order, pairing each spawn with the paths sent before it.
-#[derive(Default)]
 pub struct Decoder {
     leaks_only: bool,
+    /// What the live system says of a process (the session's [`super::fdtarget::Procfs`]).
+    live: &'static dyn Live,
     pending: VecDeque<Box<PathsRecord>>,
     /// `trace --origin`: the origin records seen, to name each leaked fd's.
     origins: Option<super::origin::Origins>,
 }
 
 impl Decoder {
-    pub fn new(leaks_only: bool) -> Decoder {
+    pub fn new(leaks_only: bool, live: &'static dyn Live) -> Decoder {
         Decoder {
             leaks_only,
+            live,
             pending: VecDeque::new(),
             origins: None,
         }
@@ -227,7 +229,7 @@ impl Decoder {
 
     /// Decodes one record; a paths record gives nothing until its spawn comes. An exec path
     /// the kernel cut is read again from /proc/PID/exe while the process lives, when that
-    /// starts with what the kernel kept.
+    /// starts with what the kernel kept (asked of [`Live`]).
     pub fn decode(&mut self, bytes: &[u8]) -> Option<Event> {
         if let Some(origins) = &mut self.origins {
             match super::seen::origin_message(bytes) {
@@ -242,15 +244,13 @@ impl Decoder {
                 None => {}
             }
         }
-        let mut ev = decode_with(bytes, self.leaks_only, &mut self.pending, resolve_target);
+        let mut ev = decode_with(bytes, self.leaks_only, &mut self.pending, self.live);
         if let (Some(origins), Some(ev)) = (&mut self.origins, &mut ev) {
             name_origins(origins, ev);
         }
         if let Some(Event::Spawn(s)) = &mut ev {
             if s.exec_path_cut {
-                if let Some(exe) =
-                    procfs_util::exe_of(s.pid).filter(|e| e.starts_with(&s.exec_path))
-                {
+                if let Some(exe) = self.live.exe(s.pid).filter(|e| e.starts_with(&s.exec_path)) {
                     s.exec_path = Lossless::new(exe);
                     s.exec_path_cut = false;
                 }
@@ -286,7 +286,7 @@ fn decode_with(
     bytes: &[u8],
     leaks_only: bool,
     pending: &mut VecDeque<Box<PathsRecord>>,
-    resolve: Resolver,
+    live: &dyn Live,
 ) -> Option<Event> {
     if bytes.len() < size_of::<RecordHeader>() {
         return None;
@@ -312,7 +312,7 @@ fn decode_with(
                 .map_or(0, |p| (p.npaths as usize).min(p.paths.len()));
             let paths = paths.as_ref().map_or(&[][..], |p| &p.paths[..npaths]);
             Some(Event::Spawn(Box::new(spawn_from_record(
-                &rec, paths, leaks_only, resolve,
+                &rec, paths, leaks_only, live,
             ))))
         }
         RecordKind::Exit if bytes.len() >= size_of::<ExitRecord>() => {
@@ -334,7 +334,7 @@ fn leaked_from(
     kernel_path: Option<&FdPath>,
     pid: u32,
     parent: u32,
-    resolve: Resolver,
+    live: &dyn Live,
 ) -> LeakedFd {
     let name = cstr(&info.name);
     let name_text = String::from_utf8_lossy(&name);
@@ -348,7 +348,7 @@ fn leaked_from(
         fd: info.fd,
         ino: info.ino,
     };
-    let named = fdtarget::name(kind, &name, name_cut, kernel_path, site, resolve);
+    let named = fdtarget::name(kind, &name, name_cut, kernel_path, site, live);
     let (target, deleted, partial) = (named.target, deleted || named.deleted, named.partial);
     LeakedFd {
         fd: info.fd,
@@ -379,13 +379,13 @@ pub fn split_argv(block: &[u8]) -> Vec<Vec<u8>> {
     body.split(|&b| b == 0).map(<[u8]>::to_vec).collect()
 }
 
-/// Turns a kernel record and the paths sent with it into a [`Spawn`]. Pure but for `resolve`
-/// (unit tested with a stub).
+/// Turns a kernel record and the paths sent with it into a [`Spawn`]. Pure but for what
+/// `live` answers (unit tested with a stub).
 pub fn spawn_from_record(
     rec: &SpawnRecord,
     paths: &[FdPath],
     leaks_only: bool,
-    resolve: Resolver,
+    live: &dyn Live,
 ) -> Spawn {
     let mut flags = SpawnFlags::from_bits_retain(rec.header.flags);
     if leaks_only {
@@ -406,12 +406,12 @@ pub fn spawn_from_record(
         .enumerate()
         .map(|(i, f)| LeakedFd {
             critical: boundary.is_some(),
-            ..leaked_from(f, path_of(i), rec.pid, rec.parent_pid, resolve)
+            ..leaked_from(f, path_of(i), rec.pid, rec.parent_pid, live)
         })
         .collect();
     let stdio: Vec<LeakedFd> = (0..3)
         .filter(|i| rec.stdio_mask & (1 << i) != 0)
-        .map(|i| leaked_from(&rec.stdio[i], None, rec.pid, rec.parent_pid, resolve))
+        .map(|i| leaked_from(&rec.stdio[i], None, rec.pid, rec.parent_pid, live))
         .collect();
     if names_cut(rec, shown, &leaked_fds, &stdio) {
         flags |= SpawnFlags::PATH_PARTIAL;
@@ -420,7 +420,7 @@ pub fn spawn_from_record(
     let exec_path_cut =
         flags.contains(SpawnFlags::PATH_PARTIAL) && filename_len == Some(rec.filename.len() - 1);
     let mut exec_path = cstr(&rec.filename);
-    match fdtarget::exec_image(rec.pid, &exec_path) {
+    match fdtarget::exec_image(rec.pid, &exec_path, live) {
         Some(Some(image)) => exec_path = image,
         Some(None) => flags |= SpawnFlags::PATH_PARTIAL,
         None => {}
@@ -553,7 +553,7 @@ fn window_spawn(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tracer::fdtarget::join_path;
+    use crate::tracer::fdtarget::{join_path, Links};
     use fdaudit_common::CloseRange;
 
     fn zeroed_record() -> Box<SpawnRecord> {
@@ -622,14 +622,14 @@ mod tests {
             sent(&*paths, PathsRecord::sent_len(1)),
             false,
             &mut pending,
-            none
+            &Links(none)
         )
         .is_none());
         let Some(Event::Spawn(mut s)) = decode_with(
             sent(&*rec, SpawnRecord::sent_len(1)),
             false,
             &mut pending,
-            none,
+            &Links(none),
         ) else {
             panic!("no spawn decoded");
         };
@@ -672,11 +672,11 @@ mod tests {
         rec.stdio[1].ino = 77;
         put(&mut rec.stdio[1].name, b"tr.stdout");
         let live = |_, _, _, _| Some(b"/tmp/run/tr.stdout".to_vec());
-        let s = spawn_from_record(&rec, &[], false, live);
+        let s = spawn_from_record(&rec, &[], false, &Links(live));
         assert_eq!(s.stdio[0].target.lossy(), "/tmp/run/tr.stdout");
         assert!(s.flags.is_empty(), "{:?}", s.flags);
         let gone = |_, _, _, _| None;
-        let s = spawn_from_record(&rec, &[], false, gone);
+        let s = spawn_from_record(&rec, &[], false, &Links(gone));
         assert_eq!(s.stdio[0].target.lossy(), "…/tr.stdout (inode 77)");
         assert!(s.flags.contains(SpawnFlags::PATH_PARTIAL));
         // A device whose leaf and inode are /dev's own node is whole without a live link.
@@ -687,11 +687,11 @@ mod tests {
         rec.stdio[1].ino = null.ino();
         rec.stdio[1].name.fill(0);
         put(&mut rec.stdio[1].name, b"null");
-        let s = spawn_from_record(&rec, &[], false, gone);
+        let s = spawn_from_record(&rec, &[], false, &Links(gone));
         assert_eq!(s.stdio[0].target.lossy(), "/dev/null");
         assert!(s.flags.is_empty(), "{:?}", s.flags);
         rec.stdio[1].ino = null.ino() + 1;
-        let s = spawn_from_record(&rec, &[], false, gone);
+        let s = spawn_from_record(&rec, &[], false, &Links(gone));
         assert!(s.flags.contains(SpawnFlags::PATH_PARTIAL), "another inode");
     }
 
@@ -735,7 +735,7 @@ mod tests {
             4 => Some(b"/srv/gone (deleted)".to_vec()),
             _ => None,
         };
-        let s = spawn_from_record(&rec, &[], false, live);
+        let s = spawn_from_record(&rec, &[], false, &Links(live));
         assert_eq!(s.leaked_fds[0].target.lossy(), "memfd:cache");
         assert!(
             !s.leaked_fds[0].deleted,
@@ -801,7 +801,7 @@ mod tests {
             flags: 4,
             _pad: 0,
         };
-        let s = spawn_from_record(&rec, &[], false, |_, _, _, _| None);
+        let s = spawn_from_record(&rec, &[], false, &Links(|_, _, _, _| None));
         assert_eq!(s.leaked_count, 70);
         assert_eq!(s.leaked_fds.len(), MAX_FDS);
         assert_eq!(s.leaked_fds[0].target.lossy(), "socket:[1000]");
@@ -813,7 +813,7 @@ mod tests {
         assert_eq!(s.close_ranges.len(), 4);
         assert_eq!(s.close_ranges[0], [3, u32::MAX, 4]);
         assert_eq!(s.flags, SpawnFlags::FDS_TRUNCATED | SpawnFlags::NO_FORK);
-        let s = spawn_from_record(&rec, &[], true, |_, _, _, _| None);
+        let s = spawn_from_record(&rec, &[], true, &Links(|_, _, _, _| None));
         assert!(s.flags.contains(SpawnFlags::NO_SYSCALLS));
         assert_eq!(s.strategy, Strategy::Unknown);
     }

@@ -126,9 +126,9 @@ impl Session {
                     .context("failed to start the ring buffer's drain thread")?,
             ),
             decoder: if opts.origin {
-                Decoder::new(opts.leaks_only).with_origins()
+                Decoder::new(opts.leaks_only, &super::fdtarget::Procfs).with_origins()
             } else {
-                Decoder::new(opts.leaks_only)
+                Decoder::new(opts.leaks_only, &super::fdtarget::Procfs)
             },
             ring_bytes,
             tracked,
