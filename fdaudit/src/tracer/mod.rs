@@ -22,6 +22,7 @@ pub mod pause;
 mod runtimes;
 pub mod seen;
 pub mod session;
+pub mod spawn;
 pub mod steps;
 pub mod strategy;
 mod symbolize;

@@ -21,10 +21,11 @@ use fdaudit_common::{
 pub use super::loader::{SessionOptions, StartupTimings};
 use super::{
     calibrate,
-    decode::{self, Decoder, Event, ReadCount},
+    decode::{self, Decoder},
     drain::Drain,
     exec_parent::ExecParents,
     loader,
+    spawn::{Event, ReadCount},
 };
 use crate::{
     cgroup::Hierarchy,

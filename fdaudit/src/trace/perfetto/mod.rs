@@ -22,8 +22,8 @@ use prost::Message as _;
 
 use crate::output::text::{escape_bytes, escape_path};
 use crate::tracer::{
-    decode::{LeakedFd, Spawn},
     flags::SpawnFlags,
+    spawn::{LeakedFd, Spawn},
 };
 use proto::{
     Clock, ClockSnapshot, CounterDescriptor, DebugAnnotation, Process, ProcessDescriptor,

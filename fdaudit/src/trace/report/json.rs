@@ -13,9 +13,9 @@ use crate::{
     tracer::{
         boundary::Boundary,
         counts::SyscallCounts,
-        decode::{ArgvField, ExecPathField, LeakedFd, ParentCommField, Spawn, Target},
         flags::SpawnFlags,
         origin::Origin,
+        spawn::{ArgvField, ExecPathField, LeakedFd, ParentCommField, Spawn, Target},
         strategy::Strategy,
     },
 };

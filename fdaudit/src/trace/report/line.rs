@@ -2,7 +2,7 @@
 
 use super::LeakPolicy;
 use crate::output::{self, color::Paint, fmt_ns, table::Term};
-use crate::tracer::{decode::Spawn, flags::SpawnFlags, origin::Origin};
+use crate::tracer::{flags::SpawnFlags, origin::Origin, spawn::Spawn};
 
 /// What a strategy costs, as a colour: close_range is the cheap, correct way; the sweeps
 /// whose cost grows with NOFILE are red, those that grow with the fds open yellow.

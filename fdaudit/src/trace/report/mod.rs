@@ -26,9 +26,9 @@ use super::{
     chains::Chains, filter::Filter, perfetto::Perfetto, reads, stamp::Stamper, TraceRecord,
 };
 use crate::tracer::{
-    decode::{Event, LeakedFd, Spawn},
     flags::SpawnFlags,
     session::Session,
+    spawn::{Event, LeakedFd, Spawn},
 };
 use crate::{
     output::{count, stream, table::Term},

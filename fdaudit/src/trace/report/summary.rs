@@ -11,8 +11,8 @@ use super::super::{
 };
 use crate::tracer::{
     counts::SyscallCounts,
-    decode::{Exit, LeakedFd, Spawn},
     flags::SpawnFlags,
+    spawn::{Exit, LeakedFd, Spawn},
     strategy::Strategy,
 };
 use crate::{
