@@ -15,6 +15,7 @@ it, from run to run). Exit status 1 when a workload never gave the same result.
 """
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -85,7 +86,9 @@ def run(binary, extra, cmd):
 
 
 def main():
-    old, new = sys.argv[1], sys.argv[2]
+    # Absolute: a parent gone before its runtime was read is named by its exec path, which
+    # must be absolute to be kept.
+    old, new = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
     failed = noisy = 0
     for (name, extra, cmd_old), (_, _, cmd_new) in zip(workloads(old), workloads(new)):
         a = [run(old, extra, cmd_old)]

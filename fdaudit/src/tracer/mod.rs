@@ -7,6 +7,7 @@ pub mod boundary;
 pub mod btf;
 pub mod btf_cache;
 pub mod calibrate;
+mod complete;
 pub mod counts;
 pub mod decode;
 pub mod drain;

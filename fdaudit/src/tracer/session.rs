@@ -14,22 +14,21 @@ use aya::{
     Ebpf,
 };
 use fdaudit_common::{
-    ExecFailure, FdPath, ReadKey, ReadStat, Stats, TaskState, MAP_EXEC_FAILS, MAP_READS,
-    MAP_READ_PATHS, MAP_STATS,
+    FdPath, ReadKey, ReadStat, Stats, TaskState, MAP_EXEC_FAILS, MAP_READS, MAP_READ_PATHS,
+    MAP_STATS,
 };
 
 pub use super::loader::{SessionOptions, StartupTimings};
 use super::{
     calibrate,
+    complete::Completion,
     decode::{self, Decoder},
     drain::Drain,
-    exec_parent::ExecParents,
     loader,
     spawn::{Event, ReadCount},
 };
 use crate::{
-    cgroup::Hierarchy,
-    procfs_util, sys,
+    procfs_util,
     tracer::ebpf::{self, Backend, MissedRuns},
 };
 
@@ -43,8 +42,6 @@ pub struct Session {
     reads: Option<HashMap<MapData, ReadKey, ReadStat>>,
     /// The paths of storms' files, walked by the kernel while they were open.
     read_paths: Option<HashMap<MapData, ReadKey, FdPath>>,
-    /// Failed execs' errno and path, when the exec_exit programs could be attached.
-    exec_fails: Option<HashMap<MapData, u32, ExecFailure>>,
     /// Keeps programs and links alive (taken in `drop`).
     bpf: Option<Ebpf>,
     leaks_only: bool,
@@ -67,21 +64,15 @@ pub struct Session {
     fallback: Option<String>,
     /// The backend does not count the ia32 syscalls this kernel runs.
     ia32_unseen: bool,
-    /// Then: which images are ia32, to flag the spawns whose counts are unseen.
-    ia32_images: Option<super::ia32::Ia32Images>,
     timings: StartupTimings,
     /// The fentry or exec_exit links were handed to a child that closes them after our exit.
     handed_off: bool,
     /// [`Session::detach_after_exit`] was called: the process exits next.
     exiting: bool,
-    /// The cgroup2 hierarchy, to name the cgroup ids of spawn records (None without cgroup2).
-    cgroups: Option<Hierarchy>,
     /// The programs' skipped runs when the session was ready.
     missed_baseline: MissedRuns,
-    /// Names the parent of execs whose fork was not seen.
-    exec_parents: ExecParents,
-    /// Names each spawn's runtime (`trace`), when asked for.
-    runtimes: Option<super::runtimes::Resolver>,
+    /// Fills in what the records leave to user space ([`Completion`]).
+    completion: Completion,
 }
 
 impl Session {
@@ -136,7 +127,7 @@ impl Session {
             stats,
             reads,
             read_paths,
-            exec_fails,
+            completion: Completion::new(exec_fails, ia32_unseen),
             bpf: Some(bpf),
             leaks_only: opts.leaks_only,
             probe_cost_ns: opts.leaks_only.then_some(0.0),
@@ -148,14 +139,10 @@ impl Session {
             backend,
             fallback,
             ia32_unseen,
-            ia32_images: ia32_unseen.then(Default::default),
             timings,
             handed_off: false,
             exiting: false,
-            cgroups: Hierarchy::open(),
             missed_baseline,
-            exec_parents: ExecParents::default(),
-            runtimes: None,
         })
     }
 
@@ -169,7 +156,7 @@ impl Session {
     pub fn detach_after_exit(&mut self) {
         self.exiting = true;
         let hand_off = matches!(self.backend, Some(Backend::Fentry | Backend::Tp))
-            || self.exec_fails.is_some();
+            || self.completion.names_failed_execs();
         if let (true, Some(bpf)) = (hand_off, &mut self.bpf) {
             ebpf::detach_after_exit(bpf);
             self.handed_off = true;
@@ -336,19 +323,14 @@ impl Session {
         // The parent's runtime now, before anything slower (the probe-cost calibration): a
         // spawner often exits soon after its child. A parent read live may have exec'd
         // before it was read (its record not yet taken): the records written since say so.
-        if let Some(mut r) = self.runtimes.take() {
+        if let Some(mut r) = self.completion.runtimes.take() {
             r.name_all(&mut out, || {
                 let raw = self.flush_raw();
                 self.decode_raw(&raw)
             });
-            self.runtimes = Some(r);
+            self.completion.runtimes = Some(r);
         }
-        if let Some(images) = &mut self.ia32_images {
-            images.mark(&mut out);
-        }
-        for ev in &mut out {
-            self.add_exec_failure(ev);
-        }
+        self.completion.name(&mut out);
         self.complete(&mut out);
         out
     }
@@ -363,17 +345,7 @@ impl Session {
                 continue;
             }
             if let Event::Spawn(s) = &mut ev {
-                if let (Some(id), Some(h)) = (s.identity.cgroup_id, &mut self.cgroups) {
-                    s.identity = h.identity(id, s.pid);
-                }
-                // Picked up at its exec by `--cgroup` (its fork was not seen): the parent
-                // from /proc while the process runs (named by `complete`).
-                if s.parent_pid == 0 {
-                    if let Some(pp) = procfs_util::parent_of(s.pid) {
-                        s.parent_pid = pp;
-                        s.parent_comm = crate::output::text::Lossless::new(Vec::new());
-                    }
-                }
+                self.completion.identify(s);
             }
             out.push(ev);
         }
@@ -398,24 +370,12 @@ impl Session {
             }
         }
         let probe_ns = self.probe_cost().unwrap_or(0.0);
-        for ev in events.iter_mut() {
-            let spawn = match ev {
-                Event::Spawn(s) => Some(s),
-                Event::Exit(e) => e.failed_spawn.as_mut(),
-            };
-            if let Some(s) = spawn {
-                s.correct_for_probes(probe_ns);
-            }
-        }
-        self.exec_parents.complete(events);
-        if let Some(r) = &mut self.runtimes {
-            r.exits(events);
-        }
+        self.completion.finish(events, probe_ns);
     }
 
     /// Names each spawn's runtime from its parent's image from now on (`trace`).
     pub fn identify_runtimes(&mut self) {
-        self.runtimes.get_or_insert_with(Default::default);
+        self.completion.identify_runtimes();
     }
 
     /// The probes' cost per counted syscall as windows are corrected with it (ns, rounded):
@@ -442,33 +402,6 @@ impl Session {
             self.ignored.swap_remove(i);
         }
         true
-    }
-
-    /// Gives a failed exec its errno and path (from the exec_exit programs' map) and drops a
-    /// failure that a later exec of the same process superseded.
-    fn add_exec_failure(&mut self, ev: &mut Event) {
-        let Some(map) = self.exec_fails.as_mut() else {
-            return;
-        };
-        match ev {
-            Event::Exit(e) => {
-                if let Some(s) = e.failed_spawn.as_mut() {
-                    if let Ok(f) = map.get(&s.pid, 0) {
-                        s.exec_errno = Some(f.errno);
-                        s.exec_error = sys::errno_name(f.errno);
-                        s.exec_path = crate::output::text::Lossless::new(decode::cstr(&f.path));
-                        if f.path_cut != 0 {
-                            s.flags |= super::flags::SpawnFlags::PATH_PARTIAL;
-                        }
-                        let _ = map.remove(&s.pid);
-                    }
-                }
-            }
-            Event::Spawn(s) if s.exec_attempts > 1 => {
-                let _ = map.remove(&s.pid);
-            }
-            Event::Spawn(_) => {}
-        }
     }
 
     /// The kernel's own counters, summed over CPUs; `lost_records` also counts the records
