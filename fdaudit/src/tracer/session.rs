@@ -32,11 +32,40 @@ use crate::{
     tracer::ebpf::{self, Backend, MissedRuns},
 };
 
+/// What a session started with, fixed from then on.
+struct Started {
+    /// The first ring buffer's size, bytes (`--buffer-pages`, or the default first ring).
+    first_ring_bytes: u64,
+    /// Untraced cost of one close() on a closed fd, ns, measured at start.
+    close_cost_ns: f64,
+    /// The backend counting syscalls (None with --no-syscalls: no syscall is hooked).
+    backend: Option<Backend>,
+    /// Why `auto` chose the backend it did.
+    fallback: Option<String>,
+    /// The backend does not count the ia32 syscalls this kernel runs.
+    ia32_unseen: bool,
+    timings: StartupTimings,
+    /// The programs' skipped runs when the session was ready.
+    missed_baseline: MissedRuns,
+}
+
+/// The probes' cost per counted syscall, measured at the first spawn that needs it.
+struct Calibration {
+    /// ns, once measured ([`Session::probe_cost_ns`]; 0 with --no-syscalls).
+    probe_cost_ns: Option<f64>,
+    /// How long that took, ms.
+    ms: f64,
+    /// The measurement failed: windows stay uncorrected, and it is not retried.
+    failed: bool,
+    /// The calibration's processes: their records are dropped (each pid until its exit
+    /// record, the last one it writes).
+    ignored: Vec<u32>,
+}
+
 /// Loaded and attached programs with their maps. Dropping it detaches everything.
 pub struct Session {
     drain: Option<Drain>,
     decoder: Decoder,
-    ring_bytes: u64,
     pub(super) tracked: HashMap<MapData, u32, TaskState>,
     stats: PerCpuArray<MapData, Stats>,
     reads: Option<HashMap<MapData, ReadKey, ReadStat>>,
@@ -45,32 +74,16 @@ pub struct Session {
     /// Keeps programs and links alive (taken in `drop`).
     bpf: Option<Ebpf>,
     leaks_only: bool,
-    /// Probe cost per counted syscall, ns, once measured ([`Session::probe_cost_ns`]).
-    probe_cost_ns: Option<f64>,
-    /// How long that took, ms.
-    calibrate_ms: f64,
-    /// The probe-cost measurement failed: windows stay uncorrected, and it is not retried.
-    calibration_failed: bool,
+    /// The probes' own cost, measured once.
+    calibration: Calibration,
     /// Warnings for the front end ([`Session::take_warnings`]).
     warnings: Vec<String>,
-    /// Untraced cost of one close() on a closed fd, ns, measured at start.
-    close_cost_ns: f64,
-    /// The calibration's processes: their records are dropped (each pid until its exit
-    /// record, the last one it writes).
-    ignored: Vec<u32>,
-    /// The backend counting syscalls (None with --no-syscalls: no syscall is hooked).
-    backend: Option<Backend>,
-    /// Why `auto` chose the backend it did.
-    fallback: Option<String>,
-    /// The backend does not count the ia32 syscalls this kernel runs.
-    ia32_unseen: bool,
-    timings: StartupTimings,
+    /// What the session started with.
+    started: Started,
     /// The fentry or exec_exit links were handed to a child that closes them after our exit.
     handed_off: bool,
     /// [`Session::detach_after_exit`] was called: the process exits next.
     exiting: bool,
-    /// The programs' skipped runs when the session was ready.
-    missed_baseline: MissedRuns,
     /// Fills in what the records leave to user space ([`Completion`]).
     completion: Completion,
 }
@@ -122,7 +135,6 @@ impl Session {
             } else {
                 Decoder::new(opts.leaks_only, &super::fdtarget::Procfs)
             },
-            ring_bytes,
             tracked,
             stats,
             reads,
@@ -130,19 +142,24 @@ impl Session {
             completion: Completion::new(exec_fails, ia32_unseen),
             bpf: Some(bpf),
             leaks_only: opts.leaks_only,
-            probe_cost_ns: opts.leaks_only.then_some(0.0),
-            calibrate_ms: 0.0,
-            calibration_failed: false,
+            calibration: Calibration {
+                probe_cost_ns: opts.leaks_only.then_some(0.0),
+                ms: 0.0,
+                failed: false,
+                ignored: Vec::new(),
+            },
             warnings: Vec::new(),
-            close_cost_ns,
-            ignored: Vec::new(),
-            backend,
-            fallback,
-            ia32_unseen,
-            timings,
+            started: Started {
+                first_ring_bytes: ring_bytes,
+                close_cost_ns,
+                backend,
+                fallback,
+                ia32_unseen,
+                timings,
+                missed_baseline,
+            },
             handed_off: false,
             exiting: false,
-            missed_baseline,
         })
     }
 
@@ -155,7 +172,7 @@ impl Session {
     /// wait for the kernel to free the rest.
     pub fn detach_after_exit(&mut self) {
         self.exiting = true;
-        let hand_off = matches!(self.backend, Some(Backend::Fentry | Backend::Tp))
+        let hand_off = matches!(self.started.backend, Some(Backend::Fentry | Backend::Tp))
             || self.completion.names_failed_execs();
         if let (true, Some(bpf)) = (hand_off, &mut self.bpf) {
             ebpf::detach_after_exit(bpf);
@@ -165,12 +182,12 @@ impl Session {
 
     /// The backend counting syscalls (None with --no-syscalls).
     pub fn backend(&self) -> Option<Backend> {
-        self.backend
+        self.started.backend
     }
 
     /// What the backend does not count here ([`ebpf::IA32_UNSEEN`]), for a note.
     pub fn unseen(&self) -> Option<String> {
-        let backend = self.backend.filter(|_| self.ia32_unseen)?;
+        let backend = self.started.backend.filter(|_| self.started.ia32_unseen)?;
         Some(format!(
             "{} backend: {}",
             backend.as_str(),
@@ -180,18 +197,18 @@ impl Session {
 
     /// Why `--backend auto` chose its backend, in one line.
     pub fn fallback(&self) -> Option<&str> {
-        self.fallback.as_deref()
+        self.started.fallback.as_deref()
     }
 
     pub fn timings(&self) -> StartupTimings {
-        self.timings
+        self.started.timings
     }
 
     /// Probe cost per counted syscall (ns), measured on the first call (~2 ms here: three
     /// forks, 8000 close() calls and the waits; [`super::calibrate`]) while the programs
     /// are attached; 0 with --no-syscalls.
     fn probe_cost_ns(&mut self) -> Result<f64> {
-        if let Some(ns) = self.probe_cost_ns {
+        if let Some(ns) = self.calibration.probe_cost_ns {
             return Ok(ns);
         }
         let t = std::time::Instant::now();
@@ -203,24 +220,28 @@ impl Session {
             bpf,
             &mut self.tracked,
             loader::CALIBRATION_CLOSES,
-            self.close_cost_ns,
+            self.started.close_cost_ns,
         )
         .context("failed to measure the probes' own cost")?;
-        self.ignored.extend(m.pids.iter().filter(|&&p| p != 0));
-        self.probe_cost_ns = Some(m.probe_cost_ns);
-        self.calibrate_ms = t.elapsed().as_secs_f64() * 1e3;
+        self.calibration
+            .ignored
+            .extend(m.pids.iter().filter(|&&p| p != 0));
+        self.calibration.probe_cost_ns = Some(m.probe_cost_ns);
+        self.calibration.ms = t.elapsed().as_secs_f64() * 1e3;
         Ok(m.probe_cost_ns)
     }
 
     /// The probe cost, if [`Session::probe_cost_ns`] measured it, and how long that took
     /// (ms).
     pub fn probe_cost_measured(&self) -> Option<(f64, f64)> {
-        self.probe_cost_ns.map(|ns| (ns, self.calibrate_ms))
+        self.calibration
+            .probe_cost_ns
+            .map(|ns| (ns, self.calibration.ms))
     }
 
     /// Untraced cost of one close() on a closed fd (ns), measured before attaching.
     pub fn close_cost_ns(&self) -> f64 {
-        self.close_cost_ns
+        self.started.close_cost_ns
     }
 
     pub fn leaks_only(&self) -> bool {
@@ -282,12 +303,12 @@ impl Session {
     pub fn ring_bytes(&self) -> u64 {
         self.drain
             .as_ref()
-            .map_or(self.ring_bytes, Drain::ring_bytes)
+            .map_or(self.started.first_ring_bytes, Drain::ring_bytes)
     }
 
     /// Size of the first ring buffer in bytes (`--buffer-pages`, or the default first ring).
     pub fn first_ring_bytes(&self) -> u64 {
-        self.ring_bytes
+        self.started.first_ring_bytes
     }
 
     /// Why the ring buffer could not grow when a burst needed it to, if it could not.
@@ -358,12 +379,12 @@ impl Session {
     /// and is said once through [`Session::take_warnings`]) and the parent's name where the
     /// kernel saw no fork.
     fn complete(&mut self, events: &mut [Event]) {
-        if self.probe_cost_ns.is_none()
-            && !self.calibration_failed
+        if self.calibration.probe_cost_ns.is_none()
+            && !self.calibration.failed
             && events.iter().any(|e| e.probed() > 0)
         {
             if let Err(e) = self.probe_cost_ns() {
-                self.calibration_failed = true;
+                self.calibration.failed = true;
                 // `{:#}`: the message and its causes on one line.
                 self.warnings
                     .push(format!("{e:#}; 'untraced' windows are not corrected"));
@@ -381,7 +402,7 @@ impl Session {
     /// The probes' cost per counted syscall as windows are corrected with it (ns, rounded):
     /// 0 with --no-syscalls, `None` until measured (or when the measurement failed).
     pub fn probe_cost(&self) -> Option<f64> {
-        self.probe_cost_ns.map(f64::round)
+        self.calibration.probe_cost_ns.map(f64::round)
     }
 
     /// What the session has to say since the last call (a failed calibration), one line each.
@@ -395,11 +416,11 @@ impl Session {
             Event::Spawn(s) => s.pid,
             Event::Exit(e) => e.pid,
         };
-        let Some(i) = self.ignored.iter().position(|&p| p == pid) else {
+        let Some(i) = self.calibration.ignored.iter().position(|&p| p == pid) else {
             return false;
         };
         if matches!(ev, Event::Exit(_)) {
-            self.ignored.swap_remove(i);
+            self.calibration.ignored.swap_remove(i);
         }
         true
     }
@@ -430,7 +451,8 @@ impl Session {
     /// Runs of each program the kernel skipped since the session was ready
     /// ([`crate::tracer::ebpf::misses`]): records or counts lost without a trace in the ring buffer.
     pub fn missed_runs(&self) -> MissedRuns {
-        self.missed_runs_total().since(&self.missed_baseline)
+        self.missed_runs_total()
+            .since(&self.started.missed_baseline)
     }
 
     /// The programs' skipped runs since they were loaded.
@@ -483,7 +505,7 @@ impl Drop for Session {
         if self.handed_off {
             return; // the child detaches the slow ones after our exit
         }
-        if self.backend == Some(Backend::Fentry) {
+        if self.started.backend == Some(Backend::Fentry) {
             ebpf::detach_fentry(&mut bpf);
         }
         if self.exiting {
