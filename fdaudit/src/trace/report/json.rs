@@ -63,11 +63,12 @@ pub struct SpawnJson<'a> {
     leaked_fd_count: u32,
     /// Redirected or inherited stdio (fds 0-2), shown apart from leaks.
     stdio: Vec<LeakedFdJson<'a>>,
-    /// Partial-data markers and `reexec`, as a list of names.
+    /// Partial-data markers and `reexec`, as a list of names in bit order.
+    #[serde(serialize_with = "flag_names")]
     flags: SpawnFlags,
-    /// What changed between the last exec'd image in the ancestry and the new image;
-    /// absent when nothing did or no earlier image was seen.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// What changed between the last exec'd image in the ancestry and the new image, each
+    /// field as `[before, after]`; absent when nothing did or no earlier image was seen.
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "crossings")]
     boundary: Option<&'a Boundary>,
     /// cgroup (id from the kernel at exec, path), container, and pid in its own namespace.
     #[serde(flatten)]
@@ -164,6 +165,16 @@ impl<'a> LeakedFdJson<'a> {
     }
 }
 
+fn flag_names<S: Serializer>(f: &SpawnFlags, out: S) -> Result<S::Ok, S::Error> {
+    out.collect_seq(f.names())
+}
+
+/// `{"uid": [0, 65534], "mnt_namespace": [A, B]}`.
+fn crossings<S: Serializer>(b: &Option<&Boundary>, out: S) -> Result<S::Ok, S::Error> {
+    let crossed = b.map_or(&[][..], |b| b.crossings());
+    out.collect_map(crossed.iter().map(|&(k, a, b)| (k, [a, b])))
+}
+
 /// The summary's `inherited_fds`: the baseline itself (none of them marked `inherited`, as
 /// the command's own exec was no spawn).
 pub fn baseline_fds<S: Serializer>(fds: &[LeakedFd], out: S) -> Result<S::Ok, S::Error> {
@@ -188,6 +199,35 @@ mod tests {
         assert_eq!(json["close_calls"], 19_997);
         assert!(json.get("exec_ns").is_none(), "{json}");
         assert!(json.get("dev").is_none(), "{json}");
+    }
+
+    #[test]
+    fn flags_are_names_and_a_boundary_is_before_and_after_pairs() {
+        let mut s = spawn("sh", "/bin/true", 0, 0, 0);
+        let json = serde_json::to_value(SpawnJson::new(&s, 0, &|_| false)).unwrap();
+        assert_eq!(json["flags"], serde_json::json!([]));
+        assert!(json.get("boundary").is_none(), "{json}");
+        s.flags = SpawnFlags::NO_FORK | SpawnFlags::FDS_TRUNCATED;
+        let before = fdaudit_common::CredNs {
+            read: u32::MAX,
+            mnt_ns: 4026531841,
+            ..Default::default()
+        };
+        let exec = fdaudit_common::CredNs {
+            uid: 65534,
+            mnt_ns: 4026532500,
+            ..before
+        };
+        s.boundary = Boundary::across(&[&before], &exec);
+        let json = serde_json::to_value(SpawnJson::new(&s, 0, &|_| false)).unwrap();
+        assert_eq!(
+            json["flags"],
+            serde_json::json!(["fds_truncated", "no_fork"])
+        );
+        assert_eq!(
+            json["boundary"],
+            serde_json::json!({"uid": [0, 65534], "mnt_namespace": [4026531841u64, 4026532500u64]})
+        );
     }
 
     #[test]
