@@ -10,9 +10,9 @@ use anyhow::{anyhow, Context as _};
 
 use crate::tracer::{
     counts::SyscallCounts,
-    decode::{Event, Spawn},
     follow::{follow, End, Sink, Until},
     session::{Session, SessionOptions},
+    spawn::{Event, Spawn},
     wait::Waiter,
 };
 

@@ -14,10 +14,10 @@ use super::traced::{BenchTracer, TraceError};
 use super::user_report::{self, UserCellReport, UserFitReport, UserRun, UserSpawn};
 use crate::held::{self, HeldOptions};
 use crate::tracer::{
-    decode::{Event, Spawn},
     flags::SpawnFlags,
     follow::{follow, End, Sink, Until},
     session::Session,
+    spawn::{Event, Spawn},
 };
 
 /// How long to go on following what CMD left running after it exited.

@@ -12,9 +12,9 @@ use crate::{
     output::{count, stream},
     procfs_util,
     tracer::{
-        decode,
         follow::{self, End, Until},
         session::Session,
+        spawn,
         steps::{self, Steps},
         wait,
     },
@@ -46,7 +46,7 @@ impl TraceSink<'_> {
 }
 
 impl follow::Sink for TraceSink<'_> {
-    fn events(&mut self, session: &mut Session, events: Vec<decode::Event>) -> Result<()> {
+    fn events(&mut self, session: &mut Session, events: Vec<spawn::Event>) -> Result<()> {
         self.reporter.costs_from(session);
         for ev in self.steps.push(events, Instant::now()) {
             self.reporter.handle(ev, self.roots)?;

@@ -27,7 +27,7 @@ use crate::{
     output::stream::{self, Dest, StdStream},
     procfs_util,
     tracer::{
-        decode, drain,
+        drain,
         ebpf::BackendChoice,
         session::{Session, SessionOptions},
         wait,
@@ -40,8 +40,8 @@ use verbose::{verbose_calibration, verbose_exit, verbose_startup};
 /// Every JSON object `trace --json` prints, one per line, tagged by `"type"`.
 #[derive(Debug, serde::Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
-pub enum TraceRecord {
-    Spawn(Box<decode::Spawn>),
+pub enum TraceRecord<'a> {
+    Spawn(Box<report::json::SpawnJson<'a>>),
     ReadStorm(reads::ReadStorm),
     /// What to change for a group that leaks or sweeps fds up to NOFILE.
     Advice(Box<report::Advice>),

@@ -6,8 +6,8 @@
 use std::sync::Mutex;
 
 use super::{
-    decode::{Event, Spawn},
     session::{Session, SessionOptions},
+    spawn::{Event, Spawn},
     strategy::Strategy,
 };
 

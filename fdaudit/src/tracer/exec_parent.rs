@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use super::decode::{Event, Spawn};
+use super::spawn::{Event, Spawn};
 use crate::output::text::Lossless;
 
 /// Each unforked process's latest image name, until its exit record.

@@ -12,35 +12,62 @@ pub fn cstr(b: &[u8]) -> Vec<u8> {
     b[..end].to_vec()
 }
 
-/// Resolves the target of a leaked fd: the live link in the child, else in the parent when it
-/// is the same inode, else in fdaudit itself (a traced command's stdio is often fdaudit's
-/// own, passed on: `trace -- sh -c '…; exec /bin/true' > out` outlives both), else what the
-/// kernel saw (pseudo-files are named from the inode).
-pub type Resolver = fn(pid: u32, parent: u32, fd: u32, ino: u64) -> Option<Vec<u8>>;
+/// What decoding asks of the live system: the session injects [`Procfs`], tests a stub, and
+/// the decoder itself reads no file.
+pub trait Live: Sync {
+    /// The live link of a leaked fd, when it is still the file the kernel saw (inode `ino`):
+    /// in the child, else in the parent, else in fdaudit itself (a traced command's stdio is
+    /// often fdaudit's own, passed on: `trace -- sh -c '…; exec /bin/true' > out` outlives
+    /// both). Without one, the target is what the kernel saw (pseudo-files are named from the
+    /// inode).
+    fn fd_target(&self, pid: u32, parent: u32, fd: u32, ino: u64) -> Option<Vec<u8>>;
+    /// The image a live process runs (`/proc/PID/exe`).
+    fn exe(&self, pid: u32) -> Option<Vec<u8>>;
+}
 
-pub fn resolve_target(pid: u32, parent: u32, fd: u32, ino: u64) -> Option<Vec<u8>> {
-    [pid, parent, std::process::id()]
-        .into_iter()
-        .find_map(|p| procfs_util::fd_target(p, fd, ino))
+/// The live system, read through /proc (see [`procfs_util::fd_target`] for what a link is
+/// checked against).
+pub struct Procfs;
+
+impl Live for Procfs {
+    fn fd_target(&self, pid: u32, parent: u32, fd: u32, ino: u64) -> Option<Vec<u8>> {
+        [pid, parent, std::process::id()]
+            .into_iter()
+            .find_map(|p| procfs_util::fd_target(p, fd, ino))
+    }
+
+    fn exe(&self, pid: u32) -> Option<Vec<u8>> {
+        procfs_util::exe_of(pid)
+    }
+}
+
+/// A test's stub: the function names fds; no process has an image.
+#[cfg(test)]
+pub struct Links(pub fn(pid: u32, parent: u32, fd: u32, ino: u64) -> Option<Vec<u8>>);
+
+#[cfg(test)]
+impl Live for Links {
+    fn fd_target(&self, pid: u32, parent: u32, fd: u32, ino: u64) -> Option<Vec<u8>> {
+        (self.0)(pid, parent, fd, ino)
+    }
+
+    fn exe(&self, _: u32) -> Option<Vec<u8>> {
+        None
+    }
 }
 
 /// The image an exec through an fd ran (`fexecve`, `execveat(fd, "", AT_EMPTY_PATH)`: the
 /// kernel's file name is `/dev/fd/N`): the new image's `/proc/PID/exe` (`/memfd:payload
 /// (deleted)` for a memfd). `Some(None)` when the name is such a path but the process is
 /// gone (the name is then partial); `None` for any other name.
-pub fn exec_image(pid: u32, filename: &[u8]) -> Option<Option<Vec<u8>>> {
+pub fn exec_image(pid: u32, filename: &[u8], live: &dyn Live) -> Option<Option<Vec<u8>>> {
     let rest = filename
         .strip_prefix(b"/dev/fd/")
         .or_else(|| filename.strip_prefix(b"/proc/self/fd/"))?;
     if rest.is_empty() || !rest.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    use std::os::unix::ffi::OsStrExt as _;
-    Some(
-        std::fs::read_link(format!("/proc/{pid}/exe"))
-            .ok()
-            .map(|p| p.as_os_str().as_bytes().to_vec()),
-    )
+    Some(live.exe(pid))
 }
 
 /// Joins the components of a kernel-built path (leaf first) into "/a/b/c"; a cut walk is
@@ -131,7 +158,7 @@ pub fn name(
     name_cut: bool,
     kernel_path: Option<&FdPath>,
     at: Site,
-    resolve: Resolver,
+    live: &dyn Live,
 ) -> Named {
     let mut deleted = false;
     let mut partial = false;
@@ -151,7 +178,8 @@ pub fn name(
         // A memfd has no path (its dentry is a root of the kernel's internal shm mount): its
         // name is "memfd:NAME"; a cut one is read again from the live link ("/memfd:NAME
         // (deleted)").
-        FdKind::Memfd => match resolve(at.pid, at.parent, at.fd, at.ino)
+        FdKind::Memfd => match live
+            .fd_target(at.pid, at.parent, at.fd, at.ino)
             .filter(|l| name_cut && l.strip_prefix(b"/").is_some_and(|l| l.starts_with(name)))
         {
             Some(link) => {
@@ -168,7 +196,9 @@ pub fn name(
             Some(p) if p.complete != 0 => join_path(p),
             // A cut or missing path: the live link is better, if the process is still there.
             kp => {
-                match resolve(at.pid, at.parent, at.fd, at.ino).filter(|l| link_ends_in_leaf(l, kp))
+                match live
+                    .fd_target(at.pid, at.parent, at.fd, at.ino)
+                    .filter(|l| link_ends_in_leaf(l, kp))
                 {
                     Some(link) => {
                         let (p, d) = strip_deleted(link);
@@ -207,12 +237,12 @@ mod tests {
     #[test]
     fn only_an_fd_path_is_an_exec_through_an_fd() {
         use std::os::unix::ffi::OsStrExt as _;
-        assert_eq!(exec_image(1, b"/bin/true"), None);
-        assert_eq!(exec_image(1, b"/dev/fd/"), None);
-        assert_eq!(exec_image(1, b"/dev/fd/4x"), None);
+        assert_eq!(exec_image(1, b"/bin/true", &Procfs), None);
+        assert_eq!(exec_image(1, b"/dev/fd/", &Procfs), None);
+        assert_eq!(exec_image(1, b"/dev/fd/4x", &Procfs), None);
         let exe = std::fs::read_link("/proc/self/exe").unwrap();
         assert_eq!(
-            exec_image(std::process::id(), b"/dev/fd/4"),
+            exec_image(std::process::id(), b"/dev/fd/4", &Procfs),
             Some(Some(exe.as_os_str().as_bytes().to_vec()))
         );
     }

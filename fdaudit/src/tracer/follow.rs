@@ -11,8 +11,8 @@ use std::{
 use anyhow::Result;
 
 use super::{
-    decode::Event,
     session::Session,
+    spawn::Event,
     wait::{try_wait, Waiter},
 };
 

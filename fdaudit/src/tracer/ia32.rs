@@ -19,7 +19,7 @@
 use std::collections::HashMap;
 use std::io::Read as _;
 
-use super::{decode::Event, flags::SpawnFlags, strategy::Strategy};
+use super::{flags::SpawnFlags, spawn::Event, strategy::Strategy};
 use crate::runtime::read_proc;
 use crate::untrusted::{FileId, Handle};
 
@@ -93,7 +93,7 @@ impl Ia32Images {
         }
     }
 
-    fn flag(&mut self, s: &mut super::decode::Spawn) {
+    fn flag(&mut self, s: &mut super::spawn::Spawn) {
         // An exec chain's step ran the process's own previous image; a forked child, its
         // parent's.
         let chained = s.flags.contains(SpawnFlags::REEXEC)

@@ -5,8 +5,8 @@
 use std::collections::{HashMap, HashSet};
 
 use super::{
-    decode::{Event, Spawn},
     flags::SpawnFlags,
+    spawn::{Event, Spawn},
 };
 use crate::runtime::{identify, of_pid, read_proc, resolve, FileImages, Nofile, Runtime};
 use crate::untrusted::Handle;

@@ -14,73 +14,78 @@ use aya::{
     Ebpf,
 };
 use fdaudit_common::{
-    ExecFailure, FdPath, ReadKey, ReadStat, Stats, TaskState, MAP_EXEC_FAILS, MAP_READS,
-    MAP_READ_PATHS, MAP_STATS,
+    FdPath, ReadKey, ReadStat, Stats, TaskState, MAP_EXEC_FAILS, MAP_READS, MAP_READ_PATHS,
+    MAP_STATS,
 };
 
 pub use super::loader::{SessionOptions, StartupTimings};
 use super::{
     calibrate,
-    decode::{self, Decoder, Event, ReadCount},
+    complete::Completion,
+    decode::{self, Decoder},
     drain::Drain,
-    exec_parent::ExecParents,
     loader,
+    spawn::{Event, ReadCount},
 };
 use crate::{
-    cgroup::Hierarchy,
-    procfs_util, sys,
+    procfs_util,
     tracer::ebpf::{self, Backend, MissedRuns},
 };
 
-/// Loaded and attached programs with their maps. Dropping it detaches everything.
-pub struct Session {
-    drain: Option<Drain>,
-    decoder: Decoder,
-    ring_bytes: u64,
-    pub(super) tracked: HashMap<MapData, u32, TaskState>,
-    stats: PerCpuArray<MapData, Stats>,
-    reads: Option<HashMap<MapData, ReadKey, ReadStat>>,
-    /// The paths of storms' files, walked by the kernel while they were open.
-    read_paths: Option<HashMap<MapData, ReadKey, FdPath>>,
-    /// Failed execs' errno and path, when the exec_exit programs could be attached.
-    exec_fails: Option<HashMap<MapData, u32, ExecFailure>>,
-    /// Keeps programs and links alive (taken in `drop`).
-    bpf: Option<Ebpf>,
-    leaks_only: bool,
-    /// Probe cost per counted syscall, ns, once measured ([`Session::probe_cost_ns`]).
-    probe_cost_ns: Option<f64>,
-    /// How long that took, ms.
-    calibrate_ms: f64,
-    /// The probe-cost measurement failed: windows stay uncorrected, and it is not retried.
-    calibration_failed: bool,
-    /// Warnings for the front end ([`Session::take_warnings`]).
-    warnings: Vec<String>,
+/// What a session started with, fixed from then on.
+struct Started {
+    /// The first ring buffer's size, bytes (`--buffer-pages`, or the default first ring).
+    first_ring_bytes: u64,
     /// Untraced cost of one close() on a closed fd, ns, measured at start.
     close_cost_ns: f64,
-    /// The calibration's processes: their records are dropped (each pid until its exit
-    /// record, the last one it writes).
-    ignored: Vec<u32>,
     /// The backend counting syscalls (None with --no-syscalls: no syscall is hooked).
     backend: Option<Backend>,
     /// Why `auto` chose the backend it did.
     fallback: Option<String>,
     /// The backend does not count the ia32 syscalls this kernel runs.
     ia32_unseen: bool,
-    /// Then: which images are ia32, to flag the spawns whose counts are unseen.
-    ia32_images: Option<super::ia32::Ia32Images>,
     timings: StartupTimings,
+    /// The programs' skipped runs when the session was ready.
+    missed_baseline: MissedRuns,
+}
+
+/// The probes' cost per counted syscall, measured at the first spawn that needs it.
+struct Calibration {
+    /// ns, once measured ([`Session::probe_cost_ns`]; 0 with --no-syscalls).
+    probe_cost_ns: Option<f64>,
+    /// How long that took, ms.
+    ms: f64,
+    /// The measurement failed: windows stay uncorrected, and it is not retried.
+    failed: bool,
+    /// The calibration's processes: their records are dropped (each pid until its exit
+    /// record, the last one it writes).
+    ignored: Vec<u32>,
+}
+
+/// Loaded and attached programs with their maps. Dropping it detaches everything.
+pub struct Session {
+    drain: Option<Drain>,
+    decoder: Decoder,
+    pub(super) tracked: HashMap<MapData, u32, TaskState>,
+    stats: PerCpuArray<MapData, Stats>,
+    reads: Option<HashMap<MapData, ReadKey, ReadStat>>,
+    /// The paths of storms' files, walked by the kernel while they were open.
+    read_paths: Option<HashMap<MapData, ReadKey, FdPath>>,
+    /// Keeps programs and links alive (taken in `drop`).
+    bpf: Option<Ebpf>,
+    leaks_only: bool,
+    /// The probes' own cost, measured once.
+    calibration: Calibration,
+    /// Warnings for the front end ([`Session::take_warnings`]).
+    warnings: Vec<String>,
+    /// What the session started with.
+    started: Started,
     /// The fentry or exec_exit links were handed to a child that closes them after our exit.
     handed_off: bool,
     /// [`Session::detach_after_exit`] was called: the process exits next.
     exiting: bool,
-    /// The cgroup2 hierarchy, to name the cgroup ids of spawn records (None without cgroup2).
-    cgroups: Option<Hierarchy>,
-    /// The programs' skipped runs when the session was ready.
-    missed_baseline: MissedRuns,
-    /// Names the parent of execs whose fork was not seen.
-    exec_parents: ExecParents,
-    /// Names each spawn's runtime (`trace`), when asked for.
-    runtimes: Option<super::runtimes::Resolver>,
+    /// Fills in what the records leave to user space ([`Completion`]).
+    completion: Completion,
 }
 
 impl Session {
@@ -126,35 +131,35 @@ impl Session {
                     .context("failed to start the ring buffer's drain thread")?,
             ),
             decoder: if opts.origin {
-                Decoder::new(opts.leaks_only).with_origins()
+                Decoder::new(opts.leaks_only, &super::fdtarget::Procfs).with_origins()
             } else {
-                Decoder::new(opts.leaks_only)
+                Decoder::new(opts.leaks_only, &super::fdtarget::Procfs)
             },
-            ring_bytes,
             tracked,
             stats,
             reads,
             read_paths,
-            exec_fails,
+            completion: Completion::new(exec_fails, ia32_unseen),
             bpf: Some(bpf),
             leaks_only: opts.leaks_only,
-            probe_cost_ns: opts.leaks_only.then_some(0.0),
-            calibrate_ms: 0.0,
-            calibration_failed: false,
+            calibration: Calibration {
+                probe_cost_ns: opts.leaks_only.then_some(0.0),
+                ms: 0.0,
+                failed: false,
+                ignored: Vec::new(),
+            },
             warnings: Vec::new(),
-            close_cost_ns,
-            ignored: Vec::new(),
-            backend,
-            fallback,
-            ia32_unseen,
-            ia32_images: ia32_unseen.then(Default::default),
-            timings,
+            started: Started {
+                first_ring_bytes: ring_bytes,
+                close_cost_ns,
+                backend,
+                fallback,
+                ia32_unseen,
+                timings,
+                missed_baseline,
+            },
             handed_off: false,
             exiting: false,
-            cgroups: Hierarchy::open(),
-            missed_baseline,
-            exec_parents: ExecParents::default(),
-            runtimes: None,
         })
     }
 
@@ -167,8 +172,8 @@ impl Session {
     /// wait for the kernel to free the rest.
     pub fn detach_after_exit(&mut self) {
         self.exiting = true;
-        let hand_off = matches!(self.backend, Some(Backend::Fentry | Backend::Tp))
-            || self.exec_fails.is_some();
+        let hand_off = matches!(self.started.backend, Some(Backend::Fentry | Backend::Tp))
+            || self.completion.names_failed_execs();
         if let (true, Some(bpf)) = (hand_off, &mut self.bpf) {
             ebpf::detach_after_exit(bpf);
             self.handed_off = true;
@@ -177,12 +182,12 @@ impl Session {
 
     /// The backend counting syscalls (None with --no-syscalls).
     pub fn backend(&self) -> Option<Backend> {
-        self.backend
+        self.started.backend
     }
 
     /// What the backend does not count here ([`ebpf::IA32_UNSEEN`]), for a note.
     pub fn unseen(&self) -> Option<String> {
-        let backend = self.backend.filter(|_| self.ia32_unseen)?;
+        let backend = self.started.backend.filter(|_| self.started.ia32_unseen)?;
         Some(format!(
             "{} backend: {}",
             backend.as_str(),
@@ -192,18 +197,18 @@ impl Session {
 
     /// Why `--backend auto` chose its backend, in one line.
     pub fn fallback(&self) -> Option<&str> {
-        self.fallback.as_deref()
+        self.started.fallback.as_deref()
     }
 
     pub fn timings(&self) -> StartupTimings {
-        self.timings
+        self.started.timings
     }
 
     /// Probe cost per counted syscall (ns), measured on the first call (~2 ms here: three
     /// forks, 8000 close() calls and the waits; [`super::calibrate`]) while the programs
     /// are attached; 0 with --no-syscalls.
     fn probe_cost_ns(&mut self) -> Result<f64> {
-        if let Some(ns) = self.probe_cost_ns {
+        if let Some(ns) = self.calibration.probe_cost_ns {
             return Ok(ns);
         }
         let t = std::time::Instant::now();
@@ -215,24 +220,28 @@ impl Session {
             bpf,
             &mut self.tracked,
             loader::CALIBRATION_CLOSES,
-            self.close_cost_ns,
+            self.started.close_cost_ns,
         )
         .context("failed to measure the probes' own cost")?;
-        self.ignored.extend(m.pids.iter().filter(|&&p| p != 0));
-        self.probe_cost_ns = Some(m.probe_cost_ns);
-        self.calibrate_ms = t.elapsed().as_secs_f64() * 1e3;
+        self.calibration
+            .ignored
+            .extend(m.pids.iter().filter(|&&p| p != 0));
+        self.calibration.probe_cost_ns = Some(m.probe_cost_ns);
+        self.calibration.ms = t.elapsed().as_secs_f64() * 1e3;
         Ok(m.probe_cost_ns)
     }
 
     /// The probe cost, if [`Session::probe_cost_ns`] measured it, and how long that took
     /// (ms).
     pub fn probe_cost_measured(&self) -> Option<(f64, f64)> {
-        self.probe_cost_ns.map(|ns| (ns, self.calibrate_ms))
+        self.calibration
+            .probe_cost_ns
+            .map(|ns| (ns, self.calibration.ms))
     }
 
     /// Untraced cost of one close() on a closed fd (ns), measured before attaching.
     pub fn close_cost_ns(&self) -> f64 {
-        self.close_cost_ns
+        self.started.close_cost_ns
     }
 
     pub fn leaks_only(&self) -> bool {
@@ -294,12 +303,12 @@ impl Session {
     pub fn ring_bytes(&self) -> u64 {
         self.drain
             .as_ref()
-            .map_or(self.ring_bytes, Drain::ring_bytes)
+            .map_or(self.started.first_ring_bytes, Drain::ring_bytes)
     }
 
     /// Size of the first ring buffer in bytes (`--buffer-pages`, or the default first ring).
     pub fn first_ring_bytes(&self) -> u64 {
-        self.ring_bytes
+        self.started.first_ring_bytes
     }
 
     /// Why the ring buffer could not grow when a burst needed it to, if it could not.
@@ -335,19 +344,14 @@ impl Session {
         // The parent's runtime now, before anything slower (the probe-cost calibration): a
         // spawner often exits soon after its child. A parent read live may have exec'd
         // before it was read (its record not yet taken): the records written since say so.
-        if let Some(mut r) = self.runtimes.take() {
+        if let Some(mut r) = self.completion.runtimes.take() {
             r.name_all(&mut out, || {
                 let raw = self.flush_raw();
                 self.decode_raw(&raw)
             });
-            self.runtimes = Some(r);
+            self.completion.runtimes = Some(r);
         }
-        if let Some(images) = &mut self.ia32_images {
-            images.mark(&mut out);
-        }
-        for ev in &mut out {
-            self.add_exec_failure(ev);
-        }
+        self.completion.name(&mut out);
         self.complete(&mut out);
         out
     }
@@ -362,17 +366,7 @@ impl Session {
                 continue;
             }
             if let Event::Spawn(s) = &mut ev {
-                if let (Some(id), Some(h)) = (s.identity.cgroup_id, &mut self.cgroups) {
-                    s.identity = h.identity(id, s.pid);
-                }
-                // Picked up at its exec by `--cgroup` (its fork was not seen): the parent
-                // from /proc while the process runs (named by `complete`).
-                if s.parent_pid == 0 {
-                    if let Some(pp) = procfs_util::parent_of(s.pid) {
-                        s.parent_pid = pp;
-                        s.parent_comm = crate::output::text::Lossless::new(Vec::new());
-                    }
-                }
+                self.completion.identify(s);
             }
             out.push(ev);
         }
@@ -385,42 +379,30 @@ impl Session {
     /// and is said once through [`Session::take_warnings`]) and the parent's name where the
     /// kernel saw no fork.
     fn complete(&mut self, events: &mut [Event]) {
-        if self.probe_cost_ns.is_none()
-            && !self.calibration_failed
+        if self.calibration.probe_cost_ns.is_none()
+            && !self.calibration.failed
             && events.iter().any(|e| e.probed() > 0)
         {
             if let Err(e) = self.probe_cost_ns() {
-                self.calibration_failed = true;
+                self.calibration.failed = true;
                 // `{:#}`: the message and its causes on one line.
                 self.warnings
                     .push(format!("{e:#}; 'untraced' windows are not corrected"));
             }
         }
         let probe_ns = self.probe_cost().unwrap_or(0.0);
-        for ev in events.iter_mut() {
-            let spawn = match ev {
-                Event::Spawn(s) => Some(s),
-                Event::Exit(e) => e.failed_spawn.as_mut(),
-            };
-            if let Some(s) = spawn {
-                s.correct_for_probes(probe_ns);
-            }
-        }
-        self.exec_parents.complete(events);
-        if let Some(r) = &mut self.runtimes {
-            r.exits(events);
-        }
+        self.completion.finish(events, probe_ns);
     }
 
     /// Names each spawn's runtime from its parent's image from now on (`trace`).
     pub fn identify_runtimes(&mut self) {
-        self.runtimes.get_or_insert_with(Default::default);
+        self.completion.identify_runtimes();
     }
 
     /// The probes' cost per counted syscall as windows are corrected with it (ns, rounded):
     /// 0 with --no-syscalls, `None` until measured (or when the measurement failed).
     pub fn probe_cost(&self) -> Option<f64> {
-        self.probe_cost_ns.map(f64::round)
+        self.calibration.probe_cost_ns.map(f64::round)
     }
 
     /// What the session has to say since the last call (a failed calibration), one line each.
@@ -434,40 +416,13 @@ impl Session {
             Event::Spawn(s) => s.pid,
             Event::Exit(e) => e.pid,
         };
-        let Some(i) = self.ignored.iter().position(|&p| p == pid) else {
+        let Some(i) = self.calibration.ignored.iter().position(|&p| p == pid) else {
             return false;
         };
         if matches!(ev, Event::Exit(_)) {
-            self.ignored.swap_remove(i);
+            self.calibration.ignored.swap_remove(i);
         }
         true
-    }
-
-    /// Gives a failed exec its errno and path (from the exec_exit programs' map) and drops a
-    /// failure that a later exec of the same process superseded.
-    fn add_exec_failure(&mut self, ev: &mut Event) {
-        let Some(map) = self.exec_fails.as_mut() else {
-            return;
-        };
-        match ev {
-            Event::Exit(e) => {
-                if let Some(s) = e.failed_spawn.as_mut() {
-                    if let Ok(f) = map.get(&s.pid, 0) {
-                        s.exec_errno = Some(f.errno);
-                        s.exec_error = sys::errno_name(f.errno);
-                        s.exec_path = crate::output::text::Lossless::new(decode::cstr(&f.path));
-                        if f.path_cut != 0 {
-                            s.flags |= super::flags::SpawnFlags::PATH_PARTIAL;
-                        }
-                        let _ = map.remove(&s.pid);
-                    }
-                }
-            }
-            Event::Spawn(s) if s.exec_attempts > 1 => {
-                let _ = map.remove(&s.pid);
-            }
-            Event::Spawn(_) => {}
-        }
     }
 
     /// The kernel's own counters, summed over CPUs; `lost_records` also counts the records
@@ -496,7 +451,8 @@ impl Session {
     /// Runs of each program the kernel skipped since the session was ready
     /// ([`crate::tracer::ebpf::misses`]): records or counts lost without a trace in the ring buffer.
     pub fn missed_runs(&self) -> MissedRuns {
-        self.missed_runs_total().since(&self.missed_baseline)
+        self.missed_runs_total()
+            .since(&self.started.missed_baseline)
     }
 
     /// The programs' skipped runs since they were loaded.
@@ -549,7 +505,7 @@ impl Drop for Session {
         if self.handed_off {
             return; // the child detaches the slow ones after our exit
         }
-        if self.backend == Some(Backend::Fentry) {
+        if self.started.backend == Some(Backend::Fentry) {
             ebpf::detach_fentry(&mut bpf);
         }
         if self.exiting {

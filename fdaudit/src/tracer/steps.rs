@@ -10,7 +10,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use super::{decode::Event, flags::SpawnFlags};
+use super::{flags::SpawnFlags, spawn::Event};
 
 /// How long a spawn with fds waits for its process's next exec. Pass-through images exec
 /// again within milliseconds; a later exec starts a chain of its own.
@@ -78,7 +78,7 @@ impl Steps {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tracer::decode::Exit;
+    use crate::tracer::spawn::Exit;
 
     fn spawn(pid: u32, leaked: u32, flags: SpawnFlags) -> Event {
         let mut s = crate::trace::report::tests::spawn("java", "/x", 0, 0, leaked);
@@ -91,10 +91,7 @@ mod tests {
         Event::Exit(Exit {
             pid,
             parent_pid: 1,
-            comm: Vec::new(),
             never_execd: false,
-            exit_code: 0,
-            close_calls: 0,
             failed_spawn: None,
         })
     }

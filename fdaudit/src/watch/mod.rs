@@ -22,10 +22,10 @@ use crate::{
     scan::{self, Severity},
     signals::{Action, CallerIgnored},
     tracer::{
-        decode::{Event, Spawn},
         flags::SpawnFlags,
         follow::{follow, Sink, Until},
         session::{Session, SessionOptions},
+        spawn::{Event, Spawn},
         steps::Steps,
         wait::Waiter,
     },

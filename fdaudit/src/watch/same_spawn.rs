@@ -37,7 +37,8 @@ fn watch_and_trace_see_the_same_corrected_window_and_parent() {
         .unwrap_or_else(|| panic!("no exec of {pid}: {all:?}"));
     assert_eq!(child.parent_comm.lossy(), "fdaudit");
     for s in [grandchild, child] {
-        let traced = serde_json::to_value(s).expect("serialise the spawn");
+        let record = crate::trace::report::json::SpawnJson::new(s, 0, &|_| false);
+        let traced = serde_json::to_value(record).expect("serialise the spawn");
         let watched = super::observation(s, false);
         assert_eq!(
             watched.labels.parent,

@@ -22,8 +22,8 @@ use prost::Message as _;
 
 use crate::output::text::{escape_bytes, escape_path};
 use crate::tracer::{
-    decode::{LeakedFd, Spawn},
     flags::SpawnFlags,
+    spawn::{LeakedFd, Spawn},
 };
 use proto::{
     Clock, ClockSnapshot, CounterDescriptor, DebugAnnotation, Process, ProcessDescriptor,
@@ -113,8 +113,13 @@ impl<W: Write> Perfetto<W> {
     }
 
     /// A spawn: its process's track (new unless it continues an exec chain), its slice,
-    /// counters and leaks.
-    pub fn spawn(&mut self, s: &Spawn) -> std::io::Result<()> {
+    /// counters and leaks; `inherited` says which leaked fds the traced command itself
+    /// inherited.
+    pub fn spawn(
+        &mut self,
+        s: &Spawn,
+        inherited: &dyn Fn(&LeakedFd) -> bool,
+    ) -> std::io::Result<()> {
         let continues = s.flags.contains(SpawnFlags::REEXEC) && self.tracks.contains_key(&s.pid);
         if !continues {
             self.new_track(s)?;
@@ -151,7 +156,7 @@ impl<W: Write> Perfetto<W> {
                 TrackEvent {
                     name: Some(format!("leaked fd {}: {}", f.fd, f.target.escaped())),
                     r#type: Some(proto::TYPE_INSTANT),
-                    debug_annotations: leak_annotations(f),
+                    debug_annotations: leak_annotations(f, inherited(f)),
                     ..track_event(uuid)
                 },
             )?;
@@ -363,14 +368,14 @@ fn spawn_annotations(s: &Spawn) -> Vec<DebugAnnotation> {
     a
 }
 
-fn leak_annotations(f: &LeakedFd) -> Vec<DebugAnnotation> {
+fn leak_annotations(f: &LeakedFd, inherited: bool) -> Vec<DebugAnnotation> {
     let mut a = vec![
         uint("fd", f.fd.into()),
         string("kind", f.kind.as_str().into()),
         string("target", f.target.escaped()),
         string("access", f.access.into()),
         uint("ino", f.ino),
-        boolean("inherited", f.inherited),
+        boolean("inherited", inherited),
         boolean("critical", f.critical),
     ];
     if let Some(fam) = f.family {

@@ -22,7 +22,6 @@ fn leaked(fd: u32, target: &str) -> LeakedFd {
         origin: None,
         critical: false,
         deleted: false,
-        inherited: false,
         partial: false,
     }
 }
@@ -30,7 +29,7 @@ fn leaked(fd: u32, target: &str) -> LeakedFd {
 fn timeline(spawns: &[(Spawn, bool)]) -> Trace {
     let mut p = Perfetto::new(Vec::new()).unwrap();
     for (s, exited) in spawns {
-        p.spawn(s).unwrap();
+        p.spawn(s, &|_| false).unwrap();
         if *exited {
             p.exit(s.pid);
         }

@@ -1,7 +1,8 @@
 //! The line printed for each spawn as it happens.
 
+use super::LeakPolicy;
 use crate::output::{self, color::Paint, fmt_ns, table::Term};
-use crate::tracer::{decode::Spawn, flags::SpawnFlags, origin::Origin};
+use crate::tracer::{flags::SpawnFlags, origin::Origin, spawn::Spawn};
 
 /// What a strategy costs, as a colour: close_range is the cheap, correct way; the sweeps
 /// whose cost grows with NOFILE are red, those that grow with the fds open yellow.
@@ -14,8 +15,9 @@ pub fn strategy_paint(s: &str) -> Option<Paint> {
     }
 }
 
-/// One line for a spawn, as it happens; coloured when `term` takes colour.
-pub fn spawn_line(s: &Spawn, term: Term) -> String {
+/// One line for a spawn, as it happens; coloured when `term` takes colour. The fds in
+/// `policy`'s baseline are shown apart.
+pub fn spawn_line(s: &Spawn, policy: &LeakPolicy, term: Term) -> String {
     let mut line = exec_part(s, term);
     if let Some(tid) = s.exec_tid {
         line.push_str(&format!(" (exec by thread {tid})"));
@@ -44,7 +46,7 @@ pub fn spawn_line(s: &Spawn, term: Term) -> String {
             "closed or passed on by its next exec"
         )
     } else if s.leaked_count > 0 {
-        leaks_part(s, term)
+        leaks_part(s, policy, term)
     } else {
         String::new()
     };
@@ -129,18 +131,18 @@ fn strategy_part(s: &Spawn, term: Term) -> String {
 /// `  LEAKED n: fd kind target, …`: the fds that crossed the exec; those the traced
 /// command itself inherited apart, by number only (the baseline note named them):
 /// `  inherited 2: 10, 251`.
-fn leaks_part(s: &Spawn, term: Term) -> String {
+fn leaks_part(s: &Spawn, policy: &LeakPolicy, term: Term) -> String {
     let inherited: Vec<String> = s
         .leaked_fds
         .iter()
-        .filter(|f| f.inherited)
+        .filter(|f| policy.in_baseline(f))
         .map(|f| f.fd.to_string())
         .collect();
     let new = s.leaked_count as usize - inherited.len();
     let fds: Vec<String> = s
         .leaked_fds
         .iter()
-        .filter(|f| !f.inherited)
+        .filter(|f| !policy.in_baseline(f))
         .map(|f| match (f.family, f.protocol) {
             (Some(fam), Some(p)) => {
                 format!("{} {} {fam} {p} {}", f.fd, f.kind, f.target.escaped())
@@ -148,7 +150,7 @@ fn leaks_part(s: &Spawn, term: Term) -> String {
             _ if f.deleted => format!("{} {} {} (deleted)", f.fd, f.kind, f.target.escaped()),
             _ => format!("{} {} {}", f.fd, f.kind, f.target.escaped()),
         })
-        .zip(s.leaked_fds.iter().filter(|f| !f.inherited))
+        .zip(s.leaked_fds.iter().filter(|f| !policy.in_baseline(f)))
         .map(|(text, f)| match &f.origin {
             Some(o) => format!("{text} ({})", origin_brief(o)),
             None => text,

@@ -5,6 +5,7 @@
 mod advice;
 pub mod ci;
 mod gates;
+pub(crate) mod json;
 mod line;
 mod losses;
 mod summary;
@@ -25,9 +26,9 @@ use super::{
     chains::Chains, filter::Filter, perfetto::Perfetto, reads, stamp::Stamper, TraceRecord,
 };
 use crate::tracer::{
-    decode::{Event, LeakedFd, Spawn},
     flags::SpawnFlags,
     session::Session,
+    spawn::{Event, LeakedFd, Spawn},
 };
 use crate::{
     output::{count, stream, table::Term},
@@ -272,11 +273,7 @@ impl Reporter {
         );
     }
 
-    fn report_spawn(&mut self, mut s: Box<Spawn>) -> Result<()> {
-        s.time_ns = stream::since_header(s.exec_ns);
-        for f in &mut s.leaked_fds {
-            f.inherited = self.collector.policy.in_baseline(f);
-        }
+    fn report_spawn(&mut self, s: Box<Spawn>) -> Result<()> {
         self.gates.judge(&s, &self.collector.policy);
         if let Some(all) = &mut self.unfiltered {
             all.add(&link(&s, &self.collector.policy));
@@ -287,16 +284,20 @@ impl Reporter {
         }
         self.collector.add(&s);
         if let Some(p) = &mut self.perfetto {
-            p.spawn(&s)
+            let policy = &self.collector.policy;
+            p.spawn(&s, &|f| policy.in_baseline(f))
                 .context("failed to write the Perfetto trace (--perfetto)")?;
         }
         if self.args.json {
-            stream::record(&TraceRecord::Spawn(s))?;
+            let policy = &self.collector.policy;
+            let time_ns = stream::since_header(s.exec_ns);
+            let record = json::SpawnJson::new(&s, time_ns, &|f| policy.in_baseline(f));
+            stream::record(&TraceRecord::Spawn(Box::new(record)))?;
         } else if !self.args.quiet {
             let line = format!(
                 "{}{}",
                 self.stamper.prefix(s.exec_ns),
-                spawn_line(&s, self.term)
+                spawn_line(&s, &self.collector.policy, self.term)
             );
             stream::text(&format!("{}\n", self.term.fill(&line, 4)))?;
         }
@@ -452,7 +453,6 @@ pub(crate) mod tests {
             argv: Lossless::new(vec![path.into(), b"-x".to_vec()]),
             exec_errno: None,
             exec_error: None,
-            time_ns: 0,
             exec_ok: true,
             exec_attempts: 1,
             window_ns: window,
@@ -498,7 +498,6 @@ pub(crate) mod tests {
             origin: None,
             critical: false,
             deleted: false,
-            inherited: false,
             partial: false,
         }
     }
@@ -642,7 +641,7 @@ pub(crate) mod tests {
     fn spawn_line_names_strategy_counts_and_leaks() {
         let s = spawn("python3", "/bin/true", 19_997, 2_500_000, 0);
         assert_eq!(
-            spawn_line(&s, Term::plain()),
+            spawn_line(&s, &LeakPolicy::default(), Term::plain()),
             "python3[1] -> 2 /bin/true (-x)  window 2.50 ms (untraced ~2.50 ms)  close-loop to 20000: close 19997 (19996 EBADF)"
         );
     }
@@ -654,7 +653,7 @@ pub(crate) mod tests {
         s.exec_error = Some("ENOENT");
         for (attempts, said) in [(1, "(1 attempt)"), (3, "(3 attempts)")] {
             s.exec_attempts = attempts;
-            let line = spawn_line(&s, Term::plain());
+            let line = spawn_line(&s, &LeakPolicy::default(), Term::plain());
             assert!(
                 line.starts_with(&format!(
                     "sh[1] -> 2 EXEC FAILED /nonexistent/cmd: ENOENT {said}, exited"
@@ -671,7 +670,7 @@ pub(crate) mod tests {
         helper.pid = 40;
         // As tracer::steps judged it when pid 40 exec'd again.
         helper.flags = SpawnFlags::EXECD_AGAIN;
-        let line = spawn_line(&helper, Term::plain());
+        let line = spawn_line(&helper, &LeakPolicy::default(), Term::plain());
         assert!(line.contains("  transient 14: "), "{line}");
         assert!(!line.contains("LEAKED"), "{line}");
         let mut fin = spawn("java", "/bin/true", 15, 2_000, 0);
@@ -730,9 +729,9 @@ pub(crate) mod tests {
             container: crate::cgroup::parse_path(&format!("/system.slice/docker-{id}.scope")),
             ..Default::default()
         };
-        let line = spawn_line(&inside, Term::plain());
+        let line = spawn_line(&inside, &LeakPolicy::default(), Term::plain());
         assert!(line.contains(" in docker:3f2a0b9c8d7e "), "{line}");
-        let json = serde_json::to_value(&inside).unwrap();
+        let json = serde_json::to_value(json::SpawnJson::new(&inside, 0, &|_| false)).unwrap();
         assert_eq!(json["container_id"], id);
         assert_eq!(json["container_runtime"], "docker");
         let mut c = Collector::default();

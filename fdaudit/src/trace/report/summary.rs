@@ -11,8 +11,8 @@ use super::super::{
 };
 use crate::tracer::{
     counts::SyscallCounts,
-    decode::{Exit, LeakedFd, Spawn},
     flags::SpawnFlags,
+    spawn::{Exit, LeakedFd, Spawn},
     strategy::Strategy,
 };
 use crate::{
@@ -120,6 +120,7 @@ pub struct Summary {
     #[serde(rename = "no_syscalls")]
     pub leaks_only: bool,
     /// The fds the traced command inherited from fdaudit's caller (the baseline).
+    #[serde(serialize_with = "super::json::baseline_fds")]
     pub inherited_fds: Vec<LeakedFd>,
     /// The command's own exit status (shell-like: 128+N when killed by signal N); null
     /// with `-p` or when it had not exited.
@@ -284,9 +285,12 @@ impl LeakPolicy {
     }
 }
 
-/// The leaked fds of `s` that the traced command itself inherited (marked by the reporter).
-pub fn inherited_count(s: &Spawn) -> u32 {
-    s.leaked_fds.iter().filter(|f| f.inherited).count() as u32
+/// The leaked fds of `s` that the traced command itself inherited (in `policy`'s baseline).
+pub fn inherited_count(s: &Spawn, policy: &LeakPolicy) -> u32 {
+    s.leaked_fds
+        .iter()
+        .filter(|f| policy.in_baseline(f))
+        .count() as u32
 }
 
 /// What the summary needs from an exec record.
@@ -302,13 +306,13 @@ pub(super) fn link<'a>(s: &'a Spawn, policy: &LeakPolicy) -> Link<'a> {
         closed_fds: !matches!(s.strategy, Strategy::None | Strategy::Unknown),
         close_calls: s.calls.close_calls,
         window_ns: s.window_corrected_ns,
-        leaked: s.leaked_count - inherited_count(s),
-        inherited: inherited_count(s),
+        leaked: s.leaked_count - inherited_count(s, policy),
+        inherited: inherited_count(s, policy),
         new_leaks: policy.new_leaks(s),
         critical: s
             .leaked_fds
             .iter()
-            .filter(|f| f.critical && !f.inherited)
+            .filter(|f| f.critical && !policy.in_baseline(f))
             .count() as u32,
         spawner: Spawner {
             runtime: s.runtime.clone(),
@@ -318,7 +322,7 @@ pub(super) fn link<'a>(s: &'a Spawn, policy: &LeakPolicy) -> Link<'a> {
             origin: s
                 .leaked_fds
                 .iter()
-                .filter(|f| !f.inherited)
+                .filter(|f| !policy.in_baseline(f))
                 .find_map(|f| f.origin.as_ref().and_then(origin_frame)),
         },
     }

@@ -1,0 +1,245 @@
+//! `trace --json`'s wire types: each record is built from the engine's values (as tracexec's
+//! `JsonExecEvent::new` is) and adds what only trace knows, the time since the header and
+//! which leaked fds the traced command itself inherited. The engine's [`Spawn`] knows no
+//! wire format; the keys, their order and what is left out when empty are declared here.
+
+use serde::{Serialize, Serializer};
+
+use crate::{
+    cgroup::Identity,
+    fdkind::FdKind,
+    output::text::Lossless,
+    runtime::Runtime,
+    tracer::{
+        boundary::Boundary,
+        counts::SyscallCounts,
+        flags::SpawnFlags,
+        origin::Origin,
+        spawn::{ArgvField, ExecPathField, LeakedFd, ParentCommField, Spawn, Target},
+        strategy::Strategy,
+    },
+};
+
+/// A spawn record (`"type":"spawn"`): a traced child that completed an exec, or a failed one.
+#[derive(Debug, Serialize)]
+pub struct SpawnJson<'a> {
+    /// ns from the header record to the exec (to the exit for a failed exec).
+    time_ns: u64,
+    parent_pid: u32,
+    #[serde(flatten)]
+    parent_comm: &'a Lossless<Vec<u8>, ParentCommField>,
+    pid: u32,
+    /// Thread id that called exec, when it was not the main thread.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    exec_tid: Option<u32>,
+    #[serde(flatten)]
+    exec_path: &'a Lossless<Vec<u8>, ExecPathField>,
+    /// Every argument, empty ones included.
+    #[serde(flatten)]
+    argv: &'a Lossless<Vec<Vec<u8>>, ArgvField>,
+    exec_ok: bool,
+    exec_attempts: u32,
+    /// For a failed exec: the errno the exec returned (2 for ENOENT), when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    exec_errno: Option<i32>,
+    /// `exec_errno` by name ("ENOENT").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    exec_error: Option<&'static str>,
+    /// fork to exec, nanoseconds, as measured (probes included). 0 when the fork was not seen.
+    window_ns: u64,
+    /// `window_ns` less the probes' own cost per counted syscall: the untraced estimate.
+    window_corrected_ns: u64,
+    /// The window's syscall counters, one key each.
+    #[serde(flatten)]
+    calls: &'a SyscallCounts,
+    /// (first, last, flags) of the first close_range() calls.
+    close_ranges: &'a [[u32; 3]],
+    strategy: Strategy,
+    /// For `close-loop`: the fd the loop ran up to (exclusive).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    close_loop_bound: Option<u32>,
+    leaked_fds: Vec<LeakedFdJson<'a>>,
+    /// Number of leaked fds (may exceed `leaked_fds.len()` when truncated).
+    leaked_fd_count: u32,
+    /// Redirected or inherited stdio (fds 0-2), shown apart from leaks.
+    stdio: Vec<LeakedFdJson<'a>>,
+    /// Partial-data markers and `reexec`, as a list of names in bit order.
+    #[serde(serialize_with = "flag_names")]
+    flags: SpawnFlags,
+    /// What changed between the last exec'd image in the ancestry and the new image, each
+    /// field as `[before, after]`; absent when nothing did or no earlier image was seen.
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "crossings")]
+    boundary: Option<&'a Boundary>,
+    /// cgroup (id from the kernel at exec, path), container, and pid in its own namespace.
+    #[serde(flatten)]
+    identity: &'a Identity,
+    /// The parent's runtime, from its image.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    runtime: Option<&'a Runtime>,
+}
+
+impl<'a> SpawnJson<'a> {
+    /// The record of `s`, exec'd `time_ns` after the header; `inherited` says which of its
+    /// fds the traced command itself inherited (the baseline).
+    pub fn new(s: &'a Spawn, time_ns: u64, inherited: &dyn Fn(&LeakedFd) -> bool) -> Self {
+        let fds = |list: &'a [LeakedFd]| {
+            list.iter()
+                .map(|f| LeakedFdJson::new(f, inherited(f)))
+                .collect()
+        };
+        SpawnJson {
+            time_ns,
+            parent_pid: s.parent_pid,
+            parent_comm: &s.parent_comm,
+            pid: s.pid,
+            exec_tid: s.exec_tid,
+            exec_path: &s.exec_path,
+            argv: &s.argv,
+            exec_ok: s.exec_ok,
+            exec_attempts: s.exec_attempts,
+            exec_errno: s.exec_errno,
+            exec_error: s.exec_error,
+            window_ns: s.window_ns,
+            window_corrected_ns: s.window_corrected_ns,
+            calls: &s.calls,
+            close_ranges: &s.close_ranges,
+            strategy: s.strategy,
+            close_loop_bound: s.close_loop_bound,
+            leaked_fds: fds(&s.leaked_fds),
+            leaked_fd_count: s.leaked_count,
+            stdio: fds(&s.stdio),
+            flags: s.flags,
+            boundary: s.boundary.as_ref(),
+            identity: &s.identity,
+            runtime: s.runtime.as_ref(),
+        }
+    }
+}
+
+/// A leaked fd (or a stdio fd) in a spawn record.
+#[derive(Debug, Serialize)]
+pub struct LeakedFdJson<'a> {
+    fd: u32,
+    kind: FdKind,
+    #[serde(flatten)]
+    target: &'a Target,
+    /// O_RDONLY / O_WRONLY / O_RDWR: "r", "w", "rw".
+    access: &'static str,
+    /// Socket family for sockets ("inet", "inet6", "unix", ...), as in `scan`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    family: Option<&'static str>,
+    /// Socket protocol for sockets, as in `scan`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    protocol: Option<&'static str>,
+    ino: u64,
+    /// `trace --origin`: the call that made this fd inheritable, or why it is unknown.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    origin: Option<&'a Origin>,
+    /// This fd reached an image that runs as or where its holder did not.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    critical: bool,
+    /// The file was deleted while open (no name left; `target` is its last one).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    deleted: bool,
+    /// The same fd and file the traced command itself inherited from fdaudit's caller (the
+    /// baseline): passed on, not this tree's leak (never with `--no-baseline`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    inherited: bool,
+}
+
+impl<'a> LeakedFdJson<'a> {
+    pub fn new(f: &'a LeakedFd, inherited: bool) -> Self {
+        LeakedFdJson {
+            fd: f.fd,
+            kind: f.kind,
+            target: &f.target,
+            access: f.access,
+            family: f.family,
+            protocol: f.protocol,
+            ino: f.ino,
+            origin: f.origin.as_ref(),
+            critical: f.critical,
+            deleted: f.deleted,
+            inherited,
+        }
+    }
+}
+
+fn flag_names<S: Serializer>(f: &SpawnFlags, out: S) -> Result<S::Ok, S::Error> {
+    out.collect_seq(f.names())
+}
+
+/// `{"uid": [0, 65534], "mnt_namespace": [A, B]}`.
+fn crossings<S: Serializer>(b: &Option<&Boundary>, out: S) -> Result<S::Ok, S::Error> {
+    let crossed = b.map_or(&[][..], |b| b.crossings());
+    out.collect_map(crossed.iter().map(|&(k, a, b)| (k, [a, b])))
+}
+
+/// The summary's `inherited_fds`: the baseline itself (none of them marked `inherited`, as
+/// the command's own exec was no spawn).
+pub fn baseline_fds<S: Serializer>(fds: &[LeakedFd], out: S) -> Result<S::Ok, S::Error> {
+    out.collect_seq(fds.iter().map(|f| LeakedFdJson::new(f, false)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::report::tests::{leaked_fd, spawn};
+
+    #[test]
+    fn a_spawn_record_has_the_engine_values_under_their_keys() {
+        let mut s = spawn("sh", "/bin/true", 19_997, 2_500_000, 1);
+        s.leaked_fds = vec![leaked_fd(7, 1, 42)];
+        // The record's own fields (trace's TraceRecord adds "type": "spawn").
+        let json = serde_json::to_value(SpawnJson::new(&s, 5, &|_| false)).unwrap();
+        assert_eq!(json["strategy"], "close-loop");
+        assert_eq!(json["leaked_fds"][0]["fd"], 7);
+        assert_eq!(json["leaked_fd_count"], 1);
+        assert_eq!(json["time_ns"], 5);
+        assert_eq!(json["close_calls"], 19_997);
+        assert!(json.get("exec_ns").is_none(), "{json}");
+        assert!(json.get("dev").is_none(), "{json}");
+    }
+
+    #[test]
+    fn flags_are_names_and_a_boundary_is_before_and_after_pairs() {
+        let mut s = spawn("sh", "/bin/true", 0, 0, 0);
+        let json = serde_json::to_value(SpawnJson::new(&s, 0, &|_| false)).unwrap();
+        assert_eq!(json["flags"], serde_json::json!([]));
+        assert!(json.get("boundary").is_none(), "{json}");
+        s.flags = SpawnFlags::NO_FORK | SpawnFlags::FDS_TRUNCATED;
+        let before = fdaudit_common::CredNs {
+            read: u32::MAX,
+            mnt_ns: 4026531841,
+            ..Default::default()
+        };
+        let exec = fdaudit_common::CredNs {
+            uid: 65534,
+            mnt_ns: 4026532500,
+            ..before
+        };
+        s.boundary = Boundary::across(&[&before], &exec);
+        let json = serde_json::to_value(SpawnJson::new(&s, 0, &|_| false)).unwrap();
+        assert_eq!(
+            json["flags"],
+            serde_json::json!(["fds_truncated", "no_fork"])
+        );
+        assert_eq!(
+            json["boundary"],
+            serde_json::json!({"uid": [0, 65534], "mnt_namespace": [4026531841u64, 4026532500u64]})
+        );
+    }
+
+    #[test]
+    fn deleted_and_inherited_appear_only_when_true() {
+        let mut s = spawn("sh", "/bin/true", 0, 0, 2);
+        s.leaked_fds = vec![leaked_fd(3, 1, 42), leaked_fd(4, 1, 43)];
+        s.leaked_fds[1].deleted = true;
+        let json = serde_json::to_value(SpawnJson::new(&s, 0, &|f| f.fd == 4)).unwrap();
+        let fds = &json["leaked_fds"];
+        assert_eq!(fds[1]["deleted"], true);
+        assert!(fds[0].get("deleted").is_none(), "{fds}");
+        assert_eq!(fds[1]["inherited"], true);
+        assert!(fds[0].get("inherited").is_none(), "{fds}");
+    }
+}

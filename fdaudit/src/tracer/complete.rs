@@ -1,0 +1,128 @@
+//! Completion: what the kernel's records leave to user space, filled in once, in one place,
+//! before any front end sees a spawn. At decode ([`Completion::identify`]): the cgroup
+//! identity and, for a spawn whose fork was not seen, the parent from /proc. Per batch
+//! ([`Completion::finish`], after the session's probe-cost calibration): the parent's
+//! runtime (`trace`), the ia32 flag, a failed exec's errno and path, the probe-corrected
+//! window and the parent's name where the kernel saw no fork.
+
+use aya::maps::{HashMap, MapData};
+use fdaudit_common::ExecFailure;
+
+use super::{
+    exec_parent::ExecParents,
+    fdtarget::cstr,
+    flags::SpawnFlags,
+    ia32::Ia32Images,
+    runtimes,
+    spawn::{Event, Spawn},
+};
+use crate::{cgroup::Hierarchy, output::text::Lossless, procfs_util, sys};
+
+/// The session's completion state: the maps and tables it asks.
+pub struct Completion {
+    /// Failed execs' errno and path, when the exec_exit programs could be attached.
+    exec_fails: Option<HashMap<MapData, u32, ExecFailure>>,
+    /// The cgroup2 hierarchy, to name the cgroup ids of spawn records (None without cgroup2).
+    cgroups: Option<Hierarchy>,
+    /// When the backend does not count ia32 syscalls: which images are ia32, to flag the
+    /// spawns whose counts are unseen.
+    ia32_images: Option<Ia32Images>,
+    /// Names the parent of execs whose fork was not seen.
+    exec_parents: ExecParents,
+    /// Names each spawn's runtime (`trace`), when asked for: the session runs it first on
+    /// each batch ([`runtimes::Resolver::name_all`]), as it may decode the records written
+    /// since.
+    pub(super) runtimes: Option<runtimes::Resolver>,
+}
+
+impl Completion {
+    pub fn new(exec_fails: Option<HashMap<MapData, u32, ExecFailure>>, ia32_unseen: bool) -> Self {
+        Completion {
+            exec_fails,
+            cgroups: Hierarchy::open(),
+            ia32_images: ia32_unseen.then(Default::default),
+            exec_parents: ExecParents::default(),
+            runtimes: None,
+        }
+    }
+
+    /// Whether failed execs are named (the exec_exit programs are attached).
+    pub fn names_failed_execs(&self) -> bool {
+        self.exec_fails.is_some()
+    }
+
+    /// Names each spawn's runtime from its parent's image from now on (`trace`).
+    pub fn identify_runtimes(&mut self) {
+        self.runtimes.get_or_insert_with(Default::default);
+    }
+
+    /// As a spawn is decoded: its cgroup identity, and the parent of one picked up at its
+    /// exec by `--cgroup` (its fork was not seen) from /proc while the process runs (named
+    /// by [`Completion::finish`]).
+    pub fn identify(&mut self, s: &mut Spawn) {
+        if let (Some(id), Some(h)) = (s.identity.cgroup_id, &mut self.cgroups) {
+            s.identity = h.identity(id, s.pid);
+        }
+        if s.parent_pid == 0 {
+            if let Some(pp) = procfs_util::parent_of(s.pid) {
+                s.parent_pid = pp;
+                s.parent_comm = Lossless::new(Vec::new());
+            }
+        }
+    }
+
+    /// The ia32 flag and the failed execs' errno and path.
+    pub fn name(&mut self, out: &mut [Event]) {
+        if let Some(images) = &mut self.ia32_images {
+            images.mark(out);
+        }
+        for ev in out.iter_mut() {
+            self.add_exec_failure(ev);
+        }
+    }
+
+    /// The window without the probes' own cost (`probe_ns` per probed syscall), and the
+    /// parent's name where the kernel saw no fork; forgets the processes that exited.
+    pub fn finish(&mut self, events: &mut [Event], probe_ns: f64) {
+        for ev in events.iter_mut() {
+            let spawn = match ev {
+                Event::Spawn(s) => Some(s),
+                Event::Exit(e) => e.failed_spawn.as_mut(),
+            };
+            if let Some(s) = spawn {
+                s.correct_for_probes(probe_ns);
+            }
+        }
+        self.exec_parents.complete(events);
+        if let Some(r) = &mut self.runtimes {
+            r.exits(events);
+        }
+    }
+
+    /// Gives a failed exec its errno and path (from the exec_exit programs' map) and drops a
+    /// failure that a later exec of the same process superseded.
+    fn add_exec_failure(&mut self, ev: &mut Event) {
+        let Some(map) = self.exec_fails.as_mut() else {
+            return;
+        };
+        match ev {
+            Event::Exit(e) => {
+                if let Some(s) = e.failed_spawn.as_mut() {
+                    if let Ok(f) = map.get(&s.pid, 0) {
+                        s.exec_errno = Some(f.errno);
+                        s.exec_error = sys::errno_name(f.errno);
+                        s.exec_path = Lossless::new(cstr(&f.path));
+                        if f.path_cut != 0 {
+                            s.flags |= SpawnFlags::PATH_PARTIAL;
+                        }
+                        let _ = map.remove(&s.pid);
+                    }
+                }
+            }
+            Event::Spawn(s) if s.exec_attempts > 1 => {
+                let _ = map.remove(&s.pid);
+            }
+            Event::Spawn(_) => {}
+        }
+    }
+}
