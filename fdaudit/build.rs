@@ -1,6 +1,7 @@
 //! Hands the crate the eBPF object it embeds with `include_bytes!`:
 //! - built from source (through the same code as `cargo xtask build-ebpf`) where the eBPF
-//!   toolchain is present: bpf-linker on PATH and nightly with rust-src;
+//!   toolchain is present: bpf-linker on PATH and the pinned nightly (xtask::BPF_RUSTC_COMMIT)
+//!   with rust-src;
 //! - otherwise the committed object in `fdaudit/ebpf/` for the target architecture, so that a
 //!   build with stable Rust alone works (CI proves the committed objects are what the sources
 //!   build). A warning says when the sources have changed since that object was built.
@@ -19,7 +20,12 @@ fn main() {
     {
         println!("cargo:rerun-if-changed={}", root.join(p).display());
     }
-    for var in [xtask::SKIP_ENV, CHOICE_ENV, "RUSTUP_TOOLCHAIN"] {
+    for var in [
+        xtask::SKIP_ENV,
+        xtask::BPF_TOOLCHAIN_ENV,
+        CHOICE_ENV,
+        "RUSTUP_TOOLCHAIN",
+    ] {
         println!("cargo:rerun-if-env-changed={var}");
     }
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));

@@ -1,17 +1,27 @@
 //! fdaudit's eBPF programs. Built for bpfel-unknown-none by `xtask::build_ebpf`.
 //!
-//! Every hook is a raw tracepoint: no tracefs, no kprobes, attachable under lockdown; where
-//! the kernel allows BPF trampolines, the syscall counts can come from fentry/fexit programs
-//! on the counted syscalls instead (the fentry backend), so other syscalls pay nothing. Two
-//! optional syscall tracepoints on the exec syscalls' exit record why an exec failed.
+//! Hooks, by kernel interface:
+//! - raw tracepoints (BPF_PROG_TYPE_RAW_TRACEPOINT: no tracefs, no kprobes, attachable under
+//!   lockdown): `sched_process_fork`, `sched_process_exec`, `sched_process_exit` (the
+//!   tracking and the one record per exec and exit, always), `sys_enter`/`sys_exit` for the
+//!   raw-tp backend's syscall counts and `--reads`, and `trace --origin`'s pair;
+//! - syscall tracepoints (BPF_PROG_TYPE_TRACEPOINT on `syscalls/sys_enter_<name>` and
+//!   `sys_exit_<name>`, named through tracefs; CONFIG_FTRACE_SYSCALLS): the tp backend's
+//!   counts, one program per counted syscall (what `--backend auto` takes where they load and
+//!   attach), and the two optional ones on the exec syscalls' exit that record why an exec
+//!   failed;
+//! - fentry/fexit (BPF trampolines, BPF_PROG_TYPE_TRACING, 5.5+): the opt-in fentry backend's
+//!   counts, on the counted syscalls only, so other syscalls pay nothing.
+//!
 //! Per-process counters live in the TRACKED hash map, keyed by tgid; one record goes to the
 //! ring buffer per exec and per exit of a traced process, never one per syscall.
 //! Kernel struct offsets come from BTF at load time through the CONFIG global.
 //!
 //! One module per hook family: `fork` (start tracking; the fd-table cache and close() hot
 //! slot), `exec` (the spawn record, its fd walk in `fdwalk`), `exit`, `syscalls` (the window's
-//! counts on sys_enter, `--reads` on sys_exit; ia32 numbers in `compat`), `exec_fail` (why an
-//! exec failed) and `fentry` (the fentry backend). The maps and the config are here.
+//! counts on sys_enter, `--reads` on sys_exit; ia32 numbers in `compat`), `tp` (the tp
+//! backend), `exec_fail` (why an exec failed), `fentry` (the fentry backend) and `origin`
+//! (`trace --origin`). The maps and the config are here.
 #![no_std]
 // On the host (clippy over the workspace) this is an ordinary binary with an empty main.
 #![cfg_attr(target_arch = "bpf", no_main)]
@@ -70,7 +80,7 @@ map_named!(EVENTS, MAP_EVENTS);
 /// than a trace of a lone command makes them: fdaudit's `tracer::drain::under_pressure`):
 /// from then on every record goes to it. A ring
 /// cannot be resized once programs hold it, and a big one costs every trace its creation
-/// (an 8 MiB ring is 2-3 ms of cleared pages here); an array of maps lets the programs
+/// (its pages are cleared: docs/performance.md); an array of maps lets the programs
 /// switch to one made later, by a thread of its own. The inner map in the object is only
 /// the template the kernel checks the ring against (type and flags; not its size, since
 /// Linux 5.10).

@@ -61,8 +61,8 @@ tp_syscall! {
 //
 // One program for every read syscall of the counter table's `reads` (the exit record has no
 // syscall-specific field): the user side's `TP_READ_PROGRAMS` attach it to each exit
-// tracepoint, so the verifier runs once (5.5 ms a load here: three loads were most of
-// `trace --reads`'s start-up).
+// tracepoint, so the verifier runs once (three loads were most of `trace --reads`'s
+// start-up: docs/performance.md).
 #[tracepoint]
 pub fn tp_exit_read(ctx: TracePointContext) -> u32 {
     let _ = try_tp_exit_read(&ctx);

@@ -3,7 +3,7 @@
 //! counters agree that the fds the helper got and closed before its final exec are
 //! transient, not leaks. Root only; Java 17 (`javac`, `java`) is on the machine.
 
-mod common;
+use crate::common;
 
 use std::io::Read as _;
 use std::net::{TcpListener, TcpStream};

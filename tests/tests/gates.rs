@@ -1,7 +1,7 @@
 //! CI gates on real spawns: `trace --fail-on-strategy` and `--max-closes` on a close-loop
 //! spawner and a close_range one, and `fdaudit diff` of the two traces' JSON.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Output, Stdio};
 

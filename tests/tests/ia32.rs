@@ -3,7 +3,7 @@
 //! `ia32_unseen`, strategy `unknown`, never a silent "none, 0 closes"; `raw-tp` counts them.
 //! Root only; gcc builds the static `-m32 -nostdlib` fixture (no multilib needed).
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::Command;

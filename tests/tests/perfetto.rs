@@ -3,7 +3,7 @@
 //! the protobuf runtime, through `tests/fixtures/perfetto/decode.py`; compared with the
 //! JSON records of the same run. Needs root (it traces) and `.ci/setup`'s venv.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

@@ -3,7 +3,7 @@
 //! gcc for the C fixture, and the runtimes of docs/spawners.md (`apt-get install golang-go
 //! gdc ruby sbcl`; Java 17, Node, Perl and Python are on the machine).
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::Command;

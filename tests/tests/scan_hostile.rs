@@ -577,7 +577,9 @@ impl Drop for Stall {
 #[test]
 #[ignore = "needs root"]
 fn scan_finishes_with_a_file_open_on_an_unresponsive_fuse_mount() {
-    require_root();
+    // The guard (it asserts root): the subreaper flag below is the whole test binary's, so
+    // no other root test runs while it is set (their orphans would become ours).
+    let _g = fdaudit_tests::guard();
     let dir = std::env::temp_dir().join(format!("fdaudit-fuse.{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     // SAFETY: a flag on this process (see Stall).

@@ -1,7 +1,7 @@
 //! `fdaudit trace` against fixture spawners whose behaviour is known exactly. These load the
 //! real eBPF programs and trace real children, so they need root (CI runs them as root).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 

@@ -1,7 +1,7 @@
 //! `fdaudit trace -p` on running processes, and bad input: one line, nothing left attached.
 //! These load the real eBPF programs, so they need root (CI runs them as root).
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::process::{Command, Stdio};

@@ -10,8 +10,26 @@ use anyhow::{bail, Context as _, Result};
 
 /// Target triple of the eBPF programs.
 pub const BPF_TARGET: &str = "bpfel-unknown-none";
-/// Toolchain used for the eBPF build (needs rust-src for `-Z build-std=core`).
+/// Toolchain used for the eBPF build (needs rust-src for `-Z build-std=core`), unless
+/// [`BPF_TOOLCHAIN_ENV`] names another (e.g. a dated nightly where one can be installed).
 pub const BPF_TOOLCHAIN: &str = "nightly";
+/// Names the rustup toolchain of the eBPF build instead of [`BPF_TOOLCHAIN`].
+pub const BPF_TOOLCHAIN_ENV: &str = "FDAUDIT_BPF_TOOLCHAIN";
+/// The one compiler the eBPF build accepts (`rustc -vV`'s commit-hash): the committed
+/// objects are compared byte for byte with a fresh build, so a nightly update alone would
+/// fail that check. Moving the pin is a commit of its own: change this and
+/// [`BPF_RUSTC_RELEASE`], run `cargo xtask build-ebpf`, commit the objects.
+pub const BPF_RUSTC_COMMIT: &str = "e50aa6fba4e63ab34c72bf9acfd2c307c1155d1a";
+/// [`BPF_RUSTC_COMMIT`] as `rustc --version` prints it, for messages.
+pub const BPF_RUSTC_RELEASE: &str = "rustc 1.97.0-nightly (e50aa6fba 2026-05-19)";
+
+/// The rustup toolchain name of the eBPF build ([`BPF_TOOLCHAIN_ENV`] or [`BPF_TOOLCHAIN`]).
+pub fn bpf_toolchain() -> String {
+    std::env::var(BPF_TOOLCHAIN_ENV)
+        .ok()
+        .filter(|t| !t.is_empty())
+        .unwrap_or_else(|| BPF_TOOLCHAIN.to_string())
+}
 /// Set to `1` to skip the eBPF build (for `cargo check`/clippy where bpf-linker is absent);
 /// the binary then refuses to trace, saying how to rebuild.
 pub const SKIP_ENV: &str = "FDAUDIT_SKIP_EBPF";
@@ -50,26 +68,57 @@ pub struct EbpfToolchain {
     pub sysroot: PathBuf,
 }
 
-/// What building the eBPF object from source needs: bpf-linker on PATH and the nightly
-/// toolchain with rust-src (for `-Z build-std=core`), or why the object cannot be built
-/// here.
+/// What building the eBPF object from source needs: bpf-linker on PATH and the pinned
+/// nightly ([`BPF_RUSTC_COMMIT`]) with rust-src (for `-Z build-std=core`), or why the object
+/// cannot be built here.
 pub fn ebpf_toolchain() -> Result<EbpfToolchain> {
     let linker = bpf_linker().context(
         "bpf-linker is not on PATH: run `.ci/setup` (it builds bpf-linker 0.13.0 against LLVM 22)",
     )?;
-    let out = Command::new("rustup")
-        .args(["run", BPF_TOOLCHAIN, "rustc", "--print", "sysroot"])
-        .env_remove("RUSTUP_TOOLCHAIN")
-        .output()
-        .context("failed to run rustup")?;
+    let tc = bpf_toolchain();
+    let rustc = |args: &[&str]| {
+        Command::new("rustup")
+            .args(["run", &tc, "rustc"])
+            .args(args)
+            .env_remove("RUSTUP_TOOLCHAIN")
+            .output()
+            .context("failed to run rustup")
+    };
+    let out = rustc(&["-vV"])?;
     if !out.status.success() {
-        bail!("the {BPF_TOOLCHAIN} toolchain is not installed: run `.ci/setup`");
+        bail!("the {tc} toolchain is not installed: run `.ci/setup`");
+    }
+    let verbose = String::from_utf8_lossy(&out.stdout);
+    check_pinned_rustc(&tc, &verbose)?;
+    let out = rustc(&["--print", "sysroot"])?;
+    if !out.status.success() {
+        bail!(
+            "`rustup run {tc} rustc --print sysroot` failed ({})",
+            out.status
+        );
     }
     let sysroot = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
     if !sysroot.join("lib/rustlib/src/rust/library/core").is_dir() {
-        bail!("rust-src is missing from {BPF_TOOLCHAIN}: rustup component add rust-src --toolchain {BPF_TOOLCHAIN}");
+        bail!("rust-src is missing from {tc}: rustup component add rust-src --toolchain {tc}");
     }
     Ok(EbpfToolchain { linker, sysroot })
+}
+
+/// Fails unless `rustc -vV` output `verbose` (of toolchain `tc`) is the pinned compiler.
+fn check_pinned_rustc(tc: &str, verbose: &str) -> Result<()> {
+    let commit = verbose
+        .lines()
+        .find_map(|l| l.strip_prefix("commit-hash: "))
+        .map(str::trim);
+    if commit == Some(BPF_RUSTC_COMMIT) {
+        return Ok(());
+    }
+    let found = verbose.lines().next().unwrap_or("an unknown rustc").trim();
+    bail!(
+        "the eBPF build is pinned to {BPF_RUSTC_RELEASE} but toolchain `{tc}` is {found}: \
+         install that nightly and name it in {BPF_TOOLCHAIN_ENV}, or move the pin \
+         (xtask::BPF_RUSTC_COMMIT) and commit `cargo xtask build-ebpf`'s objects"
+    )
 }
 
 /// Where the committed eBPF object for `arch` lives (embedded when the toolchain to rebuild
@@ -144,11 +193,12 @@ pub fn build_ebpf(root: &Path, arch: &str) -> Result<PathBuf> {
         );
     }
     let toolchain = ebpf_toolchain()?;
+    let tc = bpf_toolchain();
     // One target directory per architecture, so switching does not rebuild.
     let target_dir = ebpf_target_dir(root).join(arch);
     let mut cmd = Command::new("rustup");
     cmd.current_dir(root)
-        .args(["run", BPF_TOOLCHAIN, "cargo", "build", "--release"])
+        .args(["run", &tc, "cargo", "build", "--release"])
         .args(["--package", "fdaudit-ebpf", "--target", BPF_TARGET])
         .args(["-Z", "build-std=core"])
         .arg("--target-dir")
@@ -183,9 +233,9 @@ pub fn build_ebpf(root: &Path, arch: &str) -> Result<PathBuf> {
     }
     let flags = rustflags(root, arch, &toolchain);
     cmd.env("CARGO_ENCODED_RUSTFLAGS", flags.join("\x1f"));
-    let status = cmd
-        .status()
-        .context("failed to run `rustup run nightly cargo build` for the eBPF crate")?;
+    let status = cmd.status().with_context(|| {
+        format!("failed to run `rustup run {tc} cargo build` for the eBPF crate")
+    })?;
     if !status.success() {
         bail!("the eBPF build failed ({status}); run `.ci/setup` (nightly with rust-src, bpf-linker on PATH), or build without them: the committed object is embedded then (docs/architecture.md)");
     }
@@ -268,3 +318,24 @@ pub mod dist;
 /// `cargo xtask vm-test`: the kernel matrix in QEMU.
 #[cfg(feature = "cli")]
 pub mod vm;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_pinned_rustc_builds_the_ebpf_object() {
+        let pinned = format!("rustc 1.97.0-nightly (e50aa6fba 2026-05-19)\nbinary: rustc\ncommit-hash: {BPF_RUSTC_COMMIT}\n");
+        check_pinned_rustc("nightly", &pinned).expect("the pinned rustc is accepted");
+        let other = "rustc 1.98.0-nightly (0123456789 2026-06-01)\nbinary: rustc\ncommit-hash: 0123456789abcdef\n";
+        let err = check_pinned_rustc("nightly", other)
+            .expect_err("another nightly must be refused")
+            .to_string();
+        assert!(
+            err.contains(BPF_RUSTC_RELEASE)
+                && err.contains("1.98.0-nightly")
+                && !err.contains('\n'),
+            "the message names both compilers on one line: {err}"
+        );
+    }
+}

@@ -75,7 +75,8 @@ struct VmTestArgs {
     /// Guest architecture (aarch64 cross-builds fdaudit and its tests).
     #[arg(long, value_enum, default_value = "x86_64")]
     arch: vm::Arch,
-    /// Run only these integration-test binaries (trace, scan, doctor...); repeatable.
+    /// Run only these integration-test modules (trace, scan, doctor...: the files of
+    /// tests/tests); repeatable.
     #[arg(long = "test", value_name = "NAME")]
     tests: Vec<String>,
     /// Only doctor, the demo and the leak check: no integration tests.
@@ -196,8 +197,9 @@ fn readme(root: &std::path::Path) -> Result<i32> {
             "-p",
             "fdaudit-tests",
             "--test",
-            "readme",
+            xtask::vm::TEST_BINARY,
             "--",
+            "readme::",
         ])
         .arg("--include-ignored")
         .env("FDAUDIT_BLESS", "1")

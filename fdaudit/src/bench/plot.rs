@@ -3,7 +3,7 @@
 //! legend to look up). Close-range is drawn in grey in every other panel for comparison,
 //! dashed lines extend each fit to the largest NOFILE predicted, crosses mark the published
 //! figures. (One shared panel drew ten strategies whose costs differ by a few per cent as
-//! one smudge near 0.5 ms.)
+//! one smudge.)
 
 use std::path::Path;
 

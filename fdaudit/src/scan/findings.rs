@@ -410,9 +410,9 @@ fn registered_facts(r: &RegisteredFile, kind: FdKind) -> FdFacts<'_> {
 /// The cost model's price of one close() of an unopened fd in a close-to-limit loop, ns.
 ///
 /// Fixed so that `--fail-on` gives the same answer under any load: a figure measured at run
-/// time varied 5x on a busy machine. 250 ns sits between the published SBCL figure (11.63 s
-/// for 100 spawns at NOFILE 524288: 222 ns per fd) and `fdaudit bench`'s close-loop fit on
-/// a 2-vCPU VM with kernel 6.18 (292 ns per fd, docs/scan.md). `--close-cost-ns` overrides it.
+/// time varied several times over on a busy machine. The value sits between a published
+/// SBCL figure and `fdaudit bench`'s close-loop fit (docs/performance.md).
+/// `--close-cost-ns` overrides it.
 pub const DEFAULT_CLOSE_COST_NS: u64 = 250;
 
 /// Severity of a NOFILE soft limit at `close_ns` per close() (the cost model); `None` when

@@ -240,8 +240,9 @@ pub struct TraceArgs {
     pub min_closes: u32,
 
     /// How to hook the counted syscalls: fentry (trampolines on those only), tp (their own
-    /// tracepoints) or raw-tp (sys_enter/sys_exit: every syscall runs a program); auto:
-    /// raw-tp (fentry and tp are opt-in). Only raw-tp sees x86_64 32-bit (int $0x80) syscalls.
+    /// tracepoints) or raw-tp (sys_enter/sys_exit: every syscall runs a program); auto: tp
+    /// where its tracepoints load and attach, else raw-tp (fentry is opt-in). Only raw-tp
+    /// sees x86_64 32-bit (int $0x80) syscalls: auto with tp says so when the kernel runs any.
     #[arg(long, value_enum, default_value_t, env = "FDAUDIT_BACKEND")]
     pub backend: BackendChoice,
 

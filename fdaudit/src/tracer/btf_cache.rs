@@ -1,6 +1,6 @@
 //! What a trace takes from the kernel's BTF (the offsets, [`Config`], and whether the
 //! kernel runs ia32 syscalls), kept per kernel build and fdaudit binary: parsing the 5 MB
-//! of /sys/kernel/btf/vmlinux was the longest step before the maps (2.5–3 ms here).
+//! of /sys/kernel/btf/vmlinux was the longest step before the maps (docs/performance.md).
 //!
 //! One file per kernel, `btf-<kernel build id>.bin` in [`dir`], says which fdaudit binary
 //! wrote it (its inode, size and mtime) and the BTF's size; anything else, a file not owned

@@ -3,8 +3,8 @@
 //!
 //! Measured lazily ([`super::session::Session::probe_cost_ns`]): the first spawn whose
 //! window made a counted syscall asks for it, while the programs are attached and the
-//! traced command runs; a trace with no such spawn (`-- /bin/true`) never pays the ~2 ms
-//! of forks and waits. The calibration's three processes write exit records like any traced
+//! traced command runs; a trace with no such spawn (`-- /bin/true`) never pays for its
+//! forks and waits. The calibration's three processes write exit records like any traced
 //! process: the session drops them by pid.
 
 use anyhow::{Context as _, Result};

@@ -392,8 +392,8 @@ pub const RECORDS_PER_CPU: u64 = 256;
 /// The first ring's size when `--buffer-pages` is not given: 1 MiB holds ~70 of the
 /// largest spawns and thousands of common ones; the ring grows to
 /// [`default_ring_bytes`] once a pass finds it [`under_pressure`]. Creating the
-/// 8 MiB ring at once cost every trace 2.5 ms of start-up and 0.5 ms of exit here
-/// (2026-12-04, docs/performance.md).
+/// 8 MiB ring at once cost every trace its cleared pages at start-up and exit
+/// (docs/performance.md).
 pub const FIRST_RING_BYTES: u64 = 1 << 20;
 /// Bounds of the default ring size.
 pub const MIN_RING_BYTES: u64 = 8 << 20;

@@ -1,27 +1,23 @@
 //! Start-up: from `fdaudit trace` to programs attached, the part of a session's start that
 //! costs time, arranged so that work which does not depend on each other runs on both
-//! cores.
-//!
-//! Measured with `trace -v`, `strace -f` and `perf record` on this project's 2-vCPU CI
-//! machine, in start-up order:
+//! cores. In start-up order (what each step cost, measured with `trace -v`, `strace -f` and
+//! `perf record`: docs/performance.md):
 //! - aya's loader is made on another thread ([`ebpf::spawn_loader`]), where its own parse
-//!   of vmlinux BTF (17-50 ms) is avoided when it can be; a third thread runs aya's feature
-//!   probes, the bpf_loop and task_btf helper probes (0.5-2 ms) and times an untraced
-//!   close() (1 ms);
-//! - meanwhile this thread maps and indexes the same BTF for the offsets (2-4 ms,
-//!   [`crate::tracer::btf`]);
-//! - aya creates the maps (2-3 ms; the first ring buffer is 1 MiB and grows under
-//!   pressure: [`super::drain`]; the traced-process table is preallocated only before
-//!   Linux 6.1: [`ebpf::open_with`]);
-//! - the exec program is verified on its own thread (4-30 ms of verifier time, the long
-//!   pole on most kernels) while this one loads the others (4-5 ms) and then attaches the
-//!   fork and exit hooks, the exec_exit programs and tp's syscall counters (0.6 ms each
-//!   for the last two, that were after it);
+//!   of vmlinux BTF is avoided when it can be; a third thread runs aya's feature probes,
+//!   the bpf_loop and task_btf helper probes and times an untraced close();
+//! - meanwhile this thread maps and indexes the same BTF for the offsets
+//!   ([`crate::tracer::btf`]);
+//! - aya creates the maps (the first ring buffer is 1 MiB and grows under pressure:
+//!   [`super::drain`]; the traced-process table is preallocated only before Linux 6.1:
+//!   [`ebpf::open_with`]);
+//! - the exec program is verified on its own thread (the verifier's time on it is the long
+//!   pole on most kernels) while this one loads the others and then attaches the fork and
+//!   exit hooks, the exec_exit programs and tp's syscall counters;
 //! - the rest is attached, the scheduler hooks first.
 //!
 //! The probes' cost is not measured here: the session measures it when the first spawn
-//! needs it ([`super::calibrate`]), which took 4-6 ms off every start (and all of it off a
-//! trace whose spawns make no counted syscall).
+//! needs it ([`super::calibrate`]), so a trace whose spawns make no counted syscall never
+//! pays for it.
 
 use std::time::Instant;
 
@@ -82,8 +78,8 @@ pub struct StartupTimings {
     pub attach_ms: f64,
 }
 
-/// close() calls timed per calibration batch (best of 3, traced and untraced): ~1 ms each
-/// on an idle machine, enough for a per-call cost within a few percent.
+/// close() calls timed per calibration batch (best of 3, traced and untraced): enough for a
+/// per-call cost within a few percent on an idle machine, short enough to pay at start.
 pub(super) const CALIBRATION_CLOSES: u32 = 2_000;
 
 /// The exec program, whose bounded variant loads differently.
@@ -300,7 +296,7 @@ impl Plan {
         }
         plan.exec_exit_end = plan.names.len();
         // tp's entry programs, where tp is tried: loaded in the same batch, beside the exec
-        // program's verifier (~1 ms on their own, after it); attaching them is still
+        // program's verifier (rather than on their own after it); attaching them is still
         // attach_syscall_counters' choice (a failed load is retried there, for its error).
         if plan.tries_tp {
             plan.names
@@ -412,7 +408,7 @@ fn load_all(bpf: &mut Ebpf, plan: &Plan) -> (LoadResults, Early) {
         let thread = s.spawn(|| there.iter_mut().map(load).collect::<Vec<_>>());
         let mut done: Vec<_> = here.iter_mut().map(load).collect();
         // While the exec program is verified (the long pole: this thread's loads end
-        // ~1.7 ms before it here, 2026-12-04), what can be attached before it is: the fork
+        // before it), what can be attached before it is: the fork
         // and exit hooks (exec's comes after fork's, as before), the exec_exit programs, then
         // tp's counters. No process is traced yet (the maps are this load's), so the order
         // counts nothing wrong. Only when every load here worked (the optional exec_exit
@@ -431,8 +427,8 @@ fn load_all(bpf: &mut Ebpf, plan: &Plan) -> (LoadResults, Early) {
                 }
             }
             // The exec_exit programs too (syscall exit tracepoints, so after the close()
-            // timing, which load waited for): attached after the exec program, they were
-            // ~0.6 ms of start-up after its verifier (2026-12-05).
+            // timing, which load waited for): attached after the exec program, they added
+            // to start-up after its verifier.
             if plan.want_exec_exit && crate::sys::ensure_tracefs() {
                 let progs = here.iter_mut().map(|(i, p)| (names[*i], &mut **p));
                 early.exec_exit = Some(ebpf::attach_loaded_exec_exit(progs).is_ok());

@@ -204,8 +204,8 @@ impl Session {
         self.started.timings
     }
 
-    /// Probe cost per counted syscall (ns), measured on the first call (~2 ms here: three
-    /// forks, 8000 close() calls and the waits; [`super::calibrate`]) while the programs
+    /// Probe cost per counted syscall (ns), measured on the first call (three forks, 8000
+    /// close() calls and the waits; [`super::calibrate`]) while the programs
     /// are attached; 0 with --no-syscalls.
     fn probe_cost_ns(&mut self) -> Result<f64> {
         if let Some(ns) = self.calibration.probe_cost_ns {

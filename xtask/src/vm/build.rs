@@ -1,5 +1,6 @@
-//! Building fdaudit, its fixtures and the integration-test binaries for the guest's
-//! architecture, and picking which test binaries go into the guests.
+//! Building fdaudit, its fixtures and the integration-test binary for the guest's
+//! architecture, and picking which of its modules (one per file of tests/tests) run in the
+//! guests.
 
 use std::{
     path::{Path, PathBuf},
@@ -17,7 +18,45 @@ pub(super) struct Built {
     /// target/<triple>/release: packed at this same path (test binaries have it compiled in).
     pub(super) profile_dir: PathBuf,
     pub(super) bins: Vec<PathBuf>,
-    pub(super) tests: Vec<(String, PathBuf)>,
+    /// Each module that runs in the guests: its name, the test binary, and the libtest
+    /// arguments that select exactly its tests ([`module_filter`]).
+    pub(super) tests: Vec<(String, PathBuf, Vec<String>)>,
+}
+
+/// The integration tests' one test binary (`[[test]]` in tests/Cargo.toml).
+pub const TEST_BINARY: &str = "integration";
+/// Its source: a `mod NAME;` line per file of tests/tests.
+const TEST_MAIN: &str = "tests/tests/main.rs";
+/// The module of helpers, which holds no test.
+const HELPER_MODULES: [&str; 1] = ["common"];
+
+/// The test modules of the integration-test binary (the `mod NAME;` lines of
+/// tests/tests/main.rs, without the helpers), in its order.
+pub fn test_modules(root: &Path) -> Result<Vec<String>> {
+    let path = root.join(TEST_MAIN);
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("failed to read {}", path.display()))?;
+    Ok(text
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("mod ")?.strip_suffix(';'))
+        .filter(|m| !HELPER_MODULES.contains(m))
+        .map(str::to_string)
+        .collect())
+}
+
+/// The libtest arguments that run exactly module `name`'s tests (`name::`), given every
+/// module: a filter matches a substring, so `trace::` would also take `hostile_trace::fn`
+/// (a test's name is `module::function`, no deeper), and each module whose name ends with
+/// `name` is skipped.
+pub fn module_filter(name: &str, modules: &[String]) -> Vec<String> {
+    let mut args = vec![format!("{name}::")];
+    for m in modules {
+        if m != name && m.ends_with(name) {
+            args.push("--skip".to_string());
+            args.push(format!("{m}::"));
+        }
+    }
+    args
 }
 
 #[derive(Deserialize)]
@@ -111,12 +150,20 @@ pub(super) fn build(root: &Path, opts: &Options) -> Result<Built> {
             opts.arch,
             &["test", "-p", "fdaudit-tests", "--no-run"],
         )?;
-        for (kind, name, exe) in arts {
-            if kind != "test" {
-                continue;
+        let exe = arts
+            .into_iter()
+            .find(|(k, n, _)| k == "test" && n == TEST_BINARY)
+            .map(|(_, _, p)| p)
+            .with_context(|| format!("cargo built no {TEST_BINARY} test binary"))?;
+        let modules = test_modules(root)?;
+        for want in &opts.tests {
+            if !modules.contains(want) {
+                bail!("no integration test module named {want:?} in {TEST_MAIN}");
             }
+        }
+        for name in &modules {
             let wanted = if opts.tests.is_empty() {
-                match HOST_ONLY_TESTS.iter().find(|(n, _)| *n == name) {
+                match HOST_ONLY_TESTS.iter().find(|(n, _)| n == name) {
                     Some((_, why)) => {
                         eprintln!("vm-test: not in the guests by default: {name} ({why}; --test {name} to run it)");
                         false
@@ -124,15 +171,10 @@ pub(super) fn build(root: &Path, opts: &Options) -> Result<Built> {
                     None => true,
                 }
             } else {
-                opts.tests.contains(&name)
+                opts.tests.contains(name)
             };
             if wanted {
-                tests.push((name, exe));
-            }
-        }
-        for want in &opts.tests {
-            if !tests.iter().any(|(n, _)| n == want) {
-                bail!("no integration test binary named {want:?} in fdaudit-tests");
+                tests.push((name.clone(), exe.clone(), module_filter(name, &modules)));
             }
         }
     }
@@ -148,7 +190,7 @@ pub(super) fn build(root: &Path, opts: &Options) -> Result<Built> {
     })
 }
 
-/// Integration-test binaries left out of the guests unless asked for with `--test`, and why:
+/// Integration-test modules left out of the guests unless asked for with `--test`, and why:
 /// they check the host's deployment rather than the kernel, with tools the initramfs lacks.
 const HOST_ONLY_TESTS: &[(&str, &str)] = &[
     (
@@ -236,3 +278,39 @@ const HOST_ONLY_TESTS: &[(&str, &str)] = &[
          initramfs lacks",
     ),
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_module_filter_takes_its_own_tests_only() {
+        let modules: Vec<String> = ["trace", "hostile_trace", "watch", "watch_hostile"]
+            .map(String::from)
+            .into();
+        assert_eq!(
+            module_filter("trace", &modules),
+            ["trace::", "--skip", "hostile_trace::"]
+        );
+        assert_eq!(module_filter("watch", &modules), ["watch::"]);
+        assert_eq!(
+            module_filter("hostile_trace", &modules),
+            ["hostile_trace::"]
+        );
+    }
+
+    #[test]
+    fn every_host_only_module_exists() {
+        let modules = test_modules(&crate::workspace_root()).expect("read tests/tests/main.rs");
+        assert!(
+            modules.len() > 30 && !modules.iter().any(|m| m == "common"),
+            "{modules:?}"
+        );
+        for (name, _) in HOST_ONLY_TESTS {
+            assert!(
+                modules.iter().any(|m| m == name),
+                "{name} is no module of {TEST_MAIN}"
+            );
+        }
+    }
+}

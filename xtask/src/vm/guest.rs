@@ -36,6 +36,17 @@ impl Step {
     }
 }
 
+/// One module of the integration-test binary, run in the guest as a step of its own.
+#[derive(Debug, Clone)]
+pub struct GuestTest {
+    /// The module's name (the step is `test-NAME`).
+    pub name: String,
+    /// The test binary's path in the guest.
+    pub path: String,
+    /// The libtest arguments that select exactly this module's tests.
+    pub filter: Vec<String>,
+}
+
 /// Everything a guest runs: environment first, then the steps in order. Extend it (a
 /// backend flag for every fdaudit command, an extra check) with [`Plan::env`] and
 /// [`Plan::steps`].
@@ -58,9 +69,8 @@ pub const TEST_STEP_PREFIX: &str = "test-";
 
 impl Plan {
     /// fdaudit doctor (table and JSON), the demo, a fd-7 leak check and then each test
-    /// binary in `tests` (guest path of the binary and its name), run from `test_dir` with
-    /// the ignored (root) tests included.
-    pub fn standard(test_dir: &str, tests: &[(String, String)]) -> Self {
+    /// module in `tests`, run from `test_dir` with the ignored (root) tests included.
+    pub fn standard(test_dir: &str, tests: &[GuestTest]) -> Self {
         let mut steps = vec![
             Step::new("doctor", "fdaudit doctor", 120),
             // Five loads of every program: the table takes each one's fastest, since an
@@ -88,14 +98,16 @@ impl Plan {
             )
             .informational(),
         ];
-        for (name, path) in tests {
+        for t in tests {
+            let filter: Vec<String> = t.filter.iter().map(|a| shell_quote(a)).collect();
             // CARGO=/bin/true: the tests' helper that rebuilds fdaudit finds it built.
             steps.push(Step::new(
-                format!("{TEST_STEP_PREFIX}{name}"),
+                format!("{TEST_STEP_PREFIX}{}", t.name),
                 format!(
-                    "cd {} && CARGO=/bin/true {} --include-ignored --test-threads=1",
+                    "cd {} && CARGO=/bin/true {} --include-ignored --test-threads=1 {}",
                     shell_quote(test_dir),
-                    shell_quote(path)
+                    shell_quote(&t.path),
+                    filter.join(" ")
                 ),
                 1200,
             ));
@@ -349,12 +361,21 @@ mod tests {
     fn script_quotes_commands_and_env() {
         let mut p = Plan::standard(
             "/t/release",
-            &[("trace".into(), "/t/release/deps/trace-1".into())],
+            &[GuestTest {
+                name: "trace".into(),
+                path: "/t/release/deps/integration-1".into(),
+                filter: ["trace::", "--skip", "hostile_trace::"]
+                    .map(String::from)
+                    .into(),
+            }],
         );
         p.env.push(("FDAUDIT_BACKEND".into(), "it's".into()));
         let s = p.script();
         assert!(s.contains("export FDAUDIT_BACKEND='it'\\''s'"));
         assert!(s.contains("timeout 180 sh -c 'fdaudit trace --json -- sh -c '\\''exec 7</etc/hostname; /bin/true'\\'''"));
         assert!(s.contains("@@ RC test-trace=$?"));
+        assert!(s.contains(
+            "/t/release/deps/integration-1'\\'' --include-ignored --test-threads=1 '\\''trace::'\\'' '\\''--skip'\\'' '\\''hostile_trace::'\\''"
+        ), "{s}");
     }
 }

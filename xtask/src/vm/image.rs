@@ -174,7 +174,7 @@ fn add_built(tree: &mut initramfs::Tree, root: &Path, built: &Built) -> Result<(
             .to_string_lossy();
         tree.file(&format!("{pd}/{name}"), b);
     }
-    for (_, t) in &built.tests {
+    for (_, t, _) in &built.tests {
         tree.file(&t.to_string_lossy(), t);
     }
     let fixtures = root.join("tests/fixtures");

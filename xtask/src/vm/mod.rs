@@ -22,7 +22,8 @@ use std::{
 
 use anyhow::{Context as _, Result};
 
-pub use guest::{Plan, Step};
+pub use build::TEST_BINARY;
+pub use guest::{GuestTest, Plan, Step};
 pub use kernels::{Arch, Kernel};
 pub use outcome::{table, Outcome, ProgramFigures};
 
@@ -152,10 +153,14 @@ pub fn run(root: &Path, opts: &Options) -> Result<Vec<Outcome>> {
         kernels.push(kernels::resolve(&vm_dir, opts.arch, s, opts.refresh)?);
     }
     let built = build::build(root, opts)?;
-    let tests: Vec<(String, String)> = built
+    let tests: Vec<GuestTest> = built
         .tests
         .iter()
-        .map(|(n, p)| (n.clone(), p.to_string_lossy().into_owned()))
+        .map(|(n, p, filter)| GuestTest {
+            name: n.clone(),
+            path: p.to_string_lossy().into_owned(),
+            filter: filter.clone(),
+        })
         .collect();
     let mut plan = Plan::standard(&built.profile_dir.to_string_lossy(), &tests);
     plan.env.extend(opts.guest_env.iter().cloned());
@@ -175,7 +180,7 @@ pub fn run(root: &Path, opts: &Options) -> Result<Vec<Outcome>> {
     .min(kernels.len())
     .max(1);
     eprintln!(
-        "vm-test: initramfs {} MiB, {} test binaries; {} kernels, {jobs} at a time",
+        "vm-test: initramfs {} MiB, {} test modules; {} kernels, {jobs} at a time",
         size >> 20,
         built.tests.len(),
         kernels.len()

@@ -8,8 +8,8 @@ use super::{load_program, tp::attach_loaded_syscall_tps, LoadError};
 /// The optional programs on the exec syscalls' exit tracepoints (syscalls category), with
 /// the tracepoint each attaches to: they record a failed exec's errno and path
 /// ([`fdaudit_common::MAP_EXEC_FAILS`]). Only execve exits run them; every other syscall's
-/// exit on the machine pays the syscall exit tracepoint's "is it enabled" bit test (a
-/// `getppid()` loop 1.12x -> 1.16x here: docs/performance.md, 2026-12-05). Without tracefs
+/// exit on the machine pays the syscall exit tracepoint's "is it enabled" bit test
+/// (docs/performance.md). Without tracefs
 /// or CONFIG_FTRACE_SYSCALLS, trace runs without them.
 pub const EXEC_EXIT_PROGRAMS: [(&str, &str); 2] = [
     ("exec_exit", "sys_exit_execve"),

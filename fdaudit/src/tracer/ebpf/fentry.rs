@@ -42,7 +42,7 @@ fn load_and_attach_fentry(
 /// Loads and attaches every fentry-backend program (the read ones only with `reads`), one
 /// after the other: each attach rewrites the hooked function's entry under ftrace's lock
 /// anyway, and attaching from one thread per program was no faster in a 6.12 guest
-/// (0.36–0.62 s against 0.29 s).
+/// (docs/performance.md).
 pub fn attach_fentry(ebpf: &mut Ebpf, btf: &aya::Btf, reads: bool) -> Result<(), LoadError> {
     for spec in FENTRY_PROGRAMS.iter().filter(|p| reads || !p.reads_only) {
         let prog = ebpf
@@ -55,8 +55,8 @@ pub fn attach_fentry(ebpf: &mut Ebpf, btf: &aya::Btf, reads: bool) -> Result<(),
 
 /// Detaches and unloads the fentry-backend programs (all of them, or the ones a failed
 /// [`attach_fentry`] attached), one thread each: removing a trampoline waits for RCU
-/// grace periods, which concurrent removals share (13 one after the other took 1.3 s in a
-/// 6.12 guest).
+/// grace periods, which concurrent removals share (one after the other, they add up:
+/// docs/performance.md).
 pub fn detach_fentry(ebpf: &mut Ebpf) {
     std::thread::scope(|s| {
         for (name, prog) in ebpf.programs_mut() {
@@ -75,7 +75,7 @@ pub fn detach_fentry(ebpf: &mut Ebpf) {
 
 /// Whether the kernel accepts a tracing (fentry) program on [`SYSCALL_PREFIX`]`close`,
 /// found by loading the smallest one (`r0 = 0; exit`): a refusal costs one syscall, where
-/// trying the real programs first needs aya's own parse of vmlinux BTF (~20 ms) and
+/// trying the real programs first needs aya's own parse of vmlinux BTF and
 /// aya's `is_program_supported` parses it too. Err is the reason, in one line.
 pub fn probe_fentry(btf: &Btf) -> Result<(), String> {
     let function = format!("{SYSCALL_PREFIX}close");
@@ -94,15 +94,14 @@ pub fn probe_fentry(btf: &Btf) -> Result<(), String> {
 /// ([`close_at_once`]).
 ///
 /// Removing a BPF trampoline waits for RCU-tasks grace periods under ftrace's lock, one
-/// trampoline after the other (10 took 1.5–2 s in a 6.12 guest), and closing the last fd
-/// of a link does that removal; detaching a program from a syscall trace event (a perf
-/// event) waits for two grace periods too (65-85 ms each on a loaded 2-vCPU 6.18 host):
-/// on fdaudit's way out, its caller would wait for all of them. Even the raw tracepoints'
-/// detach, quick, was 0.3-0.4 ms of every exit here (2026-12-04). So a child that holds a
-/// copy of every BPF fd (and nothing else: not the caller's pipes) waits for fdaudit to
-/// exit, closes them (the kernel detaches as the last copy goes) and keeps the trace
-/// events registered a little longer ([`hand_bpf_fds_to_a_child`]). Until then those
-/// programs stay attached, writing into maps nobody reads any more. Falls back to
+/// trampoline after the other, and closing the last fd of a link does that removal;
+/// detaching a program from a syscall trace event (a perf event) waits for two grace
+/// periods too: on fdaudit's way out, its caller would wait for all of them, and even the
+/// raw tracepoints' quick detach is part of every exit (figures: docs/performance.md). So
+/// a child that holds a copy of every BPF fd (and nothing else: not the caller's pipes)
+/// waits for fdaudit to exit, closes them (the kernel detaches as the last copy goes) and
+/// keeps the trace events registered a little longer ([`hand_bpf_fds_to_a_child`]). Until
+/// then those programs stay attached, writing into maps nobody reads any more. Falls back to
 /// [`detach_fentry`] when the child cannot be made.
 pub fn detach_after_exit(ebpf: &mut Ebpf) {
     let ids = trace_event_ids(ebpf);
@@ -114,8 +113,8 @@ pub fn detach_after_exit(ebpf: &mut Ebpf) {
 /// How long the child of [`detach_after_exit`] keeps its anchors (see there) once it has
 /// closed the BPF fds: long enough that a trace started soon after this one (a loop in a
 /// script, the next round of a benchmark) finds them and hands its own on, short enough
-/// that the syscall slow path a registered syscall trace event costs every process (~4%
-/// on a getppid() loop) does not outlive fdaudit by much.
+/// that the syscall slow path a registered syscall trace event costs every process
+/// (docs/performance.md) does not outlive fdaudit by much.
 const ANCHOR_LINGER_S: i64 = 2;
 
 /// The tracefs ids of the syscall trace events this session's tracepoint programs are
@@ -168,8 +167,9 @@ const CLOSER_STACK: usize = 16 << 10;
 /// one's memory and fd table (`clone(CLONE_VM | CLONE_FILES)`), and waits for them.
 /// Releasing a tracepoint program's link waits for an RCU tasks-trace grace period
 /// (`perf_event_detach_bpf_prog`), and until its turn the program stays attached: closed
-/// one after the other, a session's 15 links took 450 ms, during which its programs still
-/// ran on every process's syscalls; closed at once, 40-55 ms (2026-12-04). `stacks`
+/// one after the other, a session's links wait for one grace period each, during which
+/// its programs still run on every process's syscalls; closed at once, they share them
+/// (docs/performance.md). `stacks`
 /// holds [`CLOSER_STACK`] bytes per fd. Only raw syscalls: called between fork and
 /// _exit.
 unsafe fn close_at_once(fds: &[i32], stacks: &mut [u8]) {
@@ -211,8 +211,8 @@ unsafe fn close_at_once(fds: &[i32], stacks: &mut [u8]) {
 /// Closing the last perf event of a syscall trace event unregisters it, and the kernel
 /// then waits for two RCU grace periods while it holds `event_mutex`
 /// (`perf_trace_event_unreg`), the mutex every perf_event_open of a trace event takes:
-/// a trace started meanwhile (its tp programs, its exec_exit ones) waited for it, 30 to
-/// 150 ms (docs/performance.md, 2026-12-03). So the child first opens an anchor on each
+/// a trace started meanwhile (its tp programs, its exec_exit ones) waited for it
+/// (docs/performance.md). So the child first opens an anchor on each
 /// of those trace events ([`open_anchor`]), closes its BPF fds once fdaudit has exited
 /// (the programs detach; the events stay registered, so nothing waits), and keeps the
 /// anchors [`ANCHOR_LINGER_S`] more: a trace that starts meanwhile finds each event

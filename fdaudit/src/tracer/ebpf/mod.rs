@@ -120,12 +120,10 @@ impl Backend {
 
 /// Why `auto` passes over fentry, as `-v` and doctor say it.
 pub const FENTRY_OPT_IN: &str = "fentry is opt-in, --backend fentry";
-/// Why `auto` takes tp where it loads and attaches, else raw-tp (docs/performance.md,
-/// 2026-12-03, with the holder's anchors): a bystander getppid() loop pays 0.96x under tp
-/// against 1.47x under raw-tp (0.98x against 2.02x with `--reads`), a bystander spawn storm
-/// 1.29x against 1.33x, a traced close storm 1.45x against 1.47x (1.46x against 1.77x with
-/// `--reads`). Where the kernel runs ia32 syscalls, which tp does not see, the run says so
-/// in a note (`Session::unseen`, [`IA32_UNSEEN`]): auto never counts fewer silently.
+/// Why `auto` takes tp where it loads and attaches, else raw-tp: tp cost bystanders and
+/// traced processes the least on every workload measured (docs/performance.md). Where the
+/// kernel runs ia32 syscalls, which tp does not see, the run says so in a note
+/// (`Session::unseen`, [`IA32_UNSEEN`]): auto never counts fewer silently.
 pub const AUTO_TP: &str = "tp costs least here";
 
 /// `--backend`: a backend, or `auto`: tp where its tracepoints work, else raw-tp (fentry is
@@ -268,7 +266,7 @@ impl RingSlot {
 
     /// Puts `ring` ([`create_ring`]) in the slot: from then on the programs' records go to
     /// it. The kernel waits for an RCU grace period in every update of an array of maps
-    /// (`maybe_wait_bpf_programs`: 5-10 ms here, 2026-12-04), so this is never on a path a
+    /// (`maybe_wait_bpf_programs`: milliseconds), so this is never on a path a
     /// user waits on.
     pub fn fill(mut self, ring: &MapData) -> Result<(), LoadError> {
         self.0.set(0, ring, 0).map_err(LoadError::RingSlot)
@@ -319,14 +317,14 @@ pub fn open_with<'a>(
     if !Path::new(btf::VMLINUX_BTF).exists() {
         return Err(LoadError::NoBtf(BtfError::Malformed("file missing")));
     }
-    // Only the --reads programs write the read table (16384 preallocated entries, ~0.5 ms
-    // of the kernel's map creation): without --reads it gets one.
+    // Only the --reads programs write the read table (16384 preallocated entries, which
+    // the kernel clears at creation): without --reads it gets one.
     if config.reads == 0 {
         loader.map_max_entries(MAP_READS, 1);
         loader.map_max_entries(MAP_READ_PATHS, 1);
     }
     // Likewise the --origin programs' maps (two preallocated LRU tables of 16384 and an
-    // array: ~0.9 ms of map creation here, 2026-12-03): without --origin no program
+    // array, all cleared at creation): without --origin no program
     // touches them.
     if config.origin == 0 {
         for map in [

@@ -173,7 +173,7 @@ macro_rules! tp_read_programs {
     ) => {
         /// The tp backend's `--reads` attachments: the one program `tp_exit_read` (the
         /// exit record has no syscall-specific field, so one program serves them all and
-        /// the verifier runs once: 5.5 ms a program here, docs/performance.md) on each read
+        /// the verifier runs once, docs/performance.md) on each read
         /// syscall's exit tracepoint, where the kernel has the helpers it needs (else raw
         /// `sys_exit`).
         pub const TP_READ_PROGRAMS: [TpSpec; [$(stringify!($rprog),)*].len()] = [
