@@ -20,8 +20,11 @@
 use aya_ebpf::{
     bindings::BPF_F_USER_STACK,
     helpers::{
-        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns,
-        generated::{bpf_get_stack, bpf_probe_read_user},
+        bpf_get_current_pid_tgid, bpf_ktime_get_ns,
+        generated::{
+            bpf_get_current_comm as comm_into, bpf_get_stack, bpf_probe_read_kernel,
+            bpf_probe_read_user,
+        },
     },
     macros::raw_tracepoint,
     programs::RawTracePointContext,
@@ -73,7 +76,7 @@ fn try_origin_enter(ctx: &RawTracePointContext) -> Result<(), i64> {
     // An ia32 call's number means another call: it is only named, as not followed.
     if in_compat_syscall() {
         if let Some(call) = ia32 {
-            let fds = [-1; ORIGIN_FDS];
+            let fds = no_fds();
             emit(ctx, 0, call as u32, 0, &fds, 0, origin_flags::UNSEEN_IA32)?;
         }
         return Ok(());
@@ -164,7 +167,7 @@ fn try_origin_exit(ctx: &RawTracePointContext) -> Result<(), i64> {
     if ret < 0 {
         return Ok(());
     }
-    let mut fds = [-1i32; ORIGIN_FDS];
+    let mut fds = no_fds();
     let mut n = 1;
     let mut cut = false;
     match p.at {
@@ -182,10 +185,10 @@ fn try_origin_exit(ctx: &RawTracePointContext) -> Result<(), i64> {
                 return Ok(());
             };
             // One read of the whole array: the slots past `n` are not looked at.
-            fds = match read_user::<[i32; ORIGIN_FDS]>(data) {
-                Ok(all) => all,
-                Err(_) => [read_user::<i32>(data)?, -1, -1, -1, -1, -1, -1, -1],
-            };
+            match read_user::<[i32; ORIGIN_FDS]>(data) {
+                Ok(all) => fds = all,
+                Err(_) => fds[0] = read_user::<i32>(data)?,
+            }
             n = count.min(ORIGIN_FDS as u64) as usize;
             cut = count > ORIGIN_FDS as u64 || m + 1 < msgs;
         }
@@ -328,7 +331,14 @@ fn send_creator(ring: crate::Ring, tgid: u32, parent: u32, fd: i32) -> bool {
         };
         (*rec).pid = tgid;
         (*rec).fd = fd;
-        (*rec).made = *m;
+        // A helper's copy: a struct copy this size is a call of memmove, a subprogram
+        // (see no_fds).
+        // (a map value: the read does not fail)
+        bpf_probe_read_kernel(
+            core::ptr::addr_of_mut!((*rec).made).cast(),
+            core::mem::size_of::<OriginMade>() as u32,
+            m.cast(),
+        );
     }
     // The origin record right after it wakes the reader if need be.
     entry.submit(crate::wake::FOLLOWED);
@@ -392,7 +402,8 @@ fn emit(
         (*rec).lost = seen.map(|v| *v).unwrap_or(0);
         (*rec).cmd = cmd;
         (*rec).time_ns = bpf_ktime_get_ns();
-        (*rec).comm = bpf_get_current_comm().unwrap_or_default();
+        // Straight into the record (a zeroed default would be a memset call).
+        comm_into(core::ptr::addr_of_mut!((*rec).comm).cast(), 16);
         for (i, &fd) in fds.iter().enumerate() {
             let (ino, dev) = identity(fd);
             (*rec).fd[i] = fd;
@@ -405,12 +416,13 @@ fn emit(
         unsafe { user_stack(ctx, regs, rec) };
     } else {
         // SAFETY: as above.
+        // (volatile: adjacent zero stores would be merged into a memset call)
         unsafe {
-            (*rec).nstack = 0;
-            (*rec).nsp_words = 0;
-            (*rec).start_code = 0;
-            (*rec).end_code = 0;
-            (*rec).sp = 0;
+            core::ptr::write_volatile(core::ptr::addr_of_mut!((*rec).nstack), 0);
+            core::ptr::write_volatile(core::ptr::addr_of_mut!((*rec).nsp_words), 0);
+            core::ptr::write_volatile(core::ptr::addr_of_mut!((*rec).start_code), 0);
+            core::ptr::write_volatile(core::ptr::addr_of_mut!((*rec).end_code), 0);
+            core::ptr::write_volatile(core::ptr::addr_of_mut!((*rec).sp), 0);
         }
     }
     // A process's first record wakes the reader, which then reads its memory map while it
@@ -498,6 +510,21 @@ fn identity(fd: i32) -> (u64, u32) {
     let ino = read_kernel(inode + conf!(inode_ino)).unwrap_or(0);
     let sb: u64 = read_kernel(inode + conf!(inode_sb)).unwrap_or(0);
     (ino, read_kernel(sb + conf!(sb_dev)).unwrap_or(0))
+}
+
+/// No fds: every slot -1, stored one by one. These programs call no subprogram (the
+/// unit test `the_origin_programs_call_no_subprogram` checks the object): a `[-1; N]`
+/// literal or a struct copy compiles to a call of memset or memmove, and an older verifier
+/// (5.10's) cannot backtrack scalar precision through a call, so it marks every scalar
+/// precise, prunes almost no state and does not finish verifying the origin programs in
+/// minutes (docs/kernels.md).
+#[inline(always)]
+fn no_fds() -> [i32; ORIGIN_FDS] {
+    // Read volatile, -1 is not a constant to the optimizer: no fill or copy of the array
+    // becomes a memset of its bytes.
+    let none = -1i32;
+    // SAFETY: a local's address.
+    [unsafe { core::ptr::read_volatile(&none) }; ORIGIN_FDS]
 }
 
 /// bpf_probe_read_user of a `T` at a user address (5.5).

@@ -29,6 +29,7 @@ pub mod misses;
 mod programs;
 mod raw;
 mod report;
+mod subprogs;
 mod tp;
 
 pub use caps::{effective_caps, has_cap, missing_trace_caps};
