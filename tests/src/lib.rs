@@ -314,3 +314,29 @@ pub fn default_stop_signals(cmd: &mut std::process::Command) -> &mut std::proces
         })
     }
 }
+
+/// `program` run under GNU `time`, which writes the peak RSS (KiB) of the program alone to
+/// the returned file ([`peak_rss_kib`]). A process forked from this test binary starts its
+/// `ru_maxrss` at the binary's own RSS (exec keeps the old mm's high-water mark, fs/exec.c
+/// `exec_mmap`), and the one integration binary holds every test's memory: `time` is small,
+/// so the program it forks is measured alone. The exit status is the program's (128 + N
+/// after signal N). The command leads a process group of its own: kill `-pid` to stop both.
+pub fn measured(program: &std::path::Path) -> (std::process::Command, PathBuf) {
+    use std::os::unix::process::CommandExt as _;
+    let rss = temp_path("peak-rss");
+    let mut c = std::process::Command::new("/usr/bin/time");
+    c.args(["-q", "-f", "%M", "-o"])
+        .arg(&rss)
+        .arg(program)
+        .process_group(0);
+    (c, rss)
+}
+
+/// The peak RSS that [`measured`] wrote (KiB); removes the file.
+pub fn peak_rss_kib(file: &std::path::Path) -> i64 {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    let _ = std::fs::remove_file(file);
+    text.trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("GNU time (.ci/setup) wrote no peak RSS: {text:?}"))
+}

@@ -9,7 +9,7 @@
 use std::{
     os::unix::{ffi::OsStrExt as _, fs::PermissionsExt as _},
     path::{Path, PathBuf},
-    process::{Command, Stdio},
+    process::Stdio,
     time::{Duration, Instant},
 };
 
@@ -67,7 +67,8 @@ struct Run {
     /// The wait status (None: killed at the deadline).
     status: Option<i32>,
     elapsed: Duration,
-    /// fdaudit's peak RSS (KiB) and CPU time (user and system), from wait4's rusage.
+    /// fdaudit's peak RSS (KiB, from `time`) and CPU time (user and system, wait4's
+    /// rusage).
     max_rss_kib: i64,
     cpu: Duration,
     stderr: String,
@@ -83,7 +84,7 @@ struct Run {
 fn trace_as_nobody(args: &[&str], cmd: &[&std::ffi::OsStr], limit: Duration) -> Run {
     let out = temp_path("hostile-files.jsonl");
     let err = temp_path("hostile-files.stderr");
-    let mut c = Command::new(fdaudit());
+    let (mut c, rss_file) = fdaudit_tests::measured(&fdaudit());
     c.args(["trace", "--json", "-o"])
         .arg(&out)
         .args(args)
@@ -117,9 +118,9 @@ fn trace_as_nobody(args: &[&str], cmd: &[&std::ffi::OsStr], limit: Duration) -> 
     }
     let elapsed = start.elapsed();
     if !ended {
-        // SAFETY: our own child, not yet reaped.
+        // SAFETY: the group `measured` made (time and fdaudit), our own child not yet reaped.
         unsafe {
-            libc::kill(pid, libc::SIGKILL);
+            libc::kill(-pid, libc::SIGKILL);
             libc::wait4(pid, &mut status, 0, &mut ru);
         }
     }
@@ -130,7 +131,11 @@ fn trace_as_nobody(args: &[&str], cmd: &[&std::ffi::OsStr], limit: Duration) -> 
     Run {
         status: ended.then_some(status),
         elapsed,
-        max_rss_kib: ru.ru_maxrss,
+        max_rss_kib: if ended {
+            fdaudit_tests::peak_rss_kib(&rss_file)
+        } else {
+            0
+        },
         cpu: tv(ru.ru_utime) + tv(ru.ru_stime),
         stderr,
         records: if ended { records(&text) } else { Vec::new() },

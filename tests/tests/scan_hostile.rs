@@ -67,7 +67,8 @@ const STATUS: &str = "Name:\tvictim\nState:\tS\nPPid:\t1\nUid:\t0\t0\t0\t0\nVmSi
 /// Returns its output and peak RSS in KiB (wait4's rusage of that very child).
 #[allow(clippy::zombie_processes, reason = "reaped with wait4, for its rusage")]
 fn run_within(args: &[&str], limit: Duration) -> (Output, i64) {
-    let mut child = Command::new(fdaudit_tests::fdaudit())
+    let (mut cmd, rss_file) = fdaudit_tests::measured(&fdaudit_tests::fdaudit());
+    let mut child = cmd
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -93,10 +94,11 @@ fn run_within(args: &[&str], limit: Duration) -> (Output, i64) {
         let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut ru) };
         check(r, "wait4");
         if r == pid {
-            break (status, ru.ru_maxrss);
+            break (status, fdaudit_tests::peak_rss_kib(&rss_file));
         }
         if start.elapsed() > limit {
-            let _ = child.kill();
+            // SAFETY: the group `measured` made: time and fdaudit.
+            unsafe { libc::kill(-pid, libc::SIGKILL) };
             let _ = child.wait();
             panic!("fdaudit {args:?} did not finish within {limit:?}");
         }
