@@ -2,7 +2,7 @@
 """How long a trace's programs stay in the kernel after `fdaudit trace` has exited.
 
 fdaudit hands its tracepoint programs' links to a child that closes them once fdaudit has
-exited (fdaudit/src/tracer/ebpf/fentry.rs, `hand_bpf_fds_to_a_child`). Until a link is
+exited (fdaudit/src/engine/ebpf/fentry.rs, `hand_bpf_fds_to_a_child`). Until a link is
 released its program still runs on every process's syscalls, and each release waits for an
 RCU tasks-trace grace period. This runs `fdaudit trace -q -- /bin/true` ROUNDS times and, after
 each exit, polls `bpftool prog list` every 5 ms until none of fdaudit's programs is loaded.

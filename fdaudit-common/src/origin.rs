@@ -15,7 +15,7 @@ use crate::RecordHeader;
 /// Frames of the user stack kept per origin (bpf_get_stack, frame-pointer walk).
 pub const ORIGIN_STACK_DEPTH: usize = 16;
 /// Words copied from the top of the user stack (from the saved user sp): where the caller
-/// of a libc wrapper built without frame pointers is found (see `fdaudit::tracer::origin`).
+/// of a libc wrapper built without frame pointers is found (see `fdaudit::engine::origin`).
 pub const ORIGIN_SP_WORDS: usize = 32;
 /// Fds one record carries (a pair, or the fds of recvmsg's SCM_RIGHTS messages).
 pub const ORIGIN_FDS: usize = 8;

@@ -77,7 +77,7 @@ static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 map_named!(EVENTS, MAP_EVENTS);
 
 /// The grown ring, in slot 0 once userspace has put it there (when records come faster
-/// than a trace of a lone command makes them: fdaudit's `tracer::drain::under_pressure`):
+/// than a trace of a lone command makes them: fdaudit's `engine::drain::under_pressure`):
 /// from then on every record goes to it. A ring
 /// cannot be resized once programs hold it, and a big one costs every trace its creation
 /// (its pages are cleared: docs/performance.md); an array of maps lets the programs

@@ -158,7 +158,7 @@ impl SyscallArgs for Regs {
 /// The arguments in a `syscalls/sys_enter_<name>` record: `struct syscall_trace_enter`
 /// (kernel/trace/trace_syscalls.c, unchanged since 2.6.33): the 8-byte common header, int
 /// `__syscall_nr` at 8, then `unsigned long args[]` from 16, as each event's tracefs
-/// `format` file says (the loader checks it before it attaches: `fdaudit::tracer::ebpf::tp`).
+/// `format` file says (the loader checks it before it attaches: `fdaudit::engine::ebpf::tp`).
 struct TpArgs<'a>(&'a TracePointContext);
 
 /// Offset of a sys_enter record's first argument.

@@ -21,7 +21,7 @@ use crate::{
 // program only for the syscalls it is attached to: other syscalls pay a bit test
 // (perf_syscall_enter), not a program run. Native syscalls only: on x86_64 an ia32
 // (`int $0x80`) syscall fires no syscall tracepoint (ARCH_TRACE_IGNORE_COMPAT_SYSCALLS);
-// the loader says so (`fdaudit::tracer::ebpf::tp`).
+// the loader says so (`fdaudit::engine::ebpf::tp`).
 
 /// One tracepoint program per counted syscall: `$sysno` is what sys_enter would have
 /// matched. The names are the user side's `TP_PROGRAMS` (`tp_` and the syscall's name, from

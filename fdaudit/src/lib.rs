@@ -27,7 +27,7 @@ mod spawner;
 mod stats;
 mod sys;
 mod trace;
-mod tracer;
+mod engine;
 mod untrusted;
 mod usage;
 mod watch;

@@ -3,7 +3,7 @@
 //! and map it held is freed within a bounded time, and no child it forked without exec
 //! (the held command, the calibration child, the hand-off child) outlives it for longer.
 //! Each step is reached deterministically through the test-only pause points
-//! (`FDAUDIT_TEST_PAUSE`, `fdaudit/src/tracer/pause.rs`). Needs root.
+//! (`FDAUDIT_TEST_PAUSE`, `fdaudit/src/engine/pause.rs`). Needs root.
 
 use std::collections::BTreeSet;
 use std::io::BufRead as _;

@@ -173,7 +173,7 @@ pub fn time_cells(
                 break 'rounds;
             }
             if done == 1 {
-                crate::tracer::pause::at("bench-timed");
+                crate::engine::pause::at("bench-timed");
             }
             bar.set_message(format!("{} @ {}", k.strategy, k.nofile));
             let times = match runner.batch(k, n + 1) {
@@ -233,7 +233,7 @@ pub fn trace_cells(
             return Ok(None);
         }
     };
-    crate::tracer::pause::at("bench-traced");
+    crate::engine::pause::at("bench-traced");
     let bar = progress(samples.len() as u64, "tracing", " cells");
     let total = samples.len();
     for (done, (k, s)) in samples.iter_mut().enumerate() {

@@ -336,7 +336,7 @@ fn measure_builtins(args: &BenchArgs, setup: &Setup) -> anyhow::Result<Builtins>
             );
         }
     }
-    crate::tracer::pause::at("bench-fit");
+    crate::engine::pause::at("bench-fit");
     let cells = matrix::cell_reports(&samples);
     let fits = if setup.nlimits >= 2 {
         report::fits(&cells)

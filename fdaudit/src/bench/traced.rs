@@ -1,5 +1,5 @@
 //! The traced pass: runs a spawner under fdaudit's own tracer
-//! ([`crate::tracer::session`]) and counts, per spawn, the syscalls the child made between
+//! ([`crate::engine::session`]) and counts, per spawn, the syscalls the child made between
 //! fork and exec and the fds it leaked.
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context as _};
 
-use crate::tracer::{
+use crate::engine::{
     counts::SyscallCounts,
     follow::{follow, End, Sink, Until},
     session::{Session, SessionOptions},
@@ -107,7 +107,7 @@ impl BenchTracer {
             return Err(TraceError::NotRoot);
         }
         let session = Session::start(&SessionOptions {
-            backend: crate::tracer::ebpf::BackendChoice::from_env().map_err(anyhow::Error::msg)?,
+            backend: crate::engine::ebpf::BackendChoice::from_env().map_err(anyhow::Error::msg)?,
             ..SessionOptions::default()
         })
         .context("failed to start the tracer")?;

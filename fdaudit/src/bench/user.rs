@@ -13,7 +13,7 @@ use anyhow::{anyhow, Context as _};
 use super::traced::{BenchTracer, TraceError};
 use super::user_report::{self, UserCellReport, UserFitReport, UserRun, UserSpawn};
 use crate::held::{self, HeldOptions};
-use crate::tracer::{
+use crate::engine::{
     flags::SpawnFlags,
     follow::{follow, End, Sink, Until},
     session::Session,
@@ -298,7 +298,7 @@ pub fn exit_status(cells: &[UserCellReport]) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tracer::strategy::Strategy;
+    use crate::engine::strategy::Strategy;
 
     fn spawn(leaked_fds: u64) -> UserSpawn {
         UserSpawn {

@@ -11,7 +11,7 @@ use crate::output::color::Paint;
 use crate::output::fmt_ns;
 use crate::output::table::{Cell, Col, Table, Term};
 use crate::stats::{self, LinearFit};
-use crate::tracer::strategy::Strategy;
+use crate::engine::strategy::Strategy;
 
 /// One spawn of the user's spawner tree, as the tracer saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

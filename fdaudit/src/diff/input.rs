@@ -7,7 +7,7 @@ use anyhow::{bail, Context as _, Result};
 use serde::{Deserialize, Serialize};
 
 use super::normalise::Normaliser;
-use crate::tracer::strategy::Strategy;
+use crate::engine::strategy::Strategy;
 
 /// Which subcommand wrote the stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

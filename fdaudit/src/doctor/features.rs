@@ -11,7 +11,7 @@ use aya::{
 use fdaudit_common::BOUNDED_MAX_FDS;
 
 use super::{check, Check, Status};
-use crate::tracer::{btf, ebpf};
+use crate::engine::{btf, ebpf};
 
 /// One row per feature. Needs CAP_BPF (the probes load tiny programs).
 pub fn checks() -> Vec<Check> {

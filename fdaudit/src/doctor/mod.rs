@@ -15,8 +15,8 @@ use crate::{
         self,
         stream::{self, Dest, StdStream},
     },
-    tracer::btf,
-    tracer::ebpf::{self, caps, BackendChoice},
+    engine::btf,
+    engine::ebpf::{self, caps, BackendChoice},
 };
 
 /// Arguments of `fdaudit doctor`.
@@ -349,7 +349,7 @@ fn program_checks() -> (Vec<Check>, Vec<ProgramFigures>) {
 }
 
 /// Whether the ring buffer can grow under a burst: a ring put in the object's growth slot,
-/// as `trace` does when a burst needs it ([`crate::tracer::drain`]).
+/// as `trace` does when a burst needs it ([`crate::engine::drain`]).
 fn ring_growth_check(bpf: &aya::Ebpf) -> Check {
     let grown = ebpf::create_ring(fdaudit_common::RING_TEMPLATE_BYTES)
         .and_then(|(ring, _reader)| ebpf::RingSlot::of(bpf)?.fill(&ring));

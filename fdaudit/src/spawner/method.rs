@@ -1,5 +1,5 @@
 //! [`CloseMethod`]: what a spawned child does with the fds it inherited, between fork and
-//! exec. (What the tracer *infers* a child did is [`crate::tracer::strategy::Strategy`].)
+//! exec. (What the tracer *infers* a child did is [`crate::engine::strategy::Strategy`].)
 
 use serde::{Deserialize, Serialize};
 

@@ -32,7 +32,7 @@ pub struct Link<'a> {
     pub pid: u32,
     /// The record continues this process's previous exec (flag `reexec`).
     pub reexec: bool,
-    /// This image exec'd again (flag `execd_again`, [`crate::tracer::steps`]): its fds are
+    /// This image exec'd again (flag `execd_again`, [`crate::engine::steps`]): its fds are
     /// transient.
     pub execd_again: bool,
     /// The container it runs in (`docker:0123456789ab`), if any: its own rows.
@@ -78,7 +78,7 @@ struct Chain {
     /// fds of images that exec'd again.
     transient: u64,
     /// The latest image's fds were judged final, not transient (it exec'd again only after
-    /// [`crate::tracer::steps::GRACE`]): a later exec starts a spawn of its own.
+    /// [`crate::engine::steps::GRACE`]): a later exec starts a spawn of its own.
     judged_final: bool,
     /// The first record's spawner (the runtime that spawned it), the walk of the image that
     /// closed fds, the first leak's origin.

@@ -6,7 +6,7 @@ use anyhow::Result;
 /// Waits for the command until it exits; a signal to fdaudit (Ctrl-C) stops the wait.
 pub fn wait_for_command(pid: u32) -> Result<Option<i32>> {
     loop {
-        if let Some(st) = crate::tracer::wait::try_wait(pid)? {
+        if let Some(st) = crate::engine::wait::try_wait(pid)? {
             return Ok(Some(st));
         }
         if crate::signals::received().is_some() {
@@ -22,9 +22,9 @@ pub fn wait_for_command(pid: u32) -> Result<Option<i32>> {
 /// fdaudit exits next: while it waits for the command that child would keep every program
 /// attached, machine-wide, for as long as the command runs.
 ///
-/// [`Session::detach_after_exit`]: crate::tracer::session::Session::detach_after_exit
+/// [`Session::detach_after_exit`]: crate::engine::session::Session::detach_after_exit
 pub fn detach_then_wait(
-    mut session: crate::tracer::session::Session,
+    mut session: crate::engine::session::Session,
     untraced: Option<u32>,
 ) -> Result<Option<i32>> {
     if untraced.is_none() {
@@ -47,7 +47,7 @@ pub fn detach_then_wait(
 /// detach, and with `-- CMD` wait for the command, untraced, rather than orphan it; then the
 /// error ends fdaudit (exit 2).
 pub fn abandon(
-    session: crate::tracer::session::Session,
+    session: crate::engine::session::Session,
     child: Option<u32>,
     e: anyhow::Error,
 ) -> anyhow::Error {

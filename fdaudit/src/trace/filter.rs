@@ -5,7 +5,7 @@
 
 use anyhow::Context as _;
 
-use crate::tracer::spawn::Spawn;
+use crate::engine::spawn::Spawn;
 
 /// The task name the kernel gives an exec'd program: the file name, cut to 15 bytes
 /// (TASK_COMM_LEN - 1).

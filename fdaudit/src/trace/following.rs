@@ -11,7 +11,7 @@ use crate::{
     cgroup::Followed,
     output::{count, stream},
     procfs_util,
-    tracer::{
+    engine::{
         follow::{self, End, Until},
         session::Session,
         spawn,

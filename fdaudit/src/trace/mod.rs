@@ -26,7 +26,7 @@ use crate::{
     exit,
     output::stream::{self, Dest, StdStream},
     procfs_util,
-    tracer::{
+    engine::{
         drain,
         ebpf::BackendChoice,
         session::{Session, SessionOptions},
@@ -163,7 +163,7 @@ pub struct TraceArgs {
         value_delimiter = ',',
         conflicts_with = "leaks_only"
     )]
-    pub fail_on_strategy: Vec<crate::tracer::strategy::Strategy>,
+    pub fail_on_strategy: Vec<crate::engine::strategy::Strategy>,
 
     /// Exit with status 3 when a spawn made more than N fd-closing calls between fork and
     /// exec (close() calls plus close_range() calls; one close_range() counts once) and the
@@ -478,7 +478,7 @@ fn ending(
     reporter: &Reporter,
     exit_status: Option<i32>,
     stats: &fdaudit_common::Stats,
-    missed: &crate::tracer::ebpf::MissedRuns,
+    missed: &crate::engine::ebpf::MissedRuns,
     (policy_code, incomplete_code): (u8, u8),
 ) -> Ending {
     let command_status = exit_status.map(exit::from_wait_status);
@@ -528,7 +528,7 @@ fn attach(args: &TraceArgs, pids: &[u32], followed: Option<&Followed>) -> Result
         Some(start_held(&args.command)?)
     };
     let child = held.as_ref().map(|h| h.pid);
-    crate::tracer::pause::at("held");
+    crate::engine::pause::at("held");
     let kill_held = |e: anyhow::Error| {
         if let Some(pid) = child {
             // SAFETY: killing and reaping our own child, which has not exec'd yet.
@@ -551,7 +551,7 @@ fn attach(args: &TraceArgs, pids: &[u32], followed: Option<&Followed>) -> Result
             .track_tree(pid)
             .with_context(|| format!("failed to trace PID {pid}"))?;
     }
-    crate::tracer::pause::at("tracked");
+    crate::engine::pause::at("tracked");
     let what = match (child, followed) {
         (Some(pid), _) => format!("command (pid {pid})"),
         (None, Some(f)) => format!("cgroup {}", f.path),

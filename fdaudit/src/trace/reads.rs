@@ -4,8 +4,8 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use crate::tracer::fdtarget::join_path;
-use crate::tracer::spawn::{ReadCount, Target};
+use crate::engine::fdtarget::join_path;
+use crate::engine::spawn::{ReadCount, Target};
 use crate::{
     fdkind::{self, FdKind},
     lossless_field,

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::tracer::session::Session;
+use crate::engine::session::Session;
 
 /// `-v`: the ring buffer's first and last sizes, and how long fdaudit took to exit after
 /// the command (or the trace) ended.

@@ -363,8 +363,8 @@ impl Metrics {
 
     /// The programs' skipped runs since they were loaded: the counters advance by what is
     /// new. A kernel without the counter (before 5.12) exports no series.
-    pub fn set_missed_runs(&mut self, missed: &crate::tracer::ebpf::MissedRuns) {
-        let crate::tracer::ebpf::MissedRuns::Known(counts) = missed else {
+    pub fn set_missed_runs(&mut self, missed: &crate::engine::ebpf::MissedRuns) {
+        let crate::engine::ebpf::MissedRuns::Known(counts) = missed else {
             return;
         };
         for (program, &n) in counts {
@@ -524,7 +524,7 @@ mod tests {
         m.set_kernel_totals(3, 0);
         m.set_kernel_totals(5, 1);
         let missed = |exec: u64| {
-            crate::tracer::ebpf::MissedRuns::Known(
+            crate::engine::ebpf::MissedRuns::Known(
                 [("sched_process_exec", exec), ("sys_enter", 0)]
                     .map(|(p, n)| (p.to_string(), n))
                     .into(),
@@ -532,7 +532,7 @@ mod tests {
         };
         m.set_missed_runs(&missed(200));
         m.set_missed_runs(&missed(236));
-        m.set_missed_runs(&crate::tracer::ebpf::MissedRuns::Unknown);
+        m.set_missed_runs(&crate::engine::ebpf::MissedRuns::Unknown);
         let t = m.encode();
         let sel = r#"{container_id="abc",cgroup="/system.slice/docker-abc.scope",parent="sh",child="cat",strategy="none""#;
         assert_eq!(

@@ -21,7 +21,7 @@ use anyhow::{bail, Context as _, Result};
 use crate::{
     scan::{self, Severity},
     signals::{Action, CallerIgnored},
-    tracer::{
+    engine::{
         flags::SpawnFlags,
         follow::{follow, Sink, Until},
         session::{Session, SessionOptions},
@@ -95,7 +95,7 @@ pub fn observation(s: &Spawn, leaks_only: bool) -> SpawnObservation {
         .next()
         .filter(|n| !n.is_empty())
         .unwrap_or("?");
-    // An exec chain's step (tracer::steps): its fds passed on to the next image, whose
+    // An exec chain's step (engine::steps): its fds passed on to the next image, whose
     // own record says which of them crossed. Transient, as trace's summary counts them.
     let transient = s.flags.contains(SpawnFlags::EXECD_AGAIN);
     let mut leaked_kinds: Vec<String> = s
@@ -375,7 +375,7 @@ fn start_session(args: &WatchArgs, filter: Option<&Filter>) -> Result<Session> {
         cgroup: filter.map(|f| (f.0, f.1)),
         // fentry where the kernel takes it (FDAUDIT_BACKEND to choose): a whole host's
         // other syscalls then pay nothing for --syscalls.
-        backend: crate::tracer::ebpf::BackendChoice::from_env().map_err(anyhow::Error::msg)?,
+        backend: crate::engine::ebpf::BackendChoice::from_env().map_err(anyhow::Error::msg)?,
         ..Default::default()
     };
     let mut session = Session::start(&opts)?;

@@ -3,7 +3,7 @@
 //! session (programs loaded and attached) on a child and a grandchild of the test: the
 //! grandchild closes fds 3..=3000 and execs /bin/true, the child then execs /bin/true.
 
-use crate::tracer::engine_tests::{trace_tree, Traced};
+use crate::engine::engine_tests::{trace_tree, Traced};
 
 #[test]
 #[ignore = "needs root: loads and attaches the programs"]

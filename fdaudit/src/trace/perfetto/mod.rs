@@ -21,7 +21,7 @@ use anyhow::{Context as _, Result};
 use prost::Message as _;
 
 use crate::output::text::{escape_bytes, escape_path};
-use crate::tracer::{
+use crate::engine::{
     flags::SpawnFlags,
     spawn::{LeakedFd, Spawn},
 };

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Group;
 use crate::runtime::{parse_major_minor, Nofile, Runtime};
-use crate::tracer::strategy::Strategy;
+use crate::engine::strategy::Strategy;
 
 /// One row of the advice table.
 #[derive(Debug, Clone, Deserialize)]

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Ending, ExitReason, LeakPolicy};
 use crate::output::{count, stream};
-use crate::tracer::{flags::SpawnFlags, spawn::Spawn, strategy::Strategy};
+use crate::engine::{flags::SpawnFlags, spawn::Spawn, strategy::Strategy};
 
 /// How many offending spawns a verdict line names.
 const SHOWN: usize = 5;

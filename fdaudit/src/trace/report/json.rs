@@ -10,7 +10,7 @@ use crate::{
     fdkind::FdKind,
     output::text::Lossless,
     runtime::Runtime,
-    tracer::{
+    engine::{
         boundary::Boundary,
         counts::SyscallCounts,
         flags::SpawnFlags,

@@ -2,7 +2,7 @@
 
 use super::LeakPolicy;
 use crate::output::{self, color::Paint, fmt_ns, table::Term};
-use crate::tracer::{flags::SpawnFlags, origin::Origin, spawn::Spawn};
+use crate::engine::{flags::SpawnFlags, origin::Origin, spawn::Spawn};
 
 /// What a strategy costs, as a colour: close_range is the cheap, correct way; the sweeps
 /// whose cost grows with NOFILE are red, those that grow with the fds open yellow.
@@ -207,8 +207,8 @@ pub fn origin_brief(o: &Origin) -> String {
 }
 
 /// `openat by comm[pid] at caller < callee`.
-fn call_brief(c: &crate::tracer::origin::Call) -> String {
-    let name = |f: &crate::tracer::origin::Frame| {
+fn call_brief(c: &crate::engine::origin::Call) -> String {
+    let name = |f: &crate::engine::origin::Frame| {
         let at = match (&f.symbol, &f.module, f.offset) {
             (Some(s), _, _) => output::escape_bytes(s.as_bytes()),
             (None, Some(m), Some(off)) => {
@@ -296,7 +296,7 @@ pub fn range_flags(f: u32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tracer::origin::{Call, Frame};
+    use crate::engine::origin::{Call, Frame};
 
     fn frame(symbol: Option<&str>, module: Option<&str>, offset: u64) -> Frame {
         Frame {
@@ -332,12 +332,12 @@ mod tests {
             "openat by a\\u{1b}b[7] at app+0x1c < __open+0x51"
         );
         let unknown = Origin::Unknown {
-            unknown: crate::tracer::origin::BEFORE_TRACING,
+            unknown: crate::engine::origin::BEFORE_TRACING,
             reason: None,
         };
         assert_eq!(origin_brief(&unknown), "origin unknown: before tracing");
         let unseen = Origin::Unknown {
-            unknown: crate::tracer::seen::NOT_SEEN,
+            unknown: crate::engine::seen::NOT_SEEN,
             reason: Some("an ia32 call (dup2) by pid 5".into()),
         };
         assert_eq!(

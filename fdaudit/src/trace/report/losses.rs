@@ -5,7 +5,7 @@
 use fdaudit_common::Stats;
 
 use super::gates::GateOptions;
-use crate::tracer::ebpf::{misses, MissedRuns};
+use crate::engine::ebpf::{misses, MissedRuns};
 
 /// The session's loss counters at the end of a trace.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -79,7 +79,7 @@ impl Losses {
 /// Whether `program` counts a spawn's syscalls (raw-tp's `sys_enter`, tp's and fentry's
 /// counters), as opposed to `--reads`' and `--origin`'s programs, which no gate reads.
 fn counts_syscalls(program: &str) -> bool {
-    use crate::tracer::ebpf::{FENTRY_PROGRAMS, PROGRAMS, TP_PROGRAMS};
+    use crate::engine::ebpf::{FENTRY_PROGRAMS, PROGRAMS, TP_PROGRAMS};
     PROGRAMS
         .iter()
         .any(|p| p.name == program && p.syscall && !p.reads_only)
@@ -92,7 +92,7 @@ fn counts_syscalls(program: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tracer::strategy::Strategy;
+    use crate::engine::strategy::Strategy;
 
     fn missed(v: &[(&str, u64)]) -> MissedRuns {
         MissedRuns::Known(v.iter().map(|(k, n)| (k.to_string(), *n)).collect())

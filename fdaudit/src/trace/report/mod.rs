@@ -25,14 +25,14 @@ use anyhow::{Context as _, Result};
 use super::{
     chains::Chains, filter::Filter, perfetto::Perfetto, reads, stamp::Stamper, TraceRecord,
 };
-use crate::tracer::{
+use crate::engine::{
     flags::SpawnFlags,
     session::Session,
     spawn::{Event, LeakedFd, Spawn},
 };
 use crate::{
     output::{count, stream, table::Term},
-    tracer::ebpf::MissedRuns,
+    engine::ebpf::MissedRuns,
 };
 
 /// Per-event handling and final output of `trace`: a line (or JSON record) per spawn as it
@@ -107,11 +107,11 @@ pub fn lost_note(lost: u64, dropped: u64, ring_bytes: u64) -> String {
     };
     let ring = format!(
         "the {size} ring buffer was full; raise --buffer-pages (now {})",
-        ring_bytes / crate::tracer::drain::page_size()
+        ring_bytes / crate::engine::drain::page_size()
     );
     let queue = format!(
         "fdaudit's decoder fell {} MiB behind the ring buffer (records slow to decode, or fdaudit kept from a CPU)",
-        crate::tracer::drain::MAX_QUEUE_BYTES >> 20
+        crate::engine::drain::MAX_QUEUE_BYTES >> 20
     );
     match dropped {
         0 => format!("{lost} records LOST: some spawns are missing: {ring}"),
@@ -438,7 +438,7 @@ impl Reporter {
 pub(crate) mod tests {
     use super::*;
     use crate::output::text::Lossless;
-    use crate::tracer::{counts::SyscallCounts, strategy::Strategy};
+    use crate::engine::{counts::SyscallCounts, strategy::Strategy};
     use summary::TraceTotals;
     use text::summary_table;
 
@@ -668,7 +668,7 @@ pub(crate) mod tests {
         let mut c = Collector::default();
         let mut helper = spawn("java", "/usr/lib/jvm/lib/jspawnhelper", 0, 1_000, 14);
         helper.pid = 40;
-        // As tracer::steps judged it when pid 40 exec'd again.
+        // As engine::steps judged it when pid 40 exec'd again.
         helper.flags = SpawnFlags::EXECD_AGAIN;
         let line = spawn_line(&helper, &LeakPolicy::default(), Term::plain());
         assert!(line.contains("  transient 14: "), "{line}");

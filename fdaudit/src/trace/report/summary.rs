@@ -9,7 +9,7 @@ use super::super::{
     chains::{Chains, Link, Spawner},
     reads, TraceRecord,
 };
-use crate::tracer::{
+use crate::engine::{
     counts::SyscallCounts,
     flags::SpawnFlags,
     spawn::{Exit, LeakedFd, Spawn},
@@ -19,7 +19,7 @@ use crate::{
     fdkind::FdKind,
     lossless_field,
     output::{count, text::Lossless},
-    tracer::ebpf::MissedRuns,
+    engine::ebpf::MissedRuns,
 };
 
 lossless_field!(GroupExecPath, "exec_path");
@@ -341,11 +341,11 @@ fn walked(s: &Spawn) -> u64 {
 
 /// `open64 from main (fixture.c:12)`: the syscall and the first frame outside the C
 /// library that has a symbol, for the advice.
-fn origin_frame(o: &crate::tracer::origin::Origin) -> Option<String> {
-    let crate::tracer::origin::Origin::Known(call) = o else {
+fn origin_frame(o: &crate::engine::origin::Origin) -> Option<String> {
+    let crate::engine::origin::Origin::Known(call) = o else {
         return None;
     };
-    let in_libc = |f: &&crate::tracer::origin::Frame| {
+    let in_libc = |f: &&crate::engine::origin::Frame| {
         f.module.as_deref().is_some_and(|m| {
             m.contains("/libc.so") || m.contains("/libc-") || m.contains("ld-musl")
         })

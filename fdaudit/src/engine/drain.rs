@@ -17,7 +17,7 @@ use std::{
 
 use aya::maps::{MapData, RingBuf};
 
-use crate::tracer::ebpf::{self, RingSlot};
+use crate::engine::ebpf::{self, RingSlot};
 
 /// The most bytes of records copied out of the ring and not yet taken by the consumer:
 /// what a decoder slowed down (by a traced process, or by a starved CPU) can make fdaudit

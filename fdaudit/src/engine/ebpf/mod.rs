@@ -19,7 +19,7 @@ use fdaudit_common::{
 };
 use thiserror::Error;
 
-use crate::tracer::btf::{self, BtfError};
+use crate::engine::btf::{self, BtfError};
 
 pub mod caps;
 mod exec_exit;

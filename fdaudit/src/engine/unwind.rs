@@ -269,7 +269,7 @@ mod tests {
     fn a_return_address_is_found_where_the_unwind_table_says() {
         let o = crate::untrusted::open_exe(std::process::id(), u64::MAX).expect("our exe");
         let (vaddr, off) =
-            crate::tracer::symbols::text_segment(&o.file, o.len).expect("an executable segment");
+            crate::engine::symbols::text_segment(&o.file, o.len).expect("an executable segment");
         let entry = this_binary_fn as *const () as u64;
         let base = base_address();
         let file_off = entry - base - vaddr + off;

@@ -6,7 +6,7 @@
 //!   of vmlinux BTF is avoided when it can be; a third thread runs aya's feature probes,
 //!   the bpf_loop and task_btf helper probes and times an untraced close();
 //! - meanwhile this thread maps and indexes the same BTF for the offsets
-//!   ([`crate::tracer::btf`]);
+//!   ([`crate::engine::btf`]);
 //! - aya creates the maps (the first ring buffer is 1 MiB and grows under pressure:
 //!   [`super::drain`]; the traced-process table is preallocated only before Linux 6.1:
 //!   [`ebpf::open_with`]);
@@ -31,7 +31,7 @@ use fdaudit_common::{TaskState, MAP_EVENTS, MAP_TRACKED};
 use super::drain;
 use crate::{
     sys,
-    tracer::ebpf::{self, Backend, BackendChoice, ExecWalk, KernelBtf, LoadError, ProgramSpec},
+    engine::ebpf::{self, Backend, BackendChoice, ExecWalk, KernelBtf, LoadError, ProgramSpec},
 };
 
 /// What to attach.
@@ -59,12 +59,12 @@ pub struct SessionOptions {
 pub struct StartupTimings {
     /// Reading and parsing vmlinux BTF (fdaudit's parse), or reading its cache.
     pub btf_ms: f64,
-    /// The offsets came from the cache ([`crate::tracer::btf_cache`]).
+    /// The offsets came from the cache ([`crate::engine::btf_cache`]).
     pub btf_cached: bool,
     /// aya's parse of the same bytes, when fentry is tried.
     pub aya_btf_ms: f64,
     /// Waiting for aya's loader, made on another thread meanwhile
-    /// ([`crate::tracer::ebpf::spawn_loader`]): part of `maps_ms`.
+    /// ([`crate::engine::ebpf::spawn_loader`]): part of `maps_ms`.
     pub loader_wait_ms: f64,
     /// The feature probes, beside the BTF read.
     pub probes_ms: f64,

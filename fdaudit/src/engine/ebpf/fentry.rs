@@ -11,7 +11,7 @@ use super::{
     raw, FentrySpec, LoadError, EXEC_EXIT_PROGRAMS, FENTRY_PROGRAMS, SYSCALL_PREFIX, TP_PROGRAMS,
     TP_READ_PROGRAMS,
 };
-use crate::tracer::btf::Btf;
+use crate::engine::btf::Btf;
 
 /// Loads one fentry-backend program against `btf` and attaches it.
 fn load_and_attach_fentry(
@@ -280,6 +280,6 @@ fn hand_bpf_fds_to_a_child(ids: &[u64]) -> std::io::Result<()> {
     }
     // SAFETY: our copy of the read end; the write end stays open until we exit.
     unsafe { libc::close(gone[0]) };
-    crate::tracer::pause::at("hand-off");
+    crate::engine::pause::at("hand-off");
     Ok(())
 }

@@ -409,7 +409,7 @@ fn window_spawn(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tracer::fdtarget::{join_path, Links};
+    use crate::engine::fdtarget::{join_path, Links};
     use fdaudit_common::CloseRange;
 
     fn zeroed_record() -> Box<SpawnRecord> {

@@ -11,7 +11,7 @@ mod tests {
         SymbolKind, SymbolSection,
     };
 
-    use crate::tracer::ebpf::ORIGIN_PROGRAMS;
+    use crate::engine::ebpf::ORIGIN_PROGRAMS;
 
     /// The subprograms (by symbol name) program `name` of the ELF object `elf` calls.
     fn calls_of(elf: &[u8], name: &str) -> Vec<String> {

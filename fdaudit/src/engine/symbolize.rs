@@ -553,7 +553,7 @@ const MAX_MODULE: u64 = u64::MAX;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tracer::proc_maps::parse_maps_line;
+    use crate::engine::proc_maps::parse_maps_line;
 
     #[test]
     fn a_gone_process_s_own_frames_are_found_from_its_text_range_and_executable() {

@@ -78,7 +78,7 @@ impl Steps {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tracer::spawn::Exit;
+    use crate::engine::spawn::Exit;
 
     fn spawn(pid: u32, leaked: u32, flags: SpawnFlags) -> Event {
         let mut s = crate::trace::report::tests::spawn("java", "/x", 0, 0, leaked);

@@ -292,7 +292,7 @@ fn not_seen(reason: String) -> Origin {
 }
 
 fn comm_of(comm: &[u8; 16]) -> String {
-    String::from_utf8_lossy(&crate::tracer::fdtarget::cstr(comm)).into_owned()
+    String::from_utf8_lossy(&crate::engine::fdtarget::cstr(comm)).into_owned()
 }
 
 #[cfg(test)]

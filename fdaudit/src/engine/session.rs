@@ -29,7 +29,7 @@ use super::{
 };
 use crate::{
     procfs_util,
-    tracer::ebpf::{self, Backend, MissedRuns},
+    engine::ebpf::{self, Backend, MissedRuns},
 };
 
 /// What a session started with, fixed from then on.
@@ -449,7 +449,7 @@ impl Session {
     }
 
     /// Runs of each program the kernel skipped since the session was ready
-    /// ([`crate::tracer::ebpf::misses`]): records or counts lost without a trace in the ring buffer.
+    /// ([`crate::engine::ebpf::misses`]): records or counts lost without a trace in the ring buffer.
     pub fn missed_runs(&self) -> MissedRuns {
         self.missed_runs_total()
             .since(&self.started.missed_baseline)

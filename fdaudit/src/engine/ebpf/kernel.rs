@@ -5,11 +5,11 @@ use std::sync::OnceLock;
 use fdaudit_common::Config;
 
 use super::{has_task_btf, ia32_syscalls, LoadError};
-use crate::tracer::btf::{self, Btf};
-use crate::tracer::btf_cache;
+use crate::engine::btf::{self, Btf};
+use crate::engine::btf_cache;
 
 /// What fdaudit takes from the running kernel's BTF: the offsets and whether it runs ia32
-/// syscalls, parsed or from [`crate::tracer::btf_cache`]; the BTF itself (fdaudit's index
+/// syscalls, parsed or from [`crate::engine::btf_cache`]; the BTF itself (fdaudit's index
 /// of it, whose raw bytes aya parses to load fentry programs) is read when first asked for.
 pub struct KernelBtf {
     btf: OnceLock<Btf>,
