@@ -12,13 +12,13 @@ use anyhow::{anyhow, Context as _};
 
 use super::traced::{BenchTracer, TraceError};
 use super::user_report::{self, UserCellReport, UserFitReport, UserRun, UserSpawn};
-use crate::held::{self, HeldOptions};
 use crate::engine::{
     flags::SpawnFlags,
     follow::{follow, End, Sink, Until},
     session::Session,
     spawn::{Event, Spawn},
 };
+use crate::held::{self, HeldOptions};
 
 /// How long to go on following what CMD left running after it exited.
 const TREE_GRACE: Duration = Duration::from_secs(10);

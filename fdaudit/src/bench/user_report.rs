@@ -7,11 +7,11 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::report::CellReport;
+use crate::engine::strategy::Strategy;
 use crate::output::color::Paint;
 use crate::output::fmt_ns;
 use crate::output::table::{Cell, Col, Table, Term};
 use crate::stats::{self, LinearFit};
-use crate::engine::strategy::Strategy;
 
 /// One spawn of the user's spawner tree, as the tracer saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -11,12 +11,12 @@ use serde::Serialize;
 mod features;
 
 use crate::{
+    engine::btf,
+    engine::ebpf::{self, caps, BackendChoice},
     output::{
         self,
         stream::{self, Dest, StdStream},
     },
-    engine::btf,
-    engine::ebpf::{self, caps, BackendChoice},
 };
 
 /// Arguments of `fdaudit doctor`.

@@ -30,8 +30,8 @@ use fdaudit_common::{TaskState, MAP_EVENTS, MAP_TRACKED};
 
 use super::drain;
 use crate::{
-    sys,
     engine::ebpf::{self, Backend, BackendChoice, ExecWalk, KernelBtf, LoadError, ProgramSpec},
+    sys,
 };
 
 /// What to attach.

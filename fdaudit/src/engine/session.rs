@@ -28,8 +28,8 @@ use super::{
     spawn::{Event, ReadCount},
 };
 use crate::{
-    procfs_util,
     engine::ebpf::{self, Backend, MissedRuns},
+    procfs_util,
 };
 
 /// What a session started with, fixed from then on.

@@ -9,8 +9,6 @@ use anyhow::Result;
 use super::{reads, report::Reporter, TraceArgs};
 use crate::{
     cgroup::Followed,
-    output::{count, stream},
-    procfs_util,
     engine::{
         follow::{self, End, Until},
         session::Session,
@@ -18,6 +16,8 @@ use crate::{
         steps::{self, Steps},
         wait,
     },
+    output::{count, stream},
+    procfs_util,
 };
 
 /// How often `--reads` looks for newly flagged storms to name their files (the follow

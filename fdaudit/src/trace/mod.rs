@@ -23,15 +23,15 @@ use anyhow::{Context as _, Result};
 use crate::held::start_held;
 use crate::{
     cgroup::Followed,
-    exit,
-    output::stream::{self, Dest, StdStream},
-    procfs_util,
     engine::{
         drain,
         ebpf::BackendChoice,
         session::{Session, SessionOptions},
         wait,
     },
+    exit,
+    output::stream::{self, Dest, StdStream},
+    procfs_util,
 };
 use report::{Ending, ExitReason, Reporter};
 use targets::check_targets;

@@ -19,8 +19,6 @@ use std::{
 use anyhow::{bail, Context as _, Result};
 
 use crate::{
-    scan::{self, Severity},
-    signals::{Action, CallerIgnored},
     engine::{
         flags::SpawnFlags,
         follow::{follow, Sink, Until},
@@ -29,6 +27,8 @@ use crate::{
         steps::Steps,
         wait::Waiter,
     },
+    scan::{self, Severity},
+    signals::{Action, CallerIgnored},
 };
 use metrics::{Metrics, ProcessLabels, ProcessObservation, SpawnLabels, SpawnObservation};
 

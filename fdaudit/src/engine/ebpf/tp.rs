@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use aya::{programs::TracePoint, Ebpf};
 
 use super::{program_as, LoadError, TpSpec, TP_PROGRAMS, TP_READ_PROGRAMS};
-use crate::{sys::TRACEFS, engine::btf::Btf};
+use crate::{engine::btf::Btf, sys::TRACEFS};
 
 /// The programs this architecture has a syscall for.
 fn here() -> impl Iterator<Item = &'static TpSpec> {

@@ -20,11 +20,11 @@ use std::{collections::HashMap, fs::File, io::Write, path::Path};
 use anyhow::{Context as _, Result};
 use prost::Message as _;
 
-use crate::output::text::{escape_bytes, escape_path};
 use crate::engine::{
     flags::SpawnFlags,
     spawn::{LeakedFd, Spawn},
 };
+use crate::output::text::{escape_bytes, escape_path};
 use proto::{
     Clock, ClockSnapshot, CounterDescriptor, DebugAnnotation, Process, ProcessDescriptor,
     ProcessTree, Trace, TracePacket, TrackDescriptor, TrackEvent,

@@ -7,8 +7,8 @@ use std::sync::OnceLock;
 use serde::{Deserialize, Serialize};
 
 use super::Group;
-use crate::runtime::{parse_major_minor, Nofile, Runtime};
 use crate::engine::strategy::Strategy;
+use crate::runtime::{parse_major_minor, Nofile, Runtime};
 
 /// One row of the advice table.
 #[derive(Debug, Clone, Deserialize)]

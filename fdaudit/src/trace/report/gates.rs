@@ -5,8 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Ending, ExitReason, LeakPolicy};
-use crate::output::{count, stream};
 use crate::engine::{flags::SpawnFlags, spawn::Spawn, strategy::Strategy};
+use crate::output::{count, stream};
 
 /// How many offending spawns a verdict line names.
 const SHOWN: usize = 5;

@@ -7,9 +7,6 @@ use serde::{Serialize, Serializer};
 
 use crate::{
     cgroup::Identity,
-    fdkind::FdKind,
-    output::text::Lossless,
-    runtime::Runtime,
     engine::{
         boundary::Boundary,
         counts::SyscallCounts,
@@ -18,6 +15,9 @@ use crate::{
         spawn::{ArgvField, ExecPathField, LeakedFd, ParentCommField, Spawn, Target},
         strategy::Strategy,
     },
+    fdkind::FdKind,
+    output::text::Lossless,
+    runtime::Runtime,
 };
 
 /// A spawn record (`"type":"spawn"`): a traced child that completed an exec, or a failed one.

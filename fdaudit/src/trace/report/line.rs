@@ -1,8 +1,8 @@
 //! The line printed for each spawn as it happens.
 
 use super::LeakPolicy;
-use crate::output::{self, color::Paint, fmt_ns, table::Term};
 use crate::engine::{flags::SpawnFlags, origin::Origin, spawn::Spawn};
+use crate::output::{self, color::Paint, fmt_ns, table::Term};
 
 /// What a strategy costs, as a colour: close_range is the cheap, correct way; the sweeps
 /// whose cost grows with NOFILE are red, those that grow with the fds open yellow.

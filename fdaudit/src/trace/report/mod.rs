@@ -31,8 +31,8 @@ use crate::engine::{
     spawn::{Event, LeakedFd, Spawn},
 };
 use crate::{
-    output::{count, stream, table::Term},
     engine::ebpf::MissedRuns,
+    output::{count, stream, table::Term},
 };
 
 /// Per-event handling and final output of `trace`: a line (or JSON record) per spawn as it
@@ -437,8 +437,8 @@ impl Reporter {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::output::text::Lossless;
     use crate::engine::{counts::SyscallCounts, strategy::Strategy};
+    use crate::output::text::Lossless;
     use summary::TraceTotals;
     use text::summary_table;
 

@@ -16,10 +16,10 @@ use crate::engine::{
     strategy::Strategy,
 };
 use crate::{
+    engine::ebpf::MissedRuns,
     fdkind::FdKind,
     lossless_field,
     output::{count, text::Lossless},
-    engine::ebpf::MissedRuns,
 };
 
 lossless_field!(GroupExecPath, "exec_path");
