@@ -44,8 +44,8 @@ pub struct JunitFile {
 impl JunitFile {
     pub fn create(path: &Path) -> Result<JunitFile> {
         let name = crate::output::text::escape_path(path);
-        let file = std::fs::File::create(path)
-            .with_context(|| format!("failed to create {name} (--junit)"))?;
+        // As `-o` opens: a FIFO nobody reads is an error now, not a hang at the end.
+        let file = super::stream::create(path).map_err(|e| anyhow::anyhow!("{e:#} (--junit)"))?;
         Ok(JunitFile { file, name })
     }
 
@@ -221,6 +221,26 @@ fn attr(s: &str) -> String {
 mod tests {
     use super::*;
     use crate::output::ci::{GateCase, GroupCase};
+
+    /// A FIFO nobody reads is refused at once, in one line, as `-o` refuses it (a plain
+    /// create blocked in open(2) until a reader came).
+    #[test]
+    fn a_fifo_nobody_reads_is_refused_at_once() {
+        let dir = std::env::temp_dir().join(format!("fdaudit-junit-fifo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let fifo = dir.join("report.xml");
+        let c = std::ffi::CString::new(fifo.to_str().expect("utf-8")).expect("no NUL");
+        // SAFETY: a valid path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+        let err = JunitFile::create(&fifo).err().expect("refused");
+        let _ = std::fs::remove_dir_all(&dir);
+        let text = format!("{err:#}");
+        assert!(
+            text.contains("FIFO") && text.ends_with("(--junit)"),
+            "{text}"
+        );
+        assert_eq!(text.lines().count(), 1, "{text}");
+    }
 
     fn verdict() -> CiVerdict {
         CiVerdict {

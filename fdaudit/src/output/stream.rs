@@ -220,10 +220,10 @@ pub fn open(dest: Dest, json: bool, command: &'static str) -> anyhow::Result<()>
     Ok(())
 }
 
-/// Creates (or truncates) an `-o` file. Opened without blocking, so that a FIFO nobody reads
+/// Creates (or truncates) an output file (`-o`, `--junit`). Opened without blocking, so that a FIFO nobody reads
 /// is an error now rather than a hang before anything starts; writes then block as usual.
 /// std opens with O_CLOEXEC: a traced command never inherits it.
-fn create(p: &Path) -> anyhow::Result<File> {
+pub(crate) fn create(p: &Path) -> anyhow::Result<File> {
     use std::os::unix::fs::OpenOptionsExt as _;
     let name = text::escape_path(p);
     let file = std::fs::OpenOptions::new()
