@@ -197,48 +197,63 @@ impl Symbolizer {
             .copied()
             .take_while(|&a| a != 0 && a < USER_TOP)
             .collect();
-        let mut out: Vec<Frame> = walk
-            .iter()
-            .map(|&a| self.frame(rec.pid, a, None, parent))
-            .collect();
         let words = &rec.sp_words[..(rec.nsp_words as usize).min(rec.sp_words.len())];
         let Some(&ip) = walk.first() else {
-            return out;
+            return Vec::new();
         };
+        // The innermost frame first: resolving it reads the process's maps.
+        let innermost = self.frame(rec.pid, ip, None, parent);
+        let rest = self.callers(rec, &walk, words, parent);
+        let mut out = vec![innermost];
+        for (a, how) in rest {
+            out.push(self.frame(rec.pid, a, how, parent));
+        }
+        out
+    }
+
+    /// The frames above the innermost one (`walk[0]`), each with how it was found, before
+    /// any is resolved: only those shown are.
+    fn callers(
+        &mut self,
+        rec: &OriginRecord,
+        walk: &[u64],
+        words: &[u64],
+        parent: &HashMap<u32, u32>,
+    ) -> Vec<(u64, Option<&'static str>)> {
+        let ip = walk[0];
+        let kernel = |frames: &[u64]| frames.iter().map(|&a| (a, None)).collect::<Vec<_>>();
         if self.mapping_in_tree(rec.pid, ip, false, parent).is_none() {
             // The process was gone before its maps were read: no module, no unwind table
             // for the innermost frame. The caller is then guessed from the stack words,
             // and says so.
+            let mut rest = kernel(&walk[1..]);
             if let Some(found) = self.scan_return_address(rec.pid, words, parent) {
                 if walk.get(1) != Some(&found) {
-                    out.insert(1, self.frame(rec.pid, found, Some("stack-scan"), parent));
+                    rest.insert(0, (found, Some("stack-scan")));
                 }
             }
-            return out;
+            return rest;
         }
         let callers = unwind(ip, rec.sp, words, |at| self.frame_rule(rec.pid, at, parent));
         let Some(&first) = callers.first() else {
-            return out;
+            return kernel(&walk[1..]);
         };
         if walk.len() > 1 && callers.len() == 1 {
             // The copy ended after one caller, and the kernel's walk went on from the frame
             // pointer at the call: its frames hold only while each function on the way
             // keeps a frame pointer (rbp is a plain register elsewhere).
-            let kept = kernel_frames_kept(&walk, first, |at| self.frame_rule(rec.pid, at, parent));
-            out.truncate(1);
-            out.push(self.frame(rec.pid, first, Some("eh_frame"), parent));
-            for a in kept {
-                out.push(self.frame(rec.pid, a, None, parent));
-            }
-            return out;
+            let kept = kernel_frames_kept(walk, first, |at| self.frame_rule(rec.pid, at, parent));
+            let mut rest = vec![(first, Some("eh_frame"))];
+            rest.extend(kernel(&kept));
+            return rest;
         }
         // The unwind table's walk, as far as the copied words reach, in place of the
         // kernel's (which a frame without a frame pointer derails).
-        out.truncate(1);
-        for &ret in callers.iter().take(ORIGIN_STACK_DEPTH) {
-            out.push(self.frame(rec.pid, ret, Some("eh_frame"), parent));
-        }
-        out
+        callers
+            .iter()
+            .take(ORIGIN_STACK_DEPTH)
+            .map(|&ret| (ret, Some("eh_frame")))
+            .collect()
     }
 
     /// A record begins: its maps reads and module loads are counted from now.
@@ -311,11 +326,12 @@ impl Symbolizer {
         })
     }
 
-    /// The unwind rule of the frame executing at `ip` (the call's innermost frame, in a
-    /// libc wrapper that keeps no frame pointer, whose caller the frame-pointer walk skips),
-    /// from its module's unwind table, cached by module and offset.
+    /// The unwind rule of the frame executing at `ip` (the innermost frame, or a caller's
+    /// call instruction), from its module's unwind table, cached by module and offset. The
+    /// addresses are real frames' (unlike the stack scan's words): the maps may be read
+    /// again for one.
     fn frame_rule(&mut self, pid: u32, ip: u64, parent: &HashMap<u32, u32>) -> Option<FrameRule> {
-        let (m, live) = self.mapping_in_tree(pid, ip, false, parent)?;
+        let (m, live) = self.mapping_in_tree(pid, ip, true, parent)?;
         let id = m.id?;
         let off = ip - m.start + m.offset;
         if let Some(&known) = self.frame_rules.get(&(id, off)) {
@@ -392,8 +408,8 @@ impl Symbolizer {
     }
 
     /// The mapping of `addr` in `pid`; `refresh`: read /proc/PID/maps again when the cached
-    /// copy lacks it (not for the unwinder's second look at a frame's address), at most
-    /// once per record and process.
+    /// copy lacks it (not for the stack scan's words, most of which are data), at most once
+    /// per record and process.
     fn mapping(&mut self, pid: u32, addr: u64, refresh: bool) -> Option<Mapping> {
         let find = |maps: &[Mapping]| {
             maps.iter()
