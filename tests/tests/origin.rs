@@ -227,6 +227,55 @@ fn an_exec_chain_keeps_the_origin_and_a_grandchild_finds_its_grandparent_s() {
     );
 }
 
+#[test]
+#[ignore = "needs root and BTF"]
+fn advice_names_the_process_that_made_the_fd_not_the_shell_that_passed_it_on() {
+    require_root();
+    let _serial = serial();
+    // bash makes fd 7 (a redirection); dash only passes it on to /bin/true.
+    let script = "exec 7</etc/hostname; sh -c '/bin/true; :'; exec env /bin/true";
+    let (out, text) = fdaudit_tests::trace_to_file("origin-maker.jsonl", |c| {
+        c.args(["--origin", "--", "bash", "-c", script]);
+    });
+    fdaudit_tests::assert_success(&out);
+    let recs = records(&text);
+    let advice = |parent: &str, path: &str| {
+        recs.iter()
+            .find(|r| r["type"] == "advice" && r["parent_comm"] == parent && r["exec_path"] == path)
+            .unwrap_or_else(|| panic!("no advice for {parent} -> {path}: {text}"))
+            .clone()
+    };
+    let bash_pid = recs
+        .iter()
+        .find(|r| r["type"] == "spawn" && r["exec_path"] == "/usr/bin/sh")
+        .and_then(|r| r["parent_pid"].as_u64())
+        .unwrap_or_else(|| panic!("no spawn of sh: {text}"));
+    let ids = |a: &Value| -> Vec<String> {
+        a["remedies"]
+            .as_array()
+            .map(|r| {
+                r.iter()
+                    .map(|r| r["id"].as_str().unwrap_or("").to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    // bash's own spawns: bash made the fd, bash's remedy, no maker named.
+    let own = advice("bash", "/usr/bin/sh");
+    assert!(own.get("made_by").is_none(), "{own}");
+    assert_eq!(ids(&own), ["shell-redirection"], "{own}");
+    // dash's spawn: bash made it (its pid and runtime), dash is not told to change.
+    let passed = advice("sh", "/bin/true");
+    assert_eq!(passed["made_by"]["pid"], bash_pid, "{passed}");
+    assert_eq!(passed["made_by"]["comm"], "bash", "{passed}");
+    assert_eq!(passed["made_by"]["runtime"]["name"], "bash", "{passed}");
+    assert_eq!(ids(&passed), ["shell-redirection"], "{passed}");
+    assert!(
+        !ids(&passed).contains(&"dash-redirection".to_string()),
+        "{passed}"
+    );
+}
+
 /// Issue #38's stale frame: `open_listener` runs first and leaves return addresses on the
 /// stack; `load_key` then opens the file through libc's `open64`, which keeps no frame
 /// pointer. The caller comes from `.eh_frame`, never from a scan of stale stack words.

@@ -18,6 +18,7 @@ pub mod flags;
 pub mod follow;
 mod ia32;
 mod loader;
+pub mod maker;
 pub mod origin;
 pub mod pause;
 mod proc_maps;

@@ -8,6 +8,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use crate::engine::maker::{judge, Maker, SpawnerCode};
+use crate::engine::origin::Call;
 use crate::runtime::{Nofile, Runtime};
 use crate::stats;
 
@@ -24,6 +26,19 @@ pub struct Spawner {
     pub walked: u64,
     /// `--origin`: the frame that made the first leaked fd inheritable (`main at x.c:12`).
     pub origin: Option<String>,
+    /// `--origin`: that fd was made by another process (or an earlier image of the
+    /// spawner's), which the spawner only passed on ([`crate::engine::maker`]).
+    pub made_by: Option<MadeBy>,
+}
+
+/// The process that made a leaked fd the spawner passed on.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct MadeBy {
+    pub pid: u32,
+    pub comm: String,
+    /// The maker's runtime, when it spawned something traced (its remedies are the ones).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<Runtime>,
 }
 
 /// What the summary needs from one exec record.
@@ -54,6 +69,22 @@ pub struct Link<'a> {
     /// Of `leaked`, the fds that crossed a privilege or namespace boundary.
     pub critical: u32,
     pub spawner: Spawner,
+    /// Where the spawner's own code ran, and the call that made the first counted leaked
+    /// fd with a known origin: who made it is judged against the chain's first spawner.
+    pub code: SpawnerCode,
+    pub leak_call: Option<&'a Call>,
+}
+
+/// The maker of `call`'s fd when the spawner whose code ran in `code` only passed it on.
+fn made_by(code: SpawnerCode, call: Option<&Call>) -> Option<MadeBy> {
+    match judge(code, call?) {
+        Maker::Spawner => None,
+        Maker::PassedOn(c) => Some(MadeBy {
+            pid: c.pid,
+            comm: c.comm.clone(),
+            runtime: None,
+        }),
+    }
 }
 
 /// One spawn, as far as it has exec'd.
@@ -83,6 +114,8 @@ struct Chain {
     /// The first record's spawner (the runtime that spawned it), the walk of the image that
     /// closed fds, the first leak's origin.
     spawner: Spawner,
+    /// The first record's spawner's code (who made a leaked fd is judged against it).
+    code: SpawnerCode,
 }
 
 impl Chain {
@@ -101,7 +134,11 @@ impl Chain {
             critical: l.critical,
             transient: 0,
             judged_final: l.leaked + l.inherited > 0 && !l.execd_again,
-            spawner: l.spawner.clone(),
+            spawner: Spawner {
+                made_by: made_by(l.code, l.leak_call),
+                ..l.spawner.clone()
+            },
+            code: l.code,
         }
     }
 
@@ -125,6 +162,7 @@ impl Chain {
         self.judged_final = l.leaked + l.inherited > 0 && !l.execd_again;
         if l.leaked > 0 {
             self.spawner.origin.clone_from(&l.spawner.origin);
+            self.spawner.made_by = made_by(self.code, l.leak_call);
         }
     }
 
@@ -160,6 +198,7 @@ impl Acc {
         }
         if self.spawner.origin.is_none() {
             self.spawner.origin.clone_from(&c.spawner.origin);
+            self.spawner.made_by.clone_from(&c.spawner.made_by);
         }
         self.closes.push(c.close_calls);
         self.windows.push(c.window_ns);
@@ -346,6 +385,8 @@ mod tests {
             new_leaks: leaked.into(),
             critical: 0,
             spawner: Spawner::default(),
+            code: SpawnerCode::default(),
+            leak_call: None,
         }
     }
 

@@ -91,6 +91,11 @@ pub struct Advice {
     /// `--origin`: the call that made the first leaked fd inheritable, and its frame.
     #[serde(rename = "origin_frame")]
     pub origin: Option<String>,
+    /// `--origin`: the process that made that fd, when the spawner only passed it on (a
+    /// pass-through: `su`, `sh`, `env`); the remedies are then for the maker's call, not
+    /// for the spawner's runtime.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub made_by: Option<crate::trace::chains::MadeBy>,
     pub remedies: Vec<Remedy>,
     pub projection: Option<Projection>,
 }
@@ -218,9 +223,25 @@ pub fn advise(groups: &[Group], close_cost_ns: f64) -> Vec<Advice> {
         if !sweep && g.leaked_fds == 0 {
             continue;
         }
-        let rt = g.spawner.runtime.as_ref();
+        let made_by = g.spawner.made_by.as_ref();
         let (nofile, nofile_from) = nofile_of(g);
         let origin = g.spawner.origin.as_deref();
+        // A pass-through's runtime did not make the fd: its rows would tell it to change
+        // code it does not have. The maker's runtime's rows apply (the runtime-free rows
+        // when it is not known).
+        let rt = match made_by {
+            Some(m) => m.runtime.as_ref(),
+            None => g.spawner.runtime.as_ref(),
+        };
+        let origin_said = origin.map(|o| match made_by {
+            Some(m) => format!(
+                "{o}, by {}[{}]; {} passed it on and did not make it",
+                m.comm,
+                m.pid,
+                String::from_utf8_lossy(&g.parent_comm.raw)
+            ),
+            None => o.to_string(),
+        });
         // The soft limit is what the sweep walks when it reached it (a close loop's bound,
         // a poll's nfds: the limit less nothing, or less 3 for the fds it skips).
         let walks_soft = nofile
@@ -241,8 +262,14 @@ pub fn advise(groups: &[Group], close_cost_ns: f64) -> Vec<Advice> {
         let remedies = kinds
             .iter()
             .filter_map(|k| {
+                // A sweep is the spawner's own code even when the leak is not.
+                let rt = if *k == "leak" {
+                    rt
+                } else {
+                    g.spawner.runtime.as_ref()
+                };
                 let e = table().iter().find(|e| e.kind == *k && applies(e, rt, g))?;
-                let mut text = fill(&e.text, rt, nofile_text, origin);
+                let mut text = fill(&e.text, rt, nofile_text, origin_said.as_deref());
                 if e.text.contains("{hard}") && nofile_from == Some("walk") {
                     text.push_str(HARD_UNREAD);
                 }
@@ -262,6 +289,7 @@ pub fn advise(groups: &[Group], close_cost_ns: f64) -> Vec<Advice> {
             leaked_fd_count: g.leaked_fds,
             runtime: g.runtime.clone(),
             origin: origin.map(str::to_string),
+            made_by: made_by.cloned(),
             remedies,
             projection: sweep.then(|| projection(g, close_cost_ns)).flatten(),
         });
@@ -337,11 +365,18 @@ pub fn advice_text(advice: &[Advice], term: crate::output::table::Term) -> Strin
             a.strategy.clone()
         };
         let what = projection_line(a).unwrap_or(what);
-        let head = format!(
+        let mut head = format!(
             "{} ({rt}) -> {}, {what}",
             a.parent_comm.escaped(),
             a.exec_path.escaped()
         );
+        if let Some(m) = &a.made_by {
+            let maker = crate::output::text::escape(&format!("{}[{}]", m.comm, m.pid));
+            head.push_str(&format!(
+                " (made by {maker}, passed on by {}: the change is {maker}'s)",
+                a.parent_comm.escaped()
+            ));
+        }
         out.push_str(&term.fill(&head, 2));
         out.push('\n');
         let mut again = Vec::new();

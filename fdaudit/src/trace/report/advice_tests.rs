@@ -3,6 +3,7 @@
 use super::*;
 use crate::output::table::Term;
 use crate::runtime::{identify, Libc};
+use crate::trace::chains::MadeBy;
 use crate::trace::report::{tests::spawn, Collector};
 
 fn runtime(name: &'static str, version: Option<&str>, glibc: Option<&str>) -> Runtime {
@@ -191,6 +192,41 @@ fn a_leak_with_an_origin_names_the_frame() {
         "O_CLOEXEC / posix_spawn_file_actions_addclosefrom_np"
     );
     assert!(json["projection"].is_null());
+}
+
+#[test]
+fn a_pass_through_is_not_told_to_change_what_it_did_not_make() {
+    let leak = |made_by: Option<MadeBy>| {
+        let mut g = group(runtime("dash", None, Some("2.36")), None, 0, 1_000, 1);
+        g.spawner.origin = Some("openat in load_key at svc.c:21".into());
+        g.spawner.made_by = made_by;
+        advise(&[g], 200.0).remove(0)
+    };
+    // The shell made the fd itself (a redirection): the shell's remedy.
+    assert_eq!(ids(&leak(None)), ["dash-redirection"]);
+    // A service made it and the shell only passed it on: the maker's call is named.
+    let a = leak(Some(MadeBy {
+        pid: 7,
+        comm: "svc".into(),
+        runtime: None,
+    }));
+    assert_eq!(ids(&a), ["any-cloexec"]);
+    assert!(
+        a.remedies[0].text.contains(
+            "(openat in load_key at svc.c:21, by svc[7]; python3 passed it on and did not make it)"
+        ),
+        "{:?}",
+        a.remedies
+    );
+    let json = serde_json::to_value(&a).unwrap();
+    assert_eq!(
+        json["made_by"],
+        serde_json::json!({"pid": 7, "comm": "svc"})
+    );
+    assert!(serde_json::to_value(leak(None))
+        .unwrap()
+        .get("made_by")
+        .is_none());
 }
 
 #[test]

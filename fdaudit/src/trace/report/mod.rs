@@ -276,7 +276,7 @@ impl Reporter {
     fn report_spawn(&mut self, s: Box<Spawn>) -> Result<()> {
         self.gates.judge(&s, &self.collector.policy);
         if let Some(all) = &mut self.unfiltered {
-            all.add(&link(&s, &self.collector.policy));
+            all.add(&link(&s, &self.collector.policy, None));
         }
         if !self.filter.keeps(&s) {
             self.hidden += 1;

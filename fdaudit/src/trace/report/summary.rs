@@ -1,17 +1,19 @@
 //! What the summary adds up: the totals, the groups of spawns by parent and path, the
 //! `--fail-on-leak` policy, and the summary record itself.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
 use super::super::{
-    chains::{Chains, Link, Spawner},
+    chains::{Chains, Link, MadeBy, Spawner},
     reads, TraceRecord,
 };
 use crate::engine::{
     counts::SyscallCounts,
     flags::SpawnFlags,
+    maker::SpawnerCode,
+    origin::Origin,
     spawn::{Exit, LeakedFd, Spawn},
     strategy::Strategy,
 };
@@ -293,8 +295,14 @@ pub fn inherited_count(s: &Spawn, policy: &LeakPolicy) -> u32 {
         .count() as u32
 }
 
-/// What the summary needs from an exec record.
-pub(super) fn link<'a>(s: &'a Spawn, policy: &LeakPolicy) -> Link<'a> {
+/// What the summary needs from an exec record; `image_ns`: when the spawning process's
+/// current image began, if its exec was traced (who made a leaked fd, [`maker`]).
+pub(super) fn link<'a>(s: &'a Spawn, policy: &LeakPolicy, image_ns: Option<u64>) -> Link<'a> {
+    let first_origin = s
+        .leaked_fds
+        .iter()
+        .filter(|f| !policy.in_baseline(f))
+        .find(|f| f.origin.as_ref().and_then(origin_frame).is_some());
     Link {
         pid: s.pid,
         reexec: s.flags.contains(SpawnFlags::REEXEC),
@@ -319,12 +327,14 @@ pub(super) fn link<'a>(s: &'a Spawn, policy: &LeakPolicy) -> Link<'a> {
             nofile: s.nofile.or(s.parent_nofile),
             nofile_at_exec: s.nofile.is_some(),
             walked: walked(s),
-            origin: s
-                .leaked_fds
-                .iter()
-                .filter(|f| !policy.in_baseline(f))
-                .find_map(|f| f.origin.as_ref().and_then(origin_frame)),
+            origin: first_origin.and_then(|f| f.origin.as_ref().and_then(origin_frame)),
+            made_by: None,
         },
+        code: SpawnerCode::of(s, image_ns),
+        leak_call: first_origin.and_then(|f| match &f.origin {
+            Some(Origin::Known(call)) => Some(&**call),
+            _ => None,
+        }),
     }
 }
 
@@ -372,6 +382,10 @@ pub struct Collector {
     flag_counts: BTreeMap<&'static str, u64>,
     /// What `--fail-on-leak` does not count.
     pub policy: LeakPolicy,
+    /// When each traced process's current image began (its exec), until its exit.
+    images: HashMap<u32, u64>,
+    /// Each spawning process's runtime, as its spawns found it: a leaked fd's maker's.
+    runtimes: HashMap<u32, crate::runtime::Runtime>,
 }
 
 impl Collector {
@@ -392,12 +406,22 @@ impl Collector {
         for f in s.flags.partial().names() {
             *self.flag_counts.entry(f).or_default() += 1;
         }
-        self.chains.add(&link(s, &self.policy));
+        let image_ns = self.images.get(&s.parent_pid).copied();
+        self.chains.add(&link(s, &self.policy, image_ns));
+        if s.exec_ok {
+            self.images.insert(s.pid, s.exec_ns);
+        }
+        if let Some(rt) = &s.runtime {
+            self.runtimes
+                .entry(s.parent_pid)
+                .or_insert_with(|| rt.clone());
+        }
     }
 
     pub fn add_exit(&mut self, e: &Exit) {
         self.fork_only += u64::from(e.never_execd);
         self.chains.exit(e.pid);
+        self.images.remove(&e.pid);
     }
 
     /// Spawns: exec records that were not re-execs of a process already counted.
@@ -436,7 +460,13 @@ impl Collector {
                 leaked_inherited_fds: r.inherited_fds,
                 transient_fds: r.transient_fds,
                 runtime: r.spawner.runtime.clone(),
-                spawner: r.spawner,
+                spawner: Spawner {
+                    made_by: r.spawner.made_by.map(|m| MadeBy {
+                        runtime: self.runtimes.get(&m.pid).cloned(),
+                        ..m
+                    }),
+                    ..r.spawner
+                },
             })
             .collect()
     }
