@@ -23,6 +23,7 @@ mod boundary_cve;
 mod chains;
 mod ci_native;
 mod ci_output;
+mod containers;
 mod deploy;
 mod dist;
 mod doctor;

@@ -25,12 +25,17 @@ bitflags::bitflags! {
         /// Userspace's: the window ran a 32-bit (ia32) image and the backend counts native
         /// syscalls only ([`super::ia32`]): its counts are unknown, not 0.
         const IA32_UNSEEN = 1 << 29;
+        /// Userspace's: the spawner exec'd its own image (`/proc/self/exe`: `runc init`),
+        /// a runtime's helper ([`super::steps`]), and this record is that process's (its
+        /// re-exec too). Its fds are the runtime's hand-off, transient, not leaks: what
+        /// reaches the image its process or a child of it execs next is judged there.
+        const OWN_IMAGE = 1 << 28;
     }
 }
 
 impl SpawnFlags {
     /// Names in JSON and text, in bit order.
-    const NAMES: [(SpawnFlags, &'static str); 14] = [
+    const NAMES: [(SpawnFlags, &'static str); 15] = [
         (SpawnFlags::FDS_TRUNCATED, "fds_truncated"),
         (SpawnFlags::READ_FAILED, "read_failed"),
         (SpawnFlags::ARGV_TRUNCATED, "argv_truncated"),
@@ -43,9 +48,16 @@ impl SpawnFlags {
         (SpawnFlags::BOUNDED_WALK, "bounded_walk"),
         (SpawnFlags::COMPAT_SYSCALLS, "compat_syscalls"),
         (SpawnFlags::EXEC_MISSED, "exec_missed"),
+        (SpawnFlags::OWN_IMAGE, "own_image"),
         (SpawnFlags::IA32_UNSEEN, "ia32_unseen"),
         (SpawnFlags::EXECD_AGAIN, "execd_again"),
     ];
+
+    /// The image's fds are transient, not leaks: it exec'd again (an exec chain's step) or
+    /// it is a runtime's own helper (`runc init`). The one test every front end makes.
+    pub fn transient(self) -> bool {
+        self.intersects(SpawnFlags::EXECD_AGAIN | SpawnFlags::OWN_IMAGE)
+    }
 
     /// The names of the set flags, in bit order (unknown bits are dropped).
     pub fn names(self) -> impl Iterator<Item = &'static str> {
@@ -62,6 +74,7 @@ impl SpawnFlags {
         self - (SpawnFlags::NO_FORK
             | SpawnFlags::REEXEC
             | SpawnFlags::EXECD_AGAIN
+            | SpawnFlags::OWN_IMAGE
             | SpawnFlags::NO_SYSCALLS
             | SpawnFlags::COMPAT_SYSCALLS)
     }

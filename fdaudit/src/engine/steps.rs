@@ -6,11 +6,21 @@
 //! fds is held until its process execs again (flagged [`SpawnFlags::EXECD_AGAIN`]), exits,
 //! or [`GRACE`] passes (then it is final: what the image holds crossed). Records leave in
 //! the order they came.
+//!
+//! A runtime's own helper is a step too: a spawner that execs its own image
+//! (`/proc/self/exe`, as runc does for `runc init`) hands the helper the fds it needs to set
+//! up what it runs next (runc's sync socket, pipe and `exec.fifo`). Those records, and the
+//! helper's own re-exec, are flagged [`SpawnFlags::OWN_IMAGE`]: their fds are transient,
+//! and what reaches the image the helper or its child execs (the container's entrypoint)
+//! is judged there, as every other record is.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
-use super::{flags::SpawnFlags, spawn::Event};
+use super::{
+    flags::SpawnFlags,
+    spawn::{Event, Spawn},
+};
 
 /// How long a spawn with fds waits for its process's next exec. Pass-through images exec
 /// again within milliseconds; a later exec starts a chain of its own.
@@ -24,12 +34,33 @@ const MAX_QUEUED: usize = 1 << 16;
 #[derive(Debug, Default)]
 pub struct Steps {
     queue: VecDeque<(Event, Option<Instant>)>,
+    /// Processes running their spawner's own image, until they exec another or exit.
+    helpers: HashSet<u32>,
+}
+
+/// The exec paths that name the exec'ing process's own image.
+fn names_own_image(path: &[u8]) -> bool {
+    matches!(path, b"/proc/self/exe" | b"/proc/thread-self/exe")
+}
+
+/// A helper's re-exec that stays the runtime's: its own image again, or an image exec'd
+/// from an fd (`/dev/fd/6`: runc's sealed memfd copy of itself, which the kernel may also
+/// leave unnamed, a partial path). Any other image (an entrypoint exec'd in the helper's
+/// own process) is judged as every spawn is.
+fn stays_own_image(s: &Spawn) -> bool {
+    let path = s.exec_path.raw.as_slice();
+    let from_fd = ["/dev/fd/", "/proc/self/fd/"].iter().any(|p| {
+        path.strip_prefix(p.as_bytes())
+            .is_some_and(|n| !n.is_empty() && n.iter().all(u8::is_ascii_digit))
+    });
+    names_own_image(path) || from_fd || s.flags.contains(SpawnFlags::PATH_PARTIAL)
 }
 
 impl Steps {
     /// Takes a batch of records; returns those judged, in order.
     pub fn push(&mut self, events: Vec<Event>, now: Instant) -> Vec<Event> {
-        for ev in events {
+        for mut ev in events {
+            self.mark_own_image(&mut ev);
             match &ev {
                 Event::Spawn(s) if s.exec_ok => self.judge(s.pid, true),
                 Event::Exit(e) => self.judge(e.pid, false),
@@ -57,6 +88,30 @@ impl Steps {
     /// Every record left, the waiting spawns final (the trace ends).
     pub fn finish(&mut self) -> Vec<Event> {
         self.queue.drain(..).map(|(ev, _)| ev).collect()
+    }
+
+    /// Flags a runtime's helper's records ([`SpawnFlags::OWN_IMAGE`]); forgets a helper
+    /// that exec'd another image or exited.
+    fn mark_own_image(&mut self, ev: &mut Event) {
+        match ev {
+            Event::Spawn(s) if s.exec_ok => {
+                let own = if s.flags.contains(SpawnFlags::REEXEC) {
+                    self.helpers.contains(&s.pid) && stays_own_image(s)
+                } else {
+                    names_own_image(&s.exec_path.raw)
+                };
+                if own {
+                    s.flags |= SpawnFlags::OWN_IMAGE;
+                    self.helpers.insert(s.pid);
+                } else {
+                    self.helpers.remove(&s.pid);
+                }
+            }
+            Event::Exit(e) => {
+                self.helpers.remove(&e.pid);
+            }
+            Event::Spawn(_) => {}
+        }
     }
 
     /// `pid` exec'd again (`again`) or exited: its waiting spawn is judged.
@@ -142,5 +197,53 @@ mod tests {
             .push(vec![spawn(12, 2, SpawnFlags::empty())], t)
             .is_empty());
         assert_eq!(pids_flags(&st.finish()), [(12, false)]);
+    }
+
+    #[test]
+    fn a_runtime_s_own_helper_is_transient_until_it_execs_another_image() {
+        let t = Instant::now();
+        let mut st = Steps::default();
+        let exec = |pid: u32, path: &str, flags: SpawnFlags| {
+            let mut s = crate::trace::report::tests::spawn("runc", path, 0, 0, 3);
+            s.pid = pid;
+            s.flags = flags;
+            Event::Spawn(Box::new(s))
+        };
+        let own = |evs: &[Event]| -> Vec<(u32, bool)> {
+            evs.iter()
+                .filter_map(|e| match e {
+                    Event::Spawn(s) => Some((s.pid, s.flags.contains(SpawnFlags::OWN_IMAGE))),
+                    Event::Exit(_) => None,
+                })
+                .collect()
+        };
+        // runc execs /proc/self/exe (runc init), which re-execs its memfd copy; then execs
+        // nothing more and exits; an unrelated /bin/true of pid 21 is not a helper.
+        let mut out = st.push(
+            vec![
+                exec(20, "/proc/self/exe", SpawnFlags::empty()),
+                exec(20, "/dev/fd/6", SpawnFlags::REEXEC),
+                exec(21, "/bin/true", SpawnFlags::empty()),
+                exit(20),
+            ],
+            t,
+        );
+        out.extend(st.finish());
+        assert_eq!(own(&out), [(20, true), (20, true), (21, false)]);
+        assert!(out.iter().all(|e| match e {
+            Event::Spawn(s) => s.flags.transient() == (s.pid == 20),
+            Event::Exit(_) => true,
+        }));
+        // A helper that execs another image (a re-exec not of its own) is judged there.
+        let mut out = st.push(
+            vec![
+                exec(30, "/proc/self/exe", SpawnFlags::empty()),
+                exec(30, "/bin/sh", SpawnFlags::REEXEC),
+            ],
+            t,
+        );
+        out.extend(st.finish());
+        assert_eq!(own(&out)[0], (30, true));
+        assert!(!own(&out)[1].1, "{:?}", own(&out));
     }
 }

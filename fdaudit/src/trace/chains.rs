@@ -50,6 +50,9 @@ pub struct Link<'a> {
     /// This image exec'd again (flag `execd_again`, [`crate::engine::steps`]): its fds are
     /// transient.
     pub execd_again: bool,
+    /// A runtime's own helper (flag `own_image`, [`crate::engine::steps`]): its fds are
+    /// transient, and what its next exec gets is judged there.
+    pub own_image: bool,
     /// The container it runs in (`docker:0123456789ab`), if any: its own rows.
     pub container: Option<String>,
     pub parent_comm: &'a [u8],
@@ -120,7 +123,7 @@ struct Chain {
 
 impl Chain {
     fn new(l: &Link<'_>) -> Chain {
-        Chain {
+        let mut c = Chain {
             container: l.container.clone(),
             parent_comm: l.parent_comm.to_vec(),
             paths: vec![l.exec_path.to_vec()],
@@ -139,6 +142,18 @@ impl Chain {
                 ..l.spawner.clone()
             },
             code: l.code,
+        };
+        c.own_image_fds(l);
+        c
+    }
+
+    /// A runtime's helper's fds are transient at once: it may exec nothing more (runc init
+    /// hands on to a child of its own), so no next image takes them over.
+    fn own_image_fds(&mut self, l: &Link<'_>) {
+        if l.own_image {
+            self.transient += u64::from(self.leaked);
+            (self.leaked, self.inherited, self.new_leaks, self.critical) = (0, 0, 0, 0);
+            self.judged_final = false;
         }
     }
 
@@ -164,6 +179,7 @@ impl Chain {
             self.spawner.origin.clone_from(&l.spawner.origin);
             self.spawner.made_by = made_by(self.code, l.leak_call);
         }
+        self.own_image_fds(l);
     }
 
     /// `first → last` (`first → … → last` for longer chains).
@@ -373,6 +389,7 @@ mod tests {
             reexec,
             // Steps judged as trace judges them: each exec'd again soon after.
             execd_again: true,
+            own_image: false,
             container: None,
             parent_comm: b"sh",
             exec_path: path.as_bytes(),

@@ -20,7 +20,6 @@ use anyhow::{bail, Context as _, Result};
 
 use crate::{
     engine::{
-        flags::SpawnFlags,
         follow::{follow, Sink, Until},
         session::{Session, SessionOptions},
         spawn::{Event, Spawn},
@@ -97,7 +96,7 @@ pub fn observation(s: &Spawn, leaks_only: bool) -> SpawnObservation {
         .unwrap_or("?");
     // An exec chain's step (engine::steps): its fds passed on to the next image, whose
     // own record says which of them crossed. Transient, as trace's summary counts them.
-    let transient = s.flags.contains(SpawnFlags::EXECD_AGAIN);
+    let transient = s.flags.transient();
     let mut leaked_kinds: Vec<String> = s
         .leaked_fds
         .iter()
@@ -566,6 +565,16 @@ impl Periodic {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::flags::SpawnFlags;
+
+    #[test]
+    fn a_runtime_s_own_helper_counts_transient_fds_not_a_leak() {
+        let mut s = crate::trace::report::tests::spawn("runc", "/proc/self/exe", 0, 9, 3);
+        s.flags = SpawnFlags::OWN_IMAGE;
+        let o = observation(&s, true);
+        assert!(o.leaked_kinds.is_empty(), "{:?}", o.leaked_kinds);
+        assert_eq!(o.transient_fds, 3);
+    }
 
     #[test]
     fn an_exec_chains_step_counts_transient_fds_not_a_leak() {

@@ -243,6 +243,10 @@ const HOST_ONLY_TESTS: &[(&str, &str)] = &[
         "builds the release packages with cargo and installs the .deb with dpkg on the host",
     ),
     (
+        "containers",
+        "runs podman and runc on an imported busybox image; the initramfs has neither",
+    ),
+    (
         "boundary_cve",
         "compiles its C fixture with gcc, which the initramfs lacks",
     ),

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Ending, ExitReason, LeakPolicy};
-use crate::engine::{flags::SpawnFlags, spawn::Spawn, strategy::Strategy};
+use crate::engine::{spawn::Spawn, strategy::Strategy};
 use crate::output::{count, stream};
 
 /// How many offending spawns a verdict line names.
@@ -125,7 +125,7 @@ impl Gates {
     }
 
     fn judge_leaks(&mut self, s: &Spawn, policy: &LeakPolicy) {
-        if policy.new_leaks(s) == 0 || s.flags.contains(SpawnFlags::EXECD_AGAIN) {
+        if policy.new_leaks(s) == 0 || s.flags.transient() {
             self.leaks.remove(&s.pid);
             self.leak_execs.remove(&s.pid);
             return;

@@ -38,12 +38,16 @@ pub fn spawn_line(s: &Spawn, policy: &LeakPolicy, term: Term) -> String {
     if !s.flags.contains(SpawnFlags::NO_SYSCALLS) {
         line.push_str(&strategy_part(s, term));
     }
-    let leaks = if s.flags.contains(SpawnFlags::EXECD_AGAIN) && s.leaked_count > 0 {
+    let leaks = if s.flags.transient() && s.leaked_count > 0 {
         // Passed on to the next image, whose own line says what crossed.
-        format!(
-            "  {} {}",
-            term.paint(&format!("transient {}:", s.leaked_count), Paint::Warn),
+        let why = if s.flags.contains(SpawnFlags::OWN_IMAGE) {
+            "the runtime's own helper: what its next exec gets is judged there"
+        } else {
             "closed or passed on by its next exec"
+        };
+        format!(
+            "  {} {why}",
+            term.paint(&format!("transient {}:", s.leaked_count), Paint::Warn),
         )
     } else if s.leaked_count > 0 {
         leaks_part(s, policy, term)

@@ -307,6 +307,7 @@ pub(super) fn link<'a>(s: &'a Spawn, policy: &LeakPolicy, image_ns: Option<u64>)
         pid: s.pid,
         reexec: s.flags.contains(SpawnFlags::REEXEC),
         execd_again: s.flags.contains(SpawnFlags::EXECD_AGAIN),
+        own_image: s.flags.contains(SpawnFlags::OWN_IMAGE),
         container: s.identity.container_label(),
         parent_comm: &s.parent_comm,
         exec_path: &s.exec_path,

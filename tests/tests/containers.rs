@@ -1,0 +1,276 @@
+//! Real containers: podman (Debian's, with runc: crun refuses this machine's hybrid cgroup
+//! layout) on a busybox-static image imported here, traced by `fdaudit trace`. A plain
+//! container start hands runc's init its sync socket, pipe and `exec.fifo` (runc's own
+//! helper, `/proc/self/exe`): transient, and nothing reaches the entrypoint, so no leak and
+//! nothing critical; `--preserve-fds 1` hands the entrypoint a host file: a critical leak
+//! across the mount namespace. Root only (podman, eBPF). docs/fleet.md says what it took.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use fdaudit_tests::{records, require_root};
+use serde_json::Value;
+
+const IMAGE: &str = "localhost/fdaudit-test-busybox:1";
+
+/// podman's own limits exceed this machine's (RLIMIT_NOFILE hard 20000, no
+/// CAP_SYS_RESOURCE) and it lowers its RLIMIT_NPROC to 32768 before it starts runc, so the
+/// container's limits are set at or below those.
+const PODMAN_RUN: [&str; 8] = [
+    "--runtime",
+    "runc",
+    "run",
+    "--rm",
+    "--ulimit",
+    "nofile=1024:20000",
+    "--ulimit",
+    "nproc=32768:32768",
+];
+
+/// Imports a busybox-static root filesystem as [`IMAGE`] once (no registry needed).
+fn image() -> &'static str {
+    static DONE: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    DONE.get_or_init(|| {
+        let dir = fdaudit_tests::temp_path("busybox-root");
+        let bin = dir.join("bin");
+        std::fs::create_dir_all(&bin).expect("mkdir the image's /bin");
+        std::fs::copy("/bin/busybox", bin.join("busybox"))
+            .expect("copy /bin/busybox (Debian's busybox-static, installed by .ci/setup)");
+        for applet in ["sh", "cat", "true", "ls", "sleep"] {
+            std::os::unix::fs::symlink("busybox", bin.join(applet)).expect("applet link");
+        }
+        let tar = dir.with_extension("tar");
+        run(Command::new("tar")
+            .arg("-C")
+            .arg(&dir)
+            .arg("-cf")
+            .arg(&tar)
+            .arg("."));
+        run(Command::new("podman").arg("import").arg(&tar).arg(IMAGE));
+        let _ = std::fs::remove_dir_all(&dir);
+        let _ = std::fs::remove_file(&tar);
+    });
+    IMAGE
+}
+
+fn run(cmd: &mut Command) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `podman run` of `entrypoint` under `fdaudit trace`, through `bash -c` so that `prefix`
+/// can open fds first; the records and the container's id (from `--cidfile`).
+fn trace_podman(
+    name: &str,
+    prefix: &str,
+    podman_args: &str,
+    entrypoint: &str,
+) -> (Vec<Value>, String) {
+    let cidfile: PathBuf = fdaudit_tests::temp_path(&format!("{name}.cid"));
+    let script = format!(
+        "{prefix} exec podman {} --cidfile {} {podman_args} {} {entrypoint}",
+        PODMAN_RUN.join(" "),
+        cidfile.display(),
+        image()
+    );
+    let (out, text) = fdaudit_tests::trace_to_file(&format!("{name}.jsonl"), |c| {
+        c.args(["--", "bash", "-c", &script]);
+    });
+    fdaudit_tests::assert_success(&out);
+    let id = std::fs::read_to_string(&cidfile).expect("podman wrote --cidfile");
+    let _ = std::fs::remove_file(&cidfile);
+    (records(&text), id.trim().to_string())
+}
+
+fn spawns<'a>(recs: &'a [Value], exec: &str) -> Vec<&'a Value> {
+    recs.iter()
+        .filter(|r| r["type"] == "spawn" && r["exec_path"] == exec)
+        .collect()
+}
+
+fn summary(recs: &[Value]) -> &Value {
+    recs.iter()
+        .find(|r| r["type"] == "summary")
+        .expect("a summary record")
+}
+
+fn has_flag(r: &Value, flag: &str) -> bool {
+    r["flags"]
+        .as_array()
+        .is_some_and(|f| f.iter().any(|x| x == flag))
+}
+
+#[test]
+#[ignore = "needs root and podman"]
+fn a_plain_container_start_is_no_leak_and_the_entrypoint_names_its_container() {
+    require_root();
+    let _g = fdaudit_tests::guard();
+    let (recs, id) = trace_podman("podman-plain", "", "", "/bin/true");
+    let entry = spawns(&recs, "/bin/true");
+    assert_eq!(entry.len(), 1, "one entrypoint exec: {recs:?}");
+    let entry = entry[0];
+    assert_eq!(entry["container_id"], id.as_str(), "{entry}");
+    assert_eq!(entry["container_runtime"], "podman", "{entry}");
+    assert_eq!(
+        entry["ns_pid"], 1,
+        "the entrypoint is the container's pid 1: {entry}"
+    );
+    assert_eq!(entry["leaked_fds"], serde_json::json!([]), "{entry}");
+    // The entrypoint crossed into the container's namespaces (nothing crossed with it).
+    assert!(entry["boundary"]["mnt_namespace"].is_array(), "{entry}");
+    // runc's init (its own image) got runc's hand-off: transient, flagged own_image.
+    let init = spawns(&recs, "/proc/self/exe");
+    assert!(!init.is_empty(), "runc exec'd its own image: {recs:?}");
+    for r in recs
+        .iter()
+        .filter(|r| r["type"] == "spawn" && has_flag(r, "own_image"))
+    {
+        assert!(r["leaked_fd_count"].as_u64().unwrap_or(0) > 0, "{r}");
+    }
+    assert!(init.iter().all(|r| has_flag(r, "own_image")), "{init:?}");
+    let totals = &summary(&recs)["totals"];
+    assert_eq!(totals["critical_leaked_fd_count"], 0, "{totals}");
+    assert!(
+        totals["transient_leaked_fd_count"].as_u64().unwrap_or(0) >= 3,
+        "{totals}"
+    );
+}
+
+#[test]
+#[ignore = "needs root and podman"]
+fn a_host_file_handed_in_with_preserve_fds_is_a_critical_leak_across_the_mount_namespace() {
+    require_root();
+    let _g = fdaudit_tests::guard();
+    let secret = fdaudit_tests::temp_path("host-secret");
+    std::fs::write(&secret, "not for the container\n").expect("write the host file");
+    let prefix = format!("exec 3<{};", secret.display());
+    let (recs, id) = trace_podman(
+        "podman-preserve",
+        &prefix,
+        "--preserve-fds 1",
+        "/bin/cat /proc/self/fdinfo/3",
+    );
+    let _ = std::fs::remove_file(&secret);
+    let entry = spawns(&recs, "/bin/cat");
+    assert_eq!(entry.len(), 1, "{recs:?}");
+    let entry = entry[0];
+    assert_eq!(entry["container_id"], id.as_str(), "{entry}");
+    let leaked = entry["leaked_fds"].as_array().expect("leaked_fds");
+    let host = leaked
+        .iter()
+        .find(|f| f["fd"] == 3)
+        .unwrap_or_else(|| panic!("fd 3 reached the entrypoint: {entry}"));
+    assert_eq!(host["target"], secret.display().to_string(), "{host}");
+    assert_eq!(host["critical"], true, "{host}");
+    let mnt = &entry["boundary"]["mnt_namespace"];
+    assert!(
+        mnt.as_array().is_some_and(|m| m.len() == 2 && m[0] != m[1]),
+        "the boundary names the mount namespace the container got: {entry}"
+    );
+    // Only the entrypoint's fd is critical: runc's own hand-off is transient.
+    assert_eq!(summary(&recs)["totals"]["critical_leaked_fd_count"], 1);
+}
+
+/// The text of watch's textfile once `want` is in it (polled every 200 ms, 30 s at most).
+fn textfile_with(dir: &std::path::Path, want: &str, watch: &mut std::process::Child) -> String {
+    let t0 = std::time::Instant::now();
+    loop {
+        let text: String = std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "prom"))
+            .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+            .collect();
+        if text.contains(want) {
+            return text;
+        }
+        if let Ok(Some(st)) = watch.try_wait() {
+            panic!("fdaudit watch exited ({st}) before {want:?} appeared: {text}");
+        }
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(30),
+            "no {want:?} in watch's textfile: {text}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+#[test]
+#[ignore = "needs root and podman"]
+fn watch_labels_a_real_containers_leak_with_its_boundary_and_runcs_hand_off_as_transient() {
+    require_root();
+    let _g = fdaudit_tests::guard();
+    image();
+    let dir = fdaudit_tests::temp_path("containers-textfile");
+    std::fs::create_dir_all(&dir).expect("mkdir the textfile directory");
+    let mut watch = Command::new(fdaudit_tests::fdaudit())
+        .args([
+            "watch",
+            "--no-listen",
+            "--textfile-interval",
+            "1",
+            "--textfile",
+        ])
+        .arg(&dir)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start fdaudit watch");
+    // The first textfile is written once the programs are attached.
+    textfile_with(&dir, "fdaudit_", &mut watch);
+    let secret = fdaudit_tests::temp_path("watch-host-secret");
+    std::fs::write(&secret, "not for the container\n").expect("write the host file");
+    let cidfile = fdaudit_tests::temp_path("watch.cid");
+    let script = format!(
+        "exec 3<{}; exec podman {} --cidfile {} --preserve-fds 1 {} /bin/cat /proc/self/fdinfo/3",
+        secret.display(),
+        PODMAN_RUN.join(" "),
+        cidfile.display(),
+        IMAGE
+    );
+    run(Command::new("bash")
+        .args(["-c", &script])
+        .stdout(std::process::Stdio::null()));
+    let id = std::fs::read_to_string(&cidfile).expect("podman wrote --cidfile");
+    let want = format!("container_id=\"{}\"", id.trim());
+    let text = textfile_with(
+        &dir,
+        &format!("fdaudit_leaked_fds_total{{{want}"),
+        &mut watch,
+    );
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(watch.id() as i32, libc::SIGTERM) };
+    let _ = watch.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_file(&secret);
+    let _ = std::fs::remove_file(&cidfile);
+    let leak = text
+        .lines()
+        .find(|l| l.starts_with("fdaudit_leaked_fds_total{") && l.contains(&want))
+        .expect("the container's leak");
+    assert!(leak.contains("child=\"cat\""), "{leak}");
+    let boundary = leak
+        .split("boundary=\"")
+        .nth(1)
+        .and_then(|b| b.split('"').next())
+        .unwrap_or_else(|| panic!("the leak carries its boundary: {leak}"));
+    assert!(boundary.split('+').any(|k| k == "mnt_namespace"), "{leak}");
+    // runc's init got runc's hand-off: transient, never a leak.
+    assert!(
+        !text
+            .lines()
+            .any(|l| l.starts_with("fdaudit_leaked_fds_total{") && l.contains("parent=\"runc\"")),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("fdaudit_transient_fds_total{") && l.contains("parent=\"runc\"")),
+        "{text}"
+    );
+}
