@@ -25,10 +25,10 @@ bitflags::bitflags! {
         /// Userspace's: the window ran a 32-bit (ia32) image and the backend counts native
         /// syscalls only ([`super::ia32`]): its counts are unknown, not 0.
         const IA32_UNSEEN = 1 << 29;
-        /// Userspace's: the spawner exec'd its own image (`/proc/self/exe`: `runc init`),
-        /// a runtime's helper ([`super::steps`]), and this record is that process's (its
-        /// re-exec too). Its fds are the runtime's hand-off, transient, not leaks: what
-        /// reaches the image its process or a child of it execs next is judged there.
+        /// Userspace's: a runtime's helper ([`super::steps`]): the spawner exec'd its own
+        /// image (`/proc/self/exe`: `runc init`) and this record crossed a boundary or
+        /// re-exec'd a sealed copy of it. Its fds are the runtime's hand-off, transient,
+        /// not leaks: what reaches the image its child execs next is judged there.
         const OWN_IMAGE = 1 << 28;
     }
 }

@@ -8,11 +8,13 @@
 //! the order they came.
 //!
 //! A runtime's own helper is a step too: a spawner that execs its own image
-//! (`/proc/self/exe`, as runc does for `runc init`) hands the helper the fds it needs to set
-//! up what it runs next (runc's sync socket, pipe and `exec.fifo`). Those records, and the
-//! helper's own re-exec, are flagged [`SpawnFlags::OWN_IMAGE`]: their fds are transient,
-//! and what reaches the image the helper or its child execs (the container's entrypoint)
-//! is judged there, as every other record is.
+//! (`/proc/self/exe`, as runc does for `runc init`) and whose image then crossed a boundary
+//! (runc's init moves into the container's cgroup) or re-exec'd a sealed copy of itself
+//! (runc's memfd copy) sets up a sandbox for what runs next, and got the fds it needs for
+//! that (runc's sync socket, pipe and `exec.fifo`). Those records are flagged [`SpawnFlags::OWN_IMAGE`]: their fds
+//! are transient, and what reaches the image the helper's child execs (the container's
+//! entrypoint) is judged there, as every other record is. A multi-call binary's applet
+//! (busybox's `sh` runs `sleep` as `/proc/self/exe`) crosses nothing: its fds are its own.
 
 use std::collections::{HashSet, VecDeque};
 use std::time::{Duration, Instant};
@@ -34,7 +36,8 @@ const MAX_QUEUED: usize = 1 << 16;
 #[derive(Debug, Default)]
 pub struct Steps {
     queue: VecDeque<(Event, Option<Instant>)>,
-    /// Processes running their spawner's own image, until they exec another or exit.
+    /// Processes running their spawner's own image (helpers if they cross a boundary),
+    /// until they exec another or exit.
     helpers: HashSet<u32>,
 }
 
@@ -43,17 +46,31 @@ fn names_own_image(path: &[u8]) -> bool {
     matches!(path, b"/proc/self/exe" | b"/proc/thread-self/exe")
 }
 
-/// A helper's re-exec that stays the runtime's: its own image again, or an image exec'd
-/// from an fd (`/dev/fd/6`: runc's sealed memfd copy of itself, which the kernel may also
-/// leave unnamed, a partial path). Any other image (an entrypoint exec'd in the helper's
-/// own process) is judged as every spawn is.
-fn stays_own_image(s: &Spawn) -> bool {
+/// How a helper's re-exec stays the runtime's: its own image again, or a copy of it
+/// exec'd from an fd (`/dev/fd/6`: runc's sealed memfd copy of itself, its guard against
+/// CVE-2019-5736, which the kernel may also leave unnamed: a partial path). `None`: another
+/// image (an entrypoint exec'd in the helper's own process), judged as every spawn is.
+fn reexec_stays_own(s: &Spawn) -> Option<SelfExec> {
     let path = s.exec_path.raw.as_slice();
     let from_fd = ["/dev/fd/", "/proc/self/fd/"].iter().any(|p| {
         path.strip_prefix(p.as_bytes())
             .is_some_and(|n| !n.is_empty() && n.iter().all(u8::is_ascii_digit))
     });
-    names_own_image(path) || from_fd || s.flags.contains(SpawnFlags::PATH_PARTIAL)
+    if names_own_image(path) {
+        Some(SelfExec::Image)
+    } else if from_fd || s.flags.contains(SpawnFlags::PATH_PARTIAL) {
+        Some(SelfExec::SealedCopy)
+    } else {
+        None
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SelfExec {
+    /// `/proc/self/exe`.
+    Image,
+    /// An fd's copy of the image.
+    SealedCopy,
 }
 
 impl Steps {
@@ -96,12 +113,17 @@ impl Steps {
         match ev {
             Event::Spawn(s) if s.exec_ok => {
                 let own = if s.flags.contains(SpawnFlags::REEXEC) {
-                    self.helpers.contains(&s.pid) && stays_own_image(s)
+                    reexec_stays_own(s).filter(|_| self.helpers.contains(&s.pid))
                 } else {
-                    names_own_image(&s.exec_path.raw)
+                    names_own_image(&s.exec_path.raw).then_some(SelfExec::Image)
                 };
-                if own {
-                    s.flags |= SpawnFlags::OWN_IMAGE;
+                if let Some(how) = own {
+                    // A helper sets up a sandbox (it crossed a boundary: runc's init moved
+                    // into the container's cgroup) or guards its image (a sealed copy); an
+                    // applet of a multi-call binary does neither.
+                    if s.boundary.is_some() || how == SelfExec::SealedCopy {
+                        s.flags |= SpawnFlags::OWN_IMAGE;
+                    }
                     self.helpers.insert(s.pid);
                 } else {
                     self.helpers.remove(&s.pid);
@@ -207,6 +229,14 @@ mod tests {
             let mut s = crate::trace::report::tests::spawn("runc", path, 0, 0, 3);
             s.pid = pid;
             s.flags = flags;
+            // Every record here crossed into another cgroup, as runc's init does.
+            let host = fdaudit_common::CredNs {
+                read: u32::MAX,
+                cgroup: 1,
+                ..Default::default()
+            };
+            let container = fdaudit_common::CredNs { cgroup: 2, ..host };
+            s.boundary = crate::engine::boundary::Boundary::across(&[&host], &container);
             Event::Spawn(Box::new(s))
         };
         let own = |evs: &[Event]| -> Vec<(u32, bool)> {
@@ -234,6 +264,29 @@ mod tests {
             Event::Spawn(s) => s.flags.transient() == (s.pid == 20),
             Event::Exit(_) => true,
         }));
+        // A multi-call binary's applet (busybox sh runs `sleep` as /proc/self/exe) crosses
+        // no boundary: its fds are its own.
+        let mut applet = crate::trace::report::tests::spawn("busybox", "/proc/self/exe", 0, 0, 1);
+        applet.pid = 40;
+        let out = st.push(vec![Event::Spawn(Box::new(applet)), exit(40)], t);
+        assert_eq!(own(&out), [(40, false)]);
+        // runc's init re-exec'd its sealed copy before it was moved into the container's
+        // cgroup (a race with its parent): still the helper.
+        let bare = |path: &str, flags: SpawnFlags| {
+            let mut s = crate::trace::report::tests::spawn("runc", path, 0, 0, 3);
+            s.pid = 50;
+            s.flags = flags;
+            Event::Spawn(Box::new(s))
+        };
+        let out = st.push(
+            vec![
+                bare("/proc/self/exe", SpawnFlags::empty()),
+                bare("/dev/fd/6", SpawnFlags::REEXEC),
+                exit(50),
+            ],
+            t,
+        );
+        assert_eq!(own(&out), [(50, false), (50, true)]);
         // A helper that execs another image (a re-exec not of its own) is judged there.
         let mut out = st.push(
             vec![
