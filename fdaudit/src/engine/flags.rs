@@ -26,8 +26,9 @@ bitflags::bitflags! {
         /// syscalls only ([`super::ia32`]): its counts are unknown, not 0.
         const IA32_UNSEEN = 1 << 29;
         /// Userspace's: a runtime's helper ([`super::steps`]): the spawner exec'd its own
-        /// image (`/proc/self/exe`: `runc init`) and this record crossed a boundary or
-        /// re-exec'd a sealed copy of it. Its fds are the runtime's hand-off, transient,
+        /// image (`/proc/self/exe`: `runc init`), this record crossed a boundary or
+        /// re-exec'd a sealed copy of it, and it holds only plumbing (sockets, pipes,
+        /// FIFOs). Its fds are the runtime's hand-off, transient,
         /// not leaks: what reaches the image its child execs next is judged there.
         const OWN_IMAGE = 1 << 28;
     }

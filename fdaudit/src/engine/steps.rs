@@ -11,7 +11,7 @@
 //! (`/proc/self/exe`, as runc does for `runc init`) and whose image then crossed a boundary
 //! (runc's init moves into the container's cgroup) or re-exec'd a sealed copy of itself
 //! (runc's memfd copy) sets up a sandbox for what runs next, and got the fds it needs for
-//! that (runc's sync socket, pipe and `exec.fifo`). Those records are flagged [`SpawnFlags::OWN_IMAGE`]: their fds
+//! that (runc's sync socket, pipe and `exec.fifo`: plumbing only). Those records are flagged [`SpawnFlags::OWN_IMAGE`]: their fds
 //! are transient, and what reaches the image the helper's child execs (the container's
 //! entrypoint) is judged there, as every other record is. A multi-call binary's applet
 //! (busybox's `sh` runs `sleep` as `/proc/self/exe`) crosses nothing: its fds are its own.
@@ -21,8 +21,9 @@ use std::time::{Duration, Instant};
 
 use super::{
     flags::SpawnFlags,
-    spawn::{Event, Spawn},
+    spawn::{Event, LeakedFd, Spawn},
 };
+use crate::fdkind::FdKind;
 
 /// How long a spawn with fds waits for its process's next exec. Pass-through images exec
 /// again within milliseconds; a later exec starts a chain of its own.
@@ -63,6 +64,14 @@ fn reexec_stays_own(s: &Spawn) -> Option<SelfExec> {
     } else {
         None
     }
+}
+
+/// A runtime's hand-off to its helper is plumbing: sockets, pipes, FIFOs (runc's sync
+/// socket, log pipe, `exec.fifo`). A helper that holds anything else (a directory, a file,
+/// a device) is judged as every spawn is: a host directory in `runc init` is
+/// CVE-2024-21626, whose fd never reaches the entrypoint (only the cwd made from it does).
+fn is_plumbing(f: &LeakedFd) -> bool {
+    matches!(f.kind, FdKind::Socket | FdKind::Pipe | FdKind::Fifo)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,7 +130,8 @@ impl Steps {
                     // A helper sets up a sandbox (it crossed a boundary: runc's init moved
                     // into the container's cgroup) or guards its image (a sealed copy); an
                     // applet of a multi-call binary does neither.
-                    if s.boundary.is_some() || how == SelfExec::SealedCopy {
+                    let sets_up = s.boundary.is_some() || how == SelfExec::SealedCopy;
+                    if sets_up && s.leaked_fds.iter().all(is_plumbing) {
                         s.flags |= SpawnFlags::OWN_IMAGE;
                     }
                     self.helpers.insert(s.pid);
@@ -287,6 +297,21 @@ mod tests {
             t,
         );
         assert_eq!(own(&out), [(50, false), (50, true)]);
+        // A helper that holds more than plumbing (CVE-2024-21626: a host directory in runc's
+        // init) is judged as every spawn is.
+        let mut cve = crate::trace::report::tests::spawn("runc", "/dev/fd/6", 0, 0, 1);
+        cve.pid = 50;
+        cve.flags = SpawnFlags::REEXEC;
+        cve.leaked_fds = vec![crate::trace::report::tests::leaked_fd(7, 1, 2)];
+        let out = st.push(
+            vec![
+                bare("/proc/self/exe", SpawnFlags::empty()),
+                Event::Spawn(Box::new(cve)),
+                exit(50),
+            ],
+            t,
+        );
+        assert_eq!(own(&out), [(50, false), (50, false)]);
         // A helper that execs another image (a re-exec not of its own) is judged there.
         let mut out = st.push(
             vec![
