@@ -239,7 +239,7 @@ fn watch_counts_runcs_plumbing_as_transient_and_labels_a_real_containers_leak_wi
     image();
     let dir = fdaudit_tests::temp_path("containers-textfile");
     std::fs::create_dir_all(&dir).expect("mkdir the textfile directory");
-    let mut watch = Command::new(fdaudit_tests::fdaudit())
+    let watch = Command::new(fdaudit_tests::fdaudit())
         .args([
             "watch",
             "--no-listen",
@@ -253,15 +253,26 @@ fn watch_counts_runcs_plumbing_as_transient_and_labels_a_real_containers_leak_wi
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("start fdaudit watch");
+    // Stopped however the test ends (a failed assertion must not leave an agent attached).
+    struct Stop(std::process::Child);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+            let _ = self.0.wait();
+        }
+    }
+    let mut stop = Stop(watch);
+    let watch = &mut stop.0;
     // The first textfile is written once the programs are attached.
-    textfile_with(&dir, &["fdaudit_"], &mut watch);
+    textfile_with(&dir, &["fdaudit_"], watch);
     // A plain start first: runc's init got runc's plumbing, transient, never a leak.
     let plain = format!("exec podman {} {} /bin/true", PODMAN_RUN.join(" "), IMAGE);
     run(Command::new("bash").args(["-c", &plain]));
     let text = textfile_with(
         &dir,
         &["fdaudit_transient_fds_total{", "parent=\"runc\""],
-        &mut watch,
+        watch,
     );
     let runc_leaks: Vec<&str> = text
         .lines()
@@ -291,11 +302,9 @@ fn watch_counts_runcs_plumbing_as_transient_and_labels_a_real_containers_leak_wi
     let text = textfile_with(
         &dir,
         &["fdaudit_leaked_fds_total{", &want, "child=\"sleep\""],
-        &mut watch,
+        watch,
     );
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(watch.id() as i32, libc::SIGTERM) };
-    let _ = watch.wait();
+    drop(stop);
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_file(&secret);
     let _ = std::fs::remove_file(&cidfile);

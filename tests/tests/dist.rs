@@ -1,7 +1,8 @@
 //! `cargo xtask dist`'s packages work where users put them: the .deb installs with
 //! `dpkg -i` (its Depends satisfied), and `fdaudit doctor`, `man fdaudit-trace` and the bash
 //! completion work from the installed files; removing it leaves none of them. The tarball
-//! carries the same files, runnable from where it is unpacked.
+//! carries the same files, runnable from where it is unpacked. The OCI image runs under
+//! podman as the DaemonSet runs it, and sees the host's spawns.
 
 use std::{
     path::{Path, PathBuf},
@@ -25,14 +26,17 @@ fn deb_arch() -> &'static str {
     }
 }
 
-/// `cargo xtask dist --arch HOST`, once per test binary; the two package paths.
+/// `cargo xtask dist --oci --arch HOST`, once per test binary; the two package paths (the
+/// image is `localhost/fdaudit:VERSION` in the local containers storage).
 fn packages() -> (PathBuf, PathBuf) {
     static BUILD: std::sync::Once = std::sync::Once::new();
     BUILD.call_once(|| {
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let st = Command::new(cargo)
             .current_dir(repo())
-            .args(["run", "--quiet", "-p", "xtask", "--", "dist", "--arch"])
+            .args([
+                "run", "--quiet", "-p", "xtask", "--", "dist", "--oci", "--arch",
+            ])
             .arg(std::env::consts::ARCH)
             .status()
             .expect("failed to run cargo xtask dist");
@@ -280,4 +284,139 @@ fn stable_rust_alone_builds_a_binary_that_traces_a_leak() {
         .unwrap_or_else(|| panic!("fd 7 did not leak: {spawn}"));
     assert_eq!(fd7["target"], "/etc/hostname", "{spawn}");
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The capabilities deploy/kubernetes/daemonset.yaml adds (its `add:` list).
+fn daemonset_capabilities() -> Vec<String> {
+    let yaml = std::fs::read_to_string(repo().join("deploy/kubernetes/daemonset.yaml"))
+        .expect("read the DaemonSet");
+    let mut lines = yaml.lines().skip_while(|l| l.trim() != "add:").skip(1);
+    let mut caps = Vec::new();
+    while let Some(cap) = lines.next().and_then(|l| l.trim().strip_prefix("- ")) {
+        caps.push(format!("CAP_{cap}"));
+    }
+    assert!(
+        !caps.is_empty(),
+        "no capabilities.add list in the DaemonSet"
+    );
+    caps
+}
+
+#[test]
+#[ignore = "needs root: runs the image under podman"]
+fn the_oci_image_runs_as_the_daemonset_does_and_sees_a_host_spawn() {
+    packages();
+    let yaml = std::fs::read_to_string(repo().join("deploy/kubernetes/daemonset.yaml"))
+        .expect("read the DaemonSet");
+    let tag = format!("localhost/fdaudit:{VERSION}");
+    assert!(
+        yaml.contains(&format!("image: {tag}")),
+        "the DaemonSet names {tag}"
+    );
+    let archive = repo().join(format!(
+        "target/dist/fdaudit-{VERSION}-{}.oci.tar",
+        std::env::consts::ARCH
+    ));
+    assert!(archive.is_file(), "no {}", archive.display());
+    let port = 19_700 + (std::process::id() % 200) as u16;
+    let name = format!("fdaudit-oci-test-{}", std::process::id());
+    // As the DaemonSet: the host's pid namespace, only its capabilities, no privilege
+    // escalation, a read-only root, the host's BTF and cgroups read-only. The host network
+    // stands for the pod's address (the test scrapes it on loopback). podman's own limits
+    // exceed this machine's (docs/fleet.md).
+    let caps = daemonset_capabilities().join(",");
+    let out = Command::new("podman")
+        .args(["--runtime", "runc", "run", "-d", "--rm", "--name", &name])
+        .args(["--pid=host", "--network=host", "--cap-drop=ALL"])
+        .arg(format!("--cap-add={caps}"))
+        .args([
+            "--security-opt",
+            "seccomp=unconfined",
+            "--security-opt",
+            "no-new-privileges",
+        ])
+        .args(["--read-only", "-v", "/sys/kernel/btf:/sys/kernel/btf:ro"])
+        .args(["-v", "/sys/fs/cgroup:/sys/fs/cgroup:ro"])
+        .args([
+            "--ulimit",
+            "nofile=1024:20000",
+            "--ulimit",
+            "nproc=32768:32768",
+        ])
+        .arg(&tag)
+        .args(["watch", "--listen", &format!("127.0.0.1:{port}")])
+        .output()
+        .expect("podman run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    struct Remove(String);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            let _ = Command::new("podman")
+                .args(["rm", "-f", "-t", "1", &self.0])
+                .output();
+        }
+    }
+    let _remove = Remove(name.clone());
+    let metrics = || {
+        Command::new("curl")
+            .args(["-sf", &format!("http://127.0.0.1:{port}/metrics")])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+    };
+    let t0 = std::time::Instant::now();
+    while metrics().is_none() {
+        assert!(
+            t0.elapsed().as_secs() < 30,
+            "the image's watch never listened: {}",
+            logs(&name)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    // A host spawn with a leak, named so that no other spawn has its name.
+    let child = std::env::temp_dir().join(format!("fdaudit-oci-{}", std::process::id()));
+    std::fs::copy("/bin/true", &child).expect("copy /bin/true");
+    let script = format!("exec 7</etc/hostname; {}", child.display());
+    let st = Command::new("bash")
+        .args(["-c", &script])
+        .status()
+        .expect("bash");
+    assert!(st.success());
+    let want = format!("child=\"{}\"", child.file_name().unwrap().to_string_lossy());
+    let t0 = std::time::Instant::now();
+    let body = loop {
+        let body = metrics().unwrap_or_default();
+        if body
+            .lines()
+            .any(|l| l.starts_with("fdaudit_spawns_with_leaks_total{") && l.contains(&want))
+        {
+            break body;
+        }
+        assert!(
+            t0.elapsed().as_secs() < 30,
+            "no host spawn in the image's metrics: {body}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    let _ = std::fs::remove_file(&child);
+    assert!(body.contains("fdaudit_spawns_total{"), "{body}");
+}
+
+fn logs(name: &str) -> String {
+    Command::new("podman")
+        .args(["logs", name])
+        .output()
+        .map(|o| {
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            )
+        })
+        .unwrap_or_default()
 }

@@ -26,13 +26,20 @@ pub struct Packages {
     pub tarball: PathBuf,
 }
 
-/// Builds and packages fdaudit for each of `arches`.
-pub fn run(root: &Path, arches: &[Arch]) -> Result<Vec<Packages>> {
+/// Builds and packages fdaudit for each of `arches`; with `oci`, also the host
+/// architecture's OCI image ([`crate::oci`]).
+pub fn run(root: &Path, arches: &[Arch], oci: bool) -> Result<Vec<Packages>> {
     let dist = root.join("target/dist");
     // The host's binary writes the man pages and completions for every architecture.
     let host = Arch::host().context("cargo xtask dist runs on x86_64 or aarch64")?;
     let host_bin = build(root, host)?;
     let files = generated(&host_bin, &dist.join("stage"))?;
+    if oci && !arches.contains(&host) {
+        bail!(
+            "--oci builds the image of this machine's architecture: add --arch {}",
+            host.name()
+        );
+    }
     let mut out = Vec::new();
     for &arch in arches {
         crate::vm::provision::cross_toolchain(root, arch, "cargo xtask dist")?;
@@ -49,6 +56,10 @@ pub fn run(root: &Path, arches: &[Arch]) -> Result<Vec<Packages>> {
         let deb = deb(root, arch, &bin, &files, &stage.join("deb"), &dist)?;
         let tarball = tarball(root, arch, &bin, &files, &stage.join("tar"), &dist)?;
         println!("{}\n{}", deb.display(), tarball.display());
+        if oci && arch == host {
+            let image = crate::oci::build(root, arch, &bin, &stage.join("oci"), &dist)?;
+            println!("{}\n{}", image.display(), crate::oci::tag());
+        }
         out.push(Packages { deb, tarball });
     }
     Ok(out)
@@ -70,7 +81,7 @@ fn build(root: &Path, arch: Arch) -> Result<PathBuf> {
 }
 
 /// Runs `cmd`, failing with its name and status.
-fn run_cmd(cmd: &mut Command) -> Result<std::process::Output> {
+pub(crate) fn run_cmd(cmd: &mut Command) -> Result<std::process::Output> {
     let out = cmd
         .output()
         .with_context(|| format!("failed to run {:?}", cmd.get_program()))?;
@@ -85,7 +96,7 @@ fn run_cmd(cmd: &mut Command) -> Result<std::process::Output> {
     Ok(out)
 }
 
-fn copy(from: &Path, to: &Path) -> Result<()> {
+pub(crate) fn copy(from: &Path, to: &Path) -> Result<()> {
     if let Some(dir) = to.parent() {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("failed to create {}", dir.display()))?;

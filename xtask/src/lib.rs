@@ -315,6 +315,10 @@ pub mod layout;
 #[cfg(feature = "cli")]
 pub mod dist;
 
+/// `cargo xtask dist --oci`: the OCI image.
+#[cfg(feature = "cli")]
+pub mod oci;
+
 /// `cargo xtask vm-test`: the kernel matrix in QEMU.
 #[cfg(feature = "cli")]
 pub mod vm;

@@ -39,6 +39,11 @@ enum Cmd {
         /// Only this architecture (repeatable); default: x86_64 and aarch64.
         #[arg(long = "arch", value_enum)]
         arches: Vec<vm::Arch>,
+        /// Also build this machine's architecture's OCI image with buildah, from
+        /// deploy/Containerfile: localhost/fdaudit:VERSION in the local containers storage
+        /// and target/dist/fdaudit-VERSION-ARCH.oci.tar.
+        #[arg(long)]
+        oci: bool,
     },
     /// Regenerate the manual pages in docs/man from fdaudit's clap definition.
     Man,
@@ -223,13 +228,13 @@ fn run(cli: Cli) -> Result<i32> {
             };
             ebpf::build(&root, &arches, check)
         }
-        Cmd::Dist { arches } => {
+        Cmd::Dist { arches, oci } => {
             let arches = if arches.is_empty() {
                 vec![vm::Arch::X86_64, vm::Arch::Aarch64]
             } else {
                 arches
             };
-            dist::run(&root, &arches).context("failed to build the packages")?;
+            dist::run(&root, &arches, oci).context("failed to build the packages")?;
             Ok(0)
         }
         Cmd::Readme => readme(&root),
