@@ -187,7 +187,7 @@ fn a_read_storm_has_the_path_the_kernel_walked_after_its_reader_is_gone() {
     std::fs::write(&file, [b'x'; 200]).expect("write the file");
     let path = std::ffi::CString::new(file.as_os_str().as_encoded_bytes()).expect("no NUL");
     let opts = SessionOptions {
-        reads: true,
+        counting: crate::engine::counting::Counting::SyscallsAndReads,
         ..Default::default()
     };
     let mut session = Session::start(&opts).unwrap_or_else(|e| panic!("session: {e:#}"));

@@ -8,6 +8,7 @@ pub mod btf;
 pub mod btf_cache;
 pub mod calibrate;
 mod complete;
+pub mod counting;
 pub mod counts;
 pub mod decode;
 pub mod drain;

@@ -22,6 +22,7 @@ pub use super::loader::{SessionOptions, StartupTimings};
 use super::{
     calibrate,
     complete::Completion,
+    counting::Counting,
     decode::{self, Decoder},
     drain::Drain,
     loader,
@@ -73,7 +74,8 @@ pub struct Session {
     read_paths: Option<HashMap<MapData, ReadKey, FdPath>>,
     /// Keeps programs and links alive (taken in `drop`).
     bpf: Option<Ebpf>,
-    leaks_only: bool,
+    /// What the kernel counts (the session's options).
+    counting: Counting,
     /// The probes' own cost, measured once.
     calibration: Calibration,
     /// Warnings for the front end ([`Session::take_warnings`]).
@@ -110,7 +112,7 @@ impl Session {
                 .with_context(|| format!("the eBPF object has no map {name}"))
         };
         let stats = PerCpuArray::try_from(take(&mut bpf, MAP_STATS)?)?;
-        let (reads, read_paths) = if opts.reads {
+        let (reads, read_paths) = if opts.counting.reads() {
             (
                 Some(HashMap::try_from(take(&mut bpf, MAP_READS)?)?),
                 Some(HashMap::try_from(take(&mut bpf, MAP_READ_PATHS)?)?),
@@ -131,9 +133,9 @@ impl Session {
                     .context("failed to start the ring buffer's drain thread")?,
             ),
             decoder: if opts.origin {
-                Decoder::new(opts.leaks_only, &super::fdtarget::Procfs).with_origins()
+                Decoder::new(opts.counting, &super::fdtarget::Procfs).with_origins()
             } else {
-                Decoder::new(opts.leaks_only, &super::fdtarget::Procfs)
+                Decoder::new(opts.counting, &super::fdtarget::Procfs)
             },
             tracked,
             stats,
@@ -141,9 +143,9 @@ impl Session {
             read_paths,
             completion: Completion::new(exec_fails, ia32_unseen),
             bpf: Some(bpf),
-            leaks_only: opts.leaks_only,
+            counting: opts.counting,
             calibration: Calibration {
-                probe_cost_ns: opts.leaks_only.then_some(0.0),
+                probe_cost_ns: (!opts.counting.syscalls()).then_some(0.0),
                 ms: 0.0,
                 failed: false,
                 ignored: Vec::new(),
@@ -244,8 +246,9 @@ impl Session {
         self.started.close_cost_ns
     }
 
-    pub fn leaks_only(&self) -> bool {
-        self.leaks_only
+    /// What the kernel counts, as the session was started.
+    pub fn counting(&self) -> Counting {
+        self.counting
     }
 
     /// Traces `pid` and every process it forks from now on. Its own next exec is not a

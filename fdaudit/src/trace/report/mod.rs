@@ -26,6 +26,7 @@ use super::{
     chains::Chains, filter::Filter, perfetto::Perfetto, reads, stamp::Stamper, TraceRecord,
 };
 use crate::engine::{
+    counting::Counting,
     flags::SpawnFlags,
     session::Session,
     spawn::{Event, LeakedFd, Spawn},
@@ -56,7 +57,8 @@ pub struct Reporter {
     /// The session's, once measured (its windows are corrected with it).
     probe_cost_ns: Option<f64>,
     close_cost_ns: f64,
-    leaks_only: bool,
+    /// What the kernel counted (the session's).
+    counting: Counting,
     ring_bytes: u64,
     /// Lost records that fdaudit's queue between the ring and the decoder dropped.
     queue_dropped: u64,
@@ -180,9 +182,9 @@ impl Reporter {
             term: stream::term(),
             root_inherited: Vec::new(),
             seen_root_exec: Vec::new(),
-            probe_cost_ns: s.leaks_only().then_some(0.0),
+            probe_cost_ns: (!s.counting().syscalls()).then_some(0.0),
             close_cost_ns: s.close_cost_ns(),
-            leaks_only: s.leaks_only(),
+            counting: s.counting(),
             ring_bytes: s.ring_bytes(),
             queue_dropped: 0,
             perfetto: None,
@@ -367,7 +369,7 @@ impl Reporter {
             fork_only_children: self.collector.fork_only,
             probe_cost_ns: self.probe_cost_ns.unwrap_or(0.0) as u64,
             close_cost_ns: self.close_cost_ns.round() as u64,
-            leaks_only: self.leaks_only,
+            no_syscalls: !self.counting.syscalls(),
             inherited_fds: self.root_inherited.clone(),
             command_status: ending.command_status,
             exit_code: ending.exit_code,
@@ -416,7 +418,7 @@ impl Reporter {
 
     /// The notes and warnings after the summary.
     fn notes(&self, summary: &Summary) {
-        if self.leaks_only {
+        if !self.counting.syscalls() {
             stream::note(
                 stream::Level::Note,
                 "--no-syscalls: syscalls were not traced, so no close counts or strategies",
@@ -515,7 +517,7 @@ pub(crate) mod tests {
             fork_only_children: 0,
             probe_cost_ns: 0,
             close_cost_ns: 0,
-            leaks_only: false,
+            no_syscalls: false,
             inherited_fds: vec![],
             command_status: Some(0),
             exit_code: 0,

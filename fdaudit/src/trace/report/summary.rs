@@ -116,9 +116,8 @@ pub struct Summary {
     pub probe_cost_ns: u64,
     /// One close() of a closed fd, untraced, measured at start.
     pub close_cost_ns: u64,
-    /// `--no-syscalls` (schema 1: `leaks_only`).
-    #[serde(rename = "no_syscalls")]
-    pub leaks_only: bool,
+    /// `--no-syscalls` (schema 1 named the key after the flag's 0.1.0 spelling).
+    pub no_syscalls: bool,
     /// The fds the traced command inherited from fdaudit's caller (the baseline).
     #[serde(serialize_with = "super::json::baseline_fds")]
     pub inherited_fds: Vec<LeakedFd>,
