@@ -1,15 +1,12 @@
 //! Which fd-closing strategy a child's pre-exec syscalls imply.
 
-use serde::Serialize;
-
 use super::counts::SyscallCounts;
 
 /// A sweep touches at least this many fds; fewer calls are targeted closes (pipe ends, ...).
 pub const SWEEP_MIN: u32 = 64;
 
 /// The strategy a child used between fork and exec.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, clap::ValueEnum)]
 pub enum Strategy {
     /// close_range(2): one call, whatever the limit.
     CloseRange,

@@ -87,8 +87,7 @@ pub fn attach_program(prog: &mut Program, spec: &ProgramSpec) -> Result<(), Load
 }
 
 /// How the syscall counts are collected.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Backend {
     /// Raw `sys_enter`/`sys_exit` tracepoints: every kernel since 4.17, but every syscall of
     /// every process on the machine runs a program while attached.

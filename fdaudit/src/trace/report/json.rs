@@ -11,12 +11,12 @@ use crate::{
         boundary::Boundary,
         counts::SyscallCounts,
         flags::SpawnFlags,
-        origin::Origin,
+        origin::{Call, Frame, Origin},
         spawn::{ArgvField, ExecPathField, LeakedFd, ParentCommField, Spawn, Target},
         strategy::Strategy,
     },
     fdkind::FdKind,
-    output::text::Lossless,
+    output::{engine_json, text::Lossless},
     runtime::Runtime,
 };
 
@@ -50,10 +50,11 @@ pub struct SpawnJson<'a> {
     /// `window_ns` less the probes' own cost per counted syscall: the untraced estimate.
     window_corrected_ns: u64,
     /// The window's syscall counters, one key each.
-    #[serde(flatten)]
+    #[serde(flatten, serialize_with = "engine_json::counts")]
     calls: &'a SyscallCounts,
     /// (first, last, flags) of the first close_range() calls.
     close_ranges: &'a [[u32; 3]],
+    #[serde(serialize_with = "engine_json::strategy")]
     strategy: Strategy,
     /// For `close-loop`: the fd the loop ran up to (exclusive).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -134,7 +135,7 @@ pub struct LeakedFdJson<'a> {
     ino: u64,
     /// `trace --origin`: the call that made this fd inheritable, or why it is unknown.
     #[serde(skip_serializing_if = "Option::is_none")]
-    origin: Option<&'a Origin>,
+    origin: Option<OriginJson<'a>>,
     /// This fd reached an image that runs as or where its holder did not.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     critical: bool,
@@ -157,10 +158,95 @@ impl<'a> LeakedFdJson<'a> {
             family: f.family,
             protocol: f.protocol,
             ino: f.ino,
-            origin: f.origin.as_ref(),
+            origin: f.origin.as_ref().map(OriginJson::new),
             critical: f.critical,
             deleted: f.deleted,
             inherited,
+        }
+    }
+}
+
+/// `origin`: the call that made the fd inheritable, or why it is unknown.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+enum OriginJson<'a> {
+    Known(CallJson<'a>),
+    Unknown {
+        unknown: &'static str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reason: Option<&'a str>,
+    },
+}
+
+impl<'a> OriginJson<'a> {
+    fn new(o: &'a Origin) -> Self {
+        match o {
+            Origin::Known(c) => OriginJson::Known(CallJson::new(c)),
+            Origin::Unknown { unknown, reason } => OriginJson::Unknown {
+                unknown,
+                reason: reason.as_deref(),
+            },
+        }
+    }
+}
+
+/// One call that made an fd inheritable, and the call that created the fd when that was
+/// another.
+#[derive(Debug, Serialize)]
+struct CallJson<'a> {
+    syscall: &'a str,
+    pid: u32,
+    tid: u32,
+    comm: &'a str,
+    /// Kernel timestamp of the call's return (CLOCK_MONOTONIC ns).
+    time_ns: u64,
+    /// User stack, innermost first.
+    stack: Vec<FrameJson<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    created_by: Option<Box<CallJson<'a>>>,
+}
+
+impl<'a> CallJson<'a> {
+    fn new(c: &'a Call) -> Self {
+        CallJson {
+            syscall: &c.syscall,
+            pid: c.pid,
+            tid: c.tid,
+            comm: &c.comm,
+            time_ns: c.time_ns,
+            stack: c.stack.iter().map(FrameJson::new).collect(),
+            created_by: c.created_by.as_deref().map(|c| Box::new(CallJson::new(c))),
+        }
+    }
+}
+
+/// One user stack frame: where it is, what names it, how it was found.
+#[derive(Debug, Serialize)]
+struct FrameJson<'a> {
+    addr: u64,
+    symbol: Option<&'a str>,
+    file: Option<&'a str>,
+    line: Option<u32>,
+    module: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    offset: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    build_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    found_by: Option<&'static str>,
+}
+
+impl<'a> FrameJson<'a> {
+    fn new(f: &'a Frame) -> Self {
+        FrameJson {
+            addr: f.addr,
+            symbol: f.symbol.as_deref(),
+            file: f.file.as_deref(),
+            line: f.line,
+            module: f.module.as_deref(),
+            offset: f.offset,
+            build_id: f.build_id.as_deref(),
+            found_by: f.found_by,
         }
     }
 }
