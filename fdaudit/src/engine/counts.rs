@@ -29,7 +29,7 @@ macro_rules! syscall_counts {
     (@emit $( $(#[$doc:meta])* $f:ident: $kind:ident, $p:tt; )*) => {
         /// What a child did between fork and exec, counted in the kernel. The front ends
         /// write it flattened into the records that carry it, one key per counter
-        /// ([`SyscallCounts::fields`]: `output::engine_json::counts`).
+        /// ([`SyscallCounts::fields`]: `trace/report/json.rs`).
         #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
         pub struct SyscallCounts {
             $( $(#[$doc])* pub $f: u64, )*

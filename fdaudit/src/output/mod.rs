@@ -2,7 +2,6 @@
 
 pub mod ci;
 pub mod color;
-pub mod engine_json;
 pub mod github;
 pub mod junit;
 pub mod table;

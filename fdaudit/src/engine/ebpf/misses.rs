@@ -65,7 +65,7 @@ pub fn read_all(ebpf: &Ebpf) -> MissedRuns {
 }
 
 /// Runs the kernel skipped per program, or unknown (a kernel before 5.12). In JSON
-/// (`output::engine_json::missed_runs`): an object of counts by program name, or the
+/// (`trace/report/json.rs`): an object of counts by program name, or the
 /// string `"unknown"`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MissedRuns {

@@ -10,13 +10,14 @@ use crate::{
     engine::{
         boundary::Boundary,
         counts::SyscallCounts,
+        ebpf::MissedRuns,
         flags::SpawnFlags,
         origin::{Call, Frame, Origin},
         spawn::{ArgvField, ExecPathField, LeakedFd, ParentCommField, Spawn, Target},
         strategy::Strategy,
     },
     fdkind::FdKind,
-    output::{engine_json, text::Lossless},
+    output::text::Lossless,
     runtime::Runtime,
 };
 
@@ -50,11 +51,11 @@ pub struct SpawnJson<'a> {
     /// `window_ns` less the probes' own cost per counted syscall: the untraced estimate.
     window_corrected_ns: u64,
     /// The window's syscall counters, one key each.
-    #[serde(flatten, serialize_with = "engine_json::counts")]
+    #[serde(flatten, serialize_with = "counts")]
     calls: &'a SyscallCounts,
     /// (first, last, flags) of the first close_range() calls.
     close_ranges: &'a [[u32; 3]],
-    #[serde(serialize_with = "engine_json::strategy")]
+    #[serde(serialize_with = "strategy")]
     strategy: Strategy,
     /// For `close-loop`: the fd the loop ran up to (exclusive).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -251,6 +252,25 @@ impl<'a> FrameJson<'a> {
     }
 }
 
+/// The window's counters, one key each in table order (flattened into the record).
+pub(super) fn counts<S: Serializer>(c: &SyscallCounts, out: S) -> Result<S::Ok, S::Error> {
+    out.collect_map(c.fields())
+}
+
+/// A strategy by its name (`close-loop`).
+fn strategy<S: Serializer>(s: &Strategy, out: S) -> Result<S::Ok, S::Error> {
+    out.serialize_str(s.as_str())
+}
+
+/// `bpf_missed_runs`: skipped runs by program name, or `"unknown"` where the kernel keeps
+/// no such counter.
+pub(super) fn missed_runs<S: Serializer>(m: &MissedRuns, out: S) -> Result<S::Ok, S::Error> {
+    match m {
+        MissedRuns::Unknown => out.serialize_str("unknown"),
+        MissedRuns::Known(counts) => counts.serialize(out),
+    }
+}
+
 fn flag_names<S: Serializer>(f: &SpawnFlags, out: S) -> Result<S::Ok, S::Error> {
     out.collect_seq(f.names())
 }
@@ -271,6 +291,8 @@ pub fn baseline_fds<S: Serializer>(fds: &[LeakedFd], out: S) -> Result<S::Ok, S:
 mod tests {
     use super::*;
     use crate::trace::report::tests::{leaked_fd, spawn};
+    use fdaudit_common::{Counters, COUNTER_NAMES};
+    use serde_json::Value;
 
     #[test]
     fn a_spawn_record_has_the_engine_values_under_their_keys() {
@@ -327,5 +349,113 @@ mod tests {
         assert!(fds[0].get("deleted").is_none(), "{fds}");
         assert_eq!(fds[1]["inherited"], true);
         assert!(fds[0].get("inherited").is_none(), "{fds}");
+    }
+
+    /// Counters with every counter set to its position in the table, from 1.
+    fn numbered() -> Counters {
+        macro_rules! numbered {
+            (counters { $( $(#[$doc:meta])* $f:ident: $kind:ident, $p:tt; )* } $($_r:tt)*) => {{
+                let (mut c, mut i) = (Counters::default(), 0);
+                $( i += 1; c.$f = i; )*
+                c
+            }};
+        }
+        fdaudit_common::for_each_counter!(numbered)
+    }
+
+    fn value(name: &str) -> u64 {
+        1 + COUNTER_NAMES.iter().position(|n| *n == name).unwrap() as u64
+    }
+
+    #[test]
+    fn every_kernel_counter_is_carried_added_and_serialised() {
+        let c = numbered();
+        assert_eq!(
+            (c.close_calls, c.exec_attempts),
+            (1, value("exec_attempts") as u32)
+        );
+        let mut s = SyscallCounts::from(&c);
+        // Not calls of their own: close_ebadf, poll_nfds_max; not here: exec_attempts.
+        let probed = ["close_ebadf", "poll_nfds_max", "exec_attempts"];
+        let want: u64 = COUNTER_NAMES
+            .iter()
+            .filter(|n| !probed.contains(n))
+            .map(|n| value(n))
+            .sum();
+        assert_eq!(s.probed(), want);
+        s += SyscallCounts::from(&c);
+        let j = counts(&s, serde_json::value::Serializer).unwrap();
+        let keys: Vec<&str> = j.as_object().unwrap().keys().map(String::as_str).collect();
+        let mut sorted = SyscallCounts::KEYS;
+        sorted.sort_unstable();
+        assert_eq!(keys, sorted); // serde_json's map is sorted; the output is in KEYS order
+        let kernel_only: Vec<&str> = COUNTER_NAMES
+            .into_iter()
+            .filter(|n| !SyscallCounts::KEYS.contains(n))
+            .collect();
+        assert_eq!(kernel_only, ["exec_attempts"]);
+        let order: Vec<&str> = COUNTER_NAMES
+            .into_iter()
+            .filter(|n| SyscallCounts::KEYS.contains(n))
+            .collect();
+        assert_eq!(order, SyscallCounts::KEYS);
+        for k in keys {
+            let once = value(k);
+            let want = if k == "poll_nfds_max" { once } else { 2 * once };
+            assert_eq!(j[k], want, "{k}");
+        }
+    }
+
+    /// docs/fdaudit.schema.json's spawn and summary totals carry every counter, required
+    /// in table order (`required` is an array: its order is kept); docs/json.md names each.
+    #[test]
+    fn the_schema_and_the_docs_have_every_counter() {
+        let schema: Value =
+            serde_json::from_str(include_str!("../../../../docs/fdaudit.schema.json")).unwrap();
+        let spawn = &schema["$defs"]["spawn"];
+        let totals = &schema["$defs"]["trace_summary"]["properties"]["totals"];
+        for (name, def) in [("spawn", spawn), ("totals", totals)] {
+            let required: Vec<&str> = def["required"]
+                .as_array()
+                .unwrap_or_else(|| panic!("{name} has no required list"))
+                .iter()
+                .map(|v| v.as_str().unwrap())
+                .collect();
+            let first = required.iter().position(|k| *k == SyscallCounts::KEYS[0]);
+            let first = first.unwrap_or_else(|| panic!("{name}: no {}", SyscallCounts::KEYS[0]));
+            let run = required.get(first..first + SyscallCounts::KEYS.len());
+            assert_eq!(run, Some(&SyscallCounts::KEYS[..]), "{name}: {required:?}");
+            for k in SyscallCounts::KEYS {
+                let p = &def["properties"][k];
+                assert_eq!(
+                    (&p["type"], &p["minimum"]),
+                    (&"integer".into(), &0.into()),
+                    "{name}.{k}"
+                );
+            }
+        }
+        let json_md = include_str!("../../../../docs/json.md");
+        for k in SyscallCounts::KEYS {
+            assert!(
+                json_md.contains(&format!("`{k}`")),
+                "docs/json.md does not name {k}"
+            );
+        }
+    }
+
+    #[test]
+    fn missed_runs_are_counts_by_program_or_unknown() {
+        let json = |m: &MissedRuns| missed_runs(m, serde_json::value::Serializer).unwrap();
+        assert_eq!(json(&MissedRuns::Unknown), serde_json::json!("unknown"));
+        let known = MissedRuns::Known(
+            [("sys_enter", 3), ("sched_process_exec", 0)]
+                .into_iter()
+                .map(|(k, n)| (k.to_owned(), n))
+                .collect(),
+        );
+        assert_eq!(
+            json(&known),
+            serde_json::json!({"sched_process_exec": 0, "sys_enter": 3})
+        );
     }
 }

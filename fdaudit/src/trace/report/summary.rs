@@ -29,7 +29,7 @@ lossless_field!(GroupParentComm, "parent_comm");
 #[derive(Debug, Default, Clone, Serialize, PartialEq, Eq)]
 pub struct TraceTotals {
     /// Every window counter, summed (`poll_nfds_max`: the largest).
-    #[serde(flatten, serialize_with = "crate::output::engine_json::counts")]
+    #[serde(flatten, serialize_with = "super::json::counts")]
     pub calls: SyscallCounts,
     /// fcntl() calls of either kind (`fcntl_setfd_calls + fcntl_getfd_calls`).
     pub fcntl_calls: u64,
@@ -107,7 +107,7 @@ pub struct Summary {
     /// Runs of each program the kernel skipped (a run preempted and its hook fired again on
     /// that CPU): by program name, or "unknown" before Linux 5.12. A skipped exec, fork or
     /// exit program loses a record, a skipped syscall program a count.
-    #[serde(serialize_with = "crate::output::engine_json::missed_runs")]
+    #[serde(serialize_with = "super::json::missed_runs")]
     pub bpf_missed_runs: MissedRuns,
     pub untracked_forks: u64,
     /// (process, fd) read counters not kept because the kernel's table was full (`--reads`).
