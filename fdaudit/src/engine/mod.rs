@@ -19,6 +19,7 @@ pub mod flags;
 pub mod follow;
 mod ia32;
 mod loader;
+mod names;
 pub mod origin;
 pub mod pause;
 mod proc_maps;

@@ -25,16 +25,10 @@ pub enum Strategy {
 }
 
 impl Strategy {
+    /// Its name (`close-loop`): clap's, from the variant ([`super::names`]).
     pub fn as_str(self) -> &'static str {
-        match self {
-            Strategy::CloseRange => "close-range",
-            Strategy::ProcfdWalk => "procfd-walk",
-            Strategy::PollScan => "poll-scan",
-            Strategy::FcntlScan => "fcntl-scan",
-            Strategy::CloseLoop => "close-loop",
-            Strategy::None => "none",
-            Strategy::Unknown => "unknown",
-        }
+        static NAMES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+        super::names::value_names::<Strategy>(&NAMES)[self as usize]
     }
 
     /// The strategy a record names (`close-loop`, ...), as [`Strategy::as_str`] spells it.

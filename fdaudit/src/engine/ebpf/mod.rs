@@ -103,12 +103,11 @@ pub enum Backend {
 }
 
 impl Backend {
+    /// Its name (`raw-tp`), as `--backend` spells it: clap's, from the variant
+    /// ([`crate::engine::names`]).
     pub fn as_str(self) -> &'static str {
-        match self {
-            Backend::RawTp => "raw-tp",
-            Backend::Tp => "tp",
-            Backend::Fentry => "fentry",
-        }
+        static NAMES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+        crate::engine::names::value_names::<Backend>(&NAMES)[self as usize]
     }
 
     /// Sees only native syscalls: an x86_64 ia32 (`int $0x80`) syscall is not counted
