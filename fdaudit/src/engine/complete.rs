@@ -87,7 +87,7 @@ impl Completion {
         for ev in events.iter_mut() {
             let spawn = match ev {
                 Event::Spawn(s) => Some(s),
-                Event::Exit(e) => e.failed_spawn.as_mut(),
+                Event::Exit(e) => e.failed_exec.as_mut(),
             };
             if let Some(s) = spawn {
                 s.correct_for_probes(probe_ns);
@@ -107,7 +107,7 @@ impl Completion {
         };
         match ev {
             Event::Exit(e) => {
-                if let Some(s) = e.failed_spawn.as_mut() {
+                if let Some(s) = e.failed_exec.as_mut() {
                     if let Ok(f) = map.get(&s.pid, 0) {
                         s.exec_errno = Some(f.errno);
                         s.exec_error = sys::errno_name(f.errno);

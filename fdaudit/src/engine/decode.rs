@@ -118,7 +118,7 @@ fn name_origins(origins: &mut super::origin::Origins, ev: &mut Event) {
         Event::Spawn(s) => s,
         Event::Exit(e) => {
             origins.note_parent(e.pid, e.parent_pid);
-            match e.failed_spawn.as_mut() {
+            match e.failed_exec.as_mut() {
                 Some(s) => s,
                 None => return,
             }
@@ -174,7 +174,7 @@ fn decode_with(
                 pid: rec.pid,
                 parent_pid: rec.parent_pid,
                 never_execd: rec.never_execd != 0,
-                failed_spawn: failed_spawn_from_exit(&rec, counting).map(Box::new),
+                failed_exec: failed_exec_from_exit(&rec, counting).map(Box::new),
             }))
         }
         _ => None,
@@ -324,7 +324,7 @@ fn names_cut(rec: &SpawnRecord, shown: usize, leaked: &[LeakedFd], stdio: &[Leak
 ///   execs): a spawn with `exec_ok: false` (no image, so no path and no leaks);
 /// - a child whose exec the kernel skipped the program of (`EXEC_MISSED`): a spawn flagged
 ///   `exec_missed`, without path, argv or leaked fds.
-pub fn failed_spawn_from_exit(rec: &ExitRecord, counting: Counting) -> Option<Spawn> {
+pub fn failed_exec_from_exit(rec: &ExitRecord, counting: Counting) -> Option<Spawn> {
     let missed = rec.header.flags & fdaudit_common::flags::EXEC_MISSED != 0;
     if !missed && (rec.never_execd == 0 || rec.counters.exec_attempts == 0) {
         return None;
@@ -692,11 +692,11 @@ mod tests {
             counters: Counters::default(),
         };
         assert!(
-            failed_spawn_from_exit(&rec, Counting::Syscalls).is_none(),
+            failed_exec_from_exit(&rec, Counting::Syscalls).is_none(),
             "fork-only: no spawn"
         );
         rec.counters.exec_attempts = 2;
-        let failed = failed_spawn_from_exit(&rec, Counting::Syscalls).expect("a failed spawn");
+        let failed = failed_exec_from_exit(&rec, Counting::Syscalls).expect("a failed spawn");
         assert!(!failed.exec_ok);
         assert_eq!(failed.exec_attempts, 2);
         assert_eq!(&failed.parent_comm[..], b"bash");
@@ -707,7 +707,7 @@ mod tests {
         rec.counters.exec_attempts = 0;
         rec.header.flags = fdaudit_common::flags::EXEC_MISSED;
         rec.comm = *b"true\0\0\0\0\0\0\0\0\0\0\0\0";
-        let missed = failed_spawn_from_exit(&rec, Counting::Syscalls).expect("a spawn");
+        let missed = failed_exec_from_exit(&rec, Counting::Syscalls).expect("a spawn");
         assert!(missed.exec_ok);
         assert_eq!(missed.exec_attempts, 1);
         assert_eq!(missed.flags, SpawnFlags::EXEC_MISSED);

@@ -70,7 +70,7 @@ pub(crate) fn trace_tree(pre_exec: fn(), path: &std::ffi::CStr, child_execs: boo
         .into_iter()
         .filter_map(|e| match e {
             Event::Spawn(s) => Some(*s),
-            Event::Exit(e) => e.failed_spawn.map(|s| *s),
+            Event::Exit(e) => e.failed_exec.map(|s| *s),
         })
         .collect();
     assert!(session.take_warnings().is_empty(), "the session warned");

@@ -23,7 +23,7 @@ impl ExecParents {
             match ev {
                 Event::Spawn(s) => self.name(s),
                 Event::Exit(e) => {
-                    if let Some(s) = e.failed_spawn.as_mut() {
+                    if let Some(s) = e.failed_exec.as_mut() {
                         self.name(s);
                     }
                     self.images.remove(&e.pid);

@@ -72,7 +72,7 @@ impl Resolver {
     pub fn exits(&mut self, events: &mut [Event]) {
         for ev in events {
             if let Event::Exit(e) = ev {
-                if let Some(s) = e.failed_spawn.as_mut() {
+                if let Some(s) = e.failed_exec.as_mut() {
                     self.name(s, false);
                 }
                 self.exec_paths.remove(&e.pid);

@@ -460,7 +460,7 @@ fn observe(metrics: &Mutex<Metrics>, events: Vec<Event>, counting: Counting) {
         match ev {
             Event::Spawn(s) => m.observe_spawn(observation(&s, counting)),
             Event::Exit(e) => {
-                if let Some(s) = e.failed_spawn {
+                if let Some(s) = e.failed_exec {
                     m.observe_spawn(observation(&s, counting));
                 }
             }

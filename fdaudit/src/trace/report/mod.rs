@@ -228,7 +228,7 @@ impl Reporter {
                 self.report_spawn(s)?;
             }
             Event::Exit(mut e) => {
-                if let Some(s) = e.failed_spawn.take() {
+                if let Some(s) = e.failed_exec.take() {
                     self.report_spawn(s)?;
                 }
                 self.collector.add_exit(&e);
