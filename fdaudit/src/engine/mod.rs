@@ -18,6 +18,7 @@ pub mod fdtarget;
 pub mod flags;
 pub mod follow;
 mod ia32;
+pub mod lifetime;
 mod loader;
 mod names;
 pub mod origin;

@@ -18,6 +18,7 @@ use fdaudit_common::{
     MAP_STATS,
 };
 
+pub use super::lifetime::{SessionEnd, SessionStart};
 pub use super::loader::{SessionOptions, StartupTimings};
 use super::{
     calibrate,
@@ -241,14 +242,32 @@ impl Session {
             .map(|ns| (ns, self.calibration.ms))
     }
 
-    /// Untraced cost of one close() on a closed fd (ns), measured before attaching.
-    pub fn close_cost_ns(&self) -> f64 {
-        self.started.close_cost_ns
-    }
-
     /// What the kernel counts, as the session was started.
     pub fn counting(&self) -> Counting {
         self.counting
+    }
+
+    /// What a front end learns of the session when it starts.
+    pub fn at_start(&self) -> SessionStart {
+        SessionStart {
+            counting: self.counting,
+            close_cost_ns: self.started.close_cost_ns,
+            ring_bytes: self.ring_bytes(),
+        }
+    }
+
+    /// What a front end learns of the session at its end (before it is detached).
+    pub fn at_end(&self) -> Result<SessionEnd> {
+        Ok(SessionEnd {
+            stats: self.stats()?,
+            missed: self.missed_runs(),
+            queue_dropped: self.queue_dropped(),
+            first_ring_bytes: self.first_ring_bytes(),
+            ring_bytes: self.ring_bytes(),
+            ring_grow_failed: self.ring_grow_failed(),
+            probe_cost_ns: self.probe_cost(),
+            calibration: self.probe_cost_measured(),
+        })
     }
 
     /// Traces `pid` and every process it forks from now on. Its own next exec is not a

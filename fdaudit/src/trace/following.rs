@@ -47,7 +47,10 @@ impl TraceSink<'_> {
 
 impl follow::Sink for TraceSink<'_> {
     fn events(&mut self, session: &mut Session, events: Vec<spawn::Event>) -> Result<()> {
-        self.reporter.costs_from(session);
+        // What the session has to say (a failed calibration), before the batch's spawns.
+        for w in session.take_warnings() {
+            stream::note(stream::Level::Warning, &w);
+        }
         for ev in self.steps.push(events, Instant::now()) {
             self.reporter.handle(ev, self.roots)?;
         }

@@ -24,7 +24,11 @@ use anyhow::{Context as _, Result};
 use crate::held::start_held;
 use crate::{
     cgroup::Followed,
-    engine::{ebpf::BackendChoice, session::Session, wait},
+    engine::{
+        ebpf::BackendChoice,
+        session::{Session, SessionEnd},
+        wait,
+    },
     exit,
     output::stream,
     procfs_util,
@@ -310,8 +314,8 @@ pub fn run(args: TraceArgs) -> Result<u8> {
     if plan.out.verbose {
         verbose_startup(&session, startup, child.is_some());
     }
-    let mut reporter =
-        Reporter::new(plan.report_options(held), &session, filter).with_perfetto(perfetto);
+    let mut reporter = Reporter::new(plan.report_options(held), &session.at_start(), filter)
+        .with_perfetto(perfetto);
     (session.unseen()).inspect(|u| stream::note(stream::Level::Note, u));
     let mut targets = reads::LiveTargets::default();
     let mut sink = following::TraceSink {
@@ -339,17 +343,16 @@ pub fn run(args: TraceArgs) -> Result<u8> {
         Ok(end) => end,
         Err(e) => return Err(child::abandon(session, child, e)),
     };
-    let stats = session.stats()?;
-    let missed = session.missed_runs();
-    let calibrated = session.probe_cost_measured();
+    let end = session.at_end()?;
     let storms = read_storms(&session, &mut targets);
-    let ring = ring_at_end(&session, &mut reporter);
+    let ring = ring_at_end(&end);
+    let calibrated = end.calibration;
     let untraced = (timed_out && exit_status.is_none())
         .then_some(child)
         .flatten();
     exit_status = child::detach_then_wait(session, untraced)?.or(exit_status);
-    let ending = ending(&reporter, exit_status, &stats, &missed, plan.codes);
-    let ci = reporter.finish(stats, missed, storms, ending)?;
+    let ending = ending(&reporter, exit_status, &end.stats, &end.missed, plan.codes);
+    let ci = reporter.finish(end, storms, ending)?;
     if let Some(j) = junit {
         j.write(&ci)?;
     }
@@ -365,11 +368,9 @@ pub fn run(args: TraceArgs) -> Result<u8> {
 
 /// The ring buffer's first and last sizes; a warning when a burst needed it to grow and it
 /// could not.
-fn ring_at_end(session: &Session, reporter: &mut Reporter) -> (u64, u64) {
-    let ring_bytes = session.ring_bytes();
-    reporter.ring_bytes_at_end(ring_bytes);
-    reporter.queue_dropped_at_end(session.queue_dropped());
-    if let Some(why) = session.ring_grow_failed() {
+fn ring_at_end(end: &SessionEnd) -> (u64, u64) {
+    let ring_bytes = end.ring_bytes;
+    if let Some(why) = &end.ring_grow_failed {
         stream::note(
             stream::Level::Warning,
             &format!(
@@ -378,7 +379,7 @@ fn ring_at_end(session: &Session, reporter: &mut Reporter) -> (u64, u64) {
             ),
         );
     }
-    (session.first_ring_bytes(), ring_bytes)
+    (end.first_ring_bytes, ring_bytes)
 }
 
 /// Opens the records stream (stdout, or stderr when fdaudit runs a command, `--demo`

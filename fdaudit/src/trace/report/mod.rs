@@ -28,13 +28,10 @@ use super::{
 use crate::engine::{
     counting::Counting,
     flags::SpawnFlags,
-    session::Session,
+    session::{SessionEnd, SessionStart},
     spawn::{Event, LeakedFd, Spawn},
 };
-use crate::{
-    engine::ebpf::MissedRuns,
-    output::{count, stream, table::Term},
-};
+use crate::output::{count, stream, table::Term};
 
 /// Per-event handling and final output of `trace`: a line (or JSON record) per spawn as it
 /// comes, the summary at the end, all on the records stream ([`stream`]).
@@ -157,7 +154,7 @@ pub struct ReportOptions {
 }
 
 impl Reporter {
-    pub fn new(args: ReportOptions, s: &Session, filter: Filter) -> Self {
+    pub fn new(args: ReportOptions, s: &SessionStart, filter: Filter) -> Self {
         let mut collector = Collector::new(LeakPolicy {
             baseline: Default::default(),
             ignore_fds: args.ignore_fds.clone(),
@@ -182,10 +179,10 @@ impl Reporter {
             term: stream::term(),
             root_inherited: Vec::new(),
             seen_root_exec: Vec::new(),
-            probe_cost_ns: (!s.counting().syscalls()).then_some(0.0),
-            close_cost_ns: s.close_cost_ns(),
-            counting: s.counting(),
-            ring_bytes: s.ring_bytes(),
+            probe_cost_ns: (!s.counting.syscalls()).then_some(0.0),
+            close_cost_ns: s.close_cost_ns,
+            counting: s.counting,
+            ring_bytes: s.ring_bytes,
             queue_dropped: 0,
             perfetto: None,
         }
@@ -195,18 +192,6 @@ impl Reporter {
     pub fn with_perfetto(mut self, perfetto: Option<Perfetto>) -> Self {
         self.perfetto = perfetto;
         self
-    }
-
-    /// Takes the session's probe and close costs (for the summary and its note) and says
-    /// its warnings; called after each batch of events.
-    pub fn costs_from(&mut self, session: &mut Session) {
-        if let Some(ns) = session.probe_cost() {
-            self.probe_cost_ns = Some(ns);
-        }
-        self.close_cost_ns = session.close_cost_ns();
-        for w in session.take_warnings() {
-            stream::note(stream::Level::Warning, &w);
-        }
     }
 
     pub fn handle(&mut self, ev: Event, roots: &[u32]) -> Result<()> {
@@ -327,26 +312,28 @@ impl Reporter {
         }
     }
 
-    /// The ring buffer's size at the end (it may have grown since [`Reporter::new`]), for
-    /// the lost-records note.
-    pub fn ring_bytes_at_end(&mut self, bytes: u64) {
-        self.ring_bytes = bytes;
-    }
-
-    /// How many of the lost records fdaudit's own queue dropped ([`Session::queue_dropped`]).
-    pub fn queue_dropped_at_end(&mut self, records: u64) {
-        self.queue_dropped = records;
+    /// Takes what the summary needs of the session's end: its ring's size, the records its
+    /// queue dropped, the probes' cost once measured; returns the kernel's counters.
+    fn take_end(
+        &mut self,
+        end: SessionEnd,
+    ) -> (fdaudit_common::Stats, crate::engine::ebpf::MissedRuns) {
+        (self.queue_dropped, self.ring_bytes) = (end.queue_dropped, end.ring_bytes);
+        if let Some(ns) = end.probe_cost_ns {
+            self.probe_cost_ns = Some(ns);
+        }
+        (end.stats, end.missed)
     }
 
     /// Writes the summary (JSON: the read storms and the summary record; text: the totals
     /// line, the table, the storms) and the notes.
     pub fn finish(
         mut self,
-        stats: fdaudit_common::Stats,
-        missed: MissedRuns,
+        end: SessionEnd,
         storms: Vec<reads::ReadStorm>,
         ending: Ending,
     ) -> Result<ci::CiVerdict> {
+        let (stats, missed) = self.take_end(end);
         if let Some(p) = self.perfetto.take() {
             p.finish()
                 .context("failed to write the Perfetto trace (--perfetto)")?;
@@ -439,7 +426,7 @@ impl Reporter {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::engine::{counts::SyscallCounts, strategy::Strategy};
+    use crate::engine::{counts::SyscallCounts, ebpf::MissedRuns, strategy::Strategy};
     use crate::output::text::Lossless;
     use summary::TraceTotals;
     use text::summary_table;
