@@ -24,6 +24,7 @@ mod names;
 pub mod origin;
 pub mod pause;
 mod proc_maps;
+mod process;
 mod runtimes;
 pub mod seen;
 pub mod session;

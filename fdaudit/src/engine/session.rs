@@ -367,10 +367,12 @@ impl Session {
         // spawner often exits soon after its child. A parent read live may have exec'd
         // before it was read (its record not yet taken): the records written since say so.
         if let Some(mut r) = self.completion.runtimes.take() {
-            r.name_all(&mut out, || {
+            let mut procs = std::mem::take(&mut self.completion.processes);
+            r.name_all(&mut procs, &mut out, || {
                 let raw = self.flush_raw();
                 self.decode_raw(&raw)
             });
+            self.completion.processes = procs;
             self.completion.runtimes = Some(r);
         }
         self.completion.name(&mut out);
