@@ -4,6 +4,9 @@ behaviour unchanged when the engine's values and the JSON wire types part).
 
     python3 tests/json-before-after.py OLD_BINARY NEW_BINARY [--runs N]
 
+Both binaries must be named `fdaudit` (e.g. OLD in a directory of its own): the spawner
+workloads run the binary itself, and its file name is their children's `parent_comm`.
+
 Runs as root. Each workload is traced by both binaries (raw-tp) and the records are compared
 after masking what differs run to run, as tests/tests/backends.rs normalize() does: keys
 ending in `_ns`, pids, thread ids, inode numbers, an origin frame's address (ASLR), `bpf_missed_runs`, `runtime` (a race with

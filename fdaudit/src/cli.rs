@@ -208,7 +208,7 @@ mod tests {
             let Command::Trace(t) = cli.command else {
                 panic!("{flag}: not trace")
             };
-            assert!(t.leaks_only, "{flag}");
+            assert!(t.no_syscalls, "{flag}");
         }
         let mut cmd = Cli::command();
         let help = cmd
@@ -226,7 +226,7 @@ mod tests {
             let Command::Watch(w) = cli.command else {
                 panic!("{flag}: not watch")
             };
-            assert!(w.full, "{flag}");
+            assert!(w.syscalls, "{flag}");
         }
         let help = cmd
             .find_subcommand_mut("watch")

@@ -22,24 +22,20 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// What one architecture's packaging wrote.
 pub struct Packages {
+    pub arch: Arch,
+    /// The release binary they carry.
+    pub bin: PathBuf,
     pub deb: PathBuf,
     pub tarball: PathBuf,
 }
 
-/// Builds and packages fdaudit for each of `arches`; with `oci`, also the host
-/// architecture's OCI image ([`crate::oci`]).
-pub fn run(root: &Path, arches: &[Arch], oci: bool) -> Result<Vec<Packages>> {
+/// Builds and packages fdaudit for each of `arches`.
+pub fn run(root: &Path, arches: &[Arch]) -> Result<Vec<Packages>> {
     let dist = root.join("target/dist");
     // The host's binary writes the man pages and completions for every architecture.
     let host = Arch::host().context("cargo xtask dist runs on x86_64 or aarch64")?;
     let host_bin = build(root, host)?;
     let files = generated(&host_bin, &dist.join("stage"))?;
-    if oci && !arches.contains(&host) {
-        bail!(
-            "--oci builds the image of this machine's architecture: add --arch {}",
-            host.name()
-        );
-    }
     let mut out = Vec::new();
     for &arch in arches {
         crate::vm::provision::cross_toolchain(root, arch, "cargo xtask dist")?;
@@ -56,11 +52,12 @@ pub fn run(root: &Path, arches: &[Arch], oci: bool) -> Result<Vec<Packages>> {
         let deb = deb(root, arch, &bin, &files, &stage.join("deb"), &dist)?;
         let tarball = tarball(root, arch, &bin, &files, &stage.join("tar"), &dist)?;
         println!("{}\n{}", deb.display(), tarball.display());
-        if oci && arch == host {
-            let image = crate::oci::build(root, arch, &bin, &stage.join("oci"), &dist)?;
-            println!("{}\n{}", image.display(), crate::oci::tag());
-        }
-        out.push(Packages { deb, tarball });
+        out.push(Packages {
+            arch,
+            bin,
+            deb,
+            tarball,
+        });
     }
     Ok(out)
 }

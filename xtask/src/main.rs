@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
 use clap::{Parser, Subcommand};
-use xtask::{dist, ebpf, layout, vm};
+use xtask::{dist, ebpf, layout, oci, vm};
 
 /// Build and test tasks for fdaudit.
 #[derive(Debug, Parser)]
@@ -228,15 +228,7 @@ fn run(cli: Cli) -> Result<i32> {
             };
             ebpf::build(&root, &arches, check)
         }
-        Cmd::Dist { arches, oci } => {
-            let arches = if arches.is_empty() {
-                vec![vm::Arch::X86_64, vm::Arch::Aarch64]
-            } else {
-                arches
-            };
-            dist::run(&root, &arches, oci).context("failed to build the packages")?;
-            Ok(0)
-        }
+        Cmd::Dist { arches, oci } => dist_cmd(&root, arches, oci),
         Cmd::Readme => readme(&root),
         Cmd::Man => {
             // The pages come from fdaudit's own clap definition, rendered by its hidden
@@ -285,6 +277,31 @@ fn run(cli: Cli) -> Result<i32> {
             Ok(0)
         }
     }
+}
+
+/// `cargo xtask dist`: the packages of `arches` (default: both), and with `oci` this
+/// machine's image.
+fn dist_cmd(root: &std::path::Path, arches: Vec<vm::Arch>, oci: bool) -> Result<i32> {
+    let arches = if arches.is_empty() {
+        vec![vm::Arch::X86_64, vm::Arch::Aarch64]
+    } else {
+        arches
+    };
+    let host = vm::Arch::host().context("cargo xtask dist runs on x86_64 or aarch64")?;
+    if oci && !arches.contains(&host) {
+        bail!(
+            "--oci builds the image of this machine's architecture: add --arch {}",
+            host.name()
+        );
+    }
+    let packages = dist::run(root, &arches).context("failed to build the packages")?;
+    if let Some(p) = packages.iter().find(|p| oci && p.arch == host) {
+        let dist = root.join("target/dist");
+        let stage = dist.join("stage").join(host.name()).join("oci");
+        let image = oci::build(root, host, &p.bin, &stage, &dist)?;
+        println!("{}\n{}", image.display(), oci::tag());
+    }
+    Ok(0)
 }
 
 #[cfg(test)]

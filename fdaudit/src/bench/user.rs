@@ -74,7 +74,7 @@ impl Sink for UserSink {
             match ev {
                 Event::Spawn(s) => self.add(&s),
                 Event::Exit(e) => {
-                    if let Some(s) = &e.failed_spawn {
+                    if let Some(s) = &e.failed_exec {
                         self.add(s);
                     }
                 }

@@ -99,15 +99,12 @@ impl fmt::Display for Boundary {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
-    /// The crossings as trace's JSON writes them (`trace/report/json.rs` checks its record
-    /// against this shape).
-    fn json(b: &Boundary) -> serde_json::Value {
-        let pairs = b
-            .crossings()
-            .iter()
-            .map(|&(k, a, b)| (k.to_owned(), [a, b].into()));
-        serde_json::Value::Object(pairs.collect())
+    /// The crossings by key, each `[before, after]`, as trace's JSON writes them
+    /// (`trace/report/json.rs` checks its record against this shape).
+    fn pairs(b: &Boundary) -> BTreeMap<&'static str, [u64; 2]> {
+        b.crossings().iter().map(|&(k, a, b)| (k, [a, b])).collect()
     }
 
     fn root() -> CredNs {
@@ -145,12 +142,15 @@ mod tests {
             "uid+euid+suid+cap_effective+cap_permitted+mnt_namespace"
         );
         assert_eq!(
-            json(&b),
-            serde_json::json!({
-                "uid": [0, 65534], "euid": [0, 65534], "suid": [0, 65534],
-                "cap_effective": [0x1ff_ffff_ffffu64, 0], "cap_permitted": [0x1ff_ffff_ffffu64, 0],
-                "mnt_namespace": [4026531841u64, 4026532500u64]
-            })
+            pairs(&b),
+            BTreeMap::from([
+                ("uid", [0, 65534]),
+                ("euid", [0, 65534]),
+                ("suid", [0, 65534]),
+                ("cap_effective", [0x1ff_ffff_ffff, 0]),
+                ("cap_permitted", [0x1ff_ffff_ffff, 0]),
+                ("mnt_namespace", [4026531841, 4026532500]),
+            ])
         );
         assert!(b.to_string().starts_with("uid 0→65534, euid 0→65534"));
         assert!(b.to_string().contains("cap_effective 0x1ffffffffff→0x0"));
@@ -167,8 +167,8 @@ mod tests {
         let b = Boundary::across(&[&before], &exec).unwrap();
         assert_eq!(b.keys(), "root_dev+root_inode");
         assert_eq!(
-            json(&b),
-            serde_json::json!({"root_dev": [0x801, 42], "root_inode": [2, 1]})
+            pairs(&b),
+            BTreeMap::from([("root_dev", [0x801, 42]), ("root_inode", [2, 1])])
         );
         exec.root_dev = before.root_dev;
         let b = Boundary::across(&[&before], &exec).unwrap();
@@ -189,11 +189,11 @@ mod tests {
         let b = Boundary::across(&[&ancestry, &setuid], &dropped).unwrap();
         assert_eq!(b.keys(), "uid+euid+suid+cap_effective");
         assert_eq!(
-            json(&b)["uid"],
-            serde_json::json!([0, 1000]),
+            pairs(&b)["uid"],
+            [0, 1000],
             "the ancestry's pair comes first"
         );
-        assert_eq!(json(&b)["euid"], serde_json::json!([0, 1000]));
+        assert_eq!(pairs(&b)["euid"], [0, 1000]);
         // The ancestry ran as 1000 too: only the helper's image tells.
         let mut user = setuid;
         user.euid = 1000;

@@ -13,6 +13,7 @@ use super::{
     fdtarget::cstr,
     flags::SpawnFlags,
     ia32::Ia32Images,
+    process::Processes,
     runtimes,
     spawn::{Event, Spawn},
 };
@@ -29,6 +30,9 @@ pub struct Completion {
     ia32_images: Option<Ia32Images>,
     /// Names the parent of execs whose fork was not seen.
     exec_parents: ExecParents,
+    /// The one per-process table (images, exec paths), each entry dropped after the batch
+    /// that holds its process's exit.
+    pub(super) processes: Processes,
     /// Names each spawn's runtime (`trace`), when asked for: the session runs it first on
     /// each batch ([`runtimes::Resolver::name_all`]), as it may decode the records written
     /// since.
@@ -41,7 +45,8 @@ impl Completion {
             exec_fails,
             cgroups: Hierarchy::open(),
             ia32_images: ia32_unseen.then(Default::default),
-            exec_parents: ExecParents::default(),
+            exec_parents: ExecParents,
+            processes: Processes::default(),
             runtimes: None,
         }
     }
@@ -87,16 +92,17 @@ impl Completion {
         for ev in events.iter_mut() {
             let spawn = match ev {
                 Event::Spawn(s) => Some(s),
-                Event::Exit(e) => e.failed_spawn.as_mut(),
+                Event::Exit(e) => e.failed_exec.as_mut(),
             };
             if let Some(s) = spawn {
                 s.correct_for_probes(probe_ns);
             }
         }
-        self.exec_parents.complete(events);
+        self.exec_parents.complete(&mut self.processes, events);
         if let Some(r) = &mut self.runtimes {
-            r.exits(events);
+            r.exits(&mut self.processes, events);
         }
+        self.processes.exited(events);
     }
 
     /// Gives a failed exec its errno and path (from the exec_exit programs' map) and drops a
@@ -107,7 +113,7 @@ impl Completion {
         };
         match ev {
             Event::Exit(e) => {
-                if let Some(s) = e.failed_spawn.as_mut() {
+                if let Some(s) = e.failed_exec.as_mut() {
                     if let Ok(f) = map.get(&s.pid, 0) {
                         s.exec_errno = Some(f.errno);
                         s.exec_error = sys::errno_name(f.errno);

@@ -16,6 +16,7 @@ use super::seen::OriginMessage;
 use super::spawn::{Event, Exit, LeakedFd, Spawn};
 use super::{
     boundary::Boundary,
+    counting::Counting,
     counts::SyscallCounts,
     fdtarget,
     flags::SpawnFlags,
@@ -46,7 +47,7 @@ const PENDING_PATHS: usize = 64;
 
 /// Decodes ring-buffer records in order, pairing each spawn with the paths sent before it.
 pub struct Decoder {
-    leaks_only: bool,
+    counting: Counting,
     /// What the live system says of a process (the session's [`super::fdtarget::Procfs`]).
     live: &'static dyn Live,
     pending: VecDeque<Box<PathsRecord>>,
@@ -55,9 +56,9 @@ pub struct Decoder {
 }
 
 impl Decoder {
-    pub fn new(leaks_only: bool, live: &'static dyn Live) -> Decoder {
+    pub fn new(counting: Counting, live: &'static dyn Live) -> Decoder {
         Decoder {
-            leaks_only,
+            counting,
             live,
             pending: VecDeque::new(),
             origins: None,
@@ -95,7 +96,7 @@ impl Decoder {
                 None => {}
             }
         }
-        let mut ev = decode_with(bytes, self.leaks_only, &mut self.pending, self.live);
+        let mut ev = decode_with(bytes, self.counting, &mut self.pending, self.live);
         if let (Some(origins), Some(ev)) = (&mut self.origins, &mut ev) {
             name_origins(origins, ev);
         }
@@ -117,7 +118,7 @@ fn name_origins(origins: &mut super::origin::Origins, ev: &mut Event) {
         Event::Spawn(s) => s,
         Event::Exit(e) => {
             origins.note_parent(e.pid, e.parent_pid);
-            match e.failed_spawn.as_mut() {
+            match e.failed_exec.as_mut() {
                 Some(s) => s,
                 None => return,
             }
@@ -135,7 +136,7 @@ fn name_origins(origins: &mut super::origin::Origins, ev: &mut Event) {
 
 fn decode_with(
     bytes: &[u8],
-    leaks_only: bool,
+    counting: Counting,
     pending: &mut VecDeque<Box<PathsRecord>>,
     live: &dyn Live,
 ) -> Option<Event> {
@@ -163,7 +164,7 @@ fn decode_with(
                 .map_or(0, |p| (p.npaths as usize).min(p.paths.len()));
             let paths = paths.as_ref().map_or(&[][..], |p| &p.paths[..npaths]);
             Some(Event::Spawn(Box::new(spawn_from_record(
-                &rec, paths, leaks_only, live,
+                &rec, paths, counting, live,
             ))))
         }
         RecordKind::Exit if bytes.len() >= size_of::<ExitRecord>() => {
@@ -173,7 +174,7 @@ fn decode_with(
                 pid: rec.pid,
                 parent_pid: rec.parent_pid,
                 never_execd: rec.never_execd != 0,
-                failed_spawn: failed_spawn_from_exit(&rec, leaks_only).map(Box::new),
+                failed_exec: failed_exec_from_exit(&rec, counting).map(Box::new),
             }))
         }
         _ => None,
@@ -235,11 +236,11 @@ pub fn split_argv(block: &[u8]) -> Vec<Vec<u8>> {
 pub fn spawn_from_record(
     rec: &SpawnRecord,
     paths: &[FdPath],
-    leaks_only: bool,
+    counting: Counting,
     live: &dyn Live,
 ) -> Spawn {
     let mut flags = SpawnFlags::from_bits_retain(rec.header.flags);
-    if leaks_only {
+    if !counting.syscalls() {
         flags |= SpawnFlags::NO_SYSCALLS;
     }
     let argv_len = (rec.argv_len as usize).min(rec.argv.len());
@@ -303,7 +304,7 @@ pub fn spawn_from_record(
             cstr(&rec.parent_comm),
             &rec.counters,
             window_ns,
-            leaks_only,
+            counting,
         )
     }
 }
@@ -323,7 +324,7 @@ fn names_cut(rec: &SpawnRecord, shown: usize, leaked: &[LeakedFd], stdio: &[Leak
 ///   execs): a spawn with `exec_ok: false` (no image, so no path and no leaks);
 /// - a child whose exec the kernel skipped the program of (`EXEC_MISSED`): a spawn flagged
 ///   `exec_missed`, without path, argv or leaked fds.
-pub fn failed_spawn_from_exit(rec: &ExitRecord, leaks_only: bool) -> Option<Spawn> {
+pub fn failed_exec_from_exit(rec: &ExitRecord, counting: Counting) -> Option<Spawn> {
     let missed = rec.header.flags & fdaudit_common::flags::EXEC_MISSED != 0;
     if !missed && (rec.never_execd == 0 || rec.counters.exec_attempts == 0) {
         return None;
@@ -342,7 +343,7 @@ pub fn failed_spawn_from_exit(rec: &ExitRecord, leaks_only: bool) -> Option<Spaw
         parent_comm,
         &rec.counters,
         window_ns,
-        leaks_only,
+        counting,
     );
     s.exec_ok = missed;
     s.exec_attempts = rec.counters.exec_attempts.max(u32::from(missed));
@@ -358,14 +359,14 @@ fn window_spawn(
     parent_comm: Vec<u8>,
     c: &Counters,
     window_ns: u64,
-    leaks_only: bool,
+    counting: Counting,
 ) -> Spawn {
     let calls = SyscallCounts::from(c);
     let nranges = (c.close_range_calls as usize).min(c.ranges.len());
-    let (strategy, close_loop_bound) = if leaks_only {
-        (Strategy::Unknown, None)
-    } else {
+    let (strategy, close_loop_bound) = if counting.syscalls() {
         strategy::classify(&calls)
+    } else {
+        (Strategy::Unknown, None)
     };
     Spawn {
         parent_pid,
@@ -390,10 +391,10 @@ fn window_spawn(
         leaked_count: 0,
         leaked_fds: Vec::new(),
         stdio: Vec::new(),
-        flags: if leaks_only {
-            SpawnFlags::NO_SYSCALLS
-        } else {
+        flags: if counting.syscalls() {
             SpawnFlags::empty()
+        } else {
+            SpawnFlags::NO_SYSCALLS
         },
         boundary: None,
         exec_ns: 0,
@@ -476,14 +477,14 @@ mod tests {
         let none = |_, _, _, _| None;
         assert!(decode_with(
             sent(&*paths, PathsRecord::sent_len(1)),
-            false,
+            Counting::Syscalls,
             &mut pending,
             &Links(none)
         )
         .is_none());
         let Some(Event::Spawn(mut s)) = decode_with(
             sent(&*rec, SpawnRecord::sent_len(1)),
-            false,
+            Counting::Syscalls,
             &mut pending,
             &Links(none),
         ) else {
@@ -528,11 +529,11 @@ mod tests {
         rec.stdio[1].ino = 77;
         put(&mut rec.stdio[1].name, b"tr.stdout");
         let live = |_, _, _, _| Some(b"/tmp/run/tr.stdout".to_vec());
-        let s = spawn_from_record(&rec, &[], false, &Links(live));
+        let s = spawn_from_record(&rec, &[], Counting::Syscalls, &Links(live));
         assert_eq!(s.stdio[0].target.lossy(), "/tmp/run/tr.stdout");
         assert!(s.flags.is_empty(), "{:?}", s.flags);
         let gone = |_, _, _, _| None;
-        let s = spawn_from_record(&rec, &[], false, &Links(gone));
+        let s = spawn_from_record(&rec, &[], Counting::Syscalls, &Links(gone));
         assert_eq!(s.stdio[0].target.lossy(), "…/tr.stdout (inode 77)");
         assert!(s.flags.contains(SpawnFlags::PATH_PARTIAL));
         // A device whose leaf and inode are /dev's own node is whole without a live link.
@@ -543,11 +544,11 @@ mod tests {
         rec.stdio[1].ino = null.ino();
         rec.stdio[1].name.fill(0);
         put(&mut rec.stdio[1].name, b"null");
-        let s = spawn_from_record(&rec, &[], false, &Links(gone));
+        let s = spawn_from_record(&rec, &[], Counting::Syscalls, &Links(gone));
         assert_eq!(s.stdio[0].target.lossy(), "/dev/null");
         assert!(s.flags.is_empty(), "{:?}", s.flags);
         rec.stdio[1].ino = null.ino() + 1;
-        let s = spawn_from_record(&rec, &[], false, &Links(gone));
+        let s = spawn_from_record(&rec, &[], Counting::Syscalls, &Links(gone));
         assert!(s.flags.contains(SpawnFlags::PATH_PARTIAL), "another inode");
     }
 
@@ -591,7 +592,7 @@ mod tests {
             4 => Some(b"/srv/gone (deleted)".to_vec()),
             _ => None,
         };
-        let s = spawn_from_record(&rec, &[], false, &Links(live));
+        let s = spawn_from_record(&rec, &[], Counting::Syscalls, &Links(live));
         assert_eq!(s.leaked_fds[0].target.lossy(), "memfd:cache");
         assert!(
             !s.leaked_fds[0].deleted,
@@ -657,7 +658,7 @@ mod tests {
             flags: 4,
             _pad: 0,
         };
-        let s = spawn_from_record(&rec, &[], false, &Links(|_, _, _, _| None));
+        let s = spawn_from_record(&rec, &[], Counting::Syscalls, &Links(|_, _, _, _| None));
         assert_eq!(s.leaked_count, 70);
         assert_eq!(s.leaked_fds.len(), MAX_FDS);
         assert_eq!(s.leaked_fds[0].target.lossy(), "socket:[1000]");
@@ -669,7 +670,7 @@ mod tests {
         assert_eq!(s.close_ranges.len(), 4);
         assert_eq!(s.close_ranges[0], [3, u32::MAX, 4]);
         assert_eq!(s.flags, SpawnFlags::FDS_TRUNCATED | SpawnFlags::NO_FORK);
-        let s = spawn_from_record(&rec, &[], true, &Links(|_, _, _, _| None));
+        let s = spawn_from_record(&rec, &[], Counting::Nothing, &Links(|_, _, _, _| None));
         assert!(s.flags.contains(SpawnFlags::NO_SYSCALLS));
         assert_eq!(s.strategy, Strategy::Unknown);
     }
@@ -691,11 +692,11 @@ mod tests {
             counters: Counters::default(),
         };
         assert!(
-            failed_spawn_from_exit(&rec, false).is_none(),
+            failed_exec_from_exit(&rec, Counting::Syscalls).is_none(),
             "fork-only: no spawn"
         );
         rec.counters.exec_attempts = 2;
-        let failed = failed_spawn_from_exit(&rec, false).expect("a failed spawn");
+        let failed = failed_exec_from_exit(&rec, Counting::Syscalls).expect("a failed spawn");
         assert!(!failed.exec_ok);
         assert_eq!(failed.exec_attempts, 2);
         assert_eq!(&failed.parent_comm[..], b"bash");
@@ -706,7 +707,7 @@ mod tests {
         rec.counters.exec_attempts = 0;
         rec.header.flags = fdaudit_common::flags::EXEC_MISSED;
         rec.comm = *b"true\0\0\0\0\0\0\0\0\0\0\0\0";
-        let missed = failed_spawn_from_exit(&rec, false).expect("a spawn");
+        let missed = failed_exec_from_exit(&rec, Counting::Syscalls).expect("a spawn");
         assert!(missed.exec_ok);
         assert_eq!(missed.exec_attempts, 1);
         assert_eq!(missed.flags, SpawnFlags::EXEC_MISSED);

@@ -70,7 +70,7 @@ pub(crate) fn trace_tree(pre_exec: fn(), path: &std::ffi::CStr, child_execs: boo
         .into_iter()
         .filter_map(|e| match e {
             Event::Spawn(s) => Some(*s),
-            Event::Exit(e) => e.failed_spawn.map(|s| *s),
+            Event::Exit(e) => e.failed_exec.map(|s| *s),
         })
         .collect();
     assert!(session.take_warnings().is_empty(), "the session warned");
@@ -187,7 +187,7 @@ fn a_read_storm_has_the_path_the_kernel_walked_after_its_reader_is_gone() {
     std::fs::write(&file, [b'x'; 200]).expect("write the file");
     let path = std::ffi::CString::new(file.as_os_str().as_encoded_bytes()).expect("no NUL");
     let opts = SessionOptions {
-        reads: true,
+        counting: crate::engine::counting::Counting::SyscallsAndReads,
         ..Default::default()
     };
     let mut session = Session::start(&opts).unwrap_or_else(|e| panic!("session: {e:#}"));

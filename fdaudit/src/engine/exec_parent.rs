@@ -4,46 +4,45 @@
 //! same process, named as the kernel names a new image (the file name, 15 bytes), else the
 //! process's real parent.
 
-use std::collections::HashMap;
-
-use super::spawn::{Event, Spawn};
+use super::{
+    process::Processes,
+    spawn::{Event, Spawn},
+};
 use crate::output::text::Lossless;
 
-/// Each unforked process's latest image name, until its exit record.
+/// Names the parents the kernel gave none, from each process's latest image name kept in
+/// the session's [`Processes`] table.
 #[derive(Debug, Default)]
-pub struct ExecParents {
-    images: HashMap<u32, Vec<u8>>,
-}
+pub struct ExecParents;
 
 impl ExecParents {
     /// Names the parent of every spawn in `events` the kernel gave none, and forgets the
     /// processes that exited.
-    pub fn complete(&mut self, events: &mut [Event]) {
+    pub fn complete(&mut self, procs: &mut Processes, events: &mut [Event]) {
         for ev in events {
             match ev {
-                Event::Spawn(s) => self.name(s),
+                Event::Spawn(s) => Self::name(procs, s),
                 Event::Exit(e) => {
-                    if let Some(s) = e.failed_spawn.as_mut() {
-                        self.name(s);
+                    if let Some(s) = e.failed_exec.as_mut() {
+                        Self::name(procs, s);
                     }
-                    self.images.remove(&e.pid);
                 }
             }
         }
     }
 
-    fn name(&mut self, s: &mut Spawn) {
+    fn name(procs: &mut Processes, s: &mut Spawn) {
         if !s.parent_comm.is_empty() {
             return;
         }
-        if let Some(previous) = self.images.get(&s.pid) {
+        if let Some(previous) = procs.image(s.pid) {
             s.parent_pid = s.pid;
-            s.parent_comm = Lossless::new(previous.clone());
+            s.parent_comm = Lossless::new(previous.to_vec());
         } else {
             s.parent_comm = Lossless::new(parent_name(s.parent_pid));
         }
         if s.exec_ok {
-            self.images.insert(s.pid, image_name(&s.exec_path));
+            procs.entry(s.pid).image = Some(image_name(&s.exec_path));
         }
     }
 }

@@ -74,7 +74,7 @@ impl Ia32Images {
                 Event::Spawn(s) => s,
                 Event::Exit(e) => {
                     self.images.remove(&e.pid);
-                    if let Some(s) = e.failed_spawn.as_mut() {
+                    if let Some(s) = e.failed_exec.as_mut() {
                         self.flag(s);
                     }
                     continue;

@@ -28,7 +28,7 @@ use aya::{
 };
 use fdaudit_common::{TaskState, MAP_EVENTS, MAP_TRACKED};
 
-use super::drain;
+use super::{counting::Counting, drain};
 use crate::{
     engine::ebpf::{self, Backend, BackendChoice, ExecWalk, KernelBtf, LoadError, ProgramSpec},
     sys,
@@ -37,10 +37,9 @@ use crate::{
 /// What to attach.
 #[derive(Debug, Clone, Default)]
 pub struct SessionOptions {
-    /// Attach the scheduler tracepoints only: leaked fds, no syscall counts, near-zero cost.
-    pub leaks_only: bool,
-    /// Count read()/readv()/pread64() calls and bytes per process and open file.
-    pub reads: bool,
+    /// What the kernel counts: nothing but leaked fds (the scheduler tracepoints only,
+    /// near-zero cost), the syscalls, or the syscalls and the reads per process and open file.
+    pub counting: Counting,
     /// Record the calls that make fds inheritable (`trace --origin`): two more syscall
     /// programs, run only by the followed tree's fd-creating calls.
     pub origin: bool,
@@ -123,7 +122,7 @@ struct Probed {
 /// The probes thread of [`load`]: what it found is sent first, and the untraced close()
 /// cost (ns) and its time (ms) are what it returns.
 fn spawn_probes(
-    leaks_only: bool,
+    counting: Counting,
 ) -> (
     std::sync::mpsc::Receiver<Probed>,
     std::thread::JoinHandle<(f64, f64)>,
@@ -143,7 +142,7 @@ fn spawn_probes(
             ms: ms_since(t),
         });
         let t = Instant::now();
-        let ns = if leaks_only {
+        let ns = if !counting.syscalls() {
             0.0
         } else {
             sys::close_cost_ns(CALIBRATION_CLOSES)
@@ -157,11 +156,11 @@ fn spawn_probes(
 pub(super) fn load(opts: &SessionOptions) -> Result<LoadedObject> {
     let mut timings = StartupTimings::default();
     let loader = ebpf::spawn_loader();
-    let (probed_rx, probes) = spawn_probes(opts.leaks_only);
+    let (probed_rx, probes) = spawn_probes(opts.counting);
     let t = Instant::now();
     let kernel = KernelBtf::read_cached().context("failed to read kernel offsets")?;
     let mut config = kernel.config;
-    config.reads = u32::from(opts.reads);
+    config.reads = u32::from(opts.counting.reads());
     config.origin = u32::from(opts.origin);
     if let Some((id, level)) = opts.cgroup {
         config.cgroup_id = id;
@@ -263,15 +262,15 @@ impl Plan {
         let sched: Vec<&ProgramSpec> = ebpf::PROGRAMS.iter().filter(|p| !p.syscall).collect();
         // Loaded with the others only when chosen: auto tries tp first
         // (attach_syscall_counters) and loads raw-tp's programs only if it falls back.
-        let raw_syscalls: Vec<&ProgramSpec> = match (opts.leaks_only, opts.backend) {
-            (false, BackendChoice::RawTp) => raw_syscall_specs(opts.reads).collect(),
+        let raw_syscalls: Vec<&ProgramSpec> = match (opts.counting.syscalls(), opts.backend) {
+            (true, BackendChoice::RawTp) => raw_syscall_specs(opts.counting.reads()).collect(),
             _ => Vec::new(),
         };
         // Optional (see ebpf::EXEC_EXIT_PROGRAMS); needless with --no-syscalls, which does
         // not count exec attempts and so reports no failed exec. FDAUDIT_EXEC_EXIT=0 leaves
         // them out: the overhead benchmark's switch (bench/trace/overhead.py).
-        let want_exec_exit =
-            !opts.leaks_only && std::env::var_os("FDAUDIT_EXEC_EXIT").is_none_or(|v| v != "0");
+        let want_exec_exit = opts.counting.syscalls()
+            && std::env::var_os("FDAUDIT_EXEC_EXIT").is_none_or(|v| v != "0");
         let mut plan = Plan {
             sched,
             raw_syscalls,
@@ -280,7 +279,7 @@ impl Plan {
             exec_exit_end: 0,
             exec_walk,
             want_exec_exit,
-            tries_tp: !opts.leaks_only
+            tries_tp: opts.counting.syscalls()
                 && matches!(opts.backend, BackendChoice::Tp | BackendChoice::Auto),
         };
         plan.names = plan
@@ -474,13 +473,13 @@ fn attach_syscall_counters(
     tp_early: Option<Result<(), String>>,
 ) -> Result<(Option<Backend>, Option<String>, f64)> {
     let choice = opts.backend;
-    if opts.leaks_only {
+    if !opts.counting.syscalls() {
         return Ok((None, None, 0.0));
     }
     let mut passed_over: Vec<String> = Vec::new();
     let mut aya_btf_ms = 0.0;
     if choice == BackendChoice::Fentry {
-        attach_fentry(bpf, kernel, opts.reads, &mut aya_btf_ms).map_err(|why| {
+        attach_fentry(bpf, kernel, opts.counting.reads(), &mut aya_btf_ms).map_err(|why| {
             anyhow::anyhow!("--backend fentry: {why}: use --backend tp or raw-tp")
         })?;
         return Ok((Some(Backend::Fentry), None, aya_btf_ms));
@@ -494,7 +493,7 @@ fn attach_syscall_counters(
     // tp when chosen, and auto's first try: measured the cheapest here on every workload
     // (see [`ebpf::AUTO_TP`]).
     if plan.tries_tp {
-        match attach_tp(bpf, opts.reads, tp_early) {
+        match attach_tp(bpf, opts.counting.reads(), tp_early) {
             Ok(reads) => {
                 let auto = (choice == BackendChoice::Auto)
                     .then(|| format!("auto: {}; {}", passed_over.join("; "), ebpf::AUTO_TP));
@@ -512,7 +511,7 @@ fn attach_syscall_counters(
     }
     // raw-tp: loaded with the others when chosen, else (auto's fallback) now.
     let loaded_before = choice == BackendChoice::RawTp;
-    for spec in raw_syscall_specs(opts.reads) {
+    for spec in raw_syscall_specs(opts.counting.reads()) {
         let attached = if loaded_before {
             debug_assert!(plan.raw_syscalls.contains(&spec));
             ebpf::attach_loaded(bpf, spec)

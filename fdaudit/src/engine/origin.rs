@@ -28,7 +28,6 @@ use fdaudit_common::{
 
 pub use super::seen::BEFORE_TRACING;
 use super::seen::{self, Seen};
-use serde::Serialize;
 
 pub use super::symbolize::Frame;
 
@@ -39,15 +38,14 @@ const PENDING_CREATED: usize = 256;
 /// Ancestors looked at for an inherited fd.
 const MAX_ANCESTORS: usize = 32;
 
-/// The origin of a leaked fd, as JSON: the call, or why it is unknown: `before tracing`
-/// (open when fdaudit attached) or `not seen` with the `reason` fdaudit knows of.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-#[serde(untagged)]
+/// The origin of a leaked fd: the call, or why it is unknown: `before tracing` (open when
+/// fdaudit attached) or `not seen` with the `reason` fdaudit knows of. (`trace --json`
+/// writes it as `trace/report/json.rs`'s `OriginJson`.)
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Origin {
     Known(Box<Call>),
     Unknown {
         unknown: &'static str,
-        #[serde(skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
     },
 }
@@ -63,7 +61,7 @@ impl Origin {
 }
 
 /// One call that made an fd inheritable.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Call {
     /// The syscall's name; fcntl with its command: `fcntl(F_DUPFD)`, `fcntl(F_SETFD)`.
     pub syscall: String,
@@ -76,7 +74,6 @@ pub struct Call {
     pub stack: Vec<Frame>,
     /// When this call (ioctl(FIONCLEX), fcntl(F_SETFD)) made an existing fd inheritable:
     /// the call that created it (`openat(O_CLOEXEC)`), with its own stack.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub created_by: Option<Box<Call>>,
 }
 

@@ -6,6 +6,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::{
     flags::SpawnFlags,
+    process::Processes,
     spawn::{Event, Spawn},
 };
 use crate::runtime::{identify, of_pid, read_proc, resolve, FileImages, Nofile, Runtime};
@@ -30,8 +31,6 @@ fn start_time(pid: u32) -> Option<u64> {
 pub struct Resolver {
     /// pid → (start time, what its image as now exec'd was read to be).
     cache: HashMap<u32, (u64, (Runtime, Option<Nofile>))>,
-    /// Each traced process's latest exec path (the kernel's), until its exit.
-    exec_paths: HashMap<u32, Vec<u8>>,
 }
 
 impl Resolver {
@@ -39,18 +38,21 @@ impl Resolver {
     /// `parent_execd_since`: a later record (already read) is the parent's own exec, so its
     /// image now is not the one that forked this child. True when the parent's image was
     /// read live.
-    pub fn name(&mut self, s: &mut Spawn, parent_execd_since: bool) -> bool {
+    pub fn name(&mut self, procs: &mut Processes, s: &mut Spawn, parent_execd_since: bool) -> bool {
         let again = s.flags.contains(SpawnFlags::REEXEC)
             || s.parent_pid == s.pid
-            || (s.flags.contains(SpawnFlags::NO_FORK) && self.exec_paths.contains_key(&s.pid));
+            || (s.flags.contains(SpawnFlags::NO_FORK) && procs.exec_path(s.pid).is_some());
         let ((rt, nofile), live) = if again {
             // An exec chain: the image that exec'd again spawned nothing, its process did;
             // that image is gone, named by its path.
-            (self.by_path(s.pid, "the image that exec'd again"), false)
-        } else if parent_execd_since && self.exec_paths.contains_key(&s.parent_pid) {
-            (self.by_path(s.parent_pid, EXECD_SINCE), false)
+            (
+                Self::by_path(procs, s.pid, "the image that exec'd again"),
+                false,
+            )
+        } else if parent_execd_since && procs.exec_path(s.parent_pid).is_some() {
+            (Self::by_path(procs, s.parent_pid, EXECD_SINCE), false)
         } else {
-            self.of_parent(s.parent_pid)
+            self.of_parent(procs, s.parent_pid)
         };
         s.runtime = Some(rt);
         s.parent_nofile = nofile;
@@ -62,20 +64,20 @@ impl Resolver {
         // or relative to its cwd says nothing later: the previous one is kept.
         let p = s.exec_path.as_slice();
         if s.exec_ok && p.starts_with(b"/") && !p.starts_with(b"/proc/") {
-            self.exec_paths.insert(s.pid, p.to_vec());
+            procs.entry(s.pid).exec_path = Some(p.to_vec());
         }
         live
     }
 
-    /// Names the failed spawns that come with their exits (spawns were named as they were
-    /// decoded, while their parents live) and forgets the exited processes' exec paths.
-    pub fn exits(&mut self, events: &mut [Event]) {
+    /// Names the failed execs that come with their exits (spawns were named as they were
+    /// decoded, while their parents live); the exited processes' exec paths go with their
+    /// entries ([`Processes::exited`]).
+    pub fn exits(&mut self, procs: &mut Processes, events: &mut [Event]) {
         for ev in events {
             if let Event::Exit(e) = ev {
-                if let Some(s) = e.failed_spawn.as_mut() {
-                    self.name(s, false);
+                if let Some(s) = e.failed_exec.as_mut() {
+                    self.name(procs, s, false);
                 }
-                self.exec_paths.remove(&e.pid);
             }
         }
     }
@@ -84,8 +86,13 @@ impl Resolver {
     /// past the image that forked the child (a wrapper's `exec`): it is named by the exec
     /// path it had. A parent read live may have exec'd just before it was read, its record
     /// not yet taken: `more` gives the records written since, appended to `events`.
-    pub fn name_all(&mut self, events: &mut Vec<Event>, more: impl FnOnce() -> Vec<Event>) {
-        let live = self.name_each(events);
+    pub fn name_all(
+        &mut self,
+        procs: &mut Processes,
+        events: &mut Vec<Event>,
+        more: impl FnOnce() -> Vec<Event>,
+    ) {
+        let live = self.name_each(procs, events);
         if live.is_empty() {
             return;
         }
@@ -99,19 +106,19 @@ impl Resolver {
             .collect();
         for i in live {
             if let Event::Spawn(s) = &mut events[i] {
-                if execd.contains(&s.parent_pid) && self.exec_paths.contains_key(&s.parent_pid) {
-                    let (rt, _) = self.by_path(s.parent_pid, EXECD_SINCE);
+                if execd.contains(&s.parent_pid) && procs.exec_path(s.parent_pid).is_some() {
+                    let (rt, _) = Self::by_path(procs, s.parent_pid, EXECD_SINCE);
                     s.runtime = Some(rt);
                     self.cache.remove(&s.parent_pid);
                 }
             }
         }
-        self.name_each(&mut later);
+        self.name_each(procs, &mut later);
         events.append(&mut later);
     }
 
     /// Names each spawn; the indexes of those whose parent was read live.
-    fn name_each(&mut self, events: &mut [Event]) -> Vec<usize> {
+    fn name_each(&mut self, procs: &mut Processes, events: &mut [Event]) -> Vec<usize> {
         let last_exec: HashMap<u32, usize> = events
             .iter()
             .enumerate()
@@ -124,7 +131,7 @@ impl Resolver {
         for (i, ev) in events.iter_mut().enumerate() {
             if let Event::Spawn(s) = ev {
                 let since = last_exec.get(&s.parent_pid).is_some_and(|&j| j > i);
-                if self.name(s, since) {
+                if self.name(procs, s, since) {
                     live.push(i);
                 }
             }
@@ -133,7 +140,7 @@ impl Resolver {
     }
 
     /// The parent's runtime, and whether it was read live (not from the cache or its path).
-    fn of_parent(&mut self, ppid: u32) -> ((Runtime, Option<Nofile>), bool) {
+    fn of_parent(&mut self, procs: &Processes, ppid: u32) -> ((Runtime, Option<Nofile>), bool) {
         if let Some(start) = start_time(ppid) {
             if let Some((_, hit)) = self.cache.get(&ppid).filter(|(t, _)| *t == start) {
                 return (hit.clone(), false);
@@ -143,7 +150,9 @@ impl Resolver {
                 // still the image its last exec record named: one exec'd since, its record
                 // not yet written (the exe changes before the exec's tracepoint), is named
                 // below by that path.
-                if start_time(ppid).is_none_or(|t| t == start) && !self.execd_since_read(ppid) {
+                if start_time(ppid).is_none_or(|t| t == start)
+                    && !Self::execd_since_read(procs, ppid)
+                {
                     if self.cache.len() > 4096 {
                         self.cache.clear();
                     }
@@ -153,7 +162,7 @@ impl Resolver {
             }
         }
         (
-            self.by_path(ppid, "the parent exited before it was read"),
+            Self::by_path(procs, ppid, "the parent exited before it was read"),
             false,
         )
     }
@@ -162,8 +171,8 @@ impl Resolver {
     /// path names. The path is looked up in the dentry cache only, following no link
     /// ([`Handle::cached`]: no file system is asked); unknown (not cached, gone, not a
     /// regular file): false.
-    fn execd_since_read(&self, pid: u32) -> bool {
-        let Some(path) = self.exec_paths.get(&pid) else {
+    fn execd_since_read(procs: &Processes, pid: u32) -> bool {
+        let Some(path) = procs.exec_path(pid) else {
             return false;
         };
         let now = Handle::at(format!("/proc/{pid}/exe").as_bytes(), false);
@@ -173,8 +182,8 @@ impl Resolver {
         matches!((now, named), (Ok(a), Ok(b)) if b.is_regular() && a.id != b.id)
     }
 
-    fn by_path(&self, pid: u32, why: &str) -> (Runtime, Option<Nofile>) {
-        let Some(path) = self.exec_paths.get(&pid) else {
+    fn by_path(procs: &Processes, pid: u32, why: &str) -> (Runtime, Option<Nofile>) {
+        let Some(path) = procs.exec_path(pid) else {
             return (Runtime::unknown(None, why), None);
         };
         // The executable's file and what its ELF links, from this host's file systems.

@@ -18,10 +18,12 @@ use fdaudit_common::{
     MAP_STATS,
 };
 
+pub use super::lifetime::{SessionEnd, SessionStart};
 pub use super::loader::{SessionOptions, StartupTimings};
 use super::{
     calibrate,
     complete::Completion,
+    counting::Counting,
     decode::{self, Decoder},
     drain::Drain,
     loader,
@@ -73,7 +75,8 @@ pub struct Session {
     read_paths: Option<HashMap<MapData, ReadKey, FdPath>>,
     /// Keeps programs and links alive (taken in `drop`).
     bpf: Option<Ebpf>,
-    leaks_only: bool,
+    /// What the kernel counts (the session's options).
+    counting: Counting,
     /// The probes' own cost, measured once.
     calibration: Calibration,
     /// Warnings for the front end ([`Session::take_warnings`]).
@@ -110,7 +113,7 @@ impl Session {
                 .with_context(|| format!("the eBPF object has no map {name}"))
         };
         let stats = PerCpuArray::try_from(take(&mut bpf, MAP_STATS)?)?;
-        let (reads, read_paths) = if opts.reads {
+        let (reads, read_paths) = if opts.counting.reads() {
             (
                 Some(HashMap::try_from(take(&mut bpf, MAP_READS)?)?),
                 Some(HashMap::try_from(take(&mut bpf, MAP_READ_PATHS)?)?),
@@ -131,9 +134,9 @@ impl Session {
                     .context("failed to start the ring buffer's drain thread")?,
             ),
             decoder: if opts.origin {
-                Decoder::new(opts.leaks_only, &super::fdtarget::Procfs).with_origins()
+                Decoder::new(opts.counting, &super::fdtarget::Procfs).with_origins()
             } else {
-                Decoder::new(opts.leaks_only, &super::fdtarget::Procfs)
+                Decoder::new(opts.counting, &super::fdtarget::Procfs)
             },
             tracked,
             stats,
@@ -141,9 +144,9 @@ impl Session {
             read_paths,
             completion: Completion::new(exec_fails, ia32_unseen),
             bpf: Some(bpf),
-            leaks_only: opts.leaks_only,
+            counting: opts.counting,
             calibration: Calibration {
-                probe_cost_ns: opts.leaks_only.then_some(0.0),
+                probe_cost_ns: (!opts.counting.syscalls()).then_some(0.0),
                 ms: 0.0,
                 failed: false,
                 ignored: Vec::new(),
@@ -239,13 +242,32 @@ impl Session {
             .map(|ns| (ns, self.calibration.ms))
     }
 
-    /// Untraced cost of one close() on a closed fd (ns), measured before attaching.
-    pub fn close_cost_ns(&self) -> f64 {
-        self.started.close_cost_ns
+    /// What the kernel counts, as the session was started.
+    pub fn counting(&self) -> Counting {
+        self.counting
     }
 
-    pub fn leaks_only(&self) -> bool {
-        self.leaks_only
+    /// What a front end learns of the session when it starts.
+    pub fn at_start(&self) -> SessionStart {
+        SessionStart {
+            counting: self.counting,
+            close_cost_ns: self.started.close_cost_ns,
+            ring_bytes: self.ring_bytes(),
+        }
+    }
+
+    /// What a front end learns of the session at its end (before it is detached).
+    pub fn at_end(&self) -> Result<SessionEnd> {
+        Ok(SessionEnd {
+            stats: self.stats()?,
+            missed: self.missed_runs(),
+            queue_dropped: self.queue_dropped(),
+            first_ring_bytes: self.first_ring_bytes(),
+            ring_bytes: self.ring_bytes(),
+            ring_grow_failed: self.ring_grow_failed(),
+            probe_cost_ns: self.probe_cost(),
+            calibration: self.probe_cost_measured(),
+        })
     }
 
     /// Traces `pid` and every process it forks from now on. Its own next exec is not a
@@ -345,10 +367,12 @@ impl Session {
         // spawner often exits soon after its child. A parent read live may have exec'd
         // before it was read (its record not yet taken): the records written since say so.
         if let Some(mut r) = self.completion.runtimes.take() {
-            r.name_all(&mut out, || {
+            let mut procs = std::mem::take(&mut self.completion.processes);
+            r.name_all(&mut procs, &mut out, || {
                 let raw = self.flush_raw();
                 self.decode_raw(&raw)
             });
+            self.completion.processes = procs;
             self.completion.runtimes = Some(r);
         }
         self.completion.name(&mut out);

@@ -117,7 +117,7 @@ pub struct Exit {
     /// It forked and exited without exec'ing.
     pub never_execd: bool,
     /// It tried to exec and every attempt failed: reported as a spawn with `exec_ok: false`.
-    pub failed_spawn: Option<Box<Spawn>>,
+    pub failed_exec: Option<Box<Spawn>>,
 }
 
 #[derive(Debug, Clone)]
@@ -140,7 +140,7 @@ impl Event {
     pub fn probed(&self) -> u64 {
         match self {
             Event::Spawn(s) => s.probed,
-            Event::Exit(e) => e.failed_spawn.as_ref().map_or(0, |s| s.probed),
+            Event::Exit(e) => e.failed_exec.as_ref().map_or(0, |s| s.probed),
         }
     }
 }

@@ -179,7 +179,7 @@ mod tests {
             pid,
             parent_pid: 1,
             never_execd: false,
-            failed_spawn: None,
+            failed_exec: None,
         })
     }
 

@@ -1,15 +1,12 @@
 //! Which fd-closing strategy a child's pre-exec syscalls imply.
 
-use serde::Serialize;
-
 use super::counts::SyscallCounts;
 
 /// A sweep touches at least this many fds; fewer calls are targeted closes (pipe ends, ...).
 pub const SWEEP_MIN: u32 = 64;
 
 /// The strategy a child used between fork and exec.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, clap::ValueEnum)]
 pub enum Strategy {
     /// close_range(2): one call, whatever the limit.
     CloseRange,
@@ -28,16 +25,10 @@ pub enum Strategy {
 }
 
 impl Strategy {
+    /// Its name (`close-loop`): clap's, from the variant ([`super::names`]).
     pub fn as_str(self) -> &'static str {
-        match self {
-            Strategy::CloseRange => "close-range",
-            Strategy::ProcfdWalk => "procfd-walk",
-            Strategy::PollScan => "poll-scan",
-            Strategy::FcntlScan => "fcntl-scan",
-            Strategy::CloseLoop => "close-loop",
-            Strategy::None => "none",
-            Strategy::Unknown => "unknown",
-        }
+        static NAMES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+        super::names::value_names::<Strategy>(&NAMES)[self as usize]
     }
 
     /// The strategy a record names (`close-loop`, ...), as [`Strategy::as_str`] spells it.

@@ -18,8 +18,6 @@ use std::{collections::HashMap, fs::File, sync::Arc, time::Duration};
 
 use fdaudit_common::{OriginRecord, ORIGIN_STACK_DEPTH};
 
-use serde::Serialize;
-
 use super::proc_maps::{read_exec_maps, Mapping};
 use super::symbols::{self, Symbols};
 use super::unwind::{self, kernel_frames_kept, unwind, FrameRule, USER_TOP};
@@ -54,7 +52,7 @@ const TABLES_BUDGET: u64 = 32 << 20;
 pub const LOAD_TIME_PER_RECORD: Duration = Duration::from_millis(30);
 
 /// One user stack frame.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Frame {
     pub addr: u64,
     /// The ELF symbol containing `addr` with the offset into it (`open_hostname+0x1c`).
@@ -64,18 +62,14 @@ pub struct Frame {
     pub line: Option<u32>,
     /// The mapped file `addr` is in, and the offset into that file.
     pub module: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub offset: Option<u64>,
     /// The module's GNU build id (hex), to find its debug file elsewhere.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub build_id: Option<String>,
     /// `eh_frame`: the return address the frame-pointer walk skips (a libc wrapper keeps no
     /// frame pointer), read from the stack where the module's unwind table says it is.
     /// Absent: the frame-pointer walk's (the first frame: the instruction pointer).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub found_by: Option<&'static str>,
     /// The module's identity (device and inode, as maps gave them): what names it.
-    #[serde(skip)]
     pub module_id: Option<crate::untrusted::FileId>,
 }
 

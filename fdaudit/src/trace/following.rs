@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use super::{reads, report::Reporter, TraceArgs};
+use super::{plan::FollowPlan, reads, report::Reporter};
 use crate::{
     cgroup::Followed,
     engine::{
@@ -47,7 +47,10 @@ impl TraceSink<'_> {
 
 impl follow::Sink for TraceSink<'_> {
     fn events(&mut self, session: &mut Session, events: Vec<spawn::Event>) -> Result<()> {
-        self.reporter.costs_from(session);
+        // What the session has to say (a failed calibration), before the batch's spawns.
+        for w in session.take_warnings() {
+            stream::note(stream::Level::Warning, &w);
+        }
         for ev in self.steps.push(events, Instant::now()) {
             self.reporter.handle(ev, self.roots)?;
         }
@@ -88,7 +91,7 @@ pub struct FollowEnd {
 /// the followed cgroup is removed, the duration ends or a signal comes; then drains what is
 /// left.
 pub fn follow(
-    args: &TraceArgs,
+    plan: FollowPlan,
     session: &mut Session,
     sink: &mut TraceSink,
     waiter: &mut wait::Waiter,
@@ -98,12 +101,12 @@ pub fn follow(
     let until = Until {
         child,
         dir: followed.map(|f| f.dir.clone()),
-        deadline: args.duration.map(|d| Instant::now() + d),
+        deadline: plan.duration.map(|d| Instant::now() + d),
         ..Default::default()
     };
     let (mut end, mut ended) = follow::follow(session, waiter, &until, sink)?;
     if let (End::Signal(sig), Some(pid)) = (end, child) {
-        let status = crate::held::stop_command(pid, sig, args.kill_after, |deadline| {
+        let status = crate::held::stop_command(pid, sig, plan.kill_after, |deadline| {
             let until = Until {
                 child,
                 deadline: Some(deadline),
@@ -133,7 +136,7 @@ pub fn follow(
         _ => None,
     };
     if let (Some(_), Some(pid)) = (exit_status, child) {
-        if let Some((tree_end, at)) = follow_tree(args, session, sink, waiter, pid, until.deadline)?
+        if let Some((tree_end, at)) = follow_tree(plan, session, sink, waiter, pid, until.deadline)?
         {
             (end, ended) = (tree_end, at);
         }
@@ -150,7 +153,7 @@ pub fn follow(
 /// comes; with `--no-wait-tree` only says how many were left running. None when nothing
 /// was followed.
 fn follow_tree(
-    args: &TraceArgs,
+    plan: FollowPlan,
     session: &mut Session,
     sink: &mut TraceSink,
     waiter: &mut wait::Waiter,
@@ -167,7 +170,7 @@ fn follow_tree(
     } else {
         ("are", "were")
     };
-    if args.no_wait_tree {
+    if !plan.wait_tree {
         stream::note(
             stream::Level::Note,
             &format!(

@@ -6,6 +6,7 @@ mod child;
 pub mod filter;
 mod following;
 pub mod perfetto;
+pub mod plan;
 pub mod reads;
 pub mod report;
 pub mod stamp;
@@ -24,15 +25,15 @@ use crate::held::start_held;
 use crate::{
     cgroup::Followed,
     engine::{
-        drain,
         ebpf::BackendChoice,
-        session::{Session, SessionOptions},
+        session::{Session, SessionEnd},
         wait,
     },
     exit,
-    output::stream::{self, Dest, StdStream},
+    output::stream,
     procfs_util,
 };
+use plan::TracePlan;
 use report::{Ending, ExitReason, Reporter};
 use targets::check_targets;
 use verbose::{verbose_calibration, verbose_exit, verbose_startup};
@@ -119,7 +120,7 @@ pub struct TraceArgs {
     // Spelled `--leaks-only` in 0.1.0, too close to --only-leaks (#25 item 5): a hidden alias
     // for one release.
     #[arg(long = "no-syscalls", alias = "leaks-only", conflicts_with = "reads")]
-    pub leaks_only: bool,
+    pub no_syscalls: bool,
 
     /// Also count read()/readv()/pread64() calls per process and open file; flag byte-at-a-time reads.
     #[arg(long)]
@@ -161,14 +162,14 @@ pub struct TraceArgs {
         value_name = "STRATEGY",
         value_enum,
         value_delimiter = ',',
-        conflicts_with = "leaks_only"
+        conflicts_with = "no_syscalls"
     )]
     pub fail_on_strategy: Vec<crate::engine::strategy::Strategy>,
 
     /// Exit with status 3 when a spawn made more than N fd-closing calls between fork and
     /// exec (close() calls plus close_range() calls; one close_range() counts once) and the
     /// command itself exited 0. Every spawn is judged, whatever the output filters show.
-    #[arg(long, value_name = "N", conflicts_with = "leaks_only")]
+    #[arg(long, value_name = "N", conflicts_with = "no_syscalls")]
     pub max_closes: Option<u64>,
 
     /// With --fail-on-leak: do not count leaks of this fd number (repeatable).
@@ -260,27 +261,6 @@ pub struct TraceArgs {
 /// Help heading of the output filters.
 const FILTERS: &str = "Output filters (the kernel still follows the whole tree)";
 
-/// What the reporter takes from the arguments, and with `-p` what the processes held at
-/// attach.
-fn report_options(args: &TraceArgs, held: Option<Vec<targets::HeldFd>>) -> report::ReportOptions {
-    report::ReportOptions {
-        json: args.json,
-        quiet: args.quiet,
-        no_baseline: args.no_baseline,
-        held_at_attach: held,
-        ignore_fds: args.ignore_fds.clone(),
-        allow: args.allow_leak.clone(),
-        kinds: args.fail_on_leak_kind.clone(),
-        gates: report::GateOptions {
-            leak_gate: args.fail_on_leak,
-            strategies: args.fail_on_strategy.clone(),
-            max_closes: args.max_closes,
-        },
-        time: args.time,
-        relative: args.relative,
-    }
-}
-
 /// `--duration`: a finite number of seconds above 0 that fits a `Duration`.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let secs: f64 = s
@@ -314,43 +294,41 @@ fn exec_failure(name: &str, errno: i32) -> (String, u8) {
     )
 }
 
-pub fn run(mut args: TraceArgs) -> Result<u8> {
+pub fn run(args: TraceArgs) -> Result<u8> {
     let t0 = Instant::now();
-    let (perfetto, junit) = output_files(&mut args)?;
-    let pids = check_targets(&args.pids, !args.command.is_empty(), args.cgroup.is_some())?;
-    let filter = filter::Filter::new(
-        &args.exec,
-        &args.comm,
-        &args.parent_comm,
-        args.only_leaks,
-        args.min_closes,
-    )?;
-    stream::set_quiet(args.quiet && !args.json);
-    let followed = args.cgroup.as_deref().map(Followed::find).transpose()?;
+    let plan = TracePlan::new(args)?;
+    let (perfetto, junit) = output_files(&plan)?;
+    let pids = check_targets(&plan.pids, !plan.command.is_empty(), plan.cgroup.is_some())?;
+    let filter = plan.filter()?;
+    stream::set_quiet(plan.out.quiet && !plan.out.json);
+    let followed = plan.cgroup.as_deref().map(Followed::find).transpose()?;
     let signal_rd = crate::signals::wake_pipe()?;
     crate::signals::install_stop();
-    let (mut session, child, held) = match attach(&args, &pids, followed.as_ref())? {
+    let (mut session, child, held) = match attach(&plan, &pids, followed.as_ref())? {
         Attached::Tracing(session, child, held) => (*session, child, held),
         Attached::NotExecuted(code) => return Ok(code),
     };
     let root_pids: Vec<u32> = child.map(|c| vec![c]).unwrap_or_else(|| pids.clone());
     let mut waiter = wait::Waiter::new(signal_rd, &root_pids);
     let startup = t0.elapsed();
-    if args.verbose {
+    if plan.out.verbose {
         verbose_startup(&session, startup, child.is_some());
     }
-    let mut reporter =
-        Reporter::new(report_options(&args, held), &session, filter).with_perfetto(perfetto);
+    let mut reporter = Reporter::new(plan.report_options(held), &session.at_start(), filter)
+        .with_perfetto(perfetto);
     (session.unseen()).inspect(|u| stream::note(stream::Level::Note, u));
     let mut targets = reads::LiveTargets::default();
     let mut sink = following::TraceSink {
         reporter: &mut reporter,
         roots: &root_pids,
-        reads: args.reads.then(|| (&mut targets, Instant::now())),
+        reads: plan
+            .counting
+            .reads()
+            .then(|| (&mut targets, Instant::now())),
         steps: Default::default(),
     };
     let followed_until = following::follow(
-        &args,
+        plan.follow,
         &mut session,
         &mut sink,
         &mut waiter,
@@ -365,25 +343,23 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
         Ok(end) => end,
         Err(e) => return Err(child::abandon(session, child, e)),
     };
-    let stats = session.stats()?;
-    let missed = session.missed_runs();
-    let calibrated = session.probe_cost_measured();
-    let storms = read_storms(&args, &session, &mut targets);
-    let ring = ring_at_end(&session, &mut reporter);
+    let end = session.at_end()?;
+    let storms = read_storms(&session, &mut targets);
+    let ring = ring_at_end(&end);
+    let calibrated = end.calibration;
     let untraced = (timed_out && exit_status.is_none())
         .then_some(child)
         .flatten();
     exit_status = child::detach_then_wait(session, untraced)?.or(exit_status);
-    let codes = (args.policy_exit_code.code, args.incomplete_exit_code);
-    let ending = ending(&reporter, exit_status, &stats, &missed, codes);
-    let ci = reporter.finish(stats, missed, storms, ending)?;
+    let ending = ending(&reporter, exit_status, &end.stats, &end.missed, plan.codes);
+    let ci = reporter.finish(end, storms, ending)?;
     if let Some(j) = junit {
         j.write(&ci)?;
     }
     crate::output::github::report(&ci)?;
-    if args.verbose {
+    if plan.out.verbose {
         verbose_exit(ended, child.is_some(), ring);
-        if !args.leaks_only {
+        if plan.counting.syscalls() {
             verbose_calibration(calibrated);
         }
     }
@@ -392,11 +368,9 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
 
 /// The ring buffer's first and last sizes; a warning when a burst needed it to grow and it
 /// could not.
-fn ring_at_end(session: &Session, reporter: &mut Reporter) -> (u64, u64) {
-    let ring_bytes = session.ring_bytes();
-    reporter.ring_bytes_at_end(ring_bytes);
-    reporter.queue_dropped_at_end(session.queue_dropped());
-    if let Some(why) = session.ring_grow_failed() {
+fn ring_at_end(end: &SessionEnd) -> (u64, u64) {
+    let ring_bytes = end.ring_bytes;
+    if let Some(why) = &end.ring_grow_failed {
         stream::note(
             stream::Level::Warning,
             &format!(
@@ -405,61 +379,32 @@ fn ring_at_end(session: &Session, reporter: &mut Reporter) -> (u64, u64) {
             ),
         );
     }
-    (session.first_ring_bytes(), ring_bytes)
+    (end.first_ring_bytes, ring_bytes)
 }
 
-/// Checks the exit codes asked for, opens the records stream ([`open_output`]) and creates
-/// the `--perfetto` and `--junit` files: before anything starts, so that a bad path fails
-/// at once.
+/// Opens the records stream (stdout, or stderr when fdaudit runs a command, `--demo`
+/// included: it runs fdaudit's own demo workload, or `-o FILE`) and creates the
+/// `--perfetto` and `--junit` files: before anything starts, so that a bad path fails at
+/// once.
 fn output_files(
-    args: &mut TraceArgs,
+    plan: &TracePlan,
 ) -> Result<(
     Option<perfetto::Perfetto>,
     Option<crate::output::junit::JunitFile>,
 )> {
-    if args.policy_exit_code.code == args.incomplete_exit_code {
-        anyhow::bail!(
-            "--policy-exit-code and --incomplete-exit-code are both {}: give them different statuses, so that a failed gate and an incomplete trace stay apart",
-            args.incomplete_exit_code
-        );
-    }
-    open_output(args)?;
-    let perfetto = (args.perfetto.as_deref())
+    stream::open(plan.out.records.clone(), plan.out.json, "trace")?;
+    let perfetto = (plan.out.perfetto.as_deref())
         .map(perfetto::Perfetto::create)
         .transpose()?;
-    let junit = (args.junit.as_deref())
+    let junit = (plan.out.junit.as_deref())
         .map(crate::output::junit::JunitFile::create)
         .transpose()?;
     Ok((perfetto, junit))
 }
 
-/// Opens the records stream: stdout, or stderr when fdaudit runs a command (`--demo`
-/// included: it runs fdaudit's own demo workload), or `-o FILE`.
-fn open_output(args: &mut TraceArgs) -> Result<()> {
-    if args.demo {
-        let me = std::env::current_exe().context("failed to find fdaudit's own executable")?;
-        args.command = vec![me.into_os_string(), "__demo".into()];
-    }
-    // With a command, stdout and stderr are the command's; fdaudit writes where strace does.
-    let default = if args.command.is_empty() {
-        StdStream::Stdout
-    } else {
-        StdStream::Stderr
-    };
-    stream::open(
-        Dest::new(args.output.as_deref(), default),
-        args.json,
-        "trace",
-    )
-}
-
 /// `--reads`: the byte-at-a-time read storms the kernel counted, their fds named.
-fn read_storms(
-    args: &TraceArgs,
-    session: &Session,
-    targets: &mut reads::LiveTargets,
-) -> Vec<reads::ReadStorm> {
-    if !args.reads {
+fn read_storms(session: &Session, targets: &mut reads::LiveTargets) -> Vec<reads::ReadStorm> {
+    if !session.counting().reads() {
         return Vec::new();
     }
     let counts = session.read_counts();
@@ -509,23 +454,12 @@ enum Attached {
 
 /// Starts the held command (if any), loads and attaches the programs, tracks the roots and
 /// releases the command. Returns the session and the command's pid.
-fn attach(args: &TraceArgs, pids: &[u32], followed: Option<&Followed>) -> Result<Attached> {
-    let ring_bytes = args
-        .buffer_pages
-        .map(|p| drain::ring_bytes_from_pages(p, drain::page_size()))
-        .transpose()?;
-    let opts = SessionOptions {
-        leaks_only: args.leaks_only,
-        reads: args.reads,
-        origin: args.origin,
-        ring_bytes,
-        backend: args.backend,
-        cgroup: followed.map(|f| (f.id, f.level)),
-    };
-    let held = if args.command.is_empty() {
+fn attach(plan: &TracePlan, pids: &[u32], followed: Option<&Followed>) -> Result<Attached> {
+    let opts = plan.session_options(followed)?;
+    let held = if plan.command.is_empty() {
         None
     } else {
-        Some(start_held(&args.command)?)
+        Some(start_held(&plan.command)?)
     };
     let child = held.as_ref().map(|h| h.pid);
     crate::engine::pause::at("held");
@@ -561,7 +495,11 @@ fn attach(args: &TraceArgs, pids: &[u32], followed: Option<&Followed>) -> Result
         stream::Level::Note,
         &format!(
             "tracing {what}{}; Ctrl-C to stop",
-            if args.leaks_only { " (leaks only)" } else { "" }
+            if plan.counting.syscalls() {
+                ""
+            } else {
+                " (leaks only)"
+            }
         ),
     );
     if let Some(h) = held {

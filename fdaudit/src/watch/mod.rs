@@ -20,6 +20,7 @@ use anyhow::{bail, Context as _, Result};
 
 use crate::{
     engine::{
+        counting::Counting,
         follow::{follow, Sink, Until},
         session::{Session, SessionOptions},
         spawn::{Event, Spawn},
@@ -66,7 +67,7 @@ pub struct WatchArgs {
     /// leaks only, the scheduler tracepoints alone.
     // `--full` is the old spelling, kept hidden for one release (#25 item 5).
     #[arg(long = "syscalls", alias = "full")]
-    pub full: bool,
+    pub syscalls: bool,
 
     /// Label each leaked fd with the syscall that made it inheritable (trace --origin).
     #[arg(long)]
@@ -87,7 +88,7 @@ pub struct WatchArgs {
 }
 
 /// The metric labels and values of one spawn. Pure: unit-tested with made-up spawns.
-pub fn observation(s: &Spawn, leaks_only: bool) -> SpawnObservation {
+pub fn observation(s: &Spawn, counting: Counting) -> SpawnObservation {
     let path = s.exec_path.escaped();
     let child = path
         .rsplit('/')
@@ -128,10 +129,10 @@ pub fn observation(s: &Spawn, leaks_only: bool) -> SpawnObservation {
                 "(exec failed)".into()
             },
             // Not counted without --syscalls: no label rather than a constant "unknown".
-            strategy: if leaks_only {
-                String::new()
-            } else {
+            strategy: if counting.syscalls() {
                 s.strategy.as_str().to_owned()
+            } else {
+                String::new()
             },
         },
         leaked_origins: if transient {
@@ -142,7 +143,7 @@ pub fn observation(s: &Spawn, leaks_only: bool) -> SpawnObservation {
         leaked_kinds,
         transient_fds,
         boundary: s.boundary.as_ref().map(|b| b.keys()).unwrap_or_default(),
-        close_calls: (!leaks_only).then_some(s.calls.close_calls),
+        close_calls: counting.syscalls().then_some(s.calls.close_calls),
         // Without the probes' own cost, as trace reports it ("untraced").
         window_seconds: (s.window_ns > 0).then(|| s.window_corrected_ns as f64 / 1e9),
     }
@@ -275,7 +276,11 @@ pub fn run(args: WatchArgs) -> Result<u8> {
             Some((_, _, p)) if p != "/" => format!("cgroup {p}"),
             _ => "the whole host".into(),
         },
-        if args.full { "" } else { " (leaks only)" },
+        if session.counting().syscalls() {
+            ""
+        } else {
+            " (leaks only)"
+        },
         if args.no_listen {
             "no HTTP listener".to_owned()
         } else {
@@ -368,8 +373,7 @@ fn watched_cgroup(args: &WatchArgs) -> Result<Option<Filter>> {
 /// Loads and attaches the tracer for `filter`, or for init's tree without one.
 fn start_session(args: &WatchArgs, filter: Option<&Filter>) -> Result<Session> {
     let opts = SessionOptions {
-        leaks_only: !args.full,
-        reads: false,
+        counting: Counting::new(args.syscalls, false),
         origin: args.origin,
         cgroup: filter.map(|f| (f.0, f.1)),
         // fentry where the kernel takes it (FDAUDIT_BACKEND to choose): a whole host's
@@ -408,7 +412,7 @@ fn watch_loop(
         steps: Steps::default(),
     };
     follow(session, &mut waiter, &until, &mut sink)?;
-    observe(metrics, sink.steps.finish(), !args.full);
+    observe(metrics, sink.steps.finish(), session.counting());
     sink.jobs.finish();
     Ok(())
 }
@@ -423,9 +427,9 @@ struct WatchSink<'a> {
 }
 
 impl Sink for WatchSink<'_> {
-    fn events(&mut self, _session: &mut Session, events: Vec<Event>) -> Result<()> {
+    fn events(&mut self, session: &mut Session, events: Vec<Event>) -> Result<()> {
         let judged = self.steps.push(events, Instant::now());
-        observe(self.metrics, judged, !self.args.full);
+        observe(self.metrics, judged, session.counting());
         Ok(())
     }
 
@@ -434,7 +438,7 @@ impl Sink for WatchSink<'_> {
     }
 
     fn tick(&mut self, session: &mut Session, now: Instant) -> Result<bool> {
-        observe(self.metrics, self.steps.release(now), !self.args.full);
+        observe(self.metrics, self.steps.release(now), session.counting());
         self.jobs.kernel_totals(now, session, self.metrics)?;
         self.jobs.scan(now, self.metrics);
         if let Some(dir) = &self.args.textfile {
@@ -449,14 +453,14 @@ const TICK: Duration = Duration::from_millis(200);
 
 /// Counts the spawns among `events` (a failed exec counts when its process exits), each
 /// exec chain step with its verdict ([`Steps`]).
-fn observe(metrics: &Mutex<Metrics>, events: Vec<Event>, leaks_only: bool) {
+fn observe(metrics: &Mutex<Metrics>, events: Vec<Event>, counting: Counting) {
     let mut m = metrics.lock().unwrap_or_else(|p| p.into_inner());
     for ev in events {
         match ev {
-            Event::Spawn(s) => m.observe_spawn(observation(&s, leaks_only)),
+            Event::Spawn(s) => m.observe_spawn(observation(&s, counting)),
             Event::Exit(e) => {
-                if let Some(s) = e.failed_spawn {
-                    m.observe_spawn(observation(&s, leaks_only));
+                if let Some(s) = e.failed_exec {
+                    m.observe_spawn(observation(&s, counting));
                 }
             }
         }
@@ -571,7 +575,7 @@ mod tests {
     fn a_runtime_s_own_helper_counts_transient_fds_not_a_leak() {
         let mut s = crate::trace::report::tests::spawn("runc", "/proc/self/exe", 0, 9, 3);
         s.flags = SpawnFlags::OWN_IMAGE;
-        let o = observation(&s, true);
+        let o = observation(&s, Counting::Nothing);
         assert!(o.leaked_kinds.is_empty(), "{:?}", o.leaked_kinds);
         assert_eq!(o.transient_fds, 3);
     }
@@ -581,7 +585,7 @@ mod tests {
         let mut s =
             crate::trace::report::tests::spawn("java", "/usr/lib/jvm/lib/jspawnhelper", 0, 9, 11);
         s.flags = SpawnFlags::EXECD_AGAIN;
-        let o = observation(&s, true);
+        let o = observation(&s, Counting::Nothing);
         assert!(o.leaked_kinds.is_empty(), "{:?}", o.leaked_kinds);
         assert_eq!(o.transient_fds, 11);
         let mut m = Metrics::new(5);

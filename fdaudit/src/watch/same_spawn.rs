@@ -39,7 +39,7 @@ fn watch_and_trace_see_the_same_corrected_window_and_parent() {
     for s in [grandchild, child] {
         let record = crate::trace::report::json::SpawnJson::new(s, 0, &|_| false);
         let traced = serde_json::to_value(record).expect("serialise the spawn");
-        let watched = super::observation(s, false);
+        let watched = super::observation(s, crate::engine::counting::Counting::Syscalls);
         assert_eq!(
             watched.labels.parent,
             traced["parent_comm"].as_str().unwrap(),

@@ -20,7 +20,6 @@ use std::{
 
 use aya::Ebpf;
 use aya_obj::generated::{bpf_attr, bpf_cmd, bpf_prog_info, bpf_prog_type};
-use serde::{Serialize, Serializer};
 
 /// One program's skipped runs: `None` when the kernel has no such counter (before 5.12).
 pub fn recursion_misses(fd: BorrowedFd<'_>) -> std::io::Result<Option<u64>> {
@@ -65,8 +64,9 @@ pub fn read_all(ebpf: &Ebpf) -> MissedRuns {
     MissedRuns::Known(counts)
 }
 
-/// Runs the kernel skipped per program, or unknown (a kernel before 5.12). In JSON: an
-/// object of counts by program name, or the string `"unknown"`.
+/// Runs the kernel skipped per program, or unknown (a kernel before 5.12). In JSON
+/// (`trace/report/json.rs`): an object of counts by program name, or the
+/// string `"unknown"`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MissedRuns {
     Unknown,
@@ -76,15 +76,6 @@ pub enum MissedRuns {
 impl Default for MissedRuns {
     fn default() -> Self {
         MissedRuns::Known(BTreeMap::new())
-    }
-}
-
-impl Serialize for MissedRuns {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self {
-            MissedRuns::Unknown => s.serialize_str("unknown"),
-            MissedRuns::Known(m) => m.serialize(s),
-        }
     }
 }
 
@@ -218,18 +209,6 @@ mod tests {
         assert!(
             counts_only.ends_with("; some syscall counts are low"),
             "{counts_only}"
-        );
-    }
-
-    #[test]
-    fn json_is_counts_by_program_or_unknown() {
-        assert_eq!(
-            serde_json::to_value(MissedRuns::Unknown).unwrap(),
-            serde_json::json!("unknown")
-        );
-        assert_eq!(
-            serde_json::to_value(known(&[("sys_enter", 3), ("sched_process_exec", 0)])).unwrap(),
-            serde_json::json!({"sched_process_exec": 0, "sys_enter": 3})
         );
     }
 }

@@ -87,8 +87,7 @@ pub fn attach_program(prog: &mut Program, spec: &ProgramSpec) -> Result<(), Load
 }
 
 /// How the syscall counts are collected.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Backend {
     /// Raw `sys_enter`/`sys_exit` tracepoints: every kernel since 4.17, but every syscall of
     /// every process on the machine runs a program while attached.
@@ -104,12 +103,11 @@ pub enum Backend {
 }
 
 impl Backend {
+    /// Its name (`raw-tp`), as `--backend` spells it: clap's, from the variant
+    /// ([`crate::engine::names`]).
     pub fn as_str(self) -> &'static str {
-        match self {
-            Backend::RawTp => "raw-tp",
-            Backend::Tp => "tp",
-            Backend::Fentry => "fentry",
-        }
+        static NAMES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+        crate::engine::names::value_names::<Backend>(&NAMES)[self as usize]
     }
 
     /// Sees only native syscalls: an x86_64 ia32 (`int $0x80`) syscall is not counted

@@ -293,15 +293,14 @@ fn slice_name(s: &Spawn) -> String {
     format!("{from} → exec {}", escape_bytes(name))
 }
 
-/// The window's non-zero counters, by their JSON keys.
+/// The window's non-zero counters, by their JSON keys in name order.
 fn counter_values(s: &Spawn) -> Vec<(String, i64)> {
-    let Ok(serde_json::Value::Object(map)) = serde_json::to_value(s.calls) else {
-        return Vec::new();
-    };
-    map.into_iter()
-        .filter_map(|(k, v)| Some((k, i64::try_from(v.as_u64()?).ok()?)))
+    let mut values: Vec<(String, i64)> = (s.calls.fields().into_iter())
+        .filter_map(|(k, v)| Some((k.to_owned(), i64::try_from(v).ok()?)))
         .filter(|&(_, v)| v > 0)
-        .collect()
+        .collect();
+    values.sort_unstable();
+    values
 }
 
 fn string(name: &str, v: String) -> DebugAnnotation {

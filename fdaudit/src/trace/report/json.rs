@@ -10,8 +10,9 @@ use crate::{
     engine::{
         boundary::Boundary,
         counts::SyscallCounts,
+        ebpf::MissedRuns,
         flags::SpawnFlags,
-        origin::Origin,
+        origin::{Call, Frame, Origin},
         spawn::{ArgvField, ExecPathField, LeakedFd, ParentCommField, Spawn, Target},
         strategy::Strategy,
     },
@@ -50,10 +51,11 @@ pub struct SpawnJson<'a> {
     /// `window_ns` less the probes' own cost per counted syscall: the untraced estimate.
     window_corrected_ns: u64,
     /// The window's syscall counters, one key each.
-    #[serde(flatten)]
+    #[serde(flatten, serialize_with = "counts")]
     calls: &'a SyscallCounts,
     /// (first, last, flags) of the first close_range() calls.
     close_ranges: &'a [[u32; 3]],
+    #[serde(serialize_with = "strategy")]
     strategy: Strategy,
     /// For `close-loop`: the fd the loop ran up to (exclusive).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -134,7 +136,7 @@ pub struct LeakedFdJson<'a> {
     ino: u64,
     /// `trace --origin`: the call that made this fd inheritable, or why it is unknown.
     #[serde(skip_serializing_if = "Option::is_none")]
-    origin: Option<&'a Origin>,
+    origin: Option<OriginJson<'a>>,
     /// This fd reached an image that runs as or where its holder did not.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     critical: bool,
@@ -157,11 +159,115 @@ impl<'a> LeakedFdJson<'a> {
             family: f.family,
             protocol: f.protocol,
             ino: f.ino,
-            origin: f.origin.as_ref(),
+            origin: f.origin.as_ref().map(OriginJson::new),
             critical: f.critical,
             deleted: f.deleted,
             inherited,
         }
+    }
+}
+
+/// `origin`: the call that made the fd inheritable, or why it is unknown.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+enum OriginJson<'a> {
+    Known(CallJson<'a>),
+    Unknown {
+        unknown: &'static str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reason: Option<&'a str>,
+    },
+}
+
+impl<'a> OriginJson<'a> {
+    fn new(o: &'a Origin) -> Self {
+        match o {
+            Origin::Known(c) => OriginJson::Known(CallJson::new(c)),
+            Origin::Unknown { unknown, reason } => OriginJson::Unknown {
+                unknown,
+                reason: reason.as_deref(),
+            },
+        }
+    }
+}
+
+/// One call that made an fd inheritable, and the call that created the fd when that was
+/// another.
+#[derive(Debug, Serialize)]
+struct CallJson<'a> {
+    syscall: &'a str,
+    pid: u32,
+    tid: u32,
+    comm: &'a str,
+    /// Kernel timestamp of the call's return (CLOCK_MONOTONIC ns).
+    time_ns: u64,
+    /// User stack, innermost first.
+    stack: Vec<FrameJson<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    created_by: Option<Box<CallJson<'a>>>,
+}
+
+impl<'a> CallJson<'a> {
+    fn new(c: &'a Call) -> Self {
+        CallJson {
+            syscall: &c.syscall,
+            pid: c.pid,
+            tid: c.tid,
+            comm: &c.comm,
+            time_ns: c.time_ns,
+            stack: c.stack.iter().map(FrameJson::new).collect(),
+            created_by: c.created_by.as_deref().map(|c| Box::new(CallJson::new(c))),
+        }
+    }
+}
+
+/// One user stack frame: where it is, what names it, how it was found.
+#[derive(Debug, Serialize)]
+struct FrameJson<'a> {
+    addr: u64,
+    symbol: Option<&'a str>,
+    file: Option<&'a str>,
+    line: Option<u32>,
+    module: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    offset: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    build_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    found_by: Option<&'static str>,
+}
+
+impl<'a> FrameJson<'a> {
+    fn new(f: &'a Frame) -> Self {
+        FrameJson {
+            addr: f.addr,
+            symbol: f.symbol.as_deref(),
+            file: f.file.as_deref(),
+            line: f.line,
+            module: f.module.as_deref(),
+            offset: f.offset,
+            build_id: f.build_id.as_deref(),
+            found_by: f.found_by,
+        }
+    }
+}
+
+/// The window's counters, one key each in table order (flattened into the record).
+pub(super) fn counts<S: Serializer>(c: &SyscallCounts, out: S) -> Result<S::Ok, S::Error> {
+    out.collect_map(c.fields())
+}
+
+/// A strategy by its name (`close-loop`).
+fn strategy<S: Serializer>(s: &Strategy, out: S) -> Result<S::Ok, S::Error> {
+    out.serialize_str(s.as_str())
+}
+
+/// `bpf_missed_runs`: skipped runs by program name, or `"unknown"` where the kernel keeps
+/// no such counter.
+pub(super) fn missed_runs<S: Serializer>(m: &MissedRuns, out: S) -> Result<S::Ok, S::Error> {
+    match m {
+        MissedRuns::Unknown => out.serialize_str("unknown"),
+        MissedRuns::Known(counts) => counts.serialize(out),
     }
 }
 
@@ -185,6 +291,8 @@ pub fn baseline_fds<S: Serializer>(fds: &[LeakedFd], out: S) -> Result<S::Ok, S:
 mod tests {
     use super::*;
     use crate::trace::report::tests::{leaked_fd, spawn};
+    use fdaudit_common::{Counters, COUNTER_NAMES};
+    use serde_json::Value;
 
     #[test]
     fn a_spawn_record_has_the_engine_values_under_their_keys() {
@@ -241,5 +349,113 @@ mod tests {
         assert!(fds[0].get("deleted").is_none(), "{fds}");
         assert_eq!(fds[1]["inherited"], true);
         assert!(fds[0].get("inherited").is_none(), "{fds}");
+    }
+
+    /// Counters with every counter set to its position in the table, from 1.
+    fn numbered() -> Counters {
+        macro_rules! numbered {
+            (counters { $( $(#[$doc:meta])* $f:ident: $kind:ident, $p:tt; )* } $($_r:tt)*) => {{
+                let (mut c, mut i) = (Counters::default(), 0);
+                $( i += 1; c.$f = i; )*
+                c
+            }};
+        }
+        fdaudit_common::for_each_counter!(numbered)
+    }
+
+    fn value(name: &str) -> u64 {
+        1 + COUNTER_NAMES.iter().position(|n| *n == name).unwrap() as u64
+    }
+
+    #[test]
+    fn every_kernel_counter_is_carried_added_and_serialised() {
+        let c = numbered();
+        assert_eq!(
+            (c.close_calls, c.exec_attempts),
+            (1, value("exec_attempts") as u32)
+        );
+        let mut s = SyscallCounts::from(&c);
+        // Not calls of their own: close_ebadf, poll_nfds_max; not here: exec_attempts.
+        let probed = ["close_ebadf", "poll_nfds_max", "exec_attempts"];
+        let want: u64 = COUNTER_NAMES
+            .iter()
+            .filter(|n| !probed.contains(n))
+            .map(|n| value(n))
+            .sum();
+        assert_eq!(s.probed(), want);
+        s += SyscallCounts::from(&c);
+        let j = counts(&s, serde_json::value::Serializer).unwrap();
+        let keys: Vec<&str> = j.as_object().unwrap().keys().map(String::as_str).collect();
+        let mut sorted = SyscallCounts::KEYS;
+        sorted.sort_unstable();
+        assert_eq!(keys, sorted); // serde_json's map is sorted; the output is in KEYS order
+        let kernel_only: Vec<&str> = COUNTER_NAMES
+            .into_iter()
+            .filter(|n| !SyscallCounts::KEYS.contains(n))
+            .collect();
+        assert_eq!(kernel_only, ["exec_attempts"]);
+        let order: Vec<&str> = COUNTER_NAMES
+            .into_iter()
+            .filter(|n| SyscallCounts::KEYS.contains(n))
+            .collect();
+        assert_eq!(order, SyscallCounts::KEYS);
+        for k in keys {
+            let once = value(k);
+            let want = if k == "poll_nfds_max" { once } else { 2 * once };
+            assert_eq!(j[k], want, "{k}");
+        }
+    }
+
+    /// docs/fdaudit.schema.json's spawn and summary totals carry every counter, required
+    /// in table order (`required` is an array: its order is kept); docs/json.md names each.
+    #[test]
+    fn the_schema_and_the_docs_have_every_counter() {
+        let schema: Value =
+            serde_json::from_str(include_str!("../../../../docs/fdaudit.schema.json")).unwrap();
+        let spawn = &schema["$defs"]["spawn"];
+        let totals = &schema["$defs"]["trace_summary"]["properties"]["totals"];
+        for (name, def) in [("spawn", spawn), ("totals", totals)] {
+            let required: Vec<&str> = def["required"]
+                .as_array()
+                .unwrap_or_else(|| panic!("{name} has no required list"))
+                .iter()
+                .map(|v| v.as_str().unwrap())
+                .collect();
+            let first = required.iter().position(|k| *k == SyscallCounts::KEYS[0]);
+            let first = first.unwrap_or_else(|| panic!("{name}: no {}", SyscallCounts::KEYS[0]));
+            let run = required.get(first..first + SyscallCounts::KEYS.len());
+            assert_eq!(run, Some(&SyscallCounts::KEYS[..]), "{name}: {required:?}");
+            for k in SyscallCounts::KEYS {
+                let p = &def["properties"][k];
+                assert_eq!(
+                    (&p["type"], &p["minimum"]),
+                    (&"integer".into(), &0.into()),
+                    "{name}.{k}"
+                );
+            }
+        }
+        let json_md = include_str!("../../../../docs/json.md");
+        for k in SyscallCounts::KEYS {
+            assert!(
+                json_md.contains(&format!("`{k}`")),
+                "docs/json.md does not name {k}"
+            );
+        }
+    }
+
+    #[test]
+    fn missed_runs_are_counts_by_program_or_unknown() {
+        let json = |m: &MissedRuns| missed_runs(m, serde_json::value::Serializer).unwrap();
+        assert_eq!(json(&MissedRuns::Unknown), serde_json::json!("unknown"));
+        let known = MissedRuns::Known(
+            [("sys_enter", 3), ("sched_process_exec", 0)]
+                .into_iter()
+                .map(|(k, n)| (k.to_owned(), n))
+                .collect(),
+        );
+        assert_eq!(
+            json(&known),
+            serde_json::json!({"sched_process_exec": 0, "sys_enter": 3})
+        );
     }
 }

@@ -26,14 +26,12 @@ use super::{
     chains::Chains, filter::Filter, perfetto::Perfetto, reads, stamp::Stamper, TraceRecord,
 };
 use crate::engine::{
+    counting::Counting,
     flags::SpawnFlags,
-    session::Session,
+    session::{SessionEnd, SessionStart},
     spawn::{Event, LeakedFd, Spawn},
 };
-use crate::{
-    engine::ebpf::MissedRuns,
-    output::{count, stream, table::Term},
-};
+use crate::output::{count, stream, table::Term};
 
 /// Per-event handling and final output of `trace`: a line (or JSON record) per spawn as it
 /// comes, the summary at the end, all on the records stream ([`stream`]).
@@ -56,7 +54,8 @@ pub struct Reporter {
     /// The session's, once measured (its windows are corrected with it).
     probe_cost_ns: Option<f64>,
     close_cost_ns: f64,
-    leaks_only: bool,
+    /// What the kernel counted (the session's).
+    counting: Counting,
     ring_bytes: u64,
     /// Lost records that fdaudit's queue between the ring and the decoder dropped.
     queue_dropped: u64,
@@ -155,7 +154,7 @@ pub struct ReportOptions {
 }
 
 impl Reporter {
-    pub fn new(args: ReportOptions, s: &Session, filter: Filter) -> Self {
+    pub fn new(args: ReportOptions, s: &SessionStart, filter: Filter) -> Self {
         let mut collector = Collector::new(LeakPolicy {
             baseline: Default::default(),
             ignore_fds: args.ignore_fds.clone(),
@@ -180,10 +179,10 @@ impl Reporter {
             term: stream::term(),
             root_inherited: Vec::new(),
             seen_root_exec: Vec::new(),
-            probe_cost_ns: s.leaks_only().then_some(0.0),
-            close_cost_ns: s.close_cost_ns(),
-            leaks_only: s.leaks_only(),
-            ring_bytes: s.ring_bytes(),
+            probe_cost_ns: (!s.counting.syscalls()).then_some(0.0),
+            close_cost_ns: s.close_cost_ns,
+            counting: s.counting,
+            ring_bytes: s.ring_bytes,
             queue_dropped: 0,
             perfetto: None,
         }
@@ -193,18 +192,6 @@ impl Reporter {
     pub fn with_perfetto(mut self, perfetto: Option<Perfetto>) -> Self {
         self.perfetto = perfetto;
         self
-    }
-
-    /// Takes the session's probe and close costs (for the summary and its note) and says
-    /// its warnings; called after each batch of events.
-    pub fn costs_from(&mut self, session: &mut Session) {
-        if let Some(ns) = session.probe_cost() {
-            self.probe_cost_ns = Some(ns);
-        }
-        self.close_cost_ns = session.close_cost_ns();
-        for w in session.take_warnings() {
-            stream::note(stream::Level::Warning, &w);
-        }
     }
 
     pub fn handle(&mut self, ev: Event, roots: &[u32]) -> Result<()> {
@@ -226,7 +213,7 @@ impl Reporter {
                 self.report_spawn(s)?;
             }
             Event::Exit(mut e) => {
-                if let Some(s) = e.failed_spawn.take() {
+                if let Some(s) = e.failed_exec.take() {
                     self.report_spawn(s)?;
                 }
                 self.collector.add_exit(&e);
@@ -325,26 +312,28 @@ impl Reporter {
         }
     }
 
-    /// The ring buffer's size at the end (it may have grown since [`Reporter::new`]), for
-    /// the lost-records note.
-    pub fn ring_bytes_at_end(&mut self, bytes: u64) {
-        self.ring_bytes = bytes;
-    }
-
-    /// How many of the lost records fdaudit's own queue dropped ([`Session::queue_dropped`]).
-    pub fn queue_dropped_at_end(&mut self, records: u64) {
-        self.queue_dropped = records;
+    /// Takes what the summary needs of the session's end: its ring's size, the records its
+    /// queue dropped, the probes' cost once measured; returns the kernel's counters.
+    fn take_end(
+        &mut self,
+        end: SessionEnd,
+    ) -> (fdaudit_common::Stats, crate::engine::ebpf::MissedRuns) {
+        (self.queue_dropped, self.ring_bytes) = (end.queue_dropped, end.ring_bytes);
+        if let Some(ns) = end.probe_cost_ns {
+            self.probe_cost_ns = Some(ns);
+        }
+        (end.stats, end.missed)
     }
 
     /// Writes the summary (JSON: the read storms and the summary record; text: the totals
     /// line, the table, the storms) and the notes.
     pub fn finish(
         mut self,
-        stats: fdaudit_common::Stats,
-        missed: MissedRuns,
+        end: SessionEnd,
         storms: Vec<reads::ReadStorm>,
         ending: Ending,
     ) -> Result<ci::CiVerdict> {
+        let (stats, missed) = self.take_end(end);
         if let Some(p) = self.perfetto.take() {
             p.finish()
                 .context("failed to write the Perfetto trace (--perfetto)")?;
@@ -367,7 +356,7 @@ impl Reporter {
             fork_only_children: self.collector.fork_only,
             probe_cost_ns: self.probe_cost_ns.unwrap_or(0.0) as u64,
             close_cost_ns: self.close_cost_ns.round() as u64,
-            leaks_only: self.leaks_only,
+            no_syscalls: !self.counting.syscalls(),
             inherited_fds: self.root_inherited.clone(),
             command_status: ending.command_status,
             exit_code: ending.exit_code,
@@ -416,7 +405,7 @@ impl Reporter {
 
     /// The notes and warnings after the summary.
     fn notes(&self, summary: &Summary) {
-        if self.leaks_only {
+        if !self.counting.syscalls() {
             stream::note(
                 stream::Level::Note,
                 "--no-syscalls: syscalls were not traced, so no close counts or strategies",
@@ -437,7 +426,7 @@ impl Reporter {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::engine::{counts::SyscallCounts, strategy::Strategy};
+    use crate::engine::{counts::SyscallCounts, ebpf::MissedRuns, strategy::Strategy};
     use crate::output::text::Lossless;
     use summary::TraceTotals;
     use text::summary_table;
@@ -515,7 +504,7 @@ pub(crate) mod tests {
             fork_only_children: 0,
             probe_cost_ns: 0,
             close_cost_ns: 0,
-            leaks_only: false,
+            no_syscalls: false,
             inherited_fds: vec![],
             command_status: Some(0),
             exit_code: 0,

@@ -31,7 +31,7 @@ lossless_field!(GroupParentComm, "parent_comm");
 #[derive(Debug, Default, Clone, Serialize, PartialEq, Eq)]
 pub struct TraceTotals {
     /// Every window counter, summed (`poll_nfds_max`: the largest).
-    #[serde(flatten)]
+    #[serde(flatten, serialize_with = "super::json::counts")]
     pub calls: SyscallCounts,
     /// fcntl() calls of either kind (`fcntl_setfd_calls + fcntl_getfd_calls`).
     pub fcntl_calls: u64,
@@ -109,6 +109,7 @@ pub struct Summary {
     /// Runs of each program the kernel skipped (a run preempted and its hook fired again on
     /// that CPU): by program name, or "unknown" before Linux 5.12. A skipped exec, fork or
     /// exit program loses a record, a skipped syscall program a count.
+    #[serde(serialize_with = "super::json::missed_runs")]
     pub bpf_missed_runs: MissedRuns,
     pub untracked_forks: u64,
     /// (process, fd) read counters not kept because the kernel's table was full (`--reads`).
@@ -118,9 +119,8 @@ pub struct Summary {
     pub probe_cost_ns: u64,
     /// One close() of a closed fd, untraced, measured at start.
     pub close_cost_ns: u64,
-    /// `--no-syscalls` (schema 1: `leaks_only`).
-    #[serde(rename = "no_syscalls")]
-    pub leaks_only: bool,
+    /// `--no-syscalls` (schema 1 named the key after the flag's 0.1.0 spelling).
+    pub no_syscalls: bool,
     /// The fds the traced command inherited from fdaudit's caller (the baseline).
     #[serde(serialize_with = "super::json::baseline_fds")]
     pub inherited_fds: Vec<LeakedFd>,
