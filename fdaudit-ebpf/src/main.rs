@@ -40,6 +40,7 @@ mod origin;
 mod readpath;
 mod syscalls;
 mod tp;
+mod unclosed;
 
 /// Asserts at compile time that static `$ident` is named `$name` (a common-crate constant).
 macro_rules! map_named {
@@ -54,6 +55,7 @@ use aya_ebpf::{
     macros::{btf_map, map},
     maps::{
         ring_buf::RingBufEntry, Array, HashMap, LruHashMap, PerCpuArray, ProgramArray, RingBuf,
+        StackTrace,
     },
 };
 use fdaudit_common::{
@@ -64,6 +66,11 @@ use fdaudit_common::{
     MAP_ORIGIN_PENDING, MAP_ORIGIN_SEEN, MAP_READS, MAP_READ_PATHS, MAP_SCRATCH, MAP_STATS,
     MAP_TRACKED, MAX_EXEC_FAILS, MAX_ORIGIN_MADE, MAX_ORIGIN_PENDING, MAX_READS, MAX_READ_PATHS,
     MAX_TRACKED, ORIGIN_GATE_SLOTS, RING_TEMPLATE_BYTES,
+};
+use fdaudit_common::{
+    UnclosedFull, UnclosedLive, UnclosedSite, MAP_UNCLOSED_FULL, MAP_UNCLOSED_LIVE,
+    MAP_UNCLOSED_SITES, MAP_UNCLOSED_SITE_SCRATCH, MAP_UNCLOSED_STACKS, MAX_UNCLOSED_FULL,
+    MAX_UNCLOSED_LIVE, MAX_UNCLOSED_STACKS,
 };
 // fdwalk sends the records through `crate::output_spawn`.
 use exec::output_spawn;
@@ -206,6 +213,34 @@ map_named!(ORIGIN_MADE, MAP_ORIGIN_MADE);
 #[map]
 static ORIGIN_MADE_SCRATCH: PerCpuArray<OriginMade> = PerCpuArray::with_max_entries(1, 0);
 map_named!(ORIGIN_MADE_SCRATCH, MAP_ORIGIN_MADE_SCRATCH);
+
+/// `fdaudit unclosed`'s live set, per (tgid << 32 | fd) (unclosed.rs). Entries are
+/// allocated as they come (no preallocation: most runs hold few).
+#[map]
+static UNCLOSED_LIVE: HashMap<u64, UnclosedLive> =
+    HashMap::with_max_entries(MAX_UNCLOSED_LIVE, aya_ebpf::bindings::BPF_F_NO_PREALLOC);
+map_named!(UNCLOSED_LIVE, MAP_UNCLOSED_LIVE);
+
+/// The creating call sites' user stacks, one per distinct stack (bpf_get_stackid).
+#[map]
+static UNCLOSED_STACKS: StackTrace = StackTrace::with_max_entries(MAX_UNCLOSED_STACKS, 0);
+map_named!(UNCLOSED_STACKS, MAP_UNCLOSED_STACKS);
+
+/// Per stack id, the words at the user sp when that site was first seen.
+#[map]
+static UNCLOSED_SITES: HashMap<u32, UnclosedSite> =
+    HashMap::with_max_entries(MAX_UNCLOSED_STACKS, aya_ebpf::bindings::BPF_F_NO_PREALLOC);
+map_named!(UNCLOSED_SITES, MAP_UNCLOSED_SITES);
+
+#[map]
+static UNCLOSED_SITE_SCRATCH: PerCpuArray<UnclosedSite> = PerCpuArray::with_max_entries(1, 0);
+map_named!(UNCLOSED_SITE_SCRATCH, MAP_UNCLOSED_SITE_SCRATCH);
+
+/// Per process, its fd-making calls that failed with EMFILE/ENFILE.
+#[map]
+static UNCLOSED_FULL: LruHashMap<u32, UnclosedFull> =
+    LruHashMap::with_max_entries(MAX_UNCLOSED_FULL, 0);
+map_named!(UNCLOSED_FULL, MAP_UNCLOSED_FULL);
 
 /// Offsets and options, written by the loader (`EbpfLoader::override_global`).
 #[unsafe(no_mangle)]

@@ -518,6 +518,7 @@ fn attach(args: &TraceArgs, pids: &[u32], followed: Option<&Followed>) -> Result
         leaks_only: args.leaks_only,
         reads: args.reads,
         origin: args.origin,
+        unclosed: false,
         ring_bytes,
         backend: args.backend,
         cgroup: followed.map(|f| (f.id, f.level)),
