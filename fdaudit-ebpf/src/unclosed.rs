@@ -52,6 +52,8 @@ pub fn full(ctx: &RawTracePointContext, p: &OriginPending, errno: u32) {
         errno,
         tid: pid_tgid as u32,
     };
+    // By reference: the helper copies the value (no copy of ours).
+    #[allow(clippy::needless_borrows_for_generic_args)]
     let _ = UNCLOSED_FULL.insert(tgid, &first, BPF_NOEXIST as u64);
 }
 
@@ -131,6 +133,8 @@ pub fn made(ctx: &RawTracePointContext, p: &OriginPending, fds: &[i32; ORIGIN_FD
         if fd < 0 {
             continue;
         }
+        // By reference: the helper copies the value (no copy of ours per fd).
+        #[allow(clippy::needless_borrows_for_generic_args)]
         let _ = UNCLOSED_LIVE.insert(u64::from(tgid) << 32 | fd as u64, &entry, 0);
     }
 }
