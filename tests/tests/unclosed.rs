@@ -135,9 +135,14 @@ impl Drop for Service {
 
 /// `fdaudit unclosed --json -o FILE -p PID`, running once it follows.
 fn attach(pid: u32, out: &Path) -> Child {
+    attach_with(pid, out, &[])
+}
+
+fn attach_with(pid: u32, out: &Path, extra: &[&std::ffi::OsStr]) -> Child {
     let child = default_stop_signals(&mut Command::new(fdaudit()))
         .args(["unclosed", "--json", "-o"])
         .arg(out)
+        .args(extra)
         .args(["-p", &pid.to_string()])
         .stderr(Stdio::piped())
         .spawn()
@@ -196,7 +201,8 @@ fn a_c_service_s_leaks_are_counted_exactly_and_named_by_leak_one() {
     let exe = c_service("unclosed-c");
     let mut svc = Service::start(Command::new(&exe).arg("3"));
     let out = temp_path("unclosed-c.jsonl");
-    let tracer = attach(svc.pid(), &out);
+    let folded = temp_path("unclosed-c.folded");
+    let tracer = attach_with(svc.pid(), &out, &["--folded".as_ref(), folded.as_os_str()]);
     let before = svc.open_fds();
     for _ in 0..10 {
         assert_eq!(svc.request(), "done");
@@ -227,6 +233,14 @@ fn a_c_service_s_leaks_are_counted_exactly_and_named_by_leak_one() {
             "a closed fd appears: {s}"
         );
     }
+    // The folded stacks: the leak's line, outermost first, weighing 30.
+    let text = std::fs::read_to_string(&folded).unwrap();
+    let _ = std::fs::remove_file(&folded);
+    let line = text.lines().next().unwrap_or_default();
+    assert!(
+        line.contains("main+") && line.contains(";leak_one+") && line.ends_with(" 30"),
+        "{text}"
+    );
 }
 
 #[test]

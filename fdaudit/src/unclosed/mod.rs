@@ -65,6 +65,11 @@ pub struct UnclosedArgs {
     #[arg(short = 'o', long, value_name = "FILE")]
     pub output: Option<PathBuf>,
 
+    /// Also write flame-graph folded stacks (weight: outstanding fds) to FILE at each
+    /// report (`flamegraph.pl FILE > fds.svg`).
+    #[arg(long, value_name = "FILE")]
+    pub folded: Option<PathBuf>,
+
     /// The command to run and follow.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<OsString>,
@@ -105,6 +110,7 @@ pub fn run(args: UnclosedArgs) -> Result<u8> {
         next: None,
         min_age_ns: (args.min_age * 1e9) as u64,
         top: args.top,
+        folded: args.folded.clone(),
         emfile_seen: HashSet::new(),
     };
     let until = Until {
@@ -203,6 +209,7 @@ struct UnclosedSink {
     next: Option<Instant>,
     min_age_ns: u64,
     top: usize,
+    folded: Option<PathBuf>,
     /// Processes whose EMFILE moment was reported (a report comes at each new one; every
     /// report shows them all).
     emfile_seen: HashSet<u32>,
@@ -279,6 +286,18 @@ impl UnclosedSink {
             batched: read.batched,
         }
         .write()?;
+        if let Some(path) = &self.folded {
+            let stacks: Vec<_> = groups
+                .iter()
+                .map(|g| {
+                    (
+                        self.maps.frames(g.stack_id, *g.pids.first().unwrap_or(&0)),
+                        g.count,
+                    )
+                })
+                .collect();
+            write_folded(path, &report::folded(&stacks))?;
+        }
         self.maps.forget(&rec.forget);
         Ok(())
     }
@@ -317,4 +336,12 @@ impl UnclosedSink {
         }
         out
     }
+}
+
+/// Writes `text` over FILE (`--folded`), opened as `-o` is.
+fn write_folded(path: &std::path::Path, text: &str) -> Result<()> {
+    use std::io::Write as _;
+    let mut f = crate::output::stream::create(path)?;
+    f.write_all(text.as_bytes())
+        .with_context(|| format!("failed to write {}", path.display()))
 }

@@ -111,3 +111,34 @@ fn groups_are_worst_first_with_calls_samples_and_age() {
     assert_eq!(g.len(), 2, "only fds made at or before 250: {g:?}");
     assert_eq!(g[0].count, 2);
 }
+
+#[test]
+fn folded_stacks_are_outermost_first_with_the_count() {
+    use crate::engine::origin::Frame;
+    let frame = |s: Option<&str>, addr| Frame {
+        addr,
+        symbol: s.map(str::to_owned),
+        file: None,
+        line: None,
+        module: None,
+        offset: None,
+        build_id: None,
+        found_by: None,
+        module_id: None,
+    };
+    let stacks = vec![
+        (
+            vec![
+                frame(Some("__open+0x51"), 1),
+                frame(Some("leak one;x"), 2),
+                frame(None, 0xabc),
+            ],
+            30,
+        ),
+        (Vec::new(), 2),
+    ];
+    assert_eq!(
+        crate::unclosed::report::folded(&stacks),
+        "0xabc;leak_one_x;__open+0x51 30\n[no user stack] 2\n"
+    );
+}

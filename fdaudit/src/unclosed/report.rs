@@ -11,7 +11,7 @@ use super::model::{Group, ProcSummary};
 use crate::{
     engine::origin::Frame,
     output::{
-        stream,
+        count, stream,
         table::{Col, Table},
         text::escape,
     },
@@ -172,11 +172,11 @@ impl Report<'_> {
 
     fn text(&self) -> String {
         let mut out = format!(
-            "unclosed ({}): {} fds outstanding from {} stacks in {} processes\n",
+            "unclosed ({}): {} outstanding from {} in {}\n",
             self.why,
-            self.outstanding,
-            self.stacks,
-            self.procs.len()
+            count(self.outstanding, "fd", "fds"),
+            count(self.stacks as u64, "stack", "stacks"),
+            count(self.procs.len() as u64, "process", "processes"),
         );
         for (i, s) in self.shown.iter().enumerate() {
             let calls: Vec<String> = s
@@ -238,6 +238,8 @@ impl Report<'_> {
                 p.pid.to_string(),
                 if p.exited {
                     format!("{} (exited)", escape(&p.comm))
+                        .trim_start()
+                        .to_owned()
                 } else {
                     escape(&p.comm)
                 },
@@ -277,4 +279,31 @@ pub fn age(ns: u64) -> String {
     } else {
         format!("{}m{:02}s", ms / 60_000, ms / 1000 % 60)
     }
+}
+
+/// Flame-graph folded stacks (Brendan Gregg's `stackcollapse` format): one line per
+/// creating stack, outermost frame first, `;`-separated, then the outstanding fds.
+pub fn folded(stacks: &[(Vec<Frame>, u64)]) -> String {
+    let mut out = String::new();
+    for (frames, n) in stacks {
+        let names: Vec<String> = frames
+            .iter()
+            .rev()
+            .map(|f| {
+                let name = f.symbol.clone().unwrap_or_else(|| format!("{:#x}", f.addr));
+                // The format's separators, and control characters, never reach a line.
+                name.replace([';', ' '], "_")
+                    .chars()
+                    .filter(|c| !c.is_control())
+                    .collect()
+            })
+            .collect();
+        let line = if names.is_empty() {
+            "[no user stack]".to_owned()
+        } else {
+            names.join(";")
+        };
+        out += &format!("{line} {n}\n");
+    }
+    out
 }
