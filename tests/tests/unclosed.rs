@@ -60,6 +60,8 @@ int main(int argc, char **argv) {
         ok_one();
         printf("done\n"); fflush(stdout);
     }
+    /* A service lives on: its call sites are resolved while it does (docs/unclosed.md). */
+    sleep(1);
     return 0;
 }
 "#;
@@ -359,4 +361,55 @@ fn bad_input_gets_a_one_line_error() {
         assert!(err.starts_with("error: "), "{err}");
         assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
     }
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_command_s_fds_open_at_its_exit_are_its_leaks_and_the_closed_ones_are_not() {
+    let _g = guard();
+    let exe = c_service("unclosed-cmd");
+    let out = temp_path("unclosed-cmd.jsonl");
+    let mut tracer = Command::new(fdaudit())
+        .args(["unclosed", "--json", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(&exe)
+        .arg("3")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Eight requests, then EOF: the service returns from main.
+    tracer
+        .stdin
+        .take()
+        .unwrap()
+        .write_all("go\n".repeat(8).as_bytes())
+        .unwrap();
+    let st = tracer.wait().unwrap();
+    let text = std::fs::read_to_string(&out).unwrap();
+    let _ = std::fs::remove_file(&out);
+    let _ = std::fs::remove_file(&exe);
+    assert!(st.success(), "{st}: {text}");
+    let recs = records(&text);
+    let procs = of_type(&recs, "unclosed_process");
+    assert_eq!(procs.len(), 1, "{procs:?}");
+    let p = procs[0];
+    // Its 5 own fds of main and 3 per request, made after its exec; ok_one's file and pipe
+    // were closed (the last request's too, whose fd numbers nothing reused).
+    assert_eq!(
+        (p["exited"].as_bool(), p["outstanding"].as_u64()),
+        (Some(true), Some(5 + 3 * 8)),
+        "{p}"
+    );
+    let stacks = of_type(&recs, "unclosed_stack");
+    assert_eq!(stacks[0]["count"], 24, "{stacks:?}");
+    assert!(symbols(stacks[0]).iter().any(|s| s.starts_with("leak_one")));
+    assert!(
+        stacks
+            .iter()
+            .all(|s| !symbols(s).iter().any(|f| f.starts_with("ok_one"))),
+        "{stacks:?}"
+    );
 }
