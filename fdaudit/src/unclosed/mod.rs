@@ -126,7 +126,17 @@ pub fn run(args: UnclosedArgs) -> Result<u8> {
     sink.report(&session, why)?;
     stream::finish()?;
     Ok(match end {
-        End::Signal(_) => crate::signals::exit_status(),
+        End::Signal(sig) => {
+            // The signal that stopped fdaudit is passed on to CMD (a terminal's Ctrl-C
+            // already reached it).
+            if let Some(pid) = child {
+                // SAFETY: signalling our own child.
+                unsafe { libc::kill(pid as i32, sig) };
+            }
+            crate::signals::exit_status()
+        }
+        // CMD's own status, as `trace -- CMD` returns it.
+        End::Exited(st) => exit::from_wait_status(st),
         _ => exit::OK,
     })
 }

@@ -26,19 +26,30 @@ pub fn fds_of(pid: u32) -> Option<BTreeSet<i32>> {
 /// `pid`'s table, comm and NOFILE soft limit, if it lives.
 pub fn table_of(pid: u32, execs: u32) -> Option<ProcTable> {
     let fds = fds_of(pid)?;
-    let comm = std::fs::read(format!("/proc/{pid}/comm"))
-        .map(|b| {
-            String::from_utf8_lossy(&b[..b.len().min(16)])
-                .trim_end()
-                .to_owned()
-        })
-        .unwrap_or_default();
     Some(ProcTable {
-        comm,
+        comm: comm_of(pid),
         fds,
         nofile_soft: nofile_soft(pid),
         execs,
     })
+}
+
+/// /proc/PID/comm (the kernel's 16 bytes, which the process chose: escaped when printed).
+fn comm_of(pid: u32) -> String {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut buf = Vec::new();
+    let read = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(format!("/proc/{pid}/comm"))
+        .and_then(|f| f.take(64).read_to_end(&mut buf));
+    if read.is_err() {
+        return String::new();
+    }
+    String::from_utf8_lossy(&buf)
+        .trim_end_matches('\n')
+        .to_owned()
 }
 
 /// prlimit(2) of another process's RLIMIT_NOFILE (needs CAP_SYS_RESOURCE or the same
