@@ -192,7 +192,7 @@ pub use records::{
 };
 pub use unclosed::{
     UnclosedFull, UnclosedLive, UnclosedSite, EMFILE, ENFILE, MAX_UNCLOSED_FULL, MAX_UNCLOSED_LIVE,
-    MAX_UNCLOSED_STACKS,
+    MAX_UNCLOSED_STACKS, UNCLOSED_STACK_DEPTH,
 };
 
 /// Whether two names are equal, at compile time: the eBPF crate checks with it that each

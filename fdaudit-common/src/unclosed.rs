@@ -14,6 +14,8 @@ use crate::ORIGIN_SP_WORDS;
 pub const MAX_UNCLOSED_LIVE: u32 = 1 << 17;
 /// Distinct creating stacks kept.
 pub const MAX_UNCLOSED_STACKS: u32 = 1 << 12;
+/// Frames a creating stack keeps (the kernel's walk stops there: its cost grows with it).
+pub const UNCLOSED_STACK_DEPTH: usize = 32;
 /// Processes whose EMFILE/ENFILE moment is kept.
 pub const MAX_UNCLOSED_FULL: u32 = 1024;
 

@@ -55,7 +55,6 @@ use aya_ebpf::{
     macros::{btf_map, map},
     maps::{
         ring_buf::RingBufEntry, Array, HashMap, LruHashMap, PerCpuArray, ProgramArray, RingBuf,
-        StackTrace,
     },
 };
 use fdaudit_common::{
@@ -70,7 +69,7 @@ use fdaudit_common::{
 use fdaudit_common::{
     UnclosedFull, UnclosedLive, UnclosedSite, MAP_UNCLOSED_FULL, MAP_UNCLOSED_LIVE,
     MAP_UNCLOSED_SITES, MAP_UNCLOSED_SITE_SCRATCH, MAP_UNCLOSED_STACKS, MAX_UNCLOSED_FULL,
-    MAX_UNCLOSED_LIVE, MAX_UNCLOSED_STACKS,
+    MAX_UNCLOSED_LIVE, MAX_UNCLOSED_STACKS, UNCLOSED_STACK_DEPTH,
 };
 // fdwalk sends the records through `crate::output_spawn`.
 use exec::output_spawn;
@@ -214,16 +213,20 @@ map_named!(ORIGIN_MADE, MAP_ORIGIN_MADE);
 static ORIGIN_MADE_SCRATCH: PerCpuArray<OriginMade> = PerCpuArray::with_max_entries(1, 0);
 map_named!(ORIGIN_MADE_SCRATCH, MAP_ORIGIN_MADE_SCRATCH);
 
-/// `fdaudit unclosed`'s live set, per (tgid << 32 | fd) (unclosed.rs). Entries are
-/// allocated as they come (no preallocation: most runs hold few).
+/// `fdaudit unclosed`'s live set, per (tgid << 32 | fd) (unclosed.rs). Preallocated (only
+/// `unclosed` loads it whole): an insert and a delete per fd then take no allocation.
 #[map]
-static UNCLOSED_LIVE: HashMap<u64, UnclosedLive> =
-    HashMap::with_max_entries(MAX_UNCLOSED_LIVE, aya_ebpf::bindings::BPF_F_NO_PREALLOC);
+static UNCLOSED_LIVE: HashMap<u64, UnclosedLive> = HashMap::with_max_entries(MAX_UNCLOSED_LIVE, 0);
 map_named!(UNCLOSED_LIVE, MAP_UNCLOSED_LIVE);
 
-/// The creating call sites' user stacks, one per distinct stack (bpf_get_stackid).
-#[map]
-static UNCLOSED_STACKS: StackTrace = StackTrace::with_max_entries(MAX_UNCLOSED_STACKS, 0);
+/// The creating call sites' user stacks, one per distinct stack (bpf_get_stackid). Its
+/// value size bounds the kernel's walk (UNCLOSED_STACK_DEPTH frames, not 127).
+#[btf_map]
+static UNCLOSED_STACKS: btf_maps::StackTrace<
+    { MAX_UNCLOSED_STACKS as usize },
+    0,
+    { UNCLOSED_STACK_DEPTH },
+> = btf_maps::StackTrace::new();
 map_named!(UNCLOSED_STACKS, MAP_UNCLOSED_STACKS);
 
 /// Per stack id, the words at the user sp when that site was first seen.
