@@ -361,6 +361,17 @@ fn bad_input_gets_a_one_line_error() {
         assert!(err.starts_with("error: "), "{err}");
         assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
     }
+    // A command that cannot be exec'd: 127, as `trace -- CMD` and a shell say it.
+    let out = Command::new(fdaudit())
+        .args(["unclosed", "--", "/nonexistent/cmd"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(127), "{err}");
+    assert!(
+        err.contains("error: failed to exec /nonexistent/cmd: ENOENT"),
+        "{err}"
+    );
 }
 
 #[test]

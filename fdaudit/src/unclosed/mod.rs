@@ -100,7 +100,13 @@ pub fn run(args: UnclosedArgs) -> Result<u8> {
         child,
         roots,
         at_attach,
-    } = attach(&args.command, &pids)?;
+    } = match attach(&args.command, &pids)? {
+        Ok(a) => a,
+        Err((msg, code)) => {
+            stream::report_error(&anyhow::anyhow!(msg));
+            return Ok(code);
+        }
+    };
     let mut waiter = Waiter::new(signal_rd, &roots);
     let mut sink = UnclosedSink {
         maps,
@@ -151,7 +157,8 @@ struct Attached {
 }
 
 /// Starts the session and follows `command` (held until then) or `pids`.
-fn attach(command: &[OsString], pids: &[u32]) -> Result<Attached> {
+/// `Ok(Err((message, status)))`: CMD could not be exec'd.
+fn attach(command: &[OsString], pids: &[u32]) -> Result<Result<Attached, (String, u8)>> {
     let held = if command.is_empty() {
         None
     } else {
@@ -188,10 +195,8 @@ fn attach(command: &[OsString], pids: &[u32]) -> Result<Attached> {
     if let Some(h) = held {
         let name = h.name.clone();
         if let Err(errno) = h.release()? {
-            anyhow::bail!(
-                "failed to exec {name}: {}: check the command exists and is executable",
-                std::io::Error::from_raw_os_error(errno)
-            );
+            // As `trace -- CMD` says it: 127 for ENOENT, 126 otherwise.
+            return Ok(Err(crate::trace::exec_failure(&name, errno)));
         }
     }
     stream::note(
@@ -201,13 +206,13 @@ fn attach(command: &[OsString], pids: &[u32]) -> Result<Attached> {
             roots.len()
         ),
     );
-    Ok(Attached {
+    Ok(Ok(Attached {
         session,
         maps,
         child,
         roots,
         at_attach,
-    })
+    }))
 }
 
 /// The sink: resolves new call sites as they come, reports on time and at an EMFILE.
