@@ -424,3 +424,56 @@ fn a_command_s_fds_open_at_its_exit_are_its_leaks_and_the_closed_ones_are_not() 
         "{stacks:?}"
     );
 }
+
+/// `unclosed [GATE] -- CMD` with `requests` lines on CMD's stdin: (status, stderr).
+fn gated(gate: &[&str], cmd: &[&std::ffi::OsStr], requests: usize) -> (Option<i32>, String) {
+    let mut tracer = Command::new(fdaudit())
+        .args(["unclosed", "-o", "/dev/null"])
+        .args(gate)
+        .arg("--")
+        .args(cmd)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    tracer
+        .stdin
+        .take()
+        .unwrap()
+        .write_all("go\n".repeat(requests).as_bytes())
+        .unwrap();
+    let out = tracer.wait_with_output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+#[ignore = "needs root"]
+fn the_gates_fail_on_fds_held_at_exit_and_on_growth_naming_the_site() {
+    let _g = guard();
+    let exe = c_service("unclosed-gates");
+    let svc = [exe.as_os_str(), "3".as_ref()];
+    // 5 fds of main and 3 per request, held at exit.
+    let (code, err) = gated(&["--fail-on-unclosed"], &svc, 8);
+    assert_eq!(code, Some(3), "{err}");
+    assert!(
+        err.contains("verdict: --fail-on-unclosed: pid")
+            && err.contains("exited holding 29 fds it opened: leak_one+"),
+        "{err}"
+    );
+    // /bin/true closes what it opens (the loader's files): nothing to fail on.
+    let (code, err) = gated(&["--fail-on-unclosed"], &["/bin/true".as_ref()], 0);
+    assert_eq!(code, Some(0), "{err}");
+    let (code, err) = gated(&["--fail-on-growth", "29"], &svc, 8);
+    assert_eq!(code, Some(3), "{err}");
+    assert!(
+        err.contains("--fail-on-growth 29: pid") && err.contains("grew by 29 fds"),
+        "{err}"
+    );
+    let (code, err) = gated(&["--fail-on-growth", "30"], &svc, 8);
+    assert_eq!(code, Some(0), "29 < 30: {err}");
+    let _ = std::fs::remove_file(&exe);
+}

@@ -5,6 +5,7 @@
 //! one follow loop, reading the set at the end, every `--interval` and at an EMFILE, and
 //! holding it against each process's fd table ([`model::reconcile`]). docs/unclosed.md.
 
+mod gate;
 mod model;
 mod procs;
 mod report;
@@ -70,6 +71,18 @@ pub struct UnclosedArgs {
     #[arg(long, value_name = "FILE")]
     pub folded: Option<PathBuf>,
 
+    /// Exit 3 when a followed process (CMD exiting 0) exits holding fds it opened while
+    /// followed; the verdict names the call sites.
+    #[arg(long)]
+    pub fail_on_unclosed: bool,
+
+    /// Exit 3 when a followed process's outstanding set grew by N fds or more over the run.
+    #[arg(long, value_name = "N")]
+    pub fail_on_growth: Option<u64>,
+
+    #[command(flatten)]
+    pub policy_exit_code: exit::PolicyCode,
+
     /// The command to run and follow.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<OsString>,
@@ -117,6 +130,7 @@ pub fn run(args: UnclosedArgs) -> Result<u8> {
         min_age_ns: (args.min_age * 1e9) as u64,
         top: args.top,
         folded: args.folded.clone(),
+        gates: gate::Gates::new(args.fail_on_unclosed, args.fail_on_growth),
         emfile_seen: HashSet::new(),
     };
     let until = Until {
@@ -130,7 +144,15 @@ pub fn run(args: UnclosedArgs) -> Result<u8> {
         _ => "end",
     };
     sink.report(&session, why)?;
+    let cmd_ok = !matches!(end, End::Exited(st) if st != 0);
+    let verdict = sink.gates.verdict(cmd_ok && !matches!(end, End::Signal(_)));
+    if let Some(v) = &verdict {
+        stream::note(stream::Level::Verdict, v);
+    }
     stream::finish()?;
+    if verdict.is_some() {
+        return Ok(args.policy_exit_code.code);
+    }
     Ok(match end {
         End::Signal(sig) => {
             // The signal that stopped fdaudit is passed on to CMD (a terminal's Ctrl-C
@@ -225,6 +247,7 @@ struct UnclosedSink {
     min_age_ns: u64,
     top: usize,
     folded: Option<PathBuf>,
+    gates: gate::Gates,
     /// Processes whose EMFILE moment was reported (a report comes at each new one; every
     /// report shows them all).
     emfile_seen: HashSet<u32>,
@@ -313,8 +336,47 @@ impl UnclosedSink {
                 .collect();
             write_folded(path, &report::folded(&stacks))?;
         }
+        if self.gates.active() {
+            let held = self.held(&rec.procs, &rec.outstanding, now_ns);
+            self.gates.observe(held);
+        }
         self.maps.forget(&rec.forget);
         Ok(())
+    }
+
+    /// What each process holds, with its top call sites named, for the gates.
+    fn held(
+        &mut self,
+        procs: &[model::ProcSummary],
+        outstanding: &[model::Outstanding],
+        now_ns: u64,
+    ) -> Vec<gate::Held> {
+        let mut out = Vec::new();
+        for p in procs.iter().filter(|p| p.outstanding > 0) {
+            let mine: Vec<_> = outstanding
+                .iter()
+                .filter(|o| o.pid == p.pid)
+                .cloned()
+                .collect();
+            let sites = group(&mine, now_ns, 0)
+                .iter()
+                .take(3)
+                .map(|g| {
+                    (
+                        site_name(&self.maps.frames(g.stack_id, p.pid), g.stack_id),
+                        g.count,
+                    )
+                })
+                .collect();
+            out.push(gate::Held {
+                pid: p.pid,
+                comm: p.comm.clone(),
+                exited: p.exited,
+                count: p.outstanding,
+                sites,
+            });
+        }
+        out
     }
 
     /// The EMFILE/ENFILE moments, each with the stack holding most of its process's fds.
@@ -359,4 +421,21 @@ fn write_folded(path: &std::path::Path, text: &str) -> Result<()> {
     let mut f = crate::output::stream::create(path)?;
     f.write_all(text.as_bytes())
         .with_context(|| format!("failed to write {}", path.display()))
+}
+
+/// A call site's name for a verdict: the first named frame outside the C library's
+/// wrappers (the code that called open), else the innermost, else the stack id.
+fn site_name(frames: &[crate::engine::origin::Frame], id: i32) -> String {
+    let in_libc = |f: &&crate::engine::origin::Frame| {
+        f.module
+            .as_deref()
+            .is_some_and(|m| m.contains("/libc.so") || m.contains("/libc-"))
+    };
+    frames
+        .iter()
+        .filter(|f| f.symbol.is_some())
+        .find(|f| !in_libc(f))
+        .or(frames.first())
+        .and_then(|f| f.symbol.clone())
+        .unwrap_or_else(|| format!("stack {id}"))
 }
