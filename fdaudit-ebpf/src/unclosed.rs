@@ -18,8 +18,9 @@ use fdaudit_common::{
 };
 
 use crate::{
-    kernel::{conf, read_kernel},
-    TRACKED, UNCLOSED_FULL, UNCLOSED_LIVE, UNCLOSED_SITES, UNCLOSED_SITE_SCRATCH, UNCLOSED_STACKS,
+    kernel::{conf, read_kernel, stat_add},
+    STATS, TRACKED, UNCLOSED_FULL, UNCLOSED_LIVE, UNCLOSED_SITES, UNCLOSED_SITE_SCRATCH,
+    UNCLOSED_STACKS,
 };
 
 /// close(fd) of a followed process, at sys_enter (the fd is gone whatever close returns,
@@ -135,6 +136,13 @@ pub fn made(ctx: &RawTracePointContext, p: &OriginPending, fds: &[i32; ORIGIN_FD
         }
         // By reference: the helper copies the value (no copy of ours per fd).
         #[allow(clippy::needless_borrows_for_generic_args)]
-        let _ = UNCLOSED_LIVE.insert(u64::from(tgid) << 32 | fd as u64, &entry, 0);
+        if UNCLOSED_LIVE
+            .insert(u64::from(tgid) << 32 | fd as u64, &entry, 0)
+            .is_err()
+        {
+            // The set is full: the fd will read `not seen`; the gates know the run is
+            // incomplete.
+            stat_add(&STATS, |s| &mut s.unclosed_full);
+        }
     }
 }

@@ -95,7 +95,7 @@ pub const TABLE: &[Status] = &[
     Status {
         readme: "4",
         code: Some(INCOMPLETE),
-        commands: &["trace"],
+        commands: &["trace", "unclosed"],
         option: Some("--incomplete-exit-code"),
     },
     Status {

@@ -477,3 +477,52 @@ fn the_gates_fail_on_fds_held_at_exit_and_on_growth_naming_the_site() {
     assert_eq!(code, Some(0), "29 < 30: {err}");
     let _ = std::fs::remove_file(&exe);
 }
+
+/// Seven children each dup() fds until EMFILE at the 20,000-fd hard limit, then exit;
+/// the parent exits 0 once they have.
+const FILL: &str = r#"
+#include <stdio.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+int main(void) {
+    for (int c = 0; c < 7; c++) {
+        if (fork() == 0) {
+            struct rlimit r;
+            getrlimit(RLIMIT_NOFILE, &r);
+            r.rlim_cur = r.rlim_max;
+            setrlimit(RLIMIT_NOFILE, &r);
+            while (dup(0) >= 0) {}
+            _exit(0);
+        }
+    }
+    while (wait(NULL) > 0) {}
+    return 0;
+}
+"#;
+
+#[test]
+#[ignore = "needs root"]
+fn a_gate_on_a_run_whose_live_set_was_full_is_incomplete() {
+    let _g = guard();
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: reading our own limit.
+    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
+    assert!(
+        lim.rlim_max * 7 > 131_072,
+        "7 processes at the hard limit {} cannot fill the live set",
+        lim.rlim_max
+    );
+    let exe = fdaudit_tests::build_c_fixture("unclosed-fill", FILL);
+    let (code, err) = gated(&["--fail-on-growth", "1000000"], &[exe.as_os_str()], 0);
+    let _ = std::fs::remove_file(&exe);
+    assert_eq!(code, Some(4), "{err}");
+    assert!(
+        err.contains("verdict: incomplete:") && err.contains("made while the live set was full"),
+        "{err}"
+    );
+}

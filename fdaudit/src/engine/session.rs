@@ -450,6 +450,7 @@ impl Session {
             s.lost_records += v.lost_records;
             s.tracked_full += v.tracked_full;
             s.reads_full += v.reads_full;
+            s.unclosed_full += v.unclosed_full;
         }
         s.lost_records += self.queue_dropped();
         Ok(s)

@@ -83,6 +83,12 @@ pub struct UnclosedArgs {
     #[command(flatten)]
     pub policy_exit_code: exit::PolicyCode,
 
+    /// The exit status when a gate was set and none failed, but the run is known to be
+    /// incomplete (the live set was full, forks not followed), instead of 4: see
+    /// --policy-exit-code (1 to 125, not 2).
+    #[arg(long, value_name = "N", default_value_t = exit::INCOMPLETE, value_parser = exit::parse_verdict_code)]
+    pub incomplete_exit_code: u8,
+
     /// The command to run and follow.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<OsString>,
@@ -144,14 +150,30 @@ pub fn run(args: UnclosedArgs) -> Result<u8> {
         _ => "end",
     };
     sink.report(&session, why)?;
-    let cmd_ok = !matches!(end, End::Exited(st) if st != 0);
-    let verdict = sink.gates.verdict(cmd_ok && !matches!(end, End::Signal(_)));
+    // CMD's own failure, or a signal's status, wins over the gates.
+    let cmd_ok = !matches!(end, End::Exited(st) if st != 0) && !matches!(end, End::Signal(_));
+    let verdict = sink.gates.verdict(cmd_ok);
     if let Some(v) = &verdict {
         stream::note(stream::Level::Verdict, v);
+    }
+    // A gate passes no verdict on what is known to be incomplete.
+    let incomplete = if sink.gates.active() && verdict.is_none() && cmd_ok {
+        incomplete(&session)?
+    } else {
+        None
+    };
+    if let Some(why) = &incomplete {
+        stream::note(
+            stream::Level::Verdict,
+            &format!("incomplete: {why}: no gate passes on it"),
+        );
     }
     stream::finish()?;
     if verdict.is_some() {
         return Ok(args.policy_exit_code.code);
+    }
+    if incomplete.is_some() {
+        return Ok(args.incomplete_exit_code);
     }
     Ok(match end {
         End::Signal(sig) => {
@@ -438,4 +460,24 @@ fn site_name(frames: &[crate::engine::origin::Frame], id: i32) -> String {
         .or(frames.first())
         .and_then(|f| f.symbol.clone())
         .unwrap_or_else(|| format!("stack {id}"))
+}
+
+/// Why the run is known to be incomplete, if it is: fds the full live set could not keep,
+/// forks the full traced set could not follow.
+fn incomplete(session: &Session) -> Result<Option<String>> {
+    let stats = session.stats()?;
+    let mut why = Vec::new();
+    if stats.unclosed_full > 0 {
+        why.push(format!(
+            "{} made while the live set was full",
+            crate::output::count(stats.unclosed_full, "fd", "fds")
+        ));
+    }
+    if stats.tracked_full > 0 {
+        why.push(format!(
+            "{} not followed (the traced set was full)",
+            crate::output::count(stats.tracked_full, "fork", "forks")
+        ));
+    }
+    Ok((!why.is_empty()).then(|| why.join(", ")))
 }
