@@ -51,8 +51,9 @@ pub struct LiveMaps {
     sites: HashMap<MapData, u32, UnclosedSite>,
     full: HashMap<MapData, u32, UnclosedFull>,
     sym: Symbolizer,
-    /// Stack id -> its frames, resolved (not yet named).
+    /// Stack id -> its frames, resolved (named once a report showed them: `named`).
     resolved: StdHashMap<u32, Vec<Frame>>,
+    named: std::collections::HashSet<u32>,
 }
 
 impl LiveMaps {
@@ -65,6 +66,7 @@ impl LiveMaps {
             full: HashMap::try_from(session.take_map(MAP_UNCLOSED_FULL)?)?,
             sym: Symbolizer::default(),
             resolved: StdHashMap::new(),
+            named: Default::default(),
         })
     }
 
@@ -130,17 +132,23 @@ impl LiveMaps {
             return Vec::new();
         }
         let id = id as u32;
+        if self.named.contains(&id) {
+            if let Some(f) = self.resolved.get(&id) {
+                return f.clone();
+            }
+        }
         let mut frames = match self.resolved.get(&id) {
             Some(f) if !f.is_empty() => f.clone(),
-            _ => {
-                let f = self.resolve(id, Some(pid));
-                if self.resolved.len() < MAX_RESOLVED {
-                    self.resolved.insert(id, f.clone());
-                }
-                f
-            }
+            _ => self.resolve(id, Some(pid)),
         };
         self.sym.name_frames(&mut frames);
+        // Named once: the folded stacks, the gates and later reports take the same names.
+        if !frames.is_empty()
+            && (self.resolved.contains_key(&id) || self.resolved.len() < MAX_RESOLVED)
+        {
+            self.resolved.insert(id, frames.clone());
+            self.named.insert(id);
+        }
         frames
     }
 
