@@ -144,12 +144,23 @@ pub fn run(args: UnclosedArgs) -> Result<u8> {
         ..Default::default()
     };
     let (end, _) = follow(&mut session, &mut waiter, &until, &mut sink)?;
+    finish(&args, &session, &mut sink, end, child)
+}
+
+/// The last report, the gates' verdict and the exit status.
+fn finish(
+    args: &UnclosedArgs,
+    session: &Session,
+    sink: &mut UnclosedSink,
+    end: End,
+    child: Option<u32>,
+) -> Result<u8> {
     let why = match end {
         End::Signal(_) => "stopped",
         End::Exited(_) => "command exited",
         _ => "end",
     };
-    sink.report(&session, why)?;
+    sink.report(session, why)?;
     // CMD's own failure, or a signal's status, wins over the gates.
     let cmd_ok = !matches!(end, End::Exited(st) if st != 0) && !matches!(end, End::Signal(_));
     let verdict = sink.gates.verdict(cmd_ok);
@@ -158,7 +169,7 @@ pub fn run(args: UnclosedArgs) -> Result<u8> {
     }
     // A gate passes no verdict on what is known to be incomplete.
     let incomplete = if sink.gates.active() && verdict.is_none() && cmd_ok {
-        incomplete(&session)?
+        incomplete(session)?
     } else {
         None
     };
