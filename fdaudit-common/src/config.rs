@@ -95,7 +95,10 @@ pub struct Config {
     pub regs_arg4: u32,
     /// signal_struct->rlim: the process's resource limits (the spawn's NOFILE at exec).
     pub signal_rlim: u32,
-    pub _pad_origin: u32,
+    /// Non-zero: keep the live set of fds the followed processes made (`fdaudit
+    /// unclosed`): the origin programs fill the UNCLOSED_* maps instead of sending origin
+    /// records.
+    pub unclosed: u32,
     /// Where the credentials and namespaces are (spawn boundaries).
     pub credns: crate::CredNsOffsets,
 }
@@ -170,7 +173,7 @@ impl Config {
         mm_end_code: 0,
         regs_arg4: 0,
         signal_rlim: 0,
-        _pad_origin: 0,
+        unclosed: 0,
         credns: crate::CredNsOffsets::ZEROED,
     };
 }

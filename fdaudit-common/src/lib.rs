@@ -48,6 +48,16 @@ pub const MAP_ORIGIN_SEEN: &str = "ORIGIN_SEEN";
 pub const MAP_ORIGIN_MADE: &str = "ORIGIN_MADE";
 /// A per-CPU [`OriginMade`] being filled (too large for the BPF stack).
 pub const MAP_ORIGIN_MADE_SCRATCH: &str = "ORIGIN_MADE_SCRATCH";
+/// (tgid << 32 | fd) -> [`UnclosedLive`]: the live set of `fdaudit unclosed`.
+pub const MAP_UNCLOSED_LIVE: &str = "UNCLOSED_LIVE";
+/// Stack id -> user stack (BPF_MAP_TYPE_STACK_TRACE): the creating call sites.
+pub const MAP_UNCLOSED_STACKS: &str = "UNCLOSED_STACKS";
+/// Stack id -> [`UnclosedSite`]: the words at the user sp when the site was first seen.
+pub const MAP_UNCLOSED_SITES: &str = "UNCLOSED_SITES";
+/// A per-CPU [`UnclosedSite`] being filled (too large for the BPF stack).
+pub const MAP_UNCLOSED_SITE_SCRATCH: &str = "UNCLOSED_SITE_SCRATCH";
+/// tgid -> [`UnclosedFull`]: a process's fd-making calls that failed with EMFILE/ENFILE.
+pub const MAP_UNCLOSED_FULL: &str = "UNCLOSED_FULL";
 /// Name of the global holding the [`Config`].
 pub const GLOBAL_CONFIG: &str = "CONFIG";
 
@@ -161,6 +171,7 @@ pub mod credns;
 mod maps;
 mod origin;
 mod records;
+mod unclosed;
 
 pub use config::{Config, CONFIG_MAGIC, NO_OFFSET};
 pub use credns::{CredNs, CredNsOffsets};
@@ -178,6 +189,10 @@ pub use origin::{
 pub use records::{
     fd_flags, flags, CloseRange, Counters, ExitRecord, FdInfo, FdPath, PathsRecord, RecordHeader,
     RecordKind, SpawnRecord, SpawnScratch, COUNTER_NAMES, MAX_SPAWN_BYTES,
+};
+pub use unclosed::{
+    UnclosedFull, UnclosedLive, UnclosedSite, EMFILE, ENFILE, MAX_UNCLOSED_FULL, MAX_UNCLOSED_LIVE,
+    MAX_UNCLOSED_STACKS, UNCLOSED_STACK_DEPTH,
 };
 
 /// Whether two names are equal, at compile time: the eBPF crate checks with it that each
@@ -212,6 +227,9 @@ mod pod {
     unsafe impl aya::Pod for super::Counters {}
     unsafe impl aya::Pod for super::HotSlot {}
     unsafe impl aya::Pod for super::FdCache {}
+    unsafe impl aya::Pod for super::UnclosedLive {}
+    unsafe impl aya::Pod for super::UnclosedSite {}
+    unsafe impl aya::Pod for super::UnclosedFull {}
     unsafe impl aya::Pod for super::ExecFailure {}
     unsafe impl aya::Pod for super::OriginPending {}
 }

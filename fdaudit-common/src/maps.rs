@@ -65,7 +65,8 @@ pub struct Stats {
     pub tracked_full: u64,
     /// Read counters not kept because [`MAP_READS`](crate::MAP_READS) was full.
     pub reads_full: u64,
-    pub _reserved: u64,
+    /// Fds `unclosed` could not keep: its live set was full (they read `not seen`).
+    pub unclosed_full: u64,
 }
 
 /// Bytes of the path of a failed exec kept in [`ExecFailure`] (longer ones are cut).

@@ -171,3 +171,59 @@ fn the_table_maps_numbers_both_ways() {
         assert_eq!(OriginCall::of_sysno(53), Some(OriginCall::Socketpair));
     }
 }
+
+/// `unclosed` keeps every fd a call of the table makes, close-on-exec or not: each call
+/// but fcntl's and ioctl's other commands makes fds, with its close-on-exec flag set and
+/// without; io_uring_setup's ring is an fd too (the kernel side keeps it, blind or not).
+#[test]
+fn every_call_of_the_table_makes_fds_for_unclosed_with_or_without_cloexec() {
+    use OriginCall::*;
+    for &call in OriginCall::ALL {
+        let set = |bit| {
+            let mut a = [0u64; 5];
+            if let Rule::Flag(i, b) = call.rule() {
+                a[i] = if bit { b } else { 0 };
+            }
+            a
+        };
+        let made = |a: [u64; 5], how2: u64| effect(call, &a, || how2);
+        match call {
+            // The commands that make fds; the others (F_GETFL, FIONREAD, ...) make none.
+            Fcntl => {
+                assert_eq!(
+                    made(args(3, F_DUPFD, 0, 0), 0),
+                    Some(Effect::Makes {
+                        at: FdAt::Result,
+                        cloexec: false
+                    })
+                );
+                assert_eq!(
+                    made(args(3, F_DUPFD_CLOEXEC, 0, 0), 0),
+                    Some(Effect::Makes {
+                        at: FdAt::Result,
+                        cloexec: true
+                    })
+                );
+                assert_eq!(made(args(3, 3, 0, 0), 0), None, "F_GETFL");
+            }
+            Ioctl => assert_eq!(made(args(3, 0x541b, 0, 0), 0), None, "FIONREAD"),
+            IoUringSetup => assert_eq!(made(set(false), 0), Some(Effect::Blind)),
+            _ => {
+                let (plain, cloexec) = match call {
+                    Openat2 => (made(set(false), 0), made(set(false), O_CLOEXEC)),
+                    _ => (made(set(false), 0), made(set(true), 0)),
+                };
+                let fds = |e: Option<Effect>| match e {
+                    Some(Effect::Makes { cloexec, .. }) => Some(cloexec),
+                    _ => None,
+                };
+                let expect = match call.rule() {
+                    Rule::Never => (Some(false), Some(false)),
+                    Rule::Always => (Some(true), Some(true)),
+                    _ => (Some(false), Some(true)),
+                };
+                assert_eq!((fds(plain), fds(cloexec)), expect, "{call:?}");
+            }
+        }
+    }
+}

@@ -40,6 +40,7 @@ mod origin;
 mod readpath;
 mod syscalls;
 mod tp;
+mod unclosed;
 
 /// Asserts at compile time that static `$ident` is named `$name` (a common-crate constant).
 macro_rules! map_named {
@@ -64,6 +65,11 @@ use fdaudit_common::{
     MAP_ORIGIN_PENDING, MAP_ORIGIN_SEEN, MAP_READS, MAP_READ_PATHS, MAP_SCRATCH, MAP_STATS,
     MAP_TRACKED, MAX_EXEC_FAILS, MAX_ORIGIN_MADE, MAX_ORIGIN_PENDING, MAX_READS, MAX_READ_PATHS,
     MAX_TRACKED, ORIGIN_GATE_SLOTS, RING_TEMPLATE_BYTES,
+};
+use fdaudit_common::{
+    UnclosedFull, UnclosedLive, UnclosedSite, MAP_UNCLOSED_FULL, MAP_UNCLOSED_LIVE,
+    MAP_UNCLOSED_SITES, MAP_UNCLOSED_SITE_SCRATCH, MAP_UNCLOSED_STACKS, MAX_UNCLOSED_FULL,
+    MAX_UNCLOSED_LIVE, MAX_UNCLOSED_STACKS, UNCLOSED_STACK_DEPTH,
 };
 // fdwalk sends the records through `crate::output_spawn`.
 use exec::output_spawn;
@@ -206,6 +212,38 @@ map_named!(ORIGIN_MADE, MAP_ORIGIN_MADE);
 #[map]
 static ORIGIN_MADE_SCRATCH: PerCpuArray<OriginMade> = PerCpuArray::with_max_entries(1, 0);
 map_named!(ORIGIN_MADE_SCRATCH, MAP_ORIGIN_MADE_SCRATCH);
+
+/// `fdaudit unclosed`'s live set, per (tgid << 32 | fd) (unclosed.rs). Preallocated (only
+/// `unclosed` loads it whole): an insert and a delete per fd then take no allocation.
+#[map]
+static UNCLOSED_LIVE: HashMap<u64, UnclosedLive> = HashMap::with_max_entries(MAX_UNCLOSED_LIVE, 0);
+map_named!(UNCLOSED_LIVE, MAP_UNCLOSED_LIVE);
+
+/// The creating call sites' user stacks, one per distinct stack (bpf_get_stackid). Its
+/// value size bounds the kernel's walk (UNCLOSED_STACK_DEPTH frames, not 127).
+#[btf_map]
+static UNCLOSED_STACKS: btf_maps::StackTrace<
+    { MAX_UNCLOSED_STACKS as usize },
+    0,
+    { UNCLOSED_STACK_DEPTH },
+> = btf_maps::StackTrace::new();
+map_named!(UNCLOSED_STACKS, MAP_UNCLOSED_STACKS);
+
+/// Per stack id, the words at the user sp when that site was first seen.
+#[map]
+static UNCLOSED_SITES: HashMap<u32, UnclosedSite> =
+    HashMap::with_max_entries(MAX_UNCLOSED_STACKS, aya_ebpf::bindings::BPF_F_NO_PREALLOC);
+map_named!(UNCLOSED_SITES, MAP_UNCLOSED_SITES);
+
+#[map]
+static UNCLOSED_SITE_SCRATCH: PerCpuArray<UnclosedSite> = PerCpuArray::with_max_entries(1, 0);
+map_named!(UNCLOSED_SITE_SCRATCH, MAP_UNCLOSED_SITE_SCRATCH);
+
+/// Per process, its fd-making calls that failed with EMFILE/ENFILE.
+#[map]
+static UNCLOSED_FULL: LruHashMap<u32, UnclosedFull> =
+    LruHashMap::with_max_entries(MAX_UNCLOSED_FULL, 0);
+map_named!(UNCLOSED_FULL, MAP_UNCLOSED_FULL);
 
 /// Offsets and options, written by the loader (`EbpfLoader::override_global`).
 #[unsafe(no_mangle)]

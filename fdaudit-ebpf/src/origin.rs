@@ -13,6 +13,9 @@
 //!   fd's older origin no longer counts;
 //! - io_uring_setup (whose opens no syscall hook sees): a marker record.
 //!
+//! With `Config::unclosed` (`fdaudit unclosed`) the same two programs keep the live set of
+//! fds instead ([`crate::unclosed`]), and sys_enter also sees close().
+//!
 //! An ia32 call of the table is not followed: a marker record names it. Closes are not
 //! tracked: userspace keeps the last origins per (process, fd) and matches them to a
 //! leaked fd by the file's identity.
@@ -31,10 +34,10 @@ use aya_ebpf::{
     EbpfContext,
 };
 use fdaudit_common::{
-    effect, origin_flags, pending_what, Effect, FdAt, OriginCall, OriginCreatedRecord, OriginMade,
-    OriginPending, OriginRecord, RecordHeader, RecordKind, CMSGHDR_SIZE, MMSGHDR_SIZE,
-    MSGHDR_CONTROL, MSGHDR_CONTROLLEN, ORIGIN_CMSGS, ORIGIN_FDS, ORIGIN_GATE_SLOTS, ORIGIN_MSGS,
-    ORIGIN_SP_WORDS, ORIGIN_STACK_DEPTH, SCM_RIGHTS, SOL_SOCKET,
+    effect, origin_flags, pending_what, sysno, Effect, FdAt, OriginCall, OriginCreatedRecord,
+    OriginMade, OriginPending, OriginRecord, RecordHeader, RecordKind, CMSGHDR_SIZE, EMFILE,
+    ENFILE, MMSGHDR_SIZE, MSGHDR_CONTROL, MSGHDR_CONTROLLEN, ORIGIN_CMSGS, ORIGIN_FDS,
+    ORIGIN_GATE_SLOTS, ORIGIN_MSGS, ORIGIN_SP_WORDS, ORIGIN_STACK_DEPTH, SCM_RIGHTS, SOL_SOCKET,
 };
 
 use crate::{
@@ -42,7 +45,8 @@ use crate::{
     compat::in_compat_syscall,
     configured, current_tgid, fdwalk,
     kernel::{conf, read_kernel, stat_add},
-    ORIGIN_GATE, ORIGIN_MADE, ORIGIN_MADE_SCRATCH, ORIGIN_PENDING, ORIGIN_SEEN, STATS, TRACKED,
+    unclosed, ORIGIN_GATE, ORIGIN_MADE, ORIGIN_MADE_SCRATCH, ORIGIN_PENDING, ORIGIN_SEEN, STATS,
+    TRACKED,
 };
 
 // raw_syscalls/sys_enter: TP_PROTO(struct pt_regs *regs, long id) (4.17+). Leaves at the
@@ -65,12 +69,19 @@ fn ia32_call(nr: i64) -> Option<OriginCall> {
 
 fn try_origin_enter(ctx: &RawTracePointContext) -> Result<(), i64> {
     let raw_id: i64 = ctx.arg(1);
+    // `fdaudit unclosed`: a close() takes its fd out of the live set.
+    if raw_id == sysno::CLOSE && conf!(unclosed) != 0 && !in_compat_syscall() {
+        let regs: u64 = ctx.arg(0);
+        unclosed::closed(arch::arg(regs, conf!(regs_arg0))?);
+        return Ok(());
+    }
     let native = OriginCall::of_sysno(raw_id);
     let ia32 = ia32_call(raw_id);
     if native.is_none() && ia32.is_none() {
         return Ok(());
     }
-    if conf!(origin) == 0 || !configured() || TRACKED.get_ptr(current_tgid()).is_none() {
+    let mode = conf!(origin) | conf!(unclosed);
+    if mode == 0 || !configured() || TRACKED.get_ptr(current_tgid()).is_none() {
         return Ok(());
     }
     // An ia32 call's number means another call: it is only named, as not followed.
@@ -140,7 +151,7 @@ pub fn origin_exit(ctx: RawTracePointContext) -> i32 {
 }
 
 fn try_origin_exit(ctx: &RawTracePointContext) -> Result<(), i64> {
-    if conf!(origin) == 0 {
+    if conf!(origin) | conf!(unclosed) == 0 {
         return Ok(());
     }
     let key = bpf_get_current_pid_tgid();
@@ -164,6 +175,10 @@ fn try_origin_exit(ctx: &RawTracePointContext) -> Result<(), i64> {
     };
     let _ = ORIGIN_PENDING.remove(key);
     let ret: i64 = ctx.arg(1);
+    let unclosed = conf!(unclosed) != 0;
+    if unclosed && (ret == -EMFILE || ret == -ENFILE) {
+        unclosed::full(ctx, &p, -ret as u32);
+    }
     if ret < 0 {
         return Ok(());
     }
@@ -192,6 +207,10 @@ fn try_origin_exit(ctx: &RawTracePointContext) -> Result<(), i64> {
             n = count.min(ORIGIN_FDS as u64) as usize;
             cut = count > ORIGIN_FDS as u64 || m + 1 < msgs;
         }
+    }
+    if unclosed {
+        unclosed::made(ctx, &p, &fds, n);
+        return Ok(());
     }
     // One call of emit (each inlined copy is verified on its own paths).
     let (stack_regs, flags) = match p.what {

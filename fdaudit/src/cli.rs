@@ -26,6 +26,9 @@ pub enum Command {
     /// Run as a node agent: trace every spawn (or a cgroup's), scan now and then, and export
     /// Prometheus metrics labelled by container.
     Watch(watch::WatchArgs),
+    /// Follow processes and report the fds they opened and never closed, grouped by the
+    /// code that opened them, with each one's headroom before its NOFILE limit.
+    Unclosed(crate::unclosed::UnclosedArgs),
     /// Measure what each fd-closing strategy costs per spawn across RLIMIT_NOFILE limits, or
     /// what your own spawner does (`-- CMD`, traced).
     Bench(bench::BenchArgs),
@@ -54,6 +57,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Scan(a) => scan::run(a),
         Command::Trace(a) => trace::run(a),
         Command::Watch(a) => watch::run(a),
+        Command::Unclosed(a) => crate::unclosed::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Diff(a) => diff::run(a),
         Command::Doctor(a) => doctor::run(a),

@@ -28,6 +28,7 @@ mod spawner;
 mod stats;
 mod sys;
 mod trace;
+mod unclosed;
 mod untrusted;
 mod usage;
 mod watch;

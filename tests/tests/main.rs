@@ -52,6 +52,7 @@ mod trace;
 mod trace_attach;
 mod trace_signals;
 mod trace_startup;
+mod unclosed;
 mod watch;
 mod watch_hostile;
 mod watch_textfile;

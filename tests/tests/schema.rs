@@ -262,3 +262,42 @@ fn diff_reads_schema_1_and_schema_2_runs_alike() {
     assert_eq!(one.0, Some(3));
     assert_eq!(one, two, "schema 1 and schema 2 inputs compare the same");
 }
+
+/// `unclosed`'s four records (made by root runs in tests/tests/unclosed.rs, which check
+/// every record they read): the schema takes them as documented and refuses a field too
+/// many or of the wrong type.
+#[test]
+fn the_unclosed_records_are_in_the_schema() {
+    use serde_json::json;
+    let frame = json!({"addr": 4096, "symbol": "leak_one+0x31", "file": "svc.c", "line": 9,
+                       "module": "/tmp/svc", "offset": 4096, "found_by": "eh_frame"});
+    let good = [
+        json!({"type": "unclosed_report", "why": "EMFILE", "outstanding": 30, "stacks": 2,
+               "processes": 1, "read_by": "batch"}),
+        json!({"type": "unclosed_stack", "rank": 1, "stack_id": 7, "count": 30,
+               "by_syscall": {"openat": 30}, "samples": ["/etc/hostname"],
+               "oldest_age_ns": 5, "pids": [12], "stack": [frame.clone()]}),
+        json!({"type": "unclosed_process", "pid": 12, "comm": "svc", "exited": false,
+               "open": 38, "outstanding": 30, "before_tracing": 8, "not_seen": 0,
+               "nofile_soft": 64, "headroom": -1}),
+        json!({"type": "unclosed_emfile", "pid": 12, "comm": "svc", "syscall": "openat",
+               "errno": "EMFILE", "count": 1, "age_ns": 10, "stack": [frame],
+               "top_stack_id": 7, "top_count": 56}),
+    ];
+    for g in &good {
+        fdaudit_tests::check_record(g);
+    }
+    for bad in [
+        json!({"type": "unclosed_report", "why": "EMFILE", "outstanding": 30, "stacks": 2,
+               "processes": 1, "read_by": "batch", "extra": 1}),
+        json!({"type": "unclosed_process", "pid": 12, "comm": "svc", "exited": "no",
+               "open": 38, "outstanding": 30, "before_tracing": 8, "not_seen": 0,
+               "nofile_soft": 64, "headroom": -1}),
+        json!({"type": "unclosed_emfile", "pid": 12, "comm": "svc", "syscall": "openat",
+               "errno": "EBADF", "count": 1, "age_ns": 10, "stack": [],
+               "top_stack_id": null, "top_count": 0}),
+    ] {
+        let r = std::panic::catch_unwind(|| fdaudit_tests::check_record(&bad));
+        assert!(r.is_err(), "accepted {bad}");
+    }
+}

@@ -445,7 +445,7 @@ pub fn config_from_btf(btf: &Btf) -> Result<Config, BtfError> {
         mm_end_code: o("mm_struct", "end_code")?,
         regs_arg4: regs.arg4,
         signal_rlim: o("signal_struct", "rlim")?,
-        _pad_origin: 0,
+        unclosed: 0,
         credns: credns_from_btf(btf),
     })
 }

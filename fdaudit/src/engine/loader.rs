@@ -43,6 +43,9 @@ pub struct SessionOptions {
     /// Record the calls that make fds inheritable (`trace --origin`): two more syscall
     /// programs, run only by the followed tree's fd-creating calls.
     pub origin: bool,
+    /// Keep the live set of the followed processes' fds in the kernel (`fdaudit
+    /// unclosed`): the origin programs in their other mode.
+    pub unclosed: bool,
     /// Ring buffer size in bytes, fixed; `None`: [`super::drain::FIRST_RING_BYTES`], grown
     /// under pressure to [`super::drain::default_ring_bytes`] for the CPUs online.
     pub ring_bytes: Option<u64>,
@@ -162,6 +165,7 @@ pub(super) fn load(opts: &SessionOptions) -> Result<LoadedObject> {
     let mut config = kernel.config;
     config.reads = u32::from(opts.counting.reads());
     config.origin = u32::from(opts.origin);
+    config.unclosed = u32::from(opts.unclosed);
     if let Some((id, level)) = opts.cgroup {
         config.cgroup_id = id;
         config.cgroup_level = level;
@@ -362,7 +366,7 @@ fn attach_programs(
     }
     let (backend, fallback, aya_btf_ms) =
         attach_syscall_counters(bpf, kernel, opts, &plan, early.tp)?;
-    if opts.origin {
+    if opts.origin || opts.unclosed {
         for spec in &ebpf::ORIGIN_PROGRAMS {
             ebpf::load_and_attach(bpf, spec)
                 .with_context(|| format!("failed to start program {} (--origin)", spec.name))?;

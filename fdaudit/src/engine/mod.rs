@@ -32,8 +32,9 @@ pub mod session;
 pub mod spawn;
 pub mod steps;
 pub mod strategy;
-mod symbolize;
+pub(crate) mod symbolize;
 mod symbols;
+pub mod unclosed;
 mod unwind;
 pub mod wait;
 

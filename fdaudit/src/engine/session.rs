@@ -270,6 +270,19 @@ impl Session {
         })
     }
 
+    /// Takes map `name` out of the loaded object (`fdaudit unclosed`'s maps).
+    pub fn take_map(&mut self, name: &str) -> Result<aya::maps::Map> {
+        self.bpf
+            .as_mut()
+            .and_then(|b| b.take_map(name))
+            .with_context(|| format!("the eBPF object has no map {name}"))
+    }
+
+    /// `pid`'s entry in the traced set, if it is traced.
+    pub fn task_state(&self, pid: u32) -> Option<TaskState> {
+        self.tracked.get(&pid, 0).ok()
+    }
+
     /// Traces `pid` and every process it forks from now on. Its own next exec is not a
     /// spawn (it is reported with the `no_fork` flag).
     pub fn track(&mut self, pid: u32) -> Result<()> {
@@ -461,6 +474,7 @@ impl Session {
             s.lost_records += v.lost_records;
             s.tracked_full += v.tracked_full;
             s.reads_full += v.reads_full;
+            s.unclosed_full += v.unclosed_full;
         }
         s.lost_records += self.queue_dropped();
         Ok(s)

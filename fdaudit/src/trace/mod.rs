@@ -277,7 +277,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 /// The exec errno of a command that could not start: the human message and exit status.
-fn exec_failure(name: &str, errno: i32) -> (String, u8) {
+pub(crate) fn exec_failure(name: &str, errno: i32) -> (String, u8) {
     let err = std::io::Error::from_raw_os_error(errno);
     let code = if errno == libc::ENOENT {
         exit::NOT_EXECUTED

@@ -160,6 +160,7 @@ impl TracePlan {
         Ok(SessionOptions {
             counting: self.counting,
             origin: self.origin,
+            unclosed: false,
             ring_bytes,
             backend: self.backend,
             cgroup: followed.map(|f| (f.id, f.level)),

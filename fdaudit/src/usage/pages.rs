@@ -53,6 +53,14 @@ const EXAMPLES: &[(&str, &[(&str, &str)])] = &[
         ],
     ),
     (
+        "unclosed",
+        &[
+            ("sudo fdaudit unclosed -p 1234", "Follow a service; on Ctrl-C, the fds it opened and still holds, by the code that opened them."),
+            ("sudo fdaudit unclosed --interval 60 --top 5 -p 1234", "The same every minute, the five worst call sites."),
+            ("sudo fdaudit unclosed --fail-on-unclosed -- ./test-suite", "Exit 3 when a process of the suite exits holding fds it opened."),
+        ],
+    ),
+    (
         "completions",
         &[("fdaudit completions bash > /etc/bash_completion.d/fdaudit", "Install bash completion.")],
     ),

@@ -16,6 +16,7 @@ use aya_obj::generated::bpf_map_type;
 use fdaudit_common::{
     Config, GLOBAL_CONFIG, MAP_EVENTS, MAP_EVENTS_GROWN, MAP_EXEC_CHAIN, MAP_ORIGIN_GATE,
     MAP_ORIGIN_MADE, MAP_ORIGIN_PENDING, MAP_ORIGIN_SEEN, MAP_READS, MAP_READ_PATHS, MAP_TRACKED,
+    MAP_UNCLOSED_FULL, MAP_UNCLOSED_LIVE, MAP_UNCLOSED_SITES, MAP_UNCLOSED_STACKS,
 };
 use thiserror::Error;
 
@@ -326,11 +327,24 @@ pub fn open_with<'a>(
     // array, all cleared at creation): without --origin no program
     // touches them.
     if config.origin == 0 {
+        for map in [MAP_ORIGIN_SEEN, MAP_ORIGIN_MADE] {
+            loader.map_max_entries(map, 1);
+        }
+    }
+    // `fdaudit unclosed` shares the origin programs' pending call and gate.
+    if config.origin == 0 && config.unclosed == 0 {
+        for map in [MAP_ORIGIN_PENDING, MAP_ORIGIN_GATE] {
+            loader.map_max_entries(map, 1);
+        }
+    }
+    // Its own maps: the stack map is preallocated (a kernel bucket of 127 frames per
+    // entry), so only `unclosed` gets it whole.
+    if config.unclosed == 0 {
         for map in [
-            MAP_ORIGIN_PENDING,
-            MAP_ORIGIN_SEEN,
-            MAP_ORIGIN_GATE,
-            MAP_ORIGIN_MADE,
+            MAP_UNCLOSED_LIVE,
+            MAP_UNCLOSED_STACKS,
+            MAP_UNCLOSED_SITES,
+            MAP_UNCLOSED_FULL,
         ] {
             loader.map_max_entries(map, 1);
         }

@@ -221,9 +221,10 @@ impl<'a> CallJson<'a> {
     }
 }
 
-/// One user stack frame: where it is, what names it, how it was found.
+/// One user stack frame: where it is, what names it, how it was found (also `unclosed`'s
+/// stacks: one wire shape for a frame).
 #[derive(Debug, Serialize)]
-struct FrameJson<'a> {
+pub(crate) struct FrameJson<'a> {
     addr: u64,
     symbol: Option<&'a str>,
     file: Option<&'a str>,
@@ -238,7 +239,7 @@ struct FrameJson<'a> {
 }
 
 impl<'a> FrameJson<'a> {
-    fn new(f: &'a Frame) -> Self {
+    pub(crate) fn new(f: &'a Frame) -> Self {
         FrameJson {
             addr: f.addr,
             symbol: f.symbol.as_deref(),

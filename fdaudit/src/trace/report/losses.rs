@@ -104,7 +104,7 @@ mod tests {
             lost_records: 51_000,
             tracked_full: 2,
             reads_full: 9,
-            _reserved: 0,
+            unclosed_full: 0,
         };
         let l = Losses::new(
             &stats,

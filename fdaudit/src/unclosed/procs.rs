@@ -1,0 +1,97 @@
+//! The fd tables `unclosed` holds the live set against, read from /proc: each a hostile
+//! process's, so bounded (at most [`MAX_FDS`] fds listed per process) and read without
+//! following its links (the fd directory lists numbers; a sample's target is a readlink,
+//! cut at [`TARGET_BYTES`] and escaped before it is printed).
+
+use std::collections::{BTreeSet, HashSet};
+
+use super::model::ProcTable;
+
+/// Fds listed per process (a process past it is counted to here).
+pub const MAX_FDS: usize = 1 << 20;
+/// Bytes of a sample's target kept.
+pub const TARGET_BYTES: usize = 256;
+
+/// `pid`'s fd numbers now (empty when it is gone).
+pub fn fds_of(pid: u32) -> Option<BTreeSet<i32>> {
+    let dir = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
+    Some(
+        dir.flatten()
+            .take(MAX_FDS)
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            .collect(),
+    )
+}
+
+/// `pid`'s table, comm and NOFILE soft limit, if it lives.
+pub fn table_of(pid: u32, execs: u32) -> Option<ProcTable> {
+    let fds = fds_of(pid)?;
+    Some(ProcTable {
+        comm: comm_of(pid),
+        fds,
+        nofile_soft: nofile_soft(pid),
+        execs,
+    })
+}
+
+/// /proc/PID/comm (the kernel's 16 bytes, which the process chose: escaped when printed).
+fn comm_of(pid: u32) -> String {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut buf = Vec::new();
+    let read = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(format!("/proc/{pid}/comm"))
+        .and_then(|f| f.take(64).read_to_end(&mut buf));
+    if read.is_err() {
+        return String::new();
+    }
+    String::from_utf8_lossy(&buf)
+        .trim_end_matches('\n')
+        .to_owned()
+}
+
+/// prlimit(2) of another process's RLIMIT_NOFILE (needs CAP_SYS_RESOURCE or the same
+/// credentials); None when unlimited or refused.
+fn nofile_soft(pid: u32) -> Option<u64> {
+    let mut old = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: reading into a struct we own; no new limit is given.
+    let rc = unsafe {
+        libc::prlimit(
+            pid as libc::pid_t,
+            libc::RLIMIT_NOFILE,
+            std::ptr::null(),
+            &mut old,
+        )
+    };
+    (rc == 0 && old.rlim_cur != libc::RLIM_INFINITY).then_some(old.rlim_cur)
+}
+
+/// The link of `pid`'s `fd` (bounded, lossy), if it is still open.
+pub fn target(pid: u32, fd: i32) -> Option<String> {
+    let link = std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).ok()?;
+    let s = link.to_string_lossy();
+    let mut end = s.len().min(TARGET_BYTES);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    Some(s[..end].to_owned())
+}
+
+/// The fds of `pids` and their descendants now: what is `before tracing`.
+pub fn at_attach(pids: &[u32]) -> Vec<(u32, HashSet<i32>)> {
+    let mut all: Vec<u32> = pids.to_vec();
+    for &p in pids {
+        all.extend(crate::procfs_util::descendants(p));
+    }
+    all.sort_unstable();
+    all.dedup();
+    all.into_iter()
+        .filter(|&p| p != std::process::id())
+        .filter_map(|p| Some((p, fds_of(p)?.into_iter().collect())))
+        .collect()
+}
