@@ -104,6 +104,10 @@ pub struct TraceArgs {
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
 
+    // --sarif turns on --origin (a location is the origin's frame).
+    #[command(flatten)]
+    pub sarif: crate::output::sarif::SarifArgs,
+
     /// When a signal stops fdaudit while it runs -- CMD: how long to go on tracing the
     /// command (which got the signal too) before killing it with SIGKILL.
     #[arg(long, value_name = "SECONDS", value_parser = parse_duration, default_value = "5")]
@@ -316,7 +320,7 @@ fn exec_failure(name: &str, errno: i32) -> (String, u8) {
 
 pub fn run(mut args: TraceArgs) -> Result<u8> {
     let t0 = Instant::now();
-    let (perfetto, junit) = output_files(&mut args)?;
+    let (perfetto, junit, sarif) = output_files(&mut args)?;
     let pids = check_targets(&args.pids, !args.command.is_empty(), args.cgroup.is_some())?;
     let filter = filter::Filter::new(
         &args.exec,
@@ -339,8 +343,9 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
     if args.verbose {
         verbose_startup(&session, startup, child.is_some());
     }
-    let mut reporter =
-        Reporter::new(report_options(&args, held), &session, filter).with_perfetto(perfetto);
+    let mut reporter = Reporter::new(report_options(&args, held), &session, filter)
+        .with_perfetto(perfetto)
+        .with_sarif(sarif.is_some());
     (session.unseen()).inspect(|u| stream::note(stream::Level::Note, u));
     let mut targets = reads::LiveTargets::default();
     let mut sink = following::TraceSink {
@@ -376,7 +381,9 @@ pub fn run(mut args: TraceArgs) -> Result<u8> {
     exit_status = child::detach_then_wait(session, untraced)?.or(exit_status);
     let codes = (args.policy_exit_code.code, args.incomplete_exit_code);
     let ending = ending(&reporter, exit_status, &stats, &missed, codes);
+    let found = reporter.sarif_findings();
     let ci = reporter.finish(stats, missed, storms, ending)?;
+    report::sarif::write(sarif, found, &ci)?;
     if let Some(j) = junit {
         j.write(&ci)?;
     }
@@ -409,13 +416,15 @@ fn ring_at_end(session: &Session, reporter: &mut Reporter) -> (u64, u64) {
 }
 
 /// Checks the exit codes asked for, opens the records stream ([`open_output`]) and creates
-/// the `--perfetto` and `--junit` files: before anything starts, so that a bad path fails
-/// at once.
+/// the `--perfetto`, `--junit` and `--sarif` files: before anything starts, so that a bad
+/// path fails at once. `--sarif` turns on `--origin`: a location is the origin's first
+/// frame in the repository.
 fn output_files(
     args: &mut TraceArgs,
 ) -> Result<(
     Option<perfetto::Perfetto>,
     Option<crate::output::junit::JunitFile>,
+    Option<crate::output::sarif::SarifFile>,
 )> {
     if args.policy_exit_code.code == args.incomplete_exit_code {
         anyhow::bail!(
@@ -430,7 +439,9 @@ fn output_files(
     let junit = (args.junit.as_deref())
         .map(crate::output::junit::JunitFile::create)
         .transpose()?;
-    Ok((perfetto, junit))
+    let sarif = args.sarif.open()?;
+    args.origin |= sarif.is_some();
+    Ok((perfetto, junit, sarif))
 }
 
 /// Opens the records stream: stdout, or stderr when fdaudit runs a command (`--demo`

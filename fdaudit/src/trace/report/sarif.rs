@@ -1,0 +1,258 @@
+//! `trace --sarif FILE`: the trace's findings as SARIF values ([`crate::output::sarif`]):
+//! each leaked fd the leak policy counts (one result per leak, however many spawns made
+//! it), and each group a `--fail-on-strategy` or `--max-closes` gate failed on. A finding's
+//! identity is diff's: the exec path and target normalised by diff's [`Normaliser`] with
+//! every pid of the run, so that the same leak has the same fingerprint in every run and
+//! in `diff --sarif`.
+
+use std::collections::BTreeMap;
+
+use super::gates::{closes, GateOptions};
+use super::summary::LeakPolicy;
+use crate::diff::normalise::Normaliser;
+use crate::engine::{
+    flags::SpawnFlags,
+    origin::Origin,
+    spawn::{LeakedFd, Spawn},
+};
+use crate::output::sarif::{leak_identity, Finding, Level, Rule, SarifFile};
+
+/// Leaked fds kept until the end (each with its stack's source lines); past this they are
+/// counted and said.
+const MAX_KEPT: usize = 20_000;
+/// Source frames kept per stack.
+const MAX_FRAMES: usize = 32;
+
+/// A finding as seen, before the run's pids are all known.
+#[derive(Debug, Clone)]
+struct Seen {
+    rule: Rule,
+    exec_path: String,
+    /// fd, kind, target, family, protocol (a leak); or the gate's words.
+    what: What,
+    frames: Vec<(String, Option<u32>)>,
+    message: String,
+}
+
+#[derive(Debug, Clone)]
+enum What {
+    Leak {
+        fd: u32,
+        kind: &'static str,
+        target: String,
+        family: Option<&'static str>,
+        protocol: Option<&'static str>,
+    },
+    Gate(String),
+}
+
+/// Collects a trace's findings as its spawns come (every spawn: the output filters do not
+/// apply, as they do not to the gates).
+#[derive(Debug, Default)]
+pub struct Collector {
+    /// Per process, the findings of its last image (a `reexec` record replaces them).
+    by_pid: Vec<(u32, Vec<Seen>)>,
+    pids: Vec<u64>,
+    kept: usize,
+    left_out: u64,
+    gate_leaks: bool,
+}
+
+impl Collector {
+    pub fn new(gates: &GateOptions) -> Collector {
+        Collector {
+            gate_leaks: gates.leak_gate.is_some(),
+            ..Default::default()
+        }
+    }
+
+    pub fn add(&mut self, s: &Spawn, policy: &LeakPolicy, gates: &GateOptions) {
+        self.pids
+            .extend([u64::from(s.pid), u64::from(s.parent_pid)]);
+        let exec_path = s.exec_path.lossy().into_owned();
+        let mut found = Vec::new();
+        // An image that exec'd again passed its fds on: the last one leaked them.
+        if !s.flags.contains(SpawnFlags::EXECD_AGAIN) {
+            for f in s.leaked_fds.iter().filter(|f| policy.counts(f)) {
+                found.push(leak(s, f, &exec_path));
+            }
+        }
+        if gates.strategies.contains(&s.strategy) {
+            found.push(Seen {
+                rule: Rule::StrategyOverGate,
+                exec_path: exec_path.clone(),
+                what: What::Gate(s.strategy.to_string()),
+                frames: Vec::new(),
+                message: format!(
+                    "{} → {} closed its fds with {} between fork and exec (--fail-on-strategy)",
+                    s.parent_comm.escaped(),
+                    s.exec_path.escaped(),
+                    s.strategy
+                ),
+            });
+        }
+        if let Some(max) = gates.max_closes.filter(|&m| closes(s) > m) {
+            found.push(Seen {
+                rule: Rule::ClosesOverGate,
+                exec_path: exec_path.clone(),
+                what: What::Gate(format!("closes over {max}")),
+                frames: Vec::new(),
+                message: format!(
+                    "{} → {} made {} fd-closing calls between fork and exec, more than --max-closes {max}",
+                    s.parent_comm.escaped(),
+                    s.exec_path.escaped(),
+                    closes(s)
+                ),
+            });
+        }
+        let reexec = s.flags.contains(SpawnFlags::REEXEC);
+        let prev = self.by_pid.iter().rposition(|(pid, _)| *pid == s.pid);
+        if let (true, Some(i)) = (reexec, prev) {
+            let old = std::mem::take(&mut self.by_pid[i].1);
+            self.kept -= old.len();
+        }
+        if found.is_empty() {
+            return;
+        }
+        let room = MAX_KEPT.saturating_sub(self.kept);
+        if found.len() > room {
+            self.left_out += (found.len() - room) as u64;
+            found.truncate(room);
+        }
+        self.kept += found.len();
+        match prev {
+            Some(i) if reexec => self.by_pid[i].1 = found,
+            _ => self.by_pid.push((s.pid, found)),
+        }
+    }
+
+    /// The findings, one per identity (normalised with every pid of the run), and a note
+    /// when some were left out.
+    pub fn finish(self) -> (Vec<Finding>, Option<String>) {
+        let norm = Normaliser::new(self.pids.iter().copied(), false);
+        let mut by_id: BTreeMap<(Rule, String), (Finding, u64)> = BTreeMap::new();
+        for seen in self.by_pid.into_iter().flat_map(|(_, v)| v) {
+            let identity = identity(&norm, &seen);
+            let level = match seen.rule {
+                Rule::LeakedFd if !self.gate_leaks => Level::Warning,
+                _ => Level::Error,
+            };
+            let entry = by_id
+                .entry((seen.rule, identity.clone()))
+                .or_insert_with(|| {
+                    let f = Finding {
+                        rule: seen.rule,
+                        level,
+                        message: seen.message.clone(),
+                        identity,
+                        frames: Vec::new(),
+                        executable: Some(seen.exec_path.clone()),
+                        baseline: None,
+                    };
+                    (f, 0)
+                });
+            entry.1 += 1;
+            // The first spawn whose origin has source lines gives the location.
+            if entry.0.frames.is_empty() && !seen.frames.is_empty() {
+                entry.0.frames = seen.frames;
+                entry.0.message = seen.message;
+            }
+        }
+        let findings = by_id
+            .into_values()
+            .map(|(mut f, n)| {
+                if n > 1 {
+                    f.message.push_str(&format!(" ({n} spawns)"));
+                }
+                f
+            })
+            .collect();
+        let note = (self.left_out > 0).then(|| {
+            format!(
+                "{} findings left out of the SARIF file (at most {MAX_KEPT} kept)",
+                self.left_out
+            )
+        });
+        (findings, note)
+    }
+}
+
+fn leak(s: &Spawn, f: &LeakedFd, exec_path: &str) -> Seen {
+    let rule = if f.critical {
+        Rule::LeakAcrossBoundary
+    } else {
+        Rule::LeakedFd
+    };
+    let (frames, how) = match &f.origin {
+        Some(Origin::Known(call)) => {
+            let stacks =
+                std::iter::once(&call.stack).chain(call.created_by.as_ref().map(|c| &c.stack));
+            let frames = stacks
+                .flatten()
+                .filter_map(|fr| fr.file.clone().map(|file| (file, fr.line)))
+                .take(MAX_FRAMES)
+                .collect();
+            (frames, format!("; made inheritable by {}", call.syscall))
+        }
+        Some(Origin::Unknown { unknown, .. }) => (Vec::new(), format!("; origin {unknown}")),
+        None => (Vec::new(), String::new()),
+    };
+    let across = if f.critical {
+        " across a credential or namespace boundary"
+    } else {
+        ""
+    };
+    Seen {
+        rule,
+        exec_path: exec_path.to_string(),
+        what: What::Leak {
+            fd: f.fd,
+            kind: f.kind.as_str(),
+            target: f.target.lossy().into_owned(),
+            family: f.family,
+            protocol: f.protocol,
+        },
+        frames,
+        message: format!(
+            "fd {} ({} {}) leaked{across} into {} (spawned by {}){how}",
+            f.fd,
+            f.kind.as_str(),
+            f.target.escaped(),
+            s.exec_path.escaped(),
+            s.parent_comm.escaped()
+        ),
+    }
+}
+
+/// What names a finding in every run: diff's leak key (exec path, fd, kind, target), or
+/// the exec path and the gate.
+fn identity(norm: &Normaliser, s: &Seen) -> String {
+    let exec = norm.path(&s.exec_path);
+    match &s.what {
+        What::Leak {
+            fd,
+            kind,
+            target,
+            family,
+            protocol,
+        } => leak_identity(&exec, *fd, kind, &norm.target(target, *family, *protocol)),
+        What::Gate(g) => format!("{exec}\0{g}"),
+    }
+}
+
+/// `--sarif`: the findings; an incomplete trace's verdict and what was left out are notes.
+pub fn write(
+    file: Option<SarifFile>,
+    found: Option<(Vec<Finding>, Option<String>)>,
+    ci: &crate::output::ci::CiVerdict,
+) -> anyhow::Result<()> {
+    let (Some(file), Some((findings, left_out))) = (file, found) else {
+        return Ok(());
+    };
+    file.write(&crate::output::sarif::Run {
+        command: "trace",
+        findings,
+        exit_code: ci.exit_code,
+        notes: ci.incomplete.iter().cloned().chain(left_out).collect(),
+    })
+}
