@@ -160,7 +160,7 @@ fn trace(repo: &Path, name: &str, extra: &[&str]) -> (PathBuf, Value) {
         .collect();
     args.extend([jsonl.as_os_str(), "--sarif".as_ref(), sarif.as_os_str()]);
     args.extend(["--".as_ref(), exe.as_os_str()]);
-    args.extend(extra.iter().map(|s| std::ffi::OsStr::new(s)));
+    args.extend(extra.iter().map(std::ffi::OsStr::new));
     let o = run_in(&repo.join("src"), &args);
     assert!(o.status.success(), "trace failed: {}", stderr(&o));
     (jsonl, check_sarif(&sarif))
