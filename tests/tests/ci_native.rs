@@ -479,6 +479,16 @@ fn ci_jobs_in_docs_run_as_written() {
                 "{job}, recipe {recipe}: {xml}"
             );
             if job == "github" {
+                // The upload step's file: valid, every result located; the leak into
+                // /bin/true (no frame in the checkout) is a notification, not a result.
+                let log = crate::sarif::check_sarif(&dir.join("fdaudit.sarif"));
+                let notes = log["runs"][0]["invocations"][0]["toolExecutionNotifications"]
+                    .as_array()
+                    .expect("notifications")
+                    .iter()
+                    .filter(|n| n["associatedRule"]["id"] == "leaked-fd")
+                    .count();
+                assert_eq!(notes, usize::from(want == 42), "recipe {recipe}: {log:#}");
                 let md = std::fs::read_to_string(&summary).expect("a step summary");
                 assert!(md.contains("exit status"), "{md}");
                 assert_eq!(

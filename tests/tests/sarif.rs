@@ -357,3 +357,36 @@ for suite in JUnitXml.fromfile(sys.argv[1]):
         let _ = std::fs::remove_file(p);
     }
 }
+
+#[test]
+fn the_checks_refuse_an_unlocated_result_and_a_file_off_the_schema() {
+    let ok = serde_json::json!({
+        "version": "2.1.0",
+        "runs": [{"tool": {"driver": {"name": "x"}}, "results": [{
+            "message": {"text": "m"},
+            "locations": [{"physicalLocation": {"artifactLocation": {"uri": "a.c"}}}]
+        }]}]
+    });
+    let unlocated = {
+        let mut v = ok.clone();
+        v["runs"][0]["results"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("locations");
+        v
+    };
+    let off_schema = {
+        let mut v = ok.clone();
+        v["runs"][0]["results"][0]["level"] = "loud".into();
+        v
+    };
+    let path = temp_path("check.sarif");
+    std::fs::write(&path, ok.to_string()).unwrap();
+    check_sarif(&path);
+    for bad in [unlocated, off_schema] {
+        std::fs::write(&path, bad.to_string()).unwrap();
+        let r = std::panic::catch_unwind(|| check_sarif(&path));
+        assert!(r.is_err(), "accepted {bad}");
+    }
+    let _ = std::fs::remove_file(&path);
+}
