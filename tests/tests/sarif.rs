@@ -215,6 +215,19 @@ fn trace_sarif_points_a_leak_at_its_open_line_in_the_repository() {
     assert_eq!(rule["relationships"][0]["target"]["id"], "403", "{rule}");
     assert_eq!(run["taxonomies"][0]["name"], "CWE");
     assert_eq!(run["taxonomies"][0]["taxa"][0]["id"], "403");
+
+    // Built without debug info: no source line, so the first module of the stack in the
+    // repository, the program itself (not /bin/true, the image that got the fd).
+    let st = Command::new("gcc")
+        .args(["-g0", "-O0", "-fno-omit-frame-pointer", "-o"])
+        .arg(repo.join("build/leak"))
+        .arg(repo.join("src/leak.c"))
+        .status()
+        .expect("gcc");
+    assert!(st.success());
+    let (_, log) = trace(&repo, "nodebug", &[]);
+    let r = result_for(&log, "leaked-fd", 3);
+    assert_eq!(location(r), ("build/leak".to_string(), 0), "{r}");
     let _ = std::fs::remove_dir_all(&repo);
 }
 

@@ -109,6 +109,8 @@ pub struct LeakOrigin {
     pub critical: bool,
     pub syscall: Option<String>,
     pub frames: Vec<(String, Option<u32>)>,
+    /// The stack's mapped files, innermost first.
+    pub modules: Vec<String>,
 }
 
 /// Source frames kept per leak.
@@ -121,8 +123,15 @@ impl LeakOrigin {
             .into_iter()
             .chain(call.and_then(|c| c.get("created_by")))
             .filter_map(|c| c.get("stack")?.as_array());
-        let frames = stacks
-            .flatten()
+        let all: Vec<&serde_json::Value> = stacks.flatten().collect();
+        let mut modules: Vec<String> = Vec::new();
+        for m in all.iter().filter_map(|fr| fr.get("module")?.as_str()) {
+            if modules.len() < MAX_FRAMES && !modules.iter().any(|x| x == m) {
+                modules.push(m.to_string());
+            }
+        }
+        let frames = all
+            .into_iter()
             .filter_map(|fr| {
                 let file = fr.get("file")?.as_str()?.to_string();
                 let line = fr.get("line").and_then(serde_json::Value::as_u64);
@@ -137,6 +146,7 @@ impl LeakOrigin {
                 .and_then(|c| c.get("syscall")?.as_str())
                 .map(str::to_string),
             frames,
+            modules,
         }
     }
 }

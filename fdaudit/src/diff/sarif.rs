@@ -62,6 +62,7 @@ fn finding(id: &LeakId, o: Option<&LeakOrigin>, spawns: u64, state: Baseline) ->
         )),
         identity: leak_identity(&id.exec_path, id.fd, &id.kind, &id.target),
         frames: o.frames,
+        modules: o.modules,
         executable: Some(exec),
         baseline: Some(state),
     }

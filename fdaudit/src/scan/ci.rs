@@ -158,6 +158,7 @@ pub fn sarif_run(
                 ),
                 identity: format!("{}\0fd {fd}\0{}", norm.path(&who), norm.path(&f.reason)),
                 frames: Vec::new(),
+                modules: Vec::new(),
                 executable: exe,
                 baseline: None,
             }

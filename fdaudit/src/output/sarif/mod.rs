@@ -136,6 +136,9 @@ pub struct Finding {
     /// Source files and lines of the stack, innermost first (as the debug line info gives
     /// them; hostile: only compared as text).
     pub frames: Vec<(String, Option<u32>)>,
+    /// The mapped files (executable, libraries) of the stack's frames, innermost first: a
+    /// binary built without debug info in the checkout.
+    pub modules: Vec<String>,
     /// The executable the finding is about, when known (the fallback location).
     pub executable: Option<String>,
     pub baseline: Option<Baseline>,
@@ -319,6 +322,7 @@ mod tests {
             message: "fd 3 leaked".into(),
             identity: "/bin/true\0fd 3".into(),
             frames: frames.iter().map(|(f, l)| (f.to_string(), *l)).collect(),
+            modules: Vec::new(),
             executable: exe.map(str::to_string),
             baseline: None,
         }
@@ -349,6 +353,13 @@ mod tests {
             "{v}"
         );
         assert!(v["physicalLocation"].get("region").is_none(), "{v}");
+        let mut module = finding(&[("/usr/src/glibc/open64.c", Some(41))], Some("/bin/sh"));
+        module.modules = vec!["/usr/lib/libc.so.6".into(), "/src/proj/target/t".into()];
+        let v = serde_json::to_value(location(&module, &root).unwrap()).unwrap();
+        assert_eq!(
+            v["physicalLocation"]["artifactLocation"]["uri"], "target/t",
+            "{v}"
+        );
         let none = finding(&[("/src/proj/../etc/x.c", Some(1))], Some("/bin/true"));
         assert!(location(&none, &root).is_none());
         assert!(root.relative("/src/projector/x.c").is_none());

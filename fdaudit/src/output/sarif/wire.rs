@@ -246,9 +246,9 @@ pub(super) fn location(f: &Finding, root: &SourceRoot) -> Option<Location> {
             .map(|rel| (rel, line.filter(|&l| l > 0)))
     });
     let (rel, line) = frame.or_else(|| {
-        f.executable
-            .as_deref()
-            .and_then(|e| root.relative(e))
+        let modules = f.modules.iter().map(String::as_str);
+        (modules.chain(f.executable.as_deref()))
+            .find_map(|m| root.relative(m))
             .map(|rel| (rel, None))
     })?;
     Some(Location {

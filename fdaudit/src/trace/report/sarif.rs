@@ -31,6 +31,7 @@ struct Seen {
     /// fd, kind, target, family, protocol (a leak); or the gate's words.
     what: What,
     frames: Vec<(String, Option<u32>)>,
+    modules: Vec<String>,
     message: String,
 }
 
@@ -83,6 +84,7 @@ impl Collector {
                 exec_path: exec_path.clone(),
                 what: What::Gate(s.strategy.to_string()),
                 frames: Vec::new(),
+                modules: Vec::new(),
                 message: format!(
                     "{} → {} closed its fds with {} between fork and exec (--fail-on-strategy)",
                     s.parent_comm.escaped(),
@@ -97,6 +99,7 @@ impl Collector {
                 exec_path: exec_path.clone(),
                 what: What::Gate(format!("closes over {max}")),
                 frames: Vec::new(),
+                modules: Vec::new(),
                 message: format!(
                     "{} → {} made {} fd-closing calls between fork and exec, more than --max-closes {max}",
                     s.parent_comm.escaped(),
@@ -146,6 +149,7 @@ impl Collector {
                         message: seen.message.clone(),
                         identity,
                         frames: Vec::new(),
+                        modules: Vec::new(),
                         executable: Some(seen.exec_path.clone()),
                         baseline: None,
                     };
@@ -156,6 +160,9 @@ impl Collector {
             if entry.0.frames.is_empty() && !seen.frames.is_empty() {
                 entry.0.frames = seen.frames;
                 entry.0.message = seen.message;
+            }
+            if entry.0.modules.is_empty() {
+                entry.0.modules = seen.modules;
             }
         }
         let findings = by_id
@@ -183,19 +190,30 @@ fn leak(s: &Spawn, f: &LeakedFd, exec_path: &str) -> Seen {
     } else {
         Rule::LeakedFd
     };
-    let (frames, how) = match &f.origin {
+    let (frames, modules, how) = match &f.origin {
         Some(Origin::Known(call)) => {
-            let stacks =
-                std::iter::once(&call.stack).chain(call.created_by.as_ref().map(|c| &c.stack));
-            let frames = stacks
-                .flatten()
+            let stacks = || {
+                std::iter::once(&call.stack)
+                    .chain(call.created_by.as_ref().map(|c| &c.stack))
+                    .flatten()
+            };
+            let frames = stacks()
                 .filter_map(|fr| fr.file.clone().map(|file| (file, fr.line)))
                 .take(MAX_FRAMES)
                 .collect();
-            (frames, format!("; made inheritable by {}", call.syscall))
+            let mut modules: Vec<String> = Vec::new();
+            for m in stacks().filter_map(|fr| fr.module.as_ref()) {
+                if modules.len() < MAX_FRAMES && !modules.contains(m) {
+                    modules.push(m.clone());
+                }
+            }
+            let how = format!("; made inheritable by {}", call.syscall);
+            (frames, modules, how)
         }
-        Some(Origin::Unknown { unknown, .. }) => (Vec::new(), format!("; origin {unknown}")),
-        None => (Vec::new(), String::new()),
+        Some(Origin::Unknown { unknown, .. }) => {
+            (Vec::new(), Vec::new(), format!("; origin {unknown}"))
+        }
+        None => (Vec::new(), Vec::new(), String::new()),
     };
     let across = if f.critical {
         " across a credential or namespace boundary"
@@ -213,6 +231,7 @@ fn leak(s: &Spawn, f: &LeakedFd, exec_path: &str) -> Seen {
             protocol: f.protocol,
         },
         frames,
+        modules,
         message: format!(
             "fd {} ({} {}) leaked{across} into {} (spawned by {}){how}",
             f.fd,
