@@ -314,8 +314,6 @@ fn scan_sarif_locates_a_finding_at_its_executable_in_the_repository() {
     let _ = std::fs::remove_dir_all(&repo);
 }
 
-const JUNITPARSER: &str = "/opt/fdaudit-ci/junit-venv/bin/python";
-
 #[test]
 fn scan_junit_has_a_case_per_kind_failing_with_the_verdict_and_sarif_notifications() {
     let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/procfs/basic");
@@ -334,21 +332,7 @@ fn scan_junit_has_a_case_per_kind_failing_with_the_verdict_and_sarif_notificatio
     ];
     let o = run_in(Path::new("/"), &args);
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
-    let script = r#"
-import sys
-from junitparser import JUnitXml, Failure
-for suite in JUnitXml.fromfile(sys.argv[1]):
-    for case in suite:
-        msg = [r.message for r in case.result if isinstance(r, Failure)]
-        print(f"{suite.name}|{case.name}|{case.is_passed}|{msg[0] if msg else ''}")
-"#;
-    let out = Command::new(JUNITPARSER)
-        .args(["-c", script])
-        .arg(&xml)
-        .output()
-        .unwrap_or_else(|e| panic!("{JUNITPARSER}: {e}: run .ci/setup"));
-    assert!(out.status.success(), "junitparser: {}", stderr(&out));
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let text = crate::ci_native::junitparser_cases(&xml);
     let cases: Vec<Vec<&str>> = text.lines().map(|l| l.splitn(4, '|').collect()).collect();
     let verdict = "--fail-on high: 4 findings at or above it (2 critical, 2 high): exit status 3";
     let want = [

@@ -244,7 +244,7 @@ fn severities(fs: &[&Finding]) -> String {
     let parts: Vec<String> = (0..5)
         .rev()
         .filter(|&i| by[i] > 0)
-        .map(|i| format!("{} {}", by[i], SEVERITIES[i].as_str()))
+        .map(|i| format!("{} {}", by[i], Severity::ALL[i].as_str()))
         .collect();
     format!(
         "{}: {}",
@@ -252,14 +252,6 @@ fn severities(fs: &[&Finding]) -> String {
         parts.join(", ")
     )
 }
-
-const SEVERITIES: [Severity; 5] = [
-    Severity::Info,
-    Severity::Low,
-    Severity::Medium,
-    Severity::High,
-    Severity::Critical,
-];
 
 #[cfg(test)]
 mod tests {
