@@ -5,7 +5,7 @@
 //! every pid of the run, so that the same leak has the same fingerprint in every run and
 //! in `diff --sarif`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::gates::{closes, GateOptions};
 use super::summary::LeakPolicy;
@@ -51,9 +51,12 @@ enum What {
 /// apply, as they do not to the gates).
 #[derive(Debug, Default)]
 pub struct Collector {
-    /// Per process, the findings of its last image (a `reexec` record replaces them).
-    by_pid: Vec<(u32, Vec<Seen>)>,
-    pids: Vec<u64>,
+    /// Per process, the leaks of its last image (a `reexec` record replaces them).
+    leaks: HashMap<u32, Vec<Seen>>,
+    /// Findings no later record changes: gates, and the leaks of a pid used again.
+    done: Vec<Seen>,
+    /// Every pid and parent pid of the run (bounded by the pid space).
+    pids: BTreeSet<u64>,
     kept: usize,
     left_out: u64,
     gate_leaks: bool,
@@ -71,70 +74,47 @@ impl Collector {
         self.pids
             .extend([u64::from(s.pid), u64::from(s.parent_pid)]);
         let exec_path = s.exec_path.lossy().into_owned();
-        let mut found = Vec::new();
         // An image that exec'd again passed its fds on: the last one leaked them.
-        if !s.flags.contains(SpawnFlags::EXECD_AGAIN) {
-            for f in s.leaked_fds.iter().filter(|f| policy.counts(f)) {
-                found.push(leak(s, f, &exec_path));
-            }
+        let leaks: Vec<Seen> = if s.flags.contains(SpawnFlags::EXECD_AGAIN) {
+            Vec::new()
+        } else {
+            (s.leaked_fds.iter())
+                .filter(|f| policy.counts(f))
+                .map(|f| leak(s, f, &exec_path))
+                .collect()
+        };
+        let gated = self.room_for(gate_findings(s, &exec_path, gates));
+        self.done.extend(gated);
+        let previous = self.leaks.remove(&s.pid).unwrap_or_default();
+        if s.flags.contains(SpawnFlags::REEXEC) {
+            self.kept -= previous.len();
+        } else {
+            self.done.extend(previous);
         }
-        if gates.strategies.contains(&s.strategy) {
-            found.push(Seen {
-                rule: Rule::StrategyOverGate,
-                exec_path: exec_path.clone(),
-                what: What::Gate(s.strategy.to_string()),
-                frames: Vec::new(),
-                modules: Vec::new(),
-                message: format!(
-                    "{} → {} closed its fds with {} between fork and exec (--fail-on-strategy)",
-                    s.parent_comm.escaped(),
-                    s.exec_path.escaped(),
-                    s.strategy
-                ),
-            });
+        let leaks = self.room_for(leaks);
+        if !leaks.is_empty() {
+            self.leaks.insert(s.pid, leaks);
         }
-        if let Some(max) = gates.max_closes.filter(|&m| closes(s) > m) {
-            found.push(Seen {
-                rule: Rule::ClosesOverGate,
-                exec_path: exec_path.clone(),
-                what: What::Gate(format!("closes over {max}")),
-                frames: Vec::new(),
-                modules: Vec::new(),
-                message: format!(
-                    "{} → {} made {} fd-closing calls between fork and exec, more than --max-closes {max}",
-                    s.parent_comm.escaped(),
-                    s.exec_path.escaped(),
-                    closes(s)
-                ),
-            });
-        }
-        let reexec = s.flags.contains(SpawnFlags::REEXEC);
-        let prev = self.by_pid.iter().rposition(|(pid, _)| *pid == s.pid);
-        if let (true, Some(i)) = (reexec, prev) {
-            let old = std::mem::take(&mut self.by_pid[i].1);
-            self.kept -= old.len();
-        }
-        if found.is_empty() {
-            return;
-        }
+    }
+
+    /// What of `found` fits in [`MAX_KEPT`]; the rest is counted.
+    fn room_for(&mut self, mut found: Vec<Seen>) -> Vec<Seen> {
         let room = MAX_KEPT.saturating_sub(self.kept);
         if found.len() > room {
             self.left_out += (found.len() - room) as u64;
             found.truncate(room);
         }
         self.kept += found.len();
-        match prev {
-            Some(i) if reexec => self.by_pid[i].1 = found,
-            _ => self.by_pid.push((s.pid, found)),
-        }
+        found
     }
 
     /// The findings, one per identity (normalised with every pid of the run), and a note
     /// when some were left out.
     pub fn finish(self) -> (Vec<Finding>, Option<String>) {
-        let norm = Normaliser::new(self.pids.iter().copied(), false);
+        let norm = Normaliser::new(self.pids, false);
         let mut by_id: BTreeMap<(Rule, String), (Finding, u64)> = BTreeMap::new();
-        for seen in self.by_pid.into_iter().flat_map(|(_, v)| v) {
+        let last = self.leaks.into_values().flatten();
+        for seen in self.done.into_iter().chain(last) {
             let identity = identity(&norm, &seen);
             let level = match seen.rule {
                 Rule::LeakedFd if !self.gate_leaks => Level::Warning,
@@ -182,6 +162,42 @@ impl Collector {
         });
         (findings, note)
     }
+}
+
+/// A spawn over `--fail-on-strategy` or `--max-closes`.
+fn gate_findings(s: &Spawn, exec_path: &str, gates: &GateOptions) -> Vec<Seen> {
+    let mut found = Vec::new();
+    if gates.strategies.contains(&s.strategy) {
+        found.push(Seen {
+            rule: Rule::StrategyOverGate,
+            exec_path: exec_path.to_string(),
+            what: What::Gate(s.strategy.to_string()),
+            frames: Vec::new(),
+            modules: Vec::new(),
+            message: format!(
+                "{} → {} closed its fds with {} between fork and exec (--fail-on-strategy)",
+                s.parent_comm.escaped(),
+                s.exec_path.escaped(),
+                s.strategy
+            ),
+        });
+    }
+    if let Some(max) = gates.max_closes.filter(|&m| closes(s) > m) {
+        found.push(Seen {
+                rule: Rule::ClosesOverGate,
+                exec_path: exec_path.to_string(),
+                what: What::Gate(format!("closes over {max}")),
+                frames: Vec::new(),
+                modules: Vec::new(),
+                message: format!(
+                    "{} → {} made {} fd-closing calls between fork and exec, more than --max-closes {max}",
+                    s.parent_comm.escaped(),
+                    s.exec_path.escaped(),
+                    closes(s)
+                ),
+            });
+    }
+    found
 }
 
 fn leak(s: &Spawn, f: &LeakedFd, exec_path: &str) -> Seen {
@@ -274,4 +290,68 @@ pub fn write(
         exit_code: ci.exit_code,
         notes: ci.incomplete.iter().cloned().chain(left_out).collect(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::strategy::Strategy;
+    use crate::trace::report::tests::{leaked_fd, spawn};
+
+    fn leaking(pid: u32, target: &str) -> Spawn {
+        let mut s = spawn("srv", "/bin/true", 0, 0, 1);
+        s.pid = pid;
+        s.parent_pid = pid - 1;
+        let mut f = leaked_fd(7, 1, 42);
+        f.target = target.as_bytes().into();
+        s.leaked_fds = vec![f];
+        s
+    }
+
+    #[test]
+    fn one_finding_per_leak_named_without_the_runs_pids() {
+        let gates = GateOptions::default();
+        let mut c = Collector::new(&gates);
+        let policy = LeakPolicy::default();
+        c.add(&leaking(101, "/tmp/x-100"), &policy, &gates);
+        c.add(&leaking(201, "/tmp/x-200"), &policy, &gates);
+        let (found, note) = c.finish();
+        assert!(note.is_none());
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert_eq!(
+            found[0].identity,
+            leak_identity("/bin/true", 7, "regular", "/tmp/x-<pid>")
+        );
+        assert!(
+            found[0].message.ends_with("(2 spawns)"),
+            "{}",
+            found[0].message
+        );
+    }
+
+    #[test]
+    fn a_reexec_replaces_the_leaks_but_not_a_gate_finding() {
+        let gates = GateOptions {
+            strategies: vec![Strategy::CloseLoop],
+            ..Default::default()
+        };
+        let mut c = Collector::new(&gates);
+        let policy = LeakPolicy::default();
+        let mut first = leaking(101, "/etc/a");
+        first.strategy = Strategy::CloseLoop;
+        c.add(&first, &policy, &gates);
+        let mut again = leaking(101, "/etc/b");
+        again.flags |= SpawnFlags::REEXEC;
+        c.add(&again, &policy, &gates);
+        let (found, _) = c.finish();
+        let rules: Vec<(Rule, bool)> = found
+            .iter()
+            .map(|f| (f.rule, f.identity.ends_with("/etc/b")))
+            .collect();
+        assert_eq!(
+            rules,
+            [(Rule::LeakedFd, true), (Rule::StrategyOverGate, false)],
+            "{found:#?}"
+        );
+    }
 }
