@@ -233,6 +233,56 @@ fn trace_sarif_points_a_leak_at_its_open_line_in_the_repository() {
 
 #[test]
 #[ignore = "needs root and BTF"]
+fn a_gate_finding_is_located_at_the_spawned_program_else_a_notification() {
+    let _g = guard();
+    let sarif = temp_path("demo.sarif");
+    let empty = temp_path("empty-root");
+    std::fs::create_dir(&empty).unwrap();
+    let demo = |root: Option<&Path>| {
+        let words = [
+            "trace",
+            "-q",
+            "--demo",
+            "--fail-on-strategy",
+            "close-loop",
+            "--sarif",
+        ];
+        let mut args: Vec<&std::ffi::OsStr> = words.iter().map(std::ffi::OsStr::new).collect();
+        args.push(sarif.as_os_str());
+        if let Some(r) = root {
+            args.push(std::ffi::OsStr::new("--source-root"));
+            args.push(r.as_os_str());
+        }
+        // From /: no .git above it, so the source root is / itself.
+        let o = run_in(Path::new("/"), &args);
+        assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+        check_sarif(&sarif)
+    };
+    let log = demo(None);
+    let r = results(&log)
+        .into_iter()
+        .find(|r| r["ruleId"] == "strategy-over-gate")
+        .unwrap_or_else(|| panic!("no strategy-over-gate result: {log:#}"));
+    assert_eq!(r["level"], "error", "{r}");
+    assert_eq!(location(r).0, "bin/true", "the spawned program: {r}");
+    // Nothing of the run under the root: no result, a notification with the rule.
+    let log = demo(Some(&empty));
+    assert!(results(&log).is_empty(), "{log:#}");
+    let notes = &log["runs"][0]["invocations"][0]["toolExecutionNotifications"];
+    assert!(
+        notes
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n["associatedRule"]["id"] == "strategy-over-gate"),
+        "{log:#}"
+    );
+    let _ = std::fs::remove_file(&sarif);
+    let _ = std::fs::remove_dir(&empty);
+}
+
+#[test]
+#[ignore = "needs root and BTF"]
 fn sarif_fingerprints_survive_reruns_and_diff_sets_the_baseline_state() {
     let _g = guard();
     let repo = repo();

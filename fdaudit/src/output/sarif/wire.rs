@@ -210,11 +210,14 @@ pub(super) fn rules() -> Vec<Descriptor> {
         .collect()
 }
 
+/// A rule's level when a result does not say: the gate rules only report a gate that
+/// failed.
 fn default_level(r: Rule) -> Level {
     match r {
         Rule::LeakAcrossBoundary | Rule::OutsideRoot => Level::Error,
+        Rule::StrategyOverGate | Rule::ClosesOverGate => Level::Error,
         Rule::LeakedFd | Rule::InheritableFd | Rule::SharedDescription => Level::Warning,
-        Rule::StrategyOverGate | Rule::ClosesOverGate | Rule::NofileLimit => Level::Note,
+        Rule::NofileLimit => Level::Note,
     }
 }
 
