@@ -51,11 +51,17 @@ pub fn check_sarif(path: &Path) -> Value {
     assert_eq!(log["version"], "2.1.0");
     for run in log["runs"].as_array().expect("runs") {
         for r in run["results"].as_array().expect("results") {
-            let uri = &r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"];
+            let p = &r["locations"][0]["physicalLocation"];
+            let uri = &p["artifactLocation"]["uri"];
             assert!(
                 uri.as_str()
                     .is_some_and(|u| !u.is_empty() && !u.starts_with('/')),
                 "a result without a relative physical location (GitHub rejects the file): {r}"
+            );
+            // GitHub shows a result at a line (sarif-sdk's GitHub rule GH1003).
+            assert!(
+                p["region"]["startLine"].as_u64().is_some_and(|l| l >= 1),
+                "a result without region.startLine: {r}"
             );
         }
     }
@@ -191,7 +197,7 @@ fn location(r: &Value) -> (String, u64) {
     let p = &r["locations"][0]["physicalLocation"];
     assert_eq!(p["artifactLocation"]["uriBaseId"], "%SRCROOT%", "{r}");
     let uri = p["artifactLocation"]["uri"].as_str().unwrap().to_string();
-    (uri, p["region"]["startLine"].as_u64().unwrap_or(0))
+    (uri, p["region"]["startLine"].as_u64().unwrap())
 }
 
 #[test]
@@ -227,7 +233,7 @@ fn trace_sarif_points_a_leak_at_its_open_line_in_the_repository() {
     assert!(st.success());
     let (_, log) = trace(&repo, "nodebug", &[]);
     let r = result_for(&log, "leaked-fd", 3);
-    assert_eq!(location(r), ("build/leak".to_string(), 0), "{r}");
+    assert_eq!(location(r), ("build/leak".to_string(), 1), "{r}");
     let _ = std::fs::remove_dir_all(&repo);
 }
 
@@ -411,7 +417,8 @@ fn the_checks_refuse_an_unlocated_result_and_a_file_off_the_schema() {
         "version": "2.1.0",
         "runs": [{"tool": {"driver": {"name": "x"}}, "results": [{
             "message": {"text": "m"},
-            "locations": [{"physicalLocation": {"artifactLocation": {"uri": "a.c"}}}]
+            "locations": [{"physicalLocation": {"artifactLocation": {"uri": "a.c"},
+                                                "region": {"startLine": 3}}}]
         }]}]
     });
     let unlocated = {
@@ -422,6 +429,14 @@ fn the_checks_refuse_an_unlocated_result_and_a_file_off_the_schema() {
             .remove("locations");
         v
     };
+    let no_line = {
+        let mut v = ok.clone();
+        v["runs"][0]["results"][0]["locations"][0]["physicalLocation"]
+            .as_object_mut()
+            .unwrap()
+            .remove("region");
+        v
+    };
     let off_schema = {
         let mut v = ok.clone();
         v["runs"][0]["results"][0]["level"] = "loud".into();
@@ -430,7 +445,7 @@ fn the_checks_refuse_an_unlocated_result_and_a_file_off_the_schema() {
     let path = temp_path("check.sarif");
     std::fs::write(&path, ok.to_string()).unwrap();
     check_sarif(&path);
-    for bad in [unlocated, off_schema] {
+    for bad in [unlocated, no_line, off_schema] {
         std::fs::write(&path, bad.to_string()).unwrap();
         let r = std::panic::catch_unwind(|| check_sarif(&path));
         assert!(r.is_err(), "accepted {bad}");

@@ -149,8 +149,7 @@ pub(super) struct Location {
 #[serde(rename_all = "camelCase")]
 struct Physical {
     artifact_location: ArtifactLocation,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    region: Option<Region>,
+    region: Region,
 }
 
 #[derive(Serialize)]
@@ -260,7 +259,11 @@ pub(super) fn location(f: &Finding, root: &SourceRoot) -> Option<Location> {
                 uri: percent(&rel),
                 uri_base_id: Some(SRCROOT),
             },
-            region: line.map(|start_line| Region { start_line }),
+            // GitHub shows a result at a line and its checker (sarif-sdk's GH1003) wants
+            // one: a file without a line (a binary, a frame without one) is at line 1.
+            region: Region {
+                start_line: line.unwrap_or(1),
+            },
         },
     })
 }
