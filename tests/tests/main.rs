@@ -40,6 +40,7 @@ mod perfetto;
 mod readme;
 mod reads;
 mod runtime;
+mod sarif;
 mod scan;
 mod scan_boundary;
 mod scan_creds;

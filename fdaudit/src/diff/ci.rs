@@ -41,6 +41,7 @@ pub fn verdict_of(d: &Diff, exit_code: u8) -> CiVerdict {
             failure: verdict(d, exit_code),
         }],
         groups,
+        findings: Vec::new(),
         incomplete: None,
         exit_code,
         command_failed: false,

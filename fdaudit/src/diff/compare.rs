@@ -396,6 +396,7 @@ mod tests {
             kind: Kind::Bench,
             rows: rows.into_iter().collect(),
             leaks: Default::default(),
+            origins: Default::default(),
         };
         let a = side(vec![
             (key(1024), row(60, "close-range")),

@@ -96,6 +96,59 @@ pub struct Side {
     /// Spawns that leaked each fd at their last image (the traced command's own
     /// inheritance left out).
     pub leaks: BTreeMap<LeakId, u64>,
+    /// Where each leak came from, as far as the records say (`--sarif`).
+    pub origins: BTreeMap<LeakId, LeakOrigin>,
+}
+
+/// What a trace's records say of a leak beyond its [`LeakId`]: the exec path as written,
+/// whether it crossed a boundary, and the source lines of its origin's stack (`trace
+/// --origin`), innermost first.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LeakOrigin {
+    pub exec_path: String,
+    pub critical: bool,
+    pub syscall: Option<String>,
+    pub frames: Vec<(String, Option<u32>)>,
+    /// The stack's mapped files, innermost first.
+    pub modules: Vec<String>,
+}
+
+/// Source frames kept per leak.
+const MAX_FRAMES: usize = 32;
+
+impl LeakOrigin {
+    fn of(exec_path: &str, f: &FdIn) -> LeakOrigin {
+        let call = f.origin.as_ref();
+        let stacks = call
+            .into_iter()
+            .chain(call.and_then(|c| c.get("created_by")))
+            .filter_map(|c| c.get("stack")?.as_array());
+        let all: Vec<&serde_json::Value> = stacks.flatten().collect();
+        let mut modules: Vec<String> = Vec::new();
+        for m in all.iter().filter_map(|fr| fr.get("module")?.as_str()) {
+            if modules.len() < MAX_FRAMES && !modules.iter().any(|x| x == m) {
+                modules.push(m.to_string());
+            }
+        }
+        let frames = all
+            .into_iter()
+            .filter_map(|fr| {
+                let file = fr.get("file")?.as_str()?.to_string();
+                let line = fr.get("line").and_then(serde_json::Value::as_u64);
+                Some((file, line.and_then(|l| u32::try_from(l).ok())))
+            })
+            .take(MAX_FRAMES)
+            .collect();
+        LeakOrigin {
+            exec_path: exec_path.to_string(),
+            critical: f.critical,
+            syscall: call
+                .and_then(|c| c.get("syscall")?.as_str())
+                .map(str::to_string),
+            frames,
+            modules,
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -172,6 +225,11 @@ struct FdIn {
     protocol: Option<String>,
     #[serde(default)]
     inherited: bool,
+    #[serde(default)]
+    critical: bool,
+    /// `trace --origin`'s call (or why it is unknown), read only for `--sarif`.
+    #[serde(default)]
+    origin: Option<serde_json::Value>,
 }
 
 /// Reads `path` (named in errors as given); `keep_paths`: `--keep-paths`.
@@ -265,10 +323,12 @@ fn trace_side(recs: &[serde_json::Value], norm: &Normaliser) -> Result<Side> {
             (k, row)
         })
         .collect();
+    let (leaks, origins) = trace_leaks(recs, norm)?;
     Ok(Side {
         kind: Kind::Trace,
         rows,
-        leaks: trace_leaks(recs, norm)?,
+        leaks,
+        origins,
     })
 }
 
@@ -279,8 +339,11 @@ pub fn rank(s: &str) -> Option<u8> {
 
 /// The fds each spawn's last image got: a record flagged `reexec` replaces its process's
 /// previous one (the image that exec'd again passed its fds on, it did not leak them).
-fn trace_leaks(recs: &[serde_json::Value], norm: &Normaliser) -> Result<BTreeMap<LeakId, u64>> {
+type Leaks = (BTreeMap<LeakId, u64>, BTreeMap<LeakId, LeakOrigin>);
+
+fn trace_leaks(recs: &[serde_json::Value], norm: &Normaliser) -> Result<Leaks> {
     let mut last: Vec<(u32, Vec<LeakId>)> = Vec::new();
+    let mut origins: BTreeMap<LeakId, LeakOrigin> = BTreeMap::new();
     for r in of(recs, "spawn") {
         let s: SpawnIn = serde_json::from_value(r.clone())
             .context("a spawn record is not as fdaudit writes it")?;
@@ -289,11 +352,19 @@ fn trace_leaks(recs: &[serde_json::Value], norm: &Normaliser) -> Result<BTreeMap
             .leaked_fds
             .iter()
             .filter(|f| !f.inherited)
-            .map(|f| LeakId {
-                exec_path: exec_path.clone(),
-                fd: f.fd,
-                kind: f.kind.clone(),
-                target: norm.target(&f.target, f.family.as_deref(), f.protocol.as_deref()),
+            .map(|f| {
+                let id = LeakId {
+                    exec_path: exec_path.clone(),
+                    fd: f.fd,
+                    kind: f.kind.clone(),
+                    target: norm.target(&f.target, f.family.as_deref(), f.protocol.as_deref()),
+                };
+                // The first record with source lines names where the leak comes from.
+                let o = origins.entry(id.clone()).or_default();
+                if o.exec_path.is_empty() || (o.frames.is_empty() && f.origin.is_some()) {
+                    *o = LeakOrigin::of(&s.exec_path, f);
+                }
+                id
             })
             .collect();
         let reexec = s.flags.iter().any(|f| f == "reexec");
@@ -310,7 +381,8 @@ fn trace_leaks(recs: &[serde_json::Value], norm: &Normaliser) -> Result<BTreeMap
             *leaks.entry(id).or_insert(0) += 1;
         }
     }
-    Ok(leaks)
+    origins.retain(|id, _| leaks.contains_key(id));
+    Ok((leaks, origins))
 }
 
 fn bench_side(recs: &[serde_json::Value]) -> Result<Side> {
@@ -346,5 +418,6 @@ fn bench_side(recs: &[serde_json::Value]) -> Result<Side> {
         kind: Kind::Bench,
         rows,
         leaks: BTreeMap::new(),
+        origins: BTreeMap::new(),
     })
 }

@@ -7,6 +7,7 @@ mod compare;
 mod input;
 pub mod normalise;
 mod render;
+mod sarif;
 
 use std::path::PathBuf;
 
@@ -67,6 +68,10 @@ pub struct DiffArgs {
     /// verdict, one per group failing with what got worse, one per new or fixed leak.
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
+
+    // Traces: each leak with its baselineState (new, unchanged, absent).
+    #[command(flatten)]
+    pub sarif: crate::output::sarif::SarifArgs,
 }
 
 /// A percentage: a finite number, 0 or more.
@@ -83,6 +88,7 @@ pub fn run(args: DiffArgs) -> Result<u8> {
     let junit = (args.junit.as_deref())
         .map(crate::output::junit::JunitFile::create)
         .transpose()?;
+    let sarif = args.sarif.open()?;
     let a = input::read(&args.before, args.keep_paths)?;
     let b = input::read(&args.after, args.keep_paths)?;
     if a.kind != b.kind {
@@ -113,5 +119,17 @@ pub fn run(args: DiffArgs) -> Result<u8> {
         j.write(&ci)?;
     }
     crate::output::github::report(&ci)?;
+    if let Some(file) = sarif {
+        let findings = match a.kind {
+            input::Kind::Trace => sarif::findings(&a, &b),
+            input::Kind::Bench => Vec::new(),
+        };
+        file.write(&crate::output::sarif::Run {
+            command: "diff",
+            findings,
+            exit_code: code,
+            notes: Vec::new(),
+        })?;
+    }
     Ok(code)
 }

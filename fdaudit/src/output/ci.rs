@@ -27,13 +27,25 @@ pub struct GroupCase {
     pub failures: Vec<String>,
 }
 
+/// A case of its own: `scan`'s one per kind of finding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlainCase {
+    pub name: String,
+    /// The verdict lines, when it failed.
+    pub failures: Vec<String>,
+    /// What it found (JUnit's `system-out`).
+    pub out: String,
+}
+
 /// One run's verdicts, as the CI reports show them.
 #[derive(Debug, Clone, Default)]
 pub struct CiVerdict {
-    /// The subcommand: `trace` or `diff`.
+    /// The subcommand: `trace`, `diff` or `scan`.
     pub command: &'static str,
     pub gates: Vec<GateCase>,
     pub groups: Vec<GroupCase>,
+    /// `scan`: a case per kind of finding (suite `findings`, in place of `groups`).
+    pub findings: Vec<PlainCase>,
     /// The trace is known to be incomplete and a gate was set: why (the verdict line).
     pub incomplete: Option<String>,
     pub exit_code: u8,

@@ -246,6 +246,7 @@ mod tests {
                 failure: Some(line.clone()),
             }],
             groups: (1..=15).map(|i| group(i, vec![line.clone()])).collect(),
+            findings: Vec::new(),
             incomplete: None,
             exit_code: 3,
             command_failed: false,

@@ -99,16 +99,35 @@ fn suites(v: &CiVerdict) -> Vec<Suite> {
             )),
         })
         .collect();
-    vec![
-        Suite {
-            name: "gates",
-            cases: gates,
-        },
-        Suite {
+    let findings: Vec<Case> = v
+        .findings
+        .iter()
+        .map(|c| Case {
+            name: c.name.clone(),
+            outcome: if c.failures.is_empty() {
+                Outcome::Pass
+            } else {
+                Outcome::Failure(c.failures.clone())
+            },
+            out: Some(c.out.clone()),
+        })
+        .collect();
+    let mut suites = vec![Suite {
+        name: "gates",
+        cases: gates,
+    }];
+    if findings.is_empty() {
+        suites.push(Suite {
             name: "groups",
             cases: groups,
-        },
-    ]
+        });
+    } else {
+        suites.push(Suite {
+            name: "findings",
+            cases: findings,
+        });
+    }
+    suites
 }
 
 fn counts(cases: &[Case]) -> (usize, usize) {
@@ -264,6 +283,7 @@ mod tests {
                 close_max: 0,
                 failures: vec!["--fail-on-leak: …".into()],
             }],
+            findings: Vec::new(),
             incomplete: None,
             exit_code: 3,
             command_failed: false,

@@ -4,6 +4,7 @@ pub mod ci;
 pub mod color;
 pub mod github;
 pub mod junit;
+pub mod sarif;
 pub mod table;
 
 use std::io::Write;

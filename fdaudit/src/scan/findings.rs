@@ -19,6 +19,15 @@ pub enum Severity {
 }
 
 impl Severity {
+    /// Every severity, lowest first (`Severity as usize` indexes it).
+    pub const ALL: [Severity; 5] = [
+        Severity::Info,
+        Severity::Low,
+        Severity::Medium,
+        Severity::High,
+        Severity::Critical,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Severity::Info => "info",

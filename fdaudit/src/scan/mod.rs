@@ -5,6 +5,7 @@
 //! processes and fds that vanish during the scan.
 
 pub mod alike;
+mod ci;
 pub mod findings;
 pub mod net;
 pub mod netns;
@@ -60,6 +61,13 @@ pub struct ScanArgs {
     pub fail_on: Option<Severity>,
     #[command(flatten)]
     pub policy_exit_code: crate::exit::PolicyCode,
+    /// Also write a JUnit XML report to FILE: a case for --fail-on and one per kind of
+    /// finding, failing with the verdict line when it has findings at or above --fail-on
+    /// (docs/ci.md).
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
+    #[command(flatten)]
+    pub sarif: crate::output::sarif::SarifArgs,
     /// Show only findings at or above this severity (text and JSON); the summary still
     /// counts the others, and --fail-on still judges every finding.
     #[arg(long, value_enum, value_name = "SEVERITY", default_value_t = Severity::Info)]
@@ -206,6 +214,7 @@ pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
         "scan",
     )?;
     check_input(&args)?;
+    let reports = ci::Reports::open(&args)?;
     // SIGINT and SIGTERM end the scan at its next step, with the partial summary; a second
     // one exits at once.
     crate::signals::install(
@@ -216,15 +225,9 @@ pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
         CallerIgnored::Catch,
     );
     let cfg = scan_options(&args)?;
-    let opts = RenderOptions {
-        json: args.json,
-        list_fds: cfg.full_fds,
-        only_findings: args.only_findings || args.quiet,
-        sort: args.sort,
-        min_severity: args.min_severity,
-    };
+    let opts = render_options(&args, &cfg);
     let mut out = io::BufWriter::with_capacity(256 * 1024, stream::Out);
-    let (outcome, tail, worst, write_err) = scan_and_render(&cfg, opts, &mut out)?;
+    let (outcome, tail, worst, write_err) = scan_and_render(&cfg, opts, &mut out, reports.kept())?;
     let n_findings = tail.n_findings;
     let verdict_line = args
         .fail_on
@@ -272,10 +275,23 @@ pub fn run(args: ScanArgs) -> anyhow::Result<u8> {
     if !args.json {
         print_notes(&notes, verdict_line.as_deref());
     }
+    let gate = (args.fail_on, verdict_line.as_deref());
+    reports.write(&cfg.root, &outcome.shared, gate, exit_code)?;
     if let Some(msg) = lost_pid {
         bail!(msg);
     }
     Ok(exit_code)
+}
+
+/// What rendering takes from the arguments.
+fn render_options(args: &ScanArgs, cfg: &ScanOptions) -> RenderOptions {
+    RenderOptions {
+        json: args.json,
+        list_fds: cfg.full_fds,
+        only_findings: args.only_findings || args.quiet,
+        sort: args.sort,
+        min_severity: args.min_severity,
+    }
 }
 
 /// The closing notes ([`report::notes`]) and how many findings `--min-severity` hid.
@@ -404,6 +420,7 @@ fn scan_and_render(
     cfg: &ScanOptions,
     opts: RenderOptions,
     out: &mut (impl Write + Send),
+    kept: Option<&ci::Kept>,
 ) -> anyhow::Result<(Outcome, Tail, Option<Severity>, Option<io::Error>)> {
     let users = std::sync::Mutex::new(report::Users::default());
     let mut write_err: Option<io::Error> = None;
@@ -436,6 +453,9 @@ fn scan_and_render(
             }
         };
         let render_counting = |r: ProcReport| {
+            if let Some(k) = kept {
+                k.add(&cfg.root, &r.findings);
+            }
             {
                 let mut g = counted.lock().unwrap_or_else(|p| p.into_inner());
                 g.0 = g.0.max(r.worst());

@@ -105,6 +105,10 @@ pub struct TraceArgs {
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
 
+    // --sarif turns on --origin (a location is the origin's frame).
+    #[command(flatten)]
+    pub sarif: crate::output::sarif::SarifArgs,
+
     /// When a signal stops fdaudit while it runs -- CMD: how long to go on tracing the
     /// command (which got the signal too) before killing it with SIGKILL.
     #[arg(long, value_name = "SECONDS", value_parser = parse_duration, default_value = "5")]
@@ -297,7 +301,7 @@ pub(crate) fn exec_failure(name: &str, errno: i32) -> (String, u8) {
 pub fn run(args: TraceArgs) -> Result<u8> {
     let t0 = Instant::now();
     let plan = TracePlan::new(args)?;
-    let (perfetto, junit) = output_files(&plan)?;
+    let (perfetto, junit, sarif) = output_files(&plan)?;
     let pids = check_targets(&plan.pids, !plan.command.is_empty(), plan.cgroup.is_some())?;
     let filter = plan.filter()?;
     stream::set_quiet(plan.out.quiet && !plan.out.json);
@@ -315,7 +319,8 @@ pub fn run(args: TraceArgs) -> Result<u8> {
         verbose_startup(&session, startup, child.is_some());
     }
     let mut reporter = Reporter::new(plan.report_options(held), &session.at_start(), filter)
-        .with_perfetto(perfetto);
+        .with_perfetto(perfetto)
+        .with_sarif(sarif.is_some());
     (session.unseen()).inspect(|u| stream::note(stream::Level::Note, u));
     let mut targets = reads::LiveTargets::default();
     let mut sink = following::TraceSink {
@@ -352,7 +357,9 @@ pub fn run(args: TraceArgs) -> Result<u8> {
         .flatten();
     exit_status = child::detach_then_wait(session, untraced)?.or(exit_status);
     let ending = ending(&reporter, exit_status, &end.stats, &end.missed, plan.codes);
+    let found = reporter.sarif_findings();
     let ci = reporter.finish(end, storms, ending)?;
+    report::sarif::write(sarif, found, &ci)?;
     if let Some(j) = junit {
         j.write(&ci)?;
     }
@@ -384,13 +391,14 @@ fn ring_at_end(end: &SessionEnd) -> (u64, u64) {
 
 /// Opens the records stream (stdout, or stderr when fdaudit runs a command, `--demo`
 /// included: it runs fdaudit's own demo workload, or `-o FILE`) and creates the
-/// `--perfetto` and `--junit` files: before anything starts, so that a bad path fails at
-/// once.
+/// `--perfetto`, `--junit` and `--sarif` files: before anything starts, so that a bad path
+/// fails at once.
 fn output_files(
     plan: &TracePlan,
 ) -> Result<(
     Option<perfetto::Perfetto>,
     Option<crate::output::junit::JunitFile>,
+    Option<crate::output::sarif::SarifFile>,
 )> {
     stream::open(plan.out.records.clone(), plan.out.json, "trace")?;
     let perfetto = (plan.out.perfetto.as_deref())
@@ -399,7 +407,8 @@ fn output_files(
     let junit = (plan.out.junit.as_deref())
         .map(crate::output::junit::JunitFile::create)
         .transpose()?;
-    Ok((perfetto, junit))
+    let sarif = plan.out.sarif.open()?;
+    Ok((perfetto, junit, sarif))
 }
 
 /// `--reads`: the byte-at-a-time read storms the kernel counted, their fds named.

@@ -49,6 +49,8 @@ pub struct OutputPlan {
     pub verbose: bool,
     pub perfetto: Option<PathBuf>,
     pub junit: Option<PathBuf>,
+    /// `--sarif FILE`, `--source-root DIR`.
+    pub sarif: crate::output::sarif::SarifArgs,
 }
 
 /// How long `trace` follows the processes.
@@ -104,6 +106,7 @@ impl TracePlan {
                 verbose: args.verbose,
                 perfetto: args.perfetto,
                 junit: args.junit,
+                sarif: args.sarif.clone(),
             },
             follow: FollowPlan {
                 duration: args.duration,
@@ -134,7 +137,8 @@ impl TracePlan {
                 min_closes: args.min_closes,
             },
             codes,
-            origin: args.origin,
+            // --sarif turns on --origin: a location is the origin's frame.
+            origin: args.origin || args.sarif.sarif.is_some(),
             buffer_pages: args.buffer_pages,
             backend: args.backend,
             pids: args.pids,

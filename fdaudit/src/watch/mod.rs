@@ -198,13 +198,7 @@ fn scan_once(metrics: &Mutex<Metrics>, close_ns: f64) -> Result<()> {
         arch: scan::oflags::Arch::host(),
         stop: Default::default(),
     };
-    const SEVERITIES: [Severity; 5] = [
-        Severity::Info,
-        Severity::Low,
-        Severity::Medium,
-        Severity::High,
-        Severity::Critical,
-    ];
+    const SEVERITIES: [Severity; 5] = Severity::ALL;
     let found = Mutex::new((Vec::new(), [0u64; SEVERITIES.len()]));
     let severity_index = |s: Severity| SEVERITIES.iter().position(|&x| x == s).unwrap_or(0);
     let outcome = scan::scan(

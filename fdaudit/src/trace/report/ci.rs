@@ -59,6 +59,7 @@ pub fn verdict(
         command: "trace",
         gates: gate_cases.into_iter().map(|(_, c)| c).collect(),
         groups,
+        findings: Vec::new(),
         incomplete,
         exit_code: ending.exit_code,
         command_failed: ending.exit_reason == ExitReason::Command && ending.exit_code != 0,

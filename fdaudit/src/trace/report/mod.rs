@@ -8,6 +8,7 @@ mod gates;
 pub(crate) mod json;
 mod line;
 mod losses;
+pub mod sarif;
 mod summary;
 mod text;
 
@@ -61,6 +62,8 @@ pub struct Reporter {
     queue_dropped: u64,
     /// `--perfetto FILE`: the spawns shown, as a timeline.
     perfetto: Option<Perfetto>,
+    /// `--sarif FILE`: the findings of every spawn.
+    sarif: Option<sarif::Collector>,
 }
 
 /// `-p`: says once which inheritable fds the processes held at attach (what
@@ -185,7 +188,21 @@ impl Reporter {
             ring_bytes: s.ring_bytes,
             queue_dropped: 0,
             perfetto: None,
+            sarif: None,
         }
+    }
+
+    /// Also collects the findings for `--sarif`.
+    pub fn with_sarif(mut self, on: bool) -> Self {
+        self.sarif = on.then(|| sarif::Collector::new(&self.args.gates));
+        self
+    }
+
+    /// `--sarif`'s findings and a note when some were left out (None without `--sarif`).
+    pub fn sarif_findings(
+        &mut self,
+    ) -> Option<(Vec<crate::output::sarif::Finding>, Option<String>)> {
+        self.sarif.take().map(sarif::Collector::finish)
     }
 
     /// Also writes the spawns shown to this Perfetto trace.
@@ -262,6 +279,9 @@ impl Reporter {
 
     fn report_spawn(&mut self, s: Box<Spawn>) -> Result<()> {
         self.gates.judge(&s, &self.collector.policy);
+        if let Some(c) = &mut self.sarif {
+            c.add(&s, &self.collector.policy, &self.args.gates);
+        }
         if let Some(all) = &mut self.unfiltered {
             all.add(&link(&s, &self.collector.policy, None));
         }
