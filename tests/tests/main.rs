@@ -54,6 +54,7 @@ mod trace_startup;
 mod watch;
 mod watch_hostile;
 mod watch_textfile;
+mod watch_tls;
 
 /// A file of this directory that no `mod` line names would never be built or run
 /// (`autotests = false`): each one must be a module above.

@@ -186,6 +186,7 @@ pub struct Metrics {
     nofile_soft: Family<ProcessLabels, Gauge>,
     findings: Family<SeverityLabels, Gauge>,
     scans: Counter,
+    auth_failures: Counter,
     kernel_seen: (u64, u64),
 }
 
@@ -216,6 +217,7 @@ impl Metrics {
             nofile_soft: Family::default(),
             findings: Family::default(),
             scans: Counter::default(),
+            auth_failures: Counter::default(),
             kernel_seen: (0, 0),
             registry: Registry::default(),
         };
@@ -272,10 +274,20 @@ impl Metrics {
             self.bpf_missed_runs.clone(),
         );
         registry.register(
+            "http_auth_failures",
+            "Requests refused with 401 for lack of the right basic auth credentials (--web-config)",
+            self.auth_failures.clone(),
+        );
+        registry.register(
             "series_overflow",
             "Spawns folded into the _overflow label set because the label-set cap was reached",
             self.overflow.clone(),
         );
+    }
+
+    /// The counter the endpoint moves on each request refused with 401.
+    pub fn auth_failures(&self) -> Counter {
+        self.auth_failures.clone()
     }
 
     /// The metrics the periodic scan of /proc sets.
