@@ -166,10 +166,19 @@ fn servicemonitor_validates_against_the_kubernetes_and_operator_schemas() {
         "the ServiceMonitor: {text}"
     );
     // The commented HTTPS and basic auth endpoint, uncommented, is valid too.
-    let at = yaml.find("      # scheme: https").expect("the HTTPS example");
-    let tls = format!("{}{}", &yaml[..at], yaml[at..].replace("      # ", "      "));
+    let at = yaml
+        .find("      # scheme: https")
+        .expect("the HTTPS example");
+    let tls = format!(
+        "{}{}",
+        &yaml[..at],
+        yaml[at..].replace("      # ", "      ")
+    );
     let (ok, text) = validate_servicemonitor(&tls);
-    assert!(ok && tls.contains("\n      scheme: https\n"), "HTTPS: {text}");
+    assert!(
+        ok && tls.contains("\n      scheme: https\n"),
+        "HTTPS: {text}"
+    );
     // The validator refuses what the operator's CRD refuses.
     for (from, to) in [
         ("scheme: https", "scheme: htps"),
@@ -243,6 +252,10 @@ fn prometheus_rules_documented_queries_and_dashboard_parse() {
         exprs.len()
     );
     check_queries("dashboard", &exprs);
+    assert!(
+        exprs.iter().any(|e| e.contains("boundary!=\"\"")),
+        "no panel shows the leaks across a boundary"
+    );
 }
 
 /// Whether promtool parses every query (Grafana variables filled), as recording rules.
@@ -268,4 +281,56 @@ fn queries_parse(tag: &str, queries: &[String]) -> (bool, String) {
 fn check_queries(tag: &str, queries: &[String]) {
     let (ok, text) = queries_parse(tag, queries);
     assert!(ok, "{tag}: {text}");
+}
+
+/// `promtool test rules` on `rules` and `tests` (file contents) side by side in a temporary
+/// directory: (passed, output).
+fn promtool_test_rules(rules: &str, tests: &str) -> (bool, String) {
+    let dir = std::env::temp_dir().join(format!("fdaudit-ruletest-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("create a temp dir");
+    std::fs::write(dir.join("fdaudit-rules.yml"), rules).expect("write the rules");
+    std::fs::write(dir.join("fdaudit-rules.test.yml"), tests).expect("write the tests");
+    let out = Command::new("promtool")
+        .args(["test", "rules", "fdaudit-rules.test.yml"])
+        .current_dir(&dir)
+        .output()
+        .expect("failed to run promtool (package prometheus; .ci/setup)");
+    std::fs::remove_dir_all(&dir).ok();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+#[test]
+fn every_alert_has_promtool_unit_tests_and_they_pass() {
+    let dir = repo().join("deploy/prometheus");
+    let rules = std::fs::read_to_string(dir.join("fdaudit-rules.yml")).expect("the rules");
+    let tests = std::fs::read_to_string(dir.join("fdaudit-rules.test.yml")).expect("the tests");
+    let alerts: Vec<&str> = rules
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- alert: "))
+        .collect();
+    assert!(alerts.len() >= 5, "alerts: {alerts:?}");
+    for a in &alerts {
+        assert!(
+            tests.contains(&format!("alertname: {a}\n")),
+            "{a} has no test in fdaudit-rules.test.yml"
+        );
+    }
+    let (ok, text) = promtool_test_rules(&rules, &tests);
+    assert!(
+        ok && text.contains("SUCCESS"),
+        "promtool test rules: {text}"
+    );
+    // The tests catch a pager that would fire on a cgroup move alone, and one that misses a
+    // leak's first (and only) increment.
+    for (from, to) in [
+        ("|root_inode)", "|root_inode|cgroup2_id)"),
+        ("\n          or\n", "\n          and\n"),
+    ] {
+        assert!(rules.contains(from), "{from:?}");
+        let (ok, text) = promtool_test_rules(&rules.replace(from, to), &tests);
+        assert!(!ok, "promtool test rules passed with {to:?}: {text}");
+    }
 }
