@@ -4,7 +4,9 @@
 
 mod auth;
 mod exposition;
+mod files;
 mod http;
+mod labels;
 pub mod metrics;
 #[cfg(test)]
 mod same_spawn;
@@ -148,6 +150,11 @@ pub fn observation(s: &Spawn, leaks_only: bool) -> SpawnObservation {
             s.origin_labels()
         },
         leaked_kinds,
+        leaked_files: if transient {
+            Vec::new()
+        } else {
+            files::of_spawn(s)
+        },
         transient_fds,
         boundary: s.boundary.as_ref().map(|b| b.keys()).unwrap_or_default(),
         close_calls: (!leaks_only).then_some(s.calls.close_calls),
@@ -600,6 +607,7 @@ mod tests {
         );
         assert!(!om.contains("fdaudit_spawns_with_leaks_total{"), "{om}");
         assert!(!om.contains("fdaudit_leaked_fds_total{"), "{om}");
+        assert!(!om.contains("fdaudit_leaked_files_total{"), "{om}");
     }
 
     #[test]
@@ -615,6 +623,7 @@ mod tests {
             },
             leaked_kinds: vec!["regular".into()],
             leaked_origins: vec!["openat".into()],
+            leaked_files: Vec::new(),
             transient_fds: 0,
             boundary: String::new(),
             close_calls: None,
