@@ -256,6 +256,10 @@ fn prometheus_rules_documented_queries_and_dashboard_parse() {
         exprs.iter().any(|e| e.contains("boundary!=\"\"")),
         "no panel shows the leaks across a boundary"
     );
+    assert!(
+        exprs.iter().any(|e| e.contains("fdaudit_leaked_files_total")),
+        "no panel shows the leaks per file"
+    );
 }
 
 /// Whether promtool parses every query (Grafana variables filled), as recording rules.
