@@ -257,7 +257,9 @@ fn prometheus_rules_documented_queries_and_dashboard_parse() {
         "no panel shows the leaks across a boundary"
     );
     assert!(
-        exprs.iter().any(|e| e.contains("fdaudit_leaked_files_total")),
+        exprs
+            .iter()
+            .any(|e| e.contains("fdaudit_leaked_files_total")),
         "no panel shows the leaks per file"
     );
 }

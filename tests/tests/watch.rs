@@ -23,7 +23,7 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("bind an ephemeral port")
@@ -68,7 +68,7 @@ fn dechunk(mut body: &str) -> String {
 }
 
 /// Kills and reaps a child when the test ends, passed or not.
-struct Reaped(Child);
+pub(crate) struct Reaped(pub(crate) Child);
 
 impl Drop for Reaped {
     fn drop(&mut self) {
@@ -160,10 +160,10 @@ impl Drop for DockerCgroup {
 }
 
 /// A temporary directory removed when the test ends, passed or not.
-struct TempDir(PathBuf);
+pub(crate) struct TempDir(pub(crate) PathBuf);
 
 impl TempDir {
-    fn new(tag: &str) -> TempDir {
+    pub(crate) fn new(tag: &str) -> TempDir {
         let d = std::env::temp_dir().join(format!("fdaudit-{tag}-{}", std::process::id()));
         std::fs::create_dir_all(&d).expect("create a temporary directory");
         TempDir(d)

@@ -6,49 +6,18 @@
 //! protocol, not the cost).
 
 use std::{
-    net::TcpListener,
     path::{Path, PathBuf},
-    process::{Child, Command, Output, Stdio},
+    process::{Command, Output, Stdio},
     time::{Duration, Instant},
 };
 
 use fdaudit_tests::fdaudit;
 use serde_json::Value;
 
+use super::watch::{free_port, Reaped, TempDir};
+
 const USER: &str = "prometheus";
 const PASSWORD: &str = "scrape-me";
-
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let d = std::env::temp_dir().join(format!("fdaudit-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&d).expect("create a temporary directory");
-        TempDir(d)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind an ephemeral port")
-        .port()
-}
 
 /// A self-signed certificate for 127.0.0.1 (server.crt, server.key) in `dir`, and a web
 /// config naming it and `USER` with `PASSWORD`'s bcrypt hash: the config's path.

@@ -357,7 +357,7 @@ fn listen(args: &WatchArgs) -> Result<Option<(http::Bound, webconfig::WebConfig)
     }
     let web = match &args.web_config {
         // One line: the file's errors name it, and what is wrong in it.
-        Some(p) => webconfig::load(p).map_err(|e| anyhow::anyhow!("--web-config {e:#}"))?,
+        Some(p) => webconfig::load(p).map_err(|e| anyhow::anyhow!("--web-config: {e:#}"))?,
         None => webconfig::WebConfig::default(),
     };
     let server = http::bind(args.listen).with_context(|| {

@@ -20,7 +20,7 @@
 use std::{
     collections::BTreeMap,
     io::Read as _,
-    os::unix::fs::OpenOptionsExt as _,
+    os::unix::ffi::OsStrExt as _,
     path::{Path, PathBuf},
     sync::Arc,
 };
@@ -85,21 +85,16 @@ pub fn load(path: &Path) -> Result<WebConfig> {
     Ok(WebConfig { tls, users })
 }
 
-/// Up to `max` bytes of the regular file `path` (a FIFO, device or directory is refused).
+/// Up to `max` bytes of the regular file `path` (a FIFO, device or directory is refused
+/// before it is opened: untrusted.rs).
 fn read_bounded(path: &Path, max: u64) -> Result<Vec<u8>> {
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
-        .with_context(|| format!("failed to open {}", path.display()))?;
-    let meta = f
-        .metadata()
-        .with_context(|| format!("failed to stat {}", path.display()))?;
-    if !meta.is_file() {
-        bail!("{}: not a regular file", path.display());
-    }
+    // OpenError's message holds its cause already: one line, not the cause twice.
+    let opened = crate::untrusted::open_configured(path.as_os_str().as_bytes(), max)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut buf = Vec::new();
-    (&mut f)
+    // It may have grown since: bounded all the same.
+    opened
+        .file
         .take(max + 1)
         .read_to_end(&mut buf)
         .with_context(|| format!("failed to read {}", path.display()))?;
