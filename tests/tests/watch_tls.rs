@@ -253,3 +253,128 @@ fn prometheus_scrapes_over_tls_with_basic_auth_and_wrong_credentials_are_refused
         "Prometheus's 401s were not counted: {failures}"
     );
 }
+
+/// `openssl ARGS` in `dir`, panicking with its stderr unless it succeeds.
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("failed to run openssl (package openssl)");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+#[ignore = "needs root"]
+fn client_certificates_are_required_and_verified_with_client_ca_file() {
+    let _g = fdaudit_tests::guard();
+    let tmp = TempDir::new("webconfig-mtls");
+    let dir = &tmp.0;
+    let config = web_config(dir);
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    // A client CA, a client certificate it signed, and one signed by nobody it knows.
+    for (name, subj) in [("ca", "/CN=scrapers"), ("stranger", "/CN=stranger")] {
+        let (key, crt) = (format!("{name}.key"), format!("{name}.crt"));
+        let mut args = vec!["req", "-x509", "-days", "1", "-subj", subj];
+        args.extend(ec);
+        args.extend(["-keyout", &key, "-out", &crt]);
+        openssl(dir, &args);
+    }
+    std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
+    let mut args = vec!["req", "-subj", "/CN=prometheus"];
+    args.extend(ec);
+    args.extend(["-keyout", "client.key", "-out", "client.csr"]);
+    openssl(dir, &args);
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "client.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "1",
+            "-extfile",
+            "client.ext",
+            "-out",
+            "client.crt",
+        ],
+    );
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "  key_file: server.key\n",
+        "  key_file: server.key\n  client_ca_file: ca.crt\n  \
+         client_auth_type: RequireAndVerifyClientCert\n",
+    );
+    std::fs::write(&config, text).unwrap();
+    let ca = dir.join("server.crt");
+    let port = free_port();
+    let url = format!("https://127.0.0.1:{port}/metrics");
+    let good = format!("{USER}:{PASSWORD}");
+    let child = Command::new(fdaudit())
+        .args(["watch", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--scan-interval", "0", "--web-config"])
+        .arg(&config)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start fdaudit watch");
+    let mut w = Reaped(child);
+    let cert = dir.join("client.crt");
+    let key = dir.join("client.key");
+    let with_cert = [
+        "--cert",
+        cert.to_str().unwrap(),
+        "--key",
+        key.to_str().unwrap(),
+    ];
+    let t0 = Instant::now();
+    let (code, body) = loop {
+        let mut args = with_cert.to_vec();
+        args.extend(["-u", &good]);
+        let r = curl(&url, &args, &ca);
+        if r.0 != 0 {
+            break r;
+        }
+        if let Ok(Some(st)) = w.0.try_wait() {
+            panic!("fdaudit watch exited early ({st})");
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "watch never listened"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(code, 200, "the CA's client was refused: {body}");
+    // No certificate, or one the CA did not sign: no HTTP answer at all.
+    assert_eq!(
+        curl(&url, &["-u", &good], &ca).0,
+        0,
+        "no client certificate"
+    );
+    let (cert, key) = (dir.join("stranger.crt"), dir.join("stranger.key"));
+    let stranger = [
+        "--cert",
+        cert.to_str().unwrap(),
+        "--key",
+        key.to_str().unwrap(),
+    ];
+    let mut args = stranger.to_vec();
+    args.extend(["-u", &good]);
+    assert_eq!(curl(&url, &args, &ca).0, 0, "a certificate of another CA");
+}
