@@ -114,7 +114,10 @@ pub fn of_spawn(s: &crate::engine::spawn::Spawn) -> Vec<LeakedFile> {
             file: identity(f.kind.as_str(), f.dev, f.ino),
             kind: f.kind.as_str().to_owned(),
             origin_comm: match &f.origin {
-                Some(crate::engine::origin::Origin::Known(c)) => Some(c.comm.clone()),
+                // Escaped as the `parent` label is (a comm is the process's to choose).
+                Some(crate::engine::origin::Origin::Known(c)) => {
+                    Some(crate::output::text::escape(&c.comm))
+                }
                 _ => None,
             },
         })

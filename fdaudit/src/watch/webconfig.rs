@@ -13,9 +13,9 @@
 //! ```
 //!
 //! Unknown keys are refused, as the toolkit refuses them (a misspelt key must not leave the
-//! endpoint open). The files are root's, but read as any input: bounded, regular files,
-//! opened without blocking on a FIFO. Symbolic links are followed: Kubernetes mounts Secret
-//! keys as links into a `..data` directory.
+//! endpoint open). The files are root's, but read as any input (untrusted.rs): held `O_PATH`
+//! first, read only when a regular file (a FIFO or device is never opened), bounded.
+//! Symbolic links are followed: Kubernetes mounts Secret keys as links into `..data`.
 
 use std::{
     collections::BTreeMap,
@@ -115,8 +115,7 @@ fn tls_acceptor(t: &TlsServerConfig, dir: &Path) -> Result<tokio_rustls::TlsAcce
     let key = PrivateKeyDer::from_pem_slice(&file(&t.key_file)?)
         .map_err(|e| anyhow::anyhow!("key_file {}: {e}", t.key_file.display()))?;
     // ring has no post-quantum key exchange (rustls marks it deprecated for that); aws-lc-rs,
-    // which has, needs cmake to build. Prometheus's Go client does not offer ML-KEM to a
-    // scrape target before Go 1.24 either.
+    // which has, needs cmake to build.
     #[allow(deprecated)]
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let versions = versions(t.min_version.as_deref(), t.max_version.as_deref())?;
