@@ -234,6 +234,13 @@ pub fn open_path(path: &[u8], max_len: u64, want: Option<FileId>) -> Result<Open
     open_checked(path, true, max_len, want)
 }
 
+/// Opens a file root's configuration names (`watch --web-config` and the PEM files it
+/// names): held as any other (a regular file only, nothing else opened, bounded), but a
+/// symlink at its end is followed, as Kubernetes mounts a Secret's keys as links.
+pub fn open_configured(path: &[u8], max_len: u64) -> Result<Opened, OpenError> {
+    open_checked(path, false, max_len, None)
+}
+
 /// Opens the file a mapping of a live process maps (`/proc/PID/map_files/START-END`: the
 /// mapped file itself, even deleted or renamed; root only).
 pub fn open_mapped(pid: u32, start: u64, end: u64, max_len: u64) -> Result<Opened, OpenError> {

@@ -1,6 +1,8 @@
 //! The deployment files are valid: the systemd unit for `systemd-analyze verify`, the
-//! Kubernetes manifest for a schema validator with the Kubernetes OpenAPI schemas bundled
-//! (`kubernetes-validate` from PyPI, offline; installed by .ci/setup).
+//! Kubernetes manifests for a schema validator with the Kubernetes OpenAPI schemas bundled
+//! (`kubernetes-validate` from PyPI, offline), the ServiceMonitor for the Prometheus
+//! Operator CRD's schema (npm `@kubernetes-models/prometheus-operator`, offline), the
+//! alerting rules for `promtool test rules`; all installed by .ci/setup.
 
 use std::{path::PathBuf, process::Command};
 
@@ -68,6 +70,11 @@ fn systemd_unit_verifies_cleanly() {
         );
     }
     assert!(text.contains("ExecStart=/usr/local/bin/fdaudit watch "));
+    assert!(
+        text.contains("#ExecStart=/usr/local/bin/fdaudit watch --listen 0.0.0.0:9749")
+            && text.contains("--web-config /etc/fdaudit/web.yml"),
+        "the unit shows how to turn TLS and basic auth on"
+    );
     // The check itself catches a broken unit.
     let (_, stderr) = verify_unit(&text.replace("ProtectSystem=strict", "ProtectSystem=strcit"));
     assert!(
@@ -105,8 +112,18 @@ fn daemonset_validates_against_the_kubernetes_schema() {
         "- BPF",
         "- PERFMON",
         "privileged: false",
+        "# - --web-config",
     ] {
         assert!(yaml.contains(needed), "the DaemonSet lacks {needed}");
+    }
+    // Both probes poll /healthz, which costs no scrape.
+    for probe in ["readinessProbe:", "livenessProbe:"] {
+        let block = yaml
+            .split(probe)
+            .nth(1)
+            .unwrap_or_else(|| panic!("the DaemonSet has no {probe}"));
+        let path = block.lines().find_map(|l| l.trim().strip_prefix("path: "));
+        assert_eq!(path, Some("/healthz"), "{probe}");
     }
     // The validator rejects what the API server would (a misspelt field).
     let bad = std::env::temp_dir().join(format!("fdaudit-ds-{}.yaml", std::process::id()));
@@ -117,6 +134,63 @@ fn daemonset_validates_against_the_kubernetes_schema() {
         !ok && text.contains("hostPid"),
         "a bad manifest passed: {text}"
     );
+}
+
+/// Runs tests/fixtures/kubernetes/validate-servicemonitor.mjs on `yaml`: (valid, output).
+fn validate_servicemonitor(yaml: &str) -> (bool, String) {
+    let path = std::env::temp_dir().join(format!("fdaudit-sm-{}.yaml", std::process::id()));
+    std::fs::write(&path, yaml).expect("write the manifest");
+    let out = Command::new("node")
+        .arg(repo().join("tests/fixtures/kubernetes/validate-servicemonitor.mjs"))
+        .arg(&path)
+        .output()
+        .expect("failed to run node (.ci/setup installs the validator's npm packages)");
+    std::fs::remove_file(&path).ok();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+#[test]
+fn servicemonitor_validates_against_the_kubernetes_and_operator_schemas() {
+    let path = repo().join("deploy/kubernetes/servicemonitor.yaml");
+    let (ok, text) = validate(&path);
+    assert!(
+        ok && text.contains("passed for resource service/fdaudit"),
+        "kubernetes-validate: {text}"
+    );
+    let yaml = std::fs::read_to_string(&path).expect("read the manifest");
+    let (ok, text) = validate_servicemonitor(&yaml);
+    assert!(
+        ok && text.contains("valid servicemonitor/fdaudit"),
+        "the ServiceMonitor: {text}"
+    );
+    // The commented HTTPS and basic auth endpoint, uncommented, is valid too.
+    let at = yaml
+        .find("      # scheme: https")
+        .expect("the HTTPS example");
+    let tls = format!(
+        "{}{}",
+        &yaml[..at],
+        yaml[at..].replace("      # ", "      ")
+    );
+    let (ok, text) = validate_servicemonitor(&tls);
+    assert!(
+        ok && tls.contains("\n      scheme: https\n"),
+        "HTTPS: {text}"
+    );
+    // The validator refuses what the operator's CRD refuses.
+    for (from, to) in [
+        ("scheme: https", "scheme: htps"),
+        ("interval: 30s", "interval: soon"),
+        ("  endpoints:", "  endpoint:"),
+    ] {
+        let (ok, text) = validate_servicemonitor(&tls.replace(from, to));
+        assert!(!ok && text.contains("invalid"), "{to} passed: {text}");
+    }
+    // The Service selects the DaemonSet's pods by its port name.
+    let ds = std::fs::read_to_string(repo().join("deploy/kubernetes/daemonset.yaml")).unwrap();
+    assert!(ds.contains("- name: metrics") && yaml.contains("targetPort: metrics"));
 }
 
 fn promtool_check_rules(path: &std::path::Path) -> (bool, String) {
@@ -178,6 +252,16 @@ fn prometheus_rules_documented_queries_and_dashboard_parse() {
         exprs.len()
     );
     check_queries("dashboard", &exprs);
+    assert!(
+        exprs.iter().any(|e| e.contains("boundary!=\"\"")),
+        "no panel shows the leaks across a boundary"
+    );
+    assert!(
+        exprs
+            .iter()
+            .any(|e| e.contains("fdaudit_leaked_files_total")),
+        "no panel shows the leaks per file"
+    );
 }
 
 /// Whether promtool parses every query (Grafana variables filled), as recording rules.
@@ -203,4 +287,56 @@ fn queries_parse(tag: &str, queries: &[String]) -> (bool, String) {
 fn check_queries(tag: &str, queries: &[String]) {
     let (ok, text) = queries_parse(tag, queries);
     assert!(ok, "{tag}: {text}");
+}
+
+/// `promtool test rules` on `rules` and `tests` (file contents) side by side in a temporary
+/// directory: (passed, output).
+fn promtool_test_rules(rules: &str, tests: &str) -> (bool, String) {
+    let dir = std::env::temp_dir().join(format!("fdaudit-ruletest-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("create a temp dir");
+    std::fs::write(dir.join("fdaudit-rules.yml"), rules).expect("write the rules");
+    std::fs::write(dir.join("fdaudit-rules.test.yml"), tests).expect("write the tests");
+    let out = Command::new("promtool")
+        .args(["test", "rules", "fdaudit-rules.test.yml"])
+        .current_dir(&dir)
+        .output()
+        .expect("failed to run promtool (package prometheus; .ci/setup)");
+    std::fs::remove_dir_all(&dir).ok();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+#[test]
+fn every_alert_has_promtool_unit_tests_and_they_pass() {
+    let dir = repo().join("deploy/prometheus");
+    let rules = std::fs::read_to_string(dir.join("fdaudit-rules.yml")).expect("the rules");
+    let tests = std::fs::read_to_string(dir.join("fdaudit-rules.test.yml")).expect("the tests");
+    let alerts: Vec<&str> = rules
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- alert: "))
+        .collect();
+    assert!(alerts.len() >= 5, "alerts: {alerts:?}");
+    for a in &alerts {
+        assert!(
+            tests.contains(&format!("alertname: {a}\n")),
+            "{a} has no test in fdaudit-rules.test.yml"
+        );
+    }
+    let (ok, text) = promtool_test_rules(&rules, &tests);
+    assert!(
+        ok && text.contains("SUCCESS"),
+        "promtool test rules: {text}"
+    );
+    // The tests catch a pager that would fire on a cgroup move alone, and one that misses a
+    // leak's first (and only) increment.
+    for (from, to) in [
+        ("|root_inode)", "|root_inode|cgroup2_id)"),
+        ("\n          or\n", "\n          and\n"),
+    ] {
+        assert!(rules.contains(from), "{from:?}");
+        let (ok, text) = promtool_test_rules(&rules.replace(from, to), &tests);
+        assert!(!ok, "promtool test rules passed with {to:?}: {text}");
+    }
 }

@@ -57,6 +57,7 @@ mod unclosed;
 mod watch;
 mod watch_hostile;
 mod watch_textfile;
+mod watch_tls;
 
 /// A file of this directory that no `mod` line names would never be built or run
 /// (`autotests = false`): each one must be a module above.

@@ -23,7 +23,7 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("bind an ephemeral port")
@@ -68,7 +68,7 @@ fn dechunk(mut body: &str) -> String {
 }
 
 /// Kills and reaps a child when the test ends, passed or not.
-struct Reaped(Child);
+pub(crate) struct Reaped(pub(crate) Child);
 
 impl Drop for Reaped {
     fn drop(&mut self) {
@@ -160,10 +160,10 @@ impl Drop for DockerCgroup {
 }
 
 /// A temporary directory removed when the test ends, passed or not.
-struct TempDir(PathBuf);
+pub(crate) struct TempDir(pub(crate) PathBuf);
 
 impl TempDir {
-    fn new(tag: &str) -> TempDir {
+    pub(crate) fn new(tag: &str) -> TempDir {
         let d = std::env::temp_dir().join(format!("fdaudit-{tag}-{}", std::process::id()));
         std::fs::create_dir_all(&d).expect("create a temporary directory");
         TempDir(d)
@@ -475,6 +475,67 @@ fn scan_gauges_label_the_executable_as_spawns_do() {
         "the comm is no gauge label, nor is `exe`: {gauges:#?}"
     );
     assert!(load.0.wait().unwrap().success());
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_file_passed_through_a_shell_is_one_leaked_files_series_named_after_its_maker() {
+    let _serial = serial();
+    let cg = DockerCgroup::new("watch-files");
+    let port = free_port();
+    let parent = format!("/{}", cg.parent.file_name().unwrap().to_string_lossy());
+    let _w = start_watch(port, &["--cgroup", &parent, "--scan-interval", "0"]);
+    // `leaky` leaks fd 7 into sh, which passes it on to cat and sleep: three spawns with a
+    // leak, three parent/child pairs, one file.
+    // (The harness's own inherited fds leak along: each is a file, and one series, too.)
+    cg.run("printf leaky > /proc/$$/comm && sh -c 'cat /dev/null; sleep 0; :'; :");
+    let container = format!("container_id=\"{}\"", cg.id);
+    let t0 = Instant::now();
+    let files = loop {
+        let (_, body) = http_get(port, "/metrics").expect("watch is listening");
+        let files: Vec<String> = body
+            .lines()
+            .filter(|l| l.starts_with("fdaudit_leaked_files_total{") && l.contains(&container))
+            .map(str::to_owned)
+            .collect();
+        if files
+            .iter()
+            .any(|l| l.contains("kind=\"regular\"") && l.ends_with(" 3"))
+        {
+            let pairs = body
+                .lines()
+                .filter(|l| l.starts_with("fdaudit_leaked_fds_total{") && l.contains(&container))
+                .count();
+            assert!(pairs >= 3, "three parent/child pairs leaked: {body}");
+            break files;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "no leaked file reached 3 spawns: {body}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let file_label = |l: &str| {
+        l.split("file=\"")
+            .nth(1)
+            .map(|f| f.split('"').next().map(str::to_owned))
+    };
+    let mut ids: Vec<_> = files.iter().map(|l| file_label(l)).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), files.len(), "one series per file: {files:#?}");
+    let regular: Vec<&String> = files
+        .iter()
+        .filter(|l| l.contains("kind=\"regular\""))
+        .collect();
+    assert_eq!(regular.len(), 1, "fd 7 is one series: {files:#?}");
+    assert!(regular[0].contains("maker=\"leaky\""), "{files:#?}");
+    // /etc/hostname's device and inode, as stat(2) gives them.
+    let meta = std::fs::metadata("/etc/hostname").unwrap();
+    let dev = std::os::unix::fs::MetadataExt::dev(&meta);
+    let ino = std::os::unix::fs::MetadataExt::ino(&meta);
+    let id = format!("file=\"{}:{}:{ino}\"", libc::major(dev), libc::minor(dev));
+    assert!(regular[0].contains(&id), "{id}: {files:#?}");
 }
 
 fn urlencode(s: &str) -> String {

@@ -13,6 +13,10 @@
 //! - Accept errors never stop it: on EMFILE/ENFILE/ENOBUFS/ENOMEM it closes an idle
 //!   connection, backs off and accepts again.
 //!
+//! - With `--web-config` (webconfig.rs): TLS, whose handshake must end within
+//!   [`HEADER_TIMEOUT`], and basic auth on every path but `/healthz` (auth.rs); a request
+//!   without the right credentials gets 401 and counts in `fdaudit_http_auth_failures_total`.
+//!
 //! tiny_http, used before, panicked in its accept thread on EMFILE (`try_clone().unwrap()`),
 //! then nothing listened; and it answered every client from one blocking thread.
 
@@ -34,7 +38,11 @@ use tokio::{
     task::AbortHandle,
 };
 
-use super::metrics::{self, Metrics};
+use super::{
+    auth::Users,
+    metrics::{self, Metrics},
+    webconfig::WebConfig,
+};
 
 /// Connections served at once, at most.
 pub const MAX_CONNS: usize = 512;
@@ -107,11 +115,19 @@ pub struct Server {
 }
 
 impl Bound {
-    /// Serves /metrics from `metrics` with at most `max_conns` connections at once.
-    pub fn start(self, metrics: Arc<Mutex<Metrics>>, max_conns: usize) -> Server {
+    /// Serves /metrics from `metrics` with at most `max_conns` connections at once, with
+    /// the TLS and users of `web`.
+    pub fn start(self, metrics: Arc<Mutex<Metrics>>, max_conns: usize, web: WebConfig) -> Server {
         let (stop, stopped) = oneshot::channel();
+        let auth_failures = metrics
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .auth_failures();
         let ctx = Arc::new(Ctx {
             metrics,
+            tls: web.tls,
+            users: web.users.map(Arc::new),
+            auth_failures,
             conns: Registry::default(),
             in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
         });
@@ -133,6 +149,9 @@ impl Server {
 
 struct Ctx {
     metrics: Arc<Mutex<Metrics>>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    users: Option<Arc<Users>>,
+    auth_failures: prometheus_client::metrics::counter::Counter,
     conns: Registry,
     in_flight: Arc<Semaphore>,
 }
@@ -311,12 +330,29 @@ async fn connection(stream: TcpStream, id: u64, ctx: Arc<Ctx>) {
     let mut io = tokio_io_timeout::TimeoutStream::new(stream);
     io.set_read_timeout(Some(IDLE_TIMEOUT));
     io.set_write_timeout(Some(WRITE_TIMEOUT));
+    let io = Box::pin(io);
+    match ctx.tls.clone() {
+        None => serve(io, id, ctx).await,
+        // A client that speaks plain HTTP, or no TLS in time, is dropped here.
+        Some(tls) => {
+            if let Ok(Ok(io)) = tokio::time::timeout(HEADER_TIMEOUT, tls.accept(io)).await {
+                serve(io, id, ctx).await;
+            }
+        }
+    }
+}
+
+/// HTTP/1 on an established connection (plain or TLS).
+async fn serve<I>(io: I, id: u64, ctx: Arc<Ctx>)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let svc = hyper::service::service_fn(move |req| respond(req, ctx.clone(), id));
     let _ = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_TIMEOUT)
         .max_buf_size(MAX_BUF)
-        .serve_connection(TokioIo::new(Box::pin(io)), svc)
+        .serve_connection(TokioIo::new(io), svc)
         .await;
 }
 
@@ -355,6 +391,9 @@ async fn respond(
         id,
         _permit: None,
     };
+    if unauthorized(&req, &ctx).await {
+        return Ok(challenge(busy));
+    }
     match req.uri().path() {
         "/metrics" => {}
         // node_exporter's landing page and a liveness endpoint that costs no encoding.
@@ -405,6 +444,37 @@ async fn respond(
         )
     };
     Ok(reply(StatusCode::OK, ct, body, busy))
+}
+
+/// Whether the request lacks the credentials `--web-config` asks for (then counted).
+/// Probes reach /healthz without any: it tells nothing but that the agent runs.
+async fn unauthorized(req: &Request<Incoming>, ctx: &Ctx) -> bool {
+    let Some(users) = &ctx.users else {
+        return false;
+    };
+    if req.uri().path() == "/healthz" {
+        return false;
+    }
+    let given = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .map(|v| v.as_bytes());
+    if users.check(given).await {
+        return false;
+    }
+    ctx.auth_failures.inc();
+    true
+}
+
+/// 401 with a basic auth challenge.
+fn challenge(busy: Busy) -> Response<Body> {
+    let body = "fdaudit: unauthorized\n".into();
+    let mut r = reply(StatusCode::UNAUTHORIZED, "text/plain", body, busy);
+    r.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        header::HeaderValue::from_static("Basic realm=\"fdaudit\""),
+    );
+    r
 }
 
 /// A response whose body holds `busy` until hyper has written it (or the connection went).

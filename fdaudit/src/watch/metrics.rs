@@ -10,6 +10,8 @@
 
 use std::collections::{BTreeMap, HashSet};
 
+use super::labels::non_empty;
+pub use super::labels::OVERFLOW;
 use prometheus_client::{
     encoding::{EncodeLabelSet, LabelSetEncoder},
     metrics::{
@@ -21,8 +23,6 @@ use prometheus_client::{
     registry::Registry,
 };
 
-/// Value of every label of the label set that takes what exceeds the cap.
-pub const OVERFLOW: &str = "_overflow";
 /// Default cap on distinct spawn label sets.
 pub const DEFAULT_MAX_SERIES: usize = 2000;
 
@@ -30,18 +30,6 @@ pub const DEFAULT_MAX_SERIES: usize = 2000;
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ProgramLabels {
     pub program: String,
-}
-
-/// Encodes the labels whose value is not empty: a host process has no `container_id`, a
-/// spawn counted without syscalls (`--syscalls` off) no `strategy` (node_exporter's rule: no
-/// constant or empty labels).
-fn non_empty(pairs: &[(&str, &str)], encoder: &mut LabelSetEncoder) -> std::fmt::Result {
-    let kept: Vec<(&str, &str)> = pairs
-        .iter()
-        .copied()
-        .filter(|(_, v)| !v.is_empty())
-        .collect();
-    kept.as_slice().encode(encoder)
 }
 
 /// `EncodeLabelSet` through [`non_empty`] for a struct of `String` labels.
@@ -148,6 +136,8 @@ pub struct SpawnObservation {
     pub leaked_origins: Vec<String>,
     /// fds of an exec chain's step (its image exec'd again): passed on, not leaks.
     pub transient_fds: u64,
+    /// Each leaked fd's file, for `fdaudit_leaked_files_total` (files.rs).
+    pub leaked_files: Vec<super::files::LeakedFile>,
     /// The spawn's boundary as its changed keys (`uid+mnt_namespace`), empty when none.
     pub boundary: String,
     /// close() calls between fork and exec; `None` with --no-syscalls.
@@ -186,6 +176,8 @@ pub struct Metrics {
     nofile_soft: Family<ProcessLabels, Gauge>,
     findings: Family<SeverityLabels, Gauge>,
     scans: Counter,
+    auth_failures: Counter,
+    files: super::files::LeakedFiles,
     kernel_seen: (u64, u64),
 }
 
@@ -216,11 +208,14 @@ impl Metrics {
             nofile_soft: Family::default(),
             findings: Family::default(),
             scans: Counter::default(),
+            auth_failures: Counter::default(),
+            files: super::files::LeakedFiles::new(),
             kernel_seen: (0, 0),
             registry: Registry::default(),
         };
         m.register_spawn_metrics(&mut registry);
         m.register_scan_metrics(&mut registry);
+        m.files.register(&mut registry);
         Metrics { registry, ..m }
     }
 
@@ -272,10 +267,20 @@ impl Metrics {
             self.bpf_missed_runs.clone(),
         );
         registry.register(
+            "http_auth_failures",
+            "Requests refused with 401 for lack of the right basic auth credentials (--web-config)",
+            self.auth_failures.clone(),
+        );
+        registry.register(
             "series_overflow",
             "Spawns folded into the _overflow label set because the label-set cap was reached",
             self.overflow.clone(),
         );
+    }
+
+    /// The counter the endpoint moves on each request refused with 401.
+    pub fn auth_failures(&self) -> Counter {
+        self.auth_failures.clone()
     }
 
     /// The metrics the periodic scan of /proc sets.
@@ -313,6 +318,8 @@ impl Metrics {
     }
 
     pub fn observe_spawn(&mut self, obs: SpawnObservation) {
+        let (container, parent) = (&obs.labels.container_id, &obs.labels.parent);
+        self.files.observe(container, parent, &obs.leaked_files);
         let l = self.admit(obs.labels);
         self.spawns.get_or_create(&l).inc();
         if !obs.leaked_kinds.is_empty() {
@@ -462,6 +469,7 @@ mod tests {
             labels: labels(container, child),
             leaked_kinds: kinds.iter().map(|k| k.to_string()).collect(),
             leaked_origins: Vec::new(),
+            leaked_files: Vec::new(),
             transient_fds: 0,
             boundary: String::new(),
             close_calls: Some(5),

@@ -2,12 +2,16 @@
 //! cgroup), scans /proc now and then, and exports what it saw as Prometheus metrics: on
 //! `--listen` (OpenMetrics over HTTP) and/or as a node_exporter textfile.
 
+mod auth;
 mod exposition;
+mod files;
 mod http;
+mod labels;
 pub mod metrics;
 #[cfg(test)]
 mod same_spawn;
 mod textfile;
+mod webconfig;
 
 use std::{
     net::SocketAddr,
@@ -43,8 +47,13 @@ pub struct WatchArgs {
     #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:9749")]
     pub listen: SocketAddr,
 
+    /// TLS and basic auth for --listen, in node_exporter's web configuration format
+    /// (tls_server_config, basic_auth_users with bcrypt hashes); see docs/fleet.md.
+    #[arg(long, value_name = "FILE")]
+    pub web_config: Option<PathBuf>,
+
     /// Do not serve HTTP (use with --textfile).
-    #[arg(long, conflicts_with = "listen", requires = "textfile")]
+    #[arg(long, conflicts_with_all = ["listen", "web_config"], requires = "textfile")]
     pub no_listen: bool,
 
     /// Also write the metrics to DIR/fdaudit.prom for node_exporter's textfile collector
@@ -141,6 +150,11 @@ pub fn observation(s: &Spawn, counting: Counting) -> SpawnObservation {
             s.origin_labels()
         },
         leaked_kinds,
+        leaked_files: if transient {
+            Vec::new()
+        } else {
+            files::of_spawn(s)
+        },
         transient_fds,
         boundary: s.boundary.as_ref().map(|b| b.keys()).unwrap_or_default(),
         close_calls: counting.syscalls().then_some(s.calls.close_calls),
@@ -263,7 +277,11 @@ pub fn run(args: WatchArgs) -> Result<u8> {
     );
     let mut session = start_session(&args, filter.as_ref())?;
     let metrics = Arc::new(Mutex::new(Metrics::new(args.max_series)));
-    let http = server.map(|s| s.start(metrics.clone(), http::connection_cap()));
+    let scheme = match &server {
+        Some((_, web)) if web.tls.is_some() => "https",
+        _ => "http",
+    };
+    let http = server.map(|(s, web)| s.start(metrics.clone(), http::connection_cap(), web));
     crate::diag!(
         "fdaudit: watching {}{}; {}",
         match &filter {
@@ -278,7 +296,7 @@ pub fn run(args: WatchArgs) -> Result<u8> {
         if args.no_listen {
             "no HTTP listener".to_owned()
         } else {
-            format!("metrics on http://{}/metrics", args.listen)
+            format!("metrics on {scheme}://{}/metrics", args.listen)
         }
     );
 
@@ -330,18 +348,23 @@ fn check_args(args: &WatchArgs) -> Result<()> {
     Ok(())
 }
 
-/// The HTTP server on --listen, unless --no-listen.
-fn listen(args: &WatchArgs) -> Result<Option<http::Bound>> {
+/// The HTTP server on --listen and its --web-config, unless --no-listen.
+fn listen(args: &WatchArgs) -> Result<Option<(http::Bound, webconfig::WebConfig)>> {
     if args.no_listen {
         return Ok(None);
     }
+    let web = match &args.web_config {
+        // One line: the file's errors name it, and what is wrong in it.
+        Some(p) => webconfig::load(p).map_err(|e| anyhow::anyhow!("--web-config: {e:#}"))?,
+        None => webconfig::WebConfig::default(),
+    };
     let server = http::bind(args.listen).with_context(|| {
         format!(
             "failed to listen on {}: is another fdaudit watch running? pick another --listen",
             args.listen
         )
     })?;
-    Ok(Some(server))
+    Ok(Some((server, web)))
 }
 
 /// The cgroup to filter on: --cgroup, else the hierarchy's root (the whole host); none
@@ -591,6 +614,7 @@ mod tests {
         );
         assert!(!om.contains("fdaudit_spawns_with_leaks_total{"), "{om}");
         assert!(!om.contains("fdaudit_leaked_fds_total{"), "{om}");
+        assert!(!om.contains("fdaudit_leaked_files_total{"), "{om}");
     }
 
     #[test]
@@ -606,6 +630,7 @@ mod tests {
             },
             leaked_kinds: vec!["regular".into()],
             leaked_origins: vec!["openat".into()],
+            leaked_files: Vec::new(),
             transient_fds: 0,
             boundary: String::new(),
             close_calls: None,
