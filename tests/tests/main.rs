@@ -42,6 +42,7 @@ mod runtime;
 mod scan;
 mod scan_boundary;
 mod scan_creds;
+mod scan_fold;
 mod scan_hostile;
 mod scan_identity;
 mod scan_inflight;
