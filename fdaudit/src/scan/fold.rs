@@ -15,6 +15,11 @@ pub fn folds(f: &Finding) -> bool {
     f.kind == FindingKind::NofileLimit
 }
 
+/// A process's findings split into those that fold and the rest.
+pub fn split(v: Vec<Finding>) -> (Vec<Finding>, Vec<Finding>) {
+    v.into_iter().partition(folds)
+}
+
 /// NOFILE findings gathered from every process, folded by program (comm) and limit (the
 /// reason names the soft limit and the severity follows from it).
 #[derive(Debug, Default)]
@@ -34,18 +39,6 @@ impl NofileFold {
                 f.pids = vec![f.pid];
                 self.folded.push(f);
             }
-        }
-    }
-
-    /// Moves the findings that fold out of `v` into this fold.
-    pub fn take_from(&mut self, v: &mut Vec<Finding>) {
-        if !v.iter().any(folds) {
-            return;
-        }
-        let (fold, keep): (Vec<_>, Vec<_>) = std::mem::take(v).into_iter().partition(folds);
-        *v = keep;
-        for f in fold {
-            self.add(f);
         }
     }
 
@@ -99,8 +92,11 @@ mod tests {
             0,
             "pipe".into(),
         ));
-        fold.take_from(&mut v);
-        assert_eq!(v.len(), 1, "the fd finding stays: {v:?}");
+        let (nofile, rest) = split(v);
+        assert_eq!(rest.len(), 1, "the fd finding stays: {rest:?}");
+        for f in nofile {
+            fold.add(f);
+        }
         let f = fold.into_findings();
         type Row<'a> = (&'a [u8], Severity, &'a [u32], Option<usize>, u32);
         let got: Vec<Row> = f

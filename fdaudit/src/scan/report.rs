@@ -196,9 +196,7 @@ pub struct RenderOptions {
 pub fn render(mut r: ProcReport, o: RenderOptions, users: &std::sync::Mutex<Users>) -> Rendered {
     // Sorted by what the process had (`--sort severity` counts its NOFILE finding).
     let sort = (sort_value(o.sort, &r), r.pid);
-    let (folding, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut r.findings)
-        .into_iter()
-        .partition(fold::folds);
+    let (folding, keep) = fold::split(std::mem::take(&mut r.findings));
     r.findings = keep;
     r.findings.retain(|f| f.severity >= o.min_severity);
     let user = users.lock().unwrap_or_else(|p| p.into_inner()).name(r.uid);

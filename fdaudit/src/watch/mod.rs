@@ -229,19 +229,17 @@ fn scan_once(metrics: &Mutex<Metrics>, close_ns: f64) -> Result<()> {
                 nofile_soft: r.nofile.and_then(|l| l.soft),
             };
             // NOFILE findings count once per program and limit, as scan's (scan::fold).
-            let mut fold = scan::fold::NofileFold::default();
-            let mut findings = r.findings;
-            fold.take_from(&mut findings);
-            let sev: Vec<Severity> = findings.iter().map(|f| f.severity).collect();
-            (obs, sev, fold)
+            let (nofile, rest) = scan::fold::split(r.findings);
+            let sev: Vec<Severity> = rest.iter().map(|f| f.severity).collect();
+            (obs, sev, nofile)
         },
-        |(obs, sev, fold)| {
+        |(obs, sev, nofile)| {
             let mut g = found.lock().unwrap_or_else(|p| p.into_inner());
             g.0.push(obs);
             for s in sev {
                 g.1[severity_index(s)] += 1;
             }
-            for f in fold.into_findings() {
+            for f in nofile {
                 g.2.add(f);
             }
         },
