@@ -44,6 +44,7 @@ mod sarif;
 mod scan;
 mod scan_boundary;
 mod scan_creds;
+mod scan_fold;
 mod scan_hostile;
 mod scan_identity;
 mod scan_inflight;

@@ -87,6 +87,11 @@ struct VmTestArgs {
     /// Only doctor, the demo and the leak check: no integration tests.
     #[arg(long, conflicts_with = "tests")]
     no_tests: bool,
+    /// Every integration-test module that runs in guests, on any architecture (an aarch64
+    /// guest runs the architecture-sensitive ones by default: xtask/src/vm/build.rs
+    /// `AARCH64_TESTS`).
+    #[arg(long, conflicts_with_all = ["tests", "no_tests"])]
+    all_tests: bool,
     /// Environment for every step in the guest, KEY=VALUE; repeatable.
     #[arg(long = "guest-env", value_name = "KEY=VALUE", value_parser = parse_env)]
     guest_env: Vec<(String, String)>,
@@ -256,6 +261,7 @@ fn run(cli: Cli) -> Result<i32> {
                 kernels: a.kernels,
                 tests: a.tests,
                 no_tests: a.no_tests,
+                all_tests: a.all_tests,
                 guest_env: a.guest_env,
                 guest_cmds: a.guest_cmds,
                 kernel_args: a.kernel_args,

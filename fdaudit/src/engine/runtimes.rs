@@ -23,6 +23,14 @@ fn start_time(pid: u32) -> Option<u64> {
     std::str::from_utf8(field).ok()?.parse().ok()
 }
 
+/// The spawn an event stands for: an exec, or a child whose every exec failed.
+fn spawn_of(ev: &mut Event) -> Option<&mut Spawn> {
+    match ev {
+        Event::Spawn(s) => Some(s),
+        Event::Exit(e) => e.failed_exec.as_deref_mut(),
+    }
+}
+
 /// Names each spawn's runtime, reading each parent's image once (by pid and start time,
 /// dropped at its next exec: a wrapper's `exec` makes another runtime of the same process);
 /// a parent gone, or exec'd again since the fork, is named from the exec path the kernel
@@ -69,13 +77,13 @@ impl Resolver {
         live
     }
 
-    /// Names the failed execs that come with their exits (spawns were named as they were
-    /// decoded, while their parents live); the exited processes' exec paths go with their
+    /// Names the failed execs that come with their exits and were not named as they were
+    /// decoded ([`Resolver::name_all`]); the exited processes' exec paths go with their
     /// entries ([`Processes::exited`]).
     pub fn exits(&mut self, procs: &mut Processes, events: &mut [Event]) {
         for ev in events {
             if let Event::Exit(e) = ev {
-                if let Some(s) = e.failed_exec.as_mut() {
+                if let Some(s) = e.failed_exec.as_mut().filter(|s| s.runtime.is_none()) {
                     self.name(procs, s, false);
                 }
             }
@@ -105,7 +113,7 @@ impl Resolver {
             })
             .collect();
         for i in live {
-            if let Event::Spawn(s) = &mut events[i] {
+            if let Some(s) = spawn_of(&mut events[i]) {
                 if execd.contains(&s.parent_pid) && procs.exec_path(s.parent_pid).is_some() {
                     let (rt, _) = Self::by_path(procs, s.parent_pid, EXECD_SINCE);
                     s.runtime = Some(rt);
@@ -117,7 +125,10 @@ impl Resolver {
         events.append(&mut later);
     }
 
-    /// Names each spawn; the indexes of those whose parent was read live.
+    /// Names each spawn in record order, a failed one where its exit is (before a later
+    /// exec of its parent, in the same batch or not, renames the parent: `sh -c '/missing;
+    /// exec /bin/true'`'s failed child is dash's, not true's); the indexes of those whose
+    /// parent was read live.
     fn name_each(&mut self, procs: &mut Processes, events: &mut [Event]) -> Vec<usize> {
         let last_exec: HashMap<u32, usize> = events
             .iter()
@@ -129,7 +140,7 @@ impl Resolver {
             .collect();
         let mut live = Vec::new();
         for (i, ev) in events.iter_mut().enumerate() {
-            if let Event::Spawn(s) = ev {
+            if let Some(s) = spawn_of(ev) {
                 let since = last_exec.get(&s.parent_pid).is_some_and(|&j| j > i);
                 if self.name(procs, s, since) {
                     live.push(i);
@@ -201,5 +212,78 @@ impl Resolver {
             }
         };
         (rt, None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::spawn::Exit;
+    use crate::trace::report::tests::spawn;
+
+    /// A pid no process has (above the kernel's `pid_max` limit): its image is never read
+    /// live, so the runtime comes from the exec paths alone.
+    const GONE: u32 = 4_194_304 + 7;
+
+    fn exec(pid: u32, parent: u32, path: &str) -> Event {
+        let mut s = spawn("sh", path, 0, 0, 0);
+        (s.pid, s.parent_pid) = (pid, parent);
+        if pid == parent {
+            s.flags |= SpawnFlags::REEXEC;
+        }
+        Event::Spawn(Box::new(s))
+    }
+
+    fn failed_exit(pid: u32, parent: u32) -> Event {
+        let mut s = spawn("sh", "/nonexistent", 0, 0, 0);
+        (s.pid, s.parent_pid, s.exec_ok) = (pid, parent, false);
+        Event::Exit(Exit {
+            pid,
+            parent_pid: parent,
+            never_execd: true,
+            failed_exec: Some(Box::new(s)),
+        })
+    }
+
+    fn failed_runtime(events: &[Event]) -> String {
+        events
+            .iter()
+            .find_map(|e| match e {
+                Event::Exit(e) => e.failed_exec.as_ref()?.runtime.as_ref(),
+                Event::Spawn(_) => None,
+            })
+            .map(|r| format!("{} ({})", r.name, r.evidence))
+            .expect("the failed spawn is named")
+    }
+
+    #[test]
+    fn a_failed_spawn_is_its_parents_image_before_the_parents_next_exec() {
+        let (dash, tr) = ("/usr/bin/dash", "/usr/bin/true");
+        // Both Essential on Debian (dash, coreutils), the platform CI and the guests run.
+        for p in [dash, tr] {
+            assert!(std::path::Path::new(p).exists(), "this test reads {p}");
+        }
+        // `sh -c '/nonexistent; exec /bin/true'`: sh's child fails its exec and exits, then
+        // sh execs true; all in one batch, and the exec in the next one.
+        let mut one = Resolver::default();
+        let mut procs = Processes::default();
+        let mut batch = vec![
+            exec(GONE, 1, dash),
+            failed_exit(GONE + 1, GONE),
+            exec(GONE, GONE, tr),
+        ];
+        one.name_all(&mut procs, &mut batch, Vec::new);
+        one.exits(&mut procs, &mut batch);
+        let rt = failed_runtime(&batch);
+        assert!(rt.starts_with("dash "), "{rt}");
+        let mut two = Resolver::default();
+        let mut procs = Processes::default();
+        let mut first = vec![exec(GONE, 1, dash), failed_exit(GONE + 1, GONE)];
+        two.name_all(&mut procs, &mut first, Vec::new);
+        let mut next = vec![exec(GONE, GONE, tr)];
+        two.name_all(&mut procs, &mut next, Vec::new);
+        two.exits(&mut procs, &mut first);
+        let rt = failed_runtime(&first);
+        assert!(rt.starts_with("dash "), "{rt}");
     }
 }

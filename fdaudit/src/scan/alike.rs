@@ -2,7 +2,8 @@
 //! (same severity, reason and comm: sixteen workers with the same NOFILE limit, three
 //! copies of a server holding the same directory) print once, with the count and the pids.
 //! Info-level findings, the noise of an idle machine (`/dev/null` without close-on-exec in
-//! every shell), group across programs too. JSON keeps one finding per process.
+//! every shell), group across programs too. JSON keeps one finding per process, except the
+//! NOFILE findings, which fold everywhere ([`super::fold`]): here they come with their pids.
 
 use std::collections::HashMap;
 
@@ -52,6 +53,15 @@ impl Alike {
     }
 }
 
+/// The processes a finding stands for: its own, or a folded finding's (`scan::fold`).
+fn pids_of(f: &Finding) -> Vec<u32> {
+    if f.pids.is_empty() {
+        vec![f.pid]
+    } else {
+        f.pids.clone()
+    }
+}
+
 /// Groups alike findings, keeping the order of each group's first finding (`v` comes
 /// sorted worst first).
 pub fn group_alike(v: Vec<Finding>) -> Vec<Alike> {
@@ -67,7 +77,7 @@ pub fn group_alike(v: Vec<Finding>) -> Vec<Alike> {
         match index.get(&key) {
             Some(&i) => {
                 let a = &mut out[i];
-                a.pids.push(f.pid);
+                a.pids.extend(pids_of(&f));
                 if !a.comms.contains(&f.comm.raw) {
                     a.comms.push(f.comm.raw.clone());
                 }
@@ -79,7 +89,7 @@ pub fn group_alike(v: Vec<Finding>) -> Vec<Alike> {
                 index.insert(key, out.len());
                 out.push(Alike {
                     fd: f.fd,
-                    pids: vec![f.pid],
+                    pids: pids_of(&f),
                     comms: vec![f.comm.raw.clone()],
                     finding: f,
                 });

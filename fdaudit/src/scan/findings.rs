@@ -69,6 +69,13 @@ pub struct Finding {
     #[serde(rename = "rule")]
     pub kind: FindingKind,
     pub reason: String,
+    /// A folded finding (`nofile_limit`, see [`super::fold`]): every process it stands for,
+    /// ascending; `pid` is the first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pids: Vec<u32>,
+    /// A folded finding: how many processes (the length of `pids`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub processes: Option<usize>,
     /// Orders findings of the same severity: lower is worse.
     #[serde(skip)]
     pub rank: u8,
@@ -92,6 +99,8 @@ impl Finding {
             severity,
             kind,
             reason,
+            pids: Vec::new(),
+            processes: None,
             rank,
         }
     }

@@ -7,6 +7,7 @@
 pub mod alike;
 mod ci;
 pub mod findings;
+pub mod fold;
 pub mod net;
 pub mod netns;
 pub mod oflags;
@@ -431,10 +432,12 @@ fn scan_and_render(
         n_findings: 0,
         hidden: 0,
         by_severity: [0; 5],
+        folded: Vec::new(),
     };
+    let mut folding = fold::NofileFold::default();
     let streaming = opts.sort == SortKey::Pid;
     // Findings are counted on the workers, before grouping for people and before
-    // --min-severity: (worst, count, count per severity).
+    // --min-severity: (worst, count, count per severity); those that fold, once folded.
     let counted = std::sync::Mutex::new((None::<Severity>, 0usize, [0usize; 5]));
     let outcome = {
         let stop = cfg.stop.clone();
@@ -443,6 +446,9 @@ fn scan_and_render(
                 tail.rows.push((r.sort, row));
             }
             tail.human_findings.append(&mut r.findings);
+            for f in r.folding.drain(..) {
+                folding.add(f);
+            }
             if !streaming {
                 buffered.push(r);
             } else if write_err.is_none() {
@@ -458,9 +464,9 @@ fn scan_and_render(
             }
             {
                 let mut g = counted.lock().unwrap_or_else(|p| p.into_inner());
-                g.0 = g.0.max(r.worst());
-                g.1 += r.findings.len();
-                for f in &r.findings {
+                for f in r.findings.iter().filter(|f| !fold::folds(f)) {
+                    g.0 = g.0.max(Some(f.severity));
+                    g.1 += 1;
                     g.2[f.severity as usize] += 1;
                 }
             }
@@ -478,11 +484,12 @@ fn scan_and_render(
         }
     }
     let (mut worst, n, mut by_severity) = *counted.lock().unwrap_or_else(|p| p.into_inner());
-    for f in &outcome.shared {
+    tail.folded = folding.into_findings();
+    for f in tail.folded.iter().chain(&outcome.shared) {
         worst = worst.max(Some(f.severity));
         by_severity[f.severity as usize] += 1;
     }
-    tail.n_findings = n + outcome.shared.len();
+    tail.n_findings = n + tail.folded.len() + outcome.shared.len();
     tail.by_severity = by_severity;
     tail.hidden = by_severity[..opts.min_severity as usize].iter().sum();
     Ok((outcome, tail, worst, write_err))

@@ -7,7 +7,7 @@ use std::io::{self, Write};
 use serde::Serialize;
 
 use super::{
-    alike, findings, FdRecord, Finding, Outcome, ProcReport, ScanTotals, Severity, SortKey,
+    alike, findings, fold, FdRecord, Finding, Outcome, ProcReport, ScanTotals, Severity, SortKey,
 };
 use crate::output::{
     color::Paint,
@@ -108,6 +108,9 @@ pub struct Rendered {
     pub bytes: Vec<u8>,
     pub row: Option<Vec<String>>,
     pub findings: Vec<Finding>,
+    /// The process's findings that fold across processes ([`fold`]), below
+    /// `--min-severity` too: written with the end of the output, once per program and limit.
+    pub folding: Vec<Finding>,
 }
 
 pub fn sort_value(key: SortKey, r: &ProcReport) -> u64 {
@@ -191,6 +194,10 @@ pub struct RenderOptions {
 
 /// Renders one process (on a worker thread): JSON lines, or the fd listing and a row.
 pub fn render(mut r: ProcReport, o: RenderOptions, users: &std::sync::Mutex<Users>) -> Rendered {
+    // Sorted by what the process had (`--sort severity` counts its NOFILE finding).
+    let sort = (sort_value(o.sort, &r), r.pid);
+    let (folding, keep) = fold::split(std::mem::take(&mut r.findings));
+    r.findings = keep;
     r.findings.retain(|f| f.severity >= o.min_severity);
     let user = users.lock().unwrap_or_else(|p| p.into_inner()).name(r.uid);
     let mut bytes = Vec::with_capacity(if o.json {
@@ -214,7 +221,7 @@ pub fn render(mut r: ProcReport, o: RenderOptions, users: &std::sync::Mutex<User
         row = Some(process_row(&r, user));
     }
     Rendered {
-        sort: (sort_value(o.sort, &r), r.pid),
+        sort,
         bytes,
         row,
         findings: if o.json {
@@ -222,6 +229,7 @@ pub fn render(mut r: ProcReport, o: RenderOptions, users: &std::sync::Mutex<User
         } else {
             group_findings(r.findings)
         },
+        folding,
     }
 }
 
@@ -328,6 +336,8 @@ pub struct Tail {
     pub hidden: usize,
     /// Findings per severity (indexed by `Severity as usize`).
     pub by_severity: [usize; 5],
+    /// The folded findings ([`fold`]), every severity: one per program and limit.
+    pub folded: Vec<Finding>,
 }
 
 /// The end of the output: the shared-description findings, the notes and the summary record
@@ -343,7 +353,7 @@ pub fn write_tail(
 ) -> io::Result<()> {
     let shown = |f: &&Finding| f.severity >= o.min_severity;
     if o.json {
-        for f in outcome.shared.iter().filter(shown) {
+        for f in tail.folded.iter().chain(&outcome.shared).filter(shown) {
             json_line(out, &ScanRecord::Finding(f))?;
         }
         // The notes go straight to the stream: what is buffered goes first.
@@ -365,6 +375,7 @@ pub fn write_tail(
     let Tail {
         mut rows,
         mut human_findings,
+        folded,
         ..
     } = tail;
     if !o.only_findings {
@@ -398,6 +409,7 @@ pub fn write_tail(
         }
         writeln!(out, "{t}\n")?;
     }
+    human_findings.extend(folded.into_iter().filter(|f| shown(&f)));
     human_findings.extend(outcome.shared.iter().filter(shown).cloned());
     human_findings.sort_by(Finding::order);
     findings_table(out, human_findings)

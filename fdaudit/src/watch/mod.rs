@@ -213,7 +213,11 @@ fn scan_once(metrics: &Mutex<Metrics>, close_ns: f64) -> Result<()> {
         stop: Default::default(),
     };
     const SEVERITIES: [Severity; 5] = Severity::ALL;
-    let found = Mutex::new((Vec::new(), [0u64; SEVERITIES.len()]));
+    let found = Mutex::new((
+        Vec::new(),
+        [0u64; SEVERITIES.len()],
+        scan::fold::NofileFold::default(),
+    ));
     let severity_index = |s: Severity| SEVERITIES.iter().position(|&x| x == s).unwrap_or(0);
     let outcome = scan::scan(
         &cfg,
@@ -232,20 +236,25 @@ fn scan_once(metrics: &Mutex<Metrics>, close_ns: f64) -> Result<()> {
                 inheritable_fds: u64::from(r.inheritable),
                 nofile_soft: r.nofile.and_then(|l| l.soft),
             };
-            let sev: Vec<Severity> = r.findings.iter().map(|f| f.severity).collect();
-            (obs, sev)
+            // NOFILE findings count once per program and limit, as scan's (scan::fold).
+            let (nofile, rest) = scan::fold::split(r.findings);
+            let sev: Vec<Severity> = rest.iter().map(|f| f.severity).collect();
+            (obs, sev, nofile)
         },
-        |(obs, sev)| {
+        |(obs, sev, nofile)| {
             let mut g = found.lock().unwrap_or_else(|p| p.into_inner());
             g.0.push(obs);
             for s in sev {
                 g.1[severity_index(s)] += 1;
             }
+            for f in nofile {
+                g.2.add(f);
+            }
         },
     )
     .context("failed to scan /proc")?;
-    let (procs, mut counts) = found.into_inner().unwrap_or_else(|p| p.into_inner());
-    for f in &outcome.shared {
+    let (procs, mut counts, fold) = found.into_inner().unwrap_or_else(|p| p.into_inner());
+    for f in fold.into_findings().iter().chain(&outcome.shared) {
         counts[severity_index(f.severity)] += 1;
     }
     let findings: Vec<(String, u64)> = SEVERITIES

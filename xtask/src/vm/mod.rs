@@ -37,6 +37,8 @@ pub struct Options {
     pub tests: Vec<String>,
     /// Skip the integration tests (doctor, demo and leak check only).
     pub no_tests: bool,
+    /// Every guest module on any architecture, not an architecture's default subset.
+    pub all_tests: bool,
     /// Extra environment for every guest step.
     pub guest_env: Vec<(String, String)>,
     /// Extra shell commands run in every guest after the standard steps.
