@@ -314,6 +314,25 @@ const HOST_ONLY_TESTS: &[(&str, &str)] = &[
         "builds the release packages with cargo and installs the .deb with dpkg on the host",
     ),
     (
+        "unclosed",
+        "compiles its C services with gcc and runs python3, which the initramfs lacks",
+    ),
+    (
+        "sarif",
+        "builds its leaking C program with gcc inside a git repository; the initramfs has \
+         neither",
+    ),
+    (
+        "watch_tls",
+        "checks the endpoint's TLS and basic auth with openssl, curl and a real prometheus, \
+         none of which the initramfs carries",
+    ),
+    (
+        "scan_fold",
+        "runs coreutils' sleep under a second name; the initramfs's sleep is busybox's, which \
+         runs the applet its name says",
+    ),
+    (
         "containers",
         "runs podman and runc on an imported busybox image; the initramfs has neither",
     ),
