@@ -420,3 +420,105 @@ fn logs(name: &str) -> String {
         })
         .unwrap_or_default()
 }
+
+/// The fds of the process records in a `scan --json` output, by pid.
+fn scanned_fds(json: &str) -> Vec<(u64, String, serde_json::Value)> {
+    json.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|r| r["type"] == "process")
+        .map(|r| {
+            let comm = r["comm"].as_str().unwrap_or("").to_string();
+            (r["pid"].as_u64().unwrap_or(0), comm, r["fds"].clone())
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "needs root: runs containers under podman"]
+fn scan_inside_and_outside_a_container_agree_on_what_it_holds() {
+    packages();
+    let tag = format!("localhost/fdaudit:{VERSION}");
+    let limits = [
+        "--ulimit",
+        "nofile=1024:20000",
+        "--ulimit",
+        "nproc=32768:32768",
+    ];
+    // A container of fdaudit's own image whose pid 1 (its spawner, waiting on the stdin
+    // `-i` keeps open) holds fds 3-5 without close-on-exec: a socket pair and /dev/null.
+    let out = Command::new("podman")
+        .args(["--runtime", "runc", "run", "-d", "-i", "--rm"])
+        .args(limits)
+        .args([
+            &tag,
+            "__spawner",
+            "--strategy",
+            "none",
+            "--open-fds",
+            "6",
+            "--wait-stdin",
+        ])
+        .output()
+        .expect("podman run");
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    struct Remove(String);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            let _ = Command::new("podman")
+                .args(["rm", "-f", "-t", "0", &self.0])
+                .output();
+        }
+    }
+    let _remove = Remove(id.clone());
+    let pid = stdout(Command::new("podman").args(["inspect", "--format", "{{.State.Pid}}", &id]));
+    // Ready once its fds are open (it prints `ready` to the container's log, not to us).
+    let t0 = std::time::Instant::now();
+    while std::fs::read_dir(format!("/proc/{}/fd", pid.trim())).map_or(0, |d| d.count()) < 6 {
+        assert!(
+            t0.elapsed().as_secs() < 10,
+            "the container's spawner never held its fds"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let outside = stdout(Command::new(repo().join("target/release/fdaudit")).args([
+        "scan",
+        "--json",
+        "-p",
+        pid.trim(),
+    ]));
+    // Inside: fdaudit's image in the container's pid namespace, pid 1 as it sees it.
+    let inside = stdout(
+        Command::new("podman")
+            .args(["--runtime", "runc", "run", "--rm"])
+            .arg(format!("--pid=container:{id}"))
+            .args([
+                "--cap-drop=ALL",
+                "--cap-add=CAP_SYS_PTRACE,CAP_DAC_READ_SEARCH",
+                "--read-only",
+            ])
+            .args(limits)
+            .args([&tag, "scan", "--json", "-p", "1"]),
+    );
+    let (o, i) = (scanned_fds(&outside), scanned_fds(&inside));
+    assert_eq!(o.len(), 1, "{outside}");
+    assert_eq!(i.len(), 1, "{inside}");
+    assert_eq!(i[0].0, 1, "pid 1 inside: {inside}");
+    assert_eq!(
+        o[0].0.to_string(),
+        pid.trim(),
+        "the host pid outside: {outside}"
+    );
+    assert_eq!(o[0].1, i[0].1, "the same process");
+    assert_eq!(o[0].2, i[0].2, "the same fds, kinds, targets and flags");
+    assert!(
+        o[0].2
+            .as_array()
+            .is_some_and(|fds| fds.iter().any(|f| f["fd"] == 5)),
+        "{outside}"
+    );
+}
