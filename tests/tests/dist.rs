@@ -286,6 +286,28 @@ fn stable_rust_alone_builds_a_binary_that_traces_a_leak() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// A container `podman run -d` started (its id on stdout), removed however the test ends.
+struct Container(String);
+
+impl Container {
+    fn started(out: Output) -> Container {
+        assert!(
+            out.status.success(),
+            "podman run: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Container(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+}
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        let _ = Command::new("podman")
+            .args(["rm", "-f", "-t", "0", &self.0])
+            .output();
+    }
+}
+
 /// The capabilities deploy/kubernetes/daemonset.yaml adds (its `add:` list).
 fn daemonset_capabilities() -> Vec<String> {
     let yaml = std::fs::read_to_string(repo().join("deploy/kubernetes/daemonset.yaml"))
@@ -347,20 +369,7 @@ fn the_oci_image_runs_as_the_daemonset_does_and_sees_a_host_spawn() {
         .args(["watch", "--listen", &format!("127.0.0.1:{port}")])
         .output()
         .expect("podman run");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    struct Remove(String);
-    impl Drop for Remove {
-        fn drop(&mut self) {
-            let _ = Command::new("podman")
-                .args(["rm", "-f", "-t", "1", &self.0])
-                .output();
-        }
-    }
-    let _remove = Remove(name.clone());
+    let _remove = Container::started(out);
     let metrics = || {
         Command::new("curl")
             .args(["-sf", &format!("http://127.0.0.1:{port}/metrics")])
@@ -460,21 +469,8 @@ fn scan_inside_and_outside_a_container_agree_on_what_it_holds() {
         ])
         .output()
         .expect("podman run");
-    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    struct Remove(String);
-    impl Drop for Remove {
-        fn drop(&mut self) {
-            let _ = Command::new("podman")
-                .args(["rm", "-f", "-t", "0", &self.0])
-                .output();
-        }
-    }
-    let _remove = Remove(id.clone());
+    let container = Container::started(out);
+    let id = container.0.clone();
     let pid = stdout(Command::new("podman").args(["inspect", "--format", "{{.State.Pid}}", &id]));
     // Ready once its fds are open (it prints `ready` to the container's log, not to us).
     let t0 = std::time::Instant::now();
