@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-PREFIXES = ("tp_", "sched_process_", "exec_exit", "execat_exit", "sys_enter", "sys_exit")
+PREFIXES = ("tp_", "sched_process_", "failed_exec", "sys_enter", "sys_exit")
 
 
 def fdaudit_programs():

@@ -15,8 +15,8 @@ Workloads:
 Tracers: untraced; `fdaudit trace -q` (with --backend B when given); `trace-B` for
 `trace -q --backend B` (trace-raw-tp, trace-tp, trace-fentry); `reads-B` for `trace -q --reads
 --backend B`; `trace -q --no-syscalls`;
-`trace -q --reads`; `trace -q --origin`; `no-exec-exit`, `trace -q` without the failed-exec
-programs (FDAUDIT_EXEC_EXIT=0); bpftrace counting close() per process (installed with apt-get when
+`trace -q --reads`; `trace -q --origin`; `no-failed-exec`, `trace -q` without the failed-exec
+programs (FDAUDIT_FAILED_EXEC=0); bpftrace counting close() per process (installed with apt-get when
 --install-bpftrace and missing); `strace -f -c`; on the bystander workloads only, the kernel's
 floor for tp's hooks: `floor-tp`, a program that does nothing on syscalls/sys_enter_close,
 and `floor-tp-exit`, the same plus one on sys_exit_execve (both attached by bpftrace).
@@ -128,7 +128,7 @@ FLOORS = {
     # sys_enter_close: every syscall takes the slow path and perf_syscall_enter's bit
     # test; close() runs the program.
     "floor-tp": ["sys_enter_close"],
-    # and an exit tracepoint (as the exec_exit programs and tp's --reads attach): every
+    # and an exit tracepoint (as the failed-exec programs and tp's --reads attach): every
     # syscall's exit runs perf_syscall_exit's bit test too.
     "floor-tp-exit": ["sys_enter_close", "sys_exit_execve"],
 }
@@ -206,7 +206,7 @@ def main():
         "reads": [fd, "trace", "-q", "--reads"] + backend,
         "origin": [fd, "trace", "-q", "--origin"] + backend,
         # Without the failed-exec programs, the only syscall exit tracepoints of `trace`.
-        "no-exec-exit": ["env", "FDAUDIT_EXEC_EXIT=0", fd, "trace", "-q"] + backend,
+        "no-failed-exec": ["env", "FDAUDIT_FAILED_EXEC=0", fd, "trace", "-q"] + backend,
     }
     # trace-BACKEND (trace-raw-tp, trace-tp, trace-fentry): `trace -q --backend BACKEND`, to
     # compare backends in the same interleaved rounds.

@@ -27,12 +27,12 @@ pub const MAP_READS: &str = "READS";
 pub const MAP_READ_PATHS: &str = "READ_PATHS";
 /// Array of [`HotSlot`] indexed by `tgid & Config::hot_mask`: the close() fast path.
 pub const MAP_HOT: &str = "HOT";
-/// tgid -> [`ExecFailure`]: the last failed exec of a traced process (path and errno),
-/// written by the optional `exec_exit` programs (syscall tracepoints).
-pub const MAP_EXEC_FAILS: &str = "EXEC_FAILS";
+/// tgid -> [`FailedExec`]: the last failed exec of a traced process (path and errno),
+/// written by the optional `failed_exec` programs (syscall tracepoints).
+pub const MAP_FAILED_EXECS: &str = "FAILED_EXECS";
 /// tgid -> user pointer to the path of the exec in progress (set at sys_enter in a window).
 pub const MAP_EXEC_PENDING: &str = "EXEC_PENDING";
-/// Per-CPU scratch [`ExecFailure`] the fexit programs fill before the insert (the eBPF stack
+/// Per-CPU scratch [`FailedExec`] the fexit programs fill before the insert (the eBPF stack
 /// is too small for it).
 pub const MAP_EXEC_SCRATCH: &str = "EXEC_SCRATCH";
 /// pid_tgid -> [`OriginPending`]: a `trace --origin` call between its sys_enter and exit.
@@ -176,8 +176,8 @@ mod unclosed;
 pub use config::{Config, CONFIG_MAGIC, NO_OFFSET};
 pub use credns::{CredNs, CredNsOffsets};
 pub use maps::{
-    ExecFailure, FdCache, HotSlot, ReadKey, ReadStat, Stats, TaskState, EXEC_PATH_LEN,
-    MAX_EXEC_FAILS,
+    FailedExec, FdCache, HotSlot, ReadKey, ReadStat, Stats, TaskState, EXEC_PATH_LEN,
+    MAX_FAILED_EXECS,
 };
 pub use origin::{
     effect, inheritable, origin_flags, origin_sysno, pending_what, Effect, FdAt, OriginCall,
@@ -230,7 +230,7 @@ mod pod {
     unsafe impl aya::Pod for super::UnclosedLive {}
     unsafe impl aya::Pod for super::UnclosedSite {}
     unsafe impl aya::Pod for super::UnclosedFull {}
-    unsafe impl aya::Pod for super::ExecFailure {}
+    unsafe impl aya::Pod for super::FailedExec {}
     unsafe impl aya::Pod for super::OriginPending {}
 }
 
@@ -274,7 +274,7 @@ const _: () = {
     assert!(size_of::<FdPath>() == 16 + COMP_LEN * MAX_DEPTH);
     assert!(size_of::<FdCache>() == 32);
     assert!(size_of::<HotSlot>() == 48);
-    assert!(size_of::<ExecFailure>() == 8 + EXEC_PATH_LEN);
+    assert!(size_of::<FailedExec>() == 8 + EXEC_PATH_LEN);
     assert!(size_of::<ReadKey>() == 24);
     assert!(same_name(MAP_EVENTS, "EVENTS") && !same_name(MAP_EVENTS, "EVENT"));
 };

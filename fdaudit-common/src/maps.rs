@@ -69,15 +69,15 @@ pub struct Stats {
     pub unclosed_full: u64,
 }
 
-/// Bytes of the path of a failed exec kept in [`ExecFailure`] (longer ones are cut).
+/// Bytes of the path of a failed exec kept in [`FailedExec`] (longer ones are cut).
 pub const EXEC_PATH_LEN: usize = 256;
-/// Entries of [`MAP_EXEC_FAILS`](crate::MAP_EXEC_FAILS) (an LRU map: stale entries age out).
-pub const MAX_EXEC_FAILS: u32 = 4096;
+/// Entries of [`MAP_FAILED_EXECS`](crate::MAP_FAILED_EXECS) (an LRU map: stale entries age out).
+pub const MAX_FAILED_EXECS: u32 = 4096;
 
-/// Value of [`MAP_EXEC_FAILS`](crate::MAP_EXEC_FAILS): a traced process's last exec that returned an error.
+/// Value of [`MAP_FAILED_EXECS`](crate::MAP_FAILED_EXECS): a traced process's last exec that returned an error.
 #[repr(C)]
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct ExecFailure {
+pub struct FailedExec {
     /// The exec syscall's return value, negated (2 for ENOENT).
     pub errno: i32,
     /// 1 when the path was longer than [`EXEC_PATH_LEN`] - 1 bytes and `path` holds its start.

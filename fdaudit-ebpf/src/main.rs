@@ -20,7 +20,7 @@
 //! One module per hook family: `fork` (start tracking; the fd-table cache and close() hot
 //! slot), `exec` (the spawn record, its fd walk in `fdwalk`), `exit`, `syscalls` (the window's
 //! counts on sys_enter, `--reads` on sys_exit; ia32 numbers in `compat`), `tp` (the tp
-//! backend), `exec_fail` (why an exec failed), `fentry` (the fentry backend) and `origin`
+//! backend), `failed_exec` (why an exec failed), `fentry` (the fentry backend) and `origin`
 //! (`trace --origin`). The maps and the config are here.
 #![no_std]
 // On the host (clippy over the workspace) this is an ordinary binary with an empty main.
@@ -30,8 +30,8 @@ mod arch;
 mod compat;
 mod credns;
 mod exec;
-mod exec_fail;
 mod exit;
+mod failed_exec;
 mod fdwalk;
 mod fentry;
 mod fork;
@@ -58,12 +58,12 @@ use aya_ebpf::{
     },
 };
 use fdaudit_common::{
-    Config, ExecFailure, FdPath, HotSlot, OriginMade, OriginPending, ReadKey, ReadStat,
+    Config, FailedExec, FdPath, HotSlot, OriginMade, OriginPending, ReadKey, ReadStat,
     SpawnScratch, Stats, TaskState, CONFIG_MAGIC, EXEC_CHAIN_LEN, GLOBAL_CONFIG, HOT_SLOTS,
-    MAP_EVENTS, MAP_EVENTS_GROWN, MAP_EXEC_CHAIN, MAP_EXEC_FAILS, MAP_EXEC_PENDING,
-    MAP_EXEC_SCRATCH, MAP_HOT, MAP_ORIGIN_GATE, MAP_ORIGIN_MADE, MAP_ORIGIN_MADE_SCRATCH,
+    MAP_EVENTS, MAP_EVENTS_GROWN, MAP_EXEC_CHAIN, MAP_EXEC_PENDING, MAP_EXEC_SCRATCH,
+    MAP_FAILED_EXECS, MAP_HOT, MAP_ORIGIN_GATE, MAP_ORIGIN_MADE, MAP_ORIGIN_MADE_SCRATCH,
     MAP_ORIGIN_PENDING, MAP_ORIGIN_SEEN, MAP_READS, MAP_READ_PATHS, MAP_SCRATCH, MAP_STATS,
-    MAP_TRACKED, MAX_EXEC_FAILS, MAX_ORIGIN_MADE, MAX_ORIGIN_PENDING, MAX_READS, MAX_READ_PATHS,
+    MAP_TRACKED, MAX_FAILED_EXECS, MAX_ORIGIN_MADE, MAX_ORIGIN_PENDING, MAX_READS, MAX_READ_PATHS,
     MAX_TRACKED, ORIGIN_GATE_SLOTS, RING_TEMPLATE_BYTES,
 };
 use fdaudit_common::{
@@ -176,15 +176,16 @@ static READ_PATHS: HashMap<ReadKey, FdPath> = HashMap::with_max_entries(MAX_READ
 map_named!(READ_PATHS, MAP_READ_PATHS);
 
 #[map]
-static EXEC_FAILS: LruHashMap<u32, ExecFailure> = LruHashMap::with_max_entries(MAX_EXEC_FAILS, 0);
-map_named!(EXEC_FAILS, MAP_EXEC_FAILS);
+static FAILED_EXECS: LruHashMap<u32, FailedExec> =
+    LruHashMap::with_max_entries(MAX_FAILED_EXECS, 0);
+map_named!(FAILED_EXECS, MAP_FAILED_EXECS);
 
 #[map]
-static EXEC_SCRATCH: PerCpuArray<ExecFailure> = PerCpuArray::with_max_entries(1, 0);
+static EXEC_SCRATCH: PerCpuArray<FailedExec> = PerCpuArray::with_max_entries(1, 0);
 map_named!(EXEC_SCRATCH, MAP_EXEC_SCRATCH);
 
 #[map]
-static EXEC_PENDING: LruHashMap<u32, u64> = LruHashMap::with_max_entries(MAX_EXEC_FAILS, 0);
+static EXEC_PENDING: LruHashMap<u32, u64> = LruHashMap::with_max_entries(MAX_FAILED_EXECS, 0);
 map_named!(EXEC_PENDING, MAP_EXEC_PENDING);
 
 /// `trace --origin`'s calls between sys_enter and sys_exit, per thread (origin.rs).

@@ -256,7 +256,7 @@ fn count_in_window<A: SyscallArgs>(st: &mut TaskState, id: i64, a: &A) -> Result
         }
         sysno::EXECVE | sysno::EXECVEAT => {
             c.exec_attempts += 1;
-            // The path, should this exec fail (exec_exit): execve(filename, ...),
+            // The path, should this exec fail (failed_exec): execve(filename, ...),
             // execveat(dirfd, filename, ...). Only the pointer: read only on failure. Not
             // for a compat exec: the syscall tracepoints ignore compat syscalls
             // (ARCH_TRACE_IGNORE_COMPAT_SYSCALLS), so no exit would take the pointer.

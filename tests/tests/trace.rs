@@ -243,7 +243,7 @@ fn exec_chain_counts_the_helper_and_leaks_at_the_last_exec() {
 
 #[test]
 #[ignore = "needs root and BTF"]
-fn a_child_whose_every_exec_fails_is_a_failed_spawn() {
+fn a_child_whose_every_exec_fails_is_one_failed_exec() {
     let _g = guard();
     let (spawns, _, _) = trace(&[], &["sh", "-c", "/nonexistent/fdaudit-test; true"]);
     assert_eq!(spawns.len(), 1, "{spawns:?}");

@@ -131,7 +131,7 @@ fn kill_at(step: &str) -> (Vec<(&'static str, u32)>, Vec<u32>) {
         let left = deadline.saturating_duration_since(Instant::now());
         match rx.recv_timeout(left) {
             Ok(line) => said.push(line),
-            // Where the kernel has no syscall tracepoints (tp, exec_exit) nothing is handed
+            // Where the kernel has no syscall tracepoints (tp, failed_exec) nothing is handed
             // off: fdaudit detaches at its exit and ends without reaching the step.
             Err(mpsc::RecvTimeoutError::Disconnected)
                 if step == "hand-off" && !fdaudit_tests::syscall_tracepoints() =>

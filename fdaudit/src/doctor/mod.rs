@@ -329,9 +329,9 @@ fn program_checks() -> (Vec<Check>, Vec<ProgramFigures>) {
     }
     out.push(backend_check(&mut bpf, &kernel));
     // Optional: without them a failed exec is reported without its errno and path.
-    let exec_exit = ebpf::attach_exec_exit(&mut bpf).map_err(|e| ebpf::one_line(&e));
-    for (name, tracepoint) in ebpf::EXEC_EXIT_PROGRAMS {
-        out.push(match &exec_exit {
+    let failed_exec = ebpf::attach_failed_exec(&mut bpf).map_err(|e| ebpf::one_line(&e));
+    for (name, tracepoint) in ebpf::FAILED_EXEC_PROGRAMS {
+        out.push(match &failed_exec {
             Ok(()) => check(
                 format!("program {name}"),
                 Status::Ok,

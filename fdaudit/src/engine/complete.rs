@@ -6,7 +6,7 @@
 //! window and the parent's name where the kernel saw no fork.
 
 use aya::maps::{HashMap, MapData};
-use fdaudit_common::ExecFailure;
+use fdaudit_common::FailedExec;
 
 use super::{
     exec_parent::ExecParents,
@@ -21,8 +21,8 @@ use crate::{cgroup::Hierarchy, output::text::Lossless, procfs_util, sys};
 
 /// The session's completion state: the maps and tables it asks.
 pub struct Completion {
-    /// Failed execs' errno and path, when the exec_exit programs could be attached.
-    exec_fails: Option<HashMap<MapData, u32, ExecFailure>>,
+    /// Failed execs' errno and path, when the failed-exec programs could be attached.
+    failed_execs: Option<HashMap<MapData, u32, FailedExec>>,
     /// The cgroup2 hierarchy, to name the cgroup ids of spawn records (None without cgroup2).
     cgroups: Option<Hierarchy>,
     /// When the backend does not count ia32 syscalls: which images are ia32, to flag the
@@ -40,9 +40,9 @@ pub struct Completion {
 }
 
 impl Completion {
-    pub fn new(exec_fails: Option<HashMap<MapData, u32, ExecFailure>>, ia32_unseen: bool) -> Self {
+    pub fn new(failed_execs: Option<HashMap<MapData, u32, FailedExec>>, ia32_unseen: bool) -> Self {
         Completion {
-            exec_fails,
+            failed_execs,
             cgroups: Hierarchy::open(),
             ia32_images: ia32_unseen.then(Default::default),
             exec_parents: ExecParents,
@@ -51,9 +51,9 @@ impl Completion {
         }
     }
 
-    /// Whether failed execs are named (the exec_exit programs are attached).
+    /// Whether failed execs are named (the failed-exec programs are attached).
     pub fn names_failed_execs(&self) -> bool {
-        self.exec_fails.is_some()
+        self.failed_execs.is_some()
     }
 
     /// Names each spawn's runtime from its parent's image from now on (`trace`).
@@ -82,7 +82,7 @@ impl Completion {
             images.mark(out);
         }
         for ev in out.iter_mut() {
-            self.add_exec_failure(ev);
+            self.add_failed_exec(ev);
         }
     }
 
@@ -105,10 +105,10 @@ impl Completion {
         self.processes.exited(events);
     }
 
-    /// Gives a failed exec its errno and path (from the exec_exit programs' map) and drops a
+    /// Gives a failed exec its errno and path (from the failed-exec programs' map) and drops a
     /// failure that a later exec of the same process superseded.
-    fn add_exec_failure(&mut self, ev: &mut Event) {
-        let Some(map) = self.exec_fails.as_mut() else {
+    fn add_failed_exec(&mut self, ev: &mut Event) {
+        let Some(map) = self.failed_execs.as_mut() else {
             return;
         };
         match ev {

@@ -12,7 +12,7 @@
 //!   [`ebpf::open_with`]);
 //! - the exec program is verified on its own thread (the verifier's time on it is the long
 //!   pole on most kernels) while this one loads the others and then attaches the fork and
-//!   exit hooks, the exec_exit programs and tp's syscall counters;
+//!   exit hooks, the failed-exec programs and tp's syscall counters;
 //! - the rest is attached, the scheduler hooks first.
 //!
 //! The probes' cost is not measured here: the session measures it when the first spawn
@@ -104,8 +104,8 @@ pub(super) struct LoadedObject {
     /// The backend counts native syscalls only and this kernel runs ia32 ones
     /// ([`ebpf::ia32_syscalls`]): those are not counted.
     pub ia32_unseen: bool,
-    /// The exec_exit programs are attached: failed execs get their errno and path.
-    pub exec_fails: bool,
+    /// The failed-exec programs are attached: failed execs get their errno and path.
+    pub failed_execs: bool,
     /// Untraced cost of one close() on a closed fd, ns, measured before anything was
     /// attached (0 with --no-syscalls).
     pub close_cost_ns: f64,
@@ -221,7 +221,7 @@ pub(super) fn load(opts: &SessionOptions) -> Result<LoadedObject> {
         backend: a.backend,
         fallback: a.fallback,
         ia32_unseen: a.backend.is_some_and(Backend::native_only) && kernel.ia32,
-        exec_fails: a.exec_fails,
+        failed_execs: a.failed_execs,
         close_cost_ns,
         timings,
     })
@@ -231,7 +231,7 @@ pub(super) fn load(opts: &SessionOptions) -> Result<LoadedObject> {
 struct Attached {
     backend: Option<Backend>,
     fallback: Option<String>,
-    exec_fails: bool,
+    failed_execs: bool,
     aya_btf_ms: f64,
 }
 
@@ -241,15 +241,15 @@ struct Plan {
     sched: Vec<&'static ProgramSpec>,
     /// The raw-tracepoint syscall counters, when raw-tp is chosen.
     raw_syscalls: Vec<&'static ProgramSpec>,
-    /// Every program loaded in one go: the required ones, then the optional exec_exit ones,
+    /// Every program loaded in one go: the required ones, then the optional failed-exec ones,
     /// then tp's entry programs where tp is tried.
     names: Vec<&'static str>,
     /// How many of `names` are required.
     required: usize,
-    /// Where the exec_exit ones end in `names` (tp's follow).
-    exec_exit_end: usize,
+    /// Where the failed-exec ones end in `names` (tp's follow).
+    failed_exec_end: usize,
     exec_walk: ExecWalk,
-    want_exec_exit: bool,
+    want_failed_exec: bool,
     /// tp is chosen, or auto's first try: its programs load with the others.
     tries_tp: bool,
 }
@@ -270,19 +270,19 @@ impl Plan {
             (true, BackendChoice::RawTp) => raw_syscall_specs(opts.counting.reads()).collect(),
             _ => Vec::new(),
         };
-        // Optional (see ebpf::EXEC_EXIT_PROGRAMS); needless with --no-syscalls, which does
-        // not count exec attempts and so reports no failed exec. FDAUDIT_EXEC_EXIT=0 leaves
+        // Optional (see ebpf::FAILED_EXEC_PROGRAMS); needless with --no-syscalls, which does
+        // not count exec attempts and so reports no failed exec. FDAUDIT_FAILED_EXEC=0 leaves
         // them out: the overhead benchmark's switch (bench/trace/overhead.py).
-        let want_exec_exit = opts.counting.syscalls()
-            && std::env::var_os("FDAUDIT_EXEC_EXIT").is_none_or(|v| v != "0");
+        let want_failed_exec = opts.counting.syscalls()
+            && std::env::var_os("FDAUDIT_FAILED_EXEC").is_none_or(|v| v != "0");
         let mut plan = Plan {
             sched,
             raw_syscalls,
             names: Vec::new(),
             required: 0,
-            exec_exit_end: 0,
+            failed_exec_end: 0,
             exec_walk,
-            want_exec_exit,
+            want_failed_exec,
             tries_tp: opts.counting.syscalls()
                 && matches!(opts.backend, BackendChoice::Tp | BackendChoice::Auto),
         };
@@ -294,10 +294,11 @@ impl Plan {
             .map(|p| p.name)
             .collect();
         plan.required = plan.names.len();
-        if want_exec_exit {
-            plan.names.extend(ebpf::EXEC_EXIT_PROGRAMS.map(|(n, _)| n));
+        if want_failed_exec {
+            plan.names
+                .extend(ebpf::FAILED_EXEC_PROGRAMS.map(|(n, _)| n));
         }
-        plan.exec_exit_end = plan.names.len();
+        plan.failed_exec_end = plan.names.len();
         // tp's entry programs, where tp is tried: loaded in the same batch, beside the exec
         // program's verifier (rather than on their own after it); attaching them is still
         // attach_syscall_counters' choice (a failed load is retried there, for its error).
@@ -325,14 +326,14 @@ struct Early {
     sched: Vec<(&'static str, Result<(), LoadError>)>,
     /// tp's counters ([`attach_tp_early`]); None when not tried.
     tp: Option<Result<(), String>>,
-    /// Whether the exec_exit programs were attached; None when not tried.
-    exec_exit: Option<bool>,
+    /// Whether the failed-exec programs were attached; None when not tried.
+    failed_exec: Option<bool>,
 }
 
 /// Loads every program `opts` needs (see [`load_all`]) and attaches them in order: the
 /// scheduler hooks first (a spawn never has syscall counts without its fork), then the
-/// syscall counters, then the optional exec_exit programs. The fork and exit hooks, the
-/// exec_exit programs and tp's counters come earlier, beside the exec program's verifier
+/// syscall counters, then the optional failed-exec programs. The fork and exit hooks, the
+/// failed-exec programs and tp's counters come earlier, beside the exec program's verifier
 /// ([`load_all`]), while no process is traced.
 fn attach_programs(
     bpf: &mut Ebpf,
@@ -342,8 +343,8 @@ fn attach_programs(
 ) -> Result<Attached> {
     let plan = Plan::new(opts, exec_walk);
     let (mut results, early) = load_all(bpf, &plan);
-    results.truncate(plan.exec_exit_end); // tp's results: attach_tp reports its own
-    let exec_exit_loaded = results.split_off(plan.required);
+    results.truncate(plan.failed_exec_end); // tp's results: attach_tp reports its own
+    let failed_exec_loaded = results.split_off(plan.required);
     for (name, loaded) in plan.names.iter().zip(results) {
         loaded
             .unwrap_or(Err(LoadError::MissingProgram(name)))
@@ -373,15 +374,15 @@ fn attach_programs(
         }
     }
     // Syscall tracepoints are named through tracefs, which a fresh boot may not mount.
-    let exec_fails = plan.want_exec_exit
-        && exec_exit_loaded.iter().all(|r| matches!(r, Some(Ok(()))))
-        && early.exec_exit.unwrap_or_else(|| {
-            crate::sys::ensure_tracefs() && ebpf::attach_exec_exit_loaded(bpf).is_ok()
+    let failed_execs = plan.want_failed_exec
+        && failed_exec_loaded.iter().all(|r| matches!(r, Some(Ok(()))))
+        && early.failed_exec.unwrap_or_else(|| {
+            crate::sys::ensure_tracefs() && ebpf::attach_failed_exec_loaded(bpf).is_ok()
         });
     Ok(Attached {
         backend,
         fallback,
-        exec_fails,
+        failed_execs,
         aya_btf_ms,
     })
 }
@@ -412,11 +413,11 @@ fn load_all(bpf: &mut Ebpf, plan: &Plan) -> (LoadResults, Early) {
         let mut done: Vec<_> = here.iter_mut().map(load).collect();
         // While the exec program is verified (the long pole: this thread's loads end
         // before it), what can be attached before it is: the fork
-        // and exit hooks (exec's comes after fork's, as before), the exec_exit programs, then
+        // and exit hooks (exec's comes after fork's, as before), the failed-exec programs, then
         // tp's counters. No process is traced yet (the maps are this load's), so the order
-        // counts nothing wrong. Only when every load here worked (the optional exec_exit
+        // counts nothing wrong. Only when every load here worked (the optional failed-exec
         // ones apart): a failure is reported as before.
-        let optional = |i: usize| ebpf::exec_exit_program(names[i]).is_some();
+        let optional = |i: usize| ebpf::failed_exec_program(names[i]).is_some();
         if done.iter().all(|(i, r)| r.is_ok() || optional(*i)) {
             for (i, prog) in &mut here {
                 let spec = plan
@@ -429,12 +430,12 @@ fn load_all(bpf: &mut Ebpf, plan: &Plan) -> (LoadResults, Early) {
                         .push((spec.name, ebpf::attach_program(prog, spec)));
                 }
             }
-            // The exec_exit programs too (syscall exit tracepoints, so after the close()
+            // The failed-exec programs too (syscall exit tracepoints, so after the close()
             // timing, which load waited for): attached after the exec program, they added
             // to start-up after its verifier.
-            if plan.want_exec_exit && crate::sys::ensure_tracefs() {
+            if plan.want_failed_exec && crate::sys::ensure_tracefs() {
                 let progs = here.iter_mut().map(|(i, p)| (names[*i], &mut **p));
-                early.exec_exit = Some(ebpf::attach_loaded_exec_exit(progs).is_ok());
+                early.failed_exec = Some(ebpf::attach_loaded_failed_exec(progs).is_ok());
             }
             if plan.tries_tp {
                 early.tp = Some(attach_tp_early(here, names));

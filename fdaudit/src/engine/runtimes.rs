@@ -257,7 +257,7 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_spawn_is_its_parents_image_before_the_parents_next_exec() {
+    fn a_failed_execs_runtime_is_its_parents_image_before_the_parents_next_exec() {
         let (dash, tr) = ("/usr/bin/dash", "/usr/bin/true");
         // Both Essential on Debian (dash, coreutils), the platform CI and the guests run.
         for p in [dash, tr] {

@@ -14,7 +14,7 @@ use aya::{
     Ebpf,
 };
 use fdaudit_common::{
-    FdPath, ReadKey, ReadStat, Stats, TaskState, MAP_EXEC_FAILS, MAP_READS, MAP_READ_PATHS,
+    FdPath, ReadKey, ReadStat, Stats, TaskState, MAP_FAILED_EXECS, MAP_READS, MAP_READ_PATHS,
     MAP_STATS,
 };
 
@@ -83,7 +83,7 @@ pub struct Session {
     warnings: Vec<String>,
     /// What the session started with.
     started: Started,
-    /// The fentry or exec_exit links were handed to a child that closes them after our exit.
+    /// The fentry or failed-exec links were handed to a child that closes them after our exit.
     handed_off: bool,
     /// [`Session::detach_after_exit`] was called: the process exits next.
     exiting: bool,
@@ -104,7 +104,7 @@ impl Session {
             backend,
             fallback,
             ia32_unseen,
-            exec_fails: exec_fails_ok,
+            failed_execs: failed_execs_ok,
             close_cost_ns,
             timings,
         } = loader::load(opts)?;
@@ -121,8 +121,8 @@ impl Session {
         } else {
             (None, None)
         };
-        let exec_fails = if exec_fails_ok {
-            Some(HashMap::try_from(take(&mut bpf, MAP_EXEC_FAILS)?)?)
+        let failed_execs = if failed_execs_ok {
+            Some(HashMap::try_from(take(&mut bpf, MAP_FAILED_EXECS)?)?)
         } else {
             None
         };
@@ -142,7 +142,7 @@ impl Session {
             stats,
             reads,
             read_paths,
-            completion: Completion::new(exec_fails, ia32_unseen),
+            completion: Completion::new(failed_execs, ia32_unseen),
             bpf: Some(bpf),
             counting: opts.counting,
             calibration: Calibration {
@@ -532,7 +532,7 @@ impl Drop for Session {
     /// [`Session::detach_after_exit`] has handed them to a child) and waits (up to 200 ms)
     /// until the kernel has let go of the programs (a raw tracepoint link frees its program
     /// after an RCU grace period): when fdaudit says it is done, nothing of it is left loaded
-    /// (but for what the child detaching the fentry and exec_exit programs holds). After
+    /// (but for what the child detaching the fentry and failed-exec programs holds). After
     /// [`Session::detach_after_exit`] it does not wait: the caller is about to exit, and
     /// that grace period would be most of its exit time.
     fn drop(&mut self) {

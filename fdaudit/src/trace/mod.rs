@@ -281,7 +281,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 /// The exec errno of a command that could not start: the human message and exit status.
-pub(crate) fn exec_failure(name: &str, errno: i32) -> (String, u8) {
+pub(crate) fn failed_exec_error(name: &str, errno: i32) -> (String, u8) {
     let err = std::io::Error::from_raw_os_error(errno);
     let code = if errno == libc::ENOENT {
         exit::NOT_EXECUTED
@@ -515,7 +515,7 @@ fn attach(plan: &TracePlan, pids: &[u32], followed: Option<&Followed>) -> Result
         let name = h.name.clone();
         if let Err(errno) = h.release()? {
             drop(session);
-            let (msg, code) = exec_failure(&name, errno);
+            let (msg, code) = failed_exec_error(&name, errno);
             stream::report_error(&anyhow::anyhow!(msg));
             return Ok(Attached::NotExecuted(code));
         }

@@ -252,7 +252,7 @@ fn attach(command: &[OsString], pids: &[u32]) -> Result<Result<Attached, (String
         let name = h.name.clone();
         if let Err(errno) = h.release()? {
             // As `trace -- CMD` says it: 127 for ENOENT, 126 otherwise.
-            return Ok(Err(crate::trace::exec_failure(&name, errno)));
+            return Ok(Err(crate::trace::failed_exec_error(&name, errno)));
         }
     }
     stream::note(

@@ -8,7 +8,7 @@ use aya_obj::generated::{
 };
 
 use super::{
-    raw, FentrySpec, LoadError, EXEC_EXIT_PROGRAMS, FENTRY_PROGRAMS, SYSCALL_PREFIX, TP_PROGRAMS,
+    raw, FentrySpec, LoadError, FAILED_EXEC_PROGRAMS, FENTRY_PROGRAMS, SYSCALL_PREFIX, TP_PROGRAMS,
     TP_READ_PROGRAMS,
 };
 use crate::engine::btf::Btf;
@@ -118,14 +118,14 @@ pub fn detach_after_exit(ebpf: &mut Ebpf) {
 const ANCHOR_LINGER_S: i64 = 2;
 
 /// The tracefs ids of the syscall trace events this session's tracepoint programs are
-/// loaded for (the tp backend's, the exec_exit ones): what the child of
+/// loaded for (the tp backend's, the failed-exec ones): what the child of
 /// [`detach_after_exit`] anchors.
 fn trace_event_ids(ebpf: &Ebpf) -> Vec<u64> {
     let tracepoints = TP_PROGRAMS
         .iter()
         .chain(&TP_READ_PROGRAMS)
         .map(|s| (s.name, s.tracepoint))
-        .chain(EXEC_EXIT_PROGRAMS);
+        .chain(FAILED_EXEC_PROGRAMS);
     tracepoints
         .filter(|(name, _)| {
             matches!(ebpf.program(name), Some(Program::TracePoint(p)) if p.fd().is_ok())
@@ -211,7 +211,7 @@ unsafe fn close_at_once(fds: &[i32], stacks: &mut [u8]) {
 /// Closing the last perf event of a syscall trace event unregisters it, and the kernel
 /// then waits for two RCU grace periods while it holds `event_mutex`
 /// (`perf_trace_event_unreg`), the mutex every perf_event_open of a trace event takes:
-/// a trace started meanwhile (its tp programs, its exec_exit ones) waited for it
+/// a trace started meanwhile (its tp programs, its failed-exec ones) waited for it
 /// (docs/performance.md). So the child first opens an anchor on each
 /// of those trace events ([`open_anchor`]), closes its BPF fds once fdaudit has exited
 /// (the programs detach; the events stay registered, so nothing waits), and keeps the

@@ -140,10 +140,12 @@ impl MissedRuns {
     }
 }
 
-/// Whether a skipped run of `program` loses a record (exec, fork, exit, a failed exec's
-/// errno), not only a count.
+/// Whether a skipped run of `program` loses a record (exec and its walk's stages, fork,
+/// exit, a failed exec's errno), not only a count.
 pub fn loses_records(program: &str) -> bool {
-    program.starts_with("sched_process_") || program.starts_with("exec")
+    ["sched_process_", "exec_", "failed_exec"]
+        .iter()
+        .any(|p| program.starts_with(p))
 }
 
 #[cfg(test)]
@@ -190,17 +192,42 @@ mod tests {
     }
 
     #[test]
+    fn record_programs_lose_records_and_counters_lose_counts() {
+        for p in [
+            "sched_process_exec",
+            "sched_process_exec_bounded",
+            "exec_walk_fds",
+            "failed_exec",
+            "failed_execat",
+        ] {
+            assert!(
+                loses_records(p),
+                "{p} sends a record or a failed exec's errno"
+            );
+        }
+        for p in [
+            "sys_enter",
+            "sys_exit",
+            "tp_close",
+            "fentry_close",
+            "origin_enter",
+        ] {
+            assert!(!loses_records(p), "{p} only counts");
+        }
+    }
+
+    #[test]
     fn the_note_names_programs_and_counts_largest_first() {
         let d = known(&[
             ("sched_process_exec", 236),
             ("sys_enter", 13_271),
-            ("exec_exit", 18),
+            ("failed_exec", 18),
             ("sys_exit", 0),
         ]);
         let note = d.note().expect("a note");
         assert!(
             note.starts_with(
-                "the kernel SKIPPED 13525 runs of fdaudit's programs (sys_enter 13271, sched_process_exec 236, exec_exit 18): "
+                "the kernel SKIPPED 13525 runs of fdaudit's programs (sys_enter 13271, sched_process_exec 236, failed_exec 18): "
             ),
             "{note}"
         );

@@ -23,7 +23,7 @@ use thiserror::Error;
 use crate::engine::btf::{self, BtfError};
 
 pub mod caps;
-mod exec_exit;
+mod failed_exec;
 mod fentry;
 mod kernel;
 pub mod misses;
@@ -34,9 +34,9 @@ mod subprogs;
 mod tp;
 
 pub use caps::{effective_caps, has_cap, missing_trace_caps};
-pub use exec_exit::{
-    attach_exec_exit, attach_exec_exit_loaded, attach_loaded_exec_exit, exec_exit_program,
-    EXEC_EXIT_PROGRAMS,
+pub use failed_exec::{
+    attach_failed_exec, attach_failed_exec_loaded, attach_loaded_failed_exec, failed_exec_program,
+    FAILED_EXEC_PROGRAMS,
 };
 pub use fentry::{attach_fentry, detach_after_exit, detach_fentry, probe_fentry};
 pub use kernel::KernelBtf;
@@ -660,7 +660,7 @@ mod tests {
             .chain(ORIGIN_PROGRAMS.iter().map(|p| p.name))
             .chain(TP_PROGRAMS.iter().map(|p| p.name))
             .chain(TP_READ_PROGRAMS.iter().map(|p| p.name))
-            .chain(EXEC_EXIT_PROGRAMS.iter().map(|(name, _)| *name))
+            .chain(FAILED_EXEC_PROGRAMS.iter().map(|(name, _)| *name))
             // The bounded exec walk (kernels without bpf_loop): its entry and tail calls.
             .chain(EXEC_CHAIN_STAGES)
             .chain([EXEC_BOUNDED_ENTRY])

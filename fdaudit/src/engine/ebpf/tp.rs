@@ -27,7 +27,7 @@ fn here() -> impl Iterator<Item = &'static TpSpec> {
 }
 
 /// Whether every counted syscall's entry tracepoint exists (mounting tracefs when it is
-/// missing, as trace does anyway for the exec_exit programs) with the record layout the
+/// missing, as trace does anyway for the failed-exec programs) with the record layout the
 /// programs read. Err is the reason, in one line.
 pub fn probe_tp() -> Result<(), String> {
     if !crate::sys::ensure_tracefs() {

@@ -7,7 +7,7 @@ use aya_ebpf::{
 };
 use fdaudit_common::EXEC_PATH_LEN;
 
-use crate::{configured, current_tgid, EXEC_FAILS, EXEC_PENDING, EXEC_SCRATCH};
+use crate::{configured, current_tgid, EXEC_PENDING, EXEC_SCRATCH, FAILED_EXECS};
 
 // ---------------------------------------------------------------------------------------------
 // syscalls/sys_exit_execve and syscalls/sys_exit_execveat (CONFIG_FTRACE_SYSCALLS, tracefs):
@@ -15,20 +15,20 @@ use crate::{configured, current_tgid, EXEC_FAILS, EXEC_PENDING, EXEC_SCRATCH};
 // run these programs; every other syscall pays the syscall tracepoint's bit test for
 // "is this one enabled" (the slow path itself is already taken for sys_enter). A failed
 // exec of a traced process leaves its errno and the path count_in_window noted at entry in
-// EXEC_FAILS. Optional: without them, failed execs are reported without errno and path.
+// FAILED_EXECS. Optional: without them, failed execs are reported without errno and path.
 #[tracepoint(category = "syscalls", name = "sys_exit_execve")]
-pub fn exec_exit(ctx: TracePointContext) -> u32 {
-    let _ = try_exec_exit(&ctx);
+pub fn failed_exec(ctx: TracePointContext) -> u32 {
+    let _ = try_failed_exec(&ctx);
     0
 }
 
 #[tracepoint(category = "syscalls", name = "sys_exit_execveat")]
-pub fn execat_exit(ctx: TracePointContext) -> u32 {
-    let _ = try_exec_exit(&ctx);
+pub fn failed_execat(ctx: TracePointContext) -> u32 {
+    let _ = try_failed_exec(&ctx);
     0
 }
 
-fn try_exec_exit(ctx: &TracePointContext) -> Result<(), i64> {
+fn try_failed_exec(ctx: &TracePointContext) -> Result<(), i64> {
     if !configured() {
         return Ok(());
     }
@@ -63,6 +63,6 @@ fn try_exec_exit(ctx: &TracePointContext) -> Result<(), i64> {
     }
     // By reference: a copy of the value would not fit on the eBPF stack.
     #[allow(clippy::needless_borrows_for_generic_args)]
-    EXEC_FAILS.insert(tgid, &*v, 0)?;
+    FAILED_EXECS.insert(tgid, &*v, 0)?;
     Ok(())
 }
