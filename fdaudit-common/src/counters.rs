@@ -1,34 +1,49 @@
 //! The counter table: every counter of the fork..exec window and every syscall the programs
-//! look at, declared once, in [`for_each_counter!`]. Generated from it: [`crate::Counters`]
-//! (the layout both sides share), [`crate::sysno`] and [`crate::sysno_ia32`] (the numbers
-//! per architecture, `to_native`), the eBPF crate's counted-syscall filter and its fentry and
-//! fexit programs, and on the user side `FENTRY_PROGRAMS` and `SyscallCounts` (the JSON
-//! keys). What increments a counter stays hand-written: `count_in_window` in the eBPF crate.
+//! look at, declared once, in [`counter_table!`], which also hands its users the columns
+//! they ask for. Generated from it: [`crate::Counters`] (the layout both sides share),
+//! [`crate::sysno`] and [`crate::sysno_ia32`] (the numbers per architecture, `to_native`),
+//! the eBPF crate's counted-syscall filter and its fentry and fexit programs, and on the
+//! user side `FENTRY_PROGRAMS`, `TP_PROGRAMS` and `SyscallCounts` (the JSON keys). What
+//! increments a counter stays hand-written: `count_in_window` in the eBPF crate.
 
-/// Calls the macro `$cb` with the table (after any `$args`), in four groups:
+/// The counter table, and the one reader of its grammar: `counter_table!(GROUP [COLUMN...],
+/// ... => cb)` calls the macro `cb` with `GROUP { (COLUMN...) ... }` for each group asked
+/// for, one parenthesised row per line of the group, holding the columns asked for in the
+/// order asked. A user names only the columns it reads, so a new column (or group) edits
+/// the table and this macro, no user. The groups and their columns:
 ///
-/// - `counters { $(#[doc] name: kind, probe;)* }`: the `u32` fields of `Counters`, in layout
-///   order (the order of the JSON keys too). `kind` says how the user side carries one:
-///   `sum` (added up over spawns), `max` (the largest is kept), `kernel` (not in
-///   `SyscallCounts`: the decoder reads it itself). `probed` or `-`: whether the counter
-///   counts calls that went through a counting probe (`SyscallCounts::probed`).
-/// - `counted { $(name CONST program = x86_64, aarch64, [i386 | i386...];)* }`: the syscalls
-///   sys_enter counts, each with the fentry program that counts it in the fentry backend
-///   (attach order), its `sysno` constant and numbers: x86_64
-///   (arch/x86/entry/syscalls/syscall_64.tbl), aarch64 (the generic table,
-///   include/uapi/asm-generic/unistd.h; `NONE` where the architecture lacks the call) and
-///   i386 (syscall_32.tbl; several numbers when ia32 has variants of the call, the first
-///   one names `sysno_ia32::CONST`).
-/// - `reads { ... }`: the same for the read syscalls `--reads` counts (sys_exit, fexit).
-/// - `others { $(name CONST = x86_64, aarch64;)* }`: numbers no program counts.
+/// - `counters` (`doc name kind probe`): the `u32` fields of `Counters`, in layout order
+///   (the order of the JSON keys too). `doc` is the line's doc attributes in brackets
+///   (`[#[doc = "..."] ...]`). `kind` says how the user side carries one: `sum` (added up
+///   over spawns), `max` (the largest is kept), `kernel` (not in `SyscallCounts`: the
+///   decoder reads it itself). `probe` is `probed` or `-`: whether the counter counts calls
+///   that went through a counting probe (`SyscallCounts::probed`).
+/// - `counted` (`name sysno prog x86_64 aarch64 i386`): the syscalls sys_enter counts, each
+///   with its `sysno` constant, the fentry program that counts it in the fentry backend
+///   (attach order) and its numbers: x86_64 (arch/x86/entry/syscalls/syscall_64.tbl),
+///   aarch64 (the generic table, include/uapi/asm-generic/unistd.h; `NONE` where the
+///   architecture lacks the call) and i386 (syscall_32.tbl) in brackets, `[n]` or
+///   `[n | m ...]` when ia32 has variants of the call, the first one naming
+///   `sysno_ia32::CONST`.
+/// - `reads` (the same columns): the read syscalls `--reads` counts (sys_exit, fexit).
+/// - `others` (`name sysno x86_64 aarch64`): numbers no program counts.
 ///
 /// A new counter is a line in `counters` (and its syscalls' lines in `counted`) plus its
 /// rule in `count_in_window`.
+///
+/// ```
+/// macro_rules! names {
+///     (reads { $( ($name:ident $x86_64:tt) )* }) => {
+///         const READS: [(&str, i64); [$($x86_64),*].len()] = [$( (stringify!($name), $x86_64) ),*];
+///     };
+/// }
+/// fdaudit_common::counter_table!(reads [name x86_64] => names);
+/// assert_eq!(READS[0], ("read", 0));
+/// ```
 #[macro_export]
-macro_rules! for_each_counter {
-    ($cb:ident $($args:tt)*) => {
-        $cb! {
-            $($args)*
+macro_rules! counter_table {
+    ($($group:ident [$($col:ident)*]),+ $(,)? => $cb:ident) => {
+        $crate::counter_table!(@group $cb [] [$($group [$($col)*])+] {
             counters {
                 /// close() calls.
                 close_calls: sum, probed;
@@ -77,19 +92,156 @@ macro_rules! for_each_counter {
                 openat OPENAT = 257, 56;
                 openat2 OPENAT2 = 437, 437;
             }
-        }
+        });
+    };
+
+    // Every group asked for is done: the callback.
+    (@group $cb:ident [$($out:tt)*] [] $table:tt) => {
+        $cb! { $($out)* }
+    };
+    // The next group asked for: its lines, parsed once into rows `([picked] columns...)`.
+    (@group $cb:ident $out:tt [$group:ident $cols:tt $($more:tt)*] $table:tt) => {
+        $crate::counter_table!(@rows $cb $out $group $cols [$($more)*] $table $table);
+    };
+    (@rows $cb:ident $out:tt counters $cols:tt $more:tt $table:tt {
+        counters { $( $(# $doc:tt)* $name:ident: $kind:ident, $probe:tt; )* } $($_t:tt)*
+    }) => {
+        $crate::counter_table!(@cols $cb $out counters counters $cols $more $table
+            [$( ([] [$(# $doc)*] $name $kind $probe) )*]);
+    };
+    (@rows $cb:ident $out:tt counted $cols:tt $more:tt $table:tt {
+        counters $_c:tt
+        counted { $( $name:ident $sysno:ident $prog:ident = $x:tt, $a:tt, $i:tt; )* }
+        $($_t:tt)*
+    }) => {
+        $crate::counter_table!(@cols $cb $out counted syscalls $cols $more $table
+            [$( ([] $name $sysno $prog $x $a $i) )*]);
+    };
+    (@rows $cb:ident $out:tt reads $cols:tt $more:tt $table:tt {
+        counters $_c:tt counted $_d:tt
+        reads { $( $name:ident $sysno:ident $prog:ident = $x:tt, $a:tt, $i:tt; )* }
+        $($_t:tt)*
+    }) => {
+        $crate::counter_table!(@cols $cb $out reads syscalls $cols $more $table
+            [$( ([] $name $sysno $prog $x $a $i) )*]);
+    };
+    (@rows $cb:ident $out:tt others $cols:tt $more:tt $table:tt {
+        counters $_c:tt counted $_d:tt reads $_r:tt
+        others { $( $name:ident $sysno:ident = $x:tt, $a:tt; )* }
+    }) => {
+        $crate::counter_table!(@cols $cb $out others others $cols $more $table
+            [$( ([] $name $sysno $x $a) )*]);
+    };
+    (@rows $cb:ident $out:tt $group:ident $($_r:tt)*) => {
+        compile_error!(concat!("counter_table!: no group ", stringify!($group)));
+    };
+
+    // Every column of this group is picked: the group's rows join the output.
+    (@cols $cb:ident [$($out:tt)*] $group:ident $form:ident [] $more:tt $table:tt
+        [$( ([$($picked:tt)*] $($_f:tt)*) )*]
+    ) => {
+        $crate::counter_table!(@group $cb [$($out)* $group { $( ($($picked)*) )* }] $more $table);
+    };
+    // The next column: appended to every row's picked columns at once, one rule per
+    // column of each form of line.
+    (@cols $cb:ident $out:tt $group:ident counters [doc $($cols:ident)*] $more:tt $table:tt
+        [$( ([$($p:tt)*] $doc:tt $name:ident $kind:ident $probe:tt) )*]
+    ) => {
+        $crate::counter_table!(@cols $cb $out $group counters [$($cols)*] $more $table
+            [$( ([$($p)* $doc] $doc $name $kind $probe) )*]);
+    };
+    (@cols $cb:ident $out:tt $group:ident counters [name $($cols:ident)*] $more:tt $table:tt
+        [$( ([$($p:tt)*] $doc:tt $name:ident $kind:ident $probe:tt) )*]
+    ) => {
+        $crate::counter_table!(@cols $cb $out $group counters [$($cols)*] $more $table
+            [$( ([$($p)* $name] $doc $name $kind $probe) )*]);
+    };
+    (@cols $cb:ident $out:tt $group:ident counters [kind $($cols:ident)*] $more:tt $table:tt
+        [$( ([$($p:tt)*] $doc:tt $name:ident $kind:ident $probe:tt) )*]
+    ) => {
+        $crate::counter_table!(@cols $cb $out $group counters [$($cols)*] $more $table
+            [$( ([$($p)* $kind] $doc $name $kind $probe) )*]);
+    };
+    (@cols $cb:ident $out:tt $group:ident counters [probe $($cols:ident)*] $more:tt $table:tt
+        [$( ([$($p:tt)*] $doc:tt $name:ident $kind:ident $probe:tt) )*]
+    ) => {
+        $crate::counter_table!(@cols $cb $out $group counters [$($cols)*] $more $table
+            [$( ([$($p)* $probe] $doc $name $kind $probe) )*]);
+    };
+    (@cols $cb:ident $out:tt $group:ident syscalls [name $($cols:ident)*] $more:tt $table:tt
+        [$( ([$($p:tt)*] $name:ident $sysno:ident $prog:ident $x86_64:tt $aarch64:tt $i386:tt) )*]
+    ) => {
+        $crate::counter_table!(@cols $cb $out $group syscalls [$($cols)*] $more $table
+            [$( ([$($p)* $name] $name $sysno $prog $x86_64 $aarch64 $i386) )*]);
+    };
+    (@cols $cb:ident $out:tt $group:ident syscalls [sysno $($cols:ident)*] $more:tt $table:tt
+        [$( ([$($p:tt)*] $name:ident $sysno:ident $prog:ident $x86_64:tt $aarch64:tt $i386:tt) )*]
+    ) => {
+        $crate::counter_table!(@cols $cb $out $group syscalls [$($cols)*] $more $table
+            [$( ([$($p)* $sysno] $name $sysno $prog $x86_64 $aarch64 $i386) )*]);
+    };
+    (@cols $cb:ident $out:tt $group:ident syscalls [prog $($cols:ident)*] $more:tt $table:tt
+        [$( ([$($p:tt)*] $name:ident $sysno:ident $prog:ident $x86_64:tt $aarch64:tt $i386:tt) )*]
+    ) => {
+        $crate::counter_table!(@cols $cb $out $group syscalls [$($cols)*] $more $table
+            [$( ([$($p)* $prog] $name $sysno $prog $x86_64 $aarch64 $i386) )*]);
+    };
+    (@cols $cb:ident $out:tt $group:ident syscalls [x86_64 $($cols:ident)*] $more:tt $table:tt
+        [$( ([$($p:tt)*] $name:ident $sysno:ident $prog:ident $x86_64:tt $aarch64:tt $i386:tt) )*]
+    ) => {
+        $crate::counter_table!(@cols $cb $out $group syscalls [$($cols)*] $more $table
+            [$( ([$($p)* $x86_64] $name $sysno $prog $x86_64 $aarch64 $i386) )*]);
+    };
+    (@cols $cb:ident $out:tt $group:ident syscalls [aarch64 $($cols:ident)*] $more:tt $table:tt
+        [$( ([$($p:tt)*] $name:ident $sysno:ident $prog:ident $x86_64:tt $aarch64:tt $i386:tt) )*]
+    ) => {
+        $crate::counter_table!(@cols $cb $out $group syscalls [$($cols)*] $more $table
+            [$( ([$($p)* $aarch64] $name $sysno $prog $x86_64 $aarch64 $i386) )*]);
+    };
+    (@cols $cb:ident $out:tt $group:ident syscalls [i386 $($cols:ident)*] $more:tt $table:tt
+        [$( ([$($p:tt)*] $name:ident $sysno:ident $prog:ident $x86_64:tt $aarch64:tt $i386:tt) )*]
+    ) => {
+        $crate::counter_table!(@cols $cb $out $group syscalls [$($cols)*] $more $table
+            [$( ([$($p)* $i386] $name $sysno $prog $x86_64 $aarch64 $i386) )*]);
+    };
+    (@cols $cb:ident $out:tt $group:ident others [name $($cols:ident)*] $more:tt $table:tt
+        [$( ([$($p:tt)*] $name:ident $sysno:ident $x86_64:tt $aarch64:tt) )*]
+    ) => {
+        $crate::counter_table!(@cols $cb $out $group others [$($cols)*] $more $table
+            [$( ([$($p)* $name] $name $sysno $x86_64 $aarch64) )*]);
+    };
+    (@cols $cb:ident $out:tt $group:ident others [sysno $($cols:ident)*] $more:tt $table:tt
+        [$( ([$($p:tt)*] $name:ident $sysno:ident $x86_64:tt $aarch64:tt) )*]
+    ) => {
+        $crate::counter_table!(@cols $cb $out $group others [$($cols)*] $more $table
+            [$( ([$($p)* $sysno] $name $sysno $x86_64 $aarch64) )*]);
+    };
+    (@cols $cb:ident $out:tt $group:ident others [x86_64 $($cols:ident)*] $more:tt $table:tt
+        [$( ([$($p:tt)*] $name:ident $sysno:ident $x86_64:tt $aarch64:tt) )*]
+    ) => {
+        $crate::counter_table!(@cols $cb $out $group others [$($cols)*] $more $table
+            [$( ([$($p)* $x86_64] $name $sysno $x86_64 $aarch64) )*]);
+    };
+    (@cols $cb:ident $out:tt $group:ident others [aarch64 $($cols:ident)*] $more:tt $table:tt
+        [$( ([$($p:tt)*] $name:ident $sysno:ident $x86_64:tt $aarch64:tt) )*]
+    ) => {
+        $crate::counter_table!(@cols $cb $out $group others [$($cols)*] $more $table
+            [$( ([$($p)* $aarch64] $name $sysno $x86_64 $aarch64) )*]);
+    };
+    (@cols $cb:ident $out:tt $group:ident $form:ident [$col:ident $($_c:ident)*] $($_r:tt)*) => {
+        compile_error!(concat!("counter_table!: no column ", stringify!($col), " in ", stringify!($group)));
     };
 }
 
 /// `Counters`, from the table's `counters`: one `u32` each, then padding to 8 bytes, then
 /// the close_range() arguments.
 macro_rules! counters_struct {
-    (counters { $( $(#[$doc:meta])* $field:ident: $kind:ident, $probe:tt; )* } $($rest:tt)*) => {
+    (counters { $( ([$($doc:tt)*] $field:ident) )* }) => {
         /// What a child did between fork and exec, counted in the kernel.
         #[repr(C)]
         #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
         pub struct Counters {
-            $( $(#[$doc])* pub $field: u32, )*
+            $( $($doc)* pub $field: u32, )*
             /// Pads the counters to a multiple of 8 bytes.
             pub _pad: [u32; COUNTER_NAMES.len() % 2],
             pub ranges: [CloseRange; MAX_RANGES],
@@ -102,48 +254,30 @@ macro_rules! counters_struct {
 }
 pub(crate) use counters_struct;
 
-/// The `sysno` constants of one architecture (`x86_64` or `aarch64`), every group's.
+/// The `sysno` constants of one architecture (the table's `x86_64` or `aarch64` column),
+/// every group's.
 macro_rules! sysno_consts {
-    (
-        $arch:ident
-        counters { $($_c:tt)* }
-        counted { $( $cn:ident $cc:ident $cp:ident = $cx:tt, $ca:tt, [$($ci:tt)*]; )* }
-        reads { $( $rn:ident $rc:ident $rp:ident = $rx:tt, $ra:tt, [$($ri:tt)*]; )* }
-        others { $( $on:ident $oc:ident = $ox:tt, $oa:tt; )* }
-    ) => {
-        $( $crate::counters::sysno_consts!(@one $arch $cc $cx $ca); )*
-        $( $crate::counters::sysno_consts!(@one $arch $rc $rx $ra); )*
-        $( $crate::counters::sysno_consts!(@one $arch $oc $ox $oa); )*
-    };
-    (@one x86_64 $c:ident $x:tt $a:tt) => {
-        pub const $c: i64 = $x;
-    };
-    (@one aarch64 $c:ident $x:tt $a:tt) => {
-        pub const $c: i64 = $a;
+    ($(
+        $group:ident { $( ($c:ident $n:tt) )* }
+    )*) => {
+        $( $( pub const $c: i64 = $n; )* )*
     };
 }
 pub(crate) use sysno_consts;
 
 /// The i386 constants (each call's first number) and `to_native`.
 macro_rules! sysno_ia32 {
-    (
-        counters { $($_c:tt)* }
-        counted { $( $cn:ident $cc:ident $cp:ident = $cx:tt, $ca:tt,
-                     [$ci:literal $(| $cv:literal)*]; )* }
-        reads { $( $rn:ident $rc:ident $rp:ident = $rx:tt, $ra:tt,
-                   [$ri:literal $(| $rv:literal)*]; )* }
-        others { $($_o:tt)* }
-    ) => {
-        $( pub const $cc: i64 = $ci; )*
-        $( pub const $rc: i64 = $ri; )*
+    ($(
+        $group:ident { $( ($c:ident [$i:literal $(| $v:literal)*]) )* }
+    )*) => {
+        $( $( pub const $c: i64 = $i; )* )*
 
         /// The x86_64 number of the same call, or -1 for a call the programs do not count.
         /// (Compat syscalls exist only on x86_64 here: the programs call this only there.)
         pub const fn to_native(id: i64) -> i64 {
             use super::sysno::x86_64 as n;
             match id {
-                $( $ci $(| $cv)* => n::$cc, )*
-                $( $ri $(| $rv)* => n::$rc, )*
+                $( $( $i $(| $v)* => n::$c, )* )*
                 _ => -1,
             }
         }

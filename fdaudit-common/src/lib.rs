@@ -124,18 +124,18 @@ pub mod sysno {
     /// A number no syscall has.
     pub const NONE: i64 = i64::MIN;
 
-    /// x86_64 (arch/x86/entry/syscalls/syscall_64.tbl), from [`crate::for_each_counter!`].
+    /// x86_64 (arch/x86/entry/syscalls/syscall_64.tbl), from [`crate::counter_table!`].
     pub mod x86_64 {
         use crate::counters::sysno_consts;
-        crate::for_each_counter!(sysno_consts x86_64);
+        crate::counter_table!(counted [sysno x86_64], reads [sysno x86_64], others [sysno x86_64] => sysno_consts);
     }
 
     /// aarch64 (the generic table, include/uapi/asm-generic/unistd.h), from
-    /// [`crate::for_each_counter!`].
+    /// [`crate::counter_table!`].
     pub mod aarch64 {
         use super::NONE;
         use crate::counters::sysno_consts;
-        crate::for_each_counter!(sysno_consts aarch64);
+        crate::counter_table!(counted [sysno aarch64], reads [sysno aarch64], others [sysno aarch64] => sysno_consts);
     }
 
     #[cfg(any(
@@ -156,9 +156,9 @@ pub mod sysno {
 /// under the x86_64 number it happens to share (ia32 `read` is x86_64 `close`).
 pub mod sysno_ia32 {
     // The calls' constants (READ, CLOSE, ...; FCNTL is fcntl, not fcntl64) and `to_native`,
-    // from the table (crate::for_each_counter!).
+    // from the table (crate::counter_table!).
     use crate::counters::sysno_ia32;
-    crate::for_each_counter!(sysno_ia32);
+    crate::counter_table!(counted [sysno i386], reads [sysno i386] => sysno_ia32);
 
     /// `TS_COMPAT` in `thread_info.status` (arch/x86/include/asm/thread_info.h): the task
     /// is in a compat syscall (what the kernel's in_ia32_syscall() tests).

@@ -101,7 +101,7 @@ pub struct CloseRange {
 }
 
 // `Counters` (and `COUNTER_NAMES`): generated from the counter table.
-crate::for_each_counter!(counters_struct);
+crate::counter_table!(counters [doc name] => counters_struct);
 
 /// Kind of file, as the kernel program sees it; userspace refines anon inodes by name.
 #[repr(C)]

@@ -75,11 +75,7 @@ pub(crate) fn compat_read(id: i64) -> bool {
 
 /// `counted_native`, from the counter table's `counted` syscalls.
 macro_rules! counted_native_fn {
-    (
-        counters { $($_c:tt)* }
-        counted { $( $name:ident $sysno:ident $prog:ident = $x:tt, $a:tt, [$($i:tt)*]; )* }
-        $($_rest:tt)*
-    ) => {
+    (counted { $( ($sysno:ident) )* }) => {
         /// Native numbers of the calls sys_enter counts. Syscalls an architecture lacks are
         /// all sysno::NONE (aarch64: poll, dup2), so their patterns repeat there.
         #[allow(unreachable_patterns)]
@@ -90,4 +86,4 @@ macro_rules! counted_native_fn {
     };
 }
 
-fdaudit_common::for_each_counter!(counted_native_fn);
+fdaudit_common::counter_table!(counted [sysno] => counted_native_fn);

@@ -47,17 +47,15 @@ macro_rules! fexit_read {
 /// `FENTRY_PROGRAMS`).
 macro_rules! fentry_programs {
     (
-        counters { $($_c:tt)* }
-        counted { $( $name:ident $sysno:ident $prog:ident = $x:tt, $a:tt, [$($i:tt)*]; )* }
-        reads { $( $rname:ident $rsysno:ident $rprog:ident = $rx:tt, $ra:tt, [$($ri:tt)*]; )* }
-        others { $($_o:tt)* }
+        counted { $( ($prog:ident $sysno:ident) )* }
+        reads { $( ($rprog:ident) )* }
     ) => {
         $( fentry_syscall!($prog, sysno::$sysno); )*
         $( fexit_read!($rprog); )*
     };
 }
 
-fdaudit_common::for_each_counter!(fentry_programs);
+fdaudit_common::counter_table!(counted [prog sysno], reads [prog] => fentry_programs);
 
 fn try_fexit_read(ctx: &FExitContext) -> Result<(), i64> {
     let ret: i64 = ctx.arg(1);

@@ -200,7 +200,7 @@ impl SyscallArgs for TpArgs<'_> {
 
 /// Counts one syscall of a process inside its fork..exec window (`id` is one of those
 /// `try_sys_enter` lets through, as its x86_64 number). Adding a counter: a line in the
-/// counter table (`fdaudit_common::for_each_counter!`) and its rule, an arm here.
+/// counter table (`fdaudit_common::counter_table!`) and its rule, an arm here.
 #[allow(unreachable_patterns)] // sysno::NONE repeats on aarch64, as in counted_native
 #[inline(always)]
 fn count_in_window<A: SyscallArgs>(st: &mut TaskState, id: i64, a: &A) -> Result<(), i64> {

@@ -1,7 +1,7 @@
 //! [`SyscallCounts`]: the user-side view of the kernel's per-window [`Counters`], the one
 //! struct every consumer (a spawn, the totals, the bench's traced pass, the strategy
 //! classifier) uses. Its fields (the JSON keys), `From`, `probed` and `AddAssign` are made
-//! from the counter table (`fdaudit_common::for_each_counter!`): a new counter is a line
+//! from the counter table (`fdaudit_common::counter_table!`): a new counter is a line
 //! there and its rule in the eBPF program's `count_in_window`, nothing here.
 
 use fdaudit_common::Counters;
@@ -9,30 +9,30 @@ use fdaudit_common::Counters;
 /// `SyscallCounts` from the table's `counters`, less the `kernel` ones (the decoder reads
 /// those itself).
 macro_rules! syscall_counts {
-    (counters { $($c:tt)* } $($_rest:tt)*) => {
-        syscall_counts!(@keep [] $($c)*);
+    (counters { $($row:tt)* }) => {
+        syscall_counts!(@keep [] $($row)*);
     };
     // Keeps the counters the user side carries (`sum` and `max`), in table order.
     (@keep [$($kept:tt)*]) => {
         syscall_counts!(@emit $($kept)*);
     };
-    (@keep [$($kept:tt)*] $(#[$doc:meta])* $f:ident: kernel, $p:tt; $($rest:tt)*) => {
+    (@keep [$($kept:tt)*] ($doc:tt $f:ident kernel $p:tt) $($rest:tt)*) => {
         syscall_counts!(@keep [$($kept)*] $($rest)*);
     };
-    (@keep [$($kept:tt)*] $(#[$doc:meta])* $f:ident: $kind:ident, $p:tt; $($rest:tt)*) => {
-        syscall_counts!(@keep [$($kept)* $(#[$doc])* $f: $kind, $p;] $($rest)*);
+    (@keep [$($kept:tt)*] $row:tt $($rest:tt)*) => {
+        syscall_counts!(@keep [$($kept)* $row] $($rest)*);
     };
     (@probed probed, $($s:tt)*) => { $($s)* };
     (@probed -, $($s:tt)*) => {};
     (@add sum, $a:expr, $b:expr) => { $a += $b };
     (@add max, $a:expr, $b:expr) => { $a = $a.max($b) };
-    (@emit $( $(#[$doc:meta])* $f:ident: $kind:ident, $p:tt; )*) => {
+    (@emit $( ([$($doc:tt)*] $f:ident $kind:ident $p:tt) )*) => {
         /// What a child did between fork and exec, counted in the kernel. The front ends
         /// write it flattened into the records that carry it, one key per counter
         /// ([`SyscallCounts::fields`]: `trace/report/json.rs`).
         #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
         pub struct SyscallCounts {
-            $( $(#[$doc])* pub $f: u64, )*
+            $( $($doc)* pub $f: u64, )*
         }
 
         impl SyscallCounts {
@@ -71,7 +71,7 @@ macro_rules! syscall_counts {
     };
 }
 
-fdaudit_common::for_each_counter!(syscall_counts);
+fdaudit_common::counter_table!(counters [doc name kind probe] => syscall_counts);
 
 impl SyscallCounts {
     /// fcntl() calls of either kind (F_GETFD probes and F_SETFD marks).

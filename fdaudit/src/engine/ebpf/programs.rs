@@ -109,14 +109,12 @@ const fn read_exit(name: &'static str, syscall: &'static str) -> FentrySpec {
     }
 }
 
-/// `FENTRY_PROGRAMS`, from the counter table (`fdaudit_common::for_each_counter!`): the
+/// `FENTRY_PROGRAMS`, from the counter table (`fdaudit_common::counter_table!`): the
 /// eBPF crate makes its fentry and fexit programs from the same lines.
 macro_rules! fentry_programs {
     (
-        counters { $($_c:tt)* }
-        counted { $( $name:ident $sysno:ident $prog:ident = $x:tt, $a:tt, [$($i:tt)*]; )* }
-        reads { $( $rname:ident $rsysno:ident $rprog:ident = $rx:tt, $ra:tt, [$($ri:tt)*]; )* }
-        others { $($_o:tt)* }
+        counted { $( ($name:ident $prog:ident) )* }
+        reads { $( ($rname:ident $rprog:ident) )* }
     ) => {
         /// The fentry backend's programs: the same counts as `sys_enter` and `sys_exit`, one
         /// program per counted syscall.
@@ -127,7 +125,7 @@ macro_rules! fentry_programs {
     };
 }
 
-fdaudit_common::for_each_counter!(fentry_programs);
+fdaudit_common::counter_table!(counted [name prog], reads [name prog] => fentry_programs);
 
 /// A program of the tp backend and the syscall tracepoint it attaches to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,14 +141,10 @@ pub struct TpSpec {
 /// `TP_PROGRAMS`, from the counter table: the eBPF crate's `tp.rs` names its programs the
 /// same way (`tp_` and the syscall's name).
 macro_rules! tp_programs {
-    (
-        counters { $($_c:tt)* }
-        counted { $( $name:ident $sysno:ident $prog:ident = $x:tt, $a:tt, [$($i:tt)*]; )* }
-        $($_rest:tt)*
-    ) => {
+    (counted { $( ($name:ident $sysno:ident) )* }) => {
         /// The tp backend's programs: the same counts as `sys_enter`, one program per
         /// counted syscall, each on that syscall's own entry tracepoint.
-        pub const TP_PROGRAMS: [TpSpec; [$(stringify!($prog),)*].len()] = [
+        pub const TP_PROGRAMS: [TpSpec; [$(stringify!($name),)*].len()] = [
             $( TpSpec {
                 name: concat!("tp_", stringify!($name)),
                 tracepoint: concat!("sys_enter_", stringify!($name)),
@@ -160,23 +154,18 @@ macro_rules! tp_programs {
     };
 }
 
-fdaudit_common::for_each_counter!(tp_programs);
+fdaudit_common::counter_table!(counted [name sysno] => tp_programs);
 
 /// `TP_READ_PROGRAMS`, from the counter table's `reads`: one program, the eBPF crate's
 /// `tp_exit_read`, on each read syscall's exit tracepoint.
 macro_rules! tp_read_programs {
-    (
-        counters { $($_c:tt)* }
-        counted { $($_d:tt)* }
-        reads { $( $rname:ident $rsysno:ident $rprog:ident = $rx:tt, $ra:tt, [$($ri:tt)*]; )* }
-        others { $($_o:tt)* }
-    ) => {
+    (reads { $( ($rname:ident $rsysno:ident) )* }) => {
         /// The tp backend's `--reads` attachments: the one program `tp_exit_read` (the
         /// exit record has no syscall-specific field, so one program serves them all and
         /// the verifier runs once, docs/performance.md) on each read
         /// syscall's exit tracepoint, where the kernel has the helpers it needs (else raw
         /// `sys_exit`).
-        pub const TP_READ_PROGRAMS: [TpSpec; [$(stringify!($rprog),)*].len()] = [
+        pub const TP_READ_PROGRAMS: [TpSpec; [$(stringify!($rname),)*].len()] = [
             $( TpSpec {
                 name: TP_EXIT_READ,
                 tracepoint: concat!("sys_exit_", stringify!($rname)),
@@ -186,7 +175,7 @@ macro_rules! tp_read_programs {
     };
 }
 
-fdaudit_common::for_each_counter!(tp_read_programs);
+fdaudit_common::counter_table!(reads [name sysno] => tp_read_programs);
 
 /// The one program of [`TP_READ_PROGRAMS`].
 pub const TP_EXIT_READ: &str = "tp_exit_read";

@@ -355,13 +355,13 @@ mod tests {
     /// Counters with every counter set to its position in the table, from 1.
     fn numbered() -> Counters {
         macro_rules! numbered {
-            (counters { $( $(#[$doc:meta])* $f:ident: $kind:ident, $p:tt; )* } $($_r:tt)*) => {{
+            (counters { $( ($f:ident) )* }) => {{
                 let (mut c, mut i) = (Counters::default(), 0);
                 $( i += 1; c.$f = i; )*
                 c
             }};
         }
-        fdaudit_common::for_each_counter!(numbered)
+        fdaudit_common::counter_table!(counters [name] => numbered)
     }
 
     fn value(name: &str) -> u64 {
