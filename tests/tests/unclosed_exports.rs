@@ -54,8 +54,8 @@ fn a_leak_s_rates_projection_and_pprof_profile_name_leak_one() {
     let secs = p["limit_in_secs"].as_f64().expect("seconds to the limit");
     let headroom = p["headroom"].as_f64().unwrap();
     assert!(
-        (secs - headroom * 60.0 / growth).abs() < 1e-6 * secs.max(1.0),
-        "limit_in_secs = headroom / growth: {p}"
+        (secs - headroom * 60.0 / growth).abs() < 0.01 * secs.max(1.0),
+        "limit_in_secs = headroom / growth (each rounded to 3 decimals): {p}"
     );
     let r2 = p["fit_r2"].as_f64().unwrap();
     assert!((0.0..=1.0).contains(&r2), "{p}");

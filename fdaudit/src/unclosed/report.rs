@@ -88,7 +88,9 @@ struct StackRecord<'a> {
     stack: Vec<FrameJson<'a>>,
     opened: u64,
     closed: u64,
+    #[serde(serialize_with = "crate::output::round3")]
     opened_per_min: f64,
+    #[serde(serialize_with = "crate::output::round3")]
     closed_per_min: f64,
 }
 
@@ -105,10 +107,13 @@ struct ProcessRecord<'a> {
     not_seen: u64,
     nofile_soft: Option<u64>,
     headroom: Option<i64>,
+    #[serde(serialize_with = "crate::output::round3_opt")]
     growth_per_min: Option<f64>,
+    #[serde(serialize_with = "crate::output::round3_opt")]
     fit_r2: Option<f64>,
     fit_points: usize,
     projection: &'static str,
+    #[serde(serialize_with = "crate::output::round3_opt")]
     limit_in_secs: Option<f64>,
 }
 
@@ -252,7 +257,12 @@ impl Report<'_> {
                 out += &format!("    {}\n", frame_line(f));
             }
         }
-        out + "\n" + &self.procs_table()
+        // Each report ends its last line: the next report (--interval) starts on its own.
+        let mut out = out + "\n" + &self.procs_table();
+        if !out.ends_with('\n') {
+            out.push('\n');
+        }
+        out
     }
 
     fn procs_table(&self) -> String {
