@@ -100,9 +100,11 @@ pub fn at_attach(pids: &[u32]) -> Vec<(u32, HashSet<i32>)> {
 /// directories below it. A delegated subtree's owner chooses its names and depth: the walk
 /// takes at most [`MAX_CGROUPS`] directories, reads [`PROCS_BYTES`] of each list, keeps
 /// [`MAX_MEMBERS`] pids, and follows no link (cgroupfs has none; a directory entry that is
-/// not a directory is skipped).
+/// not a directory is skipped, a list is opened `O_NOFOLLOW | O_NONBLOCK` and read only
+/// when it is a regular file).
 pub fn cgroup_members(dir: &std::path::Path) -> Vec<u32> {
     use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
     let mut out = Vec::new();
     let mut todo = vec![dir.to_path_buf()];
     let mut seen = 0;
@@ -112,8 +114,14 @@ pub fn cgroup_members(dir: &std::path::Path) -> Vec<u32> {
             break;
         }
         let mut text = String::new();
-        if let Ok(f) = std::fs::File::open(d.join("cgroup.procs")) {
-            let _ = f.take(PROCS_BYTES).read_to_string(&mut text);
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(d.join("cgroup.procs"));
+        if let Ok(f) = f.and_then(|f| Ok((f.metadata()?.is_file(), f))) {
+            if f.0 {
+                let _ = f.1.take(PROCS_BYTES).read_to_string(&mut text);
+            }
         }
         out.extend(text.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
         if out.len() >= MAX_MEMBERS {
