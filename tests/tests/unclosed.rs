@@ -141,11 +141,18 @@ fn attach(pid: u32, out: &Path) -> Child {
 }
 
 pub(crate) fn attach_with(pid: u32, out: &Path, extra: &[&std::ffi::OsStr]) -> Child {
+    let pid = pid.to_string();
+    let mut args = extra.to_vec();
+    args.extend::<[&std::ffi::OsStr; 2]>(["-p".as_ref(), pid.as_ref()]);
+    attach_args(out, &args)
+}
+
+/// `fdaudit unclosed --json -o FILE ARGS`, running once it follows.
+pub(crate) fn attach_args(out: &Path, args: &[&std::ffi::OsStr]) -> Child {
     let child = default_stop_signals(&mut Command::new(fdaudit()))
         .args(["unclosed", "--json", "-o"])
         .arg(out)
-        .args(extra)
-        .args(["-p", &pid.to_string()])
+        .args(args)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();

@@ -3,16 +3,14 @@
 //! profile read back by `go tool pprof -top` (golang-go), and `--cgroup`. Root only (eBPF);
 //! gcc builds the C service of unclosed.rs.
 
-use std::{
-    os::unix::process::CommandExt as _,
-    path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
-    time::{Duration, Instant},
+use std::{os::unix::process::CommandExt as _, process::Command, time::Duration};
+
+use fdaudit_tests::{guard, of_type, temp_path};
+
+use super::{
+    chains::Cgroup,
+    unclosed::{attach_args, attach_with, c_service, process, stop, symbols, Service},
 };
-
-use fdaudit_tests::{default_stop_signals, fdaudit, guard, of_type, temp_path};
-
-use super::unclosed::{attach_with, c_service, process, stop, symbols, Service};
 
 #[test]
 #[ignore = "needs root"]
@@ -114,46 +112,6 @@ fn an_idle_process_is_said_to_have_no_growth() {
     assert!(p["fit_points"].as_u64().unwrap() >= 3, "{p}");
 }
 
-/// A cgroup of its own (`<cgroup2>/fdaudit-unclosed-PID/w`), its processes killed and the
-/// directories removed on drop.
-struct Cgroup {
-    parent: PathBuf,
-    leaf: PathBuf,
-}
-
-impl Cgroup {
-    fn new() -> Cgroup {
-        let mi = std::fs::read_to_string("/proc/self/mountinfo").expect("read mountinfo");
-        let mount = mi
-            .lines()
-            .find_map(|l| {
-                let (left, right) = l.split_once(" - ")?;
-                (right.split_whitespace().next()? == "cgroup2")
-                    .then(|| left.split_whitespace().nth(4).map(PathBuf::from))?
-            })
-            .expect("a cgroup2 hierarchy is mounted");
-        let parent = mount.join(format!("fdaudit-unclosed-{}", std::process::id()));
-        let leaf = parent.join("w");
-        std::fs::create_dir_all(&leaf).expect("create the cgroup");
-        Cgroup { parent, leaf }
-    }
-}
-
-impl Drop for Cgroup {
-    fn drop(&mut self) {
-        let t0 = Instant::now();
-        while std::fs::remove_dir(&self.leaf).is_err() && t0.elapsed() < Duration::from_secs(5) {
-            let procs = std::fs::read_to_string(self.leaf.join("cgroup.procs")).unwrap_or_default();
-            for pid in procs.lines().filter_map(|l| l.parse::<i32>().ok()) {
-                // SAFETY: killing the test's own workload.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = std::fs::remove_dir(&self.parent);
-    }
-}
-
 #[test]
 #[ignore = "needs root"]
 fn a_cgroup_s_processes_there_before_and_started_after_are_followed() {
@@ -166,7 +124,7 @@ fn a_cgroup_s_processes_there_before_and_started_after_are_followed() {
         .expect("move the service into the cgroup");
     let out = temp_path("unclosed-cgroup.jsonl");
     let name = format!("/{}", cg.parent.file_name().unwrap().to_string_lossy());
-    let tracer = attach_cgroup(&name, &out);
+    let tracer = attach_args(&out, &["--cgroup".as_ref(), name.as_ref()]);
     // One that execs there after: it moves itself in before its exec.
     let procs = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(
         cg.leaf.join("cgroup.procs").as_os_str(),
@@ -214,24 +172,4 @@ fn a_cgroup_s_processes_there_before_and_started_after_are_followed() {
     drop(before);
     drop(after);
     drop(cg);
-}
-
-/// `fdaudit unclosed --json -o FILE --cgroup PATH`, running once it follows.
-fn attach_cgroup(cgroup: &str, out: &Path) -> Child {
-    let child = default_stop_signals(&mut Command::new(fdaudit()))
-        .args(["unclosed", "--json", "-o"])
-        .arg(out)
-        .args(["--cgroup", cgroup])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let t0 = Instant::now();
-    while !std::fs::read_to_string(out).is_ok_and(|t| t.contains("following")) {
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "fdaudit never attached"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    child
 }
