@@ -114,14 +114,15 @@ impl Drop for Reaped {
     }
 }
 
-/// A cgroup of its own (`<cgroup2>/fdaudit-chains-PID/w`), removed on drop.
-struct Cgroup {
-    parent: PathBuf,
-    leaf: PathBuf,
+/// A cgroup of its own (`<cgroup2>/fdaudit-chains-PID/w`), removed on drop (its
+/// processes killed); unclosed_exports.rs uses it too.
+pub(crate) struct Cgroup {
+    pub(crate) parent: PathBuf,
+    pub(crate) leaf: PathBuf,
 }
 
 impl Cgroup {
-    fn new() -> Cgroup {
+    pub(crate) fn new() -> Cgroup {
         let mi = std::fs::read_to_string("/proc/self/mountinfo").expect("read mountinfo");
         let mount = mi
             .lines()

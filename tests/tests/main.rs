@@ -55,6 +55,7 @@ mod trace_attach;
 mod trace_signals;
 mod trace_startup;
 mod unclosed;
+mod unclosed_exports;
 mod watch;
 mod watch_hostile;
 mod watch_textfile;

@@ -84,14 +84,14 @@ for line in sys.stdin:
     print("done", flush=True)
 "#;
 
-struct Service {
+pub(crate) struct Service {
     child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
 }
 
 impl Service {
-    fn start(cmd: &mut Command) -> Service {
+    pub(crate) fn start(cmd: &mut Command) -> Service {
         let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -109,19 +109,19 @@ impl Service {
         }
     }
 
-    fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// One request; returns the service's answer.
-    fn request(&mut self) -> String {
+    pub(crate) fn request(&mut self) -> String {
         self.stdin.write_all(b"go\n").unwrap();
         let mut line = String::new();
         self.stdout.read_line(&mut line).unwrap();
         line.trim().to_owned()
     }
 
-    fn open_fds(&self) -> usize {
+    pub(crate) fn open_fds(&self) -> usize {
         std::fs::read_dir(format!("/proc/{}/fd", self.pid()))
             .unwrap()
             .count()
@@ -140,12 +140,19 @@ fn attach(pid: u32, out: &Path) -> Child {
     attach_with(pid, out, &[])
 }
 
-fn attach_with(pid: u32, out: &Path, extra: &[&std::ffi::OsStr]) -> Child {
+pub(crate) fn attach_with(pid: u32, out: &Path, extra: &[&std::ffi::OsStr]) -> Child {
+    let pid = pid.to_string();
+    let mut args = extra.to_vec();
+    args.extend::<[&std::ffi::OsStr; 2]>(["-p".as_ref(), pid.as_ref()]);
+    attach_args(out, &args)
+}
+
+/// `fdaudit unclosed --json -o FILE ARGS`, running once it follows.
+pub(crate) fn attach_args(out: &Path, args: &[&std::ffi::OsStr]) -> Child {
     let child = default_stop_signals(&mut Command::new(fdaudit()))
         .args(["unclosed", "--json", "-o"])
         .arg(out)
-        .args(extra)
-        .args(["-p", &pid.to_string()])
+        .args(args)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -161,7 +168,7 @@ fn attach_with(pid: u32, out: &Path, extra: &[&std::ffi::OsStr]) -> Child {
 }
 
 /// Stops fdaudit with SIGINT and returns its records.
-fn stop(mut tracer: Child, out: &Path) -> Vec<Value> {
+pub(crate) fn stop(mut tracer: Child, out: &Path) -> Vec<Value> {
     // SAFETY: signalling our own child.
     unsafe { libc::kill(tracer.id() as i32, libc::SIGINT) };
     let st = tracer.wait().unwrap();
@@ -176,14 +183,14 @@ fn stop(mut tracer: Child, out: &Path) -> Vec<Value> {
     records(&text)
 }
 
-fn process(recs: &[Value], pid: u32) -> &Value {
+pub(crate) fn process(recs: &[Value], pid: u32) -> &Value {
     of_type(recs, "unclosed_process")
         .into_iter()
         .rfind(|p| p["pid"] == pid)
         .unwrap_or_else(|| panic!("no unclosed_process for {pid}: {recs:#?}"))
 }
 
-fn symbols(stack: &Value) -> Vec<String> {
+pub(crate) fn symbols(stack: &Value) -> Vec<String> {
     stack["stack"]
         .as_array()
         .unwrap()
@@ -192,7 +199,7 @@ fn symbols(stack: &Value) -> Vec<String> {
         .collect()
 }
 
-fn c_service(name: &str) -> PathBuf {
+pub(crate) fn c_service(name: &str) -> PathBuf {
     fdaudit_tests::build_c_fixture(name, SERVICE)
 }
 

@@ -5,9 +5,12 @@
 //! one follow loop, reading the set at the end, every `--interval` and at an EMFILE, and
 //! holding it against each process's fd table ([`model::reconcile`]). docs/unclosed.md.
 
+mod args;
 mod gate;
 mod model;
+mod pprof;
 mod procs;
+mod rates;
 mod report;
 
 use std::{
@@ -32,68 +35,10 @@ use crate::{
     exit,
     output::stream::{self, Dest, StdStream},
 };
+pub use args::UnclosedArgs;
 use model::{group, reconcile, ProcTable};
+use rates::{History, Projection, StackRates};
 use report::{Emfile, Report, Shown};
-
-/// Arguments of `fdaudit unclosed`.
-#[derive(Debug, clap::Args)]
-#[command(
-    after_help = "Reports at the end (CMD's exit, the followed processes' exit, Ctrl-C) and \
-every --interval. Fds open before tracing started are counted as `before tracing`, never given \
-a stack; fds with no creation seen as `not seen` (docs/unclosed.md)."
-)]
-pub struct UnclosedArgs {
-    /// Follow these running processes and their descendants.
-    #[arg(short = 'p', long = "pid", value_name = "PID", num_args = 1..)]
-    pub pids: Vec<u32>,
-
-    /// Also report every SECONDS (default: only at the end).
-    #[arg(long, value_name = "SECONDS")]
-    pub interval: Option<f64>,
-
-    /// Hide fds younger than SECONDS.
-    #[arg(long, value_name = "SECONDS", default_value_t = 0.0)]
-    pub min_age: f64,
-
-    /// Show the N stacks holding most fds.
-    #[arg(long, value_name = "N", default_value_t = 10)]
-    pub top: usize,
-
-    /// JSON records (docs/json.md) instead of text.
-    #[arg(long)]
-    pub json: bool,
-
-    /// Write the report to FILE instead of stdout.
-    #[arg(short = 'o', long, value_name = "FILE")]
-    pub output: Option<PathBuf>,
-
-    /// Also write flame-graph folded stacks (weight: outstanding fds) to FILE at each
-    /// report (`flamegraph.pl FILE > fds.svg`).
-    #[arg(long, value_name = "FILE")]
-    pub folded: Option<PathBuf>,
-
-    /// Exit 3 when a followed process (CMD exiting 0) exits holding fds it opened while
-    /// followed; the verdict names the call sites.
-    #[arg(long)]
-    pub fail_on_unclosed: bool,
-
-    /// Exit 3 when a followed process's outstanding set grew by N fds or more over the run.
-    #[arg(long, value_name = "N")]
-    pub fail_on_growth: Option<u64>,
-
-    #[command(flatten)]
-    pub policy_exit_code: exit::PolicyCode,
-
-    /// The exit status when a gate was set and none failed, but the run is known to be
-    /// incomplete (the live set was full, forks not followed), instead of 4: see
-    /// --policy-exit-code (1 to 125, not 2).
-    #[arg(long, value_name = "N", default_value_t = exit::INCOMPLETE, value_parser = exit::parse_verdict_code)]
-    pub incomplete_exit_code: u8,
-
-    /// The command to run and follow.
-    #[arg(last = true, value_name = "CMD")]
-    pub command: Vec<OsString>,
-}
 
 /// Runs `fdaudit unclosed`.
 pub fn run(args: UnclosedArgs) -> Result<u8> {
@@ -106,7 +51,16 @@ pub fn run(args: UnclosedArgs) -> Result<u8> {
             args.min_age
         );
     }
-    let pids = crate::trace::targets::check_targets(&args.pids, !args.command.is_empty(), false)?;
+    let pids = crate::trace::targets::check_targets(
+        &args.pids,
+        !args.command.is_empty(),
+        args.cgroup.is_some(),
+    )?;
+    let followed = args
+        .cgroup
+        .as_deref()
+        .map(crate::cgroup::Followed::find)
+        .transpose()?;
     stream::open(
         Dest::new(args.output.as_deref(), StdStream::Stdout),
         args.json,
@@ -120,14 +74,19 @@ pub fn run(args: UnclosedArgs) -> Result<u8> {
         child,
         roots,
         at_attach,
-    } = match attach(&args.command, &pids)? {
+    } = match attach(&args.command, &pids, followed.as_ref())? {
         Ok(a) => a,
         Err((msg, code)) => {
             stream::report_error(&anyhow::anyhow!(msg));
             return Ok(code);
         }
     };
-    let mut waiter = Waiter::new(signal_rd, &roots);
+    // A cgroup's members are followed, not waited for: it ends at Ctrl-C or its removal.
+    let mut waiter = Waiter::new(signal_rd, if followed.is_some() { &[] } else { &roots[..] });
+    let mut history = History::default();
+    for (&pid, fds) in &at_attach {
+        history.add(pid, 0.0, fds.len() as u64);
+    }
     let mut sink = UnclosedSink {
         maps,
         roots: roots.clone(),
@@ -137,14 +96,25 @@ pub fn run(args: UnclosedArgs) -> Result<u8> {
         min_age_ns: (args.min_age * 1e9) as u64,
         top: args.top,
         folded: args.folded.clone(),
+        pprof: args.pprof.clone(),
         gates: gate::Gates::new(args.fail_on_unclosed, args.fail_on_growth),
         emfile_seen: HashSet::new(),
+        start_ns: stream::monotonic_ns(),
+        rates: StackRates::default(),
+        history,
     };
     let until = Until {
         child,
+        dir: followed.as_ref().map(|f| f.dir.clone()),
         ..Default::default()
     };
     let (end, _) = follow(&mut session, &mut waiter, &until, &mut sink)?;
+    if let (End::DirGone, Some(f)) = (end, &followed) {
+        stream::note(
+            stream::Level::Note,
+            &format!("cgroup {} was removed", f.path),
+        );
+    }
     finish(&args, &session, &mut sink, end, child)
 }
 
@@ -214,7 +184,11 @@ struct Attached {
 
 /// Starts the session and follows `command` (held until then) or `pids`.
 /// `Ok(Err((message, status)))`: CMD could not be exec'd.
-fn attach(command: &[OsString], pids: &[u32]) -> Result<Result<Attached, (String, u8)>> {
+fn attach(
+    command: &[OsString],
+    pids: &[u32],
+    followed: Option<&crate::cgroup::Followed>,
+) -> Result<Result<Attached, (String, u8)>> {
     let held = if command.is_empty() {
         None
     } else {
@@ -224,6 +198,7 @@ fn attach(command: &[OsString], pids: &[u32]) -> Result<Result<Attached, (String
     let opts = SessionOptions {
         counting: Counting::Nothing,
         unclosed: true,
+        cgroup: followed.map(|f| (f.id, f.level)),
         ..Default::default()
     };
     let mut session = Session::start(&opts).inspect_err(|_| {
@@ -236,7 +211,19 @@ fn attach(command: &[OsString], pids: &[u32]) -> Result<Result<Attached, (String
         }
     })?;
     let maps = LiveMaps::take(&mut session)?;
-    let roots: Vec<u32> = child.map(|c| vec![c]).unwrap_or_else(|| pids.to_vec());
+    // A cgroup's processes there now are followed as `-p` would follow them; the kernel
+    // follows those that fork, exec or move in later.
+    // fdaudit itself, when it runs there, is not one of them.
+    let members = followed.map(|f| {
+        let mut m = procs::cgroup_members(&f.dir);
+        m.retain(|&p| p != std::process::id());
+        m
+    });
+    let roots: Vec<u32> = match (child, &members) {
+        (Some(c), _) => vec![c],
+        (None, Some(m)) => m.clone(),
+        (None, None) => pids.to_vec(),
+    };
     // Read before the roots are followed: an fd made meanwhile is `not seen`, never
     // wrongly `before tracing`.
     let at_attach: HashMap<u32, HashSet<i32>> = procs::at_attach(&roots).into_iter().collect();
@@ -248,6 +235,7 @@ fn attach(command: &[OsString], pids: &[u32]) -> Result<Result<Attached, (String
             .track_tree(pid)
             .with_context(|| format!("failed to follow PID {pid}"))?;
     }
+    track_members(&mut session, members.as_deref().unwrap_or(&[]))?;
     if let Some(h) = held {
         let name = h.name.clone();
         if let Err(errno) = h.release()? {
@@ -255,12 +243,13 @@ fn attach(command: &[OsString], pids: &[u32]) -> Result<Result<Attached, (String
             return Ok(Err(crate::trace::failed_exec_error(&name, errno)));
         }
     }
+    let what = match followed {
+        Some(f) => format!("cgroup {} ({} process(es) now)", f.path, roots.len()),
+        None => format!("{} process(es)", roots.len()),
+    };
     stream::note(
         stream::Level::Note,
-        &format!(
-            "following {} process(es); Ctrl-C to report and stop",
-            roots.len()
-        ),
+        &format!("following {what}; Ctrl-C to report and stop"),
     );
     Ok(Ok(Attached {
         session,
@@ -269,6 +258,17 @@ fn attach(command: &[OsString], pids: &[u32]) -> Result<Result<Attached, (String
         roots,
         at_attach,
     }))
+}
+
+/// Follows a cgroup's processes there at attach, as `-p` does; one that exited since the
+/// list was read is no error.
+fn track_members(session: &mut Session, members: &[u32]) -> Result<()> {
+    for &pid in members {
+        if session.track_tree(pid).is_err() && procs::fds_of(pid).is_some() {
+            anyhow::bail!("failed to follow PID {pid} of the cgroup");
+        }
+    }
+    Ok(())
 }
 
 /// The sink: resolves new call sites as they come, reports on time and at an EMFILE.
@@ -281,10 +281,15 @@ struct UnclosedSink {
     min_age_ns: u64,
     top: usize,
     folded: Option<PathBuf>,
+    pprof: Option<PathBuf>,
     gates: gate::Gates,
     /// Processes whose EMFILE moment was reported (a report comes at each new one; every
     /// report shows them all).
     emfile_seen: HashSet<u32>,
+    /// When the roots were followed (CLOCK_MONOTONIC, as the kernel's times).
+    start_ns: u64,
+    rates: StackRates,
+    history: History,
 }
 
 /// How often new call sites are resolved (while their processes live).
@@ -301,6 +306,7 @@ impl Sink for UnclosedSink {
 
     fn tick(&mut self, session: &mut Session, now: Instant) -> Result<bool> {
         self.maps.resolve_new_sites();
+        self.rates.observe(&self.maps.read()?.entries);
         let full = self.maps.full();
         if full.iter().any(|(pid, _)| !self.emfile_seen.contains(pid)) {
             self.report(session, "EMFILE")?;
@@ -321,6 +327,7 @@ impl UnclosedSink {
     fn report(&mut self, session: &Session, why: &'static str) -> Result<()> {
         self.maps.resolve_new_sites();
         let read = self.maps.read()?;
+        self.rates.observe(&read.entries);
         let mut pids: Vec<u32> = read.entries.iter().map(|e| e.pid).collect();
         pids.extend(&self.roots);
         pids.extend(self.at_attach.keys());
@@ -332,6 +339,11 @@ impl UnclosedSink {
             .collect();
         let rec = reconcile(&read.entries, &tables, &self.at_attach);
         let now_ns = stream::monotonic_ns();
+        let secs = now_ns.saturating_sub(self.start_ns) as f64 / 1e9;
+        for &key in &rec.forget {
+            self.rates.dropped(key, tables.contains_key(&key.0));
+        }
+        let projections = self.project(&rec.procs, secs);
         let groups = group(&rec.outstanding, now_ns, self.min_age_ns);
         let shown: Vec<Shown> = groups
             .iter()
@@ -344,6 +356,7 @@ impl UnclosedSink {
                     .filter_map(|&(pid, fd)| procs::target(pid, fd))
                     .collect(),
                 group: g.clone(),
+                opened_closed: self.rates.of(g.stack_id),
             })
             .collect();
         let emfile = self.emfile(&rec.outstanding, &tables, now_ns);
@@ -354,28 +367,62 @@ impl UnclosedSink {
             stacks: groups.len(),
             outstanding: groups.iter().map(|g| g.count).sum(),
             procs: &rec.procs,
+            projections: &projections,
+            secs,
             emfile: &emfile,
             batched: read.batched,
         }
         .write()?;
-        if let Some(path) = &self.folded {
-            let stacks: Vec<_> = groups
-                .iter()
-                .map(|g| {
-                    (
-                        self.maps.frames(g.stack_id, *g.pids.first().unwrap_or(&0)),
-                        g.count,
-                    )
-                })
-                .collect();
-            write_folded(path, &report::folded(&stacks))?;
-        }
+        self.exports(&groups)?;
         if self.gates.active() {
             let held = self.held(&rec.procs, &rec.outstanding, now_ns);
             self.gates.observe(held);
         }
         self.maps.forget(&rec.forget);
         Ok(())
+    }
+
+    /// `--folded` and `--pprof`: every stack (not only the --top shown), rewritten whole.
+    fn exports(&mut self, groups: &[model::Group]) -> Result<()> {
+        if self.folded.is_none() && self.pprof.is_none() {
+            return Ok(());
+        }
+        let stacks: Vec<_> = groups
+            .iter()
+            .map(|g| {
+                let frames = self.maps.frames(g.stack_id, *g.pids.first().unwrap_or(&0));
+                (frames, g.stack_id, g.count)
+            })
+            .collect();
+        if let Some(path) = &self.folded {
+            let folded: Vec<_> = stacks.iter().map(|(f, _, n)| (f.clone(), *n)).collect();
+            write_over(path, report::folded(&folded).as_bytes())?;
+        }
+        if let Some(path) = &self.pprof {
+            let unix_ns = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as i64);
+            let gz = pprof::encode(&pprof::profile(&stacks, unix_ns))
+                .context("failed to encode the pprof profile")?;
+            write_over(path, &gz)?;
+        }
+        Ok(())
+    }
+
+    /// Adds each live process's open fds to its history and projects its limit; an exited
+    /// process's history ends.
+    fn project(&mut self, procs: &[model::ProcSummary], secs: f64) -> Vec<Projection> {
+        procs
+            .iter()
+            .map(|p| {
+                if p.exited {
+                    self.history.remove(p.pid);
+                    return Projection::of(None, p.open, None);
+                }
+                self.history.add(p.pid, secs, p.open);
+                Projection::of(self.history.fit(p.pid), p.open, p.nofile_soft)
+            })
+            .collect()
     }
 
     /// What each process holds, with its top call sites named, for the gates.
@@ -449,11 +496,11 @@ impl UnclosedSink {
     }
 }
 
-/// Writes `text` over FILE (`--folded`), opened as `-o` is.
-fn write_folded(path: &std::path::Path, text: &str) -> Result<()> {
+/// Writes `bytes` over FILE (`--folded`, `--pprof`), opened as `-o` is.
+fn write_over(path: &std::path::Path, bytes: &[u8]) -> Result<()> {
     use std::io::Write as _;
     let mut f = crate::output::stream::create(path)?;
-    f.write_all(text.as_bytes())
+    f.write_all(bytes)
         .with_context(|| format!("failed to write {}", path.display()))
 }
 

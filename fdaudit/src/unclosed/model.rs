@@ -189,6 +189,18 @@ pub fn group(out: &[Outstanding], now_ns: u64, min_age_ns: u64) -> Vec<Group> {
     groups
 }
 
+/// An age for people: `850ms`, `12.3s`, `4m05s`.
+pub fn age(ns: u64) -> String {
+    let ms = ns / 1_000_000;
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else if ms < 60_000 {
+        format!("{:.1}s", ms as f64 / 1000.0)
+    } else {
+        format!("{}m{:02}s", ms / 60_000, ms / 1000 % 60)
+    }
+}
+
 #[cfg(test)]
 #[path = "model_tests.rs"]
 mod tests;

@@ -7,7 +7,10 @@ use std::collections::BTreeMap;
 use anyhow::Result;
 use serde::Serialize;
 
-use super::model::{Group, ProcSummary};
+use super::{
+    model::{age, Group, ProcSummary},
+    rates::{per_min, Projection},
+};
 use crate::{
     engine::origin::Frame,
     output::{
@@ -26,6 +29,8 @@ pub struct Shown {
     pub group: Group,
     pub frames: Vec<Frame>,
     pub targets: Vec<String>,
+    /// Its fds seen opened and closed since the start.
+    pub opened_closed: (u64, u64),
 }
 
 /// An EMFILE/ENFILE moment ready to print.
@@ -50,6 +55,10 @@ pub struct Report<'a> {
     pub stacks: usize,
     pub outstanding: u64,
     pub procs: &'a [ProcSummary],
+    /// One per process, as `procs`.
+    pub projections: &'a [Projection],
+    /// Since the start.
+    pub secs: f64,
     pub emfile: &'a [Emfile],
     pub batched: bool,
 }
@@ -77,6 +86,12 @@ struct StackRecord<'a> {
     oldest_age_ns: u64,
     pids: Vec<u32>,
     stack: Vec<FrameJson<'a>>,
+    opened: u64,
+    closed: u64,
+    #[serde(serialize_with = "crate::output::round3")]
+    opened_per_min: f64,
+    #[serde(serialize_with = "crate::output::round3")]
+    closed_per_min: f64,
 }
 
 #[derive(Serialize)]
@@ -92,6 +107,14 @@ struct ProcessRecord<'a> {
     not_seen: u64,
     nofile_soft: Option<u64>,
     headroom: Option<i64>,
+    #[serde(serialize_with = "crate::output::round3_opt")]
+    growth_per_min: Option<f64>,
+    #[serde(serialize_with = "crate::output::round3_opt")]
+    fit_r2: Option<f64>,
+    fit_points: usize,
+    projection: &'static str,
+    #[serde(serialize_with = "crate::output::round3_opt")]
+    limit_in_secs: Option<f64>,
 }
 
 #[derive(Serialize)]
@@ -138,9 +161,14 @@ impl Report<'_> {
                 oldest_age_ns: self.now_ns.saturating_sub(s.group.oldest_ns),
                 pids: s.group.pids.iter().copied().collect(),
                 stack: s.frames.iter().map(FrameJson::new).collect(),
+                opened: s.opened_closed.0,
+                closed: s.opened_closed.1,
+                opened_per_min: per_min(s.opened_closed.0, self.secs),
+                closed_per_min: per_min(s.opened_closed.1, self.secs),
             })?;
         }
-        for p in self.procs {
+        for (p, proj) in self.procs.iter().zip(self.projections) {
+            let fit = proj.fit();
             stream::record(&ProcessRecord {
                 kind: "unclosed_process",
                 pid: p.pid,
@@ -152,6 +180,14 @@ impl Report<'_> {
                 not_seen: p.not_seen,
                 nofile_soft: p.nofile_soft,
                 headroom: p.headroom(),
+                growth_per_min: fit.map(|f| f.slope * 60.0),
+                fit_r2: fit.map(|f| f.r2),
+                fit_points: fit.map_or(0, |f| f.points),
+                projection: proj.word(),
+                limit_in_secs: match proj {
+                    Projection::Limit(s, _) => Some(*s),
+                    _ => None,
+                },
             })?;
         }
         for e in self.emfile {
@@ -187,11 +223,13 @@ impl Report<'_> {
                 .map(|(c, n)| format!("{c} x{n}"))
                 .collect();
             out += &format!(
-                "\n#{} {} fds ({}), oldest {}\n",
+                "\n#{} {} fds ({}), oldest {}; opened {:.1}/min, closed {:.1}/min\n",
                 i + 1,
                 s.group.count,
                 calls.join(", "),
-                age(self.now_ns.saturating_sub(s.group.oldest_ns))
+                age(self.now_ns.saturating_sub(s.group.oldest_ns)),
+                per_min(s.opened_closed.0, self.secs),
+                per_min(s.opened_closed.1, self.secs),
             );
             if !s.targets.is_empty() {
                 out += &format!("    e.g. {}\n", escape(&s.targets.join(", ")));
@@ -219,7 +257,12 @@ impl Report<'_> {
                 out += &format!("    {}\n", frame_line(f));
             }
         }
-        out + "\n" + &self.procs_table()
+        // Each report ends its last line: the next report (--interval) starts on its own.
+        let mut out = out + "\n" + &self.procs_table();
+        if !out.ends_with('\n') {
+            out.push('\n');
+        }
+        out
     }
 
     fn procs_table(&self) -> String {
@@ -232,8 +275,9 @@ impl Report<'_> {
             Col::new("NOT SEEN"),
             Col::new("NOFILE"),
             Col::new("HEADROOM"),
+            Col::new("LIMIT IN").text(),
         ]);
-        for p in self.procs {
+        for (p, proj) in self.procs.iter().zip(self.projections) {
             let dash = || "-".to_string();
             t.add_row([
                 p.pid.to_string(),
@@ -250,6 +294,7 @@ impl Report<'_> {
                 p.not_seen.to_string(),
                 p.nofile_soft.map_or_else(dash, |n| n.to_string()),
                 p.headroom().map_or_else(dash, |n| n.to_string()),
+                if p.exited { dash() } else { proj.text() },
             ]);
         }
         t.render_for(stream::term())
@@ -268,18 +313,6 @@ fn frame_line(f: &Frame) -> String {
         .map(|m| format!(" in {}", m.rsplit('/').next().unwrap_or(m)))
         .unwrap_or_default();
     escape(&format!("{name}{at}{module}"))
-}
-
-/// An age for people: `850ms`, `12.3s`, `4m05s`.
-pub fn age(ns: u64) -> String {
-    let ms = ns / 1_000_000;
-    if ms < 1000 {
-        format!("{ms}ms")
-    } else if ms < 60_000 {
-        format!("{:.1}s", ms as f64 / 1000.0)
-    } else {
-        format!("{}m{:02}s", ms / 60_000, ms / 1000 % 60)
-    }
 }
 
 /// Flame-graph folded stacks (Brendan Gregg's `stackcollapse` format): one line per

@@ -318,6 +318,11 @@ const HOST_ONLY_TESTS: &[(&str, &str)] = &[
         "compiles its C services with gcc and runs python3, which the initramfs lacks",
     ),
     (
+        "unclosed_exports",
+        "compiles its C service with gcc and reads its profile with go tool pprof, which the \
+         initramfs lacks",
+    ),
+    (
         "sarif",
         "builds its leaking C program with gcc inside a git repository; the initramfs has \
          neither",
