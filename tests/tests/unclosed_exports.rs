@@ -48,7 +48,10 @@ fn a_leak_s_rates_projection_and_pprof_profile_name_leak_one() {
     );
     let growth = p["growth_per_min"].as_f64().expect("a growth");
     assert!(growth > 0.0, "the leak grows: {p}");
-    assert_eq!(p["projection"], "limit", "its soft limit is known: {p}");
+    assert_eq!(
+        p["limit_projection"], "limit",
+        "its soft limit is known: {p}"
+    );
     let secs = p["limit_in_secs"].as_f64().expect("seconds to the limit");
     let headroom = p["headroom"].as_f64().unwrap();
     assert!(
@@ -106,7 +109,7 @@ fn an_idle_process_is_said_to_have_no_growth() {
     let recs = stop(tracer, &out);
     let _ = std::fs::remove_file(&exe);
     let p = process(&recs, svc.pid());
-    assert_eq!(p["projection"], "no growth", "{p}");
+    assert_eq!(p["limit_projection"], "no growth", "{p}");
     assert_eq!(p["growth_per_min"].as_f64(), Some(0.0), "{p}");
     assert_eq!(p["limit_in_secs"], serde_json::Value::Null, "{p}");
     assert!(p["fit_points"].as_u64().unwrap() >= 3, "{p}");

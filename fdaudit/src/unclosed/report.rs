@@ -112,7 +112,7 @@ struct ProcessRecord<'a> {
     #[serde(serialize_with = "crate::output::round3_opt")]
     fit_r2: Option<f64>,
     fit_points: usize,
-    projection: &'static str,
+    limit_projection: &'static str,
     #[serde(serialize_with = "crate::output::round3_opt")]
     limit_in_secs: Option<f64>,
 }
@@ -183,7 +183,7 @@ impl Report<'_> {
                 growth_per_min: fit.map(|f| f.slope * 60.0),
                 fit_r2: fit.map(|f| f.r2),
                 fit_points: fit.map_or(0, |f| f.points),
-                projection: proj.word(),
+                limit_projection: proj.word(),
                 limit_in_secs: match proj {
                     Projection::Limit(s, _) => Some(*s),
                     _ => None,
