@@ -19,35 +19,15 @@ pub struct Fit {
     pub points: usize,
 }
 
-/// Fits `y = slope * x + intercept` to `points` (at least two distinct x, else None).
+/// Fits `y = slope * x + intercept` to `points` (at least two distinct x, else None):
+/// bench's least squares ([`crate::stats::LinearFit`]), its R² kept within 0 to 1.
 pub fn fit(points: &[(f64, f64)]) -> Option<Fit> {
-    let n = points.len() as f64;
-    if points.len() < 2 {
-        return None;
-    }
-    let mx = points.iter().map(|p| p.0).sum::<f64>() / n;
-    let my = points.iter().map(|p| p.1).sum::<f64>() / n;
-    let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
-    let sxy: f64 = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
-    let syy: f64 = points.iter().map(|p| (p.1 - my).powi(2)).sum();
-    if sxx <= 0.0 {
-        return None;
-    }
-    let slope = sxy / sxx;
-    let sse: f64 = points
-        .iter()
-        .map(|p| (p.1 - (slope * (p.0 - mx) + my)).powi(2))
-        .sum();
-    let r2 = if syy > 0.0 {
-        (1.0 - sse / syy).clamp(0.0, 1.0)
-    } else {
-        1.0
-    };
+    let f = crate::stats::LinearFit::fit(points)?;
     Some(Fit {
-        slope,
-        intercept: my - slope * mx,
-        r2,
-        points: points.len(),
+        slope: f.slope,
+        intercept: f.intercept,
+        r2: f.r2.clamp(0.0, 1.0),
+        points: f.points,
     })
 }
 
