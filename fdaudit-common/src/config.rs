@@ -81,7 +81,8 @@ pub struct Config {
     /// `trace --cgroup`: id of the followed cgroup, 0 to follow only the tracked trees. A
     /// process whose ancestor at `cgroup_level` is this cgroup is traced at its fork or exec.
     pub cgroup_id: u64,
-    /// Non-zero: record the calls that create inheritable fds (`trace --origin`).
+    /// Non-zero: `trace --origin` runs (its own programs are attached; no program reads
+    /// this word, the loader sizes the origin maps by it).
     pub origin: u32,
     /// pt_regs offset of the fourth syscall argument (x86_64: r10; aarch64: regs[3]).
     pub regs_arg3: u32,
@@ -95,9 +96,8 @@ pub struct Config {
     pub regs_arg4: u32,
     /// signal_struct->rlim: the process's resource limits (the spawn's NOFILE at exec).
     pub signal_rlim: u32,
-    /// Non-zero: keep the live set of fds the followed processes made (`fdaudit
-    /// unclosed`): the origin programs fill the UNCLOSED_* maps instead of sending origin
-    /// records.
+    /// Non-zero: `fdaudit unclosed` runs (its own programs keep the live set of fds in the
+    /// UNCLOSED_* maps; no program reads this word, the loader sizes those maps by it).
     pub unclosed: u32,
     /// Where the credentials and namespaces are (spawn boundaries).
     pub credns: crate::CredNsOffsets,

@@ -230,10 +230,12 @@ static UNCLOSED_STACKS: btf_maps::StackTrace<
 > = btf_maps::StackTrace::new();
 map_named!(UNCLOSED_STACKS, MAP_UNCLOSED_STACKS);
 
-/// Per stack id, the words at the user sp when that site was first seen.
+/// Per stack id, the words at the user sp when that site was first seen. Preallocated
+/// (only `unclosed` loads it whole): before 6.1 the kernel WARNs when a tracing program uses
+/// a hash map that is not.
 #[map]
 static UNCLOSED_SITES: HashMap<u32, UnclosedSite> =
-    HashMap::with_max_entries(MAX_UNCLOSED_STACKS, aya_ebpf::bindings::BPF_F_NO_PREALLOC);
+    HashMap::with_max_entries(MAX_UNCLOSED_STACKS, 0);
 map_named!(UNCLOSED_SITES, MAP_UNCLOSED_SITES);
 
 #[map]

@@ -13,8 +13,10 @@
 //!   fd's older origin no longer counts;
 //! - io_uring_setup (whose opens no syscall hook sees): a marker record.
 //!
-//! With `Config::unclosed` (`fdaudit unclosed`) the same two programs keep the live set of
-//! fds instead ([`crate::unclosed`]), and sys_enter also sees close().
+//! `fdaudit unclosed` has its own pair (`unclosed_enter`, `unclosed_exit`), the same code
+//! built with `UNCLOSED = true`: it keeps the live set of fds instead ([`crate::unclosed`]),
+//! and its sys_enter also sees close(). A compile-time mode gives each program only its own
+//! paths and maps: less to verify at load, and no test of the other mode's per syscall.
 //!
 //! An ia32 call of the table is not followed: a marker record names it. Closes are not
 //! tracked: userspace keeps the last origins per (process, fd) and matches them to a
@@ -53,7 +55,14 @@ use crate::{
 // syscall number unless it is one of the table's (native or i386).
 #[raw_tracepoint(tracepoint = "sys_enter")]
 pub fn origin_enter(ctx: RawTracePointContext) -> i32 {
-    let _ = try_origin_enter(&ctx);
+    let _ = try_origin_enter::<false>(&ctx);
+    0
+}
+
+// raw_syscalls/sys_enter, as origin_enter: `fdaudit unclosed`'s (close() too).
+#[raw_tracepoint(tracepoint = "sys_enter")]
+pub fn unclosed_enter(ctx: RawTracePointContext) -> i32 {
+    let _ = try_origin_enter::<true>(&ctx);
     0
 }
 
@@ -67,10 +76,11 @@ fn ia32_call(nr: i64) -> Option<OriginCall> {
     }
 }
 
-fn try_origin_enter(ctx: &RawTracePointContext) -> Result<(), i64> {
+#[inline(always)]
+fn try_origin_enter<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<(), i64> {
     let raw_id: i64 = ctx.arg(1);
     // `fdaudit unclosed`: a close() takes its fd out of the live set.
-    if raw_id == sysno::CLOSE && conf!(unclosed) != 0 && !in_compat_syscall() {
+    if UNCLOSED && raw_id == sysno::CLOSE && !in_compat_syscall() {
         let regs: u64 = ctx.arg(0);
         unclosed::closed(arch::arg(regs, conf!(regs_arg0))?);
         return Ok(());
@@ -80,8 +90,7 @@ fn try_origin_enter(ctx: &RawTracePointContext) -> Result<(), i64> {
     if native.is_none() && ia32.is_none() {
         return Ok(());
     }
-    let mode = conf!(origin) | conf!(unclosed);
-    if mode == 0 || !configured() || TRACKED.get_ptr(current_tgid()).is_none() {
+    if !configured() || TRACKED.get_ptr(current_tgid()).is_none() {
         return Ok(());
     }
     // An ia32 call's number means another call: it is only named, as not followed.
@@ -146,14 +155,19 @@ const GATE_MASK: u32 = ORIGIN_GATE_SLOTS - 1;
 // tids collide in it lose the older call's origin (its fd then reads "not seen").
 #[raw_tracepoint(tracepoint = "sys_exit")]
 pub fn origin_exit(ctx: RawTracePointContext) -> i32 {
-    let _ = try_origin_exit(&ctx);
+    let _ = try_origin_exit::<false>(&ctx);
     0
 }
 
-fn try_origin_exit(ctx: &RawTracePointContext) -> Result<(), i64> {
-    if conf!(origin) | conf!(unclosed) == 0 {
-        return Ok(());
-    }
+// raw_syscalls/sys_exit, as origin_exit: `fdaudit unclosed`'s.
+#[raw_tracepoint(tracepoint = "sys_exit")]
+pub fn unclosed_exit(ctx: RawTracePointContext) -> i32 {
+    let _ = try_origin_exit::<true>(&ctx);
+    0
+}
+
+#[inline(always)]
+fn try_origin_exit<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<(), i64> {
     let key = bpf_get_current_pid_tgid();
     let tid = key as u32;
     let Some(g) = ORIGIN_GATE.get_ptr_mut(tid & GATE_MASK) else {
@@ -175,8 +189,7 @@ fn try_origin_exit(ctx: &RawTracePointContext) -> Result<(), i64> {
     };
     let _ = ORIGIN_PENDING.remove(key);
     let ret: i64 = ctx.arg(1);
-    let unclosed = conf!(unclosed) != 0;
-    if unclosed && (ret == -EMFILE || ret == -ENFILE) {
+    if UNCLOSED && (ret == -EMFILE || ret == -ENFILE) {
         unclosed::full(ctx, &p, -ret as u32);
     }
     if ret < 0 {
@@ -208,7 +221,7 @@ fn try_origin_exit(ctx: &RawTracePointContext) -> Result<(), i64> {
             cut = count > ORIGIN_FDS as u64 || m + 1 < msgs;
         }
     }
-    if unclosed {
+    if UNCLOSED {
         unclosed::made(ctx, &p, &fds, n);
         return Ok(());
     }

@@ -1,6 +1,6 @@
 //! `fdaudit unclosed`: the live set of the followed processes' fds, kept in the kernel by
-//! the origin programs when [`fdaudit_common::Config::unclosed`] is set (their mode: no
-//! origin record is sent then). At sys_exit of an fd-making call of the shared table, one
+//! `unclosed_enter` and `unclosed_exit` (the origin programs' code built in its own mode:
+//! they send no origin record). At sys_exit of an fd-making call of the shared table, one
 //! UNCLOSED_LIVE entry per fd made (the call, a stack id, the time, close-on-exec); at
 //! sys_enter of close(), the entry goes. A dup2/dup3 over an fd replaces its entry (same
 //! key). close_range and an exec's close-on-exec closes are left to userspace, which holds

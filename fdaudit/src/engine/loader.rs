@@ -367,10 +367,16 @@ fn attach_programs(
     }
     let (backend, fallback, aya_btf_ms) =
         attach_syscall_counters(bpf, kernel, opts, &plan, early.tp)?;
-    if opts.origin || opts.unclosed {
+    if opts.origin {
         for spec in &ebpf::ORIGIN_PROGRAMS {
             ebpf::load_and_attach(bpf, spec)
                 .with_context(|| format!("failed to start program {} (--origin)", spec.name))?;
+        }
+    }
+    if opts.unclosed {
+        for spec in &ebpf::UNCLOSED_PROGRAMS {
+            ebpf::load_and_attach(bpf, spec)
+                .with_context(|| format!("failed to start program {}", spec.name))?;
         }
     }
     // Syscall tracepoints are named through tracefs, which a fresh boot may not mount.

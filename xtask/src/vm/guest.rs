@@ -95,6 +95,14 @@ impl Plan {
                  2>&1 | grep '\"origin\":{\"syscall\":'",
                 300,
             ),
+            // Likewise `unclosed`'s own pair (the same code in its compile-time mode): it
+            // loads, and the fd-7 dup2 is in the live set at the end.
+            Step::new(
+                "unclosed",
+                "fdaudit unclosed --json -- sh -c 'exec 7</etc/hostname; /bin/true' \
+                 2>&1 | grep '\"by_syscall\":{\"dup2\":1}'",
+                300,
+            ),
         ];
         for t in tests {
             let filter: Vec<String> = t.filter.iter().map(|a| shell_quote(a)).collect();

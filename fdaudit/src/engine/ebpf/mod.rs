@@ -43,7 +43,7 @@ pub use kernel::KernelBtf;
 pub use misses::MissedRuns;
 pub use programs::{
     FentrySpec, ProgramSpec, TpSpec, FENTRY_PROGRAMS, ORIGIN_PROGRAMS, PROGRAMS, SYSCALL_PREFIX,
-    TP_PROGRAMS, TP_READ_PROGRAMS,
+    TP_PROGRAMS, TP_READ_PROGRAMS, UNCLOSED_PROGRAMS,
 };
 pub use report::{one_line, verifier_summary};
 pub use tp::{
@@ -658,6 +658,7 @@ mod tests {
             .map(|p| p.name)
             .chain(FENTRY_PROGRAMS.iter().map(|p| p.name))
             .chain(ORIGIN_PROGRAMS.iter().map(|p| p.name))
+            .chain(UNCLOSED_PROGRAMS.iter().map(|p| p.name))
             .chain(TP_PROGRAMS.iter().map(|p| p.name))
             .chain(TP_READ_PROGRAMS.iter().map(|p| p.name))
             .chain(FAILED_EXEC_PROGRAMS.iter().map(|(name, _)| *name))
@@ -671,6 +672,35 @@ mod tests {
             unattached.is_empty() && missing.is_empty(),
             "in the object but attached nowhere: {unattached:?}; attached but not in the object: {missing:?}"
         );
+    }
+
+    #[test]
+    fn every_hash_map_is_built_preallocated() {
+        // Before 6.1 a tracing program on a hash map that is not preallocated makes the
+        // verifier WARN in the kernel log (one guest found it); only the loader may drop the
+        // preallocation, where the kernel allows it (`object_for_this_kernel`).
+        if crate::EBPF_OBJECT.is_empty() {
+            panic!("built without the eBPF object (FDAUDIT_SKIP_EBPF=1): this test needs it");
+        }
+        let parsed = aya_obj::Object::parse(crate::EBPF_OBJECT).expect("aya parses the object");
+        let hash = [
+            bpf_map_type::BPF_MAP_TYPE_HASH as u32,
+            bpf_map_type::BPF_MAP_TYPE_PERCPU_HASH as u32,
+        ];
+        let mut hashes = 0;
+        for (name, map) in &parsed.maps {
+            if hash.contains(&map.map_type()) {
+                hashes += 1;
+                assert_eq!(
+                    map.map_flags() & BPF_F_NO_PREALLOC,
+                    0,
+                    "{name} is built without preallocation"
+                );
+            }
+        }
+        assert!(hashes > 0, "the check found no hash map to look at");
+        // The one the loader patches from 6.1 is such a map.
+        assert!(with_map_flags(crate::EBPF_OBJECT, MAP_TRACKED, BPF_F_NO_PREALLOC).is_some());
     }
 
     #[test]

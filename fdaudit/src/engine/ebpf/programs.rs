@@ -64,6 +64,23 @@ pub const ORIGIN_PROGRAMS: [ProgramSpec; 2] = [
     },
 ];
 
+/// `fdaudit unclosed`'s programs (the origin programs' code in its own mode, so that
+/// neither pair carries the other's paths): attached only by that command.
+pub const UNCLOSED_PROGRAMS: [ProgramSpec; 2] = [
+    ProgramSpec {
+        name: "unclosed_enter",
+        tracepoint: "sys_enter",
+        syscall: true,
+        reads_only: false,
+    },
+    ProgramSpec {
+        name: "unclosed_exit",
+        tracepoint: "sys_exit",
+        syscall: true,
+        reads_only: false,
+    },
+];
+
 /// The entry-point prefix of syscall `foo`'s handler (`__x64_sys_foo`), per architecture.
 #[cfg(target_arch = "x86_64")]
 pub const SYSCALL_PREFIX: &str = "__x64_sys_";

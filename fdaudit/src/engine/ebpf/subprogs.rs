@@ -11,7 +11,7 @@ mod tests {
         SymbolKind, SymbolSection,
     };
 
-    use crate::engine::ebpf::ORIGIN_PROGRAMS;
+    use crate::engine::ebpf::{ORIGIN_PROGRAMS, UNCLOSED_PROGRAMS};
 
     /// The subprograms (by symbol name) program `name` of the ELF object `elf` calls.
     fn calls_of(elf: &[u8], name: &str) -> Vec<String> {
@@ -46,11 +46,11 @@ mod tests {
     }
 
     #[test]
-    fn the_origin_programs_call_no_subprogram() {
+    fn the_origin_and_unclosed_programs_call_no_subprogram() {
         if crate::EBPF_OBJECT.is_empty() {
             panic!("built without the eBPF object (FDAUDIT_SKIP_EBPF=1): this test needs it");
         }
-        for spec in &ORIGIN_PROGRAMS {
+        for spec in ORIGIN_PROGRAMS.iter().chain(&UNCLOSED_PROGRAMS) {
             let calls = calls_of(crate::EBPF_OBJECT, spec.name);
             assert!(
                 calls.is_empty(),
