@@ -367,17 +367,9 @@ fn attach_programs(
     }
     let (backend, fallback, aya_btf_ms) =
         attach_syscall_counters(bpf, kernel, opts, &plan, early.tp)?;
-    if opts.origin {
-        for spec in &ebpf::ORIGIN_PROGRAMS {
-            ebpf::load_and_attach(bpf, spec)
-                .with_context(|| format!("failed to start program {} (--origin)", spec.name))?;
-        }
-    }
-    if opts.unclosed {
-        for spec in &ebpf::UNCLOSED_PROGRAMS {
-            ebpf::load_and_attach(bpf, spec)
-                .with_context(|| format!("failed to start program {}", spec.name))?;
-        }
+    for spec in ebpf::mode_programs(opts.origin, opts.unclosed) {
+        ebpf::load_and_attach(bpf, spec)
+            .with_context(|| format!("failed to start program {}", spec.name))?;
     }
     // Syscall tracepoints are named through tracefs, which a fresh boot may not mount.
     let failed_execs = plan.want_failed_exec

@@ -42,8 +42,8 @@ pub use fentry::{attach_fentry, detach_after_exit, detach_fentry, probe_fentry};
 pub use kernel::KernelBtf;
 pub use misses::MissedRuns;
 pub use programs::{
-    FentrySpec, ProgramSpec, TpSpec, FENTRY_PROGRAMS, ORIGIN_PROGRAMS, PROGRAMS, SYSCALL_PREFIX,
-    TP_PROGRAMS, TP_READ_PROGRAMS, UNCLOSED_PROGRAMS,
+    mode_programs, FentrySpec, ProgramSpec, TpSpec, FENTRY_PROGRAMS, PROGRAMS, SYSCALL_PREFIX,
+    TP_PROGRAMS, TP_READ_PROGRAMS,
 };
 pub use report::{one_line, verifier_summary};
 pub use tp::{
@@ -657,8 +657,7 @@ mod tests {
             .iter()
             .map(|p| p.name)
             .chain(FENTRY_PROGRAMS.iter().map(|p| p.name))
-            .chain(ORIGIN_PROGRAMS.iter().map(|p| p.name))
-            .chain(UNCLOSED_PROGRAMS.iter().map(|p| p.name))
+            .chain(mode_programs(true, true).map(|p| p.name))
             .chain(TP_PROGRAMS.iter().map(|p| p.name))
             .chain(TP_READ_PROGRAMS.iter().map(|p| p.name))
             .chain(FAILED_EXEC_PROGRAMS.iter().map(|(name, _)| *name))

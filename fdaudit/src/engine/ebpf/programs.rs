@@ -81,6 +81,12 @@ pub const UNCLOSED_PROGRAMS: [ProgramSpec; 2] = [
     },
 ];
 
+/// The programs of `trace --origin` and of `fdaudit unclosed` that a session runs.
+pub fn mode_programs(origin: bool, unclosed: bool) -> impl Iterator<Item = &'static ProgramSpec> {
+    let origin = ORIGIN_PROGRAMS.iter().filter(move |_| origin);
+    origin.chain(UNCLOSED_PROGRAMS.iter().filter(move |_| unclosed))
+}
+
 /// The entry-point prefix of syscall `foo`'s handler (`__x64_sys_foo`), per architecture.
 #[cfg(target_arch = "x86_64")]
 pub const SYSCALL_PREFIX: &str = "__x64_sys_";

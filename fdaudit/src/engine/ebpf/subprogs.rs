@@ -11,7 +11,7 @@ mod tests {
         SymbolKind, SymbolSection,
     };
 
-    use crate::engine::ebpf::{ORIGIN_PROGRAMS, UNCLOSED_PROGRAMS};
+    use crate::engine::ebpf::mode_programs;
 
     /// The subprograms (by symbol name) program `name` of the ELF object `elf` calls.
     fn calls_of(elf: &[u8], name: &str) -> Vec<String> {
@@ -50,7 +50,7 @@ mod tests {
         if crate::EBPF_OBJECT.is_empty() {
             panic!("built without the eBPF object (FDAUDIT_SKIP_EBPF=1): this test needs it");
         }
-        for spec in ORIGIN_PROGRAMS.iter().chain(&UNCLOSED_PROGRAMS) {
+        for spec in mode_programs(true, true) {
             let calls = calls_of(crate::EBPF_OBJECT, spec.name);
             assert!(
                 calls.is_empty(),
