@@ -206,6 +206,38 @@ unsafe fn close_at_once(fds: &[i32], stacks: &mut [u8]) {
     }
 }
 
+/// Where this process's argument strings are (`/proc/self/stat`'s arg_start and arg_end).
+fn arg_area() -> Option<(usize, usize)> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields 48 and 49; the 3rd is the first after the command name's ')'.
+    let mut f = stat.get(stat.rfind(')')? + 2..)?.split(' ').skip(45);
+    let start = f.next()?.parse().ok()?;
+    let end: usize = f.next()?.parse().ok()?;
+    (end > start).then_some((start, end))
+}
+
+/// The hand-off child's name, in `ps` and `pgrep -f`: not fdaudit's command line, whose
+/// command it no longer follows (a `pgrep -f CMD` that finds CMD after the trace ended would
+/// send a signal to it), and not `fdaudit` alone in `comm`.
+const HAND_OFF_TITLE: &[u8] = b"fdaudit: detaching";
+const HAND_OFF_COMM: &std::ffi::CStr = c"fdaudit-detach";
+
+/// Gives the hand-off child its own name: overwrites its copy of the argument strings,
+/// NUL-padded (what /proc/PID/cmdline reads), and its `comm`. Only memory writes and
+/// prctl: called between fork and _exit.
+unsafe fn retitle(args: Option<(usize, usize)>) {
+    if let Some((start, end)) = args {
+        let area = start as *mut u8;
+        for i in 0..end - start - 1 {
+            // SAFETY: the argument strings are this process's own writable memory (the
+            // top of its stack), from `arg_area`; the last byte stays their final NUL.
+            unsafe { *area.add(i) = HAND_OFF_TITLE.get(i).copied().unwrap_or(0) };
+        }
+    }
+    // SAFETY: a NUL-terminated name, copied by the kernel.
+    unsafe { libc::prctl(libc::PR_SET_NAME, HAND_OFF_COMM.as_ptr()) };
+}
+
 /// Forks a child that keeps this process's BPF fds open until this process exits.
 ///
 /// Closing the last perf event of a syscall trace event unregisters it, and the kernel
@@ -242,8 +274,9 @@ fn hand_bpf_fds_to_a_child(ids: &[u64]) -> std::io::Result<()> {
         }
     }
     let mut stacks = vec![0u8; links.len() * CLOSER_STACK];
-    // SAFETY: the child only calls setsid, close, read, perf_event_open, nanosleep and
-    // _exit.
+    let args = arg_area();
+    // SAFETY: the child only writes its own copy of the argument strings and calls prctl,
+    // setsid, close, read, perf_event_open, nanosleep and _exit.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
         return Err(std::io::Error::last_os_error());
@@ -251,6 +284,7 @@ fn hand_bpf_fds_to_a_child(ids: &[u64]) -> std::io::Result<()> {
     if pid == 0 {
         // SAFETY: async-signal-safe calls on fds this process owns.
         unsafe {
+            retitle(args);
             libc::setsid(); // out of the terminal's process group: Ctrl-C is not for it
             for &fd in &others {
                 libc::close(fd);
