@@ -550,6 +550,18 @@ fn urlencode(s: &str) -> String {
 /// A Prometheus server (Debian's) scraping `fdaudit watch` at 127.0.0.1:`watch_port` every
 /// second, its database in `dir`: the server and its port.
 pub(crate) fn start_prometheus(dir: &std::path::Path, watch_port: u16) -> (Reaped, u16) {
+    start_prometheus_with(
+        dir,
+        &format!(
+            "  - job_name: fdaudit\n    static_configs:\n      \
+             - targets: ['127.0.0.1:{watch_port}']\n"
+        ),
+    )
+}
+
+/// A Prometheus server with these `scrape_configs` (YAML list items), scraping and
+/// evaluating every second, its database in `dir`: the server and its port.
+pub(crate) fn start_prometheus_with(dir: &std::path::Path, scrape_configs: &str) -> (Reaped, u16) {
     std::fs::create_dir_all(dir.join("data")).unwrap();
     let prom_port = free_port();
     let config = dir.join("prometheus.yml");
@@ -557,8 +569,7 @@ pub(crate) fn start_prometheus(dir: &std::path::Path, watch_port: u16) -> (Reape
         &config,
         format!(
             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
-             scrape_configs:\n  - job_name: fdaudit\n    static_configs:\n      \
-             - targets: ['127.0.0.1:{watch_port}']\n"
+             scrape_configs:\n{scrape_configs}"
         ),
     )
     .unwrap();
