@@ -329,11 +329,17 @@ fn every_alert_has_promtool_unit_tests_and_they_pass() {
         ok && text.contains("SUCCESS"),
         "promtool test rules: {text}"
     );
-    // The tests catch a pager that would fire on a cgroup move alone, and one that misses a
-    // leak's first (and only) increment.
+    // The tests catch a pager that would fire on a cgroup move alone, one that misses a
+    // leak's first (and only) increment, an exhaustion alert that pages on a burst or a step
+    // (a short `for:`), and one that judges today's count instead of the projection.
     for (from, to) in [
         ("|root_inode)", "|root_inode|cgroup2_id)"),
         ("\n          or\n", "\n          and\n"),
+        ("\n        for: 1h\n", "\n        for: 5m\n"),
+        (
+            "predict_linear(fdaudit_open_fds[1h], 4 * 3600)",
+            "fdaudit_open_fds",
+        ),
     ] {
         assert!(rules.contains(from), "{from:?}");
         let (ok, text) = promtool_test_rules(&rules.replace(from, to), &tests);

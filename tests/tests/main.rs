@@ -57,6 +57,7 @@ mod trace_startup;
 mod unclosed;
 mod unclosed_exports;
 mod watch;
+mod watch_exhaustion;
 mod watch_hostile;
 mod watch_textfile;
 mod watch_tls;

@@ -19,7 +19,7 @@ use serde_json::Value;
 /// The root tests load programs and check what is attached after they end: one at a time.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn serial() -> std::sync::MutexGuard<'static, ()> {
+pub(crate) fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -31,7 +31,7 @@ pub(crate) fn free_port() -> u16 {
 }
 
 /// GET `path` from 127.0.0.1:`port`: (status line, body), or None when nothing listens yet.
-fn http_get(port: u16, path: &str) -> Option<(String, String)> {
+pub(crate) fn http_get(port: u16, path: &str) -> Option<(String, String)> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
     write!(
@@ -92,14 +92,14 @@ fn cgroup2_mount() -> PathBuf {
 }
 
 /// `<mount>/<parent>/docker-<64 hex>.scope`, removed (after its processes) on drop.
-struct DockerCgroup {
-    parent: PathBuf,
-    scope: PathBuf,
-    id: String,
+pub(crate) struct DockerCgroup {
+    pub(crate) parent: PathBuf,
+    pub(crate) scope: PathBuf,
+    pub(crate) id: String,
 }
 
 impl DockerCgroup {
-    fn new(tag: &str) -> DockerCgroup {
+    pub(crate) fn new(tag: &str) -> DockerCgroup {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .expect("a clock after 1970");
@@ -176,7 +176,7 @@ impl Drop for TempDir {
     }
 }
 
-fn start_watch(port: u16, extra: &[&str]) -> Reaped {
+pub(crate) fn start_watch(port: u16, extra: &[&str]) -> Reaped {
     let child = Command::new(fdaudit())
         .args(["watch", "--listen", &format!("127.0.0.1:{port}")])
         .args(extra)
@@ -203,7 +203,7 @@ fn start_watch(port: u16, extra: &[&str]) -> Reaped {
 }
 
 /// The value of the first sample of `metric` whose labels include `needle`.
-fn sample(text: &str, metric: &str, needle: &str) -> Option<f64> {
+pub(crate) fn sample(text: &str, metric: &str, needle: &str) -> Option<f64> {
     text.lines()
         .filter(|l| l.starts_with(metric) && l[metric.len()..].starts_with('{'))
         .filter(|l| l.contains(needle))
@@ -547,28 +547,33 @@ fn urlencode(s: &str) -> String {
         .collect()
 }
 
-#[test]
-#[ignore = "needs root"]
-fn a_real_prometheus_scrapes_container_leaks() {
-    let _serial = serial();
-    let tmp = TempDir::new("prometheus");
-    let dir = &tmp.0;
+/// A Prometheus server (Debian's) scraping `fdaudit watch` at 127.0.0.1:`watch_port` every
+/// second, its database in `dir`: the server and its port.
+pub(crate) fn start_prometheus(dir: &std::path::Path, watch_port: u16) -> (Reaped, u16) {
+    start_prometheus_with(
+        dir,
+        &format!(
+            "  - job_name: fdaudit\n    static_configs:\n      \
+             - targets: ['127.0.0.1:{watch_port}']\n"
+        ),
+    )
+}
+
+/// A Prometheus server with these `scrape_configs` (YAML list items), scraping and
+/// evaluating every second, its database in `dir`: the server and its port.
+pub(crate) fn start_prometheus_with(dir: &std::path::Path, scrape_configs: &str) -> (Reaped, u16) {
     std::fs::create_dir_all(dir.join("data")).unwrap();
-    let (watch_port, prom_port) = (free_port(), free_port());
+    let prom_port = free_port();
     let config = dir.join("prometheus.yml");
     std::fs::write(
         &config,
         format!(
             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
-             scrape_configs:\n  - job_name: fdaudit\n    static_configs:\n      \
-             - targets: ['127.0.0.1:{watch_port}']\n"
+             scrape_configs:\n{scrape_configs}"
         ),
     )
     .unwrap();
-    let cg = DockerCgroup::new("prom");
-    // The whole host, as deployed; leaks only; no scans (this test is about the pipeline).
-    let _w = start_watch(watch_port, &["--scan-interval", "0"]);
-    let _prom = Reaped(
+    let prom = Reaped(
         Command::new("prometheus")
             .arg(format!("--config.file={}", config.display()))
             .arg(format!(
@@ -581,26 +586,52 @@ fn a_real_prometheus_scrapes_container_leaks() {
             .spawn()
             .expect("prometheus (Debian package prometheus, .ci/setup)"),
     );
+    (prom, prom_port)
+}
+
+/// The result of the instant query `query` (an array of `{metric, value}`), or None while
+/// Prometheus does not answer 200.
+pub(crate) fn prom_query(prom_port: u16, query: &str) -> Option<Vec<Value>> {
+    let url = format!("/api/v1/query?query={}", urlencode(query));
+    let (status, body) = http_get(prom_port, &url)?;
+    if !status.contains(" 200") {
+        return None;
+    }
+    let v: Value = serde_json::from_str(&body)
+        .unwrap_or_else(|e| panic!("bad JSON from Prometheus ({e}): {body}"));
+    Some(v["data"]["result"].as_array().cloned().unwrap_or_default())
+}
+
+/// A result's value.
+pub(crate) fn prom_value(r: &Value) -> f64 {
+    r["value"][1]
+        .as_str()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no value in {r}"))
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_real_prometheus_scrapes_container_leaks() {
+    let _serial = serial();
+    let tmp = TempDir::new("prometheus");
+    let watch_port = free_port();
+    let cg = DockerCgroup::new("prom");
+    // The whole host, as deployed; leaks only; no scans (this test is about the pipeline).
+    let _w = start_watch(watch_port, &["--scan-interval", "0"]);
+    let (_prom, prom_port) = start_prometheus(&tmp.0, watch_port);
     let query = format!("fdaudit_leaked_fds_total{{container_id=\"{}\"}}", cg.id);
-    let url = format!("/api/v1/query?query={}", urlencode(&query));
     let t0 = Instant::now();
     let value = loop {
         // A leaking spawn inside the container each round, until Prometheus has it.
         cg.run("cat /dev/null");
-        if let Some((status, body)) = http_get(prom_port, &url) {
-            if status.contains(" 200") {
-                let v: Value = serde_json::from_str(&body)
-                    .unwrap_or_else(|e| panic!("bad JSON from Prometheus ({e}): {body}"));
-                let total: f64 = v["data"]["result"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|r| r["value"][1].as_str()?.parse::<f64>().ok())
-                    .sum();
-                if total > 0.0 {
-                    break total;
-                }
-            }
+        let total: f64 = prom_query(prom_port, &query)
+            .unwrap_or_default()
+            .iter()
+            .map(prom_value)
+            .sum();
+        if total > 0.0 {
+            break total;
         }
         assert!(
             t0.elapsed() < Duration::from_secs(90),

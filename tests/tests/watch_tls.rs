@@ -14,7 +14,7 @@ use std::{
 use fdaudit_tests::fdaudit;
 use serde_json::Value;
 
-use super::watch::{free_port, Reaped, TempDir};
+use super::watch::{free_port, start_prometheus_with, Reaped, TempDir};
 
 const USER: &str = "prometheus";
 const PASSWORD: &str = "scrape-me";
@@ -141,7 +141,7 @@ fn prometheus_scrapes_over_tls_with_basic_auth_and_wrong_credentials_are_refused
     let dir = &tmp.0;
     let config = web_config(dir);
     let ca = dir.join("server.crt");
-    let (port, prom_port) = (free_port(), free_port());
+    let port = free_port();
     let _w = start_watch(port, &config, &ca);
     let metrics = format!("https://127.0.0.1:{port}/metrics");
     let good = format!("{USER}:{PASSWORD}");
@@ -178,8 +178,6 @@ fn prometheus_scrapes_over_tls_with_basic_auth_and_wrong_credentials_are_refused
     );
 
     // A real Prometheus: one job with the password (up), one with a wrong one (down, 401).
-    std::fs::create_dir_all(dir.join("data")).unwrap();
-    let prom_config = dir.join("prometheus.yml");
     let job = |name: &str, password: &str| {
         format!(
             "  - job_name: {name}\n    scheme: https\n    tls_config:\n      ca_file: {}\n    \
@@ -188,27 +186,9 @@ fn prometheus_scrapes_over_tls_with_basic_auth_and_wrong_credentials_are_refused
             ca.display()
         )
     };
-    std::fs::write(
-        &prom_config,
-        format!(
-            "global:\n  scrape_interval: 1s\nscrape_configs:\n{}{}",
-            job("fdaudit", PASSWORD),
-            job("intruder", "guess")
-        ),
-    )
-    .unwrap();
-    let _prom = Reaped(
-        Command::new("prometheus")
-            .arg(format!("--config.file={}", prom_config.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.join("data").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("prometheus (Debian package prometheus, .ci/setup)"),
+    let (_prom, prom_port) = start_prometheus_with(
+        dir,
+        &format!("{}{}", job("fdaudit", PASSWORD), job("intruder", "guess")),
     );
     let targets = format!("http://127.0.0.1:{prom_port}/api/v1/targets");
     let t0 = Instant::now();

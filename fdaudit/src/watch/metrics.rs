@@ -151,6 +151,8 @@ pub struct SpawnObservation {
 pub struct ProcessObservation {
     pub labels: ProcessLabels,
     pub inheritable_fds: u64,
+    /// Open fds the scan saw (`ProcReport::fd_count`).
+    pub open_fds: u64,
     pub nofile_soft: Option<u64>,
 }
 
@@ -173,6 +175,7 @@ pub struct Metrics {
     missed_seen: BTreeMap<String, u64>,
     overflow: Counter,
     inheritable_fds: Family<ProcessLabels, Gauge>,
+    open_fds: Family<ProcessLabels, Gauge>,
     nofile_soft: Family<ProcessLabels, Gauge>,
     findings: Family<SeverityLabels, Gauge>,
     scans: Counter,
@@ -205,6 +208,7 @@ impl Metrics {
             missed_seen: BTreeMap::new(),
             overflow: Counter::default(),
             inheritable_fds: Family::default(),
+            open_fds: Family::default(),
             nofile_soft: Family::default(),
             findings: Family::default(),
             scans: Counter::default(),
@@ -289,6 +293,13 @@ impl Metrics {
             "inheritable_fds",
             "fds >= 3 without close-on-exec held by processes, at the last scan",
             self.inheritable_fds.clone(),
+        );
+        // The same label set as nofile_soft, so that an alert divides or compares the two
+        // one to one (deploy/prometheus/fdaudit-rules.yml).
+        registry.register(
+            "open_fds",
+            "Most open fds of any one process of a program in a container, at the last scan",
+            self.open_fds.clone(),
         );
         registry.register(
             "nofile_soft",
@@ -385,10 +396,12 @@ impl Metrics {
         }
     }
 
-    /// Replaces the scan gauges with one scan's results. Processes are summed (fds) or maxed
-    /// (limits) per label set; label sets past the cap go to the overflow set.
+    /// Replaces the scan gauges with one scan's results. Processes are summed (inheritable
+    /// fds) or maxed (open fds, limits) per label set; label sets past the cap go to the
+    /// overflow set.
     pub fn set_scan(&mut self, processes: &[ProcessObservation], findings: &[(String, u64)]) {
         self.inheritable_fds.clear();
+        self.open_fds.clear();
         self.nofile_soft.clear();
         self.findings.clear();
         // Scans replace each other: only this scan's label sets count against the cap.
@@ -409,12 +422,9 @@ impl Metrics {
             self.inheritable_fds
                 .get_or_create(&labels)
                 .inc_by(i64::try_from(p.inheritable_fds).unwrap_or(i64::MAX));
+            set_max(&self.open_fds, &labels, p.open_fds);
             if let Some(n) = p.nofile_soft {
-                let g = self.nofile_soft.get_or_create(&labels);
-                let n = i64::try_from(n).unwrap_or(i64::MAX);
-                if n > g.get() {
-                    g.set(n);
-                }
+                set_max(&self.nofile_soft, &labels, n);
             }
         }
         for (severity, n) in findings {
@@ -437,6 +447,16 @@ impl Metrics {
             .and_then(|()| encode_eof(&mut out))
             .expect("writing to a String does not fail");
         super::exposition::tidy(&out)
+    }
+}
+
+/// Raises `family`'s gauge for `labels` to `n` (created at `n` when new: a family's gauge
+/// starts at 0, and `n` is never negative).
+fn set_max(family: &Family<ProcessLabels, Gauge>, labels: &ProcessLabels, n: u64) {
+    let g = family.get_or_create(labels);
+    let n = i64::try_from(n).unwrap_or(i64::MAX);
+    if n > g.get() {
+        g.set(n);
     }
 }
 
@@ -624,6 +644,7 @@ mod tests {
                 child: child.into(),
             },
             inheritable_fds: fds,
+            open_fds: fds + 3,
             nofile_soft: Some(lim),
         };
         m.set_scan(
@@ -663,5 +684,66 @@ mod tests {
         );
         assert!(!t.contains("severity="));
         assert_eq!(value(&t, "fdaudit_scans_total"), Some(2.0));
+    }
+
+    /// `fdaudit_open_fds` is the most fds of any one process of a label set (not their sum:
+    /// each process has its own limit), with exactly `fdaudit_nofile_soft`'s label sets, so
+    /// that `predict_linear(fdaudit_open_fds[1h], ...) > fdaudit_nofile_soft` matches one to
+    /// one; the scan cap bounds it as it bounds the other scan gauges.
+    #[test]
+    fn open_fds_is_the_most_of_any_process_with_nofile_softs_labels() {
+        let mut m = Metrics::new(3);
+        let p = |container: &str, child: &str, open_fds, soft| ProcessObservation {
+            labels: ProcessLabels {
+                container_id: container.into(),
+                cgroup: format!("/system.slice/docker-{container}.scope"),
+                child: child.into(),
+            },
+            inheritable_fds: 0,
+            open_fds,
+            nofile_soft: Some(soft),
+        };
+        let mut procs = vec![
+            p("c1", "nginx", 40, 1024),
+            p("c1", "nginx", 900, 1024),
+            p("c1", "nginx", 7, 1024),
+            p("c2", "nginx", 12, 4096),
+            p("c1", "idle", 0, 1024),
+        ];
+        // Past the cap of 3 label sets: two more programs, folded into the overflow set.
+        procs.extend([p("c3", "x", 50, 1024), p("c3", "y", 60, 2048)]);
+        m.set_scan(&procs, &[]);
+        let t = m.encode();
+        let sel = |c: &str, child: &str| {
+            format!(
+                r#"{{container_id="{c}",cgroup="/system.slice/docker-{c}.scope",child="{child}"}}"#
+            )
+        };
+        let open = |sel: &str| value(&t, &format!("fdaudit_open_fds{sel} "));
+        assert_eq!(open(&sel("c1", "nginx")), Some(900.0), "{t}");
+        assert_eq!(open(&sel("c2", "nginx")), Some(12.0), "{t}");
+        // A process with no fd open still has its series (0 is a value, not an absence).
+        assert_eq!(open(&sel("c1", "idle")), Some(0.0), "{t}");
+        let over = r#"{container_id="_overflow",cgroup="_overflow",child="_overflow"}"#;
+        assert_eq!(open(over), Some(60.0), "{t}");
+        let label_sets = |family: &str| -> Vec<String> {
+            t.lines()
+                .filter_map(|l| l.strip_prefix(family)?.strip_prefix('{'))
+                .map(|l| l.rsplit_once(' ').map_or(l, |(k, _)| k).to_owned())
+                .collect()
+        };
+        let open_sets = label_sets("fdaudit_open_fds");
+        assert_eq!(open_sets.len(), 4, "3 admitted and the overflow set: {t}");
+        assert_eq!(open_sets, label_sets("fdaudit_nofile_soft"), "{t}");
+        assert!(!t.contains("pid="), "no per-process labels");
+        // The next scan replaces the values: a process that closed its fds drops.
+        m.set_scan(&[p("c1", "nginx", 41, 1024)], &[]);
+        let t = m.encode();
+        assert_eq!(
+            value(&t, &format!("fdaudit_open_fds{} ", sel("c1", "nginx"))),
+            Some(41.0),
+            "{t}"
+        );
+        assert_eq!(t.matches("fdaudit_open_fds{").count(), 1, "{t}");
     }
 }

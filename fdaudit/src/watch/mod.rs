@@ -234,6 +234,7 @@ fn scan_once(metrics: &Mutex<Metrics>, close_ns: f64) -> Result<()> {
                     child: exe_name(r.pid, &r.comm),
                 },
                 inheritable_fds: u64::from(r.inheritable),
+                open_fds: u64::from(r.fd_count),
                 nofile_soft: r.nofile.and_then(|l| l.soft),
             };
             // NOFILE findings count once per program and limit, as scan's (scan::fold).
