@@ -8,7 +8,8 @@ Workloads:
              own included) and the loop's own clock (the hot path alone, no start-up or
              report).
   outstanding  fds held open at the report: `--holders` processes (bench/unclosed/hold.c)
-             opening `--held` fds in all, after `unclosed -p` follows them; then SIGINT.
+             opening `--held` fds in all, after `unclosed --json -p` follows them; then
+             SIGINT.
              Figures: SIGINT to the report's first byte, SIGINT to fdaudit's exit, and
              fdaudit's peak RSS (wait4's ru_maxrss). Runs once per round, untraced has no
              meaning here.
@@ -29,7 +30,8 @@ Every ratio is of medians over the interleaved rounds; the minimum is printed to
 Root; under the lock the other eBPF users take:
   flock /tmp/fdaudit-root.lock python3 bench/unclosed/run.py [--rounds 5]
       [--workloads pairs,getppid,bystander-pairs,outstanding] [--tracers untraced,unclosed,...]
-      [--pairs 100000] [--held 100000 --holders 6] [--prog-stats] [--json-out FILE]
+      [--pairs 100000] [--held 100000 --holders 6] [--also NAME=FDAUDIT] [--prog-stats]
+      [--json-out FILE]
 """
 import argparse
 import json
@@ -46,6 +48,8 @@ import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# --also NAME=FDAUDIT: more builds of `unclosed` (e.g. before a change), tracer NAME each.
+ALSO = {}
 FLOORS = {
     "floor-raw": ["raw:sys_enter", "raw:sys_exit"],
     "floor-tp": ["tp:syscalls/sys_exit_openat", "tp:syscalls/sys_enter_close"],
@@ -113,6 +117,8 @@ class Watcher:
     """A tracer (or floor) running beside a workload: started, waited for, stopped."""
 
     def __init__(self, t, fd, idle_pid):
+        if t in ALSO:
+            t, fd = "unclosed", ALSO[t]
         if t in FLOORS:
             cmd, needle = [sys.executable, os.path.join(HERE, "floor.py")] + FLOORS[t], "attached"
         elif t == "unclosed":
@@ -147,6 +153,9 @@ def main():
     ap.add_argument("--held", type=int, default=100_000, help="outstanding fds in all")
     ap.add_argument("--holders", type=int, default=6, help="processes holding them")
     ap.add_argument("--fdaudit", default="target/release/fdaudit")
+    ap.add_argument("--also", action="append", default=[], metavar="NAME=FDAUDIT",
+                    help="another build's `unclosed` (e.g. before a change) as tracer NAME, in "
+                         "the same rounds (and in --prog-stats)")
     ap.add_argument("--workloads", default="pairs,getppid,bystander-pairs")
     ap.add_argument("--tracers", default="untraced,unclosed,floor-raw,floor-tp,bpftrace")
     ap.add_argument("--best-of", type=int, default=1,
@@ -160,6 +169,11 @@ def main():
     fd = os.path.abspath(a.fdaudit)
     workloads = a.workloads.split(",")
     tracers = a.tracers.split(",")
+    for spec in a.also:
+        name, _, path = spec.partition("=")
+        ALSO[name] = os.path.abspath(path)
+        if name not in tracers:
+            tracers.insert(tracers.index("unclosed") + 1 if "unclosed" in tracers else 1, name)
     if "bpftrace" in tracers and not shutil.which("bpftrace"):
         print("bpftrace is not installed: its comparison is skipped", file=sys.stderr)
         tracers.remove("bpftrace")
@@ -178,8 +192,8 @@ def main():
         """`cmd` started with tracer `t` (untraced: alone; a floor: beside it)."""
         if t == "untraced":
             return run_ns(cmd)
-        if t == "unclosed":
-            return run_ns([fd, "unclosed", "-o", "/dev/null", "--"] + cmd)
+        if t == "unclosed" or t in ALSO:
+            return run_ns([ALSO.get(t, fd), "unclosed", "-o", "/dev/null", "--"] + cmd)
         if t == "origin":
             return run_ns([fd, "trace", "-q", "--origin", "-o", "/dev/null", "--"] + cmd)
         idle = subprocess.Popen(["sleep", "1000"])
@@ -290,7 +304,8 @@ def main():
         print(f"  fds the report counted: {sorted(set(o['counted'] for o in outst))}")
         out["results"]["outstanding"] = outst
     if a.prog_stats:
-        prog_stats(fd, pairs, a.pairs)
+        for binary in [fd] + list(ALSO.values()):
+            prog_stats(binary, pairs, a.pairs)
     if a.json_out:
         with open(a.json_out, "w") as f:
             json.dump(out, f, indent=1)
@@ -305,10 +320,11 @@ def outstanding(fd, hold, a):
     hs = [subprocess.Popen([hold, str(n)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
           for n in share]
     pids = [str(h.pid) for h in hs]
-    tr = subprocess.Popen([fd, "unclosed", "--top", "3", "-p"] + pids, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True)
+    # With --json the notes are records on stdout too.
+    tr = subprocess.Popen([fd, "unclosed", "--json", "--top", "3", "-p"] + pids,
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
-        wait_for(type("P", (), {"stdout": tr.stderr, "kill": tr.kill})(), "following")
+        wait_for(tr, "following")
         for h in hs:
             h.stdin.write(b"x")
             h.stdin.flush()
@@ -334,8 +350,8 @@ def outstanding(fd, hold, a):
         th.join()
         tr.returncode = status
         text = "".join(chunks)
-        counted = sum(int(tok) for line in text.splitlines()
-                      for tok in line.split()[1:2] if line.startswith("pid") and tok.isdigit())
+        recs = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+        counted = sum(r.get("outstanding", 0) for r in recs if r.get("type") == "unclosed_process")
         return {"first_byte_ns": first.get("t", t_exit) - t0, "exit_ns": t_exit - t0,
                 "maxrss_kib": ru.ru_maxrss, "status": status, "counted": counted,
                 "report_head": text[:2000]}
@@ -363,8 +379,8 @@ def prog_stats(fd, pairs, n):
         subprocess.run(["sysctl", "-q", f"kernel.bpf_stats_enabled={old or 0}"])
         if os.path.exists(done):
             os.unlink(done)
-    print(f"\nper-program run time over one `unclosed -- pairs {n}` (bpf_stats; the whole "
-          "machine's syscalls run unclosed_enter/exit too):")
+    print(f"\n{fd}: per-program run time over one `unclosed -- pairs {n}` (bpf_stats; the "
+          "whole machine's syscalls run unclosed_enter/exit too):")
     for q in progs:
         if q.get("run_cnt") and q.get("name", "").startswith(("unclosed", "tp_", "sched")):
             print(f"  {q['name']:24} run_cnt {q['run_cnt']:9}  run_time_ns {q['run_time_ns']:11}"

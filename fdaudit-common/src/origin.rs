@@ -385,7 +385,9 @@ pub struct OriginPending {
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct OriginGateSlot {
     pub tid: u32,
-    pub _pad: u32,
+    /// `unclosed`: the process's execs seen (`TaskState::execs`) at sys_enter, so that
+    /// sys_exit looks the process up no second time (no exec happens between the two).
+    pub execs: u32,
     pub pending: OriginPending,
 }
 

@@ -92,9 +92,12 @@ fn try_origin_enter<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<
     if native.is_none() && ia32.is_none() {
         return Ok(());
     }
-    if !configured() || TRACKED.get_ptr(current_tgid()).is_none() {
+    if !configured() {
         return Ok(());
     }
+    let Some(st) = TRACKED.get_ptr(current_tgid()) else {
+        return Ok(());
+    };
     // An ia32 call's number means another call: it is only named, as not followed.
     if in_compat_syscall() {
         if let Some(call) = ia32 {
@@ -150,6 +153,10 @@ fn try_origin_enter<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<
             core::ptr::write_volatile(core::ptr::addr_of_mut!((*g).tid), tid);
             compiler_fence(Ordering::SeqCst);
             (*g).pending = pending;
+            if UNCLOSED {
+                // (a pointer from a map lookup, valid for this program run)
+                (*g).execs = (*st).execs;
+            }
         }
     }
     Ok(())
@@ -189,7 +196,7 @@ fn try_origin_exit<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<(
         return Ok(());
     }
     // SAFETY: as above.
-    let p = unsafe { (*g).pending };
+    let (p, execs) = unsafe { ((*g).pending, (*g).execs) };
     compiler_fence(Ordering::SeqCst);
     // A thread that shares the slot took it during the copy: the call is lost, as when it
     // takes the slot before this sys_exit.
@@ -236,7 +243,7 @@ fn try_origin_exit<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<(
         }
     }
     if UNCLOSED {
-        unclosed::made(ctx, &p, &fds, n);
+        unclosed::made(ctx, &p, execs, &fds, n);
         return Ok(());
     }
     // One call of emit (each inlined copy is verified on its own paths).
