@@ -35,10 +35,9 @@ pub const MAP_EXEC_PENDING: &str = "EXEC_PENDING";
 /// Per-CPU scratch [`FailedExec`] the fexit programs fill before the insert (the eBPF stack
 /// is too small for it).
 pub const MAP_EXEC_SCRATCH: &str = "EXEC_SCRATCH";
-/// pid_tgid -> [`OriginPending`]: a `trace --origin` call between its sys_enter and exit.
-pub const MAP_ORIGIN_PENDING: &str = "ORIGIN_PENDING";
-/// Array of u32 indexed by `tid & (ORIGIN_GATE_SLOTS - 1)`: the thread with a call in
-/// [`MAP_ORIGIN_PENDING`], so that sys_exit leaves after one array load for every other.
+/// Array of [`OriginGateSlot`] indexed by `tid & (ORIGIN_GATE_SLOTS - 1)`: the thread with
+/// a `trace --origin` or `unclosed` call between its sys_enter and exit, and the call, so
+/// that sys_exit leaves after one array load for every other thread.
 pub const MAP_ORIGIN_GATE: &str = "ORIGIN_GATE";
 /// tgid -> 1 once the process sent an origin record: its first one wakes fdaudit's reader at
 /// once, so that its memory map is read while it lives (an LRU map: stale entries age out).
@@ -181,10 +180,11 @@ pub use maps::{
 };
 pub use origin::{
     effect, inheritable, origin_flags, origin_sysno, pending_what, Effect, FdAt, OriginCall,
-    OriginCreatedRecord, OriginMade, OriginPending, OriginRecord, Place, Rule, CMSGHDR_SIZE,
-    FD_CLOEXEC, FIOCLEX, FIONCLEX, F_DUPFD, F_DUPFD_CLOEXEC, F_SETFD, MAX_ORIGIN_MADE,
-    MAX_ORIGIN_PENDING, MMSGHDR_SIZE, MSGHDR_CONTROL, MSGHDR_CONTROLLEN, ORIGIN_CMSGS, ORIGIN_FDS,
-    ORIGIN_GATE_SLOTS, ORIGIN_MSGS, ORIGIN_SP_WORDS, ORIGIN_STACK_DEPTH, SCM_RIGHTS, SOL_SOCKET,
+    OriginCreatedRecord, OriginGateSlot, OriginMade, OriginPending, OriginRecord, Place, Rule,
+    CMSGHDR_SIZE, FD_CLOEXEC, FIOCLEX, FIONCLEX, F_DUPFD, F_DUPFD_CLOEXEC, F_SETFD,
+    MAX_ORIGIN_MADE, MAX_ORIGIN_PENDING, MMSGHDR_SIZE, MSGHDR_CONTROL, MSGHDR_CONTROLLEN,
+    ORIGIN_CMSGS, ORIGIN_FDS, ORIGIN_GATE_SLOTS, ORIGIN_MSGS, ORIGIN_SP_WORDS, ORIGIN_STACK_DEPTH,
+    SCM_RIGHTS, SOL_SOCKET,
 };
 pub use records::{
     fd_flags, flags, CloseRange, Counters, ExitRecord, FdInfo, FdPath, PathsRecord, RecordHeader,
@@ -232,6 +232,7 @@ mod pod {
     unsafe impl aya::Pod for super::UnclosedFull {}
     unsafe impl aya::Pod for super::FailedExec {}
     unsafe impl aya::Pod for super::OriginPending {}
+    unsafe impl aya::Pod for super::OriginGateSlot {}
 }
 
 // Layout guards: no implicit padding anywhere.
@@ -258,6 +259,7 @@ const _: () = {
     assert!(size_of::<Config>() == 52 * 4 + 8 + 32 + size_of::<CredNsOffsets>());
     assert!(size_of::<CredNsOffsets>() == 28 * 4);
     assert!(size_of::<OriginPending>() == 32);
+    assert!(size_of::<OriginGateSlot>() == 8 + size_of::<OriginPending>());
     assert!(size_of::<OriginMade>() == 24 + 16 + 8 * ORIGIN_STACK_DEPTH + 8 + 8 * ORIGIN_SP_WORDS);
     assert!(
         size_of::<OriginRecord>()

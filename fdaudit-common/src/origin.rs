@@ -22,7 +22,7 @@ pub const ORIGIN_FDS: usize = 8;
 /// recvmmsg: messages looked at; and control messages per message.
 pub const ORIGIN_MSGS: usize = 4;
 pub const ORIGIN_CMSGS: usize = 2;
-/// Capacity of [`crate::MAP_ORIGIN_PENDING`]: calls in flight (one per thread at most).
+/// Capacity of [`crate::MAP_ORIGIN_SEEN`]: processes that sent an origin record.
 pub const MAX_ORIGIN_PENDING: u32 = 16384;
 /// Capacity of [`crate::MAP_ORIGIN_MADE`]: fds made with close-on-exec, per (process, fd),
 /// least recently used first out.
@@ -361,7 +361,8 @@ pub mod origin_flags {
     pub const CREATED: u32 = 1 << 12;
 }
 
-/// A call in flight, at sys_enter, keyed by the thread (pid_tgid).
+/// A call in flight, from its sys_enter to its sys_exit, in the thread's
+/// [`OriginGateSlot`].
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct OriginPending {
@@ -376,6 +377,18 @@ pub struct OriginPending {
     /// [`pending_what`].
     pub what: u32,
     pub _pad: u32,
+}
+
+/// A slot of [`crate::MAP_ORIGIN_GATE`]: the thread (`tid`, 0 for none) whose call is in
+/// flight there, and the call.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct OriginGateSlot {
+    pub tid: u32,
+    /// `unclosed`: the process's execs seen (`TaskState::execs`) at sys_enter, so that
+    /// sys_exit looks the process up no second time (no exec happens between the two).
+    pub execs: u32,
+    pub pending: OriginPending,
 }
 
 /// The call that made an fd with close-on-exec, kept per (tgid << 32 | fd) in

@@ -58,13 +58,13 @@ use aya_ebpf::{
     },
 };
 use fdaudit_common::{
-    Config, FailedExec, FdPath, HotSlot, OriginMade, OriginPending, ReadKey, ReadStat,
+    Config, FailedExec, FdPath, HotSlot, OriginGateSlot, OriginMade, ReadKey, ReadStat,
     SpawnScratch, Stats, TaskState, CONFIG_MAGIC, EXEC_CHAIN_LEN, GLOBAL_CONFIG, HOT_SLOTS,
     MAP_EVENTS, MAP_EVENTS_GROWN, MAP_EXEC_CHAIN, MAP_EXEC_PENDING, MAP_EXEC_SCRATCH,
     MAP_FAILED_EXECS, MAP_HOT, MAP_ORIGIN_GATE, MAP_ORIGIN_MADE, MAP_ORIGIN_MADE_SCRATCH,
-    MAP_ORIGIN_PENDING, MAP_ORIGIN_SEEN, MAP_READS, MAP_READ_PATHS, MAP_SCRATCH, MAP_STATS,
-    MAP_TRACKED, MAX_FAILED_EXECS, MAX_ORIGIN_MADE, MAX_ORIGIN_PENDING, MAX_READS, MAX_READ_PATHS,
-    MAX_TRACKED, ORIGIN_GATE_SLOTS, RING_TEMPLATE_BYTES,
+    MAP_ORIGIN_SEEN, MAP_READS, MAP_READ_PATHS, MAP_SCRATCH, MAP_STATS, MAP_TRACKED,
+    MAX_FAILED_EXECS, MAX_ORIGIN_MADE, MAX_ORIGIN_PENDING, MAX_READS, MAX_READ_PATHS, MAX_TRACKED,
+    ORIGIN_GATE_SLOTS, RING_TEMPLATE_BYTES,
 };
 use fdaudit_common::{
     UnclosedFull, UnclosedLive, UnclosedSite, MAP_UNCLOSED_FULL, MAP_UNCLOSED_LIVE,
@@ -188,15 +188,10 @@ map_named!(EXEC_SCRATCH, MAP_EXEC_SCRATCH);
 static EXEC_PENDING: LruHashMap<u32, u64> = LruHashMap::with_max_entries(MAX_FAILED_EXECS, 0);
 map_named!(EXEC_PENDING, MAP_EXEC_PENDING);
 
-/// `trace --origin`'s calls between sys_enter and sys_exit, per thread (origin.rs).
+/// `trace --origin`'s and `unclosed`'s calls between sys_enter and sys_exit: the thread and
+/// its call, per `tid & (slots - 1)` (origin.rs).
 #[map]
-static ORIGIN_PENDING: LruHashMap<u64, OriginPending> =
-    LruHashMap::with_max_entries(MAX_ORIGIN_PENDING, 0);
-map_named!(ORIGIN_PENDING, MAP_ORIGIN_PENDING);
-
-/// The thread whose call is in ORIGIN_PENDING, per `tid & (slots - 1)` (origin.rs).
-#[map]
-static ORIGIN_GATE: Array<u32> = Array::with_max_entries(ORIGIN_GATE_SLOTS, 0);
+static ORIGIN_GATE: Array<OriginGateSlot> = Array::with_max_entries(ORIGIN_GATE_SLOTS, 0);
 map_named!(ORIGIN_GATE, MAP_ORIGIN_GATE);
 
 /// The processes that sent an origin record (origin.rs: the first one wakes the reader), with

@@ -1,8 +1,8 @@
 //! `trace --origin`: where each inheritable fd of the followed tree was made. Two programs of
 //! their own, attached only with the option (so a trace without it runs none of this): at
 //! sys_enter of a call in the origin table (`fdaudit_common::for_each_origin_call!`) made by
-//! a tracked process, what the call does ([`effect`]) is stashed per thread; at its sys_exit,
-//! if it succeeded:
+//! a tracked process, what the call does ([`effect`]) is kept in the thread's slot of
+//! ORIGIN_GATE; at its sys_exit, if it succeeded:
 //! - made inheritable fds (no cloexec flag, FIONCLEX, F_SETFD without FD_CLOEXEC, recvmsg's
 //!   SCM_RIGHTS without MSG_CMSG_CLOEXEC): one [`OriginRecord`] to the ring buffer with the
 //!   fds, their file identity, the user stack and, for an fd made inheritable after its
@@ -22,6 +22,8 @@
 //! tracked: userspace keeps the last origins per (process, fd) and matches them to a
 //! leaked fd by the file's identity.
 
+use core::sync::atomic::{compiler_fence, Ordering};
+
 use aya_ebpf::{
     bindings::BPF_F_USER_STACK,
     helpers::{
@@ -37,9 +39,10 @@ use aya_ebpf::{
 };
 use fdaudit_common::{
     effect, origin_flags, pending_what, sysno, Effect, FdAt, OriginCall, OriginCreatedRecord,
-    OriginMade, OriginPending, OriginRecord, RecordHeader, RecordKind, CMSGHDR_SIZE, EMFILE,
-    ENFILE, MMSGHDR_SIZE, MSGHDR_CONTROL, MSGHDR_CONTROLLEN, ORIGIN_CMSGS, ORIGIN_FDS,
-    ORIGIN_GATE_SLOTS, ORIGIN_MSGS, ORIGIN_SP_WORDS, ORIGIN_STACK_DEPTH, SCM_RIGHTS, SOL_SOCKET,
+    OriginGateSlot, OriginMade, OriginPending, OriginRecord, RecordHeader, RecordKind,
+    CMSGHDR_SIZE, EMFILE, ENFILE, MMSGHDR_SIZE, MSGHDR_CONTROL, MSGHDR_CONTROLLEN, ORIGIN_CMSGS,
+    ORIGIN_FDS, ORIGIN_GATE_SLOTS, ORIGIN_MSGS, ORIGIN_SP_WORDS, ORIGIN_STACK_DEPTH, SCM_RIGHTS,
+    SOL_SOCKET,
 };
 
 use crate::{
@@ -47,8 +50,7 @@ use crate::{
     compat::in_compat_syscall,
     configured, current_tgid, fdwalk,
     kernel::{conf, read_kernel, stat_add},
-    unclosed, ORIGIN_GATE, ORIGIN_MADE, ORIGIN_MADE_SCRATCH, ORIGIN_PENDING, ORIGIN_SEEN, STATS,
-    TRACKED,
+    unclosed, ORIGIN_GATE, ORIGIN_MADE, ORIGIN_MADE_SCRATCH, ORIGIN_SEEN, STATS, TRACKED,
 };
 
 // raw_syscalls/sys_enter: TP_PROTO(struct pt_regs *regs, long id) (4.17+). Leaves at the
@@ -90,9 +92,12 @@ fn try_origin_enter<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<
     if native.is_none() && ia32.is_none() {
         return Ok(());
     }
-    if !configured() || TRACKED.get_ptr(current_tgid()).is_none() {
+    if !configured() {
         return Ok(());
     }
+    let Some(st) = TRACKED.get_ptr(current_tgid()) else {
+        return Ok(());
+    };
     // An ia32 call's number means another call: it is only named, as not followed.
     if in_compat_syscall() {
         if let Some(call) = ia32 {
@@ -138,12 +143,21 @@ fn try_origin_enter<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<
         what,
         _pad: 0,
     };
-    let key = bpf_get_current_pid_tgid();
-    ORIGIN_PENDING.insert(key, pending, 0).map_err(i64::from)?;
-    let tid = key as u32;
+    let tid = bpf_get_current_pid_tgid() as u32;
     if let Some(g) = ORIGIN_GATE.get_ptr_mut(tid & GATE_MASK) {
+        // The call goes into the thread's slot, no hash map: the tid first, so that a
+        // thread whose tid shares the slot and reads it at its sys_exit meanwhile sees the
+        // slot taken (try_origin_exit reads the tid again after its copy).
         // SAFETY: pointer from an array lookup, valid for this program run.
-        unsafe { *g = tid };
+        unsafe {
+            core::ptr::write_volatile(core::ptr::addr_of_mut!((*g).tid), tid);
+            compiler_fence(Ordering::SeqCst);
+            (*g).pending = pending;
+            if UNCLOSED {
+                // (a pointer from a map lookup, valid for this program run)
+                (*g).execs = (*st).execs;
+            }
+        }
     }
     Ok(())
 }
@@ -151,8 +165,9 @@ fn try_origin_enter<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<
 const GATE_MASK: u32 = ORIGIN_GATE_SLOTS - 1;
 
 // raw_syscalls/sys_exit: TP_PROTO(struct pt_regs *regs, long ret) (4.17+). Every thread
-// but one with a pending call leaves after one array load (ORIGIN_GATE); two threads whose
-// tids collide in it lose the older call's origin (its fd then reads "not seen").
+// but one with a pending call leaves after one array load (ORIGIN_GATE, whose slot holds
+// the call); two threads whose tids collide in it lose the older call's origin (its fd then
+// reads "not seen").
 #[raw_tracepoint(tracepoint = "sys_exit")]
 pub fn origin_exit(ctx: RawTracePointContext) -> i32 {
     let _ = try_origin_exit::<false>(&ctx);
@@ -173,21 +188,27 @@ fn try_origin_exit<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<(
     let Some(g) = ORIGIN_GATE.get_ptr_mut(tid & GATE_MASK) else {
         return Ok(());
     };
-    // SAFETY: pointer from an array lookup, valid for this program run.
-    if tid == 0 || unsafe { *g } != tid {
+    let tid_at = |g: *mut OriginGateSlot| {
+        // SAFETY: pointer from an array lookup, valid for this program run.
+        unsafe { core::ptr::read_volatile(core::ptr::addr_of!((*g).tid)) }
+    };
+    if tid == 0 || tid_at(g) != tid {
         return Ok(());
     }
     // SAFETY: as above.
-    unsafe { *g = 0 };
+    let (p, execs) = unsafe { ((*g).pending, (*g).execs) };
+    compiler_fence(Ordering::SeqCst);
+    // A thread that shares the slot took it during the copy: the call is lost, as when it
+    // takes the slot before this sys_exit.
+    if tid_at(g) != tid {
+        return Ok(());
+    }
+    // SAFETY: as above.
+    unsafe { core::ptr::write_volatile(core::ptr::addr_of_mut!((*g).tid), 0) };
     let regs: u64 = ctx.arg(0);
     if OriginCall::of_sysno(arch::exit_syscall_nr(regs)?).is_none() {
         return Ok(());
     }
-    // SAFETY: a copy out of the map value.
-    let Some(p) = (unsafe { ORIGIN_PENDING.get(key) }).copied() else {
-        return Ok(());
-    };
-    let _ = ORIGIN_PENDING.remove(key);
     let ret: i64 = ctx.arg(1);
     if UNCLOSED && (ret == -EMFILE || ret == -ENFILE) {
         unclosed::full(ctx, &p, -ret as u32);
@@ -222,7 +243,7 @@ fn try_origin_exit<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<(
         }
     }
     if UNCLOSED {
-        unclosed::made(ctx, &p, &fds, n);
+        unclosed::made(ctx, &p, execs, &fds, n);
         return Ok(());
     }
     // One call of emit (each inlined copy is verified on its own paths).

@@ -98,9 +98,16 @@ fn keep_site(ctx: &RawTracePointContext, id: u32) {
 }
 
 /// The call of `p` succeeded: its fds `fds[..n]` enter the live set, or (F_SETFD, FIOCLEX,
-/// FIONCLEX) `fds[0]`'s close-on-exec changes.
+/// FIONCLEX) `fds[0]`'s close-on-exec changes. `execs`: the process's execs seen, read at
+/// the call's sys_enter (which found it tracked).
 #[inline(always)]
-pub fn made(ctx: &RawTracePointContext, p: &OriginPending, fds: &[i32; ORIGIN_FDS], n: usize) {
+pub fn made(
+    ctx: &RawTracePointContext,
+    p: &OriginPending,
+    execs: u32,
+    fds: &[i32; ORIGIN_FDS],
+    n: usize,
+) {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     // A flag change on an existing fd: at == 2 (the fd given), no new fd.
     if p.at == 2 || p.what == pending_what::SETS_CLOEXEC {
@@ -112,9 +119,6 @@ pub fn made(ctx: &RawTracePointContext, p: &OriginPending, fds: &[i32; ORIGIN_FD
         }
         return;
     }
-    let Some(st) = TRACKED.get_ptr(tgid) else {
-        return;
-    };
     let entry = UnclosedLive {
         // SAFETY: a helper without arguments.
         time_ns: unsafe { bpf_ktime_get_ns() },
@@ -124,8 +128,7 @@ pub fn made(ctx: &RawTracePointContext, p: &OriginPending, fds: &[i32; ORIGIN_FD
         cloexec: u32::from(
             p.what == pending_what::CLOEXEC || p.call == OriginCall::IoUringSetup as u32,
         ),
-        // SAFETY: pointer from a map lookup, valid for this program run.
-        execs: unsafe { (*st).execs },
+        execs,
     };
     for (i, &fd) in fds.iter().enumerate() {
         if i >= n {

@@ -15,8 +15,8 @@ use aya::{
 use aya_obj::generated::bpf_map_type;
 use fdaudit_common::{
     Config, GLOBAL_CONFIG, MAP_EVENTS, MAP_EVENTS_GROWN, MAP_EXEC_CHAIN, MAP_ORIGIN_GATE,
-    MAP_ORIGIN_MADE, MAP_ORIGIN_PENDING, MAP_ORIGIN_SEEN, MAP_READS, MAP_READ_PATHS, MAP_TRACKED,
-    MAP_UNCLOSED_FULL, MAP_UNCLOSED_LIVE, MAP_UNCLOSED_SITES, MAP_UNCLOSED_STACKS,
+    MAP_ORIGIN_MADE, MAP_ORIGIN_SEEN, MAP_READS, MAP_READ_PATHS, MAP_TRACKED, MAP_UNCLOSED_FULL,
+    MAP_UNCLOSED_LIVE, MAP_UNCLOSED_SITES, MAP_UNCLOSED_STACKS,
 };
 use thiserror::Error;
 
@@ -331,11 +331,9 @@ pub fn open_with<'a>(
             loader.map_max_entries(map, 1);
         }
     }
-    // `fdaudit unclosed` shares the origin programs' pending call and gate.
+    // `fdaudit unclosed` shares the origin programs' gate (the calls in flight).
     if config.origin == 0 && config.unclosed == 0 {
-        for map in [MAP_ORIGIN_PENDING, MAP_ORIGIN_GATE] {
-            loader.map_max_entries(map, 1);
-        }
+        loader.map_max_entries(MAP_ORIGIN_GATE, 1);
     }
     // Its own maps: the stack map is preallocated (a kernel bucket of 127 frames per
     // entry), so only `unclosed` gets it whole.
