@@ -92,10 +92,7 @@ fn try_origin_enter<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<
     if native.is_none() && ia32.is_none() {
         return Ok(());
     }
-    if !configured() {
-        return Ok(());
-    }
-    let Some(st) = TRACKED.get_ptr(current_tgid()) else {
+    let Some(st) = TRACKED.get_ptr(current_tgid()).filter(|_| configured()) else {
         return Ok(());
     };
     // An ia32 call's number means another call: it is only named, as not followed.
@@ -109,18 +106,7 @@ fn try_origin_enter<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<
     let Some(call) = native else {
         return Ok(());
     };
-    let regs: u64 = ctx.arg(0);
-    let a = [
-        arch::arg(regs, conf!(regs_arg0))?,
-        arch::arg(regs, conf!(regs_arg1))?,
-        arch::arg(regs, conf!(regs_arg2))?,
-        arch::arg(regs, conf!(regs_arg3))?,
-        if call == OriginCall::PerfEventOpen {
-            arch::arg(regs, conf!(regs_arg4))?
-        } else {
-            0
-        },
-    ];
+    let a = call_args(ctx.arg(0), call)?;
     // openat2(dfd, path, struct open_how *how, size): how->flags is its first u64.
     let Some(e) = effect(call, &a, || read_user::<u64>(a[2]).unwrap_or(0)) else {
         return Ok(());
@@ -163,6 +149,23 @@ fn try_origin_enter<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<
 }
 
 const GATE_MASK: u32 = ORIGIN_GATE_SLOTS - 1;
+
+/// The arguments of `call` that [`effect`] reads, from the syscall's pt_regs at `regs`
+/// (the fifth only for perf_event_open).
+#[inline(always)]
+fn call_args(regs: u64, call: OriginCall) -> Result<[u64; 5], i64> {
+    Ok([
+        arch::arg(regs, conf!(regs_arg0))?,
+        arch::arg(regs, conf!(regs_arg1))?,
+        arch::arg(regs, conf!(regs_arg2))?,
+        arch::arg(regs, conf!(regs_arg3))?,
+        if call == OriginCall::PerfEventOpen {
+            arch::arg(regs, conf!(regs_arg4))?
+        } else {
+            0
+        },
+    ])
+}
 
 // raw_syscalls/sys_exit: TP_PROTO(struct pt_regs *regs, long ret) (4.17+). Every thread
 // but one with a pending call leaves after one array load (ORIGIN_GATE, whose slot holds
