@@ -316,13 +316,26 @@ fn a_c_service_built_o2_without_frame_pointers_is_counted_exactly() {
 #[test]
 #[ignore = "needs root"]
 fn a_go_service_s_leaks_are_counted_exactly_and_named_by_main_leak_one() {
+    go_service("go", &[]);
+}
+
+/// Built `-ldflags=-s -w`, as release images often are: no ELF symbol table, no DWARF;
+/// the names come from the `.gopclntab` Go's runtime keeps for its own tracebacks.
+#[test]
+#[ignore = "needs root"]
+fn a_stripped_go_service_s_leaking_function_is_named_from_its_pclntab() {
+    go_service("go-stripped", &["-ldflags=-s -w"]);
+}
+
+fn go_service(name: &str, flags: &[&str]) {
     let _g = guard();
-    let dir = Dir::new("unclosed-go");
+    let dir = Dir::new(&format!("unclosed-{name}"));
     let src = dir.write("leak.go", GO);
     let exe = dir.0.join("leak");
     run_ok(
         Command::new("go")
             .arg("build")
+            .args(flags)
             .arg("-o")
             .arg(&exe)
             .arg(&src)
@@ -333,7 +346,7 @@ fn a_go_service_s_leaks_are_counted_exactly_and_named_by_main_leak_one() {
         "go build (golang-go)",
     );
     let svc = Service::start(Command::new(&exe).arg(K.to_string()));
-    let stacks = leaks_exactly("go", svc, 1);
+    let stacks = leaks_exactly(name, svc, 1);
     let top = &stacks[0];
     assert_eq!(top["count"], K * REQUESTS, "{top}");
     let syms = symbols(top);
