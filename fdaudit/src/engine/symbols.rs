@@ -1,10 +1,11 @@
 //! What `trace --origin` reads of a module (a file a traced process mapped): its function
-//! symbols (or, for a Go binary without them, its `.gopclntab`) and DWARF line table ([`Symbols`]), its first executable segment
-//! ([`text_segment`]) and the bytes before a return address ([`follows_call`]). Every read
-//! is a bounded `pread` of a file [`crate::untrusted`] opened: a module's reads are kept
-//! within [`LOAD_BUDGET`] while it is parsed, what is kept of it afterwards within
-//! [`FUNCS_BUDGET`] of names and [`DWARF_BUDGET`] of debug sections (a module with more
-//! DWARF is named without source lines).
+//! symbols (or, for a Go binary without them, its `.gopclntab`) and DWARF line table
+//! ([`Symbols`]), its first executable segment ([`text_segment`]) and the bytes before a
+//! return address ([`follows_call`]). Every read is a bounded `pread` of a file
+//! [`crate::untrusted`] opened: a module's reads are kept within [`LOAD_BUDGET`] while it
+//! is parsed, what is kept of it afterwards within [`FUNCS_BUDGET`] of names and
+//! [`DWARF_BUDGET`] of debug sections (a module with more DWARF is named without source
+//! lines).
 
 use std::{fs::File, sync::Arc};
 
