@@ -284,11 +284,18 @@ pub fn guard() -> std::sync::MutexGuard<'static, ()> {
 /// Compiles C `source` with gcc (`-g -O0 -fno-omit-frame-pointer`: symbols, DWARF lines and
 /// frame pointers for `--origin`'s stacks) into a fresh temporary executable named `name`.
 pub fn build_c_fixture(name: &str, source: &str) -> PathBuf {
+    build_c_fixture_with(name, source, &["-g", "-O0", "-fno-omit-frame-pointer"])
+}
+
+/// As [`build_c_fixture`], with gcc's code generation `flags` instead (`-O2
+/// -fomit-frame-pointer`: code as distributions build it, without frame pointers).
+pub fn build_c_fixture_with(name: &str, source: &str, flags: &[&str]) -> PathBuf {
     let src = temp_path(&format!("{name}.c"));
     let exe = temp_path(name);
     std::fs::write(&src, source).expect("write the C fixture");
     let st = std::process::Command::new("gcc")
-        .args(["-g", "-O0", "-fno-omit-frame-pointer", "-o"])
+        .args(flags)
+        .arg("-o")
         .arg(&exe)
         .arg(&src)
         .status()

@@ -56,6 +56,7 @@ mod trace_signals;
 mod trace_startup;
 mod unclosed;
 mod unclosed_exports;
+mod unclosed_runtimes;
 mod watch;
 mod watch_exhaustion;
 mod watch_hostile;

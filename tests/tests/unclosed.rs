@@ -203,6 +203,11 @@ pub(crate) fn c_service(name: &str) -> PathBuf {
     fdaudit_tests::build_c_fixture(name, SERVICE)
 }
 
+/// The C service built with gcc's `flags`.
+pub(crate) fn c_service_with(name: &str, flags: &[&str]) -> PathBuf {
+    fdaudit_tests::build_c_fixture_with(name, SERVICE, flags)
+}
+
 #[test]
 #[ignore = "needs root"]
 fn a_c_service_s_leaks_are_counted_exactly_and_named_by_leak_one() {

@@ -17,6 +17,7 @@ mod exec_parent;
 pub mod fdtarget;
 pub mod flags;
 pub mod follow;
+mod gopclntab;
 mod ia32;
 pub mod lifetime;
 mod loader;

@@ -1,10 +1,11 @@
 //! What `trace --origin` reads of a module (a file a traced process mapped): its function
-//! symbols and DWARF line table ([`Symbols`]), its first executable segment
-//! ([`text_segment`]) and the bytes before a return address ([`follows_call`]). Every read
-//! is a bounded `pread` of a file [`crate::untrusted`] opened: a module's reads are kept
-//! within [`LOAD_BUDGET`] while it is parsed, what is kept of it afterwards within
-//! [`FUNCS_BUDGET`] of names and [`DWARF_BUDGET`] of debug sections (a module with more
-//! DWARF is named without source lines).
+//! symbols (or, for a Go binary without them, its `.gopclntab`) and DWARF line table
+//! ([`Symbols`]), its first executable segment ([`text_segment`]) and the bytes before a
+//! return address ([`follows_call`]). Every read is a bounded `pread` of a file
+//! [`crate::untrusted`] opened: a module's reads are kept within [`LOAD_BUDGET`] while it
+//! is parsed, what is kept of it afterwards within [`FUNCS_BUDGET`] of names and
+//! [`DWARF_BUDGET`] of debug sections (a module with more DWARF is named without source
+//! lines).
 
 use std::{fs::File, sync::Arc};
 
@@ -126,6 +127,23 @@ fn functions<'a>(
         };
         left = rest;
         funcs.push((off, s.size(), name.to_owned()));
+    }
+    if funcs.is_empty() {
+        // A Go binary built without its symbol table still has the runtime's own.
+        use object::ObjectSection as _;
+        let tab = obj
+            .section_by_name(".gopclntab")
+            .and_then(|s| s.data().ok());
+        for (addr, size, name) in tab.map(super::gopclntab::functions).unwrap_or_default() {
+            let Some(off) = to_offset(addr) else {
+                continue;
+            };
+            let Some(rest) = left.checked_sub(FUNC_COST + name.len() as u64) else {
+                break;
+            };
+            left = rest;
+            funcs.push((off, size, name));
+        }
     }
     funcs.sort_unstable();
     funcs.dedup_by_key(|f| f.0);

@@ -323,6 +323,11 @@ const HOST_ONLY_TESTS: &[(&str, &str)] = &[
          initramfs lacks",
     ),
     (
+        "unclosed_runtimes",
+        "builds and runs leaking C, Go, Java and Node services (gcc, go, javac, java, node), \
+         which the initramfs lacks",
+    ),
+    (
         "sarif",
         "builds its leaking C program with gcc inside a git repository; the initramfs has \
          neither",

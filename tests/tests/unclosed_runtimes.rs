@@ -1,0 +1,403 @@
+//! `fdaudit unclosed` (issue #40) on real leaking services of four more runtimes: C built
+//! `-O2 -fomit-frame-pointer`, Go, Java and Node. Each leaks K fds per request (a line on
+//! stdin, answered `done`) from one named function and opens and closes another file
+//! correctly, keeping a reference to every leaked object (Go's `os.File` finalizer and
+//! Java's Cleaner close unreachable files). A runtime opens fds of its own (the JVM
+//! dozens), so what is compared is the growth between two interval reports taken while the
+//! service waits: /proc/PID/fd counted just before and just after each report, equal, is
+//! the table that report saw. The outstanding count grows by exactly the table's growth,
+//! K fds per request; the closed file never appears. Root only (eBPF); gcc, go (golang-go),
+//! javac/java (Java 17) and node build and run the services.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use crate::unclosed::{attach_with, c_service_with, process, stop, symbols, Service};
+use fdaudit_tests::{guard, of_type, temp_path};
+use serde_json::Value;
+
+/// Fds leaked per request, and the requests made between the two reports.
+const K: usize = 3;
+const REQUESTS: usize = 10;
+
+/// `main.leakOne` leaks, `main.okOne` closes; the files kept in a slice.
+const GO: &str = r#"package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"strconv"
+)
+
+var kept []*os.File
+
+//go:noinline
+func leakOne() {
+	f, err := os.Open("/etc/hostname")
+	if err == nil {
+		kept = append(kept, f)
+	}
+}
+
+//go:noinline
+func okOne() {
+	f, err := os.Open("/etc/passwd")
+	if err == nil {
+		f.Close()
+	}
+}
+
+func main() {
+	k, _ := strconv.Atoi(os.Args[1])
+	in := bufio.NewScanner(os.Stdin)
+	fmt.Println("ready")
+	for in.Scan() {
+		for i := 0; i < k; i++ {
+			leakOne()
+		}
+		okOne()
+		fmt.Println("done")
+	}
+}
+"#;
+
+/// `Leak.leakOne` leaks `FileInputStream`s kept in a list; `Leak.okOne` closes its own.
+const JAVA: &str = r#"import java.io.BufferedReader;
+import java.io.FileInputStream;
+import java.io.IOException;
+import java.io.InputStreamReader;
+import java.util.ArrayList;
+import java.util.List;
+
+public class Leak {
+    static final List<FileInputStream> KEPT = new ArrayList<>();
+
+    static void leakOne() throws IOException {
+        KEPT.add(new FileInputStream("/etc/hostname"));
+    }
+
+    static void okOne() throws IOException {
+        try (FileInputStream f = new FileInputStream("/etc/passwd")) {
+            f.read();
+        }
+    }
+
+    public static void main(String[] args) throws IOException {
+        int k = Integer.parseInt(args[0]);
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in));
+        System.out.println("ready");
+        System.out.flush();
+        while (in.readLine() != null) {
+            for (int i = 0; i < k; i++) {
+                leakOne();
+            }
+            okOne();
+            System.out.println("done");
+            System.out.flush();
+        }
+    }
+}
+"#;
+
+/// `leakOne` leaks `fs.openSync` fds kept in an array; `okOne` closes its own.
+const NODE: &str = r#"const fs = require('fs');
+const readline = require('readline');
+const kept = [];
+function leakOne() {
+  kept.push(fs.openSync('/etc/hostname', 'r'));
+}
+function okOne() {
+  fs.closeSync(fs.openSync('/etc/passwd', 'r'));
+}
+const k = Number(process.argv[2]);
+readline.createInterface({ input: process.stdin }).on('line', () => {
+  for (let i = 0; i < k; i++) leakOne();
+  okOne();
+  process.stdout.write('done\n');
+});
+process.stdout.write('ready\n');
+"#;
+
+/// A temporary directory holding a service's source and build, removed on drop.
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new(name: &str) -> Dir {
+        let d = temp_path(name);
+        std::fs::create_dir_all(&d).expect("create the service's directory");
+        Dir(d)
+    }
+
+    fn write(&self, file: &str, text: &str) -> PathBuf {
+        let p = self.0.join(file);
+        std::fs::write(&p, text).expect("write the service's source");
+        p
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn run_ok(cmd: &mut Command, what: &str) {
+    let st = cmd
+        .status()
+        .unwrap_or_else(|e| panic!("{what} is not installed ({e}): .ci/setup installs it"));
+    assert!(st.success(), "{what}: {st}");
+}
+
+/// The records of each complete report in `out` (a report ends with its processes).
+fn reports(out: &Path, pid: u32) -> (usize, Vec<Vec<Value>>) {
+    let text = std::fs::read_to_string(out).unwrap_or_default();
+    let whole = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
+    let mut all: Vec<Vec<Value>> = Vec::new();
+    for line in whole.lines() {
+        let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        if v["type"] == "unclosed_report" {
+            all.push(Vec::new());
+        }
+        if let Some(r) = all.last_mut() {
+            r.push(v);
+        }
+    }
+    let started = all.len();
+    all.retain(|r| {
+        r.iter()
+            .any(|v| v["type"] == "unclosed_process" && v["pid"] == pid)
+    });
+    (started, all)
+}
+
+/// The next interval report whose reading of the tables is known to fall between two
+/// counts of /proc/PID/fd, and that count. A report begun before the first count may have
+/// read before it: the one after that has not. Equal counts around it (the service idle)
+/// are the table it saw; a runtime's own thread changing its table in between is retried.
+fn moment(svc: &Service, out: &Path) -> (usize, Vec<Value>) {
+    for _ in 0..5 {
+        let before = svc.open_fds();
+        let (started, _) = reports(out, svc.pid());
+        let t0 = Instant::now();
+        let report = loop {
+            if let Some(r) = reports(out, svc.pid()).1.into_iter().nth(started + 1) {
+                break r;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(30), "no interval report");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        if svc.open_fds() == before {
+            return (before, report);
+        }
+    }
+    panic!("the service's fd table never held still across a report");
+}
+
+/// Attaches to a started service after `warm` requests (a runtime opens some fds at first
+/// use, once), then makes `REQUESTS` between two reports and checks the counts. Returns the
+/// later report's stacks.
+fn leaks_exactly(name: &str, mut svc: Service, warm: usize) -> Vec<Value> {
+    for _ in 0..warm {
+        assert_eq!(svc.request(), "done", "{name}");
+    }
+    let out = temp_path(&format!("unclosed-{name}.jsonl"));
+    let args = ["--interval", "1", "--top", "1000"].map(std::ffi::OsStr::new);
+    let tracer = attach_with(svc.pid(), &out, &args);
+    let (fds1, r1) = moment(&svc, &out);
+    for _ in 0..REQUESTS {
+        assert_eq!(svc.request(), "done", "{name}");
+    }
+    let (fds2, r2) = moment(&svc, &out);
+    // Every record of the run, checked against the schema.
+    let all = stop(tracer, &out);
+    assert!(
+        of_type(&all, "unclosed_report").len() >= 4,
+        "{name}: {all:#?}"
+    );
+    let pid = svc.pid();
+    drop(svc);
+    let grown = fds2 as i64 - fds1 as i64;
+    assert_eq!(
+        grown,
+        (K * REQUESTS) as i64,
+        "{name}: /proc/{pid}/fd grew by K a request"
+    );
+    let outstanding = |r: &[Value]| process(r, pid)["outstanding"].as_i64().unwrap();
+    let (o1, o2) = (outstanding(&r1), outstanding(&r2));
+    assert_eq!(
+        o2 - o1,
+        grown,
+        "{name}: outstanding grew as /proc/PID/fd did: {:#?}",
+        process(&r2, pid)
+    );
+    let stacks: Vec<Value> = of_type(&r2, "unclosed_stack")
+        .into_iter()
+        .cloned()
+        .collect();
+    let sum: i64 = stacks.iter().map(|s| s["count"].as_i64().unwrap()).sum();
+    assert_eq!(
+        sum, o2,
+        "{name}: every outstanding fd is in a stack: {stacks:#?}"
+    );
+    for s in &stacks {
+        assert!(
+            !s["samples"].to_string().contains("/etc/passwd"),
+            "{name}: a closed file appears: {s}"
+        );
+    }
+    stacks
+}
+
+/// The stacks holding the leaked file (an interpreter or a JIT may give one call site
+/// several stacks, as a function moves from tier to tier), largest first.
+fn leak_stacks<'a>(name: &str, stacks: &'a [Value]) -> Vec<&'a Value> {
+    let leak: Vec<&Value> = stacks
+        .iter()
+        .filter(|s| s["samples"].to_string().contains("/etc/hostname"))
+        .collect();
+    let sum: usize = leak
+        .iter()
+        .map(|s| s["count"].as_u64().unwrap() as usize)
+        .sum();
+    assert_eq!(sum, K * REQUESTS, "{name}: the leak's stacks: {stacks:#?}");
+    leak
+}
+
+/// A stack's frames as `symbol in module` (no offsets, the module's file name).
+fn frames(stack: &Value) -> Vec<String> {
+    stack["stack"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            let sym = f["symbol"].as_str().unwrap_or("?");
+            let module = f["module"].as_str().unwrap_or("?");
+            format!(
+                "{} in {}",
+                sym.split("+0x").next().unwrap_or(sym),
+                module.rsplit('/').next().unwrap_or(module)
+            )
+        })
+        .collect()
+}
+
+/// The stack's innermost frames are `want`.
+fn innermost(stack: &Value, want: &[&str]) {
+    let got = frames(stack);
+    assert!(
+        got.len() >= want.len() && got[..want.len()] == *want,
+        "innermost frames {got:?}, not {want:?}: {stack}"
+    );
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_c_service_built_o2_without_frame_pointers_is_counted_exactly() {
+    let _g = guard();
+    let exe = c_service_with("unclosed-o2", &["-O2", "-fomit-frame-pointer"]);
+    let svc = Service::start(Command::new(&exe).arg(K.to_string()));
+    let stacks = leaks_exactly("c-O2", svc, 1);
+    let _ = std::fs::remove_file(&exe);
+    // Without frame pointers the kernel's walk keeps libc's wrapper alone; `.eh_frame`
+    // (libc's, then the service's own) finds `leak_one` and `main` above it.
+    let top = &stacks[0];
+    assert_eq!(top["count"], K * REQUESTS, "{top}");
+    let syms = symbols(top);
+    assert!(syms.iter().any(|s| s.starts_with("leak_one")), "{syms:?}");
+    for s in &stacks {
+        assert!(!symbols(s).iter().any(|f| f.starts_with("ok_one")), "{s}");
+    }
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_go_service_s_leaks_are_counted_exactly_and_named_by_main_leak_one() {
+    go_service("go", &[]);
+}
+
+/// Built `-ldflags=-s -w`, as release images often are: no ELF symbol table, no DWARF;
+/// the names come from the `.gopclntab` Go's runtime keeps for its own tracebacks.
+#[test]
+#[ignore = "needs root"]
+fn a_stripped_go_service_s_leaking_function_is_named_from_its_pclntab() {
+    go_service("go-stripped", &["-ldflags=-s -w"]);
+}
+
+fn go_service(name: &str, flags: &[&str]) {
+    let _g = guard();
+    let dir = Dir::new(&format!("unclosed-{name}"));
+    let src = dir.write("leak.go", GO);
+    let exe = dir.0.join("leak");
+    run_ok(
+        Command::new("go")
+            .arg("build")
+            .args(flags)
+            .arg("-o")
+            .arg(&exe)
+            .arg(&src)
+            .env("GOCACHE", std::env::temp_dir().join("fdaudit-test-gocache"))
+            .env("GOPATH", dir.0.join("gopath"))
+            .env("GOFLAGS", "")
+            .env("GO111MODULE", "off"),
+        "go build (golang-go)",
+    );
+    let svc = Service::start(Command::new(&exe).arg(K.to_string()));
+    let stacks = leaks_exactly(name, svc, 1);
+    let top = &stacks[0];
+    assert_eq!(top["count"], K * REQUESTS, "{top}");
+    let syms = symbols(top);
+    assert!(
+        syms.iter().any(|s| s.starts_with("main.leakOne")),
+        "{syms:?}"
+    );
+    for s in &stacks {
+        assert!(
+            !symbols(s).iter().any(|f| f.starts_with("main.okOne")),
+            "{s}"
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_java_service_s_unclosed_file_input_streams_are_counted_exactly() {
+    let _g = guard();
+    let dir = Dir::new("unclosed-java");
+    let src = dir.write("Leak.java", JAVA);
+    run_ok(
+        Command::new("javac").arg("-d").arg(&dir.0).arg(&src),
+        "javac (Java 17)",
+    );
+    let svc = Service::start(
+        Command::new("java")
+            .arg("-cp")
+            .arg(&dir.0)
+            .args(["Leak", &K.to_string()]),
+    );
+    let stacks = leaks_exactly("java", svc, 2);
+    // The Java frames (interpreted or JIT-compiled) have no names the kernel or ELF can
+    // give: what shows is libc's wrapper and, by `.eh_frame`, libjava's `handleOpen`
+    // (every `FileInputStream` open, leaked or not, shares that stack).
+    for s in leak_stacks("java", &stacks) {
+        innermost(s, &["__open in libc.so.6", "handleOpen in libjava.so"]);
+    }
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_node_service_s_open_sync_fds_are_counted_exactly() {
+    let _g = guard();
+    let dir = Dir::new("unclosed-node");
+    let src = dir.write("leak.js", NODE);
+    let svc = Service::start(Command::new("node").arg(&src).arg(K.to_string()));
+    let stacks = leaks_exactly("node", svc, 2);
+    // `fs.openSync` runs libuv's `uv__fs_work` on the JavaScript thread: that and libc's
+    // wrapper are what shows, never the JavaScript function.
+    for s in leak_stacks("node", &stacks) {
+        innermost(s, &["__open in libc.so.6", "uv__fs_work in node"]);
+    }
+}
