@@ -59,9 +59,10 @@ pub fn functions(tab: &[u8]) -> Vec<(u64, u64, String)> {
             .checked_add(func as usize)
             .and_then(|f| u32_at(f.checked_add(4)?))
             .and_then(name_at);
-        if let Some(name) = name {
+        let addr = (text as u64).checked_add(u64::from(start));
+        if let (Some(name), Some(addr)) = (name, addr) {
             let size = u64::from(next.saturating_sub(start));
-            out.push((text as u64 + u64::from(start), size, name));
+            out.push((addr, size, name));
         }
     }
     out
@@ -125,5 +126,8 @@ mod tests {
         huge[8..16].copy_from_slice(&u64::MAX.to_le_bytes()); // nfunc
         huge[64..72].copy_from_slice(&(u64::MAX - 3).to_le_bytes()); // pclnOffset
         assert!(functions(&huge).is_empty());
+        let mut high = table();
+        high[24..32].copy_from_slice(&u64::MAX.to_le_bytes()); // textStart
+        assert!(functions(&high).is_empty());
     }
 }
