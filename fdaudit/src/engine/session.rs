@@ -396,7 +396,7 @@ impl Session {
     fn decode_raw(&mut self, raw: &[Vec<u8>]) -> Vec<Event> {
         let mut out = Vec::new();
         for item in raw {
-            let Some(mut ev) = self.decoder.decode(item) else {
+            let Some(mut ev) = self.decoder.decode(&mut self.completion.processes, item) else {
                 continue;
             };
             if self.is_ignored(&ev) {
@@ -428,7 +428,8 @@ impl Session {
             }
         }
         let probe_ns = self.probe_cost().unwrap_or(0.0);
-        self.completion.finish(events, probe_ns);
+        let forgotten = self.completion.finish(events, probe_ns);
+        self.decoder.forget(&forgotten);
     }
 
     /// Names each spawn's runtime from its parent's image from now on (`trace`).
