@@ -96,13 +96,13 @@ impl Resolver {
         &mut self,
         procs: &mut Processes,
         events: &mut Vec<Event>,
-        more: impl FnOnce() -> Vec<Event>,
+        more: impl FnOnce(&mut Processes) -> Vec<Event>,
     ) {
         let live = self.name_each(procs, events);
         if live.is_empty() {
             return;
         }
-        let mut later = more();
+        let mut later = more(procs);
         let execd: HashSet<u32> = later
             .iter()
             .filter_map(|e| match e {
@@ -267,16 +267,16 @@ mod tests {
             failed_exit(GONE + 1, GONE),
             exec(GONE, GONE, tr),
         ];
-        one.name_all(&mut procs, &mut batch, Vec::new);
+        one.name_all(&mut procs, &mut batch, |_| Vec::new());
         one.exits(&mut procs, &mut batch);
         let rt = failed_runtime(&batch);
         assert!(rt.starts_with("dash "), "{rt}");
         let mut two = Resolver;
         let mut procs = Processes::default();
         let mut first = vec![exec(GONE, 1, dash), failed_exit(GONE + 1, GONE)];
-        two.name_all(&mut procs, &mut first, Vec::new);
+        two.name_all(&mut procs, &mut first, |_| Vec::new());
         let mut next = vec![exec(GONE, GONE, tr)];
-        two.name_all(&mut procs, &mut next, Vec::new);
+        two.name_all(&mut procs, &mut next, |_| Vec::new());
         two.exits(&mut procs, &mut first);
         let rt = failed_runtime(&first);
         assert!(rt.starts_with("dash "), "{rt}");
