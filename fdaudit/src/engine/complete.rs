@@ -30,7 +30,7 @@ pub struct Completion {
     ia32_images: Option<Ia32Images>,
     /// Names the parent of execs whose fork was not seen.
     exec_parents: ExecParents,
-    /// The one per-process table (parents, images, exec paths, runtimes), with its one
+    /// The one per-process table (parents, images, exec paths, runtimes, ia32), with its one
     /// clean-up at exit (process.rs); the decoder's `--origin` tables use it too.
     pub(super) processes: Processes,
     /// Names each spawn's runtime (`trace`), when asked for: the session runs it first on
@@ -79,7 +79,7 @@ impl Completion {
     /// The ia32 flag and the failed execs' errno and path.
     pub fn name(&mut self, out: &mut [Event]) {
         if let Some(images) = &mut self.ia32_images {
-            images.mark(out);
+            images.mark(&mut self.processes, out);
         }
         for ev in out.iter_mut() {
             self.add_failed_exec(ev);

@@ -13,6 +13,8 @@
 //!                                       (runtimes.rs, trace only)
 //!  parent read live ─────▶ runtime      its image's runtime, by start time, until its next
 //!                                       exec (runtimes.rs, trace only)
+//!  spawn record, exec ok ─▶ ia32        whether its image is ia32, until its exit record
+//!                                       (ia32.rs, where the backend does not count ia32)
 //!
 //!  exit record ─▶ Processes::exited (after complete.rs has named its failed exec):
 //!                 forgotten if it has no parent and no runtime; else image and
@@ -49,6 +51,9 @@ pub struct Process {
     pub exec_path: Option<Vec<u8>>,
     /// Its image's runtime as read live: (start time, runtime, NOFILE), until its next exec.
     pub runtime: Option<(u64, (Runtime, Option<Nofile>))>,
+    /// Whether its latest image is ia32 (asked only where the backend does not count ia32
+    /// syscalls: ia32.rs), until its exit record.
+    ia32: Option<bool>,
     /// The number of the exit that ended it (its place in [`Processes::exits`]).
     exit: Option<u64>,
 }
@@ -117,6 +122,24 @@ impl Processes {
         match self.by_pid.get_mut(&pid) {
             Some(p) => p.runtime = Some((start, rt)),
             None => self.entry(pid).runtime = Some((start, rt)),
+        }
+    }
+
+    /// Whether `pid`'s latest image is ia32, if known.
+    pub fn ia32(&self, pid: u32) -> Option<bool> {
+        self.by_pid.get(&pid)?.ia32
+    }
+
+    /// Keeps whether `pid`'s latest image is ia32 (`None`: unknown, or it exited).
+    pub fn set_ia32(&mut self, pid: u32, ia32: Option<bool>) {
+        match ia32 {
+            // Said of a new image: an exited entry with the pid is another process's.
+            Some(_) => self.entry(pid).ia32 = ia32,
+            None => {
+                if let Some(p) = self.by_pid.get_mut(&pid) {
+                    p.ia32 = None;
+                }
+            }
         }
     }
 
