@@ -221,7 +221,7 @@ fn bad_input_gives_one_line_and_leaves_nothing_attached() {
 
 #[test]
 #[ignore = "needs root and BTF"]
-fn leaks_only_reports_leaks_without_syscall_counts() {
+fn no_syscalls_reports_leaks_without_syscall_counts() {
     let _g = guard();
     let secret = secret_file();
     let cmd = fixture(&["leak7", secret.as_str()]);

@@ -30,8 +30,8 @@ pub struct Completion {
     ia32_images: Option<Ia32Images>,
     /// Names the parent of execs whose fork was not seen.
     exec_parents: ExecParents,
-    /// The one per-process table (images, exec paths), each entry dropped after the batch
-    /// that holds its process's exit.
+    /// The one per-process table (parents, images, exec paths, runtimes, ia32), with its one
+    /// clean-up at exit (process.rs); the decoder's `--origin` tables use it too.
     pub(super) processes: Processes,
     /// Names each spawn's runtime (`trace`), when asked for: the session runs it first on
     /// each batch ([`runtimes::Resolver::name_all`]), as it may decode the records written
@@ -79,7 +79,7 @@ impl Completion {
     /// The ia32 flag and the failed execs' errno and path.
     pub fn name(&mut self, out: &mut [Event]) {
         if let Some(images) = &mut self.ia32_images {
-            images.mark(out);
+            images.mark(&mut self.processes, out);
         }
         for ev in out.iter_mut() {
             self.add_failed_exec(ev);
@@ -87,8 +87,9 @@ impl Completion {
     }
 
     /// The window without the probes' own cost (`probe_ns` per probed syscall), and the
-    /// parent's name where the kernel saw no fork; forgets the processes that exited.
-    pub fn finish(&mut self, events: &mut [Event], probe_ns: f64) {
+    /// parent's name where the kernel saw no fork; then the process table's clean-up at
+    /// exit ([`Processes::exited`]): the pids it forgot.
+    pub fn finish(&mut self, events: &mut [Event], probe_ns: f64) -> Vec<u32> {
         for ev in events.iter_mut() {
             let spawn = match ev {
                 Event::Spawn(s) => Some(s),
@@ -102,7 +103,11 @@ impl Completion {
         if let Some(r) = &mut self.runtimes {
             r.exits(&mut self.processes, events);
         }
-        self.processes.exited(events);
+        self.processes
+            .exited(events.iter().filter_map(|ev| match ev {
+                Event::Exit(e) => Some(e.pid),
+                Event::Spawn(_) => None,
+            }))
     }
 
     /// Gives a failed exec its errno and path (from the failed-exec programs' map) and drops a

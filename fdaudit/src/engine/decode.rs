@@ -12,6 +12,7 @@ use fdaudit_common::{
 
 pub use super::fdtarget::cstr;
 use super::fdtarget::Live;
+use super::process::Processes;
 use super::seen::OriginMessage;
 use super::spawn::{Event, Exit, LeakedFd, Spawn};
 use super::{
@@ -79,14 +80,21 @@ impl Decoder {
         }
     }
 
+    /// Forgets what is kept of the processes the session's table forgot.
+    pub fn forget(&mut self, pids: &[u32]) {
+        if let Some(origins) = &mut self.origins {
+            origins.forget(pids);
+        }
+    }
+
     /// Decodes one record; a paths record gives nothing until its spawn comes. An exec path
     /// the kernel cut is read again from /proc/PID/exe while the process lives, when that
     /// starts with what the kernel kept (asked of [`Live`]).
-    pub fn decode(&mut self, bytes: &[u8]) -> Option<Event> {
+    pub fn decode(&mut self, procs: &mut Processes, bytes: &[u8]) -> Option<Event> {
         if let Some(origins) = &mut self.origins {
             match super::seen::origin_message(bytes) {
                 Some(OriginMessage::Origin(rec)) => {
-                    origins.record(&rec);
+                    origins.record(procs, &rec);
                     return None;
                 }
                 Some(OriginMessage::Created(rec)) => {
@@ -98,7 +106,7 @@ impl Decoder {
         }
         let mut ev = decode_with(bytes, self.counting, &mut self.pending, self.live);
         if let (Some(origins), Some(ev)) = (&mut self.origins, &mut ev) {
-            name_origins(origins, ev);
+            name_origins(origins, procs, ev);
         }
         if let Some(Event::Spawn(s)) = &mut ev {
             if s.exec_path_cut {
@@ -113,24 +121,24 @@ impl Decoder {
 }
 
 /// Gives each leaked fd of a spawn its origin, and learns the parent links.
-fn name_origins(origins: &mut super::origin::Origins, ev: &mut Event) {
+fn name_origins(origins: &mut super::origin::Origins, procs: &mut Processes, ev: &mut Event) {
     let s = match ev {
         Event::Spawn(s) => s,
         Event::Exit(e) => {
-            origins.note_parent(e.pid, e.parent_pid);
+            procs.note_parent(e.pid, e.parent_pid);
             match e.failed_exec.as_mut() {
                 Some(s) => s,
                 None => return,
             }
         }
     };
-    origins.note_parent(s.pid, s.parent_pid);
+    procs.note_parent(s.pid, s.parent_pid);
     origins.begin_record();
     if s.exec_ok {
         origins.note_exec(s.pid, &s.exec_path);
     }
     for fd in &mut s.leaked_fds {
-        fd.origin = Some(origins.find(s.pid, fd.fd, fd.ino, fd.dev, s.exec_ns));
+        fd.origin = Some(origins.find(procs, (s.pid, fd.fd), fd.ino, fd.dev, s.exec_ns));
     }
 }
 

@@ -19,13 +19,12 @@
 use std::collections::HashMap;
 use std::io::Read as _;
 
-use super::{flags::SpawnFlags, spawn::Event, strategy::Strategy};
+use super::{flags::SpawnFlags, process::Processes, spawn::Event, strategy::Strategy};
 use crate::runtime::read_proc;
 use crate::untrusted::{FileId, Handle};
 
-/// Processes remembered at most (their entries go at exit; a burst past this forgets all,
-/// and their images are read again from /proc).
-const MAX_IMAGES: usize = 1 << 16;
+/// Files remembered at most (a burst past this forgets all, and they are read again).
+const MAX_FILES: usize = 1 << 16;
 
 /// `EM_386`: the ia32 ABI (x32 is ELFCLASS32 with EM_X86_64, whose syscalls are native).
 const EM_386: u16 = 3;
@@ -58,51 +57,46 @@ fn remote_devs_of(mountinfo: &str) -> Vec<(u32, u32)> {
     crate::runtime::image::remote_devs(mountinfo)
 }
 
-/// Each traced process's latest image, and each file read: ia32 or not.
+/// Each file read: ia32 or not (each traced process's latest image's answer is kept in the
+/// session's [`Processes`] table, forgotten at its exit record).
 #[derive(Debug, Default)]
 pub struct Ia32Images {
-    images: HashMap<u32, bool>,
     files: HashMap<FileId, bool>,
 }
 
 impl Ia32Images {
     /// Flags the spawns among `events` whose window ran an ia32 image, in record order, and
     /// remembers each exec'd image.
-    pub fn mark(&mut self, events: &mut [Event]) {
+    pub fn mark(&mut self, procs: &mut Processes, events: &mut [Event]) {
         for ev in events {
             let s = match ev {
                 Event::Spawn(s) => s,
                 Event::Exit(e) => {
-                    self.images.remove(&e.pid);
+                    procs.set_ia32(e.pid, None);
                     if let Some(s) = e.failed_exec.as_mut() {
-                        self.flag(s);
+                        self.flag(procs, s);
                     }
                     continue;
                 }
             };
-            self.flag(s);
+            self.flag(procs, s);
             if s.exec_ok {
-                if self.images.len() >= MAX_IMAGES {
-                    self.images.clear();
-                }
-                match self.live(s.pid).or_else(|| self.by_path(&s.exec_path)) {
-                    Some(ia32) => self.images.insert(s.pid, ia32),
-                    None => self.images.remove(&s.pid),
-                };
+                let ia32 = self.live(s.pid).or_else(|| self.by_path(&s.exec_path));
+                procs.set_ia32(s.pid, ia32);
             }
         }
     }
 
-    fn flag(&mut self, s: &mut super::spawn::Spawn) {
+    fn flag(&mut self, procs: &Processes, s: &mut super::spawn::Spawn) {
         // An exec chain's step ran the process's own previous image; a forked child, its
         // parent's.
         let chained = s.flags.contains(SpawnFlags::REEXEC)
-            || (s.flags.contains(SpawnFlags::NO_FORK) && self.images.contains_key(&s.pid));
+            || (s.flags.contains(SpawnFlags::NO_FORK) && procs.ia32(s.pid).is_some());
         let ran = if chained {
-            self.images.get(&s.pid).copied()
+            procs.ia32(s.pid)
         } else {
-            match self.images.get(&s.parent_pid) {
-                Some(&known) => Some(known),
+            match procs.ia32(s.parent_pid) {
+                Some(known) => Some(known),
                 None => self.live(s.parent_pid),
             }
         };
@@ -148,7 +142,7 @@ impl Ia32Images {
             return None;
         }
         let ia32 = is_ia32_elf(&head_of(h)?)?;
-        if self.files.len() >= MAX_IMAGES {
+        if self.files.len() >= MAX_FILES {
             self.files.clear();
         }
         self.files.insert(h.id, ia32);

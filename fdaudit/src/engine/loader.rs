@@ -489,8 +489,8 @@ fn attach_syscall_counters(
     }
     if choice == BackendChoice::Auto {
         // fentry is opt-in: in emulated guests it measured slower than raw-tp, one attach
-        // in a 6.12 TCG guest ended in a kernel Oops (docs/kernels.md), and under it the
-        // root suite's calibration check failed in a 7.2 guest (2026-12-02).
+        // in a 6.12 TCG guest ended in a kernel Oops, and under it the root suite's
+        // calibration check failed in a 7.2 guest (docs/kernels.md).
         passed_over.push(ebpf::FENTRY_OPT_IN.to_string());
     }
     // tp when chosen, and auto's first try: measured the cheapest here on every workload

@@ -26,6 +26,7 @@ use fdaudit_common::{
     F_DUPFD, F_DUPFD_CLOEXEC, F_SETFD, ORIGIN_FDS,
 };
 
+use super::process::Processes;
 pub use super::seen::BEFORE_TRACING;
 use super::seen::{self, Seen};
 
@@ -89,11 +90,13 @@ struct Entry {
     call: Arc<Call>,
 }
 
-/// The origin table of a session.
+/// The origin table of a session. The parent links it follows are the session's
+/// [`Processes`]'; what it keeps by pid goes when that table forgets the pid
+/// ([`Origins::forget`]).
 #[derive(Default)]
 pub struct Origins {
-    by_fd: HashMap<(u32, i32), Vec<Entry>>,
-    parent: HashMap<u32, u32>,
+    /// pid → fd → its last origins.
+    by_fd: HashMap<u32, HashMap<i32, Vec<Entry>>>,
     /// Frames resolved and named (bounded: [`super::symbolize`]).
     sym: super::symbolize::Symbolizer,
     /// The attach-time tables and what fdaudit could not follow.
@@ -104,12 +107,12 @@ pub struct Origins {
 
 impl Origins {
     /// Keeps the origin `rec` reports (its frames resolved against the live process).
-    pub fn record(&mut self, rec: &OriginRecord) {
+    pub fn record(&mut self, procs: &mut Processes, rec: &OriginRecord) {
         let Some(call) = OriginCall::from_u32(rec.call) else {
             return;
         };
         if rec.parent_pid != 0 {
-            self.parent.insert(rec.pid, rec.parent_pid);
+            procs.set_parent(rec.pid, rec.parent_pid);
         }
         if self.seen.note(rec, call) {
             return;
@@ -120,11 +123,11 @@ impl Origins {
         let stack = if cleared {
             Vec::new()
         } else {
-            self.frames(rec)
+            self.frames(procs, rec)
         };
         let created_by = if flags & origin_flags::CREATED != 0 {
             let made = self.created.remove(&(rec.pid, rec.fd[0]));
-            made.and_then(|c| self.created(rec, &c.made))
+            made.and_then(|c| self.created(procs, rec, &c.made))
         } else {
             None
         };
@@ -141,7 +144,8 @@ impl Origins {
             if rec.fd[i] < 0 {
                 continue;
             }
-            let list = self.by_fd.entry((rec.pid, rec.fd[i])).or_default();
+            let list = self.by_fd.entry(rec.pid).or_default();
+            let list = list.entry(rec.fd[i]).or_default();
             if list.len() == PER_FD {
                 list.remove(0);
             }
@@ -166,13 +170,18 @@ impl Origins {
     }
 
     /// The close-on-exec call `m` the kernel kept for the fd `rec` made inheritable.
-    fn created(&mut self, rec: &OriginRecord, m: &OriginMade) -> Option<Box<Call>> {
+    fn created(
+        &mut self,
+        procs: &Processes,
+        rec: &OriginRecord,
+        m: &OriginMade,
+    ) -> Option<Box<Call>> {
         let call = OriginCall::from_u32(m.call)?;
         // Its frames as a record of its own: the same walk and stack scan.
         let mut r = *rec;
         (r.pid, r.tid, r.nstack, r.stack) = (m.pid, m.tid, m.nstack, m.stack);
         (r.nsp_words, r.sp_words) = (m.nsp_words, m.sp_words);
-        let stack = self.frames(&r);
+        let stack = self.frames(procs, &r);
         Some(Box::new(Call {
             syscall: seen::cloexec_name(call),
             pid: m.pid,
@@ -199,22 +208,31 @@ impl Origins {
         self.sym.note_exec(pid, path);
     }
 
-    /// Learns that `pid`'s parent is `parent` (from a spawn or exit record).
-    pub fn note_parent(&mut self, pid: u32, parent: u32) {
-        if parent != 0 && parent != pid {
-            self.parent.entry(pid).or_insert(parent);
+    /// Forgets what is kept of the processes the session's table forgot.
+    pub fn forget(&mut self, pids: &[u32]) {
+        for pid in pids {
+            self.by_fd.remove(pid);
+            self.seen.forget(*pid);
+            self.sym.forget(*pid);
         }
     }
 
     /// The origin of fd `fd` (file `ino` on `dev`) of `pid`, open at its exec at `exec_ns`.
     /// Its newest recorded call names it; else it is `before tracing` if it was in the table
     /// of the process (or an ancestor) when fdaudit attached, else `not seen`.
-    pub fn find(&mut self, pid: u32, fd: u32, ino: u64, dev: u32, exec_ns: u64) -> Origin {
+    pub fn find(
+        &mut self,
+        procs: &Processes,
+        (pid, fd): (u32, u32),
+        ino: u64,
+        dev: u32,
+        exec_ns: u64,
+    ) -> Origin {
         let mut chain = vec![pid];
         let mut p = pid;
         for _ in 0..MAX_ANCESTORS {
             let same = |e: &&Entry| e.ino == ino && e.dev == dev && e.call.time_ns <= exec_ns;
-            let list = self.by_fd.get(&(p, fd as i32));
+            let list = self.by_fd.get(&p).and_then(|m| m.get(&(fd as i32)));
             if let Some(e) = list.and_then(|l| l.iter().rev().find(same)) {
                 if e.cleared {
                     let why = self.seen.reason(&chain, exec_ns);
@@ -243,8 +261,8 @@ impl Origins {
                     reason: None,
                 };
             }
-            match self.parent.get(&p) {
-                Some(&pp) if pp != p => {
+            match procs.parent(p) {
+                Some(pp) if pp != p => {
                     p = pp;
                     chain.push(p);
                 }
@@ -260,8 +278,8 @@ impl Origins {
     }
 
     /// `rec`'s frames, resolved now (the record's process may soon be gone).
-    fn frames(&mut self, rec: &OriginRecord) -> Vec<Frame> {
-        self.sym.frames(rec, &self.parent)
+    fn frames(&mut self, procs: &Processes, rec: &OriginRecord) -> Vec<Frame> {
+        self.sym.frames(rec, procs)
     }
 
     fn name_frames(&mut self, stack: &mut [Frame]) {
@@ -328,7 +346,7 @@ mod tests {
 
     #[test]
     fn an_fd_made_inheritable_names_that_call_and_the_one_that_made_it() {
-        let mut o = Origins::default();
+        let (mut o, mut procs) = (Origins::default(), Processes::default());
         // Made by the kernel-kept close-on-exec open, then FIONCLEX.
         let mut r = flag_call(100, 3, 55, 20, OriginCall::Ioctl, FIONCLEX);
         r.header.flags = origin_flags::CREATED;
@@ -339,8 +357,8 @@ mod tests {
         c.made.pid = 100;
         c.made.time_ns = 10;
         o.created_record(Box::new(c));
-        o.record(&r);
-        let Origin::Known(c) = o.find(100, 3, 55, 7, 30) else {
+        o.record(&mut procs, &r);
+        let Origin::Known(c) = o.find(&procs, (100, 3), 55, 7, 30) else {
             panic!("FIONCLEX is the origin");
         };
         assert_eq!(c.syscall, "ioctl(FIONCLEX)");
@@ -351,16 +369,19 @@ mod tests {
         );
         // An open without close-on-exec (recorded), FIOCLEX, then F_SETFD(0): the open is
         // the creator; between FIOCLEX and F_SETFD the fd had no origin.
-        o.record(&rec(100, 1, [4, -1], 60, 10));
+        o.record(&mut procs, &rec(100, 1, [4, -1], 60, 10));
         let mut set = flag_call(100, 4, 60, 20, OriginCall::Ioctl, FIOCLEX);
         set.header.flags = origin_flags::CLEARED;
-        o.record(&set);
+        o.record(&mut procs, &set);
         assert!(matches!(
-            o.find(100, 4, 60, 7, 25),
+            o.find(&procs, (100, 4), 60, 7, 25),
             Origin::Unknown { unknown: seen::NOT_SEEN, reason: Some(r) } if r.contains("ioctl(FIOCLEX)")
         ));
-        o.record(&flag_call(100, 4, 60, 30, OriginCall::Fcntl, F_SETFD));
-        let Origin::Known(c) = o.find(100, 4, 60, 7, 40) else {
+        o.record(
+            &mut procs,
+            &flag_call(100, 4, 60, 30, OriginCall::Fcntl, F_SETFD),
+        );
+        let Origin::Known(c) = o.find(&procs, (100, 4), 60, 7, 40) else {
             panic!("F_SETFD is the origin");
         };
         assert_eq!(c.syscall, "fcntl(F_SETFD)");
@@ -369,18 +390,18 @@ mod tests {
 
     #[test]
     fn before_tracing_is_only_an_fd_open_at_attach() {
-        let mut o = Origins::default();
+        let (mut o, mut procs) = (Origins::default(), Processes::default());
         o.seen.set_attached(100, HashMap::from([(7, 55)]));
-        o.note_parent(200, 100);
+        procs.note_parent(200, 100);
         assert_eq!(
-            o.find(200, 7, 55, 7, 20),
+            o.find(&procs, (200, 7), 55, 7, 20),
             Origin::Unknown {
                 unknown: BEFORE_TRACING,
                 reason: None
             }
         );
         assert!(matches!(
-            o.find(200, 8, 56, 7, 20),
+            o.find(&procs, (200, 8), 56, 7, 20),
             Origin::Unknown {
                 unknown: seen::NOT_SEEN,
                 reason: Some(_)
@@ -390,36 +411,72 @@ mod tests {
 
     #[test]
     fn a_leaked_fd_matches_its_origin_only_with_the_same_file() {
-        let mut o = Origins::default();
-        o.record(&rec(100, 1, [3, -1], 55, 10));
-        assert!(matches!(o.find(100, 3, 55, 7, 20), Origin::Known(c) if c.syscall == "openat"));
+        let (mut o, mut procs) = (Origins::default(), Processes::default());
+        o.record(&mut procs, &rec(100, 1, [3, -1], 55, 10));
+        assert!(
+            matches!(o.find(&procs, (100, 3), 55, 7, 20), Origin::Known(c) if c.syscall == "openat")
+        );
         // fd 3 reused for another file, or another dev: not this call's.
         assert_eq!(
-            o.find(100, 3, 56, 7, 20),
+            o.find(&procs, (100, 3), 56, 7, 20),
             not_seen(o.seen.reason(&[100], 20))
         );
         assert_eq!(
-            o.find(100, 3, 55, 8, 20),
+            o.find(&procs, (100, 3), 55, 8, 20),
             not_seen(o.seen.reason(&[100], 20))
         );
         // A call after the exec did not make the fd the exec saw.
         assert_eq!(
-            o.find(100, 3, 55, 7, 5),
+            o.find(&procs, (100, 3), 55, 7, 5),
             not_seen(o.seen.reason(&[100], 20))
         );
     }
 
     #[test]
     fn an_inherited_fd_is_found_in_the_ancestors_tables() {
-        let mut o = Origins::default();
-        o.record(&rec(100, 1, [4, 5], 90, 10)); // a pair: both fds
-        o.note_parent(200, 100);
-        o.note_parent(300, 200);
-        let Origin::Known(c) = o.find(300, 5, 91, 7, 50) else {
+        let (mut o, mut procs) = (Origins::default(), Processes::default());
+        o.record(&mut procs, &rec(100, 1, [4, 5], 90, 10)); // a pair: both fds
+        procs.note_parent(200, 100);
+        procs.note_parent(300, 200);
+        let Origin::Known(c) = o.find(&procs, (300, 5), 91, 7, 50) else {
             panic!("fd 5 of the grandchild comes from pid 100's call");
         };
         assert_eq!((c.pid, c.syscall.as_str()), (100, "openat"));
-        assert!(matches!(o.find(300, 4, 90, 7, 50), Origin::Known(_)));
+        assert!(matches!(
+            o.find(&procs, (300, 4), 90, 7, 50),
+            Origin::Known(_)
+        ));
+    }
+
+    #[test]
+    fn a_long_session_keeps_the_recent_ancestors_origins_and_forgets_the_old_ones() {
+        use crate::engine::process::MAX_EXITED;
+        let (mut o, mut procs) = (Origins::default(), Processes::default());
+        // pid 100 opens fd 4 and forks 200, which forks 300; 100 and 200 exit before 300
+        // execs: 300's fd 4 is still 100's call.
+        o.record(&mut procs, &rec(100, 1, [4, -1], 90, 10));
+        procs.note_parent(200, 100);
+        procs.note_parent(300, 200);
+        o.forget(&procs.exited([100, 200]));
+        assert!(matches!(o.find(&procs, (300, 4), 90, 7, 50), Origin::Known(c) if c.pid == 100));
+        // A long `watch --origin`: many more processes, each with an origin, exit.
+        for pid in 1000..1000 + 2 * MAX_EXITED as u32 {
+            o.record(&mut procs, &rec(pid, 1, [3, -1], 5, 10));
+            o.forget(&procs.exited([pid]));
+        }
+        assert!(
+            procs.len() <= MAX_EXITED + 1 && o.by_fd.len() <= MAX_EXITED + 1,
+            "{} processes and {} origin tables kept",
+            procs.len(),
+            o.by_fd.len()
+        );
+        assert!(matches!(
+            o.find(&procs, (300, 4), 90, 7, 50),
+            Origin::Unknown {
+                unknown: seen::NOT_SEEN,
+                ..
+            }
+        ));
     }
 
     #[test]

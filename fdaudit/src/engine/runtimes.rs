@@ -1,6 +1,7 @@
 //! Each spawn's runtime, from its parent's image ([`crate::runtime`]) as it was at the
-//! fork: read once per image (pid, start time, until the process's next exec), or named from
-//! the exec path the kernel gave for a parent gone, or exec'd again, before it was read.
+//! fork: read once per image (pid, start time, until the process's next exec; kept in the
+//! session's [`Processes`] table), or named from the exec path the kernel gave for a parent
+//! gone, or exec'd again, before it was read.
 
 use std::collections::{HashMap, HashSet};
 
@@ -34,12 +35,9 @@ fn spawn_of(ev: &mut Event) -> Option<&mut Spawn> {
 /// Names each spawn's runtime, reading each parent's image once (by pid and start time,
 /// dropped at its next exec: a wrapper's `exec` makes another runtime of the same process);
 /// a parent gone, or exec'd again since the fork, is named from the exec path the kernel
-/// gave for it, when it was traced.
+/// gave for it, when it was traced. What was read is kept in [`Processes`].
 #[derive(Debug, Default)]
-pub struct Resolver {
-    /// pid → (start time, what its image as now exec'd was read to be).
-    cache: HashMap<u32, (u64, (Runtime, Option<Nofile>))>,
-}
+pub struct Resolver;
 
 impl Resolver {
     /// Sets `runtime` and `parent_nofile` on a spawn, then remembers its exec path.
@@ -66,7 +64,7 @@ impl Resolver {
         s.parent_nofile = nofile;
         if s.exec_ok {
             // Another image from now on: what was read of the old one no longer names it.
-            self.cache.remove(&s.pid);
+            procs.forget_runtime(s.pid);
         }
         // A path that names the image only in the process's own view (`/proc/self/exe`)
         // or relative to its cwd says nothing later: the previous one is kept.
@@ -98,13 +96,13 @@ impl Resolver {
         &mut self,
         procs: &mut Processes,
         events: &mut Vec<Event>,
-        more: impl FnOnce() -> Vec<Event>,
+        more: impl FnOnce(&mut Processes) -> Vec<Event>,
     ) {
         let live = self.name_each(procs, events);
         if live.is_empty() {
             return;
         }
-        let mut later = more();
+        let mut later = more(procs);
         let execd: HashSet<u32> = later
             .iter()
             .filter_map(|e| match e {
@@ -117,7 +115,7 @@ impl Resolver {
                 if execd.contains(&s.parent_pid) && procs.exec_path(s.parent_pid).is_some() {
                     let (rt, _) = Self::by_path(procs, s.parent_pid, EXECD_SINCE);
                     s.runtime = Some(rt);
-                    self.cache.remove(&s.parent_pid);
+                    procs.forget_runtime(s.parent_pid);
                 }
             }
         }
@@ -151,9 +149,9 @@ impl Resolver {
     }
 
     /// The parent's runtime, and whether it was read live (not from the cache or its path).
-    fn of_parent(&mut self, procs: &Processes, ppid: u32) -> ((Runtime, Option<Nofile>), bool) {
+    fn of_parent(&mut self, procs: &mut Processes, ppid: u32) -> ((Runtime, Option<Nofile>), bool) {
         if let Some(start) = start_time(ppid) {
-            if let Some((_, hit)) = self.cache.get(&ppid).filter(|(t, _)| *t == start) {
+            if let Some(hit) = procs.runtime(ppid, start) {
                 return (hit.clone(), false);
             }
             if let Some(found) = of_pid(ppid) {
@@ -164,10 +162,7 @@ impl Resolver {
                 if start_time(ppid).is_none_or(|t| t == start)
                     && !Self::execd_since_read(procs, ppid)
                 {
-                    if self.cache.len() > 4096 {
-                        self.cache.clear();
-                    }
-                    self.cache.insert(ppid, (start, found.clone()));
+                    procs.set_runtime(ppid, start, found.clone());
                     return (found, true);
                 }
             }
@@ -265,23 +260,23 @@ mod tests {
         }
         // `sh -c '/nonexistent; exec /bin/true'`: sh's child fails its exec and exits, then
         // sh execs true; all in one batch, and the exec in the next one.
-        let mut one = Resolver::default();
+        let mut one = Resolver;
         let mut procs = Processes::default();
         let mut batch = vec![
             exec(GONE, 1, dash),
             failed_exit(GONE + 1, GONE),
             exec(GONE, GONE, tr),
         ];
-        one.name_all(&mut procs, &mut batch, Vec::new);
+        one.name_all(&mut procs, &mut batch, |_| Vec::new());
         one.exits(&mut procs, &mut batch);
         let rt = failed_runtime(&batch);
         assert!(rt.starts_with("dash "), "{rt}");
-        let mut two = Resolver::default();
+        let mut two = Resolver;
         let mut procs = Processes::default();
         let mut first = vec![exec(GONE, 1, dash), failed_exit(GONE + 1, GONE)];
-        two.name_all(&mut procs, &mut first, Vec::new);
+        two.name_all(&mut procs, &mut first, |_| Vec::new());
         let mut next = vec![exec(GONE, GONE, tr)];
-        two.name_all(&mut procs, &mut next, Vec::new);
+        two.name_all(&mut procs, &mut next, |_| Vec::new());
         two.exits(&mut procs, &mut first);
         let rt = failed_runtime(&first);
         assert!(rt.starts_with("dash "), "{rt}");

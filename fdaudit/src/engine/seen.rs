@@ -43,6 +43,13 @@ impl Seen {
         self.attached.insert(pid, fds);
     }
 
+    /// Forgets what is kept of `pid` (the session's process table forgot it).
+    pub fn forget(&mut self, pid: u32) {
+        self.attached.remove(&pid);
+        self.blind.remove(&pid);
+        self.lost.remove(&pid);
+    }
+
     #[cfg(test)]
     pub fn set_attached(&mut self, pid: u32, fds: HashMap<i32, u64>) {
         self.attached.insert(pid, fds);

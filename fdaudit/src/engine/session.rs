@@ -27,6 +27,7 @@ use super::{
     decode::{self, Decoder},
     drain::Drain,
     loader,
+    process::Processes,
     spawn::{Event, ReadCount},
 };
 use crate::{
@@ -375,28 +376,30 @@ impl Session {
     }
 
     fn decode_all(&mut self, raw: Vec<Vec<u8>>) -> Vec<Event> {
-        let mut out = self.decode_raw(&raw);
+        // Out of the completion while records are decoded: the decoder's --origin learns
+        // parent links into it, the records written since included.
+        let mut procs = std::mem::take(&mut self.completion.processes);
+        let mut out = self.decode_raw(&raw, &mut procs);
         // The parent's runtime now, before anything slower (the probe-cost calibration): a
         // spawner often exits soon after its child. A parent read live may have exec'd
         // before it was read (its record not yet taken): the records written since say so.
         if let Some(mut r) = self.completion.runtimes.take() {
-            let mut procs = std::mem::take(&mut self.completion.processes);
-            r.name_all(&mut procs, &mut out, || {
+            r.name_all(&mut procs, &mut out, |procs| {
                 let raw = self.flush_raw();
-                self.decode_raw(&raw)
+                self.decode_raw(&raw, procs)
             });
-            self.completion.processes = procs;
             self.completion.runtimes = Some(r);
         }
+        self.completion.processes = procs;
         self.completion.name(&mut out);
         self.complete(&mut out);
         out
     }
 
-    fn decode_raw(&mut self, raw: &[Vec<u8>]) -> Vec<Event> {
+    fn decode_raw(&mut self, raw: &[Vec<u8>], procs: &mut Processes) -> Vec<Event> {
         let mut out = Vec::new();
         for item in raw {
-            let Some(mut ev) = self.decoder.decode(item) else {
+            let Some(mut ev) = self.decoder.decode(procs, item) else {
                 continue;
             };
             if self.is_ignored(&ev) {
@@ -428,7 +431,8 @@ impl Session {
             }
         }
         let probe_ns = self.probe_cost().unwrap_or(0.0);
-        self.completion.finish(events, probe_ns);
+        let forgotten = self.completion.finish(events, probe_ns);
+        self.decoder.forget(&forgotten);
     }
 
     /// Names each spawn's runtime from its parent's image from now on (`trace`).

@@ -19,6 +19,7 @@ use std::{collections::HashMap, fs::File, sync::Arc, time::Duration};
 use fdaudit_common::{OriginRecord, ORIGIN_STACK_DEPTH};
 
 use super::proc_maps::{read_exec_maps, Mapping};
+use super::process::Processes;
 use super::symbols::{self, Symbols};
 use super::unwind::{self, kernel_frames_kept, unwind, FrameRule, USER_TOP};
 use crate::{
@@ -177,7 +178,7 @@ fn insert_bounded<K: std::hash::Hash + Eq, V>(m: &mut HashMap<K, V>, max: usize,
 impl Symbolizer {
     /// The frames of `rec`, each resolved to its module and file offset now (the module's
     /// file opened while the process lives).
-    pub fn frames(&mut self, rec: &OriginRecord, parent: &HashMap<u32, u32>) -> Vec<Frame> {
+    pub fn frames(&mut self, rec: &OriginRecord, parent: &Processes) -> Vec<Frame> {
         self.begin_record();
         if rec.start_code < rec.end_code {
             let range = (rec.start_code, rec.end_code);
@@ -212,7 +213,7 @@ impl Symbolizer {
         rec: &OriginRecord,
         walk: &[u64],
         words: &[u64],
-        parent: &HashMap<u32, u32>,
+        parent: &Processes,
     ) -> Vec<(u64, Option<&'static str>)> {
         let ip = walk[0];
         let kernel = |frames: &[u64]| frames.iter().map(|&a| (a, None)).collect::<Vec<_>>();
@@ -259,6 +260,15 @@ impl Symbolizer {
         self.loads_now = 0;
     }
 
+    /// Forgets what is kept of `pid` (the session's process table forgot it).
+    pub fn forget(&mut self, pid: u32) {
+        if let Some(old) = self.maps.remove(&pid) {
+            self.maps_cost -= old.cost;
+        }
+        self.exe.remove(&pid);
+        self.code.remove(&pid);
+    }
+
     /// Learns that `pid` runs `path` (from its spawn record), if absolute.
     pub fn note_exec(&mut self, pid: u32, path: &[u8]) {
         if path.first() == Some(&b'/') {
@@ -272,7 +282,7 @@ impl Symbolizer {
         pid: u32,
         addr: u64,
         found_by: Option<&'static str>,
-        parent: &HashMap<u32, u32>,
+        parent: &Processes,
     ) -> Frame {
         let m = self.mapping_in_tree(pid, addr, true, parent);
         let id = m.as_ref().and_then(|(m, live)| {
@@ -295,12 +305,7 @@ impl Symbolizer {
 
     /// The first word that is a return address: in an executable mapping, just after a
     /// call instruction (read from the mapped file, so it works once the process is gone).
-    fn scan_return_address(
-        &mut self,
-        pid: u32,
-        words: &[u64],
-        parent: &HashMap<u32, u32>,
-    ) -> Option<u64> {
+    fn scan_return_address(&mut self, pid: u32, words: &[u64], parent: &Processes) -> Option<u64> {
         words.iter().copied().find(|&w| {
             let Some((m, live)) = self.mapping_in_tree(pid, w, false, parent) else {
                 return false;
@@ -324,7 +329,7 @@ impl Symbolizer {
     /// call instruction), from its module's unwind table, cached by module and offset. The
     /// addresses are real frames' (unlike the stack scan's words): the maps may be read
     /// again for one.
-    fn frame_rule(&mut self, pid: u32, ip: u64, parent: &HashMap<u32, u32>) -> Option<FrameRule> {
+    fn frame_rule(&mut self, pid: u32, ip: u64, parent: &Processes) -> Option<FrameRule> {
         let (m, live) = self.mapping_in_tree(pid, ip, true, parent)?;
         let id = m.id?;
         let off = ip - m.start + m.offset;
@@ -356,15 +361,15 @@ impl Symbolizer {
         pid: u32,
         addr: u64,
         refresh: bool,
-        parent: &HashMap<u32, u32>,
+        parent: &Processes,
     ) -> Option<(Mapping, Option<u32>)> {
         let mut p = pid;
         for _ in 0..4 {
             if let Some(m) = self.mapping(p, addr, refresh) {
                 return Some((m, Some(p)));
             }
-            match parent.get(&p) {
-                Some(&pp) if pp != p => p = pp,
+            match parent.parent(p) {
+                Some(pp) if pp != p => p = pp,
                 _ => break,
             }
         }
@@ -576,7 +581,7 @@ mod tests {
         s.note_exec(pid, exe.as_os_str().as_bytes());
         let start = 0x5555_0000_0000 + vaddr;
         s.code.insert(pid, (start, start + 0x1000));
-        let none = HashMap::new();
+        let none = Processes::default();
         let (m, live) = s
             .mapping_in_tree(pid, start + 0x10, true, &none)
             .expect("found in the executable");

@@ -20,6 +20,7 @@ use fdaudit_common::{
     MAP_UNCLOSED_SITES, MAP_UNCLOSED_STACKS, ORIGIN_STACK_DEPTH,
 };
 
+use super::process::Processes;
 use super::session::Session;
 use super::symbolize::{Frame, Symbolizer};
 
@@ -171,7 +172,8 @@ impl LiveMaps {
             rec.sp_words = s.sp_words;
             rec.nsp_words = s.nsp_words;
         }
-        self.sym.frames(&rec, &StdHashMap::new())
+        // No parent links: unclosed reads the live process itself.
+        self.sym.frames(&rec, &Processes::default())
     }
 }
 

@@ -1,7 +1,8 @@
 //! Which runtime spawned a child: named from what the kernel and the image say (the
 //! spawning process's executable, its mapped objects and their version strings), never from
 //! `comm` or argv. [`rules`] holds the table, [`image`] the bounded reads; the tracer's
-//! `runtimes.rs` is the per-process cache the session fills spawns from.
+//! `engine/runtimes.rs` names each spawn from it, keeping what was read in the session's
+//! per-process table (`engine/process.rs`).
 
 mod file;
 pub mod image;
