@@ -47,6 +47,10 @@ import tempfile
 import threading
 import time
 
+# The tracer-output reader trace's benchmark already has.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "trace"))
+from overhead import wait_for_line  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 # --also NAME=FDAUDIT: more builds of `unclosed` (e.g. before a change), tracer NAME each.
 ALSO = {}
@@ -79,20 +83,6 @@ def run_ns(cmd):
     if os.waitstatus_to_exitcode(status) != 0:
         sys.exit(f"{cmd} failed: status {status:#x}")
     return wall, int((ru.ru_utime + ru.ru_stime) * 1e9)
-
-
-def wait_for(proc, needle, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    seen = []
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        seen.append(line)
-        if needle in line:
-            return
-    proc.kill()
-    sys.exit(f"never said {needle!r}: {''.join(seen)}")
 
 
 def stop(proc):
@@ -131,7 +121,7 @@ class Watcher:
         else:
             raise ValueError(t)
         self.p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        wait_for(self.p, needle)
+        wait_for_line(self.p, needle)
         time.sleep(0.05)
 
     def stop(self):
@@ -324,7 +314,7 @@ def outstanding(fd, hold, a):
     tr = subprocess.Popen([fd, "unclosed", "--json", "--top", "3", "-p"] + pids,
                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
-        wait_for(tr, "following")
+        wait_for_line(tr, "following")
         for h in hs:
             h.stdin.write(b"x")
             h.stdin.flush()
