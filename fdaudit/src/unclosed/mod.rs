@@ -328,15 +328,21 @@ impl UnclosedSink {
         self.maps.resolve_new_sites();
         let read = self.maps.read()?;
         self.rates.observe(&read.entries);
-        let mut pids: Vec<u32> = read.entries.iter().map(|e| e.pid).collect();
-        pids.extend(&self.roots);
-        pids.extend(self.at_attach.keys());
-        pids.sort_unstable();
-        pids.dedup();
-        let tables: BTreeMap<u32, ProcTable> = pids
-            .iter()
-            .filter_map(|&p| Some((p, procs::table_of(p, execs_of(session, p).unwrap_or(0))?)))
+        // Each process with its live-set count, the largest first (read on every core).
+        let mut live: HashMap<u32, usize> = HashMap::new();
+        for e in &read.entries {
+            *live.entry(e.pid).or_default() += 1;
+        }
+        for &p in self.roots.iter().chain(self.at_attach.keys()) {
+            live.entry(p).or_default();
+        }
+        let mut pids: Vec<(usize, u32)> = live.into_iter().map(|(p, n)| (n, p)).collect();
+        pids.sort_unstable_by(|a, b| b.cmp(a));
+        let pids: Vec<(u32, u32)> = pids
+            .into_iter()
+            .map(|(_, p)| (p, execs_of(session, p).unwrap_or(0)))
             .collect();
+        let tables: BTreeMap<u32, ProcTable> = procs::tables_of(&pids);
         let rec = reconcile(&read.entries, &tables, &self.at_attach);
         let now_ns = stream::monotonic_ns();
         let secs = now_ns.saturating_sub(self.start_ns) as f64 / 1e9;

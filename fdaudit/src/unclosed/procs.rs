@@ -3,7 +3,8 @@
 //! following its links (the fd directory lists numbers; a sample's target is a readlink,
 //! cut at [`TARGET_BYTES`] and escaped before it is printed).
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::model::ProcTable;
 
@@ -31,6 +32,34 @@ pub fn table_of(pid: u32, execs: u32) -> Option<ProcTable> {
         fds,
         nofile_soft: nofile_soft(pid),
         execs,
+    })
+}
+
+/// The tables of `pids` (pid, exec count) that live, read on every core: listing a
+/// process's fd directory is the kernel's work per fd (a dentry made for each), and the
+/// processes are independent. Put the largest first: each worker takes the next one left.
+pub fn tables_of(pids: &[(u32, u32)]) -> BTreeMap<u32, ProcTable> {
+    let one = |&(pid, execs): &(u32, u32)| Some((pid, table_of(pid, execs)?));
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(pids.len());
+    if workers <= 1 {
+        return pids.iter().filter_map(one).collect();
+    }
+    let next = AtomicUsize::new(0);
+    let work = || {
+        let mut got = Vec::new();
+        while let Some(p) = pids.get(next.fetch_add(1, Ordering::Relaxed)) {
+            got.extend(one(p));
+        }
+        got
+    };
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers).map(|_| s.spawn(work)).collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
     })
 }
 
@@ -147,3 +176,31 @@ pub const MAX_CGROUPS: usize = 4096;
 pub const PROCS_BYTES: u64 = 1 << 20;
 /// Processes of a followed cgroup tracked at attach.
 pub const MAX_MEMBERS: usize = 1 << 16;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_read_on_every_core_are_those_read_one_by_one() {
+        // This process, its parent, and pids no process has.
+        let me = std::process::id();
+        // SAFETY: getppid has no preconditions.
+        let parent = unsafe { libc::getppid() } as u32;
+        let mut pids: Vec<(u32, u32)> = vec![(me, 3), (parent, 0)];
+        pids.extend([(u32::MAX - 1, 0), (u32::MAX - 2, 0)]);
+        let at_once = tables_of(&pids);
+        let one_by_one: BTreeMap<u32, ProcTable> = pids
+            .iter()
+            .filter_map(|&(p, e)| Some((p, table_of(p, e)?)))
+            .collect();
+        assert!(at_once.contains_key(&me) && !at_once.contains_key(&(u32::MAX - 1)));
+        assert_eq!(
+            at_once.keys().collect::<Vec<_>>(),
+            one_by_one.keys().collect::<Vec<_>>()
+        );
+        let mine = &at_once[&me];
+        assert_eq!(mine.execs, 3);
+        assert!(mine.fds.contains(&0) || mine.fds.contains(&1) || mine.fds.contains(&2));
+    }
+}
