@@ -71,6 +71,12 @@ pub fn syscall_tracepoints() -> bool {
     std::path::Path::new("/sys/kernel/tracing/events/syscalls/sys_enter_close").exists()
 }
 
+/// Whether `/proc/PID/comm` text `comm` is fdaudit's: itself, or its hand-off child
+/// (`fdaudit-detach`), which keeps the trace events registered a moment after it exits.
+pub fn is_fdaudit_comm(comm: &str) -> bool {
+    matches!(comm.trim_end(), "fdaudit" | "fdaudit-detach")
+}
+
 /// Whether the tests run as root (CI does: the eBPF tests must run there).
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.

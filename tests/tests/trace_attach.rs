@@ -337,7 +337,7 @@ fn fdaudit_processes() -> Vec<(u32, Vec<String>)> {
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         .filter(|pid| {
             std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                .is_ok_and(|c| c.trim() == "fdaudit")
+                .is_ok_and(|c| fdaudit_tests::is_fdaudit_comm(&c))
         })
         .map(|pid| {
             let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))

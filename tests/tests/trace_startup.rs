@@ -51,9 +51,8 @@ fn fdaudit_children(parent: u32) -> Vec<u32> {
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         .filter(|&p| matches!(state_and_ppid(p), Some((_, pp)) if pp == parent))
         .filter(|&p| {
-            // fdaudit itself, or its hand-off child (`fdaudit-detach`).
             std::fs::read_to_string(format!("/proc/{p}/comm"))
-                .is_ok_and(|c| c.trim() == "fdaudit" || c.trim() == "fdaudit-detach")
+                .is_ok_and(|c| fdaudit_tests::is_fdaudit_comm(&c))
         })
         .collect()
 }
