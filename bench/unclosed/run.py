@@ -252,11 +252,13 @@ def main():
 
     cases = {"pairs": pairs_case, "getppid": getppid_case, "bystander-pairs": bystander_pairs}
     load = [os.getloadavg()[0]]
-    outst = []
+    # The outstanding case per build: `unclosed` (--fdaudit) and each --also, interleaved.
+    outst = {}
     for r in range(a.rounds):
         for w in workloads:
             if w == "outstanding":
-                outst.append(outstanding(fd, hold, a))
+                for name, binary in [("unclosed", fd)] + list(ALSO.items()):
+                    outst.setdefault(name, []).append(outstanding(binary, hold, a))
                 continue
             for t in tracers:
                 if t == "bpftrace" and w != "pairs":
@@ -284,15 +286,16 @@ def main():
                 rel = f"{m / base:5.2f}x (min {lo / bmin:5.2f}x)" if base else ""
                 print(f"    {t:10} median {m / 1e6:8.1f} ms  min {lo / 1e6:8.1f} ms  {rel}")
                 out["results"].setdefault(w, {}).setdefault(name, {})[t] = xs
-    if outst:
-        print(f"\noutstanding: {a.held} fds over {a.holders} process(es), SIGINT to the report")
+    for name, runs in outst.items():
+        print(f"\noutstanding ({name}): {a.held} fds over {a.holders} process(es), "
+              "SIGINT to the report")
         for key, unit, div in (("first_byte_ns", "ms", 1e6), ("exit_ns", "ms", 1e6),
                                ("maxrss_kib", "MiB", 1024)):
-            xs = [o[key] for o in outst]
+            xs = [o[key] for o in runs]
             print(f"  {key:14} median {statistics.median(xs) / div:8.1f} {unit}  "
                   f"min {min(xs) / div:8.1f}  max {max(xs) / div:8.1f}")
-        print(f"  fds the report counted: {sorted(set(o['counted'] for o in outst))}")
-        out["results"]["outstanding"] = outst
+        print(f"  fds the report counted: {sorted(set(o['counted'] for o in runs))}")
+        out["results"].setdefault("outstanding", {})[name] = runs
     if a.prog_stats:
         for binary in [fd] + list(ALSO.values()):
             prog_stats(binary, pairs, a.pairs)
