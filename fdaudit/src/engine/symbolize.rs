@@ -53,7 +53,7 @@ const TABLES_BUDGET: u64 = 32 << 20;
 pub const LOAD_TIME_PER_RECORD: Duration = Duration::from_millis(30);
 
 /// One user stack frame.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Frame {
     pub addr: u64,
     /// The ELF symbol containing `addr` with the offset into it (`open_hostname+0x1c`).

@@ -203,4 +203,4 @@ pub fn age(ns: u64) -> String {
 
 #[cfg(test)]
 #[path = "model_tests.rs"]
-mod tests;
+pub(super) mod tests;

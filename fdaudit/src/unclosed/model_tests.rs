@@ -2,7 +2,13 @@ use fdaudit_common::UnclosedLive;
 
 use super::*;
 
-fn e(pid: u32, fd: i32, stack_id: i32, call: OriginCall, time_ns: u64) -> LiveEntry {
+pub(in crate::unclosed) fn e(
+    pid: u32,
+    fd: i32,
+    stack_id: i32,
+    call: OriginCall,
+    time_ns: u64,
+) -> LiveEntry {
     LiveEntry {
         pid,
         fd,
@@ -118,13 +124,7 @@ fn folded_stacks_are_outermost_first_with_the_count() {
     let frame = |s: Option<&str>, addr| Frame {
         addr,
         symbol: s.map(str::to_owned),
-        file: None,
-        line: None,
-        module: None,
-        offset: None,
-        build_id: None,
-        found_by: None,
-        module_id: None,
+        ..Frame::default()
     };
     let stacks = vec![
         (

@@ -243,15 +243,8 @@ pub fn profile(stacks: &[(Vec<Frame>, i32, u64)], time_nanos: i64) -> Profile {
 /// A frame with a name only.
 fn named(name: &str) -> Frame {
     Frame {
-        addr: 0,
         symbol: Some(name.into()),
-        file: None,
-        line: None,
-        module: None,
-        offset: None,
-        build_id: None,
-        found_by: None,
-        module_id: None,
+        ..Frame::default()
     }
 }
 

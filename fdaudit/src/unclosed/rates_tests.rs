@@ -1,19 +1,10 @@
-use fdaudit_common::UnclosedLive;
+use fdaudit_common::OriginCall;
 
 use super::*;
 
+/// model_tests' entry, made by open().
 fn e(pid: u32, fd: i32, stack_id: i32, time_ns: u64) -> LiveEntry {
-    LiveEntry {
-        pid,
-        fd,
-        live: UnclosedLive {
-            time_ns,
-            stack_id,
-            call: 0,
-            cloexec: 0,
-            execs: 0,
-        },
-    }
+    super::super::model::tests::e(pid, fd, stack_id, OriginCall::Open, time_ns)
 }
 
 #[test]
