@@ -338,6 +338,11 @@ const HOST_ONLY_TESTS: &[(&str, &str)] = &[
          none of which the initramfs carries",
     ),
     (
+        "watch_exhaustion",
+        "builds its fd holder and leaker with gcc and scrapes with a real prometheus, neither \
+         of which the initramfs carries",
+    ),
+    (
         "scan_fold",
         "runs coreutils' sleep under a second name; the initramfs's sleep is busybox's, which \
          runs the applet its name says",
