@@ -101,6 +101,32 @@ pub struct Config {
     pub unclosed: u32,
     /// Where the credentials and namespaces are (spawn boundaries).
     pub credns: crate::CredNsOffsets,
+    /// Non-zero: a node agent's session (`watch`), whose reader needs no record at once:
+    /// spawn records do not wake it (its drain thread's tick, or a filling ring, does).
+    /// A u64: the struct has no padding.
+    pub quiet_spawns: u64,
+    /// How the fork and exec programs tell a process of the followed cgroup
+    /// ([`cgroup_filter`]): the loader picks the way the kernel offers. A u64: the struct
+    /// has no padding.
+    pub cgroup_filter: u64,
+}
+
+/// Values of [`Config::cgroup_filter`]. The programs reach only the helper the value names
+/// (CONFIG is read-only: the verifier knows the value and skips the other paths, so a kernel
+/// without a helper never sees the call).
+pub mod cgroup_filter {
+    /// No cgroup is followed: only the tracked trees.
+    pub const NONE: u64 = 0;
+    /// Every process: the followed cgroup is the hierarchy's root (whole-host `watch`).
+    pub const ALL: u64 = 1;
+    /// bpf_get_current_ancestor_cgroup_id(`cgroup_level`) == `cgroup_id` (raw tracepoints
+    /// since 5.14).
+    pub const ANCESTOR: u64 = 2;
+    /// bpf_current_task_under_cgroup on the cgroup in [`MAP_FOLLOWED_CGROUP`]'s slot 0
+    /// (tracing programs since 4.9): before 5.14.
+    ///
+    /// [`MAP_FOLLOWED_CGROUP`]: crate::MAP_FOLLOWED_CGROUP
+    pub const UNDER: u64 = 3;
 }
 
 /// A [`Config`] offset the running kernel does not have: the programs skip what needs it.
@@ -175,5 +201,7 @@ impl Config {
         signal_rlim: 0,
         unclosed: 0,
         credns: crate::CredNsOffsets::ZEROED,
+        quiet_spawns: 0,
+        cgroup_filter: cgroup_filter::NONE,
     };
 }

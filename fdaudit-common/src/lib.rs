@@ -47,6 +47,15 @@ pub const MAP_ORIGIN_SEEN: &str = "ORIGIN_SEEN";
 pub const MAP_ORIGIN_MADE: &str = "ORIGIN_MADE";
 /// A per-CPU [`OriginMade`] being filled (too large for the BPF stack).
 pub const MAP_ORIGIN_MADE_SCRATCH: &str = "ORIGIN_MADE_SCRATCH";
+/// `trace --origin`'s tail call to `origin_modules` (slot 0), the program that sends a
+/// process's modules with its first origin record ([`OriginModulesRecord`]).
+pub const MAP_ORIGIN_CHAIN: &str = "ORIGIN_CHAIN";
+/// [`MAP_ORIGIN_CHAIN`]'s slots: `origin_modules`, then `origin_stack_copy`.
+pub const ORIGIN_CHAIN_MODULES: u32 = 0;
+pub const ORIGIN_CHAIN_STACK_COPY: u32 = 1;
+pub const ORIGIN_CHAIN_LEN: u32 = 2;
+/// `trace --origin`: the call sites whose stack was copied ([`StackSiteKey`], LRU).
+pub const MAP_STACK_SITES: &str = "STACK_SITES";
 /// (tgid << 32 | fd) -> [`UnclosedLive`]: the live set of `fdaudit unclosed`.
 pub const MAP_UNCLOSED_LIVE: &str = "UNCLOSED_LIVE";
 /// Stack id -> user stack (BPF_MAP_TYPE_STACK_TRACE): the creating call sites.
@@ -106,8 +115,15 @@ pub const STORM_MIN_SMALL_READS: u64 = 64;
 /// Upper bound on fd-table words (64 fds each) the exec program walks: 2^20 fds.
 pub const MAX_FD_WORDS: u32 = 1 << 14;
 
+/// BPF_MAP_TYPE_CGROUP_ARRAY, one slot: the followed cgroup's directory, for
+/// [`cgroup_filter::UNDER`](crate::cgroup_filter::UNDER).
+pub const MAP_FOLLOWED_CGROUP: &str = "FOLLOWED_CGROUP";
 /// Name of the program array holding the bounded exec walk's tail-call stages.
 pub const MAP_EXEC_CHAIN: &str = "EXEC_CHAIN";
+/// `trace --origin`: CPython processes and where their frames are ([`PyProc`]).
+pub const MAP_PY_PROCS: &str = "PY_PROCS";
+/// `trace --origin`: the Python walk's programs, by slot ([`PY_CHAIN_LEN`]).
+pub const MAP_PY_CHAIN: &str = "PY_CHAIN";
 /// Slots of [`MAP_EXEC_CHAIN`].
 pub const EXEC_CHAIN_LEN: u32 = 2;
 /// fds the bounded exec walk looks at: chunks of [`BOUNDED_CHUNK_FDS`] chained by tail calls
@@ -169,10 +185,12 @@ mod counters;
 pub mod credns;
 mod maps;
 mod origin;
+mod python;
 mod records;
+mod stack_copy;
 mod unclosed;
 
-pub use config::{Config, CONFIG_MAGIC, NO_OFFSET};
+pub use config::{cgroup_filter, Config, CONFIG_MAGIC, NO_OFFSET};
 pub use credns::{CredNs, CredNsOffsets};
 pub use maps::{
     FailedExec, FdCache, HotSlot, ReadKey, ReadStat, Stats, TaskState, EXEC_PATH_LEN,
@@ -180,15 +198,23 @@ pub use maps::{
 };
 pub use origin::{
     effect, inheritable, origin_flags, origin_sysno, pending_what, Effect, FdAt, OriginCall,
-    OriginCreatedRecord, OriginGateSlot, OriginMade, OriginPending, OriginRecord, Place, Rule,
-    CMSGHDR_SIZE, FD_CLOEXEC, FIOCLEX, FIONCLEX, F_DUPFD, F_DUPFD_CLOEXEC, F_SETFD,
-    MAX_ORIGIN_MADE, MAX_ORIGIN_PENDING, MMSGHDR_SIZE, MSGHDR_CONTROL, MSGHDR_CONTROLLEN,
-    ORIGIN_CMSGS, ORIGIN_FDS, ORIGIN_GATE_SLOTS, ORIGIN_MSGS, ORIGIN_SP_WORDS, ORIGIN_STACK_DEPTH,
-    SCM_RIGHTS, SOL_SOCKET,
+    OriginCreatedRecord, OriginGateSlot, OriginMade, OriginModule, OriginModulesRecord,
+    OriginPending, OriginRecord, Place, Rule, BUILD_ID_VALID, CMSGHDR_SIZE, FD_CLOEXEC, FIOCLEX,
+    FIONCLEX, F_DUPFD, F_DUPFD_CLOEXEC, F_SETFD, MAX_ORIGIN_MADE, MAX_ORIGIN_PENDING, MMSGHDR_SIZE,
+    MSGHDR_CONTROL, MSGHDR_CONTROLLEN, ORIGIN_CMSGS, ORIGIN_FDS, ORIGIN_GATE_SLOTS, ORIGIN_MSGS,
+    ORIGIN_SP_WORDS, ORIGIN_STACK_DEPTH, SCM_RIGHTS, SOL_SOCKET,
+};
+pub use python::{
+    py_flags, PyFramesRecord, PyProc, MAX_PY_PROCS, PY_CHAIN_AFTER_MADE, PY_CHAIN_AFTER_ORIGIN,
+    PY_CHAIN_LEN, PY_DIRECT, PY_FRAMES, PY_THREADS,
 };
 pub use records::{
     fd_flags, flags, CloseRange, Counters, ExitRecord, FdInfo, FdPath, PathsRecord, RecordHeader,
     RecordKind, SpawnRecord, SpawnScratch, COUNTER_NAMES, MAX_SPAWN_BYTES,
+};
+pub use stack_copy::{
+    stack_copy_flags, StackCopyRecord, StackSiteKey, MAX_STACK_SITES, STACK_COPY_BYTES,
+    STACK_COPY_CHUNK, STACK_COPY_CHUNKS,
 };
 pub use unclosed::{
     UnclosedFull, UnclosedLive, UnclosedSite, EMFILE, ENFILE, MAX_UNCLOSED_FULL, MAX_UNCLOSED_LIVE,
@@ -226,6 +252,7 @@ mod pod {
     unsafe impl aya::Pod for super::Config {}
     unsafe impl aya::Pod for super::Counters {}
     unsafe impl aya::Pod for super::HotSlot {}
+    unsafe impl aya::Pod for super::PyProc {}
     unsafe impl aya::Pod for super::FdCache {}
     unsafe impl aya::Pod for super::UnclosedLive {}
     unsafe impl aya::Pod for super::UnclosedSite {}
@@ -233,6 +260,7 @@ mod pod {
     unsafe impl aya::Pod for super::FailedExec {}
     unsafe impl aya::Pod for super::OriginPending {}
     unsafe impl aya::Pod for super::OriginGateSlot {}
+    unsafe impl aya::Pod for super::StackSiteKey {}
 }
 
 // Layout guards: no implicit padding anywhere.
@@ -256,7 +284,7 @@ const _: () = {
     assert!(PathsRecord::sent_len(MAX_PATHS) == size_of::<PathsRecord>());
     assert!(size_of::<SpawnScratch>() == size_of::<SpawnRecord>() + size_of::<PathsRecord>());
     assert!(size_of::<ExitRecord>() == 8 + 8 + 16 + 8 + 16 + size_of::<Counters>());
-    assert!(size_of::<Config>() == 52 * 4 + 8 + 32 + size_of::<CredNsOffsets>());
+    assert!(size_of::<Config>() == 52 * 4 + 8 + 32 + size_of::<CredNsOffsets>() + 8 + 8);
     assert!(size_of::<CredNsOffsets>() == 28 * 4);
     assert!(size_of::<OriginPending>() == 32);
     assert!(size_of::<OriginGateSlot>() == 8 + size_of::<OriginPending>());
@@ -273,6 +301,8 @@ const _: () = {
                 + 8 * (ORIGIN_STACK_DEPTH + 3 + ORIGIN_SP_WORDS)
     );
     assert!(size_of::<OriginCreatedRecord>() == 16 + size_of::<OriginMade>());
+    assert!(size_of::<OriginModule>() == 32);
+    assert!(size_of::<OriginModulesRecord>() == 24 + 40 * ORIGIN_STACK_DEPTH);
     assert!(size_of::<FdPath>() == 16 + COMP_LEN * MAX_DEPTH);
     assert!(size_of::<FdCache>() == 32);
     assert!(size_of::<HotSlot>() == 48);

@@ -470,6 +470,40 @@ pub struct OriginCreatedRecord {
     pub made: OriginMade,
 }
 
+/// `struct bpf_stack_build_id`: one frame of bpf_get_stack with `BPF_F_USER_BUILD_ID`.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct OriginModule {
+    /// `BPF_STACK_BUILD_ID_EMPTY` (0), `_VALID` ([`BUILD_ID_VALID`]: `build_id` and
+    /// `offset` hold) or `_IP` (2: the kernel could not read it; `offset` is the address).
+    pub status: i32,
+    /// The module's GNU build id (20 bytes; a shorter one is zero-padded).
+    pub build_id: [u8; 20],
+    /// The frame's offset in the module's file.
+    pub offset: u64,
+}
+
+/// [`OriginModule::status`]: build id and file offset are there.
+pub const BUILD_ID_VALID: i32 = 1;
+
+/// Sent after a process's first origin record with a stack
+/// ([`crate::RecordKind::OriginModules`], by `origin_modules`, a tail call of `origin_exit`):
+/// the same frame-pointer walk twice, as addresses and as (build id, file offset). Together
+/// they give each module on the stack its load address, so that the stack of a process gone
+/// before its /proc/PID/maps was read is still resolved and unwound.
+#[repr(C)]
+#[derive(Copy, Clone, Debug)]
+pub struct OriginModulesRecord {
+    pub header: RecordHeader,
+    pub pid: u32,
+    pub tid: u32,
+    /// Frames in `ips` and `modules` (0 when the walk failed).
+    pub nips: u32,
+    pub nmodules: u32,
+    pub ips: [u64; ORIGIN_STACK_DEPTH],
+    pub modules: [OriginModule; ORIGIN_STACK_DEPTH],
+}
+
 #[cfg(test)]
 #[path = "origin_tests.rs"]
 mod tests;

@@ -65,6 +65,15 @@ pub enum RecordKind {
     /// `trace --origin`: the close-on-exec call that made the fd of the origin record sent
     /// next ([`crate::OriginCreatedRecord`]).
     OriginCreated = 5,
+    /// `trace --origin`: the modules (build id, file offset) of a process's stack at its
+    /// first origin record ([`crate::OriginModulesRecord`]).
+    OriginModules = 6,
+    /// `trace --origin`: the Python frames of the thread's origin record sent before it
+    /// (a modules record may come between them) ([`crate::PyFramesRecord`]).
+    PyFrames = 7,
+    /// `trace --origin`: the top of the user stack at a call site's first origin
+    /// ([`crate::StackCopyRecord`]).
+    StackCopy = 8,
 }
 
 impl RecordKind {
@@ -75,6 +84,9 @@ impl RecordKind {
             3 => Some(Self::Paths),
             4 => Some(Self::Origin),
             5 => Some(Self::OriginCreated),
+            6 => Some(Self::OriginModules),
+            7 => Some(Self::PyFrames),
+            8 => Some(Self::StackCopy),
             _ => None,
         }
     }

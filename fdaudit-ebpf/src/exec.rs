@@ -95,7 +95,7 @@ pub(crate) fn output_spawn(rec: &mut SpawnRecord, paths: &mut PathsRecord) {
     // SAFETY: as above.
     let bytes =
         unsafe { core::slice::from_raw_parts((rec as *const SpawnRecord).cast::<u8>(), len) };
-    if ring.output(bytes, crate::wake::NOW).is_err() {
+    if ring.output(bytes, crate::wake::spawn(ring)).is_err() {
         stat_add(&STATS, |s| &mut s.lost_records);
     }
 }

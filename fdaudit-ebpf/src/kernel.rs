@@ -34,6 +34,37 @@ pub fn current_task() -> u64 {
     unsafe { bpf_get_current_task() }
 }
 
+/// The current task's text range (mm->start_code, mm->end_code); zeros without an mm.
+/// Direct loads through the BTF-typed task pointer (bpf_get_current_task_btf, 5.11+; the
+/// offsets come from the read-only CONFIG, so the verifier knows them and checks each load
+/// against the kernel's types, and a NULL mm reads as zeros); before 5.11 (task_btf is 0, a
+/// constant to the verifier, which then never visits the helper's call) three probe-reads.
+#[inline(always)]
+pub fn current_code_range() -> (u64, u64) {
+    if conf!(task_btf) == 0 {
+        let mm: u64 = read_kernel(current_task() + conf!(task_mm)).unwrap_or(0);
+        return (
+            read_kernel(mm + conf!(mm_start_code)).unwrap_or(0),
+            read_kernel(mm + conf!(mm_end_code)).unwrap_or(0),
+        );
+    }
+    let (mm_off, start_off, end_off) = (
+        conf!(task_mm) as usize,
+        conf!(mm_start_code) as usize,
+        conf!(mm_end_code) as usize,
+    );
+    // SAFETY: current's task_struct, valid for this program run; every load is at a BTF
+    // offset of the type it reads, which the verifier checks (faults read as 0).
+    unsafe {
+        let task = aya_ebpf::helpers::bpf_get_current_task_btf() as *const u8;
+        let mm = core::ptr::read_volatile(task.wrapping_add(mm_off).cast::<*const u8>());
+        (
+            core::ptr::read_volatile(mm.wrapping_add(start_off).cast::<u64>()),
+            core::ptr::read_volatile(mm.wrapping_add(end_off).cast::<u64>()),
+        )
+    }
+}
+
 /// The current task's name straight into `out` (a map value), zeroed if the helper fails:
 /// `bpf_get_current_comm()`'s `Result` comes back through the stack and is copied byte by
 /// byte, some 80 instructions.

@@ -37,7 +37,10 @@ mod fentry;
 mod fork;
 mod kernel;
 mod origin;
+mod origin_modules;
+mod python;
 mod readpath;
+mod stack_copy;
 mod syscalls;
 mod tp;
 mod unclosed;
@@ -54,17 +57,18 @@ use aya_ebpf::{
     helpers::{bpf_get_current_ancestor_cgroup_id, bpf_get_current_pid_tgid},
     macros::{btf_map, map},
     maps::{
-        ring_buf::RingBufEntry, Array, HashMap, LruHashMap, PerCpuArray, ProgramArray, RingBuf,
+        ring_buf::RingBufEntry, Array, CgroupArray, HashMap, LruHashMap, PerCpuArray, ProgramArray,
+        RingBuf,
     },
 };
 use fdaudit_common::{
-    Config, FailedExec, FdPath, HotSlot, OriginGateSlot, OriginMade, ReadKey, ReadStat,
-    SpawnScratch, Stats, TaskState, CONFIG_MAGIC, EXEC_CHAIN_LEN, GLOBAL_CONFIG, HOT_SLOTS,
-    MAP_EVENTS, MAP_EVENTS_GROWN, MAP_EXEC_CHAIN, MAP_EXEC_PENDING, MAP_EXEC_SCRATCH,
-    MAP_FAILED_EXECS, MAP_HOT, MAP_ORIGIN_GATE, MAP_ORIGIN_MADE, MAP_ORIGIN_MADE_SCRATCH,
-    MAP_ORIGIN_SEEN, MAP_READS, MAP_READ_PATHS, MAP_SCRATCH, MAP_STATS, MAP_TRACKED,
-    MAX_FAILED_EXECS, MAX_ORIGIN_MADE, MAX_ORIGIN_PENDING, MAX_READS, MAX_READ_PATHS, MAX_TRACKED,
-    ORIGIN_GATE_SLOTS, RING_TEMPLATE_BYTES,
+    cgroup_filter, Config, FailedExec, FdPath, HotSlot, OriginGateSlot, OriginMade, ReadKey,
+    ReadStat, SpawnScratch, Stats, TaskState, CONFIG_MAGIC, EXEC_CHAIN_LEN, GLOBAL_CONFIG,
+    HOT_SLOTS, MAP_EVENTS, MAP_EVENTS_GROWN, MAP_EXEC_CHAIN, MAP_EXEC_PENDING, MAP_EXEC_SCRATCH,
+    MAP_FAILED_EXECS, MAP_FOLLOWED_CGROUP, MAP_HOT, MAP_ORIGIN_CHAIN, MAP_ORIGIN_GATE,
+    MAP_ORIGIN_MADE, MAP_ORIGIN_MADE_SCRATCH, MAP_ORIGIN_SEEN, MAP_READS, MAP_READ_PATHS,
+    MAP_SCRATCH, MAP_STATS, MAP_TRACKED, MAX_FAILED_EXECS, MAX_ORIGIN_MADE, MAX_ORIGIN_PENDING,
+    MAX_READS, MAX_READ_PATHS, MAX_TRACKED, ORIGIN_GATE_SLOTS, RING_TEMPLATE_BYTES,
 };
 use fdaudit_common::{
     UnclosedFull, UnclosedLive, UnclosedSite, MAP_UNCLOSED_FULL, MAP_UNCLOSED_LIVE,
@@ -154,6 +158,12 @@ static ZERO_TASK: TaskState = unsafe { core::mem::zeroed() };
 static SCRATCH: PerCpuArray<SpawnScratch> = PerCpuArray::with_max_entries(1, 0);
 map_named!(SCRATCH, MAP_SCRATCH);
 
+/// `trace --cgroup`/`watch --cgroup` before 5.14 ([`cgroup_filter::UNDER`]): the followed
+/// cgroup's directory in slot 0, set by the loader.
+#[map]
+static FOLLOWED_CGROUP: CgroupArray = CgroupArray::with_max_entries(1, 0);
+map_named!(FOLLOWED_CGROUP, MAP_FOLLOWED_CGROUP);
+
 #[map]
 static STATS: PerCpuArray<Stats> = PerCpuArray::with_max_entries(1, 0);
 map_named!(STATS, MAP_STATS);
@@ -166,6 +176,18 @@ map_named!(HOT, MAP_HOT);
 #[map]
 static EXEC_CHAIN: ProgramArray = ProgramArray::with_max_entries(EXEC_CHAIN_LEN, 0);
 map_named!(EXEC_CHAIN, MAP_EXEC_CHAIN);
+
+/// `trace --origin`: the CPython processes userspace found, where their frames are
+/// (python.rs).
+#[map]
+static PY_PROCS: HashMap<u32, fdaudit_common::PyProc> =
+    HashMap::with_max_entries(fdaudit_common::MAX_PY_PROCS, 0);
+map_named!(PY_PROCS, fdaudit_common::MAP_PY_PROCS);
+
+/// `trace --origin`: the Python walk, tail-called from origin_exit (python.rs).
+#[map]
+static PY_CHAIN: ProgramArray = ProgramArray::with_max_entries(fdaudit_common::PY_CHAIN_LEN, 0);
+map_named!(PY_CHAIN, fdaudit_common::MAP_PY_CHAIN);
 
 #[map]
 static READS: HashMap<ReadKey, ReadStat> = HashMap::with_max_entries(MAX_READS, 0);
@@ -204,6 +226,19 @@ map_named!(ORIGIN_SEEN, MAP_ORIGIN_SEEN);
 #[map]
 static ORIGIN_MADE: LruHashMap<u64, OriginMade> = LruHashMap::with_max_entries(MAX_ORIGIN_MADE, 0);
 map_named!(ORIGIN_MADE, MAP_ORIGIN_MADE);
+
+/// `origin_exit`'s tail calls: `origin_modules` (slot 0), `origin_stack_copy` (slot 1), filled
+/// by the loader.
+#[map]
+static ORIGIN_CHAIN: ProgramArray =
+    ProgramArray::with_max_entries(fdaudit_common::ORIGIN_CHAIN_LEN, 0);
+map_named!(ORIGIN_CHAIN, MAP_ORIGIN_CHAIN);
+
+/// The call sites whose user stack was copied (stack_copy.rs), least recently used out.
+#[map]
+static STACK_SITES: LruHashMap<fdaudit_common::StackSiteKey, u8> =
+    LruHashMap::with_max_entries(fdaudit_common::MAX_STACK_SITES, 0);
+map_named!(STACK_SITES, fdaudit_common::MAP_STACK_SITES);
 
 #[map]
 static ORIGIN_MADE_SCRATCH: PerCpuArray<OriginMade> = PerCpuArray::with_max_entries(1, 0);
@@ -269,6 +304,17 @@ mod wake {
     /// it with it.
     pub const NOW: u64 = BPF_RB_FORCE_WAKEUP as u64;
 
+    /// A spawn record: [`NOW`], or for a reader that needs no record at once (a node
+    /// agent's, `Config::quiet_spawns`) as quiet as an exit record.
+    #[inline(always)]
+    pub fn spawn(ring: crate::Ring) -> u64 {
+        if crate::conf!(quiet_spawns) != 0 {
+            quiet_unless_filling(ring)
+        } else {
+            NOW
+        }
+    }
+
     /// An exit record: quiet (the next spawn record or the reader's 200 ms tick brings
     /// it), unless an eighth of the ring is waiting to be read.
     #[inline(always)]
@@ -293,15 +339,30 @@ fn current_tgid() -> u32 {
     (bpf_get_current_pid_tgid() >> 32) as u32
 }
 
-/// Whether the current process is in the followed cgroup (`trace --cgroup`) or below it.
-/// bpf_get_current_ancestor_cgroup_id (tracing programs since 5.7) gives the id of current's
-/// cgroup-v2 ancestor at a depth, 0 when current is not that deep.
+/// Whether the current process is in the followed cgroup (`trace --cgroup`) or below it,
+/// the way the loader chose for this kernel (`cgroup_filter`; CONFIG is read-only, so the
+/// verifier walks only the chosen way and a kernel without the other helper accepts it):
+/// - the root cgroup (whole-host `watch`): every process, no helper;
+/// - bpf_get_current_ancestor_cgroup_id (raw tracepoints since 5.14) gives the id of
+///   current's cgroup-v2 ancestor at a depth, 0 when current is not that deep;
+/// - before that, bpf_current_task_under_cgroup (tracing programs since 4.9) says whether
+///   current's cgroup-v2 cgroup is the one in FOLLOWED_CGROUP or below it.
 #[inline(always)]
 fn in_followed_cgroup() -> bool {
-    let id = conf!(cgroup_id);
-    let level = conf!(cgroup_level) as i32;
-    // SAFETY: the helper only reads current's css_set.
-    id != 0 && unsafe { bpf_get_current_ancestor_cgroup_id(level) } == id
+    let filter = conf!(cgroup_filter);
+    if filter == cgroup_filter::ALL {
+        true
+    } else if filter == cgroup_filter::ANCESTOR {
+        let id = conf!(cgroup_id);
+        let level = conf!(cgroup_level) as i32;
+        // SAFETY: the helper only reads current's css_set.
+        id != 0 && unsafe { bpf_get_current_ancestor_cgroup_id(level) } == id
+    } else if filter == cgroup_filter::UNDER {
+        // An empty slot is an error, not a match.
+        FOLLOWED_CGROUP.current_task_under_cgroup(0) == Ok(true)
+    } else {
+        false
+    }
 }
 
 #[cfg(target_arch = "bpf")]

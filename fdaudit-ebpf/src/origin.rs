@@ -41,8 +41,8 @@ use fdaudit_common::{
     effect, origin_flags, pending_what, sysno, Effect, FdAt, OriginCall, OriginCreatedRecord,
     OriginGateSlot, OriginMade, OriginPending, OriginRecord, RecordHeader, RecordKind,
     CMSGHDR_SIZE, EMFILE, ENFILE, MMSGHDR_SIZE, MSGHDR_CONTROL, MSGHDR_CONTROLLEN, ORIGIN_CMSGS,
-    ORIGIN_FDS, ORIGIN_GATE_SLOTS, ORIGIN_MSGS, ORIGIN_SP_WORDS, ORIGIN_STACK_DEPTH, SCM_RIGHTS,
-    SOL_SOCKET,
+    ORIGIN_FDS, ORIGIN_GATE_SLOTS, ORIGIN_MSGS, ORIGIN_SP_WORDS, ORIGIN_STACK_DEPTH,
+    PY_CHAIN_AFTER_MADE, PY_CHAIN_AFTER_ORIGIN, SCM_RIGHTS, SOL_SOCKET,
 };
 
 use crate::{
@@ -50,7 +50,8 @@ use crate::{
     compat::in_compat_syscall,
     configured, current_tgid, fdwalk,
     kernel::{conf, read_kernel, stat_add},
-    unclosed, ORIGIN_GATE, ORIGIN_MADE, ORIGIN_MADE_SCRATCH, ORIGIN_SEEN, STATS, TRACKED,
+    unclosed, ORIGIN_CHAIN, ORIGIN_GATE, ORIGIN_MADE, ORIGIN_MADE_SCRATCH, ORIGIN_SEEN, STATS,
+    TRACKED,
 };
 
 // raw_syscalls/sys_enter: TP_PROTO(struct pt_regs *regs, long id) (4.17+). Leaves at the
@@ -83,8 +84,7 @@ fn try_origin_enter<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<
     let raw_id: i64 = ctx.arg(1);
     // `fdaudit unclosed`: a close() takes its fd out of the live set.
     if UNCLOSED && raw_id == sysno::CLOSE && !in_compat_syscall() {
-        let regs: u64 = ctx.arg(0);
-        unclosed::closed(arch::arg(regs, conf!(regs_arg0))?);
+        unclosed::closed(ctx.arg(0));
         return Ok(());
     }
     let native = OriginCall::of_sysno(raw_id);
@@ -106,7 +106,7 @@ fn try_origin_enter<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<
     let Some(call) = native else {
         return Ok(());
     };
-    let a = call_args(ctx.arg(0), call)?;
+    let a = arch::args(ctx.arg(0), call == OriginCall::PerfEventOpen)?;
     // openat2(dfd, path, struct open_how *how, size): how->flags is its first u64.
     let Some(e) = effect(call, &a, || read_user::<u64>(a[2]).unwrap_or(0)) else {
         return Ok(());
@@ -150,22 +150,9 @@ fn try_origin_enter<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<
 
 const GATE_MASK: u32 = ORIGIN_GATE_SLOTS - 1;
 
-/// The arguments of `call` that [`effect`] reads, from the syscall's pt_regs at `regs`
-/// (the fifth only for perf_event_open).
-#[inline(always)]
-fn call_args(regs: u64, call: OriginCall) -> Result<[u64; 5], i64> {
-    Ok([
-        arch::arg(regs, conf!(regs_arg0))?,
-        arch::arg(regs, conf!(regs_arg1))?,
-        arch::arg(regs, conf!(regs_arg2))?,
-        arch::arg(regs, conf!(regs_arg3))?,
-        if call == OriginCall::PerfEventOpen {
-            arch::arg(regs, conf!(regs_arg4))?
-        } else {
-            0
-        },
-    ])
-}
+/// ORIGIN_SEEN's value: records lost before the next one (low bits), and this bit once the
+/// process's modules were sent (origin_modules.rs).
+pub const MODULES_SENT: u32 = 1 << 31;
 
 // raw_syscalls/sys_exit: TP_PROTO(struct pt_regs *regs, long ret) (4.17+). Every thread
 // but one with a pending call leaves after one array load (ORIGIN_GATE, whose slot holds
@@ -346,6 +333,7 @@ fn remember(
         #[allow(clippy::needless_borrows_for_generic_args)]
         let _ = ORIGIN_MADE.insert(tgid << 32 | fd as u64, unsafe { &*m }, 0);
     }
+    crate::python::walk(ctx, tgid as u32, PY_CHAIN_AFTER_MADE);
     Ok(())
 }
 
@@ -455,7 +443,7 @@ fn emit(
         // `n` is not used below: the verifier then prunes the paths that differ in it
         // (unused slots of `fds` hold -1).
         (*rec).nfd = n as u32;
-        (*rec).lost = seen.map(|v| *v).unwrap_or(0);
+        (*rec).lost = seen.map(|v| *v & !MODULES_SENT).unwrap_or(0);
         (*rec).cmd = cmd;
         (*rec).time_ns = bpf_ktime_get_ns();
         // Straight into the record (a zeroed default would be a memset call).
@@ -484,14 +472,37 @@ fn emit(
     // A process's first record wakes the reader, which then reads its memory map while it
     // most likely lives; the others come with the next wake-up.
     let first = seen.is_none();
-    if first {
-        let _ = ORIGIN_SEEN.insert(tgid, 0, 0);
+    // The process's modules go with its first record sent with a stack, not its first
+    // record: that one may have been lost to a full ring.
+    // SAFETY: pointer from a map lookup, valid for this program run.
+    let modules_due = regs != 0 && seen.is_none_or(|v| unsafe { *v } & MODULES_SENT == 0);
+    match seen {
+        // SAFETY: as above.
+        Some(v) if modules_due => unsafe { *v |= MODULES_SENT },
+        Some(_) => {}
+        None => {
+            let _ = ORIGIN_SEEN.insert(tgid, if modules_due { MODULES_SENT } else { 0 }, 0);
+        }
     }
     entry.submit(if first {
         crate::wake::NOW
     } else {
         crate::wake::quiet_unless_filling(ring)
     });
+    if modules_due {
+        // The process's modules too (origin_modules.rs, which then goes on to the Python
+        // walk): a tail call, so that this program does not verify that walk (it clears
+        // MODULES_SENT again when the kernel could not read the innermost frame's build
+        // id). Not reached unless the slot is empty.
+        // SAFETY: ORIGIN_CHAIN holds programs of this program's type, filled by the loader.
+        unsafe { ORIGIN_CHAIN.tail_call(ctx, fdaudit_common::ORIGIN_CHAIN_MODULES) };
+    }
+    if regs != 0 {
+        // A new call site's stack copy (stack_copy.rs; then the Python walk), as above.
+        // SAFETY: as above.
+        unsafe { ORIGIN_CHAIN.tail_call(ctx, fdaudit_common::ORIGIN_CHAIN_STACK_COPY) };
+        crate::python::walk(ctx, tgid, PY_CHAIN_AFTER_ORIGIN);
+    }
     Ok(())
 }
 
@@ -503,9 +514,7 @@ fn emit(
 #[inline(always)]
 unsafe fn user_stack(ctx: &RawTracePointContext, regs: u64, rec: *mut OriginRecord) {
     let sp: u64 = read_kernel(regs + conf!(regs_sp)).unwrap_or(0);
-    let mm: u64 = read_kernel(crate::kernel::current_task() + conf!(task_mm)).unwrap_or(0);
-    let start_code: u64 = read_kernel(mm + conf!(mm_start_code)).unwrap_or(0);
-    let end_code: u64 = read_kernel(mm + conf!(mm_end_code)).unwrap_or(0);
+    let (start_code, end_code) = crate::kernel::current_code_range();
     // SAFETY: the caller's.
     unsafe {
         (*rec).start_code = start_code;

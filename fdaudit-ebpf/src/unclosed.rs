@@ -18,19 +18,24 @@ use fdaudit_common::{
 };
 
 use crate::{
+    arch,
     kernel::{conf, read_kernel, stat_add},
     STATS, TRACKED, UNCLOSED_FULL, UNCLOSED_LIVE, UNCLOSED_SITES, UNCLOSED_SITE_SCRATCH,
     UNCLOSED_STACKS,
 };
 
-/// close(fd) of a followed process, at sys_enter (the fd is gone whatever close returns,
-/// EINTR included; an fd that was not open has no entry).
+/// close(fd) of a followed process, at sys_enter, its pt_regs at `regs` (the fd is gone
+/// whatever close returns, EINTR included; an fd that was not open has no entry). The
+/// argument is read only for a followed process: another's close costs one map lookup.
 #[inline(always)]
-pub fn closed(fd: u64) {
+pub fn closed(regs: u64) {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     if TRACKED.get_ptr(tgid).is_none() {
         return;
     }
+    let Ok(fd) = arch::arg(regs, conf!(regs_arg0)) else {
+        return;
+    };
     let _ = UNCLOSED_LIVE.remove(u64::from(tgid) << 32 | (fd & 0xffff_ffff));
 }
 
