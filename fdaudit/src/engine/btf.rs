@@ -447,6 +447,8 @@ pub fn config_from_btf(btf: &Btf) -> Result<Config, BtfError> {
         signal_rlim: o("signal_struct", "rlim")?,
         unclosed: 0,
         credns: credns_from_btf(btf),
+        quiet_spawns: 0, // set by the loader (`watch`)
+        cgroup_filter: fdaudit_common::cgroup_filter::NONE, // set by the loader
     })
 }
 

@@ -5,7 +5,9 @@
 //! runtime (`trace`), the ia32 flag, a failed exec's errno and path, the probe-corrected
 //! window and the parent's name where the kernel saw no fork.
 
-use aya::maps::{HashMap, MapData};
+use std::collections::HashMap;
+
+use aya::maps::{HashMap as AyaHashMap, MapData};
 use fdaudit_common::FailedExec;
 
 use super::{
@@ -17,12 +19,16 @@ use super::{
     runtimes,
     spawn::{Event, Spawn},
 };
-use crate::{cgroup::Hierarchy, output::text::Lossless, procfs_util, sys};
+use crate::{
+    cgroup::{Hierarchy, Identity},
+    output::text::Lossless,
+    procfs_util, sys,
+};
 
 /// The session's completion state: the maps and tables it asks.
 pub struct Completion {
     /// Failed execs' errno and path, when the failed-exec programs could be attached.
-    failed_execs: Option<HashMap<MapData, u32, FailedExec>>,
+    failed_execs: Option<AyaHashMap<MapData, u32, FailedExec>>,
     /// The cgroup2 hierarchy, to name the cgroup ids of spawn records (None without cgroup2).
     cgroups: Option<Hierarchy>,
     /// When the backend does not count ia32 syscalls: which images are ia32, to flag the
@@ -37,11 +43,22 @@ pub struct Completion {
     /// each batch ([`runtimes::Resolver::name_all`]), as it may decode the records written
     /// since.
     pub(super) runtimes: Option<runtimes::Resolver>,
+    /// A node agent's ([`super::loader::SessionOptions::agent`]): each cgroup's identity,
+    /// kept by cgroup id, without the namespace pid (no /proc read per spawn).
+    agent_identities: Option<HashMap<u64, Identity>>,
 }
 
+/// Cgroup identities an agent keeps at most (a node's churn past it forgets all).
+const MAX_IDENTITIES: usize = 1 << 14;
+
 impl Completion {
-    pub fn new(failed_execs: Option<HashMap<MapData, u32, FailedExec>>, ia32_unseen: bool) -> Self {
+    pub fn new(
+        failed_execs: Option<AyaHashMap<MapData, u32, FailedExec>>,
+        ia32_unseen: bool,
+        agent: bool,
+    ) -> Self {
         Completion {
+            agent_identities: agent.then(HashMap::new),
             failed_execs,
             cgroups: Hierarchy::open(),
             ia32_images: ia32_unseen.then(Default::default),
@@ -66,7 +83,18 @@ impl Completion {
     /// by [`Completion::finish`]).
     pub fn identify(&mut self, s: &mut Spawn) {
         if let (Some(id), Some(h)) = (s.identity.cgroup_id, &mut self.cgroups) {
-            s.identity = h.identity(id, s.pid);
+            s.identity = match &mut self.agent_identities {
+                Some(known) => {
+                    if known.len() >= MAX_IDENTITIES && !known.contains_key(&id) {
+                        known.clear();
+                    }
+                    known
+                        .entry(id)
+                        .or_insert_with(|| h.cgroup_identity(id))
+                        .clone()
+                }
+                None => h.identity(id, s.pid),
+            };
         }
         if s.parent_pid == 0 {
             if let Some(pp) = procfs_util::parent_of(s.pid) {

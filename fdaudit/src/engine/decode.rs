@@ -67,8 +67,8 @@ impl Decoder {
     }
 
     /// Also keeps the origin records and gives each leaked fd its `origin`.
-    pub fn with_origins(mut self) -> Decoder {
-        self.origins = Some(super::origin::Origins::default());
+    pub fn with_origins(mut self, python: super::pyframes::Registry) -> Decoder {
+        self.origins = Some(super::origin::Origins::default().with_python(python));
         self
     }
 
@@ -87,6 +87,70 @@ impl Decoder {
         }
     }
 
+    /// `trace --origin`: origin records that came after the spawn whose leaked fd they
+    /// made (that fd was named `not seen`).
+    pub fn late_origins(&self) -> u64 {
+        self.origins
+            .as_ref()
+            .map_or(0, super::origin::Origins::late_origins)
+    }
+
+    /// `trace --origin`: whether an event of `events` has a leaked fd named `not seen`,
+    /// whose origin record may yet be read ([`Decoder::name_again`]).
+    pub fn any_not_seen(&self, events: &mut [Event]) -> bool {
+        self.origins.is_some()
+            && events
+                .iter_mut()
+                .filter_map(spawn_of)
+                .any(|s| s.leaked_fds.iter().any(not_seen))
+    }
+
+    /// `trace --origin`: names again each leaked fd of `events` named `not seen`, once the
+    /// records read after them are decoded: an origin record can reach the reader after the
+    /// spawn of its fd (another CPU's, or the first ring's while the grown one is put in).
+    pub fn name_again(&mut self, procs: &Processes, events: &mut [Event]) {
+        let Some(origins) = &mut self.origins else {
+            return;
+        };
+        for s in events.iter_mut().filter_map(spawn_of) {
+            let (pid, exec_ns) = (s.pid, s.exec_ns);
+            for fd in s.leaked_fds.iter_mut().filter(|fd| not_seen(fd)) {
+                let again = origins.find_again(procs, (pid, fd.fd), (fd.ino, fd.dev), exec_ns);
+                if let Some(o) = again {
+                    fd.origin = Some(o);
+                }
+            }
+        }
+    }
+
+    /// `trace --origin`: whether the batch `raw` has a record that names leaked fds (a
+    /// spawn, an exit with a failed exec), so that the session's lost-record count is to be
+    /// read before it.
+    pub fn names_leaks(&self, raw: &[Vec<u8>]) -> bool {
+        self.origins.is_some()
+            && raw.iter().any(|b| {
+                let kind = b
+                    .get(..4)
+                    .map(|k| u32::from_ne_bytes([k[0], k[1], k[2], k[3]]));
+                kind == Some(RecordKind::Spawn as u32) || kind == Some(RecordKind::Exit as u32)
+            })
+    }
+
+    /// `trace --origin`: the session's records lost to a full ring buffer so far.
+    pub fn note_lost_total(&mut self, n: u64) {
+        if let Some(origins) = &mut self.origins {
+            origins.note_lost_total(n);
+        }
+    }
+
+    /// `trace --origin`: reads the code objects a batch's Python records name, before the
+    /// batch is decoded.
+    pub fn prefetch_python(&mut self, raw: &[Vec<u8>]) {
+        if let Some(origins) = &mut self.origins {
+            origins.python_prefetch(raw);
+        }
+    }
+
     /// Decodes one record; a paths record gives nothing until its spawn comes. An exec path
     /// the kernel cut is read again from /proc/PID/exe while the process lives, when that
     /// starts with what the kernel kept (asked of [`Live`]).
@@ -99,6 +163,18 @@ impl Decoder {
                 }
                 Some(OriginMessage::Created(rec)) => {
                     origins.created_record(rec);
+                    return None;
+                }
+                Some(OriginMessage::Modules(rec)) => {
+                    origins.modules_record(procs, &rec);
+                    return None;
+                }
+                Some(OriginMessage::Python(rec)) => {
+                    origins.python_record(rec);
+                    return None;
+                }
+                Some(OriginMessage::StackCopy(rec)) => {
+                    origins.stack_copy_record(procs, &rec);
                     return None;
                 }
                 None => {}
@@ -120,6 +196,25 @@ impl Decoder {
     }
 }
 
+/// The spawn (or failed exec) an event names leaked fds in.
+fn spawn_of(ev: &mut Event) -> Option<&mut super::spawn::Spawn> {
+    match ev {
+        Event::Spawn(s) => Some(s),
+        Event::Exit(e) => e.failed_exec.as_deref_mut(),
+    }
+}
+
+/// Whether `fd` was named `not seen`.
+fn not_seen(fd: &super::spawn::LeakedFd) -> bool {
+    matches!(
+        fd.origin,
+        Some(super::origin::Origin::Unknown {
+            unknown: super::seen::NOT_SEEN,
+            ..
+        })
+    )
+}
+
 /// Gives each leaked fd of a spawn its origin, and learns the parent links.
 fn name_origins(origins: &mut super::origin::Origins, procs: &mut Processes, ev: &mut Event) {
     let s = match ev {
@@ -136,6 +231,7 @@ fn name_origins(origins: &mut super::origin::Origins, procs: &mut Processes, ev:
     origins.begin_record();
     if s.exec_ok {
         origins.note_exec(s.pid, &s.exec_path);
+        origins.python_exec(s.pid);
     }
     for fd in &mut s.leaked_fds {
         fd.origin = Some(origins.find(procs, (s.pid, fd.fd), fd.ino, fd.dev, s.exec_ns));
@@ -270,7 +366,7 @@ pub fn spawn_from_record(
         })
         .collect();
     let stdio: Vec<LeakedFd> = (0..3)
-        .filter(|i| rec.stdio_mask & (1 << i) != 0)
+        .filter(|i| live.names_stdio() && rec.stdio_mask & (1 << i) != 0)
         .map(|i| leaked_from(&rec.stdio[i], None, rec.pid, rec.parent_pid, live))
         .collect();
     if names_cut(rec, shown, &leaked_fds, &stdio) {

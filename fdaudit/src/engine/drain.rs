@@ -65,15 +65,31 @@ impl QueueTx {
     /// Queues a copy of `rec`, or drops and counts it when the queue is full; `None` when
     /// the consumer is gone.
     pub fn push(&self, rec: &[u8]) -> Option<()> {
-        let n = rec.len() as u64;
+        if !self.admit(rec.len()) {
+            return Some(());
+        }
+        self.tx.send(rec.to_vec()).ok()
+    }
+
+    /// [`QueueTx::push`] of a record already copied out.
+    pub fn push_owned(&self, rec: Vec<u8>) -> Option<()> {
+        if !self.admit(rec.len()) {
+            return Some(());
+        }
+        self.tx.send(rec).ok()
+    }
+
+    /// Counts `len` bytes in, or the record dropped when they do not fit.
+    fn admit(&self, len: usize) -> bool {
+        let n = len as u64;
         let c = &self.counts;
         // Only this thread adds: a check then an add cannot overshoot.
         if c.queued.load(Ordering::Acquire) + n > c.max_bytes {
             c.dropped.fetch_add(1, Ordering::AcqRel);
-            return Some(());
+            return false;
         }
         c.queued.fetch_add(n, Ordering::AcqRel);
-        self.tx.send(rec.to_vec()).ok()
+        true
     }
 }
 
@@ -274,16 +290,63 @@ impl Drop for Drain {
     }
 }
 
-/// Copies every record `ring` holds to `tx`; the bytes copied, or None when the consumer is
-/// gone.
-fn copy_out(ring: &mut RingBuf<MapData>, tx: &QueueTx) -> Option<u64> {
+/// Gives every record `ring` holds to `take`; the bytes taken (records and the kernel's
+/// headers), or None when `take` says the consumer is gone.
+fn take_all(ring: &mut RingBuf<MapData>, mut take: impl FnMut(&[u8]) -> Option<()>) -> Option<u64> {
     let mut bytes = 0;
     while let Some(item) = ring.next() {
         bytes += item.len() as u64 + 8; // the kernel's record header
-        tx.push(&item)?;
+        take(&item)?;
     }
     Some(bytes)
 }
+
+/// Copies every record `ring` holds to `tx`; the bytes copied, or None when the consumer is
+/// gone.
+fn copy_out(ring: &mut RingBuf<MapData>, tx: &QueueTx) -> Option<u64> {
+    take_all(ring, |r| tx.push(r))
+}
+
+/// Both rings' records while the grown ring is being put in its slot: a program that looked
+/// up the slot before the update still writes to the first ring, so a record there can be
+/// written after the first ring was read and before a later record (another process's, a
+/// child's exec after its parent's call) that is read from the grown ring. The grown ring's
+/// records wait until a read of the first ring after them finds nothing new (a few rounds
+/// at most). `first` copies the first ring's records to `tx`, `grown` the grown ring's into
+/// the held ones; the bytes copied from (the first ring, the grown ring), or None when the
+/// consumer is gone.
+fn copy_in_order(
+    mut first: impl FnMut() -> Option<u64>,
+    mut grown: impl FnMut(&mut Vec<Vec<u8>>) -> u64,
+    tx: &QueueTx,
+) -> Option<(u64, u64)> {
+    let (mut held, mut held_bytes, mut first_bytes) = (Vec::new(), 0, 0);
+    for _ in 0..ORDER_ROUNDS {
+        held_bytes += grown(&mut held);
+        let more = first()?;
+        first_bytes += more;
+        if more == 0 {
+            break;
+        }
+    }
+    for item in held {
+        tx.push_owned(item)?;
+    }
+    Some((first_bytes, held_bytes))
+}
+
+/// Copies every record `ring` holds into `held`; the bytes copied.
+fn hold_all(ring: &mut RingBuf<MapData>, held: &mut Vec<Vec<u8>>) -> u64 {
+    take_all(ring, |r| {
+        held.push(r.to_vec());
+        Some(())
+    })
+    .unwrap_or(0)
+}
+
+/// Reads of the first ring after the grown ring's, at most, before the grown ring's
+/// records go on anyway (the first ring still busy).
+const ORDER_ROUNDS: usize = 8;
 
 /// The ring growing on a thread of its own (creating it clears its pages, and putting it
 /// in its slot waits for an RCU grace period), while the drain thread goes on copying out
@@ -353,14 +416,23 @@ fn run(mut ring: RingBuf<MapData>, mut grow: Option<Grow>, shared: &Arc<Shared>,
                 growing = None;
             }
         }
+        // Whether the grown ring was in its slot before this pass: then no program writes
+        // to the first ring any more (the slot update waited for the ones running).
+        let settled = shared.ring_bytes.load(Ordering::Acquire) != first_bytes;
         // The first ring before the grown one: the programs switch to the grown one for
         // good once it is in, so a process's records there come after its records here.
         let Some(first) = copy_out(&mut ring, tx) else {
             return; // the consumer is gone
         };
-        let Some(later) = grown.as_mut().map_or(Some(0), |g| copy_out(g, tx)) else {
+        let later = match grown.as_mut() {
+            None => Some((0, 0)),
+            Some(g) if settled => copy_out(g, tx).map(|b| (0, b)),
+            Some(g) => copy_in_order(|| copy_out(&mut ring, tx), |h| hold_all(g, h), tx),
+        };
+        let Some((first_again, later)) = later else {
             return;
         };
+        let first = first + first_again;
         if first + later > 0 {
             post(&shared.ready);
         }
@@ -374,9 +446,10 @@ fn run(mut ring: RingBuf<MapData>, mut grow: Option<Grow>, shared: &Arc<Shared>,
         if shared.stop.load(Ordering::Acquire) {
             return;
         }
-        // A spawn record wakes the ring's poll at once; an exit record does not (unless an
-        // eighth of the ring waits: fdaudit-ebpf's `wake`), so the timeout is also the
-        // tick that brings exit records no spawn followed; a flush (the trace's end) wakes
+        // A spawn record wakes the ring's poll at once (not a node agent's: `quiet_spawns`);
+        // an exit record does not (unless an eighth of the ring waits: fdaudit-ebpf's
+        // `wake`), so the timeout is also the tick that brings the records no wake-up
+        // brought; a flush (the trace's end) wakes
         // the thread itself, and so does the grown ring's arrival.
         // SAFETY: valid pollfds.
         unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 200) };
@@ -513,6 +586,40 @@ mod tests {
         assert_eq!(rx.take_all(), vec![vec![0; 100]]);
         drop(rx);
         assert!(tx.push(&[0; 1]).is_none(), "the consumer is gone");
+    }
+
+    #[test]
+    fn a_first_ring_record_written_while_the_grown_ring_is_read_goes_first() {
+        let (tx, rx) = bounded_queue(1 << 20);
+        // The parent's call lands in the first ring just after it was read empty, while its
+        // child's exec, later, is read from the grown ring.
+        let mut first_ring: Vec<Vec<u8>> = Vec::new();
+        let mut late = Some(b"parent's call".to_vec());
+        let first_ring = std::cell::RefCell::new(&mut first_ring);
+        let copied = copy_in_order(
+            || {
+                let mut ring = first_ring.borrow_mut();
+                let n = ring.iter().map(|r| r.len() as u64).sum();
+                for r in ring.drain(..) {
+                    tx.push(&r)?;
+                }
+                Some(n)
+            },
+            |held| {
+                if let Some(call) = late.take() {
+                    held.push(b"child's exec".to_vec());
+                    first_ring.borrow_mut().push(call);
+                    return 12;
+                }
+                0
+            },
+            &tx,
+        );
+        assert_eq!(copied, Some((13, 12)));
+        assert_eq!(
+            rx.take_all(),
+            vec![b"parent's call".to_vec(), b"child's exec".to_vec()]
+        );
     }
 
     #[test]

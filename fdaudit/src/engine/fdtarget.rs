@@ -23,6 +23,10 @@ pub trait Live: Sync {
     fn fd_target(&self, pid: u32, parent: u32, fd: u32, ino: u64) -> Option<Vec<u8>>;
     /// The image a live process runs (`/proc/PID/exe`).
     fn exe(&self, pid: u32) -> Option<Vec<u8>>;
+    /// Whether a spawn's stdio is named (`trace` shows it; `watch` counts leaked fds only).
+    fn names_stdio(&self) -> bool {
+        true
+    }
 }
 
 /// The live system, read through /proc (see [`procfs_util::fd_target`] for what a link is
@@ -38,6 +42,26 @@ impl Live for Procfs {
 
     fn exe(&self, pid: u32) -> Option<Vec<u8>> {
         procfs_util::exe_of(pid)
+    }
+}
+
+/// The live system as a node agent (`watch`) asks it: no fd's live link (its records are
+/// read after the process may be gone, and its metrics name a file by device and inode),
+/// no stdio, only the image of an exec through an fd or of a cut exec path (rare, and the
+/// `child` label of that spawn). Nothing is read from /proc for a common spawn.
+pub struct Agent;
+
+impl Live for Agent {
+    fn fd_target(&self, _: u32, _: u32, _: u32, _: u64) -> Option<Vec<u8>> {
+        None
+    }
+
+    fn exe(&self, pid: u32) -> Option<Vec<u8>> {
+        procfs_util::exe_of(pid)
+    }
+
+    fn names_stdio(&self) -> bool {
+        false
     }
 }
 
@@ -233,6 +257,49 @@ pub fn name(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A node agent's decoding reads no fd's live link and names no stdio (#44): its metrics
+    /// use neither, and its records may come after the process is gone. The same record
+    /// decoded for `trace` reads the live link of this test's own open file.
+    #[test]
+    fn an_agent_reads_no_fd_link_and_names_no_stdio() {
+        use std::os::fd::AsRawFd as _;
+        use std::os::unix::fs::MetadataExt as _;
+        let exe = std::env::current_exe().unwrap();
+        let file = std::fs::File::open(&exe).unwrap();
+        let ino = file.metadata().unwrap().ino();
+        // SAFETY: SpawnRecord is plain integers and arrays; all-zero is valid.
+        let mut rec: Box<fdaudit_common::SpawnRecord> = Box::new(unsafe { std::mem::zeroed() });
+        rec.header.kind = 1;
+        rec.pid = std::process::id();
+        rec.nfds = 1;
+        let leaked = &mut rec.fds[0];
+        leaked.fd = file.as_raw_fd() as u32;
+        leaked.mode = 0o100755;
+        leaked.magic = 0xef53;
+        leaked.ino = ino;
+        let leaf = exe.file_name().unwrap().as_encoded_bytes();
+        let n = leaf.len().min(leaked.name.len() - 1);
+        leaked.name[..n].copy_from_slice(&leaf[..n]);
+        rec.stdio_mask = 0b001;
+        rec.stdio[0] = rec.fds[0];
+        let counting = crate::engine::counting::Counting::Nothing;
+        // No kernel path sent: `trace` asks the live link, which names the file whole.
+        let traced = super::super::decode::spawn_from_record(&rec, &[], counting, &Procfs);
+        assert_eq!(
+            traced.leaked_fds[0].target.raw,
+            exe.as_os_str().as_encoded_bytes()
+        );
+        assert!(!traced.leaked_fds[0].partial);
+        assert_eq!(traced.stdio.len(), 1);
+        let agent = super::super::decode::spawn_from_record(&rec, &[], counting, &Agent);
+        assert!(agent.leaked_fds[0].partial, "no live link was read");
+        assert_eq!(
+            agent.leaked_fds[0].ino, ino,
+            "the file is still named by its inode"
+        );
+        assert!(agent.stdio.is_empty(), "no stdio is named");
+    }
 
     #[test]
     fn only_an_fd_path_is_an_exec_through_an_fd() {

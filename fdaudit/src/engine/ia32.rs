@@ -87,7 +87,7 @@ impl Ia32Images {
         }
     }
 
-    fn flag(&mut self, procs: &Processes, s: &mut super::spawn::Spawn) {
+    fn flag(&mut self, procs: &mut Processes, s: &mut super::spawn::Spawn) {
         // An exec chain's step ran the process's own previous image; a forked child, its
         // parent's.
         let chained = s.flags.contains(SpawnFlags::REEXEC)
@@ -97,7 +97,15 @@ impl Ia32Images {
         } else {
             match procs.ia32(s.parent_pid) {
                 Some(known) => Some(known),
-                None => self.live(s.parent_pid),
+                None => {
+                    // Kept until the parent's next exec record or its exit record: a
+                    // spawner's children do not each read its image again.
+                    let live = self.live(s.parent_pid);
+                    if live.is_some() {
+                        procs.set_ia32(s.parent_pid, live);
+                    }
+                    live
+                }
             }
         };
         if ran == Some(true) {

@@ -38,4 +38,6 @@ pub struct SessionEnd {
     pub probe_cost_ns: Option<f64>,
     /// The measurement itself: ns and how long it took, ms.
     pub calibration: Option<(f64, f64)>,
+    /// `--origin`: origin records that came after the spawn whose leaked fd they made.
+    pub late_origins: u64,
 }

@@ -28,7 +28,7 @@ use aya::{
 };
 use fdaudit_common::{TaskState, MAP_EVENTS, MAP_TRACKED};
 
-use super::{counting::Counting, drain};
+use super::{counting::Counting, drain, handover};
 use crate::{
     engine::ebpf::{self, Backend, BackendChoice, ExecWalk, KernelBtf, LoadError, ProgramSpec},
     sys,
@@ -43,8 +43,7 @@ pub struct SessionOptions {
     /// Record the calls that make fds inheritable (`trace --origin`): two more syscall
     /// programs, run only by the followed tree's fd-creating calls.
     pub origin: bool,
-    /// Keep the live set of the followed processes' fds in the kernel (`fdaudit
-    /// unclosed`): the origin programs in their other mode.
+    /// Keep the followed processes' live fds in the kernel (`unclosed`'s own programs).
     pub unclosed: bool,
     /// Ring buffer size in bytes, fixed; `None`: [`super::drain::FIRST_RING_BYTES`], grown
     /// under pressure to [`super::drain::default_ring_bytes`] for the CPUs online.
@@ -54,6 +53,10 @@ pub struct SessionOptions {
     /// Also trace every process in this cgroup and below: (id, depth) on the cgroup2
     /// hierarchy, as [`crate::cgroup::Hierarchy::id_of`] gives them.
     pub cgroup: Option<(u64, u32)>,
+    /// Its directory: kernels before 5.14 find its processes by it ([`super::cgroup_filter`]).
+    pub cgroup_dir: Option<std::path::PathBuf>,
+    /// `watch`: batched records, no /proc read per spawn ([`super::fdtarget::Agent`]).
+    pub agent: bool,
 }
 
 /// Where start-up time went (ms), for `trace -v`.
@@ -122,20 +125,20 @@ struct Probed {
     ms: f64,
 }
 
-/// The probes thread of [`load`]: what it found is sent first, and the untraced close()
-/// cost (ns) and its time (ms) are what it returns.
+/// The probes thread of [`load`]: what it found is sent first; it returns the untraced
+/// close() cost (ns), its time (ms) and the hold of [`handover::LOCK`] (kept until attached).
 fn spawn_probes(
     counting: Counting,
 ) -> (
     std::sync::mpsc::Receiver<Probed>,
-    std::thread::JoinHandle<(f64, f64)>,
+    std::thread::JoinHandle<(f64, f64, handover::Held)>,
 ) {
-    // aya's feature probes (a dozen tiny loads it would make when creating the maps, cached
-    // for the process) and the bpf_loop probe, beside the BTF read: the maps wait for them.
-    // Then, on the same thread, the untraced close() cost, which only the programs wait
-    // for (nothing is attached before, so the timing is the untraced one).
+    // aya's feature probes (a dozen tiny loads it would make creating the maps, cached for the
+    // process) and the bpf_loop probe beside the BTF read: the maps wait for them. Then the
+    // untraced close() cost (nothing is attached yet) and the hand-over lock, for the programs.
     let (probed_tx, probed_rx) = std::sync::mpsc::channel();
     let probes = std::thread::spawn(move || {
+        let starting = handover::starting(counting.syscalls());
         let t = Instant::now();
         let _ = ebpf::has_task_btf(); // first: KernelBtf::read waits for it
         let _ = aya::features();
@@ -150,7 +153,7 @@ fn spawn_probes(
         } else {
             sys::close_cost_ns(CALIBRATION_CLOSES)
         };
-        (ns, ms_since(t))
+        (ns, ms_since(t), starting.held())
     });
     (probed_rx, probes)
 }
@@ -165,11 +168,8 @@ pub(super) fn load(opts: &SessionOptions) -> Result<LoadedObject> {
     let mut config = kernel.config;
     config.reads = u32::from(opts.counting.reads());
     config.origin = u32::from(opts.origin);
-    config.unclosed = u32::from(opts.unclosed);
-    if let Some((id, level)) = opts.cgroup {
-        config.cgroup_id = id;
-        config.cgroup_level = level;
-    }
+    (config.unclosed, config.quiet_spawns) = (u32::from(opts.unclosed), u64::from(opts.agent));
+    super::cgroup_filter::configure(&mut config, opts.cgroup);
     timings.btf_ms = ms_since(t);
     timings.btf_cached = kernel.cached;
     let t = Instant::now();
@@ -188,6 +188,7 @@ pub(super) fn load(opts: &SessionOptions) -> Result<LoadedObject> {
     let grown_bytes = drain::default_ring_bytes(drain::online_cpus());
     let mut bpf = ebpf::open_with(loader, &config, Some(ring_arg))
         .context("failed to load the eBPF object")?;
+    super::cgroup_filter::fill(&mut bpf, &config, opts.cgroup_dir.as_deref())?;
     let mut take = |name: &str| {
         bpf.take_map(name)
             .with_context(|| format!("the eBPF object has no map {name}"))
@@ -203,7 +204,7 @@ pub(super) fn load(opts: &SessionOptions) -> Result<LoadedObject> {
     };
     timings.maps_ms = ms_since(t);
     super::pause::at("maps");
-    let (close_cost_ns, close_ms) = probes
+    let (close_cost_ns, close_ms, _held) = probes
         .join()
         .map_err(|_| anyhow::anyhow!("the close() timing panicked"))?;
     timings.close_timing_ms = close_ms;
@@ -367,6 +368,7 @@ fn attach_programs(
     }
     let (backend, fallback, aya_btf_ms) =
         attach_syscall_counters(bpf, kernel, opts, &plan, early.tp)?;
+    ebpf::python::load_chain(bpf, opts.origin).context("failed to load the Python walk")?;
     for spec in ebpf::mode_programs(opts.origin, opts.unclosed) {
         ebpf::load_and_attach(bpf, spec)
             .with_context(|| format!("failed to start program {}", spec.name))?;

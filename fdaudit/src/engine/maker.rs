@@ -66,6 +66,7 @@ mod tests {
             comm: "svc".into(),
             time_ns,
             stack: Vec::new(),
+            stack_partial: None,
             created_by: None,
         }
     }

@@ -12,9 +12,12 @@
 //! a libc wrapper (open64) skips the function that called it: that frame is read from the
 //! stack words where the wrapper's unwind table (`.eh_frame`) says its return address is,
 //! marked `"found_by": "eh_frame"`; where the table does not say, it is missing, never
-//! guessed. Each address is resolved to its module and file offset while the
-//! process lives (/proc/PID/maps, read when the record is decoded; the module's file opened
-//! then, through /proc/PID/map_files), and named from the module's ELF symbol tables
+//! guessed, and the stack says it is partial. Each address is resolved to its module and
+//! file offset while the process lives (/proc/PID/maps, read when the record is decoded;
+//! the module's file opened then, through /proc/PID/map_files), or, for a process gone
+//! before that, from the build ids and file offsets the kernel sent with its first origin
+//! record ([`super::buildid`]: such a record waits for them), and named from the module's
+//! ELF symbol tables
 //! (`.symtab`, else `.dynsym`) and DWARF line table (`addr2line`, when the module has
 //! `.debug_info`) when a leaked fd needs it: [`super::symbolize`], which treats every path,
 //! file and size the traced process controls as hostile and bounds what it keeps.
@@ -22,20 +25,25 @@
 use std::{collections::HashMap, sync::Arc};
 
 use fdaudit_common::{
-    origin_flags, OriginCall, OriginCreatedRecord, OriginMade, OriginRecord, FIOCLEX, FIONCLEX,
-    F_DUPFD, F_DUPFD_CLOEXEC, F_SETFD, ORIGIN_FDS,
+    origin_flags, OriginCall, OriginCreatedRecord, OriginMade, OriginModulesRecord, OriginRecord,
+    FIOCLEX, FIONCLEX, F_DUPFD, F_DUPFD_CLOEXEC, F_SETFD, ORIGIN_FDS,
 };
 
 use super::process::Processes;
+
+mod copy;
+mod late;
 pub use super::seen::BEFORE_TRACING;
 use super::seen::{self, Seen};
 
-pub use super::symbolize::Frame;
+pub use super::symbolize::{FoundBy, Frame, Stack};
 
 /// Origins kept per (process, fd): older ones are dropped.
 const PER_FD: usize = 4;
 /// Creator records waiting for their origin record.
 const PENDING_CREATED: usize = 256;
+/// Origin records waiting for their process's modules record.
+const PENDING_MODULES: usize = 256;
 /// Ancestors looked at for an inherited fd.
 const MAX_ANCESTORS: usize = 32;
 
@@ -73,6 +81,8 @@ pub struct Call {
     pub time_ns: u64,
     /// User stack, innermost first.
     pub stack: Vec<Frame>,
+    /// Why `stack` stops short of the stack's outermost frame, if it does.
+    pub stack_partial: Option<&'static str>,
     /// When this call (ioctl(FIONCLEX), fcntl(F_SETFD)) made an existing fd inheritable:
     /// the call that created it (`openat(O_CLOEXEC)`), with its own stack.
     pub created_by: Option<Box<Call>>,
@@ -103,6 +113,19 @@ pub struct Origins {
     seen: Seen,
     /// The creator records received, for the origin records that follow them.
     created: HashMap<(u32, i32), Box<OriginCreatedRecord>>,
+    /// Origin records whose innermost frame had no module yet: their process was gone
+    /// before its maps were read; its modules record follows.
+    waiting: Vec<OriginRecord>,
+    /// CPython processes' frames ([`super::pyframes`]), and the last origin of each thread
+    /// for the Python record that follows it.
+    python: super::pyframes::PyOrigins,
+    py_last: HashMap<(u32, u32), Arc<Call>>,
+    /// The last call sites' stacks per process: a site met again is not resolved again.
+    memo: super::stack_memo::StackMemo,
+    /// Each thread's last origin, for its call site's stack copy that may follow ([`copy`]).
+    copies: copy::LastOrigins,
+    /// The not-seen fds named, for an origin record that comes after them.
+    late: late::Late,
 }
 
 impl Origins {
@@ -117,14 +140,36 @@ impl Origins {
         if self.seen.note(rec, call) {
             return;
         }
+        self.record_call(procs, rec, call, false);
+    }
+
+    /// Keeps the origin `rec` (of `call`) reports; `last`: with the modules known now (else
+    /// a record whose innermost frame has no module waits for its modules record).
+    fn record_call(&mut self, procs: &Processes, rec: &OriginRecord, call: OriginCall, last: bool) {
         let flags = rec.header.flags;
         let cleared = flags & origin_flags::CLEARED != 0;
         let flag_only = cleared || seen::clears_cloexec(call, rec.cmd);
-        let stack = if cleared {
-            Vec::new()
+        let mut stack = if cleared {
+            Stack::default()
         } else {
-            self.frames(procs, rec)
+            match self.memo.get(rec) {
+                Some(s) => {
+                    self.sym.note_code(rec);
+                    s
+                }
+                None => match self.sym.stack(rec, procs, last) {
+                    Some(s) => {
+                        self.memo.put(rec, &s, self.sym.words_read());
+                        s
+                    }
+                    None => return self.wait_for_modules(procs, rec),
+                },
+            }
         };
+        let native = stack.frames.len();
+        if !cleared {
+            stack.frames.splice(0..0, self.python.unsupported(rec.pid));
+        }
         let created_by = if flags & origin_flags::CREATED != 0 {
             let made = self.created.remove(&(rec.pid, rec.fd[0]));
             made.and_then(|c| self.created(procs, rec, &c.made))
@@ -137,9 +182,17 @@ impl Origins {
             tid: rec.tid,
             comm: comm_of(&rec.comm),
             time_ns: rec.time_ns,
-            stack,
+            stack: stack.frames,
+            stack_partial: stack.partial,
             created_by,
         });
+        if !cleared {
+            if self.py_last.len() >= PENDING_CREATED {
+                self.py_last.clear();
+            }
+            self.py_last.insert((call.pid, call.tid), Arc::clone(&call));
+            self.copies.note(rec, &call, native);
+        }
         for i in 0..(rec.nfd as usize).min(ORIGIN_FDS) {
             if rec.fd[i] < 0 {
                 continue;
@@ -156,6 +209,87 @@ impl Origins {
                 flag_only,
                 call: Arc::clone(&call),
             });
+            if !cleared {
+                let identity = (rec.ino[i], rec.dev[i]);
+                self.late.arrived(rec.pid, rec.fd[i], identity, rec.time_ns);
+            }
+        }
+    }
+
+    /// Keeps `rec` until its process's modules record comes (the oldest waiting goes on
+    /// without it when too many wait).
+    fn wait_for_modules(&mut self, procs: &Processes, rec: &OriginRecord) {
+        if self.waiting.len() >= PENDING_MODULES {
+            let old = self.waiting.remove(0);
+            self.replay(procs, &old);
+        }
+        self.waiting.push(*rec);
+    }
+
+    /// A waiting record, kept with the modules known now.
+    fn replay(&mut self, procs: &Processes, rec: &OriginRecord) {
+        if let Some(call) = OriginCall::from_u32(rec.call) {
+            self.record_call(procs, rec, call, true);
+        }
+    }
+
+    /// Keeps the records that waited for `pid`'s modules (all of them: None), with the
+    /// modules known now.
+    fn flush_waiting(&mut self, procs: &Processes, pid: Option<u32>) {
+        let (go, stay) = std::mem::take(&mut self.waiting)
+            .into_iter()
+            .partition(|r| pid.is_none_or(|p| r.pid == p));
+        self.waiting = stay;
+        for rec in go {
+            self.replay(procs, &rec);
+        }
+    }
+
+    /// Learns the modules of a process's stack from the record the kernel sends after its
+    /// first origin record, then keeps its origin records that waited for them.
+    pub fn modules_record(&mut self, procs: &Processes, rec: &OriginModulesRecord) {
+        self.sym.learn_modules(rec);
+        self.flush_waiting(procs, Some(rec.pid));
+    }
+
+    /// Sets the PY_PROCS map CPython processes are registered in (`trace --origin`).
+    pub fn with_python(mut self, registry: super::pyframes::Registry) -> Origins {
+        self.python = super::pyframes::PyOrigins::new(registry);
+        self
+    }
+
+    /// `pid` exec'd: whether it is CPython now is looked at (in a thread).
+    pub fn python_exec(&mut self, pid: u32) {
+        self.python.forget(pid);
+        self.python.registry.exec(pid);
+    }
+
+    /// Reads the code objects of a batch's Python records ahead of the batch.
+    pub fn python_prefetch(&mut self, raw: &[Vec<u8>]) {
+        self.python.prefetch(raw);
+    }
+
+    /// A Python frames record: the origin recorded just before it gets its Python frames.
+    pub fn python_record(&mut self, rec: Box<fdaudit_common::PyFramesRecord>) {
+        let Some(((pid, tid), mut frames)) = self.python.record(rec) else {
+            return;
+        };
+        let Some(old) = self.py_last.remove(&(pid, tid)) else {
+            return;
+        };
+        let mut call = (*old).clone();
+        frames.append(&mut call.stack);
+        call.stack = frames;
+        let new = Arc::new(call);
+        for list in self
+            .by_fd
+            .get_mut(&pid)
+            .into_iter()
+            .flat_map(|m| m.values_mut())
+        {
+            for e in list.iter_mut().filter(|e| Arc::ptr_eq(&e.call, &old)) {
+                e.call = Arc::clone(&new);
+            }
         }
     }
 
@@ -181,7 +315,10 @@ impl Origins {
         let mut r = *rec;
         (r.pid, r.tid, r.nstack, r.stack) = (m.pid, m.tid, m.nstack, m.stack);
         (r.nsp_words, r.sp_words) = (m.nsp_words, m.sp_words);
-        let stack = self.frames(procs, &r);
+        let mut stack = self.sym.stack(&r, procs, true).unwrap_or_default();
+        let mut py = self.python.made_frames(m.pid, m.time_ns);
+        py.append(&mut stack.frames);
+        stack.frames = py;
         Some(Box::new(Call {
             syscall: seen::cloexec_name(call),
             pid: m.pid,
@@ -192,7 +329,8 @@ impl Origins {
                 String::new()
             },
             time_ns: m.time_ns,
-            stack,
+            stack: stack.frames,
+            stack_partial: stack.partial,
             created_by: None,
         }))
     }
@@ -201,19 +339,33 @@ impl Origins {
     /// "before tracing".
     pub fn note_attached(&mut self, pid: u32) {
         self.seen.note_attached(pid);
+        self.python.registry.exec(pid);
     }
 
     /// Learns that `pid` runs `path` (from its spawn record), if absolute.
     pub fn note_exec(&mut self, pid: u32, path: &[u8]) {
         self.sym.note_exec(pid, path);
+        self.memo.forget(pid);
     }
 
     /// Forgets what is kept of the processes the session's table forgot.
     pub fn forget(&mut self, pids: &[u32]) {
+        // (a record still waiting for its modules is kept first, as far as it can be)
+        if self.waiting.iter().any(|r| pids.contains(&r.pid)) {
+            let procs = Processes::default();
+            for pid in pids {
+                self.flush_waiting(&procs, Some(*pid));
+            }
+        }
         for pid in pids {
             self.by_fd.remove(pid);
             self.seen.forget(*pid);
             self.sym.forget(*pid);
+            self.memo.forget(*pid);
+            self.python.forget(*pid);
+            self.py_last.retain(|(p, _), _| p != pid);
+            self.copies.forget(*pid);
+            self.late.forget(*pid);
         }
     }
 
@@ -228,6 +380,23 @@ impl Origins {
         dev: u32,
         exec_ns: u64,
     ) -> Origin {
+        self.find_with(procs, (pid, fd), (ino, dev), exec_ns, true)
+    }
+
+    /// [`Origins::find`]; `note`: a `not seen` fd is kept for an origin record that comes
+    /// after it.
+    fn find_with(
+        &mut self,
+        procs: &Processes,
+        (pid, fd): (u32, u32),
+        (ino, dev): (u64, u32),
+        exec_ns: u64,
+        note: bool,
+    ) -> Origin {
+        // A record that waited for modules that did not come counts with what is known.
+        if !self.waiting.is_empty() {
+            self.flush_waiting(procs, None);
+        }
         let mut chain = vec![pid];
         let mut p = pid;
         for _ in 0..MAX_ANCESTORS {
@@ -269,17 +438,22 @@ impl Origins {
                 _ => break,
             }
         }
-        not_seen(self.seen.reason(&chain, exec_ns))
+        let seen_of_fd = self.near_miss(&chain, fd as i32, ino, exec_ns);
+        if note {
+            self.late.note(&chain, fd as i32, (ino, dev), exec_ns);
+        }
+        not_seen(format!("{}{seen_of_fd}", self.seen.reason(&chain, exec_ns)))
+    }
+
+    /// Learns the session's count of records lost to a full ring buffer so far (a
+    /// `not seen` fd's reason when no process's own count explains it).
+    pub fn note_lost_total(&mut self, n: u64) {
+        self.seen.set_lost_total(n);
     }
 
     /// A spawn record's leaked fds are to be named: its share of CPU starts now.
     pub fn begin_record(&mut self) {
         self.sym.begin_record();
-    }
-
-    /// `rec`'s frames, resolved now (the record's process may soon be gone).
-    fn frames(&mut self, procs: &Processes, rec: &OriginRecord) -> Vec<Frame> {
-        self.sym.frames(rec, procs)
     }
 
     fn name_frames(&mut self, stack: &mut [Frame]) {
@@ -314,7 +488,7 @@ fn comm_of(comm: &[u8; 16]) -> String {
 mod tests {
     use super::*;
 
-    fn rec(pid: u32, parent: u32, fd: [i32; 2], ino: u64, time_ns: u64) -> OriginRecord {
+    pub(super) fn rec(pid: u32, parent: u32, fd: [i32; 2], ino: u64, time_ns: u64) -> OriginRecord {
         // SAFETY: OriginRecord is plain integers; all zero is valid.
         let mut r: OriginRecord = unsafe { std::mem::zeroed() };
         r.pid = pid;
@@ -417,18 +591,25 @@ mod tests {
             matches!(o.find(&procs, (100, 3), 55, 7, 20), Origin::Known(c) if c.syscall == "openat")
         );
         // fd 3 reused for another file, or another dev: not this call's.
+        let why = o.seen.reason(&[100], 20);
         assert_eq!(
             o.find(&procs, (100, 3), 56, 7, 20),
-            not_seen(o.seen.reason(&[100], 20))
+            not_seen(format!(
+                "{why}; fdaudit saw fd 3 of pid 100 made by openat for another file (inode 55)"
+            ))
         );
         assert_eq!(
             o.find(&procs, (100, 3), 55, 8, 20),
-            not_seen(o.seen.reason(&[100], 20))
+            not_seen(format!(
+                "{why}; fdaudit saw fd 3 of pid 100 made by openat for the same inode on another device (7)"
+            ))
         );
         // A call after the exec did not make the fd the exec saw.
         assert_eq!(
             o.find(&procs, (100, 3), 55, 7, 5),
-            not_seen(o.seen.reason(&[100], 20))
+            not_seen(format!(
+                "{why}; fdaudit saw fd 3 of pid 100 made by openat 5 ns after the exec"
+            ))
         );
     }
 

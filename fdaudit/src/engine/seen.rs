@@ -10,7 +10,8 @@
 use std::collections::HashMap;
 
 use fdaudit_common::{
-    origin_flags, OriginCall, OriginCreatedRecord, OriginRecord, RecordHeader, RecordKind, F_SETFD,
+    origin_flags, OriginCall, OriginCreatedRecord, OriginModulesRecord, OriginRecord, RecordHeader,
+    RecordKind, F_SETFD,
 };
 
 /// Why an fd has no origin: it was open when fdaudit attached.
@@ -34,6 +35,10 @@ pub struct Seen {
     blind: HashMap<u32, Vec<(u64, String)>>,
     /// Per process: origin records lost to a full ring buffer.
     lost: HashMap<u32, u32>,
+    /// The session's records lost to a full ring buffer (the kernel's STATS, read before
+    /// a batch that names leaked fds): a process counts its lost origin records only in
+    /// its next one, so this says it when no per-process count does.
+    lost_total: u64,
 }
 
 impl Seen {
@@ -48,6 +53,11 @@ impl Seen {
         self.attached.remove(&pid);
         self.blind.remove(&pid);
         self.lost.remove(&pid);
+    }
+
+    /// Learns the session's count of records lost to a full ring buffer so far.
+    pub fn set_lost_total(&mut self, n: u64) {
+        self.lost_total = self.lost_total.max(n);
     }
 
     #[cfg(test)]
@@ -111,6 +121,14 @@ impl Seen {
                 return format!("{n} origin records of pid {p} lost to a full ring buffer");
             }
         }
+        // The process's last records may be the lost ones: no later record said so.
+        if self.lost_total > 0 {
+            return format!(
+                "{} records of this trace lost to a full ring buffer (the call that made it \
+                 may be among them)",
+                self.lost_total
+            );
+        }
         "no call fdaudit follows made it (a syscall outside the origin table, or a process \
          it did not trace)"
             .into()
@@ -122,6 +140,12 @@ pub enum OriginMessage {
     Origin(Box<OriginRecord>),
     /// The creator of the fd of the origin record that follows it.
     Created(Box<OriginCreatedRecord>),
+    /// The modules of a process's stack, after its first origin record.
+    Modules(Box<OriginModulesRecord>),
+    /// The Python frames of the origin record before it, or of a close-on-exec call.
+    Python(Box<fdaudit_common::PyFramesRecord>),
+    /// The top of the user stack at a call site's first origin.
+    StackCopy(Box<fdaudit_common::StackCopyRecord>),
 }
 
 /// The origin or creator record `bytes` is, if either.
@@ -142,6 +166,24 @@ pub fn origin_message(bytes: &[u8]) -> Option<OriginMessage> {
         RecordKind::OriginCreated if bytes.len() >= size_of::<OriginCreatedRecord>() => {
             // SAFETY: as above.
             Some(OriginMessage::Created(Box::new(unsafe {
+                std::ptr::read_unaligned(bytes.as_ptr().cast())
+            })))
+        }
+        RecordKind::OriginModules if bytes.len() >= size_of::<OriginModulesRecord>() => {
+            // SAFETY: as above.
+            Some(OriginMessage::Modules(Box::new(unsafe {
+                std::ptr::read_unaligned(bytes.as_ptr().cast())
+            })))
+        }
+        RecordKind::PyFrames if bytes.len() >= size_of::<fdaudit_common::PyFramesRecord>() => {
+            // SAFETY: as above.
+            Some(OriginMessage::Python(Box::new(unsafe {
+                std::ptr::read_unaligned(bytes.as_ptr().cast())
+            })))
+        }
+        RecordKind::StackCopy if bytes.len() >= size_of::<fdaudit_common::StackCopyRecord>() => {
+            // SAFETY: as above.
+            Some(OriginMessage::StackCopy(Box::new(unsafe {
                 std::ptr::read_unaligned(bytes.as_ptr().cast())
             })))
         }
@@ -262,6 +304,30 @@ mod tests {
             s.reason(&[6], 20),
             "2 origin records of pid 6 lost to a full ring buffer"
         );
+    }
+
+    #[test]
+    fn records_lost_without_a_later_one_are_said() {
+        let mut s = Seen::default();
+        assert!(s.reason(&[6, 5], 20).starts_with("no call fdaudit follows"));
+        // The process's last origin record was lost: no record of it counts it.
+        s.set_lost_total(3);
+        assert_eq!(
+            s.reason(&[6, 5], 20),
+            "3 records of this trace lost to a full ring buffer (the call that made it may \
+             be among them)"
+        );
+        // A per-process count explains it first; the session's count never goes down.
+        // SAFETY: OriginRecord is plain integers; all zero is valid.
+        let mut r: OriginRecord = unsafe { std::mem::zeroed() };
+        (r.pid, r.lost) = (5, 2);
+        assert!(!s.note(&r, OriginCall::Openat));
+        assert_eq!(
+            s.reason(&[6, 5], 20),
+            "2 origin records of pid 5 lost to a full ring buffer"
+        );
+        s.set_lost_total(1);
+        assert!(s.reason(&[7], 20).starts_with("3 records of this trace"));
     }
 
     #[test]

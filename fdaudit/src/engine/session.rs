@@ -92,6 +92,22 @@ pub struct Session {
     completion: Completion,
 }
 
+/// The decoder `opts` ask for: an agent's reads nothing from /proc per spawn; `--origin`'s
+/// names origins (and Python frames through `python`).
+fn decoder(opts: &SessionOptions, python: super::pyframes::Registry) -> Decoder {
+    let live: &'static dyn super::fdtarget::Live = if opts.agent {
+        &super::fdtarget::Agent
+    } else {
+        &super::fdtarget::Procfs
+    };
+    let d = Decoder::new(opts.counting, live);
+    if opts.origin {
+        d.with_origins(python)
+    } else {
+        d
+    }
+}
+
 impl Session {
     /// Loads the programs and attaches them (the probes' own cost is measured later, when
     /// the first spawn needs it).
@@ -127,6 +143,13 @@ impl Session {
         } else {
             None
         };
+        // `trace --origin`: the CPython processes' entries (pyframes).
+        let python = if opts.origin {
+            let map = take(&mut bpf, fdaudit_common::MAP_PY_PROCS)?;
+            super::pyframes::Registry::new(HashMap::try_from(map)?)
+        } else {
+            super::pyframes::Registry::default()
+        };
         // Fresh programs: zero, as a rule.
         let missed_baseline = ebpf::misses::read_all(&bpf);
         Ok(Session {
@@ -134,16 +157,12 @@ impl Session {
                 Drain::start(events, ring_bytes, grow)
                     .context("failed to start the ring buffer's drain thread")?,
             ),
-            decoder: if opts.origin {
-                Decoder::new(opts.counting, &super::fdtarget::Procfs).with_origins()
-            } else {
-                Decoder::new(opts.counting, &super::fdtarget::Procfs)
-            },
+            decoder: decoder(opts, python),
             tracked,
             stats,
             reads,
             read_paths,
-            completion: Completion::new(failed_execs, ia32_unseen),
+            completion: Completion::new(failed_execs, ia32_unseen, opts.agent),
             bpf: Some(bpf),
             counting: opts.counting,
             calibration: Calibration {
@@ -167,7 +186,7 @@ impl Session {
         })
     }
 
-    /// For a process about to exit (trace): the detaches happen after the exit, in a
+    /// For a process about to exit (trace, unclosed): the detaches happen after the exit, in a
     /// child ([`ebpf::detach_after_exit`]), so the caller does not wait for them: the
     /// fentry trampolines' removal, the tracepoint programs' (a syscall trace event's
     /// program detach waits for RCU grace periods, which would be most of fdaudit's exit
@@ -263,11 +282,12 @@ impl Session {
             stats: self.stats()?,
             missed: self.missed_runs(),
             queue_dropped: self.queue_dropped(),
-            first_ring_bytes: self.first_ring_bytes(),
+            first_ring_bytes: self.started.first_ring_bytes,
             ring_bytes: self.ring_bytes(),
-            ring_grow_failed: self.ring_grow_failed(),
+            ring_grow_failed: self.drain.as_ref().and_then(Drain::grow_failed),
             probe_cost_ns: self.probe_cost(),
             calibration: self.probe_cost_measured(),
+            late_origins: self.decoder.late_origins(),
         })
     }
 
@@ -342,16 +362,6 @@ impl Session {
             .map_or(self.started.first_ring_bytes, Drain::ring_bytes)
     }
 
-    /// Size of the first ring buffer in bytes (`--buffer-pages`, or the default first ring).
-    pub fn first_ring_bytes(&self) -> u64 {
-        self.started.first_ring_bytes
-    }
-
-    /// Why the ring buffer could not grow when a burst needed it to, if it could not.
-    pub fn ring_grow_failed(&self) -> Option<String> {
-        self.drain.as_ref().and_then(Drain::grow_failed)
-    }
-
     /// Waits up to `timeout` for records, then returns every record available.
     pub fn poll(&mut self, timeout: Duration) -> Result<Vec<Event>> {
         let raw = self.drain.as_ref().map(|d| d.wait(timeout));
@@ -380,6 +390,14 @@ impl Session {
         // parent links into it, the records written since included.
         let mut procs = std::mem::take(&mut self.completion.processes);
         let mut out = self.decode_raw(&raw, &mut procs);
+        // `--origin`: a leaked fd without an origin is named again once the records written
+        // meanwhile are read (its origin record may have reached the reader after it).
+        if self.decoder.any_not_seen(&mut out) {
+            let raw = self.flush_raw();
+            let mut later = self.decode_raw(&raw, &mut procs);
+            self.decoder.name_again(&procs, &mut out);
+            out.append(&mut later);
+        }
         // The parent's runtime now, before anything slower (the probe-cost calibration): a
         // spawner often exits soon after its child. A parent read live may have exec'd
         // before it was read (its record not yet taken): the records written since say so.
@@ -398,6 +416,13 @@ impl Session {
 
     fn decode_raw(&mut self, raw: &[Vec<u8>], procs: &mut Processes) -> Vec<Event> {
         let mut out = Vec::new();
+        if self.decoder.names_leaks(raw) {
+            // Lost records are counted per process only in its next record: the session's
+            // count names a loss that none came after.
+            self.decoder
+                .note_lost_total(self.stats().map_or(0, |s| s.lost_records));
+        }
+        self.decoder.prefetch_python(raw);
         for item in raw {
             let Some(mut ev) = self.decoder.decode(procs, item) else {
                 continue;

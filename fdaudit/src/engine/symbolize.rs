@@ -18,10 +18,12 @@ use std::{collections::HashMap, fs::File, sync::Arc, time::Duration};
 
 use fdaudit_common::{OriginRecord, ORIGIN_STACK_DEPTH};
 
+use super::buildid::BuildIds;
+use super::jit::JitProcs;
 use super::proc_maps::{read_exec_maps, Mapping};
 use super::process::Processes;
 use super::symbols::{self, Symbols};
-use super::unwind::{self, kernel_frames_kept, unwind, FrameRule, USER_TOP};
+use super::unwind::{self, kernel_frames_kept, unwind_reading, FrameRule, USER_TOP};
 use crate::{
     runtime::read_proc,
     untrusted::{self, FileId},
@@ -43,8 +45,6 @@ pub const SYMBOLS_BUDGET: u64 = 32 << 20;
 const MAX_PIDS: usize = 1 << 16;
 /// Unwind rules (from modules' unwind tables) kept, by module and offset.
 const MAX_RULES: usize = 1 << 16;
-/// Answers of the stack scan's call check kept.
-const MAX_FOLLOWS: usize = 1 << 16;
 /// Bytes of modules' unwind tables kept (emptied when a module would go over).
 const TABLES_BUDGET: u64 = 32 << 20;
 /// After this much of a record's CPU time, no second module is read for it (its frames keep
@@ -52,27 +52,7 @@ const TABLES_BUDGET: u64 = 32 << 20;
 /// record's CPU (50 ms) when a process maps many modules with large symbol tables.
 pub const LOAD_TIME_PER_RECORD: Duration = Duration::from_millis(30);
 
-/// One user stack frame.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Frame {
-    pub addr: u64,
-    /// The ELF symbol containing `addr` with the offset into it (`open_hostname+0x1c`).
-    pub symbol: Option<String>,
-    /// Source file and line of the call (DWARF), when the module has them.
-    pub file: Option<String>,
-    pub line: Option<u32>,
-    /// The mapped file `addr` is in, and the offset into that file.
-    pub module: Option<String>,
-    pub offset: Option<u64>,
-    /// The module's GNU build id (hex), to find its debug file elsewhere.
-    pub build_id: Option<String>,
-    /// `eh_frame`: the return address the frame-pointer walk skips (a libc wrapper keeps no
-    /// frame pointer), read from the stack where the module's unwind table says it is.
-    /// Absent: the frame-pointer walk's (the first frame: the instruction pointer).
-    pub found_by: Option<&'static str>,
-    /// The module's identity (device and inode, as maps gave them): what names it.
-    pub module_id: Option<crate::untrusted::FileId>,
-}
+pub use super::stack::{partial, FoundBy, Frame, Stack};
 
 /// A process's executable mappings, what they cost and when they were read.
 struct Maps {
@@ -131,9 +111,8 @@ pub(super) struct Symbolizer {
     /// Symbols by module (None: unreadable), with their last use.
     symbols: HashMap<FileId, (Option<Arc<Symbols>>, u64)>,
     symbols_cost: u64,
-    /// Whether a call instruction ends before (module, file offset): the stack scan asks
-    /// for the same return addresses again and again.
-    follows_call: HashMap<(FileId, u64), bool>,
+    /// Modules by build id: a gone process's frames the kernel named so.
+    build_ids: BuildIds,
     /// The unwind rule at (module, file offset): a call site asks again and again.
     frame_rules: HashMap<(FileId, u64), Option<FrameRule>>,
     /// Modules' unwind tables (None: the module has none), within [`TABLES_BUDGET`].
@@ -154,36 +133,39 @@ pub(super) struct Symbolizer {
     /// read for it.
     record_start: Option<Duration>,
     loads_now: u32,
+    /// Each process's anonymous executable ranges (JIT code), and the perf maps naming them.
+    anon_exec: HashMap<u32, Vec<(u64, u64)>>,
+    jit: JitProcs,
+    /// The copied stack words the last [`Symbolizer::stack`] read (bit i: word i).
+    words_read: u64,
+    /// Call sites' stacks unwound over a copy of their top ([`sites`]).
+    sites: sites::Sites,
 }
 
-/// The calling thread's CPU time (what a record costs, whatever else runs on the CPUs).
-fn thread_cpu() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid timespec to write.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
+mod bounds;
+mod jit_frames;
+mod learned;
+mod sites;
 
-/// Inserts into a map kept under `max` entries (emptied when full: the entries are hints).
-fn insert_bounded<K: std::hash::Hash + Eq, V>(m: &mut HashMap<K, V>, max: usize, k: K, v: V) {
-    if m.len() >= max && !m.contains_key(&k) {
-        m.clear();
-    }
-    m.insert(k, v);
-}
+use bounds::{insert_bounded, thread_cpu};
 
 impl Symbolizer {
     /// The frames of `rec`, each resolved to its module and file offset now (the module's
-    /// file opened while the process lives).
+    /// file opened while the process lives); never None (a frame without module is shown
+    /// alone, the stack said partial).
     pub fn frames(&mut self, rec: &OriginRecord, parent: &Processes) -> Vec<Frame> {
+        self.stack(rec, parent, true)
+            .map(|s| s.frames)
+            .unwrap_or_default()
+    }
+
+    /// [`Symbolizer::frames`] with why the stack is partial; None when the innermost frame
+    /// has no module yet and `last` is false (its modules record may still come:
+    /// [`Symbolizer::learn_modules`]).
+    pub fn stack(&mut self, rec: &OriginRecord, parent: &Processes, last: bool) -> Option<Stack> {
         self.begin_record();
-        if rec.start_code < rec.end_code {
-            let range = (rec.start_code, rec.end_code);
-            insert_bounded(&mut self.code, MAX_PIDS, rec.pid, range);
-        }
+        self.note_code(rec);
+        self.words_read = 0;
         let n = (rec.nstack as usize).min(rec.stack.len());
         // A walk through a frame without a frame pointer ends in garbage: stop at the
         // first word that is no user address.
@@ -194,61 +176,108 @@ impl Symbolizer {
             .collect();
         let words = &rec.sp_words[..(rec.nsp_words as usize).min(rec.sp_words.len())];
         let Some(&ip) = walk.first() else {
-            return Vec::new();
+            return Some(Stack {
+                frames: Vec::new(),
+                partial: Some(partial::NO_STACK),
+            });
         };
         // The innermost frame first: resolving it reads the process's maps.
         let innermost = self.frame(rec.pid, ip, None, parent);
-        let rest = self.callers(rec, &walk, words, parent);
-        let mut out = vec![innermost];
-        for (a, how) in rest {
-            out.push(self.frame(rec.pid, a, how, parent));
+        if innermost.module.is_none() {
+            // No module, no unwind table: no caller is known. Nothing is guessed.
+            return last.then(|| Stack {
+                frames: vec![innermost],
+                partial: Some(partial::NO_MODULE),
+            });
         }
-        out
+        let (mut rest, mut partial) = self.callers(rec, &walk, words, parent);
+        // The site's stack unwound over its copy, where it goes further and agrees with
+        // what this record's own words gave: two call sites can share a frame-pointer walk
+        // and an sp (two calls in one function, through a libc wrapper without a frame
+        // pointer), and then only the return addresses in the words tell them apart.
+        if let Some((more, why)) = self.site_callers(rec.pid, &walk, rec.sp) {
+            let further = more.len() > rest.len() || (more.len() == rest.len() && why.is_none());
+            let agrees = rest.iter().zip(&more).all(|(a, b)| a.0 == b.0);
+            if further && agrees {
+                (rest, partial) = (more, why);
+            }
+        }
+        let mut frames = vec![innermost];
+        for (a, how) in rest {
+            frames.push(self.frame(rec.pid, a, Some(how), parent));
+        }
+        Some(Stack { frames, partial })
     }
 
     /// The frames above the innermost one (`walk[0]`), each with how it was found, before
-    /// any is resolved: only those shown are.
+    /// any is resolved (only those shown are), and why they stop short, if they do.
     fn callers(
         &mut self,
         rec: &OriginRecord,
         walk: &[u64],
         words: &[u64],
         parent: &Processes,
-    ) -> Vec<(u64, Option<&'static str>)> {
+    ) -> (Vec<(u64, FoundBy)>, Option<&'static str>) {
         let ip = walk[0];
-        let kernel = |frames: &[u64]| frames.iter().map(|&a| (a, None)).collect::<Vec<_>>();
-        if self.mapping_in_tree(rec.pid, ip, false, parent).is_none() {
-            // The process was gone before its maps were read: no module, no unwind table
-            // for the innermost frame. The caller is then guessed from the stack words,
-            // and says so.
-            let mut rest = kernel(&walk[1..]);
-            if let Some(found) = self.scan_return_address(rec.pid, words, parent) {
-                if walk.get(1) != Some(&found) {
-                    rest.insert(0, (found, Some("stack-scan")));
-                }
-            }
-            return rest;
-        }
-        let callers = unwind(ip, rec.sp, words, |at| self.frame_rule(rec.pid, at, parent));
+        let kernel = |frames: &[u64]| {
+            let fp = frames
+                .iter()
+                .map(|&a| (a, FoundBy::FramePointers))
+                .collect::<Vec<_>>();
+            // The walk ends with rbp 0 (the outermost frame clears it) unless it was cut.
+            let cut = walk.len() >= ORIGIN_STACK_DEPTH;
+            (fp, cut.then_some(partial::FP_ENDS))
+        };
+        let mut read = 0;
+        let (callers, whole) = unwind_reading(
+            ip,
+            rec.sp,
+            words,
+            |at| self.frame_rule(rec.pid, at, parent),
+            &mut read,
+        );
+        self.words_read = read;
         let Some(&first) = callers.first() else {
+            if whole {
+                return (Vec::new(), None);
+            }
+            // The innermost frame's module has no unwind rule for it: the kernel's walk,
+            // which says how it was found.
             return kernel(&walk[1..]);
         };
-        if walk.len() > 1 && callers.len() == 1 {
+        if walk.len() > 1 && callers.len() == 1 && !whole {
             // The copy ended after one caller, and the kernel's walk went on from the frame
             // pointer at the call: its frames hold only while each function on the way
             // keeps a frame pointer (rbp is a plain register elsewhere).
             let kept = kernel_frames_kept(walk, first, |at| self.frame_rule(rec.pid, at, parent));
-            let mut rest = vec![(first, Some("eh_frame"))];
-            rest.extend(kernel(&kept));
-            return rest;
+            // (kernel_frames_kept's frames: those after `first`, or after the innermost)
+            let after = if walk[1] == first { 2 } else { 1 };
+            let all_kept = kept.len() == walk.len().saturating_sub(after);
+            let (fp, cut) = kernel(&kept);
+            let mut rest = vec![(first, FoundBy::EhFrame)];
+            rest.extend(fp);
+            let mut partial = if all_kept && !kept.is_empty() {
+                cut
+            } else {
+                Some(partial::UNWIND_ENDS)
+            };
+            if let Some(p) = self.through_jit(rec.pid, walk, &mut rest, parent) {
+                partial = p;
+            }
+            return (rest, partial);
         }
         // The unwind table's walk, as far as the copied words reach, in place of the
         // kernel's (which a frame without a frame pointer derails).
-        callers
+        let mut frames = callers
             .iter()
             .take(ORIGIN_STACK_DEPTH)
-            .map(|&ret| (ret, Some("eh_frame")))
-            .collect()
+            .map(|&ret| (ret, FoundBy::EhFrame))
+            .collect();
+        let mut partial = (!whole).then_some(partial::UNWIND_ENDS);
+        if let Some(p) = self.through_jit(rec.pid, walk, &mut frames, parent) {
+            partial = p;
+        }
+        (frames, partial)
     }
 
     /// A record begins: its maps reads and module loads are counted from now.
@@ -265,6 +294,8 @@ impl Symbolizer {
         if let Some(old) = self.maps.remove(&pid) {
             self.maps_cost -= old.cost;
         }
+        self.anon_exec.remove(&pid);
+        self.sites.forget(pid);
         self.exe.remove(&pid);
         self.code.remove(&pid);
     }
@@ -273,6 +304,7 @@ impl Symbolizer {
     pub fn note_exec(&mut self, pid: u32, path: &[u8]) {
         if path.first() == Some(&b'/') {
             let path: Arc<str> = String::from_utf8_lossy(path).into();
+            self.build_ids.offer(&path, None);
             insert_bounded(&mut self.exe, MAX_PIDS, pid, (path, None));
         }
     }
@@ -281,7 +313,7 @@ impl Symbolizer {
         &mut self,
         pid: u32,
         addr: u64,
-        found_by: Option<&'static str>,
+        found_by: Option<FoundBy>,
         parent: &Processes,
     ) -> Frame {
         let m = self.mapping_in_tree(pid, addr, true, parent);
@@ -290,6 +322,10 @@ impl Symbolizer {
             self.module_file(m, *live)?;
             m.id
         });
+        let jit_pid = match m {
+            Some(_) => None,
+            None => self.jit_code_pid(pid, addr, parent),
+        };
         Frame {
             addr,
             symbol: None,
@@ -300,35 +336,15 @@ impl Symbolizer {
             build_id: None,
             found_by,
             module_id: id,
+            jit_pid,
+            code: None,
+            unnamed: None,
         }
     }
 
-    /// The first word that is a return address: in an executable mapping, just after a
-    /// call instruction (read from the mapped file, so it works once the process is gone).
-    fn scan_return_address(&mut self, pid: u32, words: &[u64], parent: &Processes) -> Option<u64> {
-        words.iter().copied().find(|&w| {
-            let Some((m, live)) = self.mapping_in_tree(pid, w, false, parent) else {
-                return false;
-            };
-            let Some(id) = m.id else {
-                return false;
-            };
-            let off = w - m.start + m.offset;
-            if let Some(&known) = self.follows_call.get(&(id, off)) {
-                return known;
-            }
-            let yes = self
-                .module_file(&m, live)
-                .is_some_and(|(f, _, _)| symbols::follows_call(&f, off));
-            insert_bounded(&mut self.follows_call, MAX_FOLLOWS, (id, off), yes);
-            yes
-        })
-    }
-
     /// The unwind rule of the frame executing at `ip` (the innermost frame, or a caller's
-    /// call instruction), from its module's unwind table, cached by module and offset. The
-    /// addresses are real frames' (unlike the stack scan's words): the maps may be read
-    /// again for one.
+    /// call instruction), from its module's unwind table, cached by module and offset (the
+    /// maps may be read again for one).
     fn frame_rule(&mut self, pid: u32, ip: u64, parent: &Processes) -> Option<FrameRule> {
         let (m, live) = self.mapping_in_tree(pid, ip, true, parent)?;
         let id = m.id?;
@@ -407,7 +423,7 @@ impl Symbolizer {
     }
 
     /// The mapping of `addr` in `pid`; `refresh`: read /proc/PID/maps again when the cached
-    /// copy lacks it (not for the stack scan's words, most of which are data), at most once
+    /// copy lacks it, at most once
     /// per record and process.
     fn mapping(&mut self, pid: u32, addr: u64, refresh: bool) -> Option<Mapping> {
         let find = |maps: &[Mapping]| {
@@ -429,8 +445,11 @@ impl Symbolizer {
         self.reads_left -= 1;
         self.read_now.push(pid);
         // Read again (a library loaded since); a process gone keeps what was read.
-        let fresh = read_exec_maps(pid, MAPS_MAX_BYTES, MAX_MAPPINGS_PER_PID);
+        let (fresh, anon) = read_exec_maps(pid, MAPS_MAX_BYTES, MAX_MAPPINGS_PER_PID);
         let hit = find(&fresh);
+        if !anon.is_empty() {
+            insert_bounded(&mut self.anon_exec, MAX_PIDS, pid, anon);
+        }
         if !fresh.is_empty() {
             self.keep_maps(pid, fresh);
         }
@@ -440,6 +459,11 @@ impl Symbolizer {
     /// Keeps `pid`'s mappings, dropping the least recently read processes' over
     /// [`MAPS_BUDGET`].
     fn keep_maps(&mut self, pid: u32, list: Vec<Mapping>) {
+        // Each module a traced process maps may be another's by build id, once that one
+        // is gone.
+        for m in &list {
+            self.build_ids.offer(&m.path, m.id);
+        }
         let cost = list.iter().map(Mapping::cost).sum();
         if let Some(old) = self.maps.remove(&pid) {
             self.maps_cost -= old.cost;
@@ -498,6 +522,10 @@ impl Symbolizer {
     /// [`SYMBOLS_BUDGET`]).
     pub fn name_frames(&mut self, stack: &mut [Frame]) {
         for f in stack.iter_mut() {
+            if f.jit_pid.is_some() {
+                self.name_jit_frame(f);
+                continue;
+            }
             let (Some(id), Some(module), Some(offset)) = (f.module_id, &f.module, f.offset) else {
                 continue;
             };
@@ -657,6 +685,22 @@ mod tests {
         assert!(parse_maps_line(line, &mut paths).is_none());
         let line = "7f00a000-7f00b000 r--p 00000000 08:01 1 /usr/lib/x.so";
         assert!(parse_maps_line(line, &mut paths).is_none());
+        // A JIT's code: anonymous executable memory, not [vdso] nor a file.
+        use crate::engine::proc_maps::parse_anon_exec;
+        let jit = "7f435cec0000-7f435d130000 rwxp 00000000 00:00 0 ";
+        assert_eq!(
+            parse_anon_exec(jit),
+            Some((0x7f43_5cec_0000, 0x7f43_5d13_0000))
+        );
+        assert_eq!(
+            parse_anon_exec("7f00-7f01 r-xp 00000000 00:00 0    [vdso]"),
+            None
+        );
+        assert_eq!(parse_anon_exec("7f00-7f01 rw-p 00000000 00:00 0"), None);
+        assert_eq!(
+            parse_anon_exec("7f00a000-7f00b000 r-xp 0 08:01 1 /usr/lib/x.so"),
+            None
+        );
     }
 
     #[test]

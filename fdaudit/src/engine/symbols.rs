@@ -1,7 +1,6 @@
 //! What `trace --origin` reads of a module (a file a traced process mapped): its function
 //! symbols (or, for a Go binary without them, its `.gopclntab`) and DWARF line table
-//! ([`Symbols`]), its first executable segment ([`text_segment`]) and the bytes before a
-//! return address ([`follows_call`]). Every read is a bounded `pread` of a file
+//! ([`Symbols`]) and its first executable segment ([`text_segment`]). Every read is a bounded `pread` of a file
 //! [`crate::untrusted`] opened: a module's reads are kept within [`LOAD_BUDGET`] while it
 //! is parsed, what is kept of it afterwards within [`FUNCS_BUDGET`] of names and
 //! [`DWARF_BUDGET`] of debug sections (a module with more DWARF is named without source
@@ -202,26 +201,6 @@ pub fn text_segment(file: &File, len: u64) -> Option<(u64, u64)> {
         FileKind::Elf64 => lowest::<FileHeader64<Endianness>>(&data),
         _ => None,
     }
-}
-
-/// Whether the bytes before file offset `ret` of `module` end with a call instruction:
-/// x86_64 `call rel32` (e8, 5 bytes) or an indirect `call` (ff /2: 2, 3, 6 or 7 bytes);
-/// aarch64 `bl`/`blr` (the word before).
-pub fn follows_call(module: &File, ret: u64) -> bool {
-    use std::os::unix::fs::FileExt as _;
-    let mut b = [0u8; 8];
-    let Some(at) = ret.checked_sub(8) else {
-        return false;
-    };
-    if module.read_exact_at(&mut b, at).is_err() {
-        return false;
-    }
-    if cfg!(target_arch = "aarch64") {
-        let w = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
-        return w & 0xfc00_0000 == 0x9400_0000 || w & 0xffff_fc1f == 0xd63f_0000;
-    }
-    let modrm_call = |i: usize| b[i] == 0xff && (b[i + 1] >> 3) & 7 == 2;
-    b[3] == 0xe8 || modrm_call(6) || modrm_call(5) || modrm_call(2) || modrm_call(1)
 }
 
 #[cfg(test)]

@@ -143,14 +143,26 @@ impl LiveMaps {
             _ => self.resolve(id, Some(pid)),
         };
         self.sym.name_frames(&mut frames);
-        // Named once: the folded stacks, the gates and later reports take the same names.
+        // Named once: the folded stacks, the gates and later reports take the same names;
+        // except a JIT frame its perf map does not name yet (the JVM writes it at exit, or
+        // when asked): named again at each report, from the map as it is then.
+        let pending = frames
+            .iter()
+            .any(|f| f.jit_pid.is_some() && f.symbol.is_none());
         if !frames.is_empty()
             && (self.resolved.contains_key(&id) || self.resolved.len() < MAX_RESOLVED)
         {
             self.resolved.insert(id, frames.clone());
-            self.named.insert(id);
+            if !pending {
+                self.named.insert(id);
+            }
         }
         frames
+    }
+
+    /// A report is being made: the perf maps naming JIT frames are checked again.
+    pub fn begin_report(&mut self) {
+        self.sym.begin_report();
     }
 
     /// Stack `id`'s frames resolved to modules and offsets, against the process that made

@@ -34,6 +34,9 @@ pub struct FrameRule {
     pub ra: i64,
     /// None: the frame pointer is the caller's still.
     pub rbp: Option<i64>,
+    /// The table says the frame has no caller (its return address is undefined: `_start`,
+    /// a thread's start): the stack is whole.
+    pub outermost: bool,
 }
 
 /// A module's unwind table: its `.eh_frame_hdr` and `.eh_frame` sections, read once
@@ -117,8 +120,18 @@ impl Tables {
             X86_64::RBP => CfaBase::Fp,
             _ => return None,
         };
-        let RegisterRule::Offset(ra) = row.register(X86_64::RA) else {
-            return None;
+        let ra = match row.register(X86_64::RA) {
+            RegisterRule::Offset(ra) => ra,
+            RegisterRule::Undefined => {
+                return Some(FrameRule {
+                    base,
+                    cfa: offset,
+                    ra: 0,
+                    rbp: None,
+                    outermost: true,
+                })
+            }
+            _ => return None,
         };
         let rbp = match row.register(X86_64::RBP) {
             RegisterRule::Offset(at) => Some(at),
@@ -130,6 +143,7 @@ impl Tables {
             cfa: offset,
             ra,
             rbp,
+            outermost: false,
         })
     }
 }
@@ -138,26 +152,127 @@ impl Tables {
 /// from its module's unwind table (`rule_at`) over the words copied above the user stack
 /// pointer `sp`: the walk a debugger makes, ending where a rule is missing, needs the frame
 /// pointer before any frame saved it (its value at the call is not recorded), or reads
-/// beyond the copy. Nothing is guessed.
+/// beyond the copy. Nothing is guessed. With them, whether the walk reached the stack's
+/// outermost frame (a rule without return address, or a return address 0): else the stack
+/// shown is partial.
+#[cfg(test)]
 pub fn unwind(
     ip: u64,
     sp: u64,
     words: &[u64],
+    rule_at: impl FnMut(u64) -> Option<FrameRule>,
+) -> (Vec<u64>, bool) {
+    unwind_reading(ip, sp, words, rule_at, &mut 0)
+}
+
+/// [`unwind`], which also sets in `read` bit `i` for each word `words[i]` it read (its
+/// result depends on those words alone: `super::stack_memo`).
+pub fn unwind_reading(
+    ip: u64,
+    sp: u64,
+    words: &[u64],
+    rule_at: impl FnMut(u64) -> Option<FrameRule>,
+    read: &mut u64,
+) -> (Vec<u64>, bool) {
+    let (callers, whole, _) = walk(ip, sp, None, words, ORIGIN_STACK_DEPTH, rule_at, read);
+    (callers, whole)
+}
+
+/// [`unwind`] from the frame pointer `bp` at the call too (when known: a rule that needs it
+/// before any frame saved it then holds), for up to `depth` return addresses; with them
+/// the frame pointer in the last one's frame, where the rules tell it.
+pub fn unwind_from(
+    ip: u64,
+    sp: u64,
+    bp: Option<u64>,
+    words: &[u64],
+    depth: usize,
+    rule_at: impl FnMut(u64) -> Option<FrameRule>,
+) -> (Vec<u64>, bool, Option<u64>) {
+    walk(ip, sp, bp, words, depth, rule_at, &mut 0)
+}
+
+/// Why a frame-pointer chain ([`fp_chain`]) ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChainEnd {
+    /// A saved frame pointer of 0: the outermost frame clears it.
+    Outermost,
+    /// A word it needs lies outside the copied words.
+    OutOfCopy,
+    /// A return address that is no user address, or a saved frame pointer that does not
+    /// lead up the stack.
+    NotCode,
+    /// `depth` return addresses read.
+    Depth,
+}
+
+/// The return addresses of the frame-pointer chain from `bp` (the frame pointer in a frame
+/// that keeps one: the caller's frame pointer saved at `bp`, the return address above it),
+/// read from the words copied above the user stack pointer `sp` only, up to `depth` of
+/// them. Each word is the traced process's: every return address is checked to be a user
+/// address and every saved frame pointer to lead up the stack; whether the functions on
+/// the way keep a frame pointer (else the chain's words are garbage) is the caller's to
+/// judge ([`kept_while`]).
+pub fn fp_chain(bp: u64, sp: u64, words: &[u64], depth: usize) -> (Vec<u64>, ChainEnd) {
+    let word = |addr: u64| words.get(word_index(sp, addr)?).copied();
+    let mut out = Vec::new();
+    let mut bp = bp;
+    while out.len() < depth {
+        let (Some(next), Some(ret)) = (word(bp), bp.checked_add(8).and_then(word)) else {
+            return (out, ChainEnd::OutOfCopy);
+        };
+        if ret == 0 || ret >= USER_TOP {
+            return (out, ChainEnd::NotCode);
+        }
+        out.push(ret);
+        if next == 0 {
+            return (out, ChainEnd::Outermost);
+        }
+        if next <= bp {
+            return (out, ChainEnd::NotCode);
+        }
+        bp = next;
+    }
+    (out, ChainEnd::Depth)
+}
+
+/// The index of the word at user address `addr` among words copied from the user stack
+/// pointer `sp` on, if it is at or above `sp` and at a word boundary.
+fn word_index(sp: u64, addr: u64) -> Option<usize> {
+    let i = usize::try_from(addr.checked_sub(sp)? / 8).ok()?;
+    (addr % 8 == sp % 8).then_some(i)
+}
+
+/// The walk of [`unwind_reading`] and [`unwind_from`] (bit `i` of `read` for the first 64
+/// words).
+fn walk(
+    ip: u64,
+    sp: u64,
+    bp: Option<u64>,
+    words: &[u64],
+    depth: usize,
     mut rule_at: impl FnMut(u64) -> Option<FrameRule>,
-) -> Vec<u64> {
-    let word = |addr: u64| -> Option<u64> {
-        let i = usize::try_from(addr.checked_sub(sp)? / 8).ok()?;
-        (addr % 8 == sp % 8).then(|| words.get(i).copied())?
+    read: &mut u64,
+) -> (Vec<u64>, bool, Option<u64>) {
+    let mut word = |addr: u64| -> Option<u64> {
+        let i = word_index(sp, addr)?;
+        if i < 64 {
+            *read |= 1 << i;
+        }
+        words.get(i).copied()
     };
     let at = |base: u64, off: i64| base.checked_add_signed(off);
-    let (mut ip, mut sp_now, mut fp) = (ip, sp, None::<u64>);
+    let (mut ip, mut sp_now, mut fp) = (ip, sp, bp);
     let mut out = Vec::new();
-    while out.len() < ORIGIN_STACK_DEPTH {
+    while out.len() < depth {
         // A caller's rule is looked up inside its call instruction, not after it.
         let lookup = if out.is_empty() { ip } else { ip - 1 };
         let Some(rule) = rule_at(lookup) else {
             break;
         };
+        if rule.outermost {
+            return (out, true, fp);
+        }
         let base = match rule.base {
             CfaBase::Sp => Some(sp_now),
             CfaBase::Fp => fp,
@@ -165,19 +280,22 @@ pub fn unwind(
         let Some(cfa) = base.and_then(|b| at(b, rule.cfa)).filter(|&c| c > sp_now) else {
             break;
         };
-        let Some(ret) = at(cfa, rule.ra).and_then(word) else {
+        let Some(ret) = at(cfa, rule.ra).and_then(&mut word) else {
             break;
         };
-        if ret == 0 || ret >= USER_TOP {
+        if ret == 0 {
+            return (out, true, fp);
+        }
+        if ret >= USER_TOP {
             break;
         }
         if let Some(off) = rule.rbp {
-            fp = at(cfa, off).and_then(word);
+            fp = at(cfa, off).and_then(&mut word);
         }
         out.push(ret);
         (ip, sp_now) = (ret, cfa);
     }
-    out
+    (out, false, fp)
 }
 
 /// The kernel's frame-pointer frames (of `walk`, after its first) that continue the stack
@@ -202,14 +320,24 @@ pub fn kernel_frames_kept(
     } else {
         &walk[1..]
     };
+    // (a rule is looked up inside the call instruction, not after it)
+    kept_while(rest, first, |at| {
+        rule_at(at - 1).is_some_and(|r| r.base == CfaBase::Fp)
+    })
+}
+
+/// The frames of `rest`, the kernel's frame-pointer walk on from return address `from`,
+/// kept while each function on the way keeps a frame pointer (`keeps_fp`, asked of the
+/// return address into it): past the first that does not, the walk's words are garbage.
+pub fn kept_while(rest: &[u64], from: u64, mut keeps_fp: impl FnMut(u64) -> bool) -> Vec<u64> {
     let mut kept = Vec::new();
-    let mut last = first;
+    let mut at = from;
     for &a in rest {
-        if !rule_at(last - 1).is_some_and(|r| r.base == CfaBase::Fp) {
+        if !keeps_fp(at) {
             break;
         }
         kept.push(a);
-        last = a;
+        at = a;
     }
     kept
 }
@@ -235,32 +363,53 @@ mod tests {
             cfa: 24,
             ra: -8,
             rbp: Some(-16),
+            outermost: false,
         };
         let framed = FrameRule {
             base: CfaBase::Fp,
             cfa: 16,
             ra: -8,
             rbp: Some(-16),
+            outermost: false,
         };
         let rules = |ip: u64| match ip {
             a if a == open64 => Some(leaf),
             a if a == load_key - 1 || a == main - 1 => Some(framed),
             _ => None,
         };
-        assert_eq!(unwind(open64, sp, &words, rules), [load_key, main]);
+        let callers = |r: (Vec<u64>, bool)| r.0;
+        assert_eq!(callers(unwind(open64, sp, &words, rules)), [load_key, main]);
+        // main's caller is past the copy: the stack is partial. Had main's rule said it has
+        // no caller (as _start's does), it would be whole.
+        assert!(!unwind(open64, sp, &words, rules).1);
+        let start = FrameRule {
+            outermost: true,
+            ..framed
+        };
+        let whole = |ip: u64| {
+            if ip == main - 1 {
+                Some(start)
+            } else {
+                rules(ip)
+            }
+        };
+        assert_eq!(
+            unwind(open64, sp, &words, whole),
+            (vec![load_key, main], true)
+        );
         // A wrapper that keeps rbp: the frame pointer at the call is not known, so the
         // framed caller cannot be unwound past.
         let keeps = FrameRule { rbp: None, ..leaf };
         let only = |ip: u64| if ip == open64 { Some(keeps) } else { rules(ip) };
-        assert_eq!(unwind(open64, sp, &words, only), [load_key]);
+        assert_eq!(callers(unwind(open64, sp, &words, only)), [load_key]);
         // No rule: nothing.
-        assert!(unwind(open64, sp, &words, |_| None).is_empty());
+        assert!(callers(unwind(open64, sp, &words, |_| None)).is_empty());
         // The return address beyond the copy: nothing.
         let far = FrameRule { cfa: 128, ..leaf };
-        assert!(unwind(open64, sp, &words, |_| Some(far)).is_empty());
+        assert!(callers(unwind(open64, sp, &words, |_| Some(far))).is_empty());
         // A kernel address is no return address.
         words[2] = u64::MAX - 7;
-        assert!(unwind(open64, sp, &words, rules).is_empty());
+        assert!(callers(unwind(open64, sp, &words, rules)).is_empty());
     }
 
     /// A function of this test binary that calls nothing: its unwind table says the return
@@ -279,6 +428,7 @@ mod tests {
                 cfa: 8,
                 ra: -8,
                 rbp: None,
+                outermost: false,
             };
             assert_eq!(
                 Tables::load(&o.file, o.len).and_then(|t| t.rule(file_off)),
@@ -307,6 +457,48 @@ mod tests {
     }
 
     #[test]
+    fn a_frame_pointer_chain_is_read_within_the_copy_and_up_the_stack_only() {
+        let sp = 0x7ff0_0000_1000u64;
+        let (a, b) = (0x7f00_0000_1000u64, 0x7f00_0000_2000u64);
+        let mut words = vec![0u64; 16];
+        // bp sp+16: caller's bp sp+48, return a; sp+48: bp 0 (outermost), return b.
+        words[2] = sp + 48;
+        words[3] = a;
+        words[6] = 0;
+        words[7] = b;
+        assert_eq!(
+            fp_chain(sp + 16, sp, &words, 8),
+            (vec![a, b], ChainEnd::Outermost)
+        );
+        assert_eq!(fp_chain(sp + 16, sp, &words, 1), (vec![a], ChainEnd::Depth));
+        // A saved frame pointer past the copy, or below the current one, or between words.
+        for (bad, end) in [
+            (sp + 0x1000, ChainEnd::OutOfCopy),
+            (sp + 8, ChainEnd::NotCode),
+            (sp + 52, ChainEnd::OutOfCopy),
+        ] {
+            words[2] = bad;
+            assert_eq!(fp_chain(sp + 16, sp, &words, 8), (vec![a], end), "{bad:#x}");
+        }
+        // No code address: nothing.
+        words[3] = USER_TOP;
+        assert_eq!(
+            fp_chain(sp + 16, sp, &words, 8),
+            (vec![], ChainEnd::NotCode)
+        );
+        words[3] = 0;
+        assert_eq!(
+            fp_chain(sp + 16, sp, &words, 8),
+            (vec![], ChainEnd::NotCode)
+        );
+        // A frame pointer below the copy.
+        assert_eq!(
+            fp_chain(sp - 16, sp, &words, 8),
+            (vec![], ChainEnd::OutOfCopy)
+        );
+    }
+
+    #[test]
     fn the_kernel_s_frames_are_kept_only_through_functions_with_a_frame_pointer() {
         let (ip, caller, up, top) = (
             0x7f00_0000_0100u64,
@@ -319,12 +511,14 @@ mod tests {
             cfa: 8,
             ra: -8,
             rbp: None,
+            outermost: false,
         };
         let framed = FrameRule {
             base: CfaBase::Fp,
             cfa: 16,
             ra: -8,
             rbp: Some(-16),
+            outermost: false,
         };
         let walk = [ip, up, top];
         // caller and up keep frame pointers: both kernel frames hold.

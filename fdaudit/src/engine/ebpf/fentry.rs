@@ -11,7 +11,7 @@ use super::{
     raw, FentrySpec, LoadError, FAILED_EXEC_PROGRAMS, FENTRY_PROGRAMS, SYSCALL_PREFIX, TP_PROGRAMS,
     TP_READ_PROGRAMS,
 };
-use crate::engine::btf::Btf;
+use crate::engine::{btf::Btf, handover};
 
 /// Loads one fentry-backend program against `btf` and attaches it.
 fn load_and_attach_fentry(
@@ -249,7 +249,8 @@ unsafe fn retitle(args: Option<(usize, usize)>) {
 /// (the programs detach; the events stay registered, so nothing waits), and keeps the
 /// anchors [`ANCHOR_LINGER_S`] more: a trace that starts meanwhile finds each event
 /// registered (its perf_event_open only takes a reference) and its own child takes the
-/// registration over. Only the last child's exit unregisters, when no trace is starting.
+/// registration over. Only the last child unregisters, one event at a time and never while
+/// another trace is starting ([`handover::drop_anchors`]).
 fn hand_bpf_fds_to_a_child(ids: &[u64]) -> std::io::Result<()> {
     let mut gone = [0i32; 2];
     // SAFETY: pipe2 fills the array we own.
@@ -274,9 +275,14 @@ fn hand_bpf_fds_to_a_child(ids: &[u64]) -> std::io::Result<()> {
         }
     }
     let mut stacks = vec![0u8; links.len() * CLOSER_STACK];
+    let mut anchors = vec![-1i32; ids.len()];
+    let lock = handover::into_raw((!ids.is_empty()).then(handover::open_lock).flatten());
+    // Its number may be the listing's own directory fd, in `others`: the child keeps it.
+    others.retain(|&fd| fd != lock);
     let args = arg_area();
-    // SAFETY: the child only writes its own copy of the argument strings and calls prctl,
-    // setsid, close, read, perf_event_open, nanosleep and _exit.
+    // SAFETY: the child only writes its own copy of the argument strings and memory
+    // allocated before the fork, and calls prctl, setsid, close, read, perf_event_open,
+    // flock, nanosleep and _exit.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
         return Err(std::io::Error::last_os_error());
@@ -289,9 +295,8 @@ fn hand_bpf_fds_to_a_child(ids: &[u64]) -> std::io::Result<()> {
             for &fd in &others {
                 libc::close(fd);
             }
-            let mut anchored = false;
-            for &id in ids {
-                anchored |= open_anchor(id) >= 0;
+            for (anchor, &id) in anchors.iter_mut().zip(ids) {
+                *anchor = open_anchor(id);
             }
             let mut b = 0u8;
             // EOF once every copy of the write end is closed: when fdaudit has exited.
@@ -302,18 +307,24 @@ fn hand_bpf_fds_to_a_child(ids: &[u64]) -> std::io::Result<()> {
             for &fd in &bpf_fds {
                 libc::close(fd);
             }
-            if anchored {
+            if anchors.iter().any(|&a| a >= 0) {
                 let linger = libc::timespec {
                     tv_sec: ANCHOR_LINGER_S,
                     tv_nsec: 0,
                 };
                 libc::nanosleep(&linger, std::ptr::null_mut());
+                handover::drop_anchors(&anchors, lock);
             }
             libc::_exit(0);
         }
     }
-    // SAFETY: our copy of the read end; the write end stays open until we exit.
-    unsafe { libc::close(gone[0]) };
+    // SAFETY: our copies of the read end and of the lock, which are the child's.
+    unsafe {
+        libc::close(gone[0]);
+        if lock >= 0 {
+            libc::close(lock);
+        }
+    }
     crate::engine::pause::at("hand-off");
     Ok(())
 }

@@ -14,9 +14,9 @@ use aya::{
 };
 use aya_obj::generated::bpf_map_type;
 use fdaudit_common::{
-    Config, GLOBAL_CONFIG, MAP_EVENTS, MAP_EVENTS_GROWN, MAP_EXEC_CHAIN, MAP_ORIGIN_GATE,
-    MAP_ORIGIN_MADE, MAP_ORIGIN_SEEN, MAP_READS, MAP_READ_PATHS, MAP_TRACKED, MAP_UNCLOSED_FULL,
-    MAP_UNCLOSED_LIVE, MAP_UNCLOSED_SITES, MAP_UNCLOSED_STACKS,
+    Config, GLOBAL_CONFIG, MAP_EVENTS, MAP_EVENTS_GROWN, MAP_EXEC_CHAIN, MAP_ORIGIN_CHAIN,
+    MAP_ORIGIN_GATE, MAP_ORIGIN_MADE, MAP_ORIGIN_SEEN, MAP_READS, MAP_READ_PATHS, MAP_TRACKED,
+    MAP_UNCLOSED_FULL, MAP_UNCLOSED_LIVE, MAP_UNCLOSED_SITES, MAP_UNCLOSED_STACKS,
 };
 use thiserror::Error;
 
@@ -28,6 +28,7 @@ mod fentry;
 mod kernel;
 pub mod misses;
 mod programs;
+pub mod python;
 mod raw;
 mod report;
 mod subprogs;
@@ -327,7 +328,12 @@ pub fn open_with<'a>(
     // array, all cleared at creation): without --origin no program
     // touches them.
     if config.origin == 0 {
-        for map in [MAP_ORIGIN_SEEN, MAP_ORIGIN_MADE] {
+        for map in [
+            MAP_ORIGIN_SEEN,
+            MAP_ORIGIN_MADE,
+            fdaudit_common::MAP_PY_PROCS,
+            fdaudit_common::MAP_STACK_SITES,
+        ] {
             loader.map_max_entries(map, 1);
         }
     }
@@ -478,39 +484,59 @@ pub fn load_and_attach(ebpf: &mut Ebpf, spec: &ProgramSpec) -> Result<(), LoadEr
 }
 
 /// [`load_and_attach`], returning each program the verifier took, with its figures: one,
-/// or for the exec program's bounded walk the entry and its tail-call stages.
+/// or with its tail-call stages (origin_exit; the exec program's bounded walk's entry).
 pub fn load_and_attach_measured(
     ebpf: &mut Ebpf,
     spec: &ProgramSpec,
 ) -> Result<Vec<Verified>, LoadError> {
-    if spec.name != "sched_process_exec" || exec_walk() == ExecWalk::Loop {
-        let loaded = load_one(ebpf, spec.name, spec.name)?;
-        attach(ebpf, spec.name, spec)?;
-        return Ok(vec![loaded]);
-    }
+    // A program with tail calls: its stages first (origin_exit's: a process's first origin
+    // record is then never without them), then it, or for the exec program's bounded
+    // walk its entry, in its place.
+    let (map, stages, entry): (_, &[&'static str], _) = match spec.name {
+        ORIGIN_EXIT => (MAP_ORIGIN_CHAIN, &ORIGIN_CHAIN_STAGES, spec.name),
+        "sched_process_exec" if exec_walk() != ExecWalk::Loop => {
+            (MAP_EXEC_CHAIN, &EXEC_CHAIN_STAGES, EXEC_BOUNDED_ENTRY)
+        }
+        _ => (MAP_EXEC_CHAIN, &[], spec.name),
+    };
     let mut all = Vec::new();
-    for (slot, stage) in (0u32..).zip(EXEC_CHAIN_STAGES) {
-        all.push(load_one(ebpf, stage, spec.name)?);
-        let fd = raw_tracepoint(ebpf, stage, spec.name)?
-            .fd()
-            .and_then(|fd| fd.try_clone().map_err(Into::into))
-            .map_err(|source| LoadError::Verifier {
-                name: spec.name,
-                summary: format!("no fd for {stage}"),
-                source,
-            })?;
-        let map = ebpf
-            .map_mut(MAP_EXEC_CHAIN)
-            .ok_or(LoadError::MissingMap(MAP_EXEC_CHAIN))?;
-        let mut chain = ProgramArray::try_from(map).map_err(|e| LoadError::Chain(e.into()))?;
-        chain
-            .set(slot, &fd, 0)
-            .map_err(|e| LoadError::Chain(e.into()))?;
+    for (slot, &stage) in (0u32..).zip(stages) {
+        all.push(chain_stage(ebpf, spec, map, slot, stage)?);
     }
-    let entry = EXEC_BOUNDED_ENTRY;
     all.push(load_one(ebpf, entry, spec.name)?);
     attach(ebpf, entry, spec)?;
     Ok(all)
+}
+
+/// `trace --origin`'s sys_exit program, and its tail calls by [`MAP_ORIGIN_CHAIN`] slot: a
+/// process's modules with its first origin record, a call site's stack with its first.
+const ORIGIN_EXIT: &str = "origin_exit";
+const ORIGIN_CHAIN_STAGES: [&str; 2] = ["origin_modules", "origin_stack_copy"];
+
+/// Loads tail-call stage `stage` of `spec`'s program and puts it in slot `slot` of the
+/// program array `map`.
+fn chain_stage(
+    ebpf: &mut Ebpf,
+    spec: &ProgramSpec,
+    map: &'static str,
+    slot: u32,
+    stage: &'static str,
+) -> Result<Verified, LoadError> {
+    let loaded = load_one(ebpf, stage, spec.name)?;
+    let fd = raw_tracepoint(ebpf, stage, spec.name)?
+        .fd()
+        .and_then(|fd| fd.try_clone().map_err(Into::into))
+        .map_err(|source| LoadError::Verifier {
+            name: spec.name,
+            summary: format!("no fd for {stage}"),
+            source,
+        })?;
+    let m = ebpf.map_mut(map).ok_or(LoadError::MissingMap(map))?;
+    let mut chain = ProgramArray::try_from(m).map_err(|e| LoadError::Chain(e.into()))?;
+    chain
+        .set(slot, &fd, 0)
+        .map_err(|e| LoadError::Chain(e.into()))?;
+    Ok(loaded)
 }
 
 fn raw_tracepoint<'a>(
@@ -662,6 +688,10 @@ mod tests {
             // The bounded exec walk (kernels without bpf_loop): its entry and tail calls.
             .chain(EXEC_CHAIN_STAGES)
             .chain([EXEC_BOUNDED_ENTRY])
+            // origin_exit's tail calls.
+            .chain(ORIGIN_CHAIN_STAGES)
+            // `--origin`'s Python walk, tail-called from origin_exit.
+            .chain(python::PY_CHAIN_PROGRAMS)
             .collect();
         let unattached: Vec<_> = in_object.difference(&attached).collect();
         let missing: Vec<_> = attached.difference(&in_object).collect();
