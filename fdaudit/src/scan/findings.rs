@@ -145,17 +145,35 @@ pub fn looks_secret(path: &[u8]) -> bool {
         b"sudoers",
     ];
     // Called for every inheritable fd: no allocation, and a first-byte filter before
-    // comparing (needles are lowercase; the path is compared case-insensitively).
+    // comparing (needles are lowercase; the path is compared case-insensitively): for each
+    // byte, the set of needles that start with it, so most bytes cost one lookup.
+    const FIRST: [u32; 256] = {
+        let mut t = [0u32; 256];
+        let mut i = 0;
+        while i < NEEDLES.len() {
+            let c = NEEDLES[i][0];
+            t[c as usize] |= 1 << i;
+            t[c.to_ascii_uppercase() as usize] |= 1 << i;
+            i += 1;
+        }
+        t
+    };
+    const _: () = assert!(NEEDLES.len() <= 32);
     (0..path.len()).any(|i| {
-        let c = path[i].to_ascii_lowercase();
-        NEEDLES.iter().any(|n| {
-            n[0] == c
-                && path.len() - i >= n.len()
+        let mut set = FIRST[path[i] as usize];
+        while set != 0 {
+            let n = NEEDLES[set.trailing_zeros() as usize];
+            set &= set - 1;
+            if path.len() - i >= n.len()
                 && path[i + 1..i + n.len()]
                     .iter()
                     .zip(&n[1..])
                     .all(|(a, b)| a.to_ascii_lowercase() == *b)
-        })
+            {
+                return true;
+            }
+        }
+        false
     })
 }
 
@@ -580,6 +598,11 @@ mod tests {
         assert!(looks_secret(b"/run/secrets/db"));
         assert!(!looks_secret(b"/etc/passwd"));
         assert!(!looks_secret(b"/usr/lib/libc.so.6"));
+        assert!(looks_secret(b"/A/B/PRIVATE.KEY"));
+        assert!(looks_secret(b"/x/.SSH/"));
+        assert!(!looks_secret(b"/x/.ssh"));
+        assert!(!looks_secret(b"\xff/tokeN\xc3"[..6].as_ref()));
+        assert!(looks_secret(b"\xff/tokeN\xc3"));
     }
 
     #[test]

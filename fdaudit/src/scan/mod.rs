@@ -14,6 +14,7 @@ pub mod oflags;
 pub mod parse;
 pub mod report;
 pub mod scanner;
+pub mod unixdiag;
 pub mod uring;
 
 use std::ffi::CString;

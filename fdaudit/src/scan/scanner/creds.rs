@@ -3,8 +3,9 @@
 //! The process was handed it, or kept it across a privilege drop, and every child it spawns
 //! gets it too: the same shape as `trace`'s CRITICAL.
 //!
-//! Only fds that are findings already (inheritable, >= 3) are asked, with one `statx` of the
-//! fd link from cached attributes (`AT_STATX_DONT_SYNC`: a FUSE or NFS server is not asked).
+//! Only fds that are findings already (inheritable, >= 3) of a process without root's power
+//! over them are asked, with one `statx` of the fd link from cached attributes
+//! (`AT_STATX_DONT_SYNC`: a FUSE or NFS server is not asked), shared with the fd's kind.
 //! The check is the kernel's `generic_permission` without ACLs: owner, group (fsgid and
 //! supplementary groups) or other bits against the access mode the fd was opened with,
 //! then `CAP_DAC_OVERRIDE` (read and write) and `CAP_DAC_READ_SEARCH` (read).
@@ -12,7 +13,7 @@
 use std::ffi::CStr;
 use std::os::fd::RawFd;
 
-use super::kind::link_statx;
+use super::kind::LinkStat;
 use crate::fdkind::FdKind;
 use crate::scan::parse::Creds;
 
@@ -28,11 +29,12 @@ pub(super) struct Owner {
 }
 
 /// Why fd link `name` in `fd_dir` (of kind `kind`, opened with `access`) is beyond what
-/// `creds` could open, or `None` (it is within them, or nothing is known).
+/// `creds` could open, or `None` (it is within them, or nothing is known). The fd link's
+/// attributes come from `stat`, and only when the answer depends on them.
 pub(super) fn beyond(
     creds: &Creds,
-    fd_dir: RawFd,
-    name: &CStr,
+    (fd_dir, name): (RawFd, &CStr),
+    stat: &mut LinkStat,
     kind: FdKind,
     access: Option<&str>,
 ) -> Option<String> {
@@ -43,7 +45,14 @@ pub(super) fn beyond(
     if !path_kind && kind != FdKind::Socket {
         return None; // pipes, memfds, anon inodes: made, not opened by name
     }
-    let st = link_statx(
+    // Whatever the file's owner and mode: root holds any socket it made, and
+    // CAP_DAC_OVERRIDE opens any file (`judge`).
+    if (kind == FdKind::Socket && creds.fsuid == 0)
+        || (path_kind && creds.cap_eff & CAP_DAC_OVERRIDE != 0)
+    {
+        return None;
+    }
+    let st = stat.get(
         fd_dir,
         name,
         libc::STATX_TYPE | libc::STATX_MODE | libc::STATX_UID | libc::STATX_GID,

@@ -23,12 +23,13 @@ pub fn kind_of(
     target: &[u8],
     partial: bool,
     info: Option<parse::FdinfoEntry>,
-    fd_dir: RawFd,
-    name: &CStr,
+    (fd_dir, name): (RawFd, &CStr),
+    stat: &mut LinkStat,
 ) -> FdKind {
+    let mut inode = || inode(live, fd_dir, name, stat);
     if partial {
-        return match inode_type(live, fd_dir, name) {
-            Some(mode) => from_mode(mode),
+        return match inode() {
+            Some((mode, _)) => from_mode(mode),
             // Nothing known: the worst a path could be.
             None if has_o_directory(info) => FdKind::Directory,
             None => FdKind::Regular,
@@ -36,7 +37,7 @@ pub fn kind_of(
     }
     let base = FdKind::from_link(target, None);
     if base == FdKind::Device {
-        if let Some((mode, rdev)) = inode(live, fd_dir, name) {
+        if let Some((mode, rdev)) = inode() {
             // /dev/null, rated info, must be the null device (char 1:3): in a mount
             // namespace of its own a user can bind another device over the path.
             if target == b"/dev/null" && from_mode(mode) == FdKind::Device && rdev != (1, 3) {
@@ -51,7 +52,7 @@ pub fn kind_of(
     // A directory opened O_RDONLY or O_PATH without O_DIRECTORY reads as a file by its
     // flags, yet a child can openat() through it: an inheritable one asks the inode.
     if base == FdKind::Regular && info.is_some_and(|i| i.flags & libc::O_CLOEXEC as u32 == 0) {
-        if let Some(mode) = inode_type(live, fd_dir, name) {
+        if let Some((mode, _)) = inode() {
             return from_mode(mode);
         }
     }
@@ -69,29 +70,42 @@ fn from_mode(mode: u32) -> FdKind {
     FdKind::from_link(b"/", Some(mode))
 }
 
-/// `st_mode` of the file behind fd link `name` in `fd_dir`, from the inode (cached
-/// attributes only: `AT_STATX_DONT_SYNC`).
-fn inode_type(live: bool, fd_dir: RawFd, name: &CStr) -> Option<u32> {
-    inode(live, fd_dir, name).map(|(mode, _)| mode)
-}
-
 /// `st_mode` and the device number (major, minor; 0:0 for a file that is no device) of the
-/// file behind fd link `name`, as [`inode_type`].
-fn inode(live: bool, fd_dir: RawFd, name: &CStr) -> Option<(u32, (u32, u32))> {
+/// file behind fd link `name` in `fd_dir`, from the inode (cached attributes only:
+/// `AT_STATX_DONT_SYNC`).
+fn inode(live: bool, fd_dir: RawFd, name: &CStr, stat: &mut LinkStat) -> Option<(u32, (u32, u32))> {
     if !live {
         return None;
     }
-    let st = link_statx(fd_dir, name, libc::STATX_TYPE)?;
+    let st = stat.get(fd_dir, name, libc::STATX_TYPE)?;
     Some((
         u32::from(st.stx_mode),
         (st.stx_rdev_major, st.stx_rdev_minor),
     ))
 }
 
-/// `statx` of the file behind fd link `name` in `fd_dir`, from cached attributes only
-/// (`AT_STATX_DONT_SYNC`: a FUSE or NFS server is not asked); `None` unless every field of
-/// `mask` came back.
-pub(super) fn link_statx(fd_dir: RawFd, name: &CStr, mask: u32) -> Option<libc::statx> {
+/// The `statx` of one fd link (type, mode, owner and group, from cached attributes only:
+/// `AT_STATX_DONT_SYNC`, so a FUSE or NFS server is not asked), made at most once for the
+/// fd's kind, its owner (the renamers) and the credentials check.
+#[derive(Default)]
+pub(super) struct LinkStat(Option<Option<libc::statx>>);
+
+impl LinkStat {
+    /// The fd link's attributes, made at the first call; `None` unless every field of
+    /// `mask` came back.
+    pub fn get(&mut self, fd_dir: RawFd, name: &CStr, mask: u32) -> Option<&libc::statx> {
+        const ALL: u32 = libc::STATX_TYPE | libc::STATX_MODE | libc::STATX_UID | libc::STATX_GID;
+        let st = self
+            .0
+            .get_or_insert_with(|| link_statx(fd_dir, name, ALL))
+            .as_ref()?;
+        (st.stx_mask & mask == mask).then_some(st)
+    }
+}
+
+/// `statx` of the file behind fd link `name` in `fd_dir` for the fields of `mask`, from
+/// cached attributes only; `None` when it failed.
+fn link_statx(fd_dir: RawFd, name: &CStr, mask: u32) -> Option<libc::statx> {
     // SAFETY: st is plain data, filled by statx.
     let mut st: libc::statx = unsafe { std::mem::zeroed() };
     // SAFETY: name is NUL-terminated; st is valid for writing.
@@ -104,5 +118,5 @@ pub(super) fn link_statx(fd_dir: RawFd, name: &CStr, mask: u32) -> Option<libc::
             &mut st,
         )
     };
-    (r == 0 && st.stx_mask & mask == mask).then_some(st)
+    (r == 0).then_some(st)
 }

@@ -255,6 +255,10 @@ struct Scanner<'a> {
     /// This kernel's io_uring fdinfo names registered files by path (`inflight.rs`),
     /// checked at the first inheritable ring (live only).
     ring_paths: OnceLock<bool>,
+    /// The scanner's own network namespace and its unix sockets (`unixdiag.rs`), listed at
+    /// the first unix socket that would be asked for its namespace (live only); `None`
+    /// when either could not be read.
+    unix_here: OnceLock<Option<(u64, crate::scan::unixdiag::UnixInodes)>>,
 }
 
 /// Whether this kernel's fdinfo of a unix socket has its `scm_fds:` line (a socketpair of
@@ -304,6 +308,8 @@ struct Scratch {
     fds: Vec<u32>,
     /// (mnt_id, "socket" | "pipe") learned by `learn_pseudo`.
     pseudo: Vec<(u32, &'static str)>,
+    /// The current fd link's `statx`, made once for whoever needs it first.
+    link_stat: kind::LinkStat,
     totals: ScanTotals,
 }
 
@@ -316,6 +322,7 @@ impl Scratch {
             file: Vec::with_capacity(8192),
             fds: Vec::new(),
             pseudo: Vec::new(),
+            link_stat: kind::LinkStat::default(),
             totals: ScanTotals::default(),
         }
     }
@@ -356,6 +363,7 @@ pub fn scan<R: Send>(
         unreadable_net: AtomicU64::new(0),
         scm_fds: live && kernel_prints_scm_fds(),
         ring_paths: OnceLock::new(),
+        unix_here: OnceLock::new(),
         own,
     };
     let mut outcome = Outcome::default();

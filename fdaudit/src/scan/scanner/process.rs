@@ -50,6 +50,7 @@ impl Scanner<'_> {
             if self.stopped() {
                 break;
             }
+            s.link_stat = kind::LinkStat::default();
             res = self.scan_fd(fd, p, rep, s);
             if res.is_err() {
                 break;
@@ -133,8 +134,8 @@ impl Scanner<'_> {
         if let Some(mut r) = record {
             if inheritable && fd >= 3 && self.live {
                 if let Some(c) = rep.creds.as_ref() {
-                    let dir = raw(&p.dirs.fd_dir);
-                    r.beyond_creds = creds::beyond(c, dir, name.as_cstr(), r.kind, r.mode);
+                    let at = (raw(&p.dirs.fd_dir), name.as_cstr());
+                    r.beyond_creds = creds::beyond(c, at, &mut s.link_stat, r.kind, r.mode);
                 }
             }
             self.add_fd(rep, r, inheritable, info);
@@ -344,14 +345,8 @@ impl Scanner<'_> {
             },
         };
         let target = &s.link[..n];
-        let kind = kind::kind_of(
-            self.live,
-            target,
-            partial,
-            info,
-            raw(&p.dirs.fd_dir),
-            name.as_cstr(),
-        );
+        let at = (raw(&p.dirs.fd_dir), name.as_cstr());
+        let kind = kind::kind_of(self.live, target, partial, info, at, &mut s.link_stat);
         let sock = (kind == FdKind::Socket).then(|| {
             let ino = parse::bracket_inode(target).or(info.and_then(|i| i.ino));
             self.socket(fd, name, ino, info, p)
@@ -361,8 +356,11 @@ impl Scanner<'_> {
         r.target_partial = partial;
         r.tid = p.tid;
         if self.live && fd >= 3 && !partial && names_matter(kind, target, info) {
-            let owner = renamers::file_owner(raw(&p.dirs.fd_dir), name.as_cstr());
-            r.renamers = renamers::renamers(raw(&p.dirs.pid_dir), target, owner);
+            let owner = s
+                .link_stat
+                .get(at.0, at.1, libc::STATX_UID)
+                .map(|st| st.stx_uid);
+            r.renamers = p.renamers.renamers(raw(&p.dirs.pid_dir), target, owner);
         }
         if kind == FdKind::AnonInode
             && r.target[..] == *uring::RING_LINK

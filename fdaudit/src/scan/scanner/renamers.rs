@@ -7,6 +7,7 @@
 //! directories above an open file are pinned there), so a FUSE or NFS server that does not
 //! answer cannot stall the scan. Attributes come from `statx(AT_STATX_DONT_SYNC)`.
 
+use std::collections::HashMap;
 use std::ffi::CString;
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
 
@@ -41,49 +42,104 @@ impl Renamer {
     }
 }
 
-/// The renamers of `path` (the fd's link text, absolute) as seen from the process whose
-/// `/proc/PID` directory is `pid_dir`, besides root; `owner` is the uid owning the file
-/// itself (from its inode). Empty where the kernel has no `RESOLVE_CACHED` (before 5.12):
-/// the name is trusted there, as docs/scan.md says.
-pub fn renamers(pid_dir: RawFd, path: &[u8], owner: Option<u32>) -> Vec<Renamer> {
-    let Some(root) = open_root(pid_dir) else {
-        return vec![Renamer::Unchecked];
-    };
-    let comps: Vec<&[u8]> = path
-        .split(|&b| b == b'/')
-        .filter(|c| !c.is_empty())
-        .collect();
-    let mut out = Vec::new();
-    let mut dir = root;
-    for (i, comp) in comps.iter().enumerate() {
-        let Some((mode, uid, gid)) = attrs(dir.as_raw_fd()) else {
-            out.push(Renamer::Unchecked);
-            break;
+/// What the walk down to a file's directory found: the same for every file of that
+/// directory, so [`Cache`] keeps it per directory path.
+#[derive(Clone)]
+enum Walk {
+    /// The renamers of the directories above the directory, and its own mode, owner and
+    /// group (what the file's owner is judged against).
+    Dir(Vec<Renamer>, (u32, u32, u32)),
+    /// The walk stopped before the directory (the last renamer is `Unchecked`): the
+    /// answer whatever the file's owner.
+    Ended(Vec<Renamer>),
+    /// No `RESOLVE_CACHED` on this kernel: nothing is checked.
+    Unsupported,
+}
+
+/// Directories whose walk one fd table keeps: their paths (at most PATH_MAX each) are all
+/// the memory it holds.
+const MAX_CACHED_DIRS: usize = 256;
+
+/// The renamers of one fd table's files, walking each directory once: the process's root
+/// is opened at its first file, and a directory's walk is kept for the table's other files
+/// in it (the fds of a table share a few directories, and the dentries walked do not change
+/// under a scan that cares: a rename meanwhile is a race the scan loses either way).
+#[derive(Default)]
+pub struct Cache {
+    /// `PID/root`, opened at the first file; `Some(None)` when it could not be.
+    root: Option<Option<OwnedFd>>,
+    dirs: HashMap<Vec<u8>, Walk>,
+}
+
+impl Cache {
+    /// The renamers of `path` (the fd's link text, absolute) as seen from the process
+    /// whose `/proc/PID` directory is `pid_dir`, besides root; `owner` is the uid owning
+    /// the file itself (from its inode). Empty where the kernel has no `RESOLVE_CACHED`
+    /// (before 5.12): the name is trusted there, as docs/scan.md says.
+    pub fn renamers(&mut self, pid_dir: RawFd, path: &[u8], owner: Option<u32>) -> Vec<Renamer> {
+        let Some(root) = self.root.get_or_insert_with(|| open_root(pid_dir)) else {
+            return vec![Renamer::Unchecked];
         };
-        let last = i + 1 == comps.len();
-        let (child, child_uid) = if last {
-            (None, owner)
-        } else {
-            match step(dir.as_raw_fd(), comp) {
-                Step::Dir(fd) => {
-                    let u = attrs(fd.as_raw_fd()).map(|a| a.1);
-                    (Some(fd), u)
+        let comps: Vec<&[u8]> = path
+            .split(|&b| b == b'/')
+            .filter(|c| !c.is_empty())
+            .collect();
+        let Some((last, dirs)) = comps.split_last() else {
+            return Vec::new();
+        };
+        // The path up to the file's name: every component comes from `path` itself.
+        let key = &path[..last.as_ptr() as usize - path.as_ptr() as usize];
+        let walk = match self.dirs.get(key) {
+            Some(w) => w.clone(),
+            None => {
+                let w = walk(root, dirs);
+                if self.dirs.len() < MAX_CACHED_DIRS {
+                    self.dirs.insert(key.to_vec(), w.clone());
                 }
-                Step::Unsupported => return Vec::new(),
-                Step::Failed => {
-                    out.push(Renamer::Unchecked);
-                    break;
-                }
+                w
             }
         };
-        push_dir_renamers(&mut out, mode, uid, gid, child_uid);
-        match child {
-            Some(fd) => dir = fd,
-            None => break,
-        }
+        let mut out = match walk {
+            Walk::Unsupported => return Vec::new(),
+            Walk::Ended(out) => out,
+            Walk::Dir(mut out, (mode, uid, gid)) => {
+                push_dir_renamers(&mut out, mode, uid, gid, owner);
+                out
+            }
+        };
+        out.dedup();
+        out
     }
-    out.dedup();
-    out
+}
+
+/// Walks down `dirs` from `root`, one component at a time from the dentry cache, noting
+/// who can rename each step.
+fn walk(root: &OwnedFd, dirs: &[&[u8]]) -> Walk {
+    let mut out = Vec::new();
+    let Some(mut here) = attrs(root.as_raw_fd()) else {
+        out.push(Renamer::Unchecked);
+        return Walk::Ended(out);
+    };
+    let mut held: Option<OwnedFd> = None;
+    for comp in dirs {
+        let child = match step(held.as_ref().unwrap_or(root), comp) {
+            Step::Dir(fd) => fd,
+            Step::Unsupported => return Walk::Unsupported,
+            Step::Failed => {
+                out.push(Renamer::Unchecked);
+                return Walk::Ended(out);
+            }
+        };
+        let below = attrs(child.as_raw_fd());
+        push_dir_renamers(&mut out, here.0, here.1, here.2, below.map(|a| a.1));
+        let Some(below) = below else {
+            out.push(Renamer::Unchecked);
+            return Walk::Ended(out);
+        };
+        here = below;
+        held = Some(child);
+    }
+    Walk::Dir(out, here)
 }
 
 /// Who besides root can rename an entry owned by `child_uid` in a directory of this mode,
@@ -115,11 +171,6 @@ fn push_dir_renamers(
     }
 }
 
-/// The uid owning the file behind fd link `name` in `fd_dir`, from cached attributes.
-pub fn file_owner(fd_dir: RawFd, name: &std::ffi::CStr) -> Option<u32> {
-    super::kind::link_statx(fd_dir, name, libc::STATX_UID).map(|st| st.stx_uid)
-}
-
 /// The process's root directory, `PID/root` opened through the magic link.
 fn open_root(pid_dir: RawFd) -> Option<OwnedFd> {
     // SAFETY: a NUL-terminated literal; the result is checked.
@@ -144,43 +195,25 @@ enum Step {
 
 /// `comp` below `dir`, from the dentry cache only, never following a symlink (the kernel's
 /// link text has none).
-fn step(dir: RawFd, comp: &[u8]) -> Step {
-    const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
-    const RESOLVE_NO_SYMLINKS: u64 = 0x04;
-    const RESOLVE_BENEATH: u64 = 0x08;
-    const RESOLVE_CACHED: u64 = 0x20;
+fn step(dir: &OwnedFd, comp: &[u8]) -> Step {
+    use rustix::fs::{Mode, OFlags, ResolveFlags};
+    use rustix::io::Errno;
     let Ok(name) = CString::new(comp) else {
         return Step::Failed;
     };
-    // struct open_how (linux/openat2.h); libc's is non-exhaustive.
-    #[repr(C)]
-    struct OpenHow {
-        flags: u64,
-        mode: u64,
-        resolve: u64,
-    }
-    let how = OpenHow {
-        flags: (libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64,
-        mode: 0,
-        resolve: RESOLVE_CACHED | RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
-    };
-    // SAFETY: name is NUL-terminated, how is a valid open_how of the size passed.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            dir,
-            name.as_ptr(),
-            &how as *const OpenHow,
-            std::mem::size_of::<OpenHow>(),
-        )
-    };
-    if r >= 0 {
-        // SAFETY: r is a new fd, ours.
-        return Step::Dir(unsafe { OwnedFd::from_raw_fd(r as RawFd) });
-    }
-    match std::io::Error::last_os_error().raw_os_error() {
-        Some(libc::ENOSYS) | Some(libc::EINVAL) | Some(libc::E2BIG) => Step::Unsupported,
-        _ => Step::Failed,
+    match rustix::fs::openat2(
+        dir,
+        name.as_c_str(),
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::CACHED
+            | ResolveFlags::BENEATH
+            | ResolveFlags::NO_SYMLINKS
+            | ResolveFlags::NO_MAGICLINKS,
+    ) {
+        Ok(fd) => Step::Dir(fd),
+        Err(Errno::NOSYS | Errno::INVAL | Errno::TOOBIG) => Step::Unsupported,
+        Err(_) => Step::Failed,
     }
 }
 
@@ -245,7 +278,7 @@ mod tests {
         };
         assert!(pid_dir >= 0);
         // /etc is root's 755 on every machine this runs on.
-        let r = renamers(pid_dir, b"/etc/hostname", Some(0));
+        let r = Cache::default().renamers(pid_dir, b"/etc/hostname", Some(0));
         // SAFETY: ours.
         unsafe { libc::close(pid_dir) };
         assert!(r.is_empty(), "{r:?}");

@@ -50,7 +50,7 @@ impl Scanner<'_> {
                     && info.is_some_and(|f| f.scm_fds)
                     && own.unix_lookup(i, None).is_some_and(|u| u.listening))
         });
-        let ns = if known_here {
+        let ns = if known_here || (this_sock && self.unix_in_own_netns(ino, info, p)) {
             p.netns.map(|n| (n, None))
         } else {
             self.sock_netns(fd, p).map(|(n, f)| (n, Some(f)))
@@ -95,6 +95,32 @@ impl Scanner<'_> {
             table,
             netns,
         }
+    }
+
+    /// Whether the kernel says (fdinfo's `scm_fds:`) socket `ino` is a unix socket, the
+    /// process (or thread) is in the scanner's own network namespace, and the kernel's
+    /// list of that namespace's unix sockets (sock_diag) holds it: then it lives there, as
+    /// asking the socket itself would say.
+    fn unix_in_own_netns(
+        &self,
+        ino: Option<u64>,
+        info: Option<parse::FdinfoEntry>,
+        p: &ProcScan,
+    ) -> bool {
+        let (Some(ino), Some(netns)) = (ino, p.netns) else {
+            return false;
+        };
+        if !(self.scm_fds && info.is_some_and(|i| i.scm_fds)) {
+            return false;
+        }
+        let here = self.unix_here.get_or_init(|| {
+            let mut link = [0u8; 64];
+            let n = at::readlinkat(raw(&self.root), c"thread-self/ns/net", &mut link).ok()?;
+            let own = parse::bracket_inode(&link[..n])?;
+            Some((own, crate::scan::unixdiag::UnixInodes::dump().ok()?))
+        });
+        here.as_ref()
+            .is_some_and(|(own, list)| *own == netns && list.contains(ino))
     }
 
     /// The tables of the namespace the process (or thread) is in now, read at its first

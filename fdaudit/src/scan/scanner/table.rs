@@ -50,6 +50,8 @@ pub(super) struct ProcScan {
     /// What the task sees of the mounts, read at its first fd that needs it; `Some(None)`
     /// when it sees what the scanner sees, or could not be read.
     pub mounts: Option<Option<MountView>>,
+    /// Who can rename the directories of the table's files, walked once per directory.
+    pub renamers: super::renamers::Cache,
 }
 
 impl ProcScan {
@@ -63,6 +65,7 @@ impl ProcScan {
             netns: None,
             pidfd: None,
             mounts: None,
+            renamers: Default::default(),
         }
     }
 }
