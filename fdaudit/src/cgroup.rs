@@ -465,16 +465,25 @@ impl Hierarchy {
     /// The identity of a spawn: cgroup `id` (from the kernel) resolved to its path and
     /// container, and the pid's namespace pid read from /proc while it still runs.
     pub fn identity(&mut self, id: u64, pid: u32) -> Identity {
-        let cgroup = (id != 0).then(|| self.path_of(id)).flatten();
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok();
         Identity {
-            cgroup_id: (id != 0).then_some(id),
-            container: cgroup.as_deref().map(parse_path).unwrap_or_default(),
-            cgroup,
             ns_pid: status
                 .as_deref()
                 .and_then(ns_pid_from_status)
                 .filter(|&n| n != pid),
+            ..self.cgroup_identity(id)
+        }
+    }
+
+    /// What cgroup `id` says of every process in it: its path and container (no
+    /// namespace pid, which is the process's own).
+    pub fn cgroup_identity(&mut self, id: u64) -> Identity {
+        let cgroup = (id != 0).then(|| self.path_of(id)).flatten();
+        Identity {
+            cgroup_id: (id != 0).then_some(id),
+            container: cgroup.as_deref().map(parse_path).unwrap_or_default(),
+            cgroup,
+            ns_pid: None,
         }
     }
 
@@ -515,6 +524,58 @@ impl Hierarchy {
         Ok((md.ino(), rel))
     }
 }
+
+/// Processes listed in a cgroup's tree (`unclosed --cgroup`, `watch --cgroup`'s scans): `cgroup.procs` of `dir` and of the
+/// directories below it. A delegated subtree's owner chooses its names and depth: the walk
+/// takes at most [`MAX_CGROUPS`] directories, reads [`PROCS_BYTES`] of each list, keeps
+/// [`MAX_MEMBERS`] pids, and follows no link (cgroupfs has none; a directory entry that is
+/// not a directory is skipped, a list is opened `O_NOFOLLOW | O_NONBLOCK` and read only
+/// when it is a regular file).
+pub fn members(dir: &std::path::Path) -> Vec<u32> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    let mut seen = 0;
+    while let Some(d) = todo.pop() {
+        seen += 1;
+        if seen > MAX_CGROUPS {
+            break;
+        }
+        let mut text = String::new();
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(d.join("cgroup.procs"));
+        if let Ok(f) = f.and_then(|f| Ok((f.metadata()?.is_file(), f))) {
+            if f.0 {
+                let _ = f.1.take(PROCS_BYTES).read_to_string(&mut text);
+            }
+        }
+        out.extend(text.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
+        if out.len() >= MAX_MEMBERS {
+            out.truncate(MAX_MEMBERS);
+            break;
+        }
+        if let Ok(rd) = std::fs::read_dir(&d) {
+            todo.extend(
+                rd.flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| e.path()),
+            );
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// Directories of a followed cgroup's tree read at attach.
+pub const MAX_CGROUPS: usize = 4096;
+/// Bytes of one `cgroup.procs` read.
+pub const PROCS_BYTES: u64 = 1 << 20;
+/// Processes of a followed cgroup tracked at attach.
+pub const MAX_MEMBERS: usize = 1 << 16;
 
 #[cfg(test)]
 mod tests {

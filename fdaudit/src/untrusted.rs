@@ -108,41 +108,20 @@ impl Handle {
     /// followed (`openat2` with `RESOLVE_CACHED`: no file system is asked to look anything
     /// up; EAGAIN when not cached, ENOSYS before Linux 5.12).
     pub fn cached(path: &[u8]) -> std::io::Result<Handle> {
-        const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
-        const RESOLVE_NO_SYMLINKS: u64 = 0x04;
-        const RESOLVE_CACHED: u64 = 0x20;
-        // struct open_how (linux/openat2.h); libc's is non-exhaustive.
-        #[repr(C)]
-        struct OpenHow {
-            flags: u64,
-            mode: u64,
-            resolve: u64,
-        }
+        use rustix::fs::{Mode, OFlags, ResolveFlags, CWD};
         if !path.starts_with(b"/") || path.starts_with(b"/proc/") {
             return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
         }
         let name =
             CString::new(path).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
-        let how = OpenHow {
-            flags: (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64,
-            mode: 0,
-            resolve: RESOLVE_CACHED | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
-        };
-        // SAFETY: name is NUL-terminated, how is a valid open_how of the size passed.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_openat2,
-                libc::AT_FDCWD,
-                name.as_ptr(),
-                &how as *const OpenHow,
-                std::mem::size_of::<OpenHow>(),
-            )
-        };
-        if r < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: r is a new fd, ours.
-        Handle::of(unsafe { OwnedFd::from_raw_fd(r as i32) })
+        let fd = rustix::fs::openat2(
+            CWD,
+            name.as_c_str(),
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+            ResolveFlags::CACHED | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+        )?;
+        Handle::of(fd)
     }
 
     /// An fd opened `O_PATH` elsewhere.

@@ -11,7 +11,7 @@ use aya::{
 use fdaudit_common::BOUNDED_MAX_FDS;
 
 use super::{check, Check, Status};
-use crate::engine::{btf, ebpf};
+use crate::engine::{btf, cgroup_filter, ebpf};
 
 /// One row per feature. Needs CAP_BPF (the probes load tiny programs).
 pub fn checks() -> Vec<Check> {
@@ -84,5 +84,25 @@ pub fn checks() -> Vec<Check> {
         is_program_supported(ProgramType::KProbe).unwrap_or(false),
         "not on this kernel; fdaudit does not use them (trace uses raw tracepoints)",
     );
+    out.push(cgroup_filter_check());
     out
+}
+
+/// How `--cgroup` finds the cgroup's processes on this kernel ([`cgroup_filter::way`]).
+fn cgroup_filter_check() -> Check {
+    // Either way works: which one is a fact about the kernel, not a problem.
+    let forced = std::env::var(cgroup_filter::ENV).ok();
+    check(
+        "cgroup filter",
+        if forced.is_some() {
+            Status::Warn
+        } else {
+            Status::Ok
+        },
+        format!(
+            "--cgroup (trace, watch, unclosed) uses {}; the root cgroup (whole-host watch) needs none{}",
+            cgroup_filter::way().describe(),
+            forced.map_or_else(String::new, |f| format!(" (forced by {}={f})", cgroup_filter::ENV))
+        ),
+    )
 }

@@ -386,6 +386,15 @@ fn ring_at_end(end: &SessionEnd) -> (u64, u64) {
             ),
         );
     }
+    if end.late_origins > 0 {
+        stream::note(
+            stream::Level::Warning,
+            &format!(
+                "{} origin records reached fdaudit after the spawn whose leaked fd they made: those fds were named 'not seen' wrongly; please report it with this trace's -v output",
+                end.late_origins
+            ),
+        );
+    }
     (end.first_ring_bytes, ring_bytes)
 }
 

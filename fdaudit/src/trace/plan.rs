@@ -168,6 +168,8 @@ impl TracePlan {
             ring_bytes,
             backend: self.backend,
             cgroup: followed.map(|f| (f.id, f.level)),
+            cgroup_dir: followed.map(|f| f.dir.clone()),
+            agent: false,
         })
     }
 

@@ -115,7 +115,11 @@ pub fn run(args: UnclosedArgs) -> Result<u8> {
             &format!("cgroup {} was removed", f.path),
         );
     }
-    finish(&args, &session, &mut sink, end, child)
+    let code = finish(&args, &session, &mut sink, end, child);
+    // fdaudit exits next: the session's drop detaches every program without waiting for the
+    // kernel to free them (up to 200 ms after the report otherwise).
+    session.detach_after_exit();
+    code
 }
 
 /// The last report, the gates' verdict and the exit status.
@@ -199,6 +203,7 @@ fn attach(
         counting: Counting::Nothing,
         unclosed: true,
         cgroup: followed.map(|f| (f.id, f.level)),
+        cgroup_dir: followed.map(|f| f.dir.clone()),
         ..Default::default()
     };
     let mut session = Session::start(&opts).inspect_err(|_| {
@@ -215,7 +220,7 @@ fn attach(
     // follows those that fork, exec or move in later.
     // fdaudit itself, when it runs there, is not one of them.
     let members = followed.map(|f| {
-        let mut m = procs::cgroup_members(&f.dir);
+        let mut m = crate::cgroup::members(&f.dir);
         m.retain(|&p| p != std::process::id());
         m
     });
@@ -326,6 +331,7 @@ impl UnclosedSink {
     /// Reads the live set, holds it against the tables and writes one report.
     fn report(&mut self, session: &Session, why: &'static str) -> Result<()> {
         self.maps.resolve_new_sites();
+        self.maps.begin_report();
         let read = self.maps.read()?;
         self.rates.observe(&read.entries);
         // Each process with its live-set count, the largest first (read on every core).

@@ -125,58 +125,6 @@ pub fn at_attach(pids: &[u32]) -> Vec<(u32, HashSet<i32>)> {
         .collect()
 }
 
-/// Processes listed in a cgroup's tree (`--cgroup`): `cgroup.procs` of `dir` and of the
-/// directories below it. A delegated subtree's owner chooses its names and depth: the walk
-/// takes at most [`MAX_CGROUPS`] directories, reads [`PROCS_BYTES`] of each list, keeps
-/// [`MAX_MEMBERS`] pids, and follows no link (cgroupfs has none; a directory entry that is
-/// not a directory is skipped, a list is opened `O_NOFOLLOW | O_NONBLOCK` and read only
-/// when it is a regular file).
-pub fn cgroup_members(dir: &std::path::Path) -> Vec<u32> {
-    use std::io::Read as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let mut out = Vec::new();
-    let mut todo = vec![dir.to_path_buf()];
-    let mut seen = 0;
-    while let Some(d) = todo.pop() {
-        seen += 1;
-        if seen > MAX_CGROUPS {
-            break;
-        }
-        let mut text = String::new();
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(d.join("cgroup.procs"));
-        if let Ok(f) = f.and_then(|f| Ok((f.metadata()?.is_file(), f))) {
-            if f.0 {
-                let _ = f.1.take(PROCS_BYTES).read_to_string(&mut text);
-            }
-        }
-        out.extend(text.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
-        if out.len() >= MAX_MEMBERS {
-            out.truncate(MAX_MEMBERS);
-            break;
-        }
-        if let Ok(rd) = std::fs::read_dir(&d) {
-            todo.extend(
-                rd.flatten()
-                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                    .map(|e| e.path()),
-            );
-        }
-    }
-    out.sort_unstable();
-    out.dedup();
-    out
-}
-
-/// Directories of a followed cgroup's tree read at attach.
-pub const MAX_CGROUPS: usize = 4096;
-/// Bytes of one `cgroup.procs` read.
-pub const PROCS_BYTES: u64 = 1 << 20;
-/// Processes of a followed cgroup tracked at attach.
-pub const MAX_MEMBERS: usize = 1 << 16;
-
 #[cfg(test)]
 mod tests {
     use super::*;

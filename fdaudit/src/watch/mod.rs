@@ -66,8 +66,8 @@ pub struct WatchArgs {
     #[arg(long, value_name = "SECONDS", default_value_t = 15.0)]
     pub textfile_interval: f64,
 
-    /// Only spawns in this cgroup and the cgroups below it (a path on the cgroup2
-    /// hierarchy or under its mount point); default: the whole host.
+    /// Only spawns and scanned processes in this cgroup and the cgroups below it (a path on
+    /// the cgroup2 hierarchy or under its mount point); default: the whole host.
     #[arg(long, value_name = "PATH")]
     pub cgroup: Option<PathBuf>,
 
@@ -200,11 +200,17 @@ fn exe_name(pid: u32, comm: &[u8]) -> String {
     crate::output::escape_bytes(exe.rsplit(|&b| b == b'/').next().unwrap_or_default())
 }
 
-/// One scan of /proc folded into the metrics' gauges.
-fn scan_once(metrics: &Mutex<Metrics>, close_ns: f64) -> Result<()> {
+/// One scan of /proc folded into the metrics' gauges: of the processes in `cgroup`'s tree
+/// (`--cgroup`, listed again at each scan), else of every process.
+fn scan_once(metrics: &Mutex<Metrics>, close_ns: f64, cgroup: Option<&Path>) -> Result<()> {
     let cfg = scan::ScanOptions {
         root: "/proc".into(),
-        pids: None,
+        // fdaudit itself, when it runs there, is not one of them (as a whole-host scan skips it).
+        pids: cgroup.map(|d| {
+            let mut m = crate::cgroup::members(d);
+            m.retain(|&p| p != std::process::id());
+            m
+        }),
         uid: None,
         full_fds: false,
         close_ns,
@@ -269,8 +275,9 @@ fn scan_once(metrics: &Mutex<Metrics>, close_ns: f64) -> Result<()> {
     Ok(())
 }
 
-/// The cgroup whose spawns are watched: its id, level and path on the hierarchy.
-type Filter = (u64, u32, String);
+/// The cgroup whose spawns are watched: its id, level and path on the hierarchy, and its
+/// directory.
+type Filter = (u64, u32, String, PathBuf);
 
 pub fn run(args: WatchArgs) -> Result<u8> {
     check_args(&args)?;
@@ -295,7 +302,7 @@ pub fn run(args: WatchArgs) -> Result<u8> {
     crate::diag!(
         "fdaudit: watching {}{}; {}",
         match &filter {
-            Some((_, _, p)) if p != "/" => format!("cgroup {p}"),
+            Some((_, _, p, _)) if p != "/" => format!("cgroup {p}"),
             _ => "the whole host".into(),
         },
         if session.counting().syscalls() {
@@ -384,14 +391,14 @@ fn watched_cgroup(args: &WatchArgs) -> Result<Option<Filter>> {
     Ok(match (&args.cgroup, &hierarchy) {
         (Some(p), _) => {
             let f = crate::cgroup::Followed::find(p)?;
-            Some((f.id, f.level, f.path))
+            Some((f.id, f.level, f.path, f.dir))
         }
         // The whole host: every process is below the root cgroup.
         (None, Some(h)) => {
             let (id, _) = h
                 .id_of(h.root())
                 .with_context(|| format!("failed to stat {}", h.root().display()))?;
-            Some((id, 0, "/".to_owned()))
+            Some((id, 0, "/".to_owned(), h.root().to_path_buf()))
         }
         (None, None) => None,
     })
@@ -403,6 +410,9 @@ fn start_session(args: &WatchArgs, filter: Option<&Filter>) -> Result<Session> {
         counting: Counting::new(args.syscalls, false),
         origin: args.origin,
         cgroup: filter.map(|f| (f.0, f.1)),
+        cgroup_dir: filter.map(|f| f.3.clone()),
+        // Nothing read per spawn that the metrics do not carry; records read in batches.
+        agent: true,
         // fentry where the kernel takes it (FDAUDIT_BACKEND to choose): a whole host's
         // other syscalls then pay nothing for --syscalls.
         backend: crate::engine::ebpf::BackendChoice::from_env().map_err(anyhow::Error::msg)?,
@@ -500,6 +510,8 @@ struct Periodic {
     /// What one close(2) costs here, for the scans' estimates.
     close_ns: f64,
     scan_every: Option<Duration>,
+    /// `--cgroup`'s directory: the scans see only its processes.
+    scan_cgroup: Option<PathBuf>,
     text_every: Duration,
     next_scan: Instant,
     next_text: Instant,
@@ -514,9 +526,16 @@ impl Periodic {
         let scan_every =
             (args.scan_interval > 0.0).then(|| Duration::from_secs_f64(args.scan_interval));
         let text_every = Duration::from_secs_f64(args.textfile_interval.max(1.0));
+        // Resolved before the programs were loaded (watched_cgroup); a cgroup removed since
+        // lists no process.
+        let scan_cgroup = args
+            .cgroup
+            .as_ref()
+            .map(|p| crate::cgroup::Followed::find(p).map_or_else(|_| p.clone(), |f| f.dir));
         Periodic {
             close_ns,
             scan_every,
+            scan_cgroup,
             text_every,
             next_scan: Instant::now(),
             next_text: Instant::now() + text_every,
@@ -564,7 +583,10 @@ impl Periodic {
         if now >= self.next_scan && self.scanner.is_none() {
             let m = metrics.clone();
             let close_ns = self.close_ns;
-            self.scanner = Some(std::thread::spawn(move || scan_once(&m, close_ns)));
+            let cgroup = self.scan_cgroup.clone();
+            self.scanner = Some(std::thread::spawn(move || {
+                scan_once(&m, close_ns, cgroup.as_deref())
+            }));
             self.next_scan = now + every;
         }
     }

@@ -12,7 +12,7 @@ use crate::{
         counts::SyscallCounts,
         ebpf::MissedRuns,
         flags::SpawnFlags,
-        origin::{Call, Frame, Origin},
+        origin::{Call, FoundBy, Frame, Origin},
         spawn::{ArgvField, ExecPathField, LeakedFd, ParentCommField, Spawn, Target},
         strategy::Strategy,
     },
@@ -203,6 +203,9 @@ struct CallJson<'a> {
     time_ns: u64,
     /// User stack, innermost first.
     stack: Vec<FrameJson<'a>>,
+    /// Why the stack stops short of its outermost frame, if it does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stack_partial: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     created_by: Option<Box<CallJson<'a>>>,
 }
@@ -216,6 +219,7 @@ impl<'a> CallJson<'a> {
             comm: &c.comm,
             time_ns: c.time_ns,
             stack: c.stack.iter().map(FrameJson::new).collect(),
+            stack_partial: c.stack_partial,
             created_by: c.created_by.as_deref().map(|c| Box::new(CallJson::new(c))),
         }
     }
@@ -236,6 +240,10 @@ pub(crate) struct FrameJson<'a> {
     build_id: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     found_by: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    code: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    unnamed: Option<&'a str>,
 }
 
 impl<'a> FrameJson<'a> {
@@ -248,7 +256,9 @@ impl<'a> FrameJson<'a> {
             module: f.module.as_deref(),
             offset: f.offset,
             build_id: f.build_id.as_deref(),
-            found_by: f.found_by,
+            found_by: f.found_by.map(FoundBy::as_str),
+            code: f.code,
+            unnamed: f.unnamed.as_deref(),
         }
     }
 }

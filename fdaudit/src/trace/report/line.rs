@@ -1,7 +1,11 @@
 //! The line printed for each spawn as it happens.
 
 use super::LeakPolicy;
-use crate::engine::{flags::SpawnFlags, origin::Origin, spawn::Spawn};
+use crate::engine::{
+    flags::SpawnFlags,
+    origin::{FoundBy, Origin},
+    spawn::Spawn,
+};
 use crate::output::{self, color::Paint, fmt_ns, table::Term};
 
 /// What a strategy costs, as a colour: close_range is the cheap, correct way; the sweeps
@@ -213,20 +217,55 @@ pub fn origin_brief(o: &Origin) -> String {
 /// `openat by comm[pid] at caller < callee`.
 fn call_brief(c: &crate::engine::origin::Call) -> String {
     let name = |f: &crate::engine::origin::Frame| {
+        // A Python frame: `func (file:line)`, or what it says of itself.
+        if f.found_by == Some(FoundBy::Python) {
+            return match (&f.symbol, &f.unnamed) {
+                (Some(s), _) => {
+                    let file = f.file.as_deref().unwrap_or("?");
+                    let line = f.line.map_or("?".to_string(), |l| l.to_string());
+                    output::escape_bytes(format!("{s} ({file}:{line})").as_bytes())
+                }
+                (None, Some(n)) => format!("[{}]", output::escape_bytes(n.as_bytes())),
+                (None, None) => "[python frame]".into(),
+            };
+        }
         let at = match (&f.symbol, &f.module, f.offset) {
             (Some(s), _, _) => output::escape_bytes(s.as_bytes()),
             (None, Some(m), Some(off)) => {
                 let base = m.rsplit('/').next().unwrap_or(m);
                 format!("{}+{off:#x}", output::escape_bytes(base.as_bytes()))
             }
-            _ => format!("{:#x}", f.addr),
+            _ => match &f.unnamed {
+                Some(why) => format!(
+                    "{:#x} (unnamed: {})",
+                    f.addr,
+                    output::escape_bytes(why.as_bytes())
+                ),
+                None => format!("{:#x}", f.addr),
+            },
         };
         match f.found_by {
-            Some(how) => format!("{at} (found by {how})"),
+            Some(how) => format!("{at} (found by {})", how.as_str()),
             None => at,
         }
     };
-    let frames: Vec<String> = c.stack.iter().take(2).rev().map(name).collect();
+    // Python frames come first in the stack: the innermost one calls the innermost
+    // native frame (`make_leak (app.py:5) < ioctl+0x3b`).
+    let python = c.stack.iter().find(|f| f.found_by == Some(FoundBy::Python));
+    let mut native = c
+        .stack
+        .iter()
+        .filter(|f| f.found_by != Some(FoundBy::Python));
+    let frames: Vec<String> = match python {
+        Some(p) => std::iter::once(p).chain(native.next()).map(name).collect(),
+        None => native
+            .take(2)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .map(name)
+            .collect(),
+    };
     let mut text = c.syscall.clone();
     if !c.comm.is_empty() {
         text.push_str(&format!(
@@ -239,6 +278,9 @@ fn call_brief(c: &crate::engine::origin::Call) -> String {
     }
     if !frames.is_empty() {
         text.push_str(&format!(" at {}", frames.join(" < ")));
+    }
+    if c.stack_partial.is_some() && !c.stack.is_empty() {
+        text.push_str(" (partial stack)");
     }
     text
 }
@@ -312,7 +354,7 @@ mod tests {
             offset: module.map(|_| offset),
             build_id: None,
             found_by: None,
-            module_id: None,
+            ..Frame::default()
         }
     }
 
@@ -329,6 +371,7 @@ mod tests {
                 frame(None, Some("/usr/bin/app"), 0x1c),
                 frame(Some("main+0x8"), Some("/usr/bin/app"), 0x8),
             ],
+            stack_partial: None,
             created_by: None,
         }));
         assert_eq!(
@@ -351,9 +394,31 @@ mod tests {
     }
 
     #[test]
-    fn a_scanned_frame_says_so_and_a_cleared_flag_names_both_calls() {
-        let mut scanned = frame(Some("load_key+0x1d"), Some("/usr/bin/app"), 0x1d);
-        scanned.found_by = Some("eh_frame");
+    fn an_unnamed_jit_frame_says_why() {
+        let mut jit = frame(None, None, 0x10);
+        jit.unnamed = Some("no perf map /tmp/perf-9.map".into());
+        jit.found_by = Some(FoundBy::JitFramePointer);
+        let o = Origin::Known(Box::new(Call {
+            syscall: "socket".into(),
+            pid: 9,
+            tid: 9,
+            comm: "java".into(),
+            time_ns: 1,
+            stack: vec![frame(Some("__socket+0x7"), Some("/lib/libc.so.6"), 7), jit],
+            stack_partial: None,
+            created_by: None,
+        }));
+        assert_eq!(
+            origin_brief(&o),
+            "socket by java[9] at 0x1010 (unnamed: no perf map /tmp/perf-9.map) \
+             (found by jit-frame-pointer) < __socket+0x7"
+        );
+    }
+
+    #[test]
+    fn an_unwound_frame_and_a_partial_stack_say_so_and_a_cleared_flag_names_both_calls() {
+        let mut unwound = frame(Some("load_key+0x1d"), Some("/usr/bin/app"), 0x1d);
+        unwound.found_by = Some(FoundBy::EhFrame);
         let opened = Call {
             syscall: "openat(O_CLOEXEC)".into(),
             pid: 7,
@@ -362,8 +427,9 @@ mod tests {
             time_ns: 1,
             stack: vec![
                 frame(Some("__open+0x51"), Some("/lib/libc.so.6"), 0x51),
-                scanned,
+                unwound,
             ],
+            stack_partial: None,
             created_by: None,
         };
         let o = Origin::Known(Box::new(Call {
@@ -373,12 +439,14 @@ mod tests {
             comm: "py".into(),
             time_ns: 2,
             stack: vec![frame(Some("set_inheritable+0x9"), Some("/usr/bin/py"), 0x9)],
+            stack_partial: Some(crate::engine::symbolize::partial::NO_MODULE),
             created_by: Some(Box::new(opened)),
         }));
         assert_eq!(
             origin_brief(&o),
             "opened by openat(O_CLOEXEC) by py[7] at load_key+0x1d (found by eh_frame) < \
-             __open+0x51; made inheritable by ioctl(FIONCLEX) by py[7] at set_inheritable+0x9"
+             __open+0x51; made inheritable by ioctl(FIONCLEX) by py[7] at set_inheritable+0x9 \
+             (partial stack)"
         );
     }
 }
