@@ -22,6 +22,76 @@ pub fn target_bin(name: &str) -> PathBuf {
     bin
 }
 
+/// A child killed and reaped when dropped.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// An `fdaudit trace -- CMD` run stopped if it is dropped before it ended (a test that
+/// failed half-way): SIGTERM, which fdaudit passes on to the command, then SIGKILL after
+/// 10 s, so that neither fdaudit nor the command outlives the test and disturbs the next.
+pub struct StopOnDrop(pub std::process::Child);
+
+impl StopOnDrop {
+    pub fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        self.0.wait()
+    }
+}
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        if !matches!(self.0.try_wait(), Ok(None)) {
+            return;
+        }
+        // SAFETY: a signal to our own child, not yet reaped.
+        unsafe { libc::kill(self.0.id() as libc::pid_t, libc::SIGTERM) };
+        let t0 = std::time::Instant::now();
+        while matches!(self.0.try_wait(), Ok(None)) {
+            if t0.elapsed() > std::time::Duration::from_secs(10) {
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
+
+/// Starts `scan-fixture-hold n` (files, directories, pipes, unix socket pairs and TCP
+/// sockets, half inheritable) with its NOFILE soft limit raised to the hard one (at most
+/// 4096), and waits for its `ready` line; it holds them until dropped.
+pub fn hold_fds(n: usize) -> KillOnDrop {
+    use std::io::BufRead as _;
+    use std::os::unix::process::CommandExt as _;
+    let mut holder = std::process::Command::new(target_bin("scan-fixture-hold"));
+    holder
+        .arg(n.to_string())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped());
+    // SAFETY: getrlimit and setrlimit are async-signal-safe.
+    unsafe {
+        holder.pre_exec(|| {
+            let mut l: libc::rlimit = std::mem::zeroed();
+            libc::getrlimit(libc::RLIMIT_NOFILE, &mut l);
+            l.rlim_cur = l.rlim_max.min(4096);
+            libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+            Ok(())
+        });
+    }
+    let mut holder = KillOnDrop(holder.spawn().expect("start scan-fixture-hold"));
+    let mut ready = String::new();
+    std::io::BufReader::new(holder.0.stdout.take().expect("piped stdout"))
+        .read_line(&mut ready)
+        .expect("read the holder's line");
+    assert!(ready.starts_with("ready"), "holder said {ready:?}");
+    holder
+}
+
 /// The `fdaudit` binary under test, built (or brought up to date) once per test binary.
 ///
 /// Cargo builds a package's binaries only for that package's own integration tests, so
@@ -215,6 +285,37 @@ pub fn records(text: &str) -> Vec<Value> {
 /// The records of a given type.
 pub fn of_type<'a>(records: &'a [Value], ty: &str) -> Vec<&'a Value> {
     records.iter().filter(|r| r["type"] == ty).collect()
+}
+
+/// `fdaudit scan -p PID --json` under `strace -f -qq` with `strace_args` (`-e …`, `-y`):
+/// the scan's stdout and strace's log. Panics if the scan fails.
+pub fn strace_scan(pid: u32, strace_args: &[&str]) -> (String, String) {
+    let trace = temp_path("scan.strace");
+    let out = std::process::Command::new("strace")
+        .args(["-f", "-qq"])
+        .args(strace_args)
+        .arg("-o")
+        .arg(&trace)
+        .arg(fdaudit())
+        .args([
+            "scan",
+            "-p",
+            &pid.to_string(),
+            "--json",
+            "--close-cost-ns",
+            "1",
+        ])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run strace (apt-get install strace)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&trace).expect("read strace output");
+    let _ = std::fs::remove_file(&trace);
+    (String::from_utf8_lossy(&out.stdout).into_owned(), text)
 }
 
 /// A fresh path in the temporary directory for this test process (`-o` files).

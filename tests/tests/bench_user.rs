@@ -303,16 +303,6 @@ fn what_cmd_inherited_is_not_its_leak() {
     assert_eq!(summary(c), (2, "none", false, 0, 0, 0, 0), "{c}");
 }
 
-/// Kills and reaps a child when dropped (the CPU hog below).
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 #[ignore = "needs root and BTF"]
 fn spawns_are_filed_under_their_own_limit_on_a_busy_cpu() {
@@ -337,7 +327,7 @@ int main(int argc, char **argv) {
     // A busy loop on the CPU bench and the spawner run on: the drain thread waits for it,
     // so records reach userspace late (a run's last spawns were filed under the next limit
     // when a flush missed the ring growing under it).
-    let _hog = KillOnDrop(
+    let _hog = fdaudit_tests::KillOnDrop(
         Command::new("taskset")
             .args(["-c", "0", "/bin/sh", "-c", "while :; do :; done"])
             .spawn()

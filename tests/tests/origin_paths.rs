@@ -87,7 +87,22 @@ fn python_s_set_inheritable_names_fionclex_and_the_open_that_made_the_fd() {
         .into_iter()
         .map(std::ffi::OsStr::new)
         .collect();
-    let spawn = true_spawn("origin-python.jsonl", &args, |_| {});
+    let (out, text) = fdaudit_tests::trace_to_file("origin-python.jsonl", |c| {
+        c.args(["-v", "--origin", "--"]).args(&args);
+    });
+    fdaudit_tests::assert_success(&out);
+    let summary = records(&text)
+        .into_iter()
+        .find(|r| r["type"] == "summary")
+        .unwrap_or_default();
+    let notes: Vec<Value> = records(&text)
+        .into_iter()
+        .filter(|r| r["type"] == "note")
+        .collect();
+    let spawn = records(&text)
+        .into_iter()
+        .find(|r| r["type"] == "spawn" && r["exec_path"] == "/bin/true")
+        .unwrap_or_else(|| panic!("no spawn of /bin/true: {text}"));
     let fd = spawn["leaked_fds"]
         .as_array()
         .expect("leaked_fds")
@@ -95,9 +110,18 @@ fn python_s_set_inheritable_names_fionclex_and_the_open_that_made_the_fd() {
         .find(|l| l["target"] == "/etc/hostname")
         .unwrap_or_else(|| panic!("/etc/hostname did not leak: {spawn}"));
     let o = &fd["origin"];
+    // What a failure needs to be told apart, the fd itself last (CI shows a failure's last
+    // lines): fdaudit's stderr (the ring grown?), its notes (an origin record come after
+    // the spawn?), the records lost, and the leaked fd with its `not seen` reason (what
+    // fdaudit saw of fd 3).
     assert_eq!(
-        o["syscall"], "ioctl(FIONCLEX)",
-        "CPython clears O_CLOEXEC with FIONCLEX: {o}"
+        o["syscall"],
+        "ioctl(FIONCLEX)",
+        "CPython clears O_CLOEXEC with FIONCLEX. fdaudit's stderr:\n{}\nnotes: {notes:?}\n\
+         lost records {} (queue {}); the leaked fd: {fd}",
+        String::from_utf8_lossy(&out.stderr),
+        summary["lost_records"],
+        summary["queue_dropped_records"],
     );
     assert_eq!(o["created_by"]["syscall"], "openat(O_CLOEXEC)", "{o}");
     assert_eq!(o["created_by"]["pid"], o["pid"], "{o}");

@@ -209,27 +209,7 @@ fn a_huge_limits_file_costs_no_memory() {
 /// 4 KiB pipe nobody reads until the signal has been sent.
 #[test]
 fn sigterm_ends_a_scan_with_the_partial_summary() {
-    let mut holder = Command::new(env!("CARGO_BIN_EXE_scan-fixture-hold"));
-    holder
-        .arg("3000")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped());
-    // SAFETY: setrlimit is async-signal-safe.
-    unsafe {
-        holder.pre_exec(|| {
-            let mut l: libc::rlimit = std::mem::zeroed();
-            libc::getrlimit(libc::RLIMIT_NOFILE, &mut l);
-            l.rlim_cur = l.rlim_max.min(4096);
-            libc::setrlimit(libc::RLIMIT_NOFILE, &l);
-            Ok(())
-        });
-    }
-    let mut holder = KillOnDrop(holder.spawn().expect("start scan-fixture-hold"));
-    let mut ready = String::new();
-    BufReader::new(holder.0.stdout.take().unwrap())
-        .read_line(&mut ready)
-        .expect("read the holder's line");
-    assert!(ready.starts_with("ready"), "holder said {ready:?}");
+    let _holder = fdaudit_tests::hold_fds(3000);
     let mut fds = [0; 2];
     // SAFETY: fds is valid for two ints.
     check(
@@ -286,16 +266,6 @@ fn sigterm_ends_a_scan_with_the_partial_summary() {
     assert!(has_note(&lines, "interrupted"), "{err}\n{lines:?}");
 }
 
-/// A child killed and reaped on drop.
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// A running scan-fixture (an inheritable listening TCP socket among others).
 struct Fixture {
     child: Child,
@@ -344,23 +314,8 @@ impl Drop for Fixture {
 #[test]
 fn no_stat_or_open_through_fd_links() {
     let fx = Fixture::start();
-    let trace = std::env::temp_dir().join(format!("fdaudit-strace.{}", std::process::id()));
     let pid = fx.pid.to_string();
-    let out = Command::new("strace")
-        .args(["-f", "-qq", "-y", "-o"])
-        .arg(&trace)
-        .arg(fdaudit_tests::fdaudit())
-        .args(["scan", "-p", &pid, "--json", "--close-cost-ns", "1"])
-        .stdin(Stdio::null())
-        .output()
-        .expect("run strace (apt-get install strace)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = std::fs::read_to_string(&trace).expect("read strace output");
-    let _ = std::fs::remove_file(&trace);
+    let (_, text) = fdaudit_tests::strace_scan(fx.pid, &["-y"]);
     // The scan did read the fds: each fdinfo file and each link.
     let file_fd = &fx.fd["file"];
     assert!(

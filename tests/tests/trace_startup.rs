@@ -237,11 +237,7 @@ fn once_trace_has_exited_pgrep_f_finds_nothing_by_its_command_line() {
         .stdin(Stdio::null())
         .output()
         .expect("run fdaudit trace");
-    assert!(
-        out.status.success(),
-        "fdaudit trace: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    fdaudit_tests::assert_success(&out);
     // The hand-off child keeps the trace events registered a moment after fdaudit exits
     // (where syscall tracepoints are: the tp backend); it must not answer to the command.
     // What `pgrep -f` and `pgrep -x` look at, read here (the guests have no pgrep).

@@ -20,8 +20,8 @@ use fdaudit_tests::{guard, of_type, temp_path};
 use serde_json::Value;
 
 /// Fds leaked per request, and the requests made between the two reports.
-const K: usize = 3;
-const REQUESTS: usize = 10;
+pub(crate) const K: usize = 3;
+pub(crate) const REQUESTS: usize = 10;
 
 /// `main.leakOne` leaks, `main.okOne` closes; the files kept in a slice.
 const GO: &str = r#"package main
@@ -123,16 +123,16 @@ process.stdout.write('ready\n');
 "#;
 
 /// A temporary directory holding a service's source and build, removed on drop.
-struct Dir(PathBuf);
+pub(crate) struct Dir(pub(crate) PathBuf);
 
 impl Dir {
-    fn new(name: &str) -> Dir {
+    pub(crate) fn new(name: &str) -> Dir {
         let d = temp_path(name);
         std::fs::create_dir_all(&d).expect("create the service's directory");
         Dir(d)
     }
 
-    fn write(&self, file: &str, text: &str) -> PathBuf {
+    pub(crate) fn write(&self, file: &str, text: &str) -> PathBuf {
         let p = self.0.join(file);
         std::fs::write(&p, text).expect("write the service's source");
         p
@@ -145,7 +145,7 @@ impl Drop for Dir {
     }
 }
 
-fn run_ok(cmd: &mut Command, what: &str) {
+pub(crate) fn run_ok(cmd: &mut Command, what: &str) {
     let st = cmd
         .status()
         .unwrap_or_else(|e| panic!("{what} is not installed ({e}): .ci/setup installs it"));
@@ -153,7 +153,7 @@ fn run_ok(cmd: &mut Command, what: &str) {
 }
 
 /// The records of each complete report in `out` (a report ends with its processes).
-fn reports(out: &Path, pid: u32) -> (usize, Vec<Vec<Value>>) {
+pub(crate) fn reports(out: &Path, pid: u32) -> (usize, Vec<Vec<Value>>) {
     let text = std::fs::read_to_string(out).unwrap_or_default();
     let whole = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
     let mut all: Vec<Vec<Value>> = Vec::new();
@@ -200,7 +200,18 @@ fn moment(svc: &Service, out: &Path) -> (usize, Vec<Value>) {
 /// Attaches to a started service after `warm` requests (a runtime opens some fds at first
 /// use, once), then makes `REQUESTS` between two reports and checks the counts. Returns the
 /// later report's stacks.
-fn leaks_exactly(name: &str, mut svc: Service, warm: usize) -> Vec<Value> {
+fn leaks_exactly(name: &str, svc: Service, warm: usize) -> Vec<Value> {
+    leaks_exactly_then(name, svc, warm, &mut |_, _| {})
+}
+
+/// [`leaks_exactly`], with `between(out, pid)` run after the requests, before the later
+/// report is taken.
+pub(crate) fn leaks_exactly_then(
+    name: &str,
+    mut svc: Service,
+    warm: usize,
+    between: &mut dyn FnMut(&Path, u32),
+) -> Vec<Value> {
     for _ in 0..warm {
         assert_eq!(svc.request(), "done", "{name}");
     }
@@ -211,6 +222,7 @@ fn leaks_exactly(name: &str, mut svc: Service, warm: usize) -> Vec<Value> {
     for _ in 0..REQUESTS {
         assert_eq!(svc.request(), "done", "{name}");
     }
+    between(&out, svc.pid());
     let (fds2, r2) = moment(&svc, &out);
     // Every record of the run, checked against the schema.
     let all = stop(tracer, &out);
@@ -268,7 +280,7 @@ fn leak_stacks<'a>(name: &str, stacks: &'a [Value]) -> Vec<&'a Value> {
 }
 
 /// A stack's frames as `symbol in module` (no offsets, the module's file name).
-fn frames(stack: &Value) -> Vec<String> {
+pub(crate) fn frames(stack: &Value) -> Vec<String> {
     stack["stack"]
         .as_array()
         .unwrap()
@@ -311,6 +323,105 @@ fn a_c_service_built_o2_without_frame_pointers_is_counted_exactly() {
     for s in &stacks {
         assert!(!symbols(s).iter().any(|f| f.starts_with("ok_one")), "{s}");
     }
+}
+
+/// Two call sites in one function, each through libc's `open64`: the first leaks one fd
+/// per request (`/etc/hostname`), the second two in a loop (`/etc/hosts`); `ok_one` opens
+/// and closes `/etc/passwd`. Built `-O2 -fomit-frame-pointer -g` (the line table only).
+const TWO_SITES: &str = r#"
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+
+static int kept[1 << 16];
+static int nkept;
+
+__attribute__((noinline)) void leak_two(int a, int b) {
+    for (int i = 0; i < a; i++) {
+        int fd = open("/etc/hostname", O_RDONLY); /* site A */
+        if (fd >= 0) kept[nkept++] = fd;
+    }
+    for (int i = 0; i < b; i++) {
+        int fd = open("/etc/hosts", O_RDONLY); /* site B */
+        if (fd >= 0) kept[nkept++] = fd;
+    }
+}
+
+__attribute__((noinline)) void ok_one(void) {
+    int fd = open("/etc/passwd", O_RDONLY);
+    if (fd >= 0) close(fd);
+}
+
+int main(void) {
+    char buf[64];
+    printf("ready\n"); fflush(stdout);
+    while (fgets(buf, sizeof buf, stdin)) {
+        leak_two(1, 2);
+        ok_one();
+        printf("done\n"); fflush(stdout);
+    }
+    sleep(1);
+    return 0;
+}
+"#;
+
+/// The line of `TWO_SITES` that holds `marker` (1-based, as DWARF counts).
+fn line_of(marker: &str) -> u64 {
+    let i = TWO_SITES.lines().position(|l| l.contains(marker));
+    i.expect("the marker is in the fixture") as u64 + 1
+}
+
+/// The one stack holding `path` (a site in a loop is one site): its count and the line
+/// of its `leak_two` frame.
+fn site_of(stacks: &[Value], path: &str) -> (u64, u64) {
+    let held: Vec<&Value> = stacks
+        .iter()
+        .filter(|s| s["samples"].to_string().contains(path))
+        .collect();
+    assert_eq!(held.len(), 1, "one stack holds {path}: {stacks:#?}");
+    let frame = held[0]["stack"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| {
+            f["symbol"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("leak_two+"))
+        })
+        .unwrap_or_else(|| panic!("{path}'s stack names leak_two: {}", held[0]));
+    let line = frame["line"].as_u64();
+    (held[0]["count"].as_u64().unwrap(), line.unwrap_or(0))
+}
+
+/// The kernel's frame-pointer walk stops in libc's wrapper (no frame pointers): the two
+/// sites share its innermost frame, ip, sp and the function above them; they differ in the
+/// return address the wrapper's frame holds and in the path (Debian's `open64` keeps it in
+/// rbp, so the walk's second frame is the path's bytes: what gives each its own stack id;
+/// two opens of one path share one, docs/unclosed.md). Each gets its own count and line,
+/// and a site in a loop is one site (what a cache of stack ids must neither merge nor
+/// split).
+#[test]
+#[ignore = "needs root"]
+fn two_call_sites_in_one_function_through_open64_keep_their_own_counts_and_lines() {
+    let _g = guard();
+    let exe = fdaudit_tests::build_c_fixture_with(
+        "unclosed-two-sites",
+        TWO_SITES,
+        &["-O2", "-fomit-frame-pointer", "-g"],
+    );
+    let svc = Service::start(&mut Command::new(&exe));
+    let stacks = leaks_exactly("two-sites", svc, 1);
+    let _ = std::fs::remove_file(&exe);
+    assert_eq!(
+        site_of(&stacks, "/etc/hostname"),
+        (REQUESTS as u64, line_of("site A")),
+        "site A: {stacks:#?}"
+    );
+    assert_eq!(
+        site_of(&stacks, "\"/etc/hosts\""),
+        (2 * REQUESTS as u64, line_of("site B")),
+        "site B: {stacks:#?}"
+    );
 }
 
 #[test]

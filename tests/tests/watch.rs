@@ -78,7 +78,7 @@ impl Drop for Reaped {
 }
 
 /// The cgroup2 mount point, from /proc/self/mountinfo (hybrid machines: /sys/fs/cgroup/unified).
-fn cgroup2_mount() -> PathBuf {
+pub(crate) fn cgroup2_mount() -> PathBuf {
     let mi = std::fs::read_to_string("/proc/self/mountinfo").expect("read mountinfo");
     mi.lines()
         .find_map(|l| {
@@ -424,9 +424,10 @@ fn container_leaks_reach_metrics_textfile_and_sigterm_detaches() {
 /// The scan gauges name a process by its executable, as the spawn metrics name a spawn's
 /// `child` by its exec path (issue #25 item 9): a shell that renamed itself (its comm) is
 /// still labelled by the file name of its `/proc/PID/exe`, under `child`, never `exe`.
+/// Under `--cgroup` they cover only that cgroup's tree.
 #[test]
 #[ignore = "needs root"]
-fn scan_gauges_label_the_executable_as_spawns_do() {
+fn scan_gauges_label_the_executable_as_spawns_do_and_stay_in_the_cgroup() {
     let _serial = serial();
     let cg = DockerCgroup::new("watch-exe");
     let port = free_port();
@@ -473,6 +474,26 @@ fn scan_gauges_label_the_executable_as_spawns_do() {
             .iter()
             .all(|l| !l.contains("fdaudit-renamed") && !l.contains("exe=\"")),
         "the comm is no gauge label, nor is `exe`: {gauges:#?}"
+    );
+    // --cgroup scopes the scans as it does the spawns: no process outside the watched tree
+    // has a gauge (this test's own process, outside it, holds fds and a NOFILE limit).
+    let inside = format!("cgroup=\"{parent}/");
+    let outside: Vec<&str> = body
+        .lines()
+        .filter(|l| {
+            [
+                "fdaudit_inheritable_fds{",
+                "fdaudit_nofile_soft{",
+                "fdaudit_open_fds{",
+            ]
+            .iter()
+            .any(|g| l.starts_with(g))
+        })
+        .filter(|l| !l.contains(&inside))
+        .collect();
+    assert!(
+        outside.is_empty(),
+        "gauges of processes outside {parent}: {outside:#?}"
     );
     assert!(load.0.wait().unwrap().success());
 }

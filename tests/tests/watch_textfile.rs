@@ -119,6 +119,8 @@ fn links_planted_by_the_directory_owner_are_not_written_through() {
     for name in [format!(".fdaudit.prom.{pid}"), "fdaudit.prom".to_owned()] {
         as_nobody("ln", &["-s", target, dir.join(name).to_str().unwrap()]);
     }
+    // The spawns so far reach the agent with its drain thread's 200 ms tick (#44).
+    std::thread::sleep(Duration::from_millis(600));
     // SIGHUP: a textfile write at once.
     // SAFETY: kill(2) on our own child.
     assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGHUP) }, 0);

@@ -265,6 +265,26 @@ pub const AARCH64_TESTS: &[(&str, &str)] = &[
 /// they check the host's deployment rather than the kernel, with tools the initramfs lacks.
 const HOST_ONLY_TESTS: &[(&str, &str)] = &[
     (
+        "jit_copy",
+        "runs Java (javac, java, jcmd), which the initramfs lacks",
+    ),
+    (
+        "jit_frames",
+        "runs Java (javac, java, jcmd) and Node services, which the initramfs lacks",
+    ),
+    (
+        "jit_origin",
+        "runs Java (javac, java, jcmd) and Node, which the initramfs lacks",
+    ),
+    (
+        "scan_floor",
+        "counts scan's syscalls with strace, which the initramfs lacks",
+    ),
+    (
+        "unclosed_exit",
+        "runs unclosed under strace, which the initramfs lacks",
+    ),
+    (
         "scan_inflight",
         "compiles its C attacker with gcc, which the initramfs lacks",
     ),
@@ -373,8 +393,22 @@ const HOST_ONLY_TESTS: &[(&str, &str)] = &[
         "compiles its C fixture with gcc (-g -fno-omit-frame-pointer), which the initramfs lacks",
     ),
     (
+        "origin_gdb",
+        "compares with gdb on gcc-built and Debian's python3.11 and perl, which the initramfs \
+         lacks",
+    ),
+    (
+        "origin_sites",
+        "compiles its C fixture with gcc (-g -fno-omit-frame-pointer), which the initramfs lacks",
+    ),
+    (
         "origin_paths",
         "compiles its C fixtures with gcc and runs python3, which the initramfs lacks",
+    ),
+    (
+        "origin_python",
+        "runs pyenv's and Debian's CPython interpreters and compiles a C fixture with gcc, \
+         none of which the initramfs carries",
     ),
     (
         "hostile_files",

@@ -1,0 +1,245 @@
+//! `trace --cgroup` and `watch` (whole host, `--cgroup`) follow the same processes on every
+//! kernel: with bpf_get_current_ancestor_cgroup_id where raw tracepoints may call it
+//! (5.14+), with bpf_current_task_under_cgroup before (5.10), and with no filter at all for
+//! the root cgroup. Busybox is enough (the guests run this module): the spawned programs
+//! are the print-inherited fixture under names of their own.
+//!
+//! The root tests load the eBPF programs: run them under `flock -o /tmp/fdaudit-root.lock`.
+
+use std::{
+    io::{BufRead as _, Read as _},
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use fdaudit_tests::fdaudit;
+use serde_json::Value;
+
+use crate::watch::{cgroup2_mount, free_port, http_get, sample, serial, start_watch, Reaped};
+
+/// A fresh cgroup under the cgroup2 root, its processes killed and it removed on drop; and
+/// a directory with the programs the tests spawn.
+struct Setup {
+    cgroup: PathBuf,
+    /// Its path on the hierarchy (`/fdaudit-cgfollow-PID`), as `--cgroup` takes it.
+    rel: String,
+    bin: PathBuf,
+}
+
+impl Setup {
+    fn new(tag: &str) -> Setup {
+        let name = format!("fdaudit-{tag}-{}", std::process::id());
+        let cgroup = cgroup2_mount().join(&name);
+        std::fs::create_dir_all(&cgroup)
+            .unwrap_or_else(|e| panic!("failed to create {}: {e}", cgroup.display()));
+        let bin = std::env::temp_dir().join(format!("{name}-bin"));
+        std::fs::create_dir_all(&bin).expect("create the programs' directory");
+        let fixture = fdaudit_tests::target_bin("print-inherited");
+        for exe in ["fdaudit-cg-in", "fdaudit-cg-out"] {
+            let link = bin.join(exe);
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(&fixture, &link).expect("symlink the fixture");
+        }
+        Setup {
+            cgroup,
+            rel: format!("/{name}"),
+            bin,
+        }
+    }
+
+    fn exe(&self, name: &str) -> PathBuf {
+        self.bin.join(name)
+    }
+
+    /// Runs `fdaudit-cg-out` `n` times outside the cgroup, one at a time.
+    fn run_outside(&self, n: u32) {
+        for _ in 0..n {
+            let st = Command::new(self.exe("fdaudit-cg-out"))
+                .arg("/dev/null")
+                .status()
+                .expect("run fdaudit-cg-out");
+            assert!(st.success(), "fdaudit-cg-out failed: {st}");
+        }
+    }
+
+    /// Runs `fdaudit-cg-in` `n` times from a shell moved into the cgroup first, the last one
+    /// from a grandchild shell (which must fork for it: a shell may exec a lone command in
+    /// its own process, a spawn then counted under the shell's name).
+    fn run_inside(&self, n: u32) {
+        let exe = self.exe("fdaudit-cg-in");
+        let procs = self.cgroup.join("cgroup.procs");
+        let script = format!(
+            "echo $$ > '{}' && i=1 && while [ $i -lt {n} ]; do '{exe}' /dev/null || exit 1; \
+             i=$((i+1)); done && sh -c \"'{exe}' /dev/null && exit 0\"",
+            procs.display(),
+            exe = exe.display()
+        );
+        let st = Command::new("sh")
+            .args(["-c", &script])
+            .stdin(Stdio::null())
+            .status()
+            .expect("run the workload");
+        assert!(st.success(), "the workload in the cgroup failed: {st}");
+    }
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        let t0 = Instant::now();
+        while std::fs::remove_dir(&self.cgroup).is_err() && t0.elapsed() < Duration::from_secs(5) {
+            let procs =
+                std::fs::read_to_string(self.cgroup.join("cgroup.procs")).unwrap_or_default();
+            for pid in procs.lines().filter_map(|l| l.parse::<i32>().ok()) {
+                // SAFETY: killing the test's own workload processes.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = std::fs::remove_dir_all(&self.bin);
+    }
+}
+
+/// `fdaudit_spawns_total` of programs named `child`, once it reaches `want` or after 30 s
+/// (an emulated guest is slow); None when watch never counted one.
+fn spawns_of(port: u16, child: &str, want: f64) -> Option<f64> {
+    let t0 = Instant::now();
+    loop {
+        let (_, body) = http_get(port, "/metrics").expect("watch serves /metrics");
+        let n = sample(&body, "fdaudit_spawns_total", &format!("child=\"{child}\""));
+        if n.is_some_and(|n| n >= want) || t0.elapsed() > Duration::from_secs(30) {
+            return n;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+#[ignore = "needs root"]
+fn watch_cgroup_counts_the_cgroups_spawns_and_no_others() {
+    let _g = fdaudit_tests::guard();
+    let _serial = serial();
+    let s = Setup::new("cgwatch");
+    let port = free_port();
+    let _w = start_watch(port, &["--cgroup", &s.rel, "--scan-interval", "0"]);
+    s.run_outside(3);
+    s.run_inside(3);
+    assert_eq!(
+        spawns_of(port, "fdaudit-cg-in", 3.0),
+        Some(3.0),
+        "every spawn in the cgroup, its grandchild's included, is counted once"
+    );
+    // The outside spawns ran first: had they been counted, they would be there by now.
+    let (_, body) = http_get(port, "/metrics").expect("watch serves /metrics");
+    assert_eq!(
+        sample(&body, "fdaudit_spawns_total", "child=\"fdaudit-cg-out\""),
+        None,
+        "a spawn outside the cgroup is not counted: {body}"
+    );
+}
+
+#[test]
+#[ignore = "needs root"]
+fn whole_host_watch_counts_spawns_in_and_out_of_cgroups() {
+    let _g = fdaudit_tests::guard();
+    let _serial = serial();
+    let s = Setup::new("cghost");
+    let port = free_port();
+    let _w = start_watch(port, &["--scan-interval", "0"]);
+    s.run_outside(3);
+    s.run_inside(3);
+    assert_eq!(spawns_of(port, "fdaudit-cg-out", 3.0), Some(3.0));
+    assert_eq!(spawns_of(port, "fdaudit-cg-in", 3.0), Some(3.0));
+}
+
+#[test]
+#[ignore = "needs root"]
+fn trace_cgroup_follows_the_cgroups_processes_and_no_others() {
+    trace_cgroup(None);
+}
+
+/// The way kernels before 5.14 take, forced where the helper exists (the host), so that
+/// both ways are checked on one kernel.
+#[test]
+#[ignore = "needs root"]
+fn trace_cgroup_through_a_cgroup_array_follows_the_same_processes() {
+    trace_cgroup(Some("under-cgroup"));
+}
+
+/// `trace --cgroup` of a fresh cgroup, the way forced with `FDAUDIT_CGROUP_FILTER=way`.
+fn trace_cgroup(way: Option<&str>) {
+    let _g = fdaudit_tests::guard();
+    let _serial = serial();
+    let s = Setup::new("cgtrace");
+    let mut cmd = Command::new(fdaudit());
+    if let Some(w) = way {
+        cmd.env("FDAUDIT_CGROUP_FILTER", w);
+    }
+    let mut t = Reaped(
+        cmd.args(["trace", "--json", "--no-syscalls", "--cgroup", &s.rel])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start fdaudit trace"),
+    );
+    // With --json and no command every record is on stdout, the header first.
+    let mut reader = std::io::BufReader::new(t.0.stdout.take().expect("stdout"));
+    let mut out = String::new();
+    loop {
+        let mut line = String::new();
+        let n = reader.read_line(&mut line).expect("read trace's output");
+        if n == 0 {
+            let mut err = String::new();
+            let _ = t.0.stderr.take().map(|mut e| e.read_to_string(&mut err));
+            panic!("trace ended before tracing: {out}{err}");
+        }
+        out.push_str(&line);
+        if line.contains("Ctrl-C to stop") {
+            assert!(
+                line.contains(&format!("tracing cgroup {}", s.rel)),
+                "{line}"
+            );
+            break;
+        }
+    }
+    s.run_outside(2);
+    s.run_inside(3);
+    // Every spawn has exited: each was reported at its exit. Stop as Ctrl-C would.
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: signalling our own child.
+    assert_eq!(unsafe { libc::kill(t.0.id() as i32, libc::SIGINT) }, 0);
+    reader
+        .read_to_string(&mut out)
+        .expect("read trace's output");
+    let st = t.0.wait().expect("wait for trace");
+    // Ctrl-C ends a trace with 130, its records all written.
+    assert_eq!(st.code(), Some(130), "trace failed ({st}): {out}");
+    let spawns: Vec<Value> = fdaudit_tests::records(&out)
+        .into_iter()
+        .filter(|v| v["type"] == "spawn")
+        .collect();
+    let named = |name: &str| {
+        spawns
+            .iter()
+            .filter(|v| {
+                v["exec_path"]
+                    .as_str()
+                    .is_some_and(|p| Path::new(p).ends_with(name))
+            })
+            .count()
+    };
+    assert_eq!(
+        named("fdaudit-cg-in"),
+        3,
+        "each spawn in the cgroup once, the grandchild's included: {out}"
+    );
+    assert_eq!(
+        named("fdaudit-cg-out"),
+        0,
+        "nothing outside the cgroup: {out}"
+    );
+    for v in &spawns {
+        assert_eq!(v["cgroup"], s.rel.as_str(), "only the cgroup's spawns: {v}");
+    }
+}
