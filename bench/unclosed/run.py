@@ -15,11 +15,15 @@ Workloads:
              meaning here.
   getppid    an untraced loop of getppid() (bench/trace/getppid.c) while the tracer follows
              an idle `sleep`: what any process pays per syscall
+  followed-getppid  the getppid() loop started with the tracer (`trace` and `origin`
+             compared: #38's "a process that makes no fd pays nothing more than `trace`")
   bystander-pairs  the pairs loop, untraced, while the tracer follows an idle `sleep`
              (the loop's own clock): what a bystander that opens files pays
 
-Tracers: untraced; `unclosed` (`fdaudit unclosed`); `origin` (`fdaudit trace -q --origin`,
-for scale); the kernel's floors, programs that do nothing (bench/unclosed/floor.py):
+Tracers: untraced; `unclosed` (`fdaudit unclosed`); `trace` (`fdaudit trace -q`, for
+followed-getppid); `origin` (`fdaudit trace -q --origin`:
+pairs.c's opens have no close-on-exec, so one origin record per open, #38's target; with
+--also NAME, `origin@NAME` runs that build's); the kernel's floors, programs that do nothing (bench/unclosed/floor.py):
 `floor-raw` on raw_syscalls sys_enter and sys_exit (the hooks of unclosed's own pair),
 `floor-tp` on syscalls/sys_exit_openat and syscalls/sys_enter_close (the issue's floor: the
 least any design that sees opens and closes pays); `bpftrace`, a memleak-style script
@@ -164,6 +168,9 @@ def main():
         ALSO[name] = os.path.abspath(path)
         if name not in tracers:
             tracers.insert(tracers.index("unclosed") + 1 if "unclosed" in tracers else 1, name)
+        # With `origin`: the other build's `trace --origin` too, as origin@NAME.
+        if "origin" in tracers:
+            tracers.insert(tracers.index("origin") + 1, f"origin@{name}")
     if "bpftrace" in tracers and not shutil.which("bpftrace"):
         print("bpftrace is not installed: its comparison is skipped", file=sys.stderr)
         tracers.remove("bpftrace")
@@ -184,8 +191,11 @@ def main():
             return run_ns(cmd)
         if t == "unclosed" or t in ALSO:
             return run_ns([ALSO.get(t, fd), "unclosed", "-o", "/dev/null", "--"] + cmd)
-        if t == "origin":
-            return run_ns([fd, "trace", "-q", "--origin", "-o", "/dev/null", "--"] + cmd)
+        if t == "trace":
+            return run_ns([fd, "trace", "-q", "-o", "/dev/null", "--"] + cmd)
+        if t == "origin" or t.startswith("origin@"):
+            binary = ALSO[t[len("origin@"):]] if "@" in t else fd
+            return run_ns([binary, "trace", "-q", "--origin", "-o", "/dev/null", "--"] + cmd)
         idle = subprocess.Popen(["sleep", "1000"])
         try:
             # A floor: attached first, the command timed beside it.
@@ -250,7 +260,15 @@ def main():
     def getppid_case(t):
         keep(wall, "getppid", t, beside(t, [getppid, str(a.getppid_calls)])[0])
 
-    cases = {"pairs": pairs_case, "getppid": getppid_case, "bystander-pairs": bystander_pairs}
+    def followed_getppid(t):
+        quiesce()
+        w, c = started_with(t, [getppid, str(a.getppid_calls), clock])
+        keep(wall, "followed-getppid", t, w)
+        keep(cpu, "followed-getppid", t, c)
+        keep(own, "followed-getppid", t, read_ns(clock))
+
+    cases = {"pairs": pairs_case, "getppid": getppid_case, "bystander-pairs": bystander_pairs,
+             "followed-getppid": followed_getppid}
     load = [os.getloadavg()[0]]
     # The outstanding case per build: `unclosed` (--fdaudit) and each --also, interleaved.
     outst = {}
@@ -299,6 +317,8 @@ def main():
     if a.prog_stats:
         for binary in [fd] + list(ALSO.values()):
             prog_stats(binary, pairs, a.pairs)
+            if "origin" in tracers:
+                prog_stats(binary, pairs, a.pairs, "origin")
     if a.json_out:
         with open(a.json_out, "w") as f:
             json.dump(out, f, indent=1)
@@ -354,14 +374,16 @@ def outstanding(fd, hold, a):
             h.wait()
 
 
-def prog_stats(fd, pairs, n):
-    """run_time_ns / run_cnt of fdaudit's programs over one `unclosed -- pairs N` run."""
+def prog_stats(fd, pairs, n, mode="unclosed"):
+    """run_time_ns / run_cnt of fdaudit's programs over one `unclosed -- pairs N` run (mode
+    "origin": `trace -q --origin -- pairs N`)."""
     old = subprocess.run(["sysctl", "-n", "kernel.bpf_stats_enabled"], capture_output=True,
                          text=True).stdout.strip()
     subprocess.run(["sysctl", "-q", "kernel.bpf_stats_enabled=1"], check=True)
     done = tempfile.mktemp(prefix="fdaudit-ubench-done-")
     try:
-        p = subprocess.Popen([fd, "unclosed", "-o", "/dev/null", "--", "sh", "-c",
+        tracer = ["unclosed"] if mode == "unclosed" else ["trace", "-q", "--origin"]
+        p = subprocess.Popen([fd] + tracer + ["-o", "/dev/null", "--", "sh", "-c",
                               f"sleep 0.5; {pairs} {n}; touch {done}; sleep 2"])
         while not os.path.exists(done):
             time.sleep(0.05)
@@ -372,10 +394,11 @@ def prog_stats(fd, pairs, n):
         subprocess.run(["sysctl", "-q", f"kernel.bpf_stats_enabled={old or 0}"])
         if os.path.exists(done):
             os.unlink(done)
-    print(f"\n{fd}: per-program run time over one `unclosed -- pairs {n}` (bpf_stats; the "
-          "whole machine's syscalls run unclosed_enter/exit too):")
+    print(f"\n{fd}: per-program run time over one `{' '.join(tracer)} -- pairs {n}` (bpf_stats; "
+          f"the whole machine's syscalls run {mode}_enter/exit too):")
     for q in progs:
-        if q.get("run_cnt") and q.get("name", "").startswith(("unclosed", "tp_", "sched")):
+        if q.get("run_cnt") and q.get("name", "").startswith(("unclosed", "origin", "tp_",
+                                                              "sched")):
             print(f"  {q['name']:24} run_cnt {q['run_cnt']:9}  run_time_ns {q['run_time_ns']:11}"
                   f"  {q['run_time_ns'] / q['run_cnt']:7.0f} ns/run")
 
