@@ -300,8 +300,16 @@ impl Symbolizer {
         self.code.remove(&pid);
     }
 
-    /// Learns that `pid` runs `path` (from its spawn record), if absolute.
+    /// Learns that `pid` runs `path` (from its spawn record), if absolute; what was kept of
+    /// its old image's mappings goes: its later records are the new image's, whose
+    /// modules are elsewhere (a stale mapping would name a frame in the wrong module, and
+    /// keep out the modules the kernel sends for the new image).
     pub fn note_exec(&mut self, pid: u32, path: &[u8]) {
+        if let Some(old) = self.maps.remove(&pid) {
+            self.maps_cost -= old.cost;
+        }
+        self.anon_exec.remove(&pid);
+        self.sites.forget(pid);
         if path.first() == Some(&b'/') {
             let path: Arc<str> = String::from_utf8_lossy(path).into();
             self.build_ids.offer(&path, None);
@@ -620,6 +628,27 @@ mod tests {
         assert!(s
             .mapping_in_tree(pid, start + 0x1000, true, &none)
             .is_none());
+    }
+
+    #[test]
+    fn an_exec_drops_the_old_image_s_mappings() {
+        let pid = 1 << 30; // no such process: maps cannot be read again
+        let mut s = Symbolizer::default();
+        let m = Mapping {
+            start: 0x7f00_0000_0000,
+            end: 0x7f00_0010_0000,
+            offset: 0,
+            path: "/usr/lib/x86_64-linux-gnu/libc.so.6".into(),
+            id: None,
+        };
+        s.keep_maps(pid, vec![m]);
+        assert!(s.mapping(pid, 0x7f00_0000_1000, false).is_some());
+        s.note_exec(pid, b"/usr/bin/python3.11");
+        assert!(
+            s.mapping(pid, 0x7f00_0000_1000, false).is_none(),
+            "the new image's frame named in the old image's libc"
+        );
+        assert_eq!(s.kept(), 0);
     }
 
     #[test]
