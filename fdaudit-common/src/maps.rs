@@ -67,6 +67,9 @@ pub struct Stats {
     pub reads_full: u64,
     /// Fds `unclosed` could not keep: its live set was full (they read `not seen`).
     pub unclosed_full: u64,
+    /// Origin records sent (`--origin`): `trace -v` sets them beside those decoded, so that
+    /// an origin missing from a trace is told apart: never sent, or sent and not read.
+    pub origin_records: u64,
 }
 
 /// Bytes of the path of a failed exec kept in [`FailedExec`] (longer ones are cut).

@@ -14,7 +14,8 @@ use crate::{
     fork::{add_hot_counts, claim_hot, fd_cache_of},
     in_followed_cgroup,
     kernel::{self, stat_add},
-    EXEC_CHAIN, SCRATCH, STATS, TRACKED, ZERO_TASK,
+    origin::MODULES_SENT,
+    EXEC_CHAIN, ORIGIN_SEEN, SCRATCH, STATS, TRACKED, ZERO_TASK,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -243,4 +244,12 @@ fn open_new_window(st: &mut TaskState, tgid: u32, now: u64) {
     // begin_new_exec() may have given the process a new fd table (unshare_files()).
     st.cache = fd_cache_of(kernel::current_task()).unwrap_or_default();
     claim_hot(tgid, &st.cache);
+    // `--origin`: the new image's first origin record with a stack sends its modules
+    // (origin_modules.rs). The old image's describe other mappings, and without its own
+    // a record of the new image whose process is gone before fdaudit reads its maps has
+    // no module to resolve its frames in. (The lost-record count stays: the fd table does.)
+    if let Some(v) = ORIGIN_SEEN.get_ptr_mut(tgid) {
+        // SAFETY: pointer from a map lookup, valid for this program run.
+        unsafe { *v &= !MODULES_SENT };
+    }
 }

@@ -429,6 +429,7 @@ fn emit(
         }
         return Ok(());
     };
+    stat_add(&STATS, |s| &mut s.origin_records);
     let rec = entry.as_mut_ptr();
     // SAFETY: `rec` points at the reserved record, written field by field before submit.
     unsafe {

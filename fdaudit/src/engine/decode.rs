@@ -95,6 +95,11 @@ impl Decoder {
             .map_or(0, super::origin::Origins::late_origins)
     }
 
+    /// `trace --origin`: origin records decoded (None without `--origin`).
+    pub fn origin_records(&self) -> Option<u64> {
+        self.origins.as_ref().map(super::origin::Origins::records)
+    }
+
     /// `trace --origin`: whether an event of `events` has a leaked fd named `not seen`,
     /// whose origin record may yet be read ([`Decoder::name_again`]).
     pub fn any_not_seen(&self, events: &mut [Event]) -> bool {
@@ -230,7 +235,7 @@ fn name_origins(origins: &mut super::origin::Origins, procs: &mut Processes, ev:
     procs.note_parent(s.pid, s.parent_pid);
     origins.begin_record();
     if s.exec_ok {
-        origins.note_exec(s.pid, &s.exec_path);
+        origins.note_exec(procs, s.pid, &s.exec_path);
         origins.python_exec(s.pid);
     }
     for fd in &mut s.leaked_fds {

@@ -40,4 +40,6 @@ pub struct SessionEnd {
     pub calibration: Option<(f64, f64)>,
     /// `--origin`: origin records that came after the spawn whose leaked fd they made.
     pub late_origins: u64,
+    /// `--origin`: origin records decoded (`stats.origin_records` were sent); None without.
+    pub origin_records_decoded: Option<u64>,
 }

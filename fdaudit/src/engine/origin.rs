@@ -126,11 +126,14 @@ pub struct Origins {
     copies: copy::LastOrigins,
     /// The not-seen fds named, for an origin record that comes after them.
     late: late::Late,
+    /// Origin records decoded.
+    records: u64,
 }
 
 impl Origins {
     /// Keeps the origin `rec` reports (its frames resolved against the live process).
     pub fn record(&mut self, procs: &mut Processes, rec: &OriginRecord) {
+        self.records += 1;
         let Some(call) = OriginCall::from_u32(rec.call) else {
             return;
         };
@@ -342,8 +345,18 @@ impl Origins {
         self.python.registry.exec(pid);
     }
 
+    /// Origin records decoded.
+    pub fn records(&self) -> u64 {
+        self.records
+    }
+
     /// Learns that `pid` runs `path` (from its spawn record), if absolute.
-    pub fn note_exec(&mut self, pid: u32, path: &[u8]) {
+    pub fn note_exec(&mut self, procs: &Processes, pid: u32, path: &[u8]) {
+        // The old image's records still waiting for modules go with what is known of it
+        // now (its modules record, sent right after each, came before this exec).
+        if self.waiting.iter().any(|r| r.pid == pid) {
+            self.flush_waiting(procs, Some(pid));
+        }
         self.sym.note_exec(pid, path);
         self.memo.forget(pid);
     }

@@ -288,6 +288,7 @@ impl Session {
             probe_cost_ns: self.probe_cost(),
             calibration: self.probe_cost_measured(),
             late_origins: self.decoder.late_origins(),
+            origin_records_decoded: self.decoder.origin_records(),
         })
     }
 
@@ -504,6 +505,7 @@ impl Session {
             s.tracked_full += v.tracked_full;
             s.reads_full += v.reads_full;
             s.unclosed_full += v.unclosed_full;
+            s.origin_records += v.origin_records;
         }
         s.lost_records += self.queue_dropped();
         Ok(s)

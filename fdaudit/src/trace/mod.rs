@@ -36,7 +36,7 @@ use crate::{
 use plan::TracePlan;
 use report::{Ending, ExitReason, Reporter};
 use targets::check_targets;
-use verbose::{verbose_calibration, verbose_exit, verbose_startup};
+use verbose::{verbose_calibration, verbose_exit, verbose_origins, verbose_startup};
 
 /// Every JSON object `trace --json` prints, one per line, tagged by `"type"`.
 #[derive(Debug, serde::Serialize)]
@@ -352,6 +352,9 @@ pub fn run(args: TraceArgs) -> Result<u8> {
     let storms = read_storms(&session, &mut targets);
     let ring = ring_at_end(&end);
     let calibrated = end.calibration;
+    let origins = end
+        .origin_records_decoded
+        .map(|decoded| (end.stats.origin_records, decoded));
     let untraced = (timed_out && exit_status.is_none())
         .then_some(child)
         .flatten();
@@ -366,6 +369,7 @@ pub fn run(args: TraceArgs) -> Result<u8> {
     crate::output::github::report(&ci)?;
     if plan.out.verbose {
         verbose_exit(ended, child.is_some(), ring);
+        verbose_origins(origins);
         if plan.counting.syscalls() {
             verbose_calibration(calibrated);
         }

@@ -33,6 +33,14 @@ fn verbose_ring(first: u64, end: u64) {
     }
 }
 
+/// `-v`, `--origin`: the origin records the kernel sent and those fdaudit decoded, so that
+/// an fd named `not seen` tells a record never sent from one sent and not read.
+pub fn verbose_origins(records: Option<(u64, u64)>) {
+    if let Some((sent, decoded)) = records {
+        crate::diag!("fdaudit: origin records: {sent} sent by the kernel, {decoded} decoded");
+    }
+}
+
 /// `-v`: the probe-cost calibration (ns, ms), if a spawn needed it.
 pub fn verbose_calibration(calibrated: Option<(f64, f64)>) {
     match calibrated {

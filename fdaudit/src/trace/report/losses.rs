@@ -105,6 +105,7 @@ mod tests {
             tracked_full: 2,
             reads_full: 9,
             unclosed_full: 0,
+            origin_records: 0,
         };
         let l = Losses::new(
             &stats,
