@@ -35,6 +35,9 @@ pub fn origin_modules(ctx: RawTracePointContext) -> i32 {
 fn send_modules(ctx: &RawTracePointContext) {
     let pid_tgid = bpf_get_current_pid_tgid();
     let Some(mut entry) = crate::Ring::now().reserve::<OriginModulesRecord>() else {
+        // Lost to a full ring: counted, and asked again with the process's next record.
+        crate::kernel::stat_add(&crate::STATS, |s| &mut s.lost_records);
+        clear_sent(pid_tgid);
         return;
     };
     let rec = entry.as_mut_ptr();
@@ -72,10 +75,7 @@ fn send_modules(ctx: &RawTracePointContext) {
     let innermost_read =
         unsafe { (*rec).nmodules > 0 && (*rec).modules[0].status == BUILD_ID_VALID };
     if !innermost_read {
-        if let Some(v) = ORIGIN_SEEN.get_ptr_mut((pid_tgid >> 32) as u32) {
-            // SAFETY: pointer from a map lookup, valid for this program run.
-            unsafe { *v &= !MODULES_SENT };
-        }
+        clear_sent(pid_tgid);
     }
     // The origin record just sent woke the reader; this one follows it closely.
     entry.submit(crate::wake::NOW);
@@ -84,4 +84,13 @@ fn send_modules(ctx: &RawTracePointContext) {
     // SAFETY: ORIGIN_CHAIN holds programs of this program's type, filled by the loader.
     unsafe { crate::ORIGIN_CHAIN.tail_call(ctx, ORIGIN_CHAIN_STACK_COPY) };
     crate::python::walk(ctx, (pid_tgid >> 32) as u32, PY_CHAIN_AFTER_ORIGIN);
+}
+
+/// The process's next origin record with a stack sends its modules again.
+#[inline(always)]
+fn clear_sent(pid_tgid: u64) {
+    if let Some(v) = ORIGIN_SEEN.get_ptr_mut((pid_tgid >> 32) as u32) {
+        // SAFETY: pointer from a map lookup, valid for this program run.
+        unsafe { *v &= !MODULES_SENT };
+    }
 }

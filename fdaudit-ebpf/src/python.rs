@@ -126,6 +126,8 @@ fn try_python<const MADE: bool>() -> Result<(), i64> {
     };
     let ring = crate::Ring::now();
     let Some(mut entry) = ring.reserve::<PyFramesRecord>() else {
+        // Lost to a full ring like any record: said with the others.
+        crate::kernel::stat_add(&crate::STATS, |s| &mut s.lost_records);
         return Ok(());
     };
     let rec = entry.as_mut_ptr();
