@@ -65,6 +65,10 @@ struct Calibration {
     ignored: Vec<u32>,
 }
 
+/// Drain passes at most before a leaked fd is named `not seen` for good, while origin
+/// records the kernel sent are still to be decoded ([`Session::decode_all`]).
+const ORIGIN_PASSES: usize = 4;
+
 /// Loaded and attached programs with their maps. Dropping it detaches everything.
 pub struct Session {
     drain: Option<Drain>,
@@ -392,10 +396,19 @@ impl Session {
         let mut procs = std::mem::take(&mut self.completion.processes);
         let mut out = self.decode_raw(&raw, &mut procs);
         // `--origin`: a leaked fd without an origin is named again once the records written
-        // meanwhile are read (its origin record may have reached the reader after it).
+        // meanwhile are read (its origin record may have reached the reader after it): at
+        // least one more pass, and more while fewer origin records are decoded than the
+        // kernel had sent when the fd was named (bounded: a busy host sends more all along).
         if self.decoder.any_not_seen(&mut out) {
-            let raw = self.flush_raw();
-            let mut later = self.decode_raw(&raw, &mut procs);
+            let sent = self.stats().map_or(0, |s| s.origin_records);
+            let mut later = Vec::new();
+            for _ in 0..ORIGIN_PASSES {
+                let raw = self.flush_raw();
+                later.append(&mut self.decode_raw(&raw, &mut procs));
+                if self.decoder.origin_records().unwrap_or(0) >= sent {
+                    break;
+                }
+            }
             self.decoder.name_again(&procs, &mut out);
             out.append(&mut later);
         }
