@@ -376,8 +376,7 @@ fn send_creator(ring: crate::Ring, tgid: u32, parent: u32, fd: i32) -> bool {
         (*rec).pid = tgid;
         (*rec).fd = fd;
         // A helper's copy: a struct copy this size is a call of memmove, a subprogram
-        // (see no_fds).
-        // (a map value: the read does not fail)
+        // (see no_fds). (A map value: the read does not fail.)
         bpf_probe_read_kernel(
             core::ptr::addr_of_mut!((*rec).made).cast(),
             core::mem::size_of::<OriginMade>() as u32,

@@ -24,6 +24,19 @@ pub struct Measured {
     pub pids: Vec<u32>,
 }
 
+/// The probes' cost per counted syscall, measured at the first spawn that needs it.
+pub(super) struct Calibration {
+    /// ns, once measured (`Session::probe_cost_ns`; 0 with --no-syscalls).
+    pub(super) probe_cost_ns: Option<f64>,
+    /// How long that took, ms.
+    pub(super) ms: f64,
+    /// The measurement failed: windows stay uncorrected, and it is not retried.
+    pub(super) failed: bool,
+    /// The calibration's processes: their records are dropped (each pid until its exit
+    /// record, the last one it writes).
+    pub(super) ignored: Vec<u32>,
+}
+
 /// The probes' cost per close(): a close() timed in a spawn window less `untraced_ns`
 /// (timed at start-up, before anything was attached), and never less than one run of the
 /// close() programs as the kernel times them meanwhile (`BPF_ENABLE_STATS`, the mean over

@@ -52,19 +52,6 @@ struct Started {
     missed_baseline: MissedRuns,
 }
 
-/// The probes' cost per counted syscall, measured at the first spawn that needs it.
-struct Calibration {
-    /// ns, once measured ([`Session::probe_cost_ns`]; 0 with --no-syscalls).
-    probe_cost_ns: Option<f64>,
-    /// How long that took, ms.
-    ms: f64,
-    /// The measurement failed: windows stay uncorrected, and it is not retried.
-    failed: bool,
-    /// The calibration's processes: their records are dropped (each pid until its exit
-    /// record, the last one it writes).
-    ignored: Vec<u32>,
-}
-
 /// Drain passes at most before a leaked fd is named `not seen` for good, while origin
 /// records the kernel sent are still to be decoded ([`Session::decode_all`]).
 const ORIGIN_PASSES: usize = 4;
@@ -83,7 +70,7 @@ pub struct Session {
     /// What the kernel counts (the session's options).
     counting: Counting,
     /// The probes' own cost, measured once.
-    calibration: Calibration,
+    calibration: calibrate::Calibration,
     /// Warnings for the front end ([`Session::take_warnings`]).
     warnings: Vec<String>,
     /// What the session started with.
@@ -169,7 +156,7 @@ impl Session {
             completion: Completion::new(failed_execs, ia32_unseen, opts.agent),
             bpf: Some(bpf),
             counting: opts.counting,
-            calibration: Calibration {
+            calibration: calibrate::Calibration {
                 probe_cost_ns: (!opts.counting.syscalls()).then_some(0.0),
                 ms: 0.0,
                 failed: false,

@@ -300,10 +300,8 @@ impl Symbolizer {
         self.code.remove(&pid);
     }
 
-    /// Learns that `pid` runs `path` (from its spawn record), if absolute; what was kept of
-    /// its old image's mappings goes: its later records are the new image's, whose
-    /// modules are elsewhere (a stale mapping would name a frame in the wrong module, and
-    /// keep out the modules the kernel sends for the new image).
+    /// Learns that `pid` runs `path` (from its spawn record), if absolute; the old image's
+    /// mappings go (they would name the new image's frames, and keep out its modules).
     pub fn note_exec(&mut self, pid: u32, path: &[u8]) {
         if let Some(old) = self.maps.remove(&pid) {
             self.maps_cost -= old.cost;
@@ -431,8 +429,7 @@ impl Symbolizer {
     }
 
     /// The mapping of `addr` in `pid`; `refresh`: read /proc/PID/maps again when the cached
-    /// copy lacks it, at most once
-    /// per record and process.
+    /// copy lacks it, at most once per record and process.
     fn mapping(&mut self, pid: u32, addr: u64, refresh: bool) -> Option<Mapping> {
         let find = |maps: &[Mapping]| {
             maps.iter()
