@@ -261,6 +261,22 @@ pub fn check_record(v: &Value) {
     no_noise(v, v);
 }
 
+/// The leaked fd whose target is `target` in the first spawn of `exec_path` of the records
+/// stream `text` (panics, with the stream or the spawn, when there is none).
+pub fn leaked_fd(text: &str, exec_path: &str, target: &str) -> Value {
+    let spawn = records(text)
+        .into_iter()
+        .find(|r| r["type"] == "spawn" && r["exec_path"] == exec_path)
+        .unwrap_or_else(|| panic!("no spawn of {exec_path}: {text}"));
+    spawn["leaked_fds"]
+        .as_array()
+        .expect("leaked_fds")
+        .iter()
+        .find(|l| l["target"] == target)
+        .unwrap_or_else(|| panic!("{target} did not leak: {spawn}"))
+        .clone()
+}
+
 /// Every line of a JSON records stream, parsed and checked against the schema: each is an
 /// object with a "type", the first is the header. Panics naming the line otherwise.
 pub fn records(text: &str) -> Vec<Value> {

@@ -99,16 +99,7 @@ fn python_s_set_inheritable_names_fionclex_and_the_open_that_made_the_fd() {
         .into_iter()
         .filter(|r| r["type"] == "note")
         .collect();
-    let spawn = records(&text)
-        .into_iter()
-        .find(|r| r["type"] == "spawn" && r["exec_path"] == "/bin/true")
-        .unwrap_or_else(|| panic!("no spawn of /bin/true: {text}"));
-    let fd = spawn["leaked_fds"]
-        .as_array()
-        .expect("leaked_fds")
-        .iter()
-        .find(|l| l["target"] == "/etc/hostname")
-        .unwrap_or_else(|| panic!("/etc/hostname did not leak: {spawn}"));
+    let fd = fdaudit_tests::leaked_fd(&text, "/bin/true", "/etc/hostname");
     let o = &fd["origin"];
     // What a failure needs to be told apart, in its last lines (CI keeps a failure's last
     // lines): fdaudit's -v lines (the ring grown? the origin records the kernel sent
@@ -161,16 +152,7 @@ fn an_exec_d_image_gone_before_its_maps_are_read_has_its_frames_resolved() {
             .arg(format!("exec 5</etc/passwd; exec python3 -c \"{script}\""));
     });
     fdaudit_tests::assert_success(&out);
-    let spawn = records(&text)
-        .into_iter()
-        .find(|r| r["type"] == "spawn" && r["exec_path"] == "/bin/true")
-        .unwrap_or_else(|| panic!("no spawn of /bin/true: {text}"));
-    let fd = spawn["leaked_fds"]
-        .as_array()
-        .expect("leaked_fds")
-        .iter()
-        .find(|l| l["target"] == "/etc/hostname")
-        .unwrap_or_else(|| panic!("/etc/hostname did not leak: {spawn}"));
+    let fd = fdaudit_tests::leaked_fd(&text, "/bin/true", "/etc/hostname");
     let o = &fd["origin"];
     assert_eq!(o["syscall"], "ioctl(FIONCLEX)", "{fd}");
     let native = o["stack"]

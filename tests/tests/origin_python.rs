@@ -53,18 +53,7 @@ fn origin_in(python: &str, script: &Path) -> Value {
         c.args(["--origin", "--", python]).arg(script);
     });
     fdaudit_tests::assert_success(&out);
-    let spawn = records(&text)
-        .into_iter()
-        .find(|r| r["type"] == "spawn" && r["exec_path"] == "/bin/true")
-        .unwrap_or_else(|| panic!("{python}: no spawn of /bin/true: {text}"));
-    let fd = spawn["leaked_fds"]
-        .as_array()
-        .expect("leaked_fds")
-        .iter()
-        .find(|l| l["target"] == "/etc/hostname")
-        .unwrap_or_else(|| panic!("{python}: /etc/hostname did not leak: {spawn}"))
-        .clone();
-    fd["origin"].clone()
+    fdaudit_tests::leaked_fd(&text, "/bin/true", "/etc/hostname")["origin"].clone()
 }
 
 /// The Python frames of a stack, innermost first.
