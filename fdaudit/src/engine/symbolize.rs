@@ -291,23 +291,24 @@ impl Symbolizer {
 
     /// Forgets what is kept of `pid` (the session's process table forgot it).
     pub fn forget(&mut self, pid: u32) {
+        self.forget_image(pid);
+        self.exe.remove(&pid);
+        self.code.remove(&pid);
+    }
+
+    /// Forgets `pid`'s mappings and call sites: its image's.
+    fn forget_image(&mut self, pid: u32) {
         if let Some(old) = self.maps.remove(&pid) {
             self.maps_cost -= old.cost;
         }
         self.anon_exec.remove(&pid);
         self.sites.forget(pid);
-        self.exe.remove(&pid);
-        self.code.remove(&pid);
     }
 
     /// Learns that `pid` runs `path` (from its spawn record), if absolute; the old image's
     /// mappings go (they would name the new image's frames, and keep out its modules).
     pub fn note_exec(&mut self, pid: u32, path: &[u8]) {
-        if let Some(old) = self.maps.remove(&pid) {
-            self.maps_cost -= old.cost;
-        }
-        self.anon_exec.remove(&pid);
-        self.sites.forget(pid);
+        self.forget_image(pid);
         if path.first() == Some(&b'/') {
             let path: Arc<str> = String::from_utf8_lossy(path).into();
             self.build_ids.offer(&path, None);
@@ -461,8 +462,7 @@ impl Symbolizer {
         hit
     }
 
-    /// Keeps `pid`'s mappings, dropping the least recently read processes' over
-    /// [`MAPS_BUDGET`].
+    /// Keeps `pid`'s mappings; over [`MAPS_BUDGET`], the least recently read processes' go.
     fn keep_maps(&mut self, pid: u32, list: Vec<Mapping>) {
         // Each module a traced process maps may be another's by build id, once that one
         // is gone.
