@@ -41,11 +41,7 @@ pub fn read_exec_maps(pid: u32, max_bytes: usize, max: usize) -> (Vec<Mapping>, 
 
 /// The first `max_bytes` of `pid`'s /proc/PID/maps (None once it is gone).
 pub fn read_maps_text(pid: u32, max_bytes: usize) -> Option<String> {
-    use std::io::Read as _;
-    let mut text = Vec::new();
-    std::fs::File::open(format!("/proc/{pid}/maps"))
-        .and_then(|f| f.take(max_bytes as u64).read_to_end(&mut text))
-        .ok()?;
+    let text = crate::procfs_util::read_proc_text(pid, "maps", max_bytes as u64)?;
     Some(String::from_utf8_lossy(&text).into_owned())
 }
 

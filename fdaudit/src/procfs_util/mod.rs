@@ -18,6 +18,21 @@ fn stat_of(pid: u32) -> Option<procfs::process::Stat> {
         .ok()
 }
 
+/// The first `max` bytes of /proc/PID/`name` (None when it cannot be read: the process
+/// gone). The only reader of a process's procfs text files, so that each is opened alike.
+pub fn read_proc_text(pid: u32, name: &str, max: u64) -> Option<Vec<u8>> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut buf = Vec::new();
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(format!("/proc/{pid}/{name}"))
+        .and_then(|f| f.take(max).read_to_end(&mut buf))
+        .ok()?;
+    Some(buf)
+}
+
 /// Parent pid of `pid` from /proc/PID/stat.
 pub fn parent_of(pid: u32) -> Option<u32> {
     u32::try_from(stat_of(pid)?.ppid).ok()

@@ -184,14 +184,7 @@ pub fn parse_nofile(limits: &str) -> Option<Nofile> {
 
 /// A procfs text file, at most [`MAX_PROC_TEXT`] bytes.
 pub fn read_proc(pid: u32, name: &str) -> Option<Vec<u8>> {
-    use std::io::Read as _;
-    let mut buf = Vec::new();
-    std::fs::File::open(format!("/proc/{pid}/{name}"))
-        .ok()?
-        .take(MAX_PROC_TEXT as u64)
-        .read_to_end(&mut buf)
-        .ok()?;
-    Some(buf)
+    crate::procfs_util::read_proc_text(pid, name, MAX_PROC_TEXT as u64)
 }
 
 /// The runtime and NOFILE of a live process, `None` when it is gone or unreadable.

@@ -65,17 +65,7 @@ pub fn tables_of(pids: &[(u32, u32)]) -> BTreeMap<u32, ProcTable> {
 
 /// /proc/PID/comm (the kernel's 16 bytes, which the process chose: escaped when printed).
 fn comm_of(pid: u32) -> String {
-    use std::io::Read as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let mut buf = Vec::new();
-    let read = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(format!("/proc/{pid}/comm"))
-        .and_then(|f| f.take(64).read_to_end(&mut buf));
-    if read.is_err() {
-        return String::new();
-    }
+    let buf = crate::procfs_util::read_proc_text(pid, "comm", 64).unwrap_or_default();
     String::from_utf8_lossy(&buf)
         .trim_end_matches('\n')
         .to_owned()
