@@ -13,8 +13,10 @@ use fdaudit_tests::{fdaudit, guard, require_root, temp_path};
 
 /// Runs fdaudit with `args`, killed after 20 s (a hang is a failure, not a stuck suite).
 fn run_bounded(args: &[&str]) -> (Output, Duration) {
+    // Before the clock: the first call in a test process builds fdaudit.
+    let exe = fdaudit();
     let t0 = Instant::now();
-    let mut child = Command::new(fdaudit())
+    let mut child = Command::new(exe)
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -44,6 +46,8 @@ fn a_fifo_nobody_reads_is_an_error_at_once() {
         vec!["scan", fixture, "-o", f],
         vec!["trace", "-o", f, "--", "/bin/true"],
         vec!["doctor", "-o", f],
+        vec!["unclosed", "--folded", f, "--", "/bin/true"],
+        vec!["unclosed", "--pprof", f, "--", "/bin/true"],
     ] {
         let (o, took) = run_bounded(&args);
         let err = stderr(&o);
@@ -56,6 +60,41 @@ fn a_fifo_nobody_reads_is_an_error_at_once() {
         );
     }
     let _ = std::fs::remove_file(&fifo);
+}
+
+/// `unclosed`'s exports, rewritten at each report, are created before the command starts: a
+/// path that cannot be made fails at once in one line (the run's report is not lost at its
+/// end), and a negative number of seconds gets run()'s message, not clap's usage.
+#[test]
+fn unclosed_s_bad_exports_and_seconds_fail_before_the_command_starts() {
+    let marker = temp_path("ran");
+    let touch = format!("touch {}", marker.display());
+    for args in [
+        vec!["--folded", "/nonexistent/fdaudit/x.folded"],
+        vec!["--pprof", "/nonexistent/fdaudit/x.pb.gz"],
+        vec!["--min-age", "-1"],
+        vec!["--interval", "-2"],
+    ] {
+        let mut all = vec!["unclosed"];
+        all.extend(&args);
+        all.extend(["--", "sh", "-c", &touch]);
+        let (o, _) = run_bounded(&all);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        let said = match args[0] {
+            "--min-age" => "error: --min-age -1: give a number of seconds, 0 or more".to_string(),
+            "--interval" => "error: --interval -2: give a positive number of seconds".to_string(),
+            flag => {
+                format!(
+                    "error: failed to create {}: No such file or directory",
+                    args[1]
+                ) + &format!(" (os error 2) ({flag})")
+            }
+        };
+        assert_eq!(err.trim_end(), said, "{args:?}");
+        assert!(!marker.exists(), "{args:?}: the command was started");
+    }
 }
 
 /// A tmpfs of `kib` KiB at a fresh directory, unmounted on drop.

@@ -246,6 +246,43 @@ pub(crate) fn create(p: &Path) -> anyhow::Result<File> {
     Ok(file)
 }
 
+/// A file written whole at each report (`unclosed --folded`, `--pprof`): created when the run
+/// starts, as `-o` is, so that a bad path fails before anything runs; every rewrite goes
+/// through that open file (truncated first when it is a regular file), so the path is not
+/// looked up again while fdaudit runs.
+pub struct RewrittenFile {
+    file: File,
+    name: String,
+    flag: &'static str,
+}
+
+impl RewrittenFile {
+    /// Creates (or truncates) `path`, given with `flag`, which the errors name.
+    pub fn create(path: &Path, flag: &'static str) -> anyhow::Result<RewrittenFile> {
+        let file = create(path).map_err(|e| anyhow::anyhow!("{e:#} ({flag})"))?;
+        Ok(RewrittenFile {
+            file,
+            name: text::escape_path(path),
+            flag,
+        })
+    }
+
+    /// Replaces the file's contents with `bytes`.
+    pub fn rewrite(&mut self, bytes: &[u8]) -> anyhow::Result<()> {
+        use std::io::Seek as _;
+        let file = &mut self.file;
+        let regular = file.metadata().is_ok_and(|m| m.is_file());
+        if regular {
+            file.set_len(0)
+                .and_then(|()| file.rewind())
+                .with_context(|| format!("failed to truncate {} ({})", self.name, self.flag))?;
+        }
+        file.write_all(bytes)
+            .and_then(|()| file.flush())
+            .with_context(|| format!("failed to write {} ({})", self.name, self.flag))
+    }
+}
+
 /// Whether the stream is open in JSON mode.
 pub fn is_json() -> bool {
     lock().as_ref().is_some_and(|i| i.json)
@@ -468,5 +505,34 @@ pub fn report_error(e: &anyhow::Error) {
     crate::diag!("error: {}", text::escape(&message));
     for c in &causes {
         crate::diag!("caused by: {}", text::escape(c));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RewrittenFile;
+
+    #[test]
+    fn a_rewritten_file_holds_only_the_last_contents_even_after_its_path_moved() {
+        let dir = std::env::temp_dir().join(format!("fdaudit-rewritten-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (path, moved) = (dir.join("profile"), dir.join("moved"));
+        let mut f = RewrittenFile::create(&path, "--pprof").unwrap();
+        f.rewrite(b"a longer first report\n").unwrap();
+        f.rewrite(b"short\n").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"short\n");
+        // The path is not looked up again: what replaced it is left alone.
+        std::fs::rename(&path, &moved).unwrap();
+        std::fs::write(&path, b"someone else's").unwrap();
+        f.rewrite(b"third\n").unwrap();
+        assert_eq!(std::fs::read(&moved).unwrap(), b"third\n");
+        assert_eq!(std::fs::read(&path).unwrap(), b"someone else's");
+        let bad = RewrittenFile::create(&dir.join("no/such/dir"), "--folded").err();
+        let msg = format!("{:#}", bad.expect("a missing directory fails"));
+        assert!(
+            msg.starts_with("failed to create ") && msg.ends_with("(--folded)"),
+            "{msg}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -23,11 +23,17 @@ pub struct UnclosedArgs {
     pub cgroup: Option<PathBuf>,
 
     /// Also report every SECONDS (default: only at the end).
-    #[arg(long, value_name = "SECONDS")]
+    // A negative number is taken as the value, for run()'s message on it.
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
     pub interval: Option<f64>,
 
     /// Hide fds younger than SECONDS.
-    #[arg(long, value_name = "SECONDS", default_value_t = 0.0)]
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 0.0,
+        allow_negative_numbers = true
+    )]
     pub min_age: f64,
 
     /// Show the N stacks holding most fds.

@@ -33,7 +33,7 @@ use crate::{
         wait::Waiter,
     },
     exit,
-    output::stream::{self, Dest, StdStream},
+    output::stream::{self, Dest, RewrittenFile, StdStream},
 };
 pub use args::UnclosedArgs;
 use model::{group, reconcile, ProcTable};
@@ -66,6 +66,16 @@ pub fn run(args: UnclosedArgs) -> Result<u8> {
         args.json,
         "unclosed",
     )?;
+    // Before anything starts, so that a bad path fails at once.
+    let export = |path: &Option<PathBuf>, flag| {
+        (path.as_deref())
+            .map(|p| RewrittenFile::create(p, flag))
+            .transpose()
+    };
+    let (folded, pprof) = (
+        export(&args.folded, "--folded")?,
+        export(&args.pprof, "--pprof")?,
+    );
     let signal_rd = crate::signals::wake_pipe()?;
     crate::signals::install_stop();
     let Attached {
@@ -95,8 +105,8 @@ pub fn run(args: UnclosedArgs) -> Result<u8> {
         next: None,
         min_age_ns: (args.min_age * 1e9) as u64,
         top: args.top,
-        folded: args.folded.clone(),
-        pprof: args.pprof.clone(),
+        folded,
+        pprof,
         gates: gate::Gates::new(args.fail_on_unclosed, args.fail_on_growth),
         emfile_seen: HashSet::new(),
         start_ns: stream::monotonic_ns(),
@@ -285,8 +295,8 @@ struct UnclosedSink {
     next: Option<Instant>,
     min_age_ns: u64,
     top: usize,
-    folded: Option<PathBuf>,
-    pprof: Option<PathBuf>,
+    folded: Option<RewrittenFile>,
+    pprof: Option<RewrittenFile>,
     gates: gate::Gates,
     /// Processes whose EMFILE moment was reported (a report comes at each new one; every
     /// report shows them all).
@@ -406,17 +416,17 @@ impl UnclosedSink {
                 (frames, g.stack_id, g.count)
             })
             .collect();
-        if let Some(path) = &self.folded {
+        if let Some(file) = &mut self.folded {
             let folded: Vec<_> = stacks.iter().map(|(f, _, n)| (f.clone(), *n)).collect();
-            write_over(path, report::folded(&folded).as_bytes())?;
+            file.rewrite(report::folded(&folded).as_bytes())?;
         }
-        if let Some(path) = &self.pprof {
+        if let Some(file) = &mut self.pprof {
             let unix_ns = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_nanos() as i64);
             let gz = pprof::encode(&pprof::profile(&stacks, unix_ns))
                 .context("failed to encode the pprof profile")?;
-            write_over(path, &gz)?;
+            file.rewrite(&gz)?;
         }
         Ok(())
     }
@@ -506,14 +516,6 @@ impl UnclosedSink {
         }
         out
     }
-}
-
-/// Writes `bytes` over FILE (`--folded`, `--pprof`), opened as `-o` is.
-fn write_over(path: &std::path::Path, bytes: &[u8]) -> Result<()> {
-    use std::io::Write as _;
-    let mut f = crate::output::stream::create(path)?;
-    f.write_all(bytes)
-        .with_context(|| format!("failed to write {}", path.display()))
 }
 
 /// A call site's name for a verdict: the first named frame outside the C library's
