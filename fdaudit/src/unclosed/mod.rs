@@ -42,15 +42,7 @@ use report::{Emfile, Report, Shown};
 
 /// Runs `fdaudit unclosed`.
 pub fn run(args: UnclosedArgs) -> Result<u8> {
-    if let Some(i) = args.interval.filter(|&i| !(i > 0.0 && i.is_finite())) {
-        anyhow::bail!("--interval {i}: give a positive number of seconds");
-    }
-    if !(args.min_age >= 0.0 && args.min_age.is_finite()) {
-        anyhow::bail!(
-            "--min-age {}: give a number of seconds, 0 or more",
-            args.min_age
-        );
-    }
+    check_seconds(&args)?;
     let pids = crate::trace::targets::check_targets(
         &args.pids,
         !args.command.is_empty(),
@@ -67,11 +59,6 @@ pub fn run(args: UnclosedArgs) -> Result<u8> {
         "unclosed",
     )?;
     // Before anything starts, so that a bad path fails at once.
-    let export = |path: &Option<PathBuf>, flag| {
-        (path.as_deref())
-            .map(|p| RewrittenFile::create(p, flag))
-            .transpose()
-    };
     let (folded, pprof) = (
         export(&args.folded, "--folded")?,
         export(&args.pprof, "--pprof")?,
@@ -130,6 +117,27 @@ pub fn run(args: UnclosedArgs) -> Result<u8> {
     // kernel to free them (up to 200 ms after the report otherwise).
     session.detach_after_exit();
     code
+}
+
+/// `--interval` and `--min-age`: finite, and positive or (the age) zero.
+fn check_seconds(args: &UnclosedArgs) -> Result<()> {
+    if let Some(i) = args.interval.filter(|&i| !(i > 0.0 && i.is_finite())) {
+        anyhow::bail!("--interval {i}: give a positive number of seconds");
+    }
+    if !(args.min_age >= 0.0 && args.min_age.is_finite()) {
+        anyhow::bail!(
+            "--min-age {}: give a number of seconds, 0 or more",
+            args.min_age
+        );
+    }
+    Ok(())
+}
+
+/// `--folded` or `--pprof` (`flag`) FILE, created.
+fn export(path: &Option<PathBuf>, flag: &'static str) -> Result<Option<RewrittenFile>> {
+    (path.as_deref())
+        .map(|p| RewrittenFile::create(p, flag))
+        .transpose()
 }
 
 /// The last report, the gates' verdict and the exit status.
