@@ -96,7 +96,10 @@ pub fn hold_fds(n: usize) -> KillOnDrop {
 ///
 /// Cargo builds a package's binaries only for that package's own integration tests, so
 /// `cargo test --workspace` on a fresh clone would not have it: ask cargo for it, in the
-/// profile these tests were built with.
+/// profile these tests were built with. Every workspace binary, as `cargo test --workspace`
+/// selects every package: the dependencies' features are then unified as in that build and
+/// only fdaudit's binary is linked (`-p fdaudit` alone unifies them differently, and
+/// compiled fdaudit and several dependencies a second time, ~45 s on a fresh clone).
 pub fn fdaudit() -> PathBuf {
     static BUILD: std::sync::Once = std::sync::Once::new();
     BUILD.call_once(|| {
@@ -108,12 +111,15 @@ pub fn fdaudit() -> PathBuf {
             .is_some_and(|n| n == "release");
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let mut cmd = std::process::Command::new(cargo);
-        cmd.args(["build", "--quiet", "-p", "fdaudit", "--bin", "fdaudit"]);
+        cmd.args(["build", "--quiet", "--workspace", "--bins"]);
         if release {
             cmd.arg("--release");
         }
         let status = cmd.status().expect("failed to run cargo build for fdaudit");
-        assert!(status.success(), "cargo build -p fdaudit failed: {status}");
+        assert!(
+            status.success(),
+            "cargo build --workspace --bins failed: {status}"
+        );
     });
     target_bin("fdaudit")
 }

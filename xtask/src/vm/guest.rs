@@ -60,8 +60,6 @@ pub struct Plan {
 pub const LEAK_STEP: &str = "leak";
 /// Name of the step whose output carries the per-program verifier figures.
 pub const DOCTOR_JSON_STEP: &str = "doctor-json";
-/// How many times the guest loads every program for the verifier figures.
-pub const DOCTOR_RUNS: u32 = 5;
 /// Name of the last step: the kernel's own warnings, which fail the kernel.
 pub const KERNEL_LOG_STEP: &str = "kernel-log";
 /// Prefix of the steps that run an integration-test binary.
@@ -70,14 +68,15 @@ pub const TEST_STEP_PREFIX: &str = "test-";
 impl Plan {
     /// fdaudit doctor (table and JSON), the demo, a fd-7 leak check and then each test
     /// module in `tests`, run from `test_dir` with the ignored (root) tests included.
-    pub fn standard(test_dir: &str, tests: &[GuestTest]) -> Self {
+    /// `doctor_runs`: how many times `doctor --json` loads every program.
+    pub fn standard(test_dir: &str, tests: &[GuestTest], doctor_runs: u32) -> Self {
         let mut steps = vec![
             Step::new("doctor", "fdaudit doctor", 120),
-            // Five loads of every program: the table takes each one's fastest, since an
+            // Several loads of every program: the table takes each one's fastest, since an
             // emulated guest on a shared machine is noisy.
             Step::new(
                 DOCTOR_JSON_STEP,
-                format!("for i in $(seq {DOCTOR_RUNS}); do fdaudit doctor --json || exit 1; done"),
+                format!("for i in $(seq {doctor_runs}); do fdaudit doctor --json || exit 1; done"),
                 300,
             ),
             Step::new("demo", "fdaudit trace --demo", 180),
@@ -375,6 +374,7 @@ mod tests {
                     .map(String::from)
                     .into(),
             }],
+            5,
         );
         p.env.push(("FDAUDIT_BACKEND".into(), "it's".into()));
         let s = p.script();

@@ -55,6 +55,8 @@ pub struct Options {
     pub icount: bool,
     /// Guests booted at once; 0: one per host core.
     pub jobs: usize,
+    /// How many times each guest loads every program for the table's load figures.
+    pub doctor_runs: u32,
 }
 
 /// The kernels a run boots by default for `arch`.
@@ -164,7 +166,11 @@ pub fn run(root: &Path, opts: &Options) -> Result<Vec<Outcome>> {
             filter: filter.clone(),
         })
         .collect();
-    let mut plan = Plan::standard(&built.profile_dir.to_string_lossy(), &tests);
+    let mut plan = Plan::standard(
+        &built.profile_dir.to_string_lossy(),
+        &tests,
+        opts.doctor_runs,
+    );
     plan.env.extend(opts.guest_env.iter().cloned());
     for (i, c) in opts.guest_cmds.iter().enumerate() {
         plan.steps
