@@ -165,3 +165,51 @@ fn a_full_file_system_keeps_whole_records_and_the_command_is_waited_for() {
     }
     let _ = std::fs::remove_file(&done);
 }
+
+/// `trace --json -- CMD` writes its records to stderr; when that pipe's reader goes away
+/// (`2>&1 >/dev/null | head -1`), tracing stops with the broken pipe's exit status (141, as
+/// a shell reports a program SIGPIPE ended), not a panic's (101), and the command is waited
+/// for, untraced, not orphaned.
+#[test]
+#[ignore = "needs root and BTF"]
+fn records_on_stderr_whose_reader_is_gone_stop_tracing_without_a_panic() {
+    use std::io::BufRead as _;
+    require_root();
+    let _g = guard();
+    let done = temp_path("cmd-done");
+    // The spawns come after the reader is gone: their records find the pipe closed.
+    let script = format!(
+        "sleep 1; for i in 1 2 3; do /bin/true; done; sleep 1; echo done > {}",
+        done.display()
+    );
+    let exe = fdaudit();
+    let t0 = Instant::now();
+    let mut child = fdaudit_tests::StopOnDrop(
+        Command::new(exe)
+            .args(["trace", "--json", "--", "sh", "-c", &script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run fdaudit"),
+    );
+    let mut first = String::new();
+    std::io::BufReader::new(child.0.stderr.take().expect("piped stderr"))
+        .read_line(&mut first)
+        .expect("read the first record");
+    assert!(first.contains("\"type\":\"header\""), "{first}");
+    // The reader is gone (the BufReader and the pipe's read end were dropped above).
+    let status = loop {
+        if let Some(s) = child.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "fdaudit did not end"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(141), "{status}: 101 is a panic");
+    assert!(done.exists(), "fdaudit exited before the command finished");
+    let _ = std::fs::remove_file(&done);
+}

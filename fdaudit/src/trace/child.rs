@@ -53,8 +53,9 @@ pub fn abandon(
 ) -> anyhow::Error {
     drop(session);
     if let Some(pid) = child {
-        // stderr, not the records stream: that is what failed.
-        eprintln!(
+        // stderr, not the records stream: that is what failed; and without a panic when the
+        // stream was stderr (`-- CMD`'s records go there) and its reader is gone.
+        crate::diag!(
             "fdaudit: tracing stopped ({e:#}); waiting for the command (pid {pid}) to exit, untraced"
         );
         let _ = wait_for_command(pid);
