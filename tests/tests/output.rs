@@ -73,8 +73,18 @@ fn kernel_thread_pid_is_an_error() {
     });
     match kthread {
         Some(pid) => {
-            let o = run(&["trace", "-p", &pid.to_string()]);
-            assert_one_error_line(&o, "is a kernel thread");
+            // Each command says why in its own terms (a kernel thread neither spawns nor
+            // has fds of its own).
+            for (cmd, why) in [
+                ("trace", "is a kernel thread: it never spawns programs"),
+                (
+                    "unclosed",
+                    "is a kernel thread: it has no fd table of its own",
+                ),
+            ] {
+                let o = run(&[cmd, "-p", &pid.to_string()]);
+                assert_one_error_line(&o, why);
+            }
         }
         None => no_kernel_thread_is_no_process(&pids),
     }

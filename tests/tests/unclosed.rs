@@ -373,6 +373,12 @@ fn bad_input_gets_a_one_line_error() {
         assert!(err.starts_with("error: "), "{err}");
         assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
     }
+    // Nothing to follow: what unclosed takes (it has no --demo, which trace's says).
+    let out = Command::new(fdaudit()).arg("unclosed").output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "error: nothing to follow: give -p PID, --cgroup PATH or -- CMD ARGS...\n"
+    );
     // A command that cannot be exec'd: 127, as `trace -- CMD` and a shell say it.
     let out = Command::new(fdaudit())
         .args(["unclosed", "--", "/nonexistent/cmd"])

@@ -1,4 +1,5 @@
-//! What `trace` follows: the `-p` targets, checked in /proc before anything is loaded.
+//! What `trace` and `unclosed` follow: the `-p` targets, checked in /proc before anything is
+//! loaded.
 
 use anyhow::{bail, Result};
 
@@ -14,6 +15,35 @@ pub enum PidKind {
     },
     Zombie,
     KernelThread,
+}
+
+/// The command that follows the targets: its errors say what it needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Follower {
+    /// `trace`: spawns.
+    Trace,
+    /// `unclosed`: the fds a process makes.
+    Unclosed,
+}
+
+impl Follower {
+    /// Nothing was given to follow.
+    fn nothing(self) -> &'static str {
+        match self {
+            Follower::Trace => {
+                "nothing to trace: give -p PID, --cgroup PATH, -- CMD ARGS... or --demo"
+            }
+            Follower::Unclosed => "nothing to follow: give -p PID, --cgroup PATH or -- CMD ARGS...",
+        }
+    }
+
+    /// Why a kernel thread is not followed.
+    fn kernel_thread(self) -> &'static str {
+        match self {
+            Follower::Trace => "it never spawns programs, so there is nothing to trace",
+            Follower::Unclosed => "it has no fd table of its own, so there is nothing to follow",
+        }
+    }
 }
 
 /// Classifies a `-p` target from /proc/PID/stat (state, flags) and /proc/PID/status (Tgid).
@@ -48,9 +78,14 @@ pub fn pid_kind(pid: u32) -> Option<PidKind> {
 /// Something to trace, and the `-p` targets checked before anything starts: an error for a
 /// missing process or a kernel thread; a warning for a zombie; a thread id becomes its
 /// process.
-pub fn check_targets(pids: &[u32], command: bool, cgroup: bool) -> Result<Vec<u32>> {
+pub fn check_targets(
+    pids: &[u32],
+    command: bool,
+    cgroup: bool,
+    follower: Follower,
+) -> Result<Vec<u32>> {
     if pids.is_empty() && !command && !cgroup {
-        bail!("nothing to trace: give -p PID, --cgroup PATH, -- CMD ARGS... or --demo");
+        bail!("{}", follower.nothing());
     }
     let mut out = Vec::new();
     for &pid in pids {
@@ -62,9 +97,9 @@ pub fn check_targets(pids: &[u32], command: bool, cgroup: bool) -> Result<Vec<u3
             bail!("no process with PID {pid}: check it with `ps -p {pid}`");
         }
         match pid_kind(pid) {
-            Some(PidKind::KernelThread) => bail!(
-                "PID {pid} is a kernel thread: it never spawns programs, so there is nothing to trace"
-            ),
+            Some(PidKind::KernelThread) => {
+                bail!("PID {pid} is a kernel thread: {}", follower.kernel_thread())
+            }
             Some(PidKind::Zombie) => stream::note(
                 stream::Level::Warning,
                 &format!(
@@ -90,7 +125,7 @@ pub fn check_targets(pids: &[u32], command: bool, cgroup: bool) -> Result<Vec<u3
     if out.contains(&std::process::id()) {
         // It would follow its own work, and wait for its own exit, for ever.
         bail!(
-            "PID {} is this fdaudit itself: give the PID of the process to trace",
+            "PID {} is this fdaudit itself: give the PID of another process",
             std::process::id()
         );
     }

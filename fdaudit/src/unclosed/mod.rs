@@ -47,6 +47,7 @@ pub fn run(args: UnclosedArgs) -> Result<u8> {
         &args.pids,
         !args.command.is_empty(),
         args.cgroup.is_some(),
+        crate::trace::targets::Follower::Unclosed,
     )?;
     let followed = args
         .cgroup
