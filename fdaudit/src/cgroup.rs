@@ -318,6 +318,11 @@ pub enum CgroupError {
         #[source]
         source: std::io::Error,
     },
+    #[error(
+        "{path} is not on the cgroup2 hierarchy, which is mounted at {root} (a cgroup v1 \
+         hierarchy is not followed): give the cgroup's path under {root} or relative to it"
+    )]
+    NotOnCgroup2 { path: String, root: String },
 }
 
 /// A cgroup followed with `trace --cgroup` / `watch --cgroup`.
@@ -489,10 +494,17 @@ impl Hierarchy {
 
     /// The cgroup at `path` in this hierarchy, with its id and depth.
     pub fn follow(&self, path: &Path) -> Result<Followed, CgroupError> {
-        let (id, rel) = self.id_of(path).map_err(|source| CgroupError::NotFound {
-            path: path.display().to_string(),
-            root: self.root.display().to_string(),
-            source,
+        let (id, rel) = self.id_of(path).map_err(|source| {
+            let (shown, root) = (path.display().to_string(), self.root.display().to_string());
+            // A directory elsewhere (a v1 controller's, on a hybrid machine), not a typo.
+            if path.is_absolute() && !path.starts_with(&self.root) && path.is_dir() {
+                return CgroupError::NotOnCgroup2 { path: shown, root };
+            }
+            CgroupError::NotFound {
+                path: shown,
+                root,
+                source,
+            }
         })?;
         Ok(Followed {
             id,
@@ -791,6 +803,16 @@ mod tests {
             e.starts_with("no cgroup /no/such: give a path under "),
             "{e}"
         );
+        // An existing directory off the hierarchy (a v1 controller's on a hybrid machine):
+        // said as such, not "no cgroup".
+        let v1 = std::env::temp_dir().join(format!("fdaudit-cg-v1-{}", std::process::id()));
+        std::fs::create_dir_all(&v1).unwrap();
+        let e = h.follow(&v1).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!("{} is not on the cgroup2 hierarchy", v1.display())),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&v1).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

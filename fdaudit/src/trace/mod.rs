@@ -35,7 +35,6 @@ use crate::{
 };
 use plan::TracePlan;
 use report::{Ending, ExitReason, Reporter};
-use targets::{check_targets, Follower};
 use verbose::{verbose_calibration, verbose_exit, verbose_origins, verbose_startup};
 
 /// Every JSON object `trace --json` prints, one per line, tagged by `"type"`.
@@ -302,12 +301,7 @@ pub fn run(args: TraceArgs) -> Result<u8> {
     let t0 = Instant::now();
     let plan = TracePlan::new(args)?;
     let (perfetto, junit, sarif) = output_files(&plan)?;
-    let pids = check_targets(
-        &plan.pids,
-        !plan.command.is_empty(),
-        plan.cgroup.is_some(),
-        Follower::Trace,
-    )?;
+    let pids = plan.targets()?;
     let filter = plan.filter()?;
     stream::set_quiet(plan.out.quiet && !plan.out.json);
     let followed = plan.cgroup.as_deref().map(Followed::find).transpose()?;

@@ -147,6 +147,16 @@ impl TracePlan {
         })
     }
 
+    /// The `-p` targets checked in /proc (or the error that there is nothing to trace).
+    pub fn targets(&self) -> Result<Vec<u32>> {
+        super::targets::check_targets(
+            &self.pids,
+            !self.command.is_empty(),
+            self.cgroup.is_some(),
+            super::targets::Follower::Trace,
+        )
+    }
+
     /// The output filters (`--exec`, `--comm`, `--parent-comm`, `--only-leaks`,
     /// `--min-closes`); Err names a bad glob.
     pub fn filter(&self) -> Result<Filter> {
