@@ -110,6 +110,28 @@ mod tests {
     }
 
     #[test]
+    fn unclosed_takes_negative_seconds_for_its_own_message_and_refuses_growth_zero() {
+        let parse = |args: &[&str]| {
+            let argv = ["fdaudit", "unclosed"]
+                .iter()
+                .chain(args)
+                .chain(&["--", "true"]);
+            Cli::try_parse_from(argv)
+        };
+        let Command::Unclosed(a) = parse(&["--min-age", "-1", "--interval", "-2"])
+            .unwrap()
+            .command
+        else {
+            panic!("not unclosed");
+        };
+        // run() says what to give (clap would print its usage for an unknown `-1`).
+        assert_eq!((a.min_age, a.interval), (-1.0, Some(-2.0)));
+        let e = parse(&["--fail-on-growth", "0"]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation);
+        assert!(parse(&["--fail-on-growth", "1"]).is_ok());
+    }
+
+    #[test]
     fn bench_takes_the_childs_arguments_from_cmd_arg_and_the_spawner_after_dashes() {
         let argv = [
             "fdaudit",

@@ -64,8 +64,9 @@ pub struct UnclosedArgs {
     #[arg(long)]
     pub fail_on_unclosed: bool,
 
-    /// Exit 3 when a followed process's outstanding set grew by N fds or more over the run.
-    #[arg(long, value_name = "N")]
+    /// Exit 3 when a followed process's outstanding set grew by N fds or more over the run
+    /// (N at least 1).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub fail_on_growth: Option<u64>,
 
     #[command(flatten)]
