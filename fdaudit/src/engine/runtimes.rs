@@ -10,7 +10,9 @@ use super::{
     process::Processes,
     spawn::{Event, Spawn},
 };
-use crate::runtime::{identify, of_pid, read_proc, resolve, FileImages, Nofile, Runtime};
+use crate::runtime::{
+    identify, of_pid, read_proc, resolve, script_interpreter, FileImages, Nofile, Runtime,
+};
 use crate::untrusted::Handle;
 
 /// Why a spawn is named by its parent's exec path, not by its image now.
@@ -192,9 +194,17 @@ impl Resolver {
         let Some(path) = procs.exec_path(pid) else {
             return (Runtime::unknown(None, why), None);
         };
-        // The executable's file and what its ELF links, from this host's file systems.
+        // The executable's file and what its ELF links, from this host's file systems; for
+        // a script, the interpreter its `#!` line names (the kernel's limit: 4 deep).
         let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        let path = &resolve(path, &mountinfo);
+        let mut path = resolve(path, &mountinfo);
+        for _ in 0..4 {
+            match script_interpreter(&path, &mountinfo) {
+                Some(interp) => path = resolve(&interp, &mountinfo),
+                None => break,
+            }
+        }
+        let path = &path;
         let mut files = FileImages::new(path);
         let linked = files.linked();
         let rt = identify(Some(path), &linked, &mut files);
@@ -280,5 +290,37 @@ mod tests {
         two.exits(&mut procs, &mut first);
         let rt = failed_runtime(&first);
         assert!(rt.starts_with("dash "), "{rt}");
+    }
+
+    #[test]
+    fn a_script_gone_before_it_was_read_is_named_by_its_interpreter() {
+        let dir = std::env::temp_dir().join(format!("fdaudit-script-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (inner, outer) = (dir.join("inner"), dir.join("outer"));
+        std::fs::write(&inner, "#! /usr/bin/dash -e\nexit 0\n").unwrap();
+        // A script whose interpreter is a script, as the kernel allows.
+        std::fs::write(&outer, format!("#!{}\n", inner.display())).unwrap();
+        for script in [&inner, &outer] {
+            let mut procs = Processes::default();
+            let path = script.to_str().unwrap();
+            let mut batch = vec![exec(GONE, 1, path), failed_exit(GONE + 1, GONE)];
+            Resolver.name_all(&mut procs, &mut batch, |_| Vec::new());
+            Resolver.exits(&mut procs, &mut batch);
+            let rt = failed_runtime(&batch);
+            assert!(
+                rt.starts_with("dash ") && rt.contains("exec path's file"),
+                "{path}: {rt}"
+            );
+        }
+        std::fs::write(&inner, "exit 0\n").unwrap();
+        let mut procs = Processes::default();
+        let mut batch = vec![
+            exec(GONE, 1, inner.to_str().unwrap()),
+            failed_exit(GONE + 1, GONE),
+        ];
+        Resolver.name_all(&mut procs, &mut batch, |_| Vec::new());
+        Resolver.exits(&mut procs, &mut batch);
+        assert!(failed_runtime(&batch).starts_with("unknown "), "no #! line");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

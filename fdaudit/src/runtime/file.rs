@@ -61,6 +61,21 @@ pub fn resolve(path: &[u8], mountinfo: &str) -> Vec<u8> {
     p
 }
 
+/// The interpreter a script names on its `#!` line (`/root/.pyenv/libexec/pyenv-which` →
+/// `/usr/bin/bash`), as the kernel runs it: the first word after `#!`, an absolute path;
+/// `None` for anything else (an ELF file, no such line, an unreadable or remote file).
+pub fn script_interpreter(path: &[u8], mountinfo: &str) -> Option<Vec<u8>> {
+    // The kernel reads this much of the line (BINPRM_BUF_SIZE).
+    const LINE: usize = 256;
+    let head = open(path, mountinfo)?.read_at(0, LINE).ok()?;
+    let line = head.strip_prefix(b"#!")?;
+    let line = &line[..line.iter().position(|&b| b == b'\n').unwrap_or(line.len())];
+    let word = line
+        .split(|&b| b == b' ' || b == b'\t')
+        .find(|w| !w.is_empty())?;
+    word.starts_with(b"/").then(|| word.to_vec())
+}
+
 /// The executable at a path and what it links: its file, and the libraries it names.
 pub struct FileImages {
     exe: Option<Bounded>,

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-pub use file::{on_remote, resolve, FileImages};
+pub use file::{on_remote, resolve, script_interpreter, FileImages};
 pub use rules::identify;
 
 /// The most bytes of /proc/PID/maps or mountinfo read.
