@@ -11,7 +11,11 @@ use std::time::{Duration, Instant};
 
 use fdaudit_tests::{fdaudit, guard, require_root, temp_path};
 
-/// Runs fdaudit with `args`, killed after 20 s (a hang is a failure, not a stuck suite).
+/// How long [`run_bounded`] lets fdaudit run: a hang is a failure, not a stuck suite, and an
+/// emulated 5.10 guest on a busy host takes its 300-spawn trace past 20 s.
+const RUN_LIMIT: Duration = Duration::from_secs(120);
+
+/// Runs fdaudit with `args`; fails the test, fdaudit killed, if it runs past [`RUN_LIMIT`].
 fn run_bounded(args: &[&str]) -> (Output, Duration) {
     // Before the clock: the first call in a test process builds fdaudit.
     let exe = fdaudit();
@@ -23,10 +27,14 @@ fn run_bounded(args: &[&str]) -> (Output, Duration) {
         .stderr(Stdio::piped())
         .spawn()
         .expect("run fdaudit");
-    while child.try_wait().unwrap().is_none() && t0.elapsed() < Duration::from_secs(20) {
+    while child.try_wait().unwrap().is_none() {
+        if t0.elapsed() > RUN_LIMIT {
+            let _ = child.kill();
+            let o = child.wait_with_output().unwrap();
+            panic!("{args:?} still ran after {RUN_LIMIT:?}: {}", stderr(&o));
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let _ = child.kill();
     (child.wait_with_output().unwrap(), t0.elapsed())
 }
 
