@@ -7,10 +7,10 @@
 use std::io::Write as _;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use fdaudit_tests::{fdaudit, guard, records, temp_path};
+use fdaudit_tests::{fdaudit, guard, records, temp_path, KillOnDrop};
 use serde_json::Value;
 
 /// nobody's uid and gid (Debian's nobody:nogroup).
@@ -72,21 +72,10 @@ fn wait_at_most(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
     }
 }
 
-/// A tracer killed if the test ends before it did (a failed assertion): a stopped one too,
+/// Starts `fdaudit trace --json -o FILE ARGS` and waits until it says it is attached. The
+/// tracer is killed if the test ends before it did (a failed assertion): a stopped one too,
 /// which would otherwise stay, attached, into the next tests.
-struct Tracer(Child);
-
-impl Drop for Tracer {
-    fn drop(&mut self) {
-        if matches!(self.0.try_wait(), Ok(None)) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
-
-/// Starts `fdaudit trace --json -o FILE ARGS` and waits until it says it is attached.
-fn start_trace(file: &Path, args: &[String]) -> Tracer {
+fn start_trace(file: &Path, args: &[String]) -> KillOnDrop {
     let tracer = Command::new(fdaudit())
         .args(["trace", "--json", "-o"])
         .arg(file)
@@ -96,7 +85,7 @@ fn start_trace(file: &Path, args: &[String]) -> Tracer {
         .stderr(Stdio::null())
         .spawn()
         .expect("start fdaudit trace");
-    let tracer = Tracer(tracer);
+    let tracer = KillOnDrop(tracer);
     wait_until("the tracer to attach", || {
         std::fs::read_to_string(file).is_ok_and(|t| t.contains("Ctrl-C to stop"))
     });

@@ -6,7 +6,7 @@
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use fdaudit_tests::{fdaudit, guard, require_root, temp_path};
@@ -27,15 +27,23 @@ fn run_bounded(args: &[&str]) -> (Output, Duration) {
         .stderr(Stdio::piped())
         .spawn()
         .expect("run fdaudit");
+    if !ends_within_limit(&mut child, t0) {
+        let _ = child.kill();
+        let o = child.wait_with_output().unwrap();
+        panic!("{args:?} still ran after {RUN_LIMIT:?}: {}", stderr(&o));
+    }
+    (child.wait_with_output().unwrap(), t0.elapsed())
+}
+
+/// Whether `child`, started at `t0`, exits before [`RUN_LIMIT`] has passed since.
+fn ends_within_limit(child: &mut Child, t0: Instant) -> bool {
     while child.try_wait().unwrap().is_none() {
         if t0.elapsed() > RUN_LIMIT {
-            let _ = child.kill();
-            let o = child.wait_with_output().unwrap();
-            panic!("{args:?} still ran after {RUN_LIMIT:?}: {}", stderr(&o));
+            return false;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    (child.wait_with_output().unwrap(), t0.elapsed())
+    true
 }
 
 fn stderr(o: &Output) -> String {
@@ -207,13 +215,8 @@ fn records_on_stderr_whose_reader_is_gone_stop_tracing_without_a_panic() {
         .expect("read the first record");
     assert!(first.contains("\"type\":\"header\""), "{first}");
     // The reader is gone (the BufReader and the pipe's read end were dropped above).
-    let status = loop {
-        if let Some(s) = child.0.try_wait().unwrap() {
-            break s;
-        }
-        assert!(t0.elapsed() < RUN_LIMIT, "fdaudit did not end");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    assert!(ends_within_limit(&mut child.0, t0), "fdaudit did not end");
+    let status = child.0.wait().unwrap();
     assert_eq!(status.code(), Some(141), "{status}: 101 is a panic");
     assert!(done.exists(), "fdaudit exited before the command finished");
     let _ = std::fs::remove_file(&done);
