@@ -60,9 +60,14 @@ pub const MAP_STACK_SITES: &str = "STACK_SITES";
 pub const MAP_UNCLOSED_LIVE: &str = "UNCLOSED_LIVE";
 /// Stack id -> user stack (BPF_MAP_TYPE_STACK_TRACE): the creating call sites.
 pub const MAP_UNCLOSED_STACKS: &str = "UNCLOSED_STACKS";
-/// Stack id -> [`UnclosedSite`]: the words at the user sp when the site was first seen.
+/// [`UnclosedSiteKey`] -> [`UnclosedSite`]: the words at the user sp when the site was
+/// first seen.
 pub const MAP_UNCLOSED_SITES: &str = "UNCLOSED_SITES";
-/// A per-CPU [`UnclosedSite`] being filled (too large for the BPF stack).
+/// Stack id -> where its caller's return address is ([`unclosed::ra_slot`]).
+pub const MAP_UNCLOSED_RA_SLOTS: &str = "UNCLOSED_RA_SLOTS";
+/// (tgid << 32 | fd) -> [`UnclosedPending`]: a call's words kept before its slot was known.
+pub const MAP_UNCLOSED_PENDING: &str = "UNCLOSED_PENDING";
+/// A per-CPU [`UnclosedPending`] being filled (too large for the BPF stack).
 pub const MAP_UNCLOSED_SITE_SCRATCH: &str = "UNCLOSED_SITE_SCRATCH";
 /// tgid -> [`UnclosedFull`]: a process's fd-making calls that failed with EMFILE/ENFILE.
 pub const MAP_UNCLOSED_FULL: &str = "UNCLOSED_FULL";
@@ -217,8 +222,9 @@ pub use stack_copy::{
     STACK_COPY_CHUNK, STACK_COPY_CHUNKS,
 };
 pub use unclosed::{
-    UnclosedFull, UnclosedLive, UnclosedSite, EMFILE, ENFILE, MAX_UNCLOSED_FULL, MAX_UNCLOSED_LIVE,
-    MAX_UNCLOSED_STACKS, UNCLOSED_STACK_DEPTH,
+    ra_from, ra_slot, UnclosedFull, UnclosedLive, UnclosedPending, UnclosedSite, UnclosedSiteKey,
+    EMFILE, ENFILE, MAX_RA_SLOT, MAX_UNCLOSED_FULL, MAX_UNCLOSED_LIVE, MAX_UNCLOSED_PENDING,
+    MAX_UNCLOSED_SITES, MAX_UNCLOSED_STACKS, UNCLOSED_STACK_DEPTH,
 };
 
 /// Whether two names are equal, at compile time: the eBPF crate checks with it that each
@@ -257,6 +263,8 @@ mod pod {
     unsafe impl aya::Pod for super::UnclosedLive {}
     unsafe impl aya::Pod for super::UnclosedSite {}
     unsafe impl aya::Pod for super::UnclosedFull {}
+    unsafe impl aya::Pod for super::UnclosedSiteKey {}
+    unsafe impl aya::Pod for super::UnclosedPending {}
     unsafe impl aya::Pod for super::FailedExec {}
     unsafe impl aya::Pod for super::OriginPending {}
     unsafe impl aya::Pod for super::OriginGateSlot {}

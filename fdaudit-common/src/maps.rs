@@ -70,6 +70,9 @@ pub struct Stats {
     /// Origin records sent (`--origin`): `trace -v` sets them beside those decoded, so that
     /// an origin missing from a trace is told apart: never sent, or sent and not read.
     pub origin_records: u64,
+    /// `unclosed`'s call sites kept ([`crate::MAP_UNCLOSED_SITES`]): userspace looks for
+    /// new ones when it changes.
+    pub unclosed_sites: u64,
 }
 
 /// Bytes of the path of a failed exec kept in [`FailedExec`] (longer ones are cut).

@@ -18,6 +18,37 @@ pub const MAX_UNCLOSED_STACKS: u32 = 1 << 12;
 pub const UNCLOSED_STACK_DEPTH: usize = 32;
 /// Processes whose EMFILE/ENFILE moment is kept.
 pub const MAX_UNCLOSED_FULL: u32 = 1024;
+/// Call sites kept (a stack id and the caller's return address, [`UnclosedSiteKey`]).
+pub const MAX_UNCLOSED_SITES: u32 = 1 << 13;
+/// Calls whose stack words are kept while their stack id's return-address slot is not
+/// known yet ([`UnclosedPending`]; an LRU map: the oldest go first).
+pub const MAX_UNCLOSED_PENDING: u32 = 1 << 13;
+/// The deepest return-address slot a wrapper's frame may put its caller's return address
+/// at, in words above the stack pointer.
+pub const MAX_RA_SLOT: u32 = 512;
+
+/// Values of [`crate::MAP_UNCLOSED_RA_SLOTS`] (per stack id, written by userspace from the
+/// unwind rule of the stack's innermost frame): where the caller's return address is.
+pub mod ra_slot {
+    /// Not learned yet: the call's stack words are kept ([`super::UnclosedPending`]).
+    pub const UNKNOWN: u32 = 0;
+    /// The stack id tells the call site alone (the innermost frame keeps a frame pointer,
+    /// so the kernel's walk has its caller; or no unwind rule is known).
+    pub const NONE: u32 = u32::MAX;
+    // 1..=MAX_RA_SLOT: the return address is the word `slot - 1` above the stack pointer.
+}
+
+/// [`UnclosedLive::ra_from`]: what [`UnclosedLive::ra`] holds.
+pub mod ra_from {
+    /// Nothing: the stack id is the site (its slot is [`super::ra_slot::NONE`]).
+    pub const NONE: u32 = 0;
+    /// The caller's return address, read at the stack id's slot.
+    pub const WORD: u32 = 1;
+    /// The slot was not known at the call: `ra` is the fd (or `u32::MAX` for an
+    /// [`super::UnclosedFull`]) under which the call's words are in
+    /// [`crate::MAP_UNCLOSED_PENDING`] (`tgid << 32 | fd`), with the same `time_ns`.
+    pub const PENDING: u32 = 2;
+}
 
 /// `EMFILE` and `ENFILE`.
 pub const EMFILE: i64 = 24;
@@ -38,13 +69,39 @@ pub struct UnclosedLive {
     /// The process's execs seen (`TaskState::execs`) when the fd was made: a close-on-exec
     /// entry older than the process's last exec is stale.
     pub execs: u32,
+    /// With `stack_id`, the call site: see [`ra_from`].
+    pub ra: u64,
+    pub ra_from: u32,
+    pub _pad: u32,
+}
+
+/// Key of [`crate::MAP_UNCLOSED_SITES`]: a stack id and the caller's return address read at
+/// its slot (0 when the stack id alone is the site, or for the first call seen before the
+/// slot was learned). Two call sites in one function through a libc wrapper without a
+/// frame pointer share a stack id (the kernel's walk from inside the wrapper skips its
+/// caller); the return address tells them apart.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct UnclosedSiteKey {
+    pub stack_id: u32,
+    pub _pad: u32,
+    pub ra: u64,
+}
+
+/// A call's stack words kept while its stack id's slot is not known
+/// ([`ra_from::PENDING`]): the call's time, to match its live entry.
+#[repr(C)]
+#[derive(Copy, Clone, Debug)]
+pub struct UnclosedPending {
+    pub time_ns: u64,
+    pub site: UnclosedSite,
 }
 
 /// What the stack id does not keep, read the first time a site was seen: the user stack
 /// pointer and the words above it (a libc wrapper without frame pointers keeps its
 /// caller's return address there; `fdaudit::engine::unwind`).
 #[repr(C)]
-#[derive(Copy, Clone, Debug)]
+#[derive(Copy, Clone, Debug, Default)]
 pub struct UnclosedSite {
     pub pid: u32,
     /// Words copied into `sp_words` (0 when the read failed).
@@ -66,8 +123,14 @@ pub struct UnclosedFull {
     /// 24 (EMFILE) or 23 (ENFILE).
     pub errno: u32,
     pub tid: u32,
+    /// As [`UnclosedLive::ra`] and [`UnclosedLive::ra_from`].
+    pub ra: u64,
+    pub ra_from: u32,
+    pub _pad: u32,
 }
 
-const _: () = assert!(core::mem::size_of::<UnclosedLive>() == 24);
+const _: () = assert!(core::mem::size_of::<UnclosedLive>() == 40);
+const _: () = assert!(core::mem::size_of::<UnclosedSiteKey>() == 16);
+const _: () = assert!(core::mem::size_of::<UnclosedPending>() == 24 + 8 * ORIGIN_SP_WORDS);
 const _: () = assert!(core::mem::size_of::<UnclosedSite>() == 16 + 8 * ORIGIN_SP_WORDS);
-const _: () = assert!(core::mem::size_of::<UnclosedFull>() == 32);
+const _: () = assert!(core::mem::size_of::<UnclosedFull>() == 48);

@@ -71,9 +71,10 @@ use fdaudit_common::{
     MAX_READS, MAX_READ_PATHS, MAX_TRACKED, ORIGIN_GATE_SLOTS, RING_TEMPLATE_BYTES,
 };
 use fdaudit_common::{
-    UnclosedFull, UnclosedLive, UnclosedSite, MAP_UNCLOSED_FULL, MAP_UNCLOSED_LIVE,
-    MAP_UNCLOSED_SITES, MAP_UNCLOSED_SITE_SCRATCH, MAP_UNCLOSED_STACKS, MAX_UNCLOSED_FULL,
-    MAX_UNCLOSED_LIVE, MAX_UNCLOSED_STACKS, UNCLOSED_STACK_DEPTH,
+    UnclosedFull, UnclosedLive, UnclosedPending, UnclosedSite, UnclosedSiteKey, MAP_UNCLOSED_FULL,
+    MAP_UNCLOSED_LIVE, MAP_UNCLOSED_PENDING, MAP_UNCLOSED_RA_SLOTS, MAP_UNCLOSED_SITES,
+    MAP_UNCLOSED_SITE_SCRATCH, MAP_UNCLOSED_STACKS, MAX_UNCLOSED_FULL, MAX_UNCLOSED_LIVE,
+    MAX_UNCLOSED_PENDING, MAX_UNCLOSED_SITES, MAX_UNCLOSED_STACKS, UNCLOSED_STACK_DEPTH,
 };
 // fdwalk sends the records through `crate::output_spawn`.
 use exec::output_spawn;
@@ -260,16 +261,27 @@ static UNCLOSED_STACKS: btf_maps::StackTrace<
 > = btf_maps::StackTrace::new();
 map_named!(UNCLOSED_STACKS, MAP_UNCLOSED_STACKS);
 
-/// Per stack id, the words at the user sp when that site was first seen. Preallocated
-/// (only `unclosed` loads it whole): before 6.1 the kernel WARNs when a tracing program uses
-/// a hash map that is not.
+/// Per call site (stack id, caller's return address), the words at the user sp when that
+/// site was first seen. Preallocated (only `unclosed` loads it whole): before 6.1 the
+/// kernel WARNs when a tracing program uses a hash map that is not.
 #[map]
-static UNCLOSED_SITES: HashMap<u32, UnclosedSite> =
-    HashMap::with_max_entries(MAX_UNCLOSED_STACKS, 0);
+static UNCLOSED_SITES: HashMap<UnclosedSiteKey, UnclosedSite> =
+    HashMap::with_max_entries(MAX_UNCLOSED_SITES, 0);
 map_named!(UNCLOSED_SITES, MAP_UNCLOSED_SITES);
 
+/// Per stack id, where its caller's return address is (`ra_slot`), written by userspace.
 #[map]
-static UNCLOSED_SITE_SCRATCH: PerCpuArray<UnclosedSite> = PerCpuArray::with_max_entries(1, 0);
+static UNCLOSED_RA_SLOTS: Array<u32> = Array::with_max_entries(MAX_UNCLOSED_STACKS, 0);
+map_named!(UNCLOSED_RA_SLOTS, MAP_UNCLOSED_RA_SLOTS);
+
+/// The words of the calls made before their stack id's slot was known.
+#[map]
+static UNCLOSED_PENDING: LruHashMap<u64, UnclosedPending> =
+    LruHashMap::with_max_entries(MAX_UNCLOSED_PENDING, 0);
+map_named!(UNCLOSED_PENDING, MAP_UNCLOSED_PENDING);
+
+#[map]
+static UNCLOSED_SITE_SCRATCH: PerCpuArray<UnclosedPending> = PerCpuArray::with_max_entries(1, 0);
 map_named!(UNCLOSED_SITE_SCRATCH, MAP_UNCLOSED_SITE_SCRATCH);
 
 /// Per process, its fd-making calls that failed with EMFILE/ENFILE.

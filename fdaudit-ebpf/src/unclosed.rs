@@ -1,27 +1,37 @@
 //! `fdaudit unclosed`: the live set of the followed processes' fds, kept in the kernel by
 //! `unclosed_enter` and `unclosed_exit` (the origin programs' code built in its own mode:
 //! they send no origin record). At sys_exit of an fd-making call of the shared table, one
-//! UNCLOSED_LIVE entry per fd made (the call, a stack id, the time, close-on-exec); at
+//! UNCLOSED_LIVE entry per fd made (the call, its site, the time, close-on-exec); at
 //! sys_enter of close(), the entry goes. A dup2/dup3 over an fd replaces its entry (same
 //! key). close_range and an exec's close-on-exec closes are left to userspace, which holds
 //! every entry against the process's fd table (the truth) when it reads the set. A call
 //! that fails with EMFILE or ENFILE is kept per process in UNCLOSED_FULL.
+//!
+//! A site is the stack id of the kernel's frame-pointer walk (`bpf_get_stackid`) and, where
+//! the innermost frame (a libc wrapper) keeps no frame pointer, its caller's return
+//! address: the walk skips that caller, so two call sites in one function would share a
+//! stack id. Which stack word holds it follows from the wrapper's unwind rule, which only
+//! userspace reads (`.eh_frame`): it writes the slot per stack id into UNCLOSED_RA_SLOTS;
+//! until then each call keeps its own words in UNCLOSED_PENDING.
 
 use aya_ebpf::{
     bindings::{BPF_F_USER_STACK, BPF_NOEXIST},
-    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, generated::bpf_probe_read_user},
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
+        generated::bpf_probe_read_user as bpf_probe_read_user_raw,
+    },
     programs::{tracing::StackIdContext as _, RawTracePointContext},
 };
 use fdaudit_common::{
-    pending_what, OriginCall, OriginPending, UnclosedFull, UnclosedLive, ORIGIN_FDS,
-    ORIGIN_SP_WORDS,
+    pending_what, ra_from, ra_slot, OriginCall, OriginPending, UnclosedFull, UnclosedLive,
+    UnclosedSiteKey, ORIGIN_FDS, ORIGIN_SP_WORDS,
 };
 
 use crate::{
     arch,
     kernel::{conf, read_kernel, stat_add},
-    STATS, TRACKED, UNCLOSED_FULL, UNCLOSED_LIVE, UNCLOSED_SITES, UNCLOSED_SITE_SCRATCH,
-    UNCLOSED_STACKS,
+    STATS, TRACKED, UNCLOSED_FULL, UNCLOSED_LIVE, UNCLOSED_PENDING, UNCLOSED_RA_SLOTS,
+    UNCLOSED_SITES, UNCLOSED_SITE_SCRATCH, UNCLOSED_STACKS,
 };
 
 /// close(fd) of a followed process, at sys_enter, its pt_regs at `regs` (the fd is gone
@@ -49,56 +59,123 @@ pub fn full(ctx: &RawTracePointContext, p: &OriginPending, errno: u32) {
         unsafe { (*f).count += 1 };
         return;
     }
+    // SAFETY: a helper without arguments.
+    let time_ns = unsafe { bpf_ktime_get_ns() };
+    let site = site(ctx, tgid, u32::MAX, time_ns);
     let first = UnclosedFull {
-        // SAFETY: a helper without arguments.
-        time_ns: unsafe { bpf_ktime_get_ns() },
+        time_ns,
         count: 1,
-        stack_id: stack_id(ctx),
+        stack_id: site.stack_id,
         call: p.call,
         errno,
         tid: pid_tgid as u32,
+        ra: site.ra,
+        ra_from: site.ra_from,
+        _pad: 0,
     };
     // By reference: the helper copies the value (no copy of ours).
     #[allow(clippy::needless_borrows_for_generic_args)]
     let _ = UNCLOSED_FULL.insert(tgid, &first, BPF_NOEXIST as u64);
 }
 
-/// The stack id of the current user stack (frame pointers), its site's words kept the
-/// first time; negative when bpf_get_stackid failed (the map full, no user stack).
-#[inline(always)]
-fn stack_id(ctx: &RawTracePointContext) -> i32 {
-    let id = match ctx.get_stackid(&UNCLOSED_STACKS, BPF_F_USER_STACK as u64) {
-        Ok(id) => id as i32,
-        Err(e) => return e,
-    };
-    if UNCLOSED_SITES.get_ptr(id as u32).is_none() {
-        keep_site(ctx, id as u32);
-    }
-    id
+/// A call site: the stack id and what tells apart the sites that share it.
+struct Site {
+    stack_id: i32,
+    ra: u64,
+    ra_from: u32,
 }
 
-/// Keeps the user sp and the words above it for a new site (once per stack id).
+/// The call site of the current user stack (frame pointers, then the caller's return
+/// address at the stack id's slot), its words kept the first time it is seen; the stack id
+/// is negative when bpf_get_stackid failed (the map full, no user stack). Before userspace
+/// has learned the slot, the call's own words are kept under (`tgid`, `fd`).
 #[inline(always)]
-fn keep_site(ctx: &RawTracePointContext, id: u32) {
-    let Some(s) = UNCLOSED_SITE_SCRATCH.get_ptr_mut(0) else {
-        return;
+fn site(ctx: &RawTracePointContext, tgid: u32, fd: u32, time_ns: u64) -> Site {
+    let id = match ctx.get_stackid(&UNCLOSED_STACKS, BPF_F_USER_STACK as u64) {
+        Ok(id) => id as u32,
+        Err(e) => {
+            return Site {
+                stack_id: e,
+                ra: 0,
+                ra_from: ra_from::NONE,
+            }
+        }
     };
     let regs: u64 = ctx.arg(0);
     let sp: u64 = read_kernel(regs + conf!(regs_sp)).unwrap_or(0);
+    let slot = UNCLOSED_RA_SLOTS.get(id).copied().unwrap_or(ra_slot::NONE);
+    let (ra, from) = match slot {
+        ra_slot::UNKNOWN => (u64::from(fd), ra_from::PENDING),
+        ra_slot::NONE => (0, ra_from::NONE),
+        // SAFETY: the helper fails instead of faulting.
+        k => match unsafe { bpf_probe_read_user((sp + 8 * u64::from(k - 1)) as *const u64) } {
+            Ok(ra) => (ra, ra_from::WORD),
+            Err(_) => (0, ra_from::NONE),
+        },
+    };
+    let key = UnclosedSiteKey {
+        stack_id: id,
+        _pad: 0,
+        ra: if from == ra_from::WORD { ra } else { 0 },
+    };
+    // By reference: no copy of the key per call.
+    #[allow(clippy::needless_borrows_for_generic_args)]
+    let new = UNCLOSED_SITES.get_ptr(&key).is_none();
+    if new || from == ra_from::PENDING {
+        keep_words(
+            tgid,
+            sp,
+            time_ns,
+            new.then_some(&key),
+            (from == ra_from::PENDING).then_some(fd),
+        );
+    }
+    Site {
+        stack_id: id as i32,
+        ra,
+        ra_from: from,
+    }
+}
+
+/// Copies the user stack's words above `sp` and keeps them: for a new site under `key`,
+/// for a call made before its slot was known under (`tgid`, `pending`).
+#[inline(always)]
+fn keep_words(
+    tgid: u32,
+    sp: u64,
+    time_ns: u64,
+    key: Option<&UnclosedSiteKey>,
+    pending: Option<u32>,
+) {
+    let Some(s) = UNCLOSED_SITE_SCRATCH.get_ptr_mut(0) else {
+        return;
+    };
     // SAFETY: a per-CPU array value, ours for this program run; the helper fails instead
     // of faulting.
     unsafe {
-        (*s).pid = (bpf_get_current_pid_tgid() >> 32) as u32;
-        (*s).sp = sp;
-        let r = bpf_probe_read_user(
-            core::ptr::addr_of_mut!((*s).sp_words).cast(),
+        (*s).time_ns = time_ns;
+        (*s).site.pid = tgid;
+        (*s).site.sp = sp;
+        let r = bpf_probe_read_user_raw(
+            core::ptr::addr_of_mut!((*s).site.sp_words).cast(),
             (ORIGIN_SP_WORDS * 8) as u32,
             sp as *const _,
         );
-        (*s).nsp_words = if r == 0 { ORIGIN_SP_WORDS as u32 } else { 0 };
+        (*s).site.nsp_words = if r == 0 { ORIGIN_SP_WORDS as u32 } else { 0 };
         // The helper copies the value (a copy here would be a memmove call).
         #[allow(clippy::needless_borrows_for_generic_args)]
-        let _ = UNCLOSED_SITES.insert(id, &*s, BPF_NOEXIST as u64);
+        if let Some(key) = key {
+            if UNCLOSED_SITES
+                .insert(key, &(*s).site, BPF_NOEXIST as u64)
+                .is_ok()
+            {
+                stat_add(&STATS, |s| &mut s.unclosed_sites);
+            }
+        }
+        #[allow(clippy::needless_borrows_for_generic_args)]
+        if let Some(fd) = pending {
+            let _ = UNCLOSED_PENDING.insert(u64::from(tgid) << 32 | u64::from(fd), &*s, 0);
+        }
     }
 }
 
@@ -124,10 +201,17 @@ pub fn made(
         }
         return;
     }
+    // SAFETY: a helper without arguments.
+    let time_ns = unsafe { bpf_ktime_get_ns() };
+    // A call that made several fds (pipe, socketpair, recvmsg) keeps its words under the
+    // first.
+    let site = site(ctx, tgid, fds[0] as u32, time_ns);
     let entry = UnclosedLive {
-        // SAFETY: a helper without arguments.
-        time_ns: unsafe { bpf_ktime_get_ns() },
-        stack_id: stack_id(ctx),
+        time_ns,
+        stack_id: site.stack_id,
+        ra: site.ra,
+        ra_from: site.ra_from,
+        _pad: 0,
         call: p.call,
         // io_uring_setup's ring fd always has close-on-exec.
         cloexec: u32::from(

@@ -506,6 +506,7 @@ impl Session {
             s.reads_full += v.reads_full;
             s.unclosed_full += v.unclosed_full;
             s.origin_records += v.origin_records;
+            s.unclosed_sites += v.unclosed_sites;
         }
         s.lost_records += self.queue_dropped();
         Ok(s)

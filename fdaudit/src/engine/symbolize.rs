@@ -352,8 +352,8 @@ impl Symbolizer {
     /// The unwind rule of the frame executing at `ip` (the innermost frame, or a caller's
     /// call instruction), from its module's unwind table, cached by module and offset (the
     /// maps may be read again for one).
-    fn frame_rule(&mut self, pid: u32, ip: u64, parent: &Processes) -> Option<FrameRule> {
-        let (m, live) = self.mapping_in_tree(pid, ip, true, parent)?;
+    pub(super) fn frame_rule(&mut self, pid: u32, ip: u64, tree: &Processes) -> Option<FrameRule> {
+        let (m, live) = self.mapping_in_tree(pid, ip, true, tree)?;
         let id = m.id?;
         let off = ip - m.start + m.offset;
         if let Some(&known) = self.frame_rules.get(&(id, off)) {

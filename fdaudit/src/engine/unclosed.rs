@@ -1,8 +1,16 @@
 //! `fdaudit unclosed`'s kernel state read back: the live set (UNCLOSED_LIVE, one entry per
 //! (process, fd) the followed processes made and did not close), the creating stacks
-//! (UNCLOSED_STACKS, one per call site) with the words kept at each site's first sight
-//! (UNCLOSED_SITES), and the EMFILE/ENFILE moments (UNCLOSED_FULL). Plain values out; the
-//! front end (`crate::unclosed`) reconciles them with the fd tables and groups them.
+//! (UNCLOSED_STACKS) with the words kept at each call site's first sight (UNCLOSED_SITES),
+//! and the EMFILE/ENFILE moments (UNCLOSED_FULL). Plain values out; the front end
+//! (`crate::unclosed`) reconciles them with the fd tables and groups them by site.
+//!
+//! A site is a stack id and, where the stack's innermost frame keeps no frame pointer, its
+//! caller's return address (the kernel's walk skips that caller). Userspace tells the
+//! kernel which stack word holds it, per stack id, from the innermost frame's unwind rule
+//! ([`super::unwind::ra_word`], into UNCLOSED_RA_SLOTS); the calls made before it did kept
+//! their own words (UNCLOSED_PENDING), from which their return address is read here. Each
+//! site gets the id the front end groups by: its stack id for the first site of a stack
+//! id, a number from [`MAX_UNCLOSED_STACKS`] up for each other.
 //!
 //! The live set is read with one `BPF_MAP_LOOKUP_BATCH` command per 4096 entries (a raw
 //! bpf(2) call: aya 0.14 does not wrap it; Linux 5.6+), else, where the kernel refuses it,
@@ -14,10 +22,12 @@ use std::collections::HashMap as StdHashMap;
 use std::os::fd::{AsFd as _, AsRawFd as _};
 
 use anyhow::Result;
-use aya::maps::{HashMap, Map, MapData, StackTraceMap};
+use aya::maps::{Array, HashMap, Map, MapData, StackTraceMap};
 use fdaudit_common::{
-    OriginRecord, UnclosedFull, UnclosedLive, UnclosedSite, MAP_UNCLOSED_FULL, MAP_UNCLOSED_LIVE,
-    MAP_UNCLOSED_SITES, MAP_UNCLOSED_STACKS, ORIGIN_STACK_DEPTH,
+    ra_from, ra_slot, OriginRecord, UnclosedFull, UnclosedLive, UnclosedPending, UnclosedSite,
+    UnclosedSiteKey, MAP_UNCLOSED_FULL, MAP_UNCLOSED_LIVE, MAP_UNCLOSED_PENDING,
+    MAP_UNCLOSED_RA_SLOTS, MAP_UNCLOSED_SITES, MAP_UNCLOSED_STACKS, MAX_RA_SLOT,
+    MAX_UNCLOSED_STACKS, ORIGIN_STACK_DEPTH,
 };
 
 use super::process::Processes;
@@ -26,8 +36,22 @@ use super::symbolize::{Frame, Symbolizer};
 
 /// Entries asked for per batch.
 const BATCH: usize = 4096;
-/// Stacks resolved and kept (their frames), at most.
-const MAX_RESOLVED: usize = 4096;
+/// Sites resolved and kept (their frames), at most.
+const MAX_RESOLVED: usize = 8192;
+/// The "return address" of a site whose call's words were not kept (evicted from
+/// UNCLOSED_PENDING, or its slot beyond them): no user address is this.
+const CALLER_UNKNOWN: u64 = u64::MAX;
+/// The "return address" of the sites past [`MAX_SITES`].
+const CALLER_SITES_FULL: u64 = u64::MAX - 1;
+/// Sites given an id, at most (a process chooses its stack words, so its return
+/// addresses: the ids are bounded, not the process's choices).
+const MAX_SITES: usize = 1 << 16;
+/// What a site's stack says in place of a caller it does not know.
+const CALLER_NOT_KEPT: &str = "caller not known: the call came before fdaudit had read its \
+    wrapper's unwind rule, and its stack words were no longer kept when the live set was read";
+
+/// A call site: a stack id and its caller's return address (0: the stack id alone).
+type SiteKey = (u32, u64);
 
 /// One live entry: the process, the fd, what the kernel kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,12 +73,25 @@ pub struct LiveRead {
 pub struct LiveMaps {
     live: Map,
     stacks: StackTraceMap<MapData>,
-    sites: HashMap<MapData, u32, UnclosedSite>,
+    sites: HashMap<MapData, UnclosedSiteKey, UnclosedSite>,
+    slots: Array<MapData, u32>,
+    pending: HashMap<MapData, u64, UnclosedPending>,
     full: HashMap<MapData, u32, UnclosedFull>,
     sym: Symbolizer,
-    /// Stack id -> its frames, resolved (named once a report showed them: `named`).
-    resolved: StdHashMap<u32, Vec<Frame>>,
-    named: std::collections::HashSet<u32>,
+    /// Site id -> its frames, resolved (named once a report showed them: `named`).
+    resolved: StdHashMap<i32, Vec<Frame>>,
+    named: std::collections::HashSet<i32>,
+    /// The sites and the ids they are grouped by, both ways.
+    ids: StdHashMap<SiteKey, i32>,
+    keys: StdHashMap<i32, SiteKey>,
+    /// Words of the sites known only from a pending call's copy.
+    words: StdHashMap<SiteKey, UnclosedSite>,
+    /// Stack id -> the slot written for it.
+    learned: StdHashMap<u32, u32>,
+    /// A pending call's site, by (pid, fd, time), for the entries of the last read.
+    pending_sites: StdHashMap<(u32, i32, u64), i32>,
+    /// The kernel's count of sites kept when they were last looked for.
+    sites_seen: Option<u64>,
 }
 
 impl LiveMaps {
@@ -64,15 +101,124 @@ impl LiveMaps {
             live: session.take_map(MAP_UNCLOSED_LIVE)?,
             stacks: StackTraceMap::try_from(session.take_map(MAP_UNCLOSED_STACKS)?)?,
             sites: HashMap::try_from(session.take_map(MAP_UNCLOSED_SITES)?)?,
+            slots: Array::try_from(session.take_map(MAP_UNCLOSED_RA_SLOTS)?)?,
+            pending: HashMap::try_from(session.take_map(MAP_UNCLOSED_PENDING)?)?,
             full: HashMap::try_from(session.take_map(MAP_UNCLOSED_FULL)?)?,
             sym: Symbolizer::default(),
             resolved: StdHashMap::new(),
             named: Default::default(),
+            ids: StdHashMap::new(),
+            keys: StdHashMap::new(),
+            words: StdHashMap::new(),
+            learned: StdHashMap::new(),
+            pending_sites: StdHashMap::new(),
+            sites_seen: None,
         })
     }
 
-    /// Every entry of the live set.
-    pub fn read(&self) -> Result<LiveRead> {
+    /// Every entry of the live set, each with its site's id in `live.stack_id`.
+    pub fn read(&mut self) -> Result<LiveRead> {
+        let mut read = self.read_raw()?;
+        let mut pending_sites = StdHashMap::new();
+        for e in &mut read.entries {
+            let l = e.live;
+            e.live.stack_id = if l.ra_from == ra_from::PENDING && l.stack_id >= 0 {
+                let key = (e.pid, e.fd, l.time_ns);
+                let site = match self.pending_sites.get(&key) {
+                    Some(&site) => site,
+                    None => self.pending_site(e.pid, l.stack_id as u32, l.ra as u32, l.time_ns),
+                };
+                pending_sites.insert(key, site);
+                site
+            } else {
+                self.site_of(l.stack_id, l.ra_from, l.ra)
+            };
+        }
+        self.pending_sites = pending_sites;
+        Ok(read)
+    }
+
+    /// The id of the site (`stack_id`, `ra` as `from` says) of a call whose slot was known.
+    fn site_of(&mut self, stack_id: i32, from: u32, ra: u64) -> i32 {
+        if stack_id < 0 {
+            return stack_id;
+        }
+        let ra = if from == ra_from::WORD { ra } else { 0 };
+        self.site_id((stack_id as u32, ra))
+    }
+
+    /// The id of a pending call's site: its return address read from its own words, at
+    /// the slot learned for its stack id.
+    fn pending_site(&mut self, pid: u32, id: u32, fd: u32, time_ns: u64) -> i32 {
+        let words = self
+            .pending
+            .get(&(u64::from(pid) << 32 | u64::from(fd)), 0)
+            .ok()
+            .filter(|p| p.time_ns == time_ns)
+            .map(|p| p.site);
+        let Some(site) = words else {
+            return self.site_id((id, CALLER_UNKNOWN));
+        };
+        let slot = match self.learned.get(&id) {
+            Some(&slot) => slot,
+            None => self.learn_slot(id, &site),
+        };
+        let ra = match slot {
+            ra_slot::NONE => 0,
+            k => match site.sp_words.get((k as usize).wrapping_sub(1)) {
+                Some(&ra) if k as usize <= site.nsp_words as usize => ra,
+                _ => CALLER_UNKNOWN,
+            },
+        };
+        let site_id = self.site_id((id, ra));
+        if ra != CALLER_UNKNOWN && ra != 0 && self.keys.get(&site_id) == Some(&(id, ra)) {
+            self.words.entry((id, ra)).or_insert(site);
+        }
+        site_id
+    }
+
+    /// The id `key` is grouped by (given the first time).
+    fn site_id(&mut self, mut key: SiteKey) -> i32 {
+        if let Some(&id) = self.ids.get(&key) {
+            return id;
+        }
+        if self.ids.len() >= MAX_SITES {
+            key.1 = CALLER_SITES_FULL;
+            if let Some(&id) = self.ids.get(&key) {
+                return id;
+            }
+        }
+        let id = if self.keys.contains_key(&(key.0 as i32)) {
+            MAX_UNCLOSED_STACKS as i32 + (self.ids.len() as i32)
+        } else {
+            key.0 as i32
+        };
+        self.ids.insert(key, id);
+        self.keys.insert(id, key);
+        id
+    }
+
+    /// Learns where stack `id`'s caller's return address is, from the unwind rule of its
+    /// innermost frame in the process that made `site`, and tells the kernel.
+    fn learn_slot(&mut self, id: u32, site: &UnclosedSite) -> u32 {
+        let ip = self
+            .stacks
+            .get(&id, 0)
+            .ok()
+            .and_then(|t| t.frames().first().map(|f| f.ip));
+        self.sym.begin_record();
+        let slot = ip
+            .and_then(|ip| self.sym.frame_rule(site.pid, ip, &Processes::default()))
+            .and_then(super::unwind::ra_word)
+            .filter(|&w| w < MAX_RA_SLOT)
+            .map_or(ra_slot::NONE, |w| w + 1);
+        let _ = self.slots.set(id, slot, 0);
+        self.learned.insert(id, slot);
+        slot
+    }
+
+    /// Every entry of the live set as the kernel keeps it.
+    fn read_raw(&self) -> Result<LiveRead> {
         let fd = match &self.live {
             Map::HashMap(d) => d.fd().as_fd().as_raw_fd(),
             _ => anyhow::bail!("{MAP_UNCLOSED_LIVE} is not a hash map"),
@@ -106,33 +252,55 @@ impl LiveMaps {
         }
     }
 
-    /// The processes whose fd-making calls failed with EMFILE/ENFILE.
-    pub fn full(&self) -> Vec<(u32, UnclosedFull)> {
-        self.full.iter().filter_map(|r| r.ok()).collect()
+    /// The processes whose fd-making calls failed with EMFILE/ENFILE, each with its site's
+    /// id in `stack_id`.
+    pub fn full(&mut self) -> Vec<(u32, UnclosedFull)> {
+        let mut full: Vec<(u32, UnclosedFull)> = self.full.iter().filter_map(|r| r.ok()).collect();
+        for (pid, f) in &mut full {
+            f.stack_id = if f.ra_from == ra_from::PENDING && f.stack_id >= 0 {
+                self.pending_site(*pid, f.stack_id as u32, u32::MAX, f.time_ns)
+            } else {
+                self.site_of(f.stack_id, f.ra_from, f.ra)
+            };
+        }
+        full
     }
 
-    /// Resolves the stacks of sites not seen before against their process (now, while it
-    /// most likely lives).
-    pub fn resolve_new_sites(&mut self) {
-        let ids: Vec<u32> = self
-            .sites
-            .keys()
-            .filter_map(|k| k.ok())
-            .filter(|id| !self.resolved.contains_key(id))
-            .take(MAX_RESOLVED.saturating_sub(self.resolved.len()))
-            .collect();
-        for id in ids {
-            let frames = self.resolve(id, None);
-            self.resolved.insert(id, frames);
+    /// Learns the return-address slots of new stack ids and resolves the stacks of sites
+    /// not seen before against their process (now, while it most likely lives); nothing
+    /// when the kernel's count of sites (`sites_kept`, its STATS) is unchanged.
+    pub fn resolve_new_sites(&mut self, sites_kept: u64) {
+        if self.sites_seen == Some(sites_kept) {
+            return;
+        }
+        self.sites_seen = Some(sites_kept);
+        let keys: Vec<UnclosedSiteKey> = self.sites.keys().filter_map(|k| k.ok()).collect();
+        for k in keys {
+            let slot = match self.learned.get(&k.stack_id) {
+                Some(&slot) => slot,
+                None => match self.sites.get(&k, 0) {
+                    Ok(site) => self.learn_slot(k.stack_id, &site),
+                    Err(_) => continue,
+                },
+            };
+            if k.ra == 0 && slot != ra_slot::NONE {
+                // The words of the first call before the slot was known: that call's own
+                // site is read from its own words (`pending_site`).
+                continue;
+            }
+            let id = self.site_id((k.stack_id, k.ra));
+            if !self.resolved.contains_key(&id) && self.resolved.len() < MAX_RESOLVED {
+                let frames = self.resolve(id, None);
+                self.resolved.insert(id, frames);
+            }
         }
     }
 
-    /// The named frames of stack `id` (resolved against `pid` if not yet).
+    /// The named frames of site `id` (resolved against `pid` if not yet).
     pub fn frames(&mut self, id: i32, pid: u32) -> Vec<Frame> {
         if id < 0 {
             return Vec::new();
         }
-        let id = id as u32;
         if self.named.contains(&id) {
             if let Some(f) = self.resolved.get(&id) {
                 return f.clone();
@@ -165,13 +333,24 @@ impl LiveMaps {
         self.sym.begin_report();
     }
 
-    /// Stack `id`'s frames resolved to modules and offsets, against the process that made
+    /// Site `id`'s frames resolved to modules and offsets, against the process that made
     /// the site (or `pid`).
-    fn resolve(&mut self, id: u32, pid: Option<u32>) -> Vec<Frame> {
-        let Ok(trace) = self.stacks.get(&id, 0) else {
+    fn resolve(&mut self, id: i32, pid: Option<u32>) -> Vec<Frame> {
+        let Some(&(stack_id, ra)) = self.keys.get(&id) else {
             return Vec::new();
         };
-        let site = self.sites.get(&id, 0).ok();
+        let Ok(trace) = self.stacks.get(&stack_id, 0) else {
+            return Vec::new();
+        };
+        let key = UnclosedSiteKey {
+            stack_id,
+            _pad: 0,
+            ra,
+        };
+        let site = match self.sites.get(&key, 0) {
+            Ok(site) => Some(site),
+            Err(_) => self.words.get(&(stack_id, ra)).copied(),
+        };
         // SAFETY: OriginRecord is plain integers; all zero is valid.
         let mut rec: OriginRecord = unsafe { std::mem::zeroed() };
         rec.pid = pid.or(site.map(|s| s.pid)).unwrap_or(0);
@@ -183,6 +362,22 @@ impl LiveMaps {
             rec.sp = s.sp;
             rec.sp_words = s.sp_words;
             rec.nsp_words = s.nsp_words;
+        }
+        if ra == CALLER_UNKNOWN || ra == CALLER_SITES_FULL {
+            // Only the innermost frame is known; its caller is said to be unknown.
+            rec.nstack = rec.nstack.min(1);
+            rec.nsp_words = 0;
+            let mut frames = self.sym.frames(&rec, &Processes::default());
+            frames.truncate(1);
+            let why = match ra {
+                CALLER_UNKNOWN => CALLER_NOT_KEPT.to_string(),
+                _ => format!("caller not told apart: more than {MAX_SITES} call sites were seen"),
+            };
+            frames.push(Frame {
+                unnamed: Some(why),
+                ..Frame::default()
+            });
+            return frames;
         }
         // No parent links: unclosed reads the live process itself.
         self.sym.frames(&rec, &Processes::default())

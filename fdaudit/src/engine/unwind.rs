@@ -148,6 +148,17 @@ impl Tables {
     }
 }
 
+/// Where a frame with `rule` keeps its caller's return address: its index in words above
+/// the stack pointer. None when the CFA is the frame pointer (the kernel's frame-pointer
+/// walk then finds the caller), for an outermost frame, or an unaligned slot.
+pub fn ra_word(rule: FrameRule) -> Option<u32> {
+    if rule.base != CfaBase::Sp || rule.outermost {
+        return None;
+    }
+    let at = rule.cfa.checked_add(rule.ra)?;
+    (at >= 0 && at % 8 == 0).then(|| u32::try_from(at / 8).ok())?
+}
+
 /// The return addresses above the innermost frame (at `ip`), unwound by each frame's rule
 /// from its module's unwind table (`rule_at`) over the words copied above the user stack
 /// pointer `sp`: the walk a debugger makes, ending where a rule is missing, needs the frame
@@ -345,6 +356,42 @@ pub fn kept_while(rest: &[u64], from: u64, mut keeps_fp: impl FnMut(u64) -> bool
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_return_address_slot_is_the_rule_s_only_for_an_sp_based_frame() {
+        // Debian 12's open64 at its syscall: CFA sp+0x88, return at CFA-8: word 16.
+        let open64 = FrameRule {
+            base: CfaBase::Sp,
+            cfa: 0x88,
+            ra: -8,
+            rbp: Some(-24),
+            outermost: false,
+        };
+        assert_eq!(ra_word(open64), Some(16));
+        // A leaf at its entry: the return address is at sp.
+        assert_eq!(ra_word(FrameRule { cfa: 8, ..open64 }), Some(0));
+        // A framed function: the kernel's walk has its caller already.
+        let framed = FrameRule {
+            base: CfaBase::Fp,
+            cfa: 16,
+            ..open64
+        };
+        assert_eq!(ra_word(framed), None);
+        // No caller, or no word-aligned slot at or above sp: none.
+        let start = FrameRule {
+            outermost: true,
+            ..open64
+        };
+        assert_eq!(ra_word(start), None);
+        assert_eq!(ra_word(FrameRule { cfa: 4, ..open64 }), None);
+        assert_eq!(
+            ra_word(FrameRule {
+                cfa: 0x8c,
+                ..open64
+            }),
+            None
+        );
+    }
 
     #[test]
     fn unwinding_follows_each_frame_s_rule_within_the_copy_only() {

@@ -99,6 +99,7 @@ pub fn run(args: UnclosedArgs) -> Result<u8> {
         emfile_seen: HashSet::new(),
         start_ns: stream::monotonic_ns(),
         rates: StackRates::default(),
+        next_read: None,
         history,
     };
     let until = Until {
@@ -314,10 +315,16 @@ struct UnclosedSink {
     start_ns: u64,
     rates: StackRates,
     history: History,
+    /// When the live set is read next for the rates.
+    next_read: Option<Instant>,
 }
 
-/// How often new call sites are resolved (while their processes live).
+/// How often the live set is read for the rates.
 const RESOLVE_EVERY: Duration = Duration::from_millis(250);
+/// How often the kernel's count of call sites is checked, and new sites' return-address
+/// slots learned and their stacks resolved (while their processes live): until a slot is
+/// learned, each call at its stack id copies its stack words.
+const LEARN_EVERY: Duration = Duration::from_millis(20);
 
 impl Sink for UnclosedSink {
     fn events(&mut self, _session: &mut Session, _events: Vec<Event>) -> Result<()> {
@@ -325,12 +332,15 @@ impl Sink for UnclosedSink {
     }
 
     fn tick_every(&self) -> Option<Duration> {
-        Some(self.every.map_or(RESOLVE_EVERY, |e| e.min(RESOLVE_EVERY)))
+        Some(self.every.map_or(LEARN_EVERY, |e| e.min(LEARN_EVERY)))
     }
 
     fn tick(&mut self, session: &mut Session, now: Instant) -> Result<bool> {
-        self.maps.resolve_new_sites();
-        self.rates.observe(&self.maps.read()?.entries);
+        self.maps.resolve_new_sites(session.stats()?.unclosed_sites);
+        if self.next_read.is_none_or(|at| now >= at) {
+            self.next_read = Some(now + RESOLVE_EVERY);
+            self.rates.observe(&self.maps.read()?.entries);
+        }
         let full = self.maps.full();
         if full.iter().any(|(pid, _)| !self.emfile_seen.contains(pid)) {
             self.report(session, "EMFILE")?;
@@ -349,7 +359,7 @@ impl Sink for UnclosedSink {
 impl UnclosedSink {
     /// Reads the live set, holds it against the tables and writes one report.
     fn report(&mut self, session: &Session, why: &'static str) -> Result<()> {
-        self.maps.resolve_new_sites();
+        self.maps.resolve_new_sites(session.stats()?.unclosed_sites);
         self.maps.begin_report();
         let read = self.maps.read()?;
         self.rates.observe(&read.entries);

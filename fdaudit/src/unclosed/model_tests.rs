@@ -18,6 +18,7 @@ pub(in crate::unclosed) fn e(
             call: call as u32,
             cloexec: 0,
             execs: 0,
+            ..Default::default()
         },
     }
 }

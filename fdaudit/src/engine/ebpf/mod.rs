@@ -349,6 +349,8 @@ pub fn open_with<'a>(
             MAP_UNCLOSED_STACKS,
             MAP_UNCLOSED_SITES,
             MAP_UNCLOSED_FULL,
+            fdaudit_common::MAP_UNCLOSED_RA_SLOTS,
+            fdaudit_common::MAP_UNCLOSED_PENDING,
         ] {
             loader.map_max_entries(map, 1);
         }

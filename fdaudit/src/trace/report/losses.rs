@@ -106,6 +106,7 @@ mod tests {
             reads_full: 9,
             unclosed_full: 0,
             origin_records: 0,
+            unclosed_sites: 0,
         };
         let l = Losses::new(
             &stats,
