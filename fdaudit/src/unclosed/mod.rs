@@ -319,7 +319,7 @@ struct UnclosedSink {
     next_read: Option<Instant>,
 }
 
-/// How often the live set is read for the rates.
+/// How often the live set is read for the rates, and the EMFILE table looked at.
 const RESOLVE_EVERY: Duration = Duration::from_millis(250);
 /// How often the kernel's count of call sites is checked, and new sites' return-address
 /// slots learned and their stacks resolved (while their processes live): until a slot is
@@ -340,10 +340,10 @@ impl Sink for UnclosedSink {
         if self.next_read.is_none_or(|at| now >= at) {
             self.next_read = Some(now + RESOLVE_EVERY);
             self.rates.observe(&self.maps.read()?.entries);
-        }
-        let full = self.maps.full();
-        if full.iter().any(|(pid, _)| !self.emfile_seen.contains(pid)) {
-            self.report(session, "EMFILE")?;
+            let full = self.maps.full();
+            if full.iter().any(|(pid, _)| !self.emfile_seen.contains(pid)) {
+                self.report(session, "EMFILE")?;
+            }
         }
         if let Some(every) = self.every {
             let next = *self.next.get_or_insert(now + every);
