@@ -161,6 +161,8 @@ impl Builder {
                 (Some(m), Some(off)) => {
                     format!("{:#x} in {}", off, m.rsplit('/').next().unwrap_or(m))
                 }
+                // A caller fdaudit does not know (its `unnamed` says why).
+                _ if f.addr == 0 => "[unknown]".to_owned(),
                 _ => format!("{:#x}", f.addr),
             },
         };

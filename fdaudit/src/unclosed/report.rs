@@ -302,7 +302,12 @@ impl Report<'_> {
 }
 
 fn frame_line(f: &Frame) -> String {
-    let name = f.symbol.clone().unwrap_or_else(|| format!("{:#x}", f.addr));
+    let name = match (&f.symbol, &f.unnamed) {
+        (Some(s), _) => s.clone(),
+        (None, Some(why)) if f.addr == 0 => format!("[unknown] ({why})"),
+        (None, Some(why)) => format!("{:#x} (unnamed: {why})", f.addr),
+        (None, None) => format!("{:#x}", f.addr),
+    };
     let at = match (&f.file, f.line) {
         (Some(file), Some(line)) => format!(" ({file}:{line})"),
         _ => String::new(),
@@ -324,7 +329,11 @@ pub fn folded(stacks: &[(Vec<Frame>, u64)]) -> String {
             .iter()
             .rev()
             .map(|f| {
-                let name = f.symbol.clone().unwrap_or_else(|| format!("{:#x}", f.addr));
+                let name = match &f.symbol {
+                    Some(s) => s.clone(),
+                    None if f.addr == 0 => "[unknown]".to_string(),
+                    None => format!("{:#x}", f.addr),
+                };
                 // The format's separators, and control characters, never reach a line.
                 name.replace([';', ' '], "_")
                     .chars()
@@ -340,4 +349,33 @@ pub fn folded(stacks: &[(Vec<Frame>, u64)]) -> String {
         out += &format!("{line} {n}\n");
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_caller_fdaudit_does_not_know_is_said_so_in_the_text_and_the_folded_stacks() {
+        let wrapper = Frame {
+            addr: 0x7f00_0000_1000,
+            symbol: Some("__open+0x51".into()),
+            ..Frame::default()
+        };
+        let unknown = Frame {
+            unnamed: Some("caller not known".into()),
+            ..Frame::default()
+        };
+        assert_eq!(frame_line(&unknown), "[unknown] (caller not known)");
+        assert_eq!(
+            folded(&[(vec![wrapper, unknown], 3)]),
+            "[unknown];__open+0x51 3\n"
+        );
+        let jit = Frame {
+            addr: 0x1234,
+            unnamed: Some("no perf map".into()),
+            ..Frame::default()
+        };
+        assert_eq!(frame_line(&jit), "0x1234 (unnamed: no perf map)");
+    }
 }
