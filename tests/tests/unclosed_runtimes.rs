@@ -460,6 +460,74 @@ fn two_call_sites_in_one_function_opening_one_path_keep_their_own_counts_and_lin
     );
 }
 
+/// Call sites of one path in `MANY_SITES`: more than fdaudit gives ids of their own (4096).
+const SITES: usize = 5000;
+
+/// `SITES` opens of one path, each its own call site (`-O0`: no two are merged), every fd
+/// kept open to the exit. Through Debian's `open64` they share one stack id and differ in
+/// the return address: a process choosing as many sites as it likes.
+fn many_sites() -> String {
+    let mut c = String::from(
+        "#include <fcntl.h>\nstatic int kept[SITES];\n\
+         __attribute__((noinline)) int many(void) {\n",
+    )
+    .replace("SITES", &SITES.to_string());
+    for i in 0..SITES {
+        c += &format!("    kept[{i}] = open(\"/etc/hostname\", O_RDONLY);\n");
+    }
+    c + "    return 0;\n}\nint main(void) { return many(); }\n"
+}
+
+/// Hostile input: a process (as nobody) whose calls differ in their return address more
+/// often than fdaudit keeps sites apart. Every fd is counted; sites past the bound share one
+/// group per stack id, its caller `[unknown]` and said why; the report ends promptly.
+#[test]
+#[ignore = "needs root"]
+fn a_process_with_more_call_sites_than_fdaudit_keeps_is_counted_exactly_as_nobody() {
+    let _g = guard();
+    let exe = fdaudit_tests::build_c_fixture_with("unclosed-many-sites", &many_sites(), &["-O0"]);
+    let out = temp_path("unclosed-many-sites.jsonl");
+    let start = Instant::now();
+    let st = Command::new(fdaudit_tests::fdaudit())
+        .args(["unclosed", "--json", "--top", "100000", "-o"])
+        .arg(&out)
+        .args(["--", "sh", "-c"])
+        .arg(format!(
+            "ulimit -n {} && exec setpriv --reuid=nobody --regid=nogroup --clear-groups \"$0\"",
+            SITES + 64
+        ))
+        .arg(&exe)
+        .status()
+        .unwrap();
+    let took = start.elapsed();
+    let text = std::fs::read_to_string(&out).unwrap_or_default();
+    let _ = std::fs::remove_file(&out);
+    let _ = std::fs::remove_file(&exe);
+    assert!(st.success(), "{st}: {text}");
+    assert!(took < Duration::from_secs(120), "took {took:?}");
+    let recs = fdaudit_tests::records(&text);
+    // One process: sh, then setpriv, then the fixture, by exec.
+    let procs = of_type(&recs, "unclosed_process");
+    assert_eq!(procs.len(), 1, "{procs:?}");
+    assert_eq!(procs[0]["outstanding"], SITES as u64, "{}", procs[0]);
+    let stacks = of_type(&recs, "unclosed_stack");
+    let named = |s: &Value| symbols(s).iter().any(|f| f.starts_with("many+"));
+    let apart: u64 = stacks
+        .iter()
+        .filter(|s| named(s))
+        .map(|s| s["count"].as_u64().unwrap())
+        .sum();
+    let together: Vec<&&Value> = stacks
+        .iter()
+        .filter(|s| s["stack"].to_string().contains("caller not told apart"))
+        .collect();
+    assert_eq!(together.len(), 1, "{together:?}");
+    let rest = together[0]["count"].as_u64().unwrap();
+    assert_eq!(apart + rest, SITES as u64, "{together:?}");
+    assert!(rest >= (SITES - 4096) as u64, "{rest}");
+    assert!(stacks.len() <= 4096 + 16, "{} stacks", stacks.len());
+}
+
 #[test]
 #[ignore = "needs root"]
 fn a_go_service_s_leaks_are_counted_exactly_and_named_by_main_leak_one() {

@@ -43,9 +43,10 @@ const MAX_RESOLVED: usize = 8192;
 const CALLER_UNKNOWN: u64 = u64::MAX;
 /// The "return address" of the sites past [`MAX_SITES`].
 const CALLER_SITES_FULL: u64 = u64::MAX - 1;
-/// Sites given an id, at most (a process chooses its stack words, so its return
-/// addresses: the ids are bounded, not the process's choices).
-const MAX_SITES: usize = 1 << 16;
+/// Sites given an id of their own, at most (a process chooses its stack words, so its
+/// return addresses: the ids are bounded, not the process's choices). Past it, one more
+/// id per stack id: with them at most [`MAX_RESOLVED`] ids, every one's frames kept.
+const MAX_SITES: usize = MAX_UNCLOSED_STACKS as usize;
 /// What a site's stack says in place of a caller it does not know.
 const CALLER_NOT_KEPT: &str = "caller not known: the call came before fdaudit had read its \
     wrapper's unwind rule, and its stack words were no longer kept when the live set was read";
