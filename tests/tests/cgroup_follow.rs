@@ -172,6 +172,8 @@ fn trace_cgroup(way: Option<&str>) {
     let _serial = serial();
     let s = Setup::new("cgtrace");
     let mut cmd = Command::new(fdaudit());
+    // Stopped by SIGINT below: from its default, whatever this runner ignored.
+    fdaudit_tests::default_stop_signals(&mut cmd);
     if let Some(w) = way {
         cmd.env("FDAUDIT_CGROUP_FILTER", w);
     }
