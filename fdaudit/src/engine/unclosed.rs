@@ -200,7 +200,9 @@ impl LiveMaps {
     }
 
     /// Learns where stack `id`'s caller's return address is, from the unwind rule of its
-    /// innermost frame in the process that made `site`, and tells the kernel.
+    /// innermost frame in the process that made `site`, and tells the kernel. A process gone
+    /// before its rule was read teaches nothing: the slot stays to be learned from a later
+    /// call (this call's site is then its stack id alone).
     fn learn_slot(&mut self, id: u32, site: &UnclosedSite) -> u32 {
         let ip = self
             .stacks
@@ -208,8 +210,11 @@ impl LiveMaps {
             .ok()
             .and_then(|t| t.frames().first().map(|f| f.ip));
         self.sym.begin_record();
-        let slot = ip
-            .and_then(|ip| self.sym.frame_rule(site.pid, ip, &Processes::default()))
+        let rule = ip.and_then(|ip| self.sym.frame_rule(site.pid, ip, &Processes::default()));
+        if rule.is_none() && !std::path::Path::new(&format!("/proc/{}", site.pid)).exists() {
+            return ra_slot::NONE;
+        }
+        let slot = rule
             .and_then(super::unwind::ra_word)
             .filter(|&w| w < MAX_RA_SLOT)
             .map_or(ra_slot::NONE, |w| w + 1);
