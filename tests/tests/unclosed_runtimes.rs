@@ -510,22 +510,20 @@ fn a_process_with_more_call_sites_than_fdaudit_keeps_is_counted_exactly_as_nobod
     let procs = of_type(&recs, "unclosed_process");
     assert_eq!(procs.len(), 1, "{procs:?}");
     assert_eq!(procs[0]["outstanding"], SITES as u64, "{}", procs[0]);
+    // The sites kept apart, one fd each (their names need the process alive when they are
+    // resolved: this one exits at once), and the rest in one group.
     let stacks = of_type(&recs, "unclosed_stack");
-    let named = |s: &Value| symbols(s).iter().any(|f| f.starts_with("many+"));
-    let apart: u64 = stacks
+    let (together, apart): (Vec<&Value>, Vec<&Value>) = stacks
         .iter()
-        .filter(|s| named(s))
-        .map(|s| s["count"].as_u64().unwrap())
-        .sum();
-    let together: Vec<&&Value> = stacks
-        .iter()
-        .filter(|s| s["stack"].to_string().contains("caller not told apart"))
-        .collect();
+        .partition(|s| s["stack"].to_string().contains("caller not told apart"));
     assert_eq!(together.len(), 1, "{together:?}");
     let rest = together[0]["count"].as_u64().unwrap();
-    assert_eq!(apart + rest, SITES as u64, "{together:?}");
-    assert!(rest >= (SITES - 4096) as u64, "{rest}");
-    assert!(stacks.len() <= 4096 + 16, "{} stacks", stacks.len());
+    assert!(apart.iter().all(|s| s["count"] == 1), "{apart:?}");
+    assert_eq!(apart.len() as u64 + rest, SITES as u64, "{together:?}");
+    assert!(
+        (SITES - 4096..SITES - 4000).contains(&(rest as usize)),
+        "{rest}"
+    );
 }
 
 #[test]
