@@ -101,17 +101,22 @@ fn site(ctx: &RawTracePointContext, tgid: u32, fd: u32, time_ns: u64) -> Site {
             }
         }
     };
+    // The user sp, read only where a word above it is: a stack id that is its site alone
+    // (frame pointers all the way, as in Go) pays no read at a site seen before.
     let regs: u64 = ctx.arg(0);
-    let sp: u64 = read_kernel(regs + conf!(regs_sp)).unwrap_or(0);
+    let user_sp = || read_kernel::<u64>(regs + conf!(regs_sp)).unwrap_or(0);
     let slot = UNCLOSED_RA_SLOTS.get(id).copied().unwrap_or(ra_slot::NONE);
-    let (ra, from) = match slot {
-        ra_slot::UNKNOWN => (u64::from(fd), ra_from::PENDING),
-        ra_slot::NONE => (0, ra_from::NONE),
-        // SAFETY: the helper fails instead of faulting.
-        k => match unsafe { bpf_probe_read_user((sp + 8 * u64::from(k - 1)) as *const u64) } {
-            Ok(ra) => (ra, ra_from::WORD),
-            Err(_) => (0, ra_from::NONE),
-        },
+    let (ra, from, sp) = match slot {
+        ra_slot::UNKNOWN => (u64::from(fd), ra_from::PENDING, user_sp()),
+        ra_slot::NONE => (0, ra_from::NONE, 0),
+        k => {
+            let sp = user_sp();
+            // SAFETY: the helper fails instead of faulting.
+            match unsafe { bpf_probe_read_user((sp + 8 * u64::from(k - 1)) as *const u64) } {
+                Ok(ra) => (ra, ra_from::WORD, sp),
+                Err(_) => (0, ra_from::NONE, sp),
+            }
+        }
     };
     let key = UnclosedSiteKey {
         stack_id: id,
@@ -122,6 +127,7 @@ fn site(ctx: &RawTracePointContext, tgid: u32, fd: u32, time_ns: u64) -> Site {
     #[allow(clippy::needless_borrows_for_generic_args)]
     let new = UNCLOSED_SITES.get_ptr(&key).is_none();
     if new || from == ra_from::PENDING {
+        let sp = if slot == ra_slot::NONE { user_sp() } else { sp };
         keep_words(
             tgid,
             sp,
