@@ -123,29 +123,33 @@ impl LiveMaps {
         let mut pending_sites = StdHashMap::new();
         for e in &mut read.entries {
             let l = e.live;
-            e.live.stack_id = if l.ra_from == ra_from::PENDING && l.stack_id >= 0 {
+            e.live.stack_id = if l.ra_from == ra_from::PENDING {
                 let key = (e.pid, e.fd, l.time_ns);
                 let site = match self.pending_sites.get(&key) {
                     Some(&site) => site,
-                    None => self.pending_site(e.pid, l.stack_id as u32, l.ra as u32, l.time_ns),
+                    None => self.site_of(e.pid, l.stack_id, l.ra_from, l.ra, l.time_ns),
                 };
                 pending_sites.insert(key, site);
                 site
             } else {
-                self.site_of(l.stack_id, l.ra_from, l.ra)
+                self.site_of(e.pid, l.stack_id, l.ra_from, l.ra, l.time_ns)
             };
         }
         self.pending_sites = pending_sites;
         Ok(read)
     }
 
-    /// The id of the site (`stack_id`, `ra` as `from` says) of a call whose slot was known.
-    fn site_of(&mut self, stack_id: i32, from: u32, ra: u64) -> i32 {
+    /// The id of the site of `pid`'s call made at `time_ns`: `stack_id`, and `ra` as
+    /// `from` says (for a pending call, the fd its words are kept under).
+    fn site_of(&mut self, pid: u32, stack_id: i32, from: u32, ra: u64, time_ns: u64) -> i32 {
         if stack_id < 0 {
             return stack_id;
         }
-        let ra = if from == ra_from::WORD { ra } else { 0 };
-        self.site_id((stack_id as u32, ra))
+        match from {
+            ra_from::PENDING => self.pending_site(pid, stack_id as u32, ra as u32, time_ns),
+            ra_from::WORD => self.site_id((stack_id as u32, ra)),
+            _ => self.site_id((stack_id as u32, 0)),
+        }
     }
 
     /// The id of a pending call's site: its return address read from its own words, at
@@ -263,11 +267,7 @@ impl LiveMaps {
     pub fn full(&mut self) -> Vec<(u32, UnclosedFull)> {
         let mut full: Vec<(u32, UnclosedFull)> = self.full.iter().filter_map(|r| r.ok()).collect();
         for (pid, f) in &mut full {
-            f.stack_id = if f.ra_from == ra_from::PENDING && f.stack_id >= 0 {
-                self.pending_site(*pid, f.stack_id as u32, u32::MAX, f.time_ns)
-            } else {
-                self.site_of(f.stack_id, f.ra_from, f.ra)
-            };
+            f.stack_id = self.site_of(*pid, f.stack_id, f.ra_from, f.ra, f.time_ns);
         }
         full
     }
