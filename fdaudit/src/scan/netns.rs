@@ -6,7 +6,9 @@
 //! namespace while `/proc/PID/net` shows a new, empty one. The kernel names a socket's
 //! namespace from the socket itself: `pidfd_getfd(2)` (Linux 5.6) gives fdaudit a copy of
 //! the fd, `ioctl(SIOCGSKNS)` (4.9) turns that into a namespace fd, and a helper thread that
-//! `setns(2)`s into it reads `/proc/thread-self/net`.
+//! `setns(2)`s into it reads `/proc/thread-self/net`. Where the kernel has
+//! `SO_NETNS_COOKIE` (5.14), a namespace whose cookie the scan has already met is known from
+//! the socket's cookie alone: no namespace fd is made, stat'ed and closed per socket.
 
 use std::io;
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
@@ -18,6 +20,17 @@ use crate::procfs_util::at;
 const PIDFD_THREAD: libc::c_uint = libc::O_EXCL as libc::c_uint;
 /// `ioctl` that gives a socket's network namespace as an fd (linux/sockios.h).
 const SIOCGSKNS: libc::c_ulong = 0x894C;
+/// `getsockopt` option that gives a socket's network namespace's cookie (asm-generic/socket.h,
+/// the same on x86_64 and aarch64; Linux 5.14).
+const SO_NETNS_COOKIE: libc::c_int = 71;
+
+/// A socket's network namespace, as [`socket_netns`] learned it.
+pub enum SockNs {
+    /// Its cookie is one the caller knew: the namespace with that inode number.
+    Known(u64),
+    /// Its inode number, an fd of it, and its cookie where the kernel gives one.
+    Opened(u64, OwnedFd, Option<u64>),
+}
 
 fn owned(r: libc::c_long) -> io::Result<OwnedFd> {
     if r < 0 {
@@ -35,14 +48,51 @@ pub fn pidfd(pid: u32, thread: bool) -> io::Result<OwnedFd> {
     owned(unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, flags) })
 }
 
-/// The network namespace of socket `fd` of the process behind `pidfd`: its inode number
-/// (as `/proc/PID/ns/net` prints it) and an fd of it.
-pub fn socket_netns(pidfd: RawFd, fd: u32) -> io::Result<(u64, OwnedFd)> {
+/// The network namespace of socket `fd` of the process behind `pidfd`: the inode number
+/// (as `/proc/PID/ns/net` prints it) that `known` gives for its cookie, else its inode number
+/// and an fd of it. The cookie is the kernel's (unique for the boot), not the process's to
+/// choose.
+pub fn socket_netns(
+    pidfd: RawFd,
+    fd: u32,
+    known: impl FnOnce(u64) -> Option<u64>,
+) -> io::Result<SockNs> {
     // SAFETY: pidfd_getfd only reads its integer arguments.
     let sock = owned(unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd, fd, 0) })?;
+    let cookie = netns_cookie(sock.as_raw_fd());
+    if let Some(ino) = cookie.and_then(known) {
+        return Ok(SockNs::Known(ino));
+    }
     // SAFETY: SIOCGSKNS takes no argument and returns a new fd.
     let ns = owned(unsafe { libc::ioctl(sock.as_raw_fd(), SIOCGSKNS as _) }.into())?;
-    Ok((ns_inode(ns.as_raw_fd())?, ns))
+    Ok(SockNs::Opened(ns_inode(ns.as_raw_fd())?, ns, cookie))
+}
+
+/// The cookie of socket `sock`'s network namespace; `None` before Linux 5.14.
+pub fn netns_cookie(sock: RawFd) -> Option<u64> {
+    let mut cookie = 0u64;
+    let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
+    // SAFETY: cookie and len are valid for writing, len holds cookie's size.
+    let r = unsafe {
+        libc::getsockopt(
+            sock,
+            libc::SOL_SOCKET,
+            SO_NETNS_COOKIE,
+            std::ptr::addr_of_mut!(cookie).cast(),
+            &mut len,
+        )
+    };
+    (r == 0 && len as usize == std::mem::size_of::<u64>()).then_some(cookie)
+}
+
+/// The scanner's own network namespace's cookie (a socket of its own, asked).
+pub fn own_netns_cookie() -> Option<u64> {
+    // SAFETY: plain socket(2).
+    let sock = owned(
+        unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) }.into(),
+    )
+    .ok()?;
+    netns_cookie(sock.as_raw_fd())
 }
 
 /// The inode number of a namespace fd.
@@ -93,12 +143,29 @@ mod tests {
         let mut link = [0u8; 64];
         let n = at::readlinkat(libc::AT_FDCWD, c"/proc/self/ns/net", &mut link).expect("ns");
         let own = super::super::parse::bracket_inode(&link[..n]).expect("net:[N]");
-        match socket_netns(me.as_raw_fd(), sock.as_raw_fd() as u32) {
-            Ok((ino, _)) => assert_eq!(ino, own),
-            Err(e) => assert!(
-                matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::ENOSYS)),
-                "{e}"
-            ),
+        let cookie = match socket_netns(me.as_raw_fd(), sock.as_raw_fd() as u32, |_| None) {
+            Ok(SockNs::Opened(ino, _, cookie)) => {
+                assert_eq!(ino, own);
+                cookie
+            }
+            Ok(SockNs::Known(_)) => unreachable!("no cookie was known"),
+            Err(e) => {
+                assert!(
+                    matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::ENOSYS)),
+                    "{e}"
+                );
+                None
+            }
+        };
+        // Asked again with that cookie known, the socket is known without a namespace fd.
+        if let Some(c) = cookie {
+            assert_eq!(Some(c), own_netns_cookie());
+            match socket_netns(me.as_raw_fd(), sock.as_raw_fd() as u32, |k| {
+                (k == c).then_some(own)
+            }) {
+                Ok(SockNs::Known(ino)) => assert_eq!(ino, own),
+                _ => panic!("a known cookie was not used"),
+            }
         }
         match same_fd_table(std::process::id(), std::process::id()) {
             Ok(same) => assert!(same),

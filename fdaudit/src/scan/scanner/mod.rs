@@ -259,6 +259,8 @@ struct Scanner<'a> {
     /// the first unix socket that would be asked for its namespace (live only); `None`
     /// when either could not be read.
     unix_here: OnceLock<Option<(u64, crate::scan::unixdiag::UnixInodes)>>,
+    /// Network namespaces met, by cookie (`SO_NETNS_COOKIE`): inode number (live only).
+    cookies: Mutex<HashMap<u64, u64>>,
 }
 
 /// Whether this kernel's fdinfo of a unix socket has its `scm_fds:` line (a socketpair of
@@ -357,6 +359,7 @@ pub fn scan<R: Send>(
     let sc = Scanner {
         cfg,
         live,
+        cookies: Mutex::new(socket::own_cookie(raw(&root), live).into_iter().collect()),
         root,
         net: Mutex::new(HashMap::new()),
         keys: Mutex::new(HashMap::new()),

@@ -19,6 +19,10 @@ pub(super) struct SockRef {
     pub resolved: bool,
 }
 
+/// Network namespaces whose cookie a scan keeps (a user can make as many as it likes; past
+/// this, a socket in a namespace not kept is asked for a namespace fd, as before 5.14).
+const MAX_COOKIES: usize = 4096;
+
 impl Scanner<'_> {
     /// Resolves the socket behind fd `fd` (`ino` from its link) in its own namespace.
     pub(super) fn socket(
@@ -53,7 +57,7 @@ impl Scanner<'_> {
         let ns = if known_here || (this_sock && self.unix_in_own_netns(ino, info, p)) {
             p.netns.map(|n| (n, None))
         } else {
-            self.sock_netns(fd, p).map(|(n, f)| (n, Some(f)))
+            self.sock_netns(fd, p)
         };
         let (t, netns, whole) = match ns {
             Some((ns, _)) if Some(ns) == p.netns => (own.clone(), None, own.unreadable == 0),
@@ -134,10 +138,12 @@ impl Scanner<'_> {
         p.tables.clone().expect("set above")
     }
 
-    /// The network namespace of socket `fd`, from the socket itself (see `netns`); `None`
-    /// when the kernel would not say (no pidfd_getfd before 5.6, no thread pidfd before
-    /// 6.9, not permitted, or the fd is gone).
-    fn sock_netns(&self, fd: u32, p: &mut ProcScan) -> Option<(u64, OwnedFd)> {
+    /// The network namespace of socket `fd`, from the socket itself (see `netns`), with an
+    /// fd of it unless it is the process's own (known by its cookie); `None` when the kernel
+    /// would not say (no pidfd_getfd before 5.6, no thread pidfd before 6.9, not permitted,
+    /// or the fd is gone).
+    fn sock_netns(&self, fd: u32, p: &mut ProcScan) -> Option<(u64, Option<OwnedFd>)> {
+        let here = p.netns;
         let pidfd = p
             .pidfd
             .get_or_insert_with(|| {
@@ -148,7 +154,18 @@ impl Scanner<'_> {
                 netns::pidfd(id, thread).ok()
             })
             .as_ref()?;
-        netns::socket_netns(raw(pidfd), fd).ok()
+        let cookies = || self.cookies.lock().unwrap_or_else(|p| p.into_inner());
+        let known = |c| cookies().get(&c).copied().filter(|&ino| Some(ino) == here);
+        match netns::socket_netns(raw(pidfd), fd, known).ok()? {
+            netns::SockNs::Known(ns) => Some((ns, None)),
+            netns::SockNs::Opened(ns, nsfd, cookie) => {
+                let mut m = cookies();
+                if let Some(c) = cookie.filter(|_| m.len() < MAX_COOKIES) {
+                    m.insert(c, ns);
+                }
+                Some((ns, Some(nsfd)))
+            }
+        }
     }
 
     /// The tables of network namespace `ns` (inode), read once per namespace from inside
@@ -188,4 +205,18 @@ impl Scanner<'_> {
             CString::new(self.cfg.root.join(rel).as_os_str().as_bytes()).ok()
         })
     }
+}
+
+/// The scanner's own network namespace: (its cookie, its inode number) under the procfs
+/// root `root`, when live and the kernel gives cookies.
+pub(super) fn own_cookie(root: RawFd, live: bool) -> Option<(u64, u64)> {
+    if !live {
+        return None;
+    }
+    let mut link = [0u8; 64];
+    let n = at::readlinkat(root, c"thread-self/ns/net", &mut link).ok()?;
+    Some((
+        netns::own_netns_cookie()?,
+        parse::bracket_inode(&link[..n])?,
+    ))
 }
