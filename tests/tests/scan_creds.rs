@@ -25,6 +25,17 @@ fn finding_of_held(file: &Path) -> Value {
 /// root in the child before the exec, async-signal-safe) returns; scans it as root and
 /// returns its finding on fd 7.
 fn finding_of(open: impl Fn() -> libc::c_int + Send + Sync + 'static) -> Value {
+    let mut holder = hold(open);
+    let pid = holder.id();
+    let f = finding_in(&[pid], pid);
+    let _ = holder.kill();
+    let _ = holder.wait();
+    f
+}
+
+/// Starts `sleep 30` as nobody holding at fd 7, without close-on-exec, what `open` (run by
+/// root in the child before the exec) returns; returns once it runs as nobody.
+fn hold(open: impl Fn() -> libc::c_int + Send + Sync + 'static) -> std::process::Child {
     let mut cmd = Command::new("setpriv");
     cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
         .args(["sleep", "30"])
@@ -41,25 +52,39 @@ fn finding_of(open: impl Fn() -> libc::c_int + Send + Sync + 'static) -> Value {
         });
     }
     let mut holder = cmd.spawn().expect("failed to start setpriv");
-    let pid = holder.id();
-    let mut ready = false;
+    if !runs_as_nobody(holder.id(), "sleep") {
+        let _ = holder.kill();
+        let _ = holder.wait();
+        panic!("the holder never ran sleep as nobody");
+    }
+    holder
+}
+
+/// Waits up to 5 s for `pid` to run `comm` as nobody.
+fn runs_as_nobody(pid: u32, comm: &str) -> bool {
     for _ in 0..500 {
-        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        let now = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
         let uid = std::fs::metadata(format!("/proc/{pid}")).map(|m| m.uid());
-        if comm == "sleep\n" && uid.is_ok_and(|u| u == NOBODY) {
-            ready = true;
-            break;
+        if now.trim_end() == comm && uid.is_ok_and(|u| u == NOBODY) {
+            return true;
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    let out = Command::new(fdaudit())
-        .args(["scan", "--json", "-p", &pid.to_string()])
+    false
+}
+
+/// Scans `pids` as root on one worker (in pid order) and returns the finding on fd 7 of
+/// `pid`.
+fn finding_in(pids: &[u32], pid: u32) -> Value {
+    let mut cmd = Command::new(fdaudit());
+    cmd.args(["scan", "--json", "--threads", "1"]);
+    for p in pids {
+        cmd.args(["-p", &p.to_string()]);
+    }
+    let out = cmd
         .stdin(Stdio::null())
         .output()
         .expect("failed to run fdaudit");
-    let _ = holder.kill();
-    let _ = holder.wait();
-    assert!(ready, "the holder never ran sleep as nobody");
     let text = String::from_utf8_lossy(&out.stdout);
     let records = fdaudit_tests::records(&text);
     records
@@ -68,12 +93,10 @@ fn finding_of(open: impl Fn() -> libc::c_int + Send + Sync + 'static) -> Value {
         .unwrap_or_else(|| panic!("no finding on fd 7 of {pid}: {text}"))
 }
 
-#[test]
-#[ignore = "needs root"]
-fn a_file_beyond_the_holders_credentials_is_critical_its_own_is_not() {
-    let _g = guard();
-    // A directory nobody cannot write, with root's key and a file of nobody's.
-    let dir = temp_path("creds");
+/// A directory nobody cannot write, with root's 0600 key and a 0600 file of nobody's:
+/// (the directory, the key, nobody's file).
+fn key_and_own(name: &str) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    let dir = temp_path(name);
     std::fs::create_dir(&dir).expect("temp dir");
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let key = dir.join("token");
@@ -83,6 +106,14 @@ fn a_file_beyond_the_holders_credentials_is_critical_its_own_is_not() {
     std::fs::write(&own, "mine\n").expect("own file");
     std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o600)).expect("chmod");
     std::os::unix::fs::chown(&own, Some(NOBODY), Some(NOBODY)).expect("chown to nobody");
+    (dir, key, own)
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_file_beyond_the_holders_credentials_is_critical_its_own_is_not() {
+    let _g = guard();
+    let (dir, key, own) = key_and_own("creds");
 
     let f = finding_of_held(&key);
     assert_eq!(
@@ -130,5 +161,58 @@ fn root_s_socket_held_by_nobody_is_critical() {
             .unwrap_or_default()
             .contains("root made this socket"),
         "{f}"
+    );
+}
+
+/// As nobody, a process swaps its fd 7 between an O_PATH fd of root's key (any user who can
+/// reach a file can hold one) and a file of its own, and is scanned just before nobody's
+/// holder of that key, on the same worker: scan knows a file again from an earlier fd's
+/// statx (linkstat.rs), and a swap between the fd's fdinfo, its link and its statx must not
+/// lend the key the swapper's file's owner. 40 scans, the key critical in every one.
+#[test]
+#[ignore = "needs root"]
+fn a_process_swapping_its_fds_cannot_lend_root_s_key_its_own_owner() {
+    let _g = guard();
+    let (dir, key, own) = key_and_own("creds-swap");
+    let swap = "import os, sys\n\
+                k = os.open(sys.argv[1], os.O_PATH)\n\
+                o = os.open(sys.argv[2], os.O_RDONLY)\n\
+                while True:\n    os.dup2(k, 7)\n    os.dup2(o, 7)\n";
+    let mut swapper = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .args(["/usr/bin/python3", "-c", swap])
+        .args([&key, &own])
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("failed to start the swapper");
+    let c_key = std::ffi::CString::new(key.as_os_str().as_encoded_bytes()).expect("no NUL");
+    // SAFETY: open is async-signal-safe.
+    let mut holder =
+        hold(move || unsafe { libc::open(c_key.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) });
+    let (s, h) = (swapper.id(), holder.id());
+    let swapping = runs_as_nobody(s, "python3")
+        && (0..500).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            std::fs::read_link(format!("/proc/{s}/fd/7")).is_ok()
+        });
+    let mut low = Vec::new();
+    if swapping {
+        for _ in 0..40 {
+            let f = finding_in(&[s, h], h);
+            if f["severity"] != "critical" {
+                low.push(f);
+            }
+        }
+    }
+    for c in [&mut swapper, &mut holder] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(swapping, "the swapper never ran as nobody with its fd 7");
+    assert!(s < h, "the swapper ({s}) is not scanned first ({h})");
+    assert!(
+        low.is_empty(),
+        "root's key held by nobody rated below critical: {low:?}"
     );
 }

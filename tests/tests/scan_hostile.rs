@@ -342,7 +342,8 @@ fn no_stat_or_open_through_fd_links() {
             && [
                 "STATX_TYPE,",
                 "STATX_UID,",
-                "STATX_TYPE|STATX_MODE|STATX_UID|STATX_GID,",
+                // and the inode's identity, to know the file again (linkstat.rs)
+                "STATX_TYPE|STATX_MODE|STATX_UID|STATX_GID|STATX_INO|STATX_MNT_ID,",
             ]
             .iter()
             .any(|m| line.contains(m));

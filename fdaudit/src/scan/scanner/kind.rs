@@ -7,6 +7,8 @@ use std::os::fd::RawFd;
 use crate::fdkind::FdKind;
 use crate::scan::parse;
 
+pub(super) use super::linkstat::LinkStat;
+
 /// Kind from the link text and fdinfo: a path is a directory when fdinfo's flags hold
 /// O_DIRECTORY, a device under /dev/, otherwise a regular file.
 ///
@@ -82,41 +84,4 @@ fn inode(live: bool, fd_dir: RawFd, name: &CStr, stat: &mut LinkStat) -> Option<
         u32::from(st.stx_mode),
         (st.stx_rdev_major, st.stx_rdev_minor),
     ))
-}
-
-/// The `statx` of one fd link (type, mode, owner and group, from cached attributes only:
-/// `AT_STATX_DONT_SYNC`, so a FUSE or NFS server is not asked), made at most once for the
-/// fd's kind, its owner (the renamers) and the credentials check.
-#[derive(Default)]
-pub(super) struct LinkStat(Option<Option<libc::statx>>);
-
-impl LinkStat {
-    /// The fd link's attributes, made at the first call; `None` unless every field of
-    /// `mask` came back.
-    pub fn get(&mut self, fd_dir: RawFd, name: &CStr, mask: u32) -> Option<&libc::statx> {
-        const ALL: u32 = libc::STATX_TYPE | libc::STATX_MODE | libc::STATX_UID | libc::STATX_GID;
-        let st = self
-            .0
-            .get_or_insert_with(|| link_statx(fd_dir, name, ALL))
-            .as_ref()?;
-        (st.stx_mask & mask == mask).then_some(st)
-    }
-}
-
-/// `statx` of the file behind fd link `name` in `fd_dir` for the fields of `mask`, from
-/// cached attributes only; `None` when it failed.
-fn link_statx(fd_dir: RawFd, name: &CStr, mask: u32) -> Option<libc::statx> {
-    // SAFETY: st is plain data, filled by statx.
-    let mut st: libc::statx = unsafe { std::mem::zeroed() };
-    // SAFETY: name is NUL-terminated; st is valid for writing.
-    let r = unsafe {
-        libc::statx(
-            fd_dir,
-            name.as_ptr(),
-            libc::AT_STATX_DONT_SYNC,
-            mask,
-            &mut st,
-        )
-    };
-    (r == 0).then_some(st)
 }

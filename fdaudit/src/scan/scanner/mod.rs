@@ -28,6 +28,7 @@ mod boundary;
 mod creds;
 mod inflight;
 mod kind;
+mod linkstat;
 mod process;
 mod renamers;
 mod share;

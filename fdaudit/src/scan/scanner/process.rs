@@ -50,7 +50,7 @@ impl Scanner<'_> {
             if self.stopped() {
                 break;
             }
-            s.link_stat = kind::LinkStat::default();
+            s.link_stat.next_fd();
             res = self.scan_fd(fd, p, rep, s);
             if res.is_err() {
                 break;
@@ -346,6 +346,10 @@ impl Scanner<'_> {
         };
         let target = &s.link[..n];
         let at = (raw(&p.dirs.fd_dir), name.as_cstr());
+        if !partial {
+            let mnt_ino = info.and_then(|i| Some((i.mnt_id?, i.ino?)));
+            s.link_stat.identify(mnt_ino, target);
+        }
         let kind = kind::kind_of(self.live, target, partial, info, at, &mut s.link_stat);
         let sock = (kind == FdKind::Socket).then(|| {
             let ino = parse::bracket_inode(target).or(info.and_then(|i| i.ino));
