@@ -174,23 +174,13 @@ fn root_s_socket_held_by_nobody_is_critical() {
 fn a_process_swapping_its_fds_cannot_lend_root_s_key_its_own_owner() {
     let _g = guard();
     let (dir, key, own) = key_and_own("creds-swap");
-    let swap = "import os, sys\n\
-                k = os.open(sys.argv[1], os.O_PATH)\n\
-                o = os.open(sys.argv[2], os.O_RDONLY)\n\
-                while True:\n    os.dup2(k, 7)\n    os.dup2(o, 7)\n";
-    let mut swapper = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .args(["/usr/bin/python3", "-c", swap])
-        .args([&key, &own])
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("failed to start the swapper");
+    let s = swapper(&key, &own);
     let c_key = std::ffi::CString::new(key.as_os_str().as_encoded_bytes()).expect("no NUL");
     // SAFETY: open is async-signal-safe.
     let mut holder =
         hold(move || unsafe { libc::open(c_key.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) });
-    let (s, h) = (swapper.id(), holder.id());
-    let swapping = runs_as_nobody(s, "python3")
+    let h = holder.id();
+    let swapping = runs_as_nobody(s, "swapper")
         && (0..500).any(|_| {
             std::thread::sleep(std::time::Duration::from_millis(10));
             std::fs::read_link(format!("/proc/{s}/fd/7")).is_ok()
@@ -204,9 +194,12 @@ fn a_process_swapping_its_fds_cannot_lend_root_s_key_its_own_owner() {
             }
         }
     }
-    for c in [&mut swapper, &mut holder] {
-        let _ = c.kill();
-        let _ = c.wait();
+    let _ = holder.kill();
+    let _ = holder.wait();
+    // SAFETY: plain kill(2) and waitpid(2) of our own child.
+    unsafe {
+        libc::kill(s as libc::pid_t, libc::SIGKILL);
+        libc::waitpid(s as libc::pid_t, std::ptr::null_mut(), 0);
     }
     let _ = std::fs::remove_dir_all(&dir);
     assert!(swapping, "the swapper never ran as nobody with its fd 7");
@@ -215,4 +208,38 @@ fn a_process_swapping_its_fds_cannot_lend_root_s_key_its_own_owner() {
         low.is_empty(),
         "root's key held by nobody rated below critical: {low:?}"
     );
+}
+
+/// Forks a process (comm `swapper`) that becomes nobody and swaps its fd 7, without
+/// close-on-exec, between an O_PATH fd of `key` and an fd of `own`, until killed.
+fn swapper(key: &Path, own: &Path) -> u32 {
+    let c_key = std::ffi::CString::new(key.as_os_str().as_encoded_bytes()).expect("no NUL");
+    let c_own = std::ffi::CString::new(own.as_os_str().as_encoded_bytes()).expect("no NUL");
+    // SAFETY: the child makes only async-signal-safe system calls (prctl, setgroups,
+    // setgid, setuid, open, dup2, _exit) and never returns.
+    unsafe {
+        let pid = libc::fork();
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            libc::prctl(libc::PR_SET_NAME, c"swapper".as_ptr());
+            if libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setgid(NOBODY) != 0
+                || libc::setuid(NOBODY) != 0
+            {
+                libc::_exit(1);
+            }
+            // (setuid cleared it: /proc/PID would stay root's, not nobody's)
+            libc::prctl(libc::PR_SET_DUMPABLE, 1);
+            let k = libc::open(c_key.as_ptr(), libc::O_PATH | libc::O_CLOEXEC);
+            let o = libc::open(c_own.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+            if k < 0 || o < 0 {
+                libc::_exit(2);
+            }
+            loop {
+                libc::dup2(k, 7);
+                libc::dup2(o, 7);
+            }
+        }
+        pid as u32
+    }
 }
