@@ -254,6 +254,17 @@ pub fn readlinkat(dir: RawFd, name: &CStr, buf: &mut [u8]) -> io::Result<usize> 
     }
 }
 
+/// `statx` of `name` in `dir` (an fd link: the file behind it) for the fields of `mask`,
+/// from cached attributes only (`AT_STATX_DONT_SYNC`: a FUSE or NFS server is not asked);
+/// `None` when it failed.
+pub fn statx_cached(dir: RawFd, name: &CStr, mask: u32) -> Option<libc::statx> {
+    // SAFETY: st is plain data, filled by statx.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: name is NUL-terminated; st is valid for writing.
+    let r = unsafe { libc::statx(dir, name.as_ptr(), libc::AT_STATX_DONT_SYNC, mask, &mut st) };
+    (r == 0).then_some(st)
+}
+
 /// Lists the numeric entries of a directory (pids in `/proc`, fds in `fd/`) with
 /// `getdents64` into `buf`; appends them to `out`, unsorted.
 pub fn list_numeric(dir: RawFd, buf: &mut [u8], out: &mut Vec<u32>) -> io::Result<()> {

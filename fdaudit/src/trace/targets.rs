@@ -236,19 +236,8 @@ fn flags_of(fdinfo: &str) -> Option<u32> {
 /// /proc/PID/fd directory `dir`, from cached attributes only.
 fn link_dev_ino(dir: i32, fd: u32) -> Option<(u32, u64)> {
     let name = std::ffi::CString::new(fd.to_string()).ok()?;
-    // SAFETY: statx is plain data, filled by the kernel.
-    let mut st: libc::statx = unsafe { std::mem::zeroed() };
-    // SAFETY: a NUL-terminated name relative to a directory fd we hold; `st` outlives it.
-    let rc = unsafe {
-        libc::statx(
-            dir,
-            name.as_ptr(),
-            libc::AT_STATX_DONT_SYNC,
-            libc::STATX_INO,
-            &mut st,
-        )
-    };
-    (rc == 0 && st.stx_mask & libc::STATX_INO != 0)
+    let st = crate::procfs_util::at::statx_cached(dir, &name, libc::STATX_INO)?;
+    (st.stx_mask & libc::STATX_INO != 0)
         .then(|| (kernel_dev(st.stx_dev_major, st.stx_dev_minor), st.stx_ino))
 }
 

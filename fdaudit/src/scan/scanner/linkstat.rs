@@ -67,7 +67,7 @@ impl LinkStat {
             let st = match self.kept() {
                 Some(st) => Some(st),
                 None => {
-                    let st = link_statx(fd_dir, name, ALL);
+                    let st = crate::procfs_util::at::statx_cached(fd_dir, name, ALL);
                     if let Some(st) = st {
                         self.keep(st);
                     }
@@ -109,24 +109,6 @@ impl LinkStat {
             self.entries += 1;
         }
     }
-}
-
-/// `statx` of the file behind fd link `name` in `fd_dir` for the fields of `mask`, from
-/// cached attributes only; `None` when it failed.
-fn link_statx(fd_dir: RawFd, name: &CStr, mask: u32) -> Option<libc::statx> {
-    // SAFETY: st is plain data, filled by statx.
-    let mut st: libc::statx = unsafe { std::mem::zeroed() };
-    // SAFETY: name is NUL-terminated; st is valid for writing.
-    let r = unsafe {
-        libc::statx(
-            fd_dir,
-            name.as_ptr(),
-            libc::AT_STATX_DONT_SYNC,
-            mask,
-            &mut st,
-        )
-    };
-    (r == 0).then_some(st)
 }
 
 #[cfg(test)]
