@@ -22,7 +22,7 @@ use std::collections::HashMap as StdHashMap;
 use std::os::fd::{AsFd as _, AsRawFd as _};
 
 use anyhow::Result;
-use aya::maps::{Array, HashMap, Map, MapData, StackTraceMap};
+use aya::maps::{Array, HashMap, IterableMap as _, Map, MapData, StackTraceMap};
 use fdaudit_common::{
     ra_from, ra_slot, OriginRecord, UnclosedFull, UnclosedLive, UnclosedPending, UnclosedSite,
     UnclosedSiteKey, MAP_UNCLOSED_FULL, MAP_UNCLOSED_LIVE, MAP_UNCLOSED_PENDING,
@@ -36,6 +36,8 @@ use super::symbolize::{Frame, Symbolizer};
 
 /// Entries asked for per batch.
 const BATCH: usize = 4096;
+/// Sites asked for per batch (each holds its call's stack words).
+const SITES_BATCH: usize = 1024;
 /// Sites resolved and kept (their frames), at most.
 const MAX_RESOLVED: usize = 8192;
 /// The "return address" of a site whose call's words were not kept (evicted from
@@ -233,9 +235,9 @@ impl LiveMaps {
             Map::HashMap(d) => d.fd().as_fd().as_raw_fd(),
             _ => anyhow::bail!("{MAP_UNCLOSED_LIVE} is not a hash map"),
         };
-        if let Ok(entries) = lookup_batch(fd) {
+        if let Ok(entries) = lookup_batch::<u64, UnclosedLive>(fd, BATCH) {
             return Ok(LiveRead {
-                entries,
+                entries: entries.into_iter().map(|(k, l)| entry(k, l)).collect(),
                 batched: true,
             });
         }
@@ -280,11 +282,11 @@ impl LiveMaps {
             return;
         }
         self.sites_seen = Some(sites_kept);
-        let keys: Vec<UnclosedSiteKey> = self.sites.keys().filter_map(|k| k.ok()).collect();
-        for k in keys {
-            let slot = match self.learned.get(&k.stack_id) {
-                Some(&slot) => slot,
-                None => match self.sites.get(&k, 0) {
+        for (k, site) in self.sites_now() {
+            let slot = match (self.learned.get(&k.stack_id), site) {
+                (Some(&slot), _) => slot,
+                (None, Some(site)) => self.learn_slot(k.stack_id, &site),
+                (None, None) => match self.sites.get(&k, 0) {
                     Ok(site) => self.learn_slot(k.stack_id, &site),
                     Err(_) => continue,
                 },
@@ -299,6 +301,21 @@ impl LiveMaps {
                 let frames = self.resolve(id, None);
                 self.resolved.insert(id, frames);
             }
+        }
+    }
+
+    /// The sites the kernel keeps: with their words by BPF_MAP_LOOKUP_BATCH (a few bpf(2)
+    /// commands however many: a process that makes a new site at every look would otherwise
+    /// cost one get-next-key command per site kept, each time), else the keys alone.
+    fn sites_now(&self) -> Vec<(UnclosedSiteKey, Option<UnclosedSite>)> {
+        let fd = self.sites.map().fd().as_fd().as_raw_fd();
+        match lookup_batch::<UnclosedSiteKey, UnclosedSite>(fd, SITES_BATCH) {
+            Ok(all) => all.into_iter().map(|(k, s)| (k, Some(s))).collect(),
+            Err(_) => self
+                .sites
+                .keys()
+                .filter_map(|k| k.ok().map(|k| (k, None)))
+                .collect(),
         }
     }
 
@@ -414,10 +431,16 @@ struct BatchAttr {
 
 const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
 
-/// The whole hash map at `fd` by BPF_MAP_LOOKUP_BATCH (Linux 5.6).
-fn lookup_batch(fd: i32) -> std::io::Result<Vec<LiveEntry>> {
-    let mut keys = vec![0u64; BATCH];
-    let mut values = vec![UnclosedLive::default(); BATCH];
+/// The whole hash map at `fd` by BPF_MAP_LOOKUP_BATCH (Linux 5.6), `batch` entries per
+/// command. `K` and `V` must be the map's key and value types.
+fn lookup_batch<K: aya::Pod, V: aya::Pod>(fd: i32, batch: usize) -> std::io::Result<Vec<(K, V)>> {
+    // SAFETY: Pod types are plain data, valid all-zero.
+    let (mut keys, mut values) = unsafe {
+        (
+            vec![std::mem::zeroed::<K>(); batch],
+            vec![std::mem::zeroed::<V>(); batch],
+        )
+    };
     // The batch tokens: a hash map's is a bucket index (u32); room for more.
     let (mut token_in, mut token_out) = (0u64, 0u64);
     let mut out = Vec::new();
@@ -432,11 +455,11 @@ fn lookup_batch(fd: i32) -> std::io::Result<Vec<LiveEntry>> {
             out_batch: std::ptr::addr_of_mut!(token_out) as u64,
             keys: keys.as_mut_ptr() as u64,
             values: values.as_mut_ptr() as u64,
-            count: BATCH as u32,
+            count: batch as u32,
             map_fd: fd as u32,
             ..Default::default()
         };
-        // SAFETY: the attr points at buffers of BATCH keys and values of the map's sizes,
+        // SAFETY: the attr points at buffers of `batch` keys and values of the map's sizes,
         // and at two tokens, all alive for the call.
         let rc = unsafe {
             libc::syscall(
@@ -453,8 +476,8 @@ fn lookup_batch(fd: i32) -> std::io::Result<Vec<LiveEntry>> {
         {
             return Err(err.unwrap_or_else(|| std::io::Error::other("bpf")));
         }
-        let n = (attr.count as usize).min(BATCH);
-        out.extend((0..n).map(|i| entry(keys[i], values[i])));
+        let n = (attr.count as usize).min(batch);
+        out.extend((0..n).map(|i| (keys[i], values[i])));
         if err.is_some() {
             return Ok(out);
         }
