@@ -118,9 +118,7 @@ impl Scanner<'_> {
             return false;
         }
         let here = self.unix_here.get_or_init(|| {
-            let mut link = [0u8; 64];
-            let n = at::readlinkat(raw(&self.root), c"thread-self/ns/net", &mut link).ok()?;
-            let own = parse::bracket_inode(&link[..n])?;
+            let own = own_netns(raw(&self.root))?;
             Some((own, crate::scan::unixdiag::UnixInodes::dump().ok()?))
         });
         here.as_ref()
@@ -213,10 +211,12 @@ pub(super) fn own_cookie(root: RawFd, live: bool) -> Option<(u64, u64)> {
     if !live {
         return None;
     }
+    Some((netns::own_netns_cookie()?, own_netns(root)?))
+}
+
+/// The inode number of the scanner's own network namespace, under the procfs root `root`.
+fn own_netns(root: RawFd) -> Option<u64> {
     let mut link = [0u8; 64];
     let n = at::readlinkat(root, c"thread-self/ns/net", &mut link).ok()?;
-    Some((
-        netns::own_netns_cookie()?,
-        parse::bracket_inode(&link[..n])?,
-    ))
+    parse::bracket_inode(&link[..n])
 }
