@@ -41,11 +41,17 @@ fn hold(open: impl Fn() -> libc::c_int + Send + Sync + 'static) -> std::process:
         .args(["sleep", "30"])
         .stdin(Stdio::null())
         .stdout(Stdio::null());
-    // SAFETY: open and dup2 are async-signal-safe; dup2's copy has no close-on-exec.
+    // SAFETY: open, dup2 and fcntl are async-signal-safe; dup2's copy has no close-on-exec.
+    // An fd opened at 7 itself is left as it is by dup2 (close-on-exec kept): its flag is
+    // cleared instead.
     unsafe {
         cmd.pre_exec(move || {
             let fd = open();
-            if fd < 0 || libc::dup2(fd, 7) != 7 {
+            let at7 = match fd {
+                7 => libc::fcntl(7, libc::F_SETFD, 0) == 0,
+                fd => fd >= 0 && libc::dup2(fd, 7) == 7,
+            };
+            if !at7 {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
