@@ -180,7 +180,8 @@ fn root_s_socket_held_by_nobody_is_critical() {
 fn a_process_swapping_its_fds_cannot_lend_root_s_key_its_own_owner() {
     let _g = guard();
     let (dir, key, own) = key_and_own("creds-swap");
-    let s = swapper(&key, &own);
+    let swapper = Swapper::start(&key, &own);
+    let s = swapper.0;
     let c_key = std::ffi::CString::new(key.as_os_str().as_encoded_bytes()).expect("no NUL");
     // SAFETY: open is async-signal-safe.
     let mut holder =
@@ -202,11 +203,7 @@ fn a_process_swapping_its_fds_cannot_lend_root_s_key_its_own_owner() {
     }
     let _ = holder.kill();
     let _ = holder.wait();
-    // SAFETY: plain kill(2) and waitpid(2) of our own child.
-    unsafe {
-        libc::kill(s as libc::pid_t, libc::SIGKILL);
-        libc::waitpid(s as libc::pid_t, std::ptr::null_mut(), 0);
-    }
+    drop(swapper);
     let _ = std::fs::remove_dir_all(&dir);
     assert!(swapping, "the swapper never ran as nobody with its fd 7");
     assert!(s < h, "the swapper ({s}) is not scanned first ({h})");
@@ -216,36 +213,51 @@ fn a_process_swapping_its_fds_cannot_lend_root_s_key_its_own_owner() {
     );
 }
 
-/// Forks a process (comm `swapper`) that becomes nobody and swaps its fd 7, without
-/// close-on-exec, between an O_PATH fd of `key` and an fd of `own`, until killed.
-fn swapper(key: &Path, own: &Path) -> u32 {
-    let c_key = std::ffi::CString::new(key.as_os_str().as_encoded_bytes()).expect("no NUL");
-    let c_own = std::ffi::CString::new(own.as_os_str().as_encoded_bytes()).expect("no NUL");
-    // SAFETY: the child makes only async-signal-safe system calls (prctl, setgroups,
-    // setgid, setuid, open, dup2, _exit) and never returns.
-    unsafe {
-        let pid = libc::fork();
-        assert!(pid >= 0, "fork failed");
-        if pid == 0 {
-            libc::prctl(libc::PR_SET_NAME, c"swapper".as_ptr());
-            if libc::setgroups(0, std::ptr::null()) != 0
-                || libc::setgid(NOBODY) != 0
-                || libc::setuid(NOBODY) != 0
-            {
-                libc::_exit(1);
+/// A forked process (comm `swapper`) that becomes nobody and swaps its fd 7, without
+/// close-on-exec, between an O_PATH fd of a file and an fd of another, until dropped (a
+/// test that panics does not leave it spinning).
+struct Swapper(u32);
+
+impl Swapper {
+    fn start(key: &Path, own: &Path) -> Swapper {
+        let c_key = std::ffi::CString::new(key.as_os_str().as_encoded_bytes()).expect("no NUL");
+        let c_own = std::ffi::CString::new(own.as_os_str().as_encoded_bytes()).expect("no NUL");
+        // SAFETY: the child makes only async-signal-safe system calls (prctl, setgroups,
+        // setgid, setuid, open, dup2, _exit) and never returns.
+        unsafe {
+            let pid = libc::fork();
+            assert!(pid >= 0, "fork failed");
+            if pid == 0 {
+                libc::prctl(libc::PR_SET_NAME, c"swapper".as_ptr());
+                if libc::setgroups(0, std::ptr::null()) != 0
+                    || libc::setgid(NOBODY) != 0
+                    || libc::setuid(NOBODY) != 0
+                {
+                    libc::_exit(1);
+                }
+                // (setuid cleared it: /proc/PID would stay root's, not nobody's)
+                libc::prctl(libc::PR_SET_DUMPABLE, 1);
+                let k = libc::open(c_key.as_ptr(), libc::O_PATH | libc::O_CLOEXEC);
+                let o = libc::open(c_own.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+                if k < 0 || o < 0 {
+                    libc::_exit(2);
+                }
+                loop {
+                    libc::dup2(k, 7);
+                    libc::dup2(o, 7);
+                }
             }
-            // (setuid cleared it: /proc/PID would stay root's, not nobody's)
-            libc::prctl(libc::PR_SET_DUMPABLE, 1);
-            let k = libc::open(c_key.as_ptr(), libc::O_PATH | libc::O_CLOEXEC);
-            let o = libc::open(c_own.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
-            if k < 0 || o < 0 {
-                libc::_exit(2);
-            }
-            loop {
-                libc::dup2(k, 7);
-                libc::dup2(o, 7);
-            }
+            Swapper(pid as u32)
         }
-        pid as u32
+    }
+}
+
+impl Drop for Swapper {
+    fn drop(&mut self) {
+        // SAFETY: plain kill(2) and waitpid(2) of our own child.
+        unsafe {
+            libc::kill(self.0 as libc::pid_t, libc::SIGKILL);
+            libc::waitpid(self.0 as libc::pid_t, std::ptr::null_mut(), 0);
+        }
     }
 }
