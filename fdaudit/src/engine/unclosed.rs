@@ -283,13 +283,9 @@ impl LiveMaps {
         }
         self.sites_seen = Some(sites_kept);
         for (k, site) in self.sites_now() {
-            let slot = match (self.learned.get(&k.stack_id), site) {
-                (Some(&slot), _) => slot,
-                (None, Some(site)) => self.learn_slot(k.stack_id, &site),
-                (None, None) => match self.sites.get(&k, 0) {
-                    Ok(site) => self.learn_slot(k.stack_id, &site),
-                    Err(_) => continue,
-                },
+            let slot = match self.learned.get(&k.stack_id) {
+                Some(&slot) => slot,
+                None => self.learn_slot(k.stack_id, &site),
             };
             if k.ra == 0 && slot != ra_slot::NONE {
                 // The words of the first call before the slot was known: that call's own
@@ -304,19 +300,13 @@ impl LiveMaps {
         }
     }
 
-    /// The sites the kernel keeps: with their words by BPF_MAP_LOOKUP_BATCH (a few bpf(2)
+    /// The sites the kernel keeps, with their words: by BPF_MAP_LOOKUP_BATCH (a few bpf(2)
     /// commands however many: a process that makes a new site at every look would otherwise
-    /// cost one get-next-key command per site kept, each time), else the keys alone.
-    fn sites_now(&self) -> Vec<(UnclosedSiteKey, Option<UnclosedSite>)> {
+    /// cost a get-next-key command per site kept, each time), else by aya's walk.
+    fn sites_now(&self) -> Vec<(UnclosedSiteKey, UnclosedSite)> {
         let fd = self.sites.map().fd().as_fd().as_raw_fd();
-        match lookup_batch::<UnclosedSiteKey, UnclosedSite>(fd, SITES_BATCH) {
-            Ok(all) => all.into_iter().map(|(k, s)| (k, Some(s))).collect(),
-            Err(_) => self
-                .sites
-                .keys()
-                .filter_map(|k| k.ok().map(|k| (k, None)))
-                .collect(),
-        }
+        lookup_batch(fd, SITES_BATCH)
+            .unwrap_or_else(|_| self.sites.iter().filter_map(|r| r.ok()).collect())
     }
 
     /// The named frames of site `id` (resolved against `pid` if not yet).
