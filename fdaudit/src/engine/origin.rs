@@ -469,8 +469,10 @@ impl Origins {
         self.sym.begin_record();
     }
 
+    /// A spawn record's frames are named within its own time: what is left is shown by
+    /// module and offset.
     fn name_frames(&mut self, stack: &mut [Frame]) {
-        self.sym.name_frames(stack);
+        let _deferred = self.sym.name_frames(stack);
     }
 }
 

@@ -524,8 +524,11 @@ impl Symbolizer {
     }
 
     /// Names each frame from its module's symbols (read once, kept within
-    /// [`SYMBOLS_BUDGET`]).
-    pub fn name_frames(&mut self, stack: &mut [Frame]) {
+    /// [`SYMBOLS_BUDGET`]); true when a module was left unread for this record's
+    /// [`LOAD_TIME_PER_RECORD`] (its frames are unnamed now, not for good: naming them
+    /// again in a later record reads it).
+    pub fn name_frames(&mut self, stack: &mut [Frame]) -> bool {
+        let mut deferred = false;
         for f in stack.iter_mut() {
             if f.jit_pid.is_some() {
                 self.name_jit_frame(f);
@@ -534,8 +537,13 @@ impl Symbolizer {
             let (Some(id), Some(module), Some(offset)) = (f.module_id, &f.module, f.offset) else {
                 continue;
             };
-            let Some(s) = self.symbols_of(id, module) else {
-                continue;
+            let s = match self.symbols_of(id, module) {
+                Loaded::Yes(s) => s,
+                Loaded::No => continue,
+                Loaded::Later => {
+                    deferred = true;
+                    continue;
+                }
             };
             f.symbol = s.name(offset);
             f.build_id.clone_from(&s.build_id);
@@ -543,18 +551,19 @@ impl Symbolizer {
                 (f.file, f.line) = (Some(file), line);
             }
         }
+        deferred
     }
 
-    fn symbols_of(&mut self, id: FileId, path: &str) -> Option<Arc<Symbols>> {
+    fn symbols_of(&mut self, id: FileId, path: &str) -> Loaded {
         self.tick += 1;
         let tick = self.tick;
         if let Some(e) = self.symbols.get_mut(&id) {
             e.1 = tick;
-            return e.0.clone();
+            return e.0.clone().map_or(Loaded::No, Loaded::Yes);
         }
         let spent = self.record_start.map(|t| thread_cpu().saturating_sub(t));
         if self.loads_now > 0 && spent.is_some_and(|d| d > LOAD_TIME_PER_RECORD) {
-            return None;
+            return Loaded::Later;
         }
         self.loads_now += 1;
         let m = Mapping {
@@ -584,7 +593,7 @@ impl Symbolizer {
         }
         self.symbols_cost += cost;
         self.symbols.insert(id, (loaded.clone(), tick));
-        loaded
+        loaded.map_or(Loaded::No, Loaded::Yes)
     }
 
     /// Bytes of symbolization state kept now (mappings and symbols).
@@ -592,6 +601,13 @@ impl Symbolizer {
     pub fn kept(&self) -> u64 {
         self.maps_cost + self.symbols_cost
     }
+}
+
+/// A module's symbols: read (now or before), not readable, or not read in this record's time.
+enum Loaded {
+    Yes(Arc<Symbols>),
+    No,
+    Later,
 }
 
 /// The largest module file opened: none, as only its headers, symbols and debug sections
@@ -691,6 +707,36 @@ mod tests {
         std::os::unix::fs::symlink(&lib2, &link).unwrap();
         assert!(s.module_file(&mapping(&link, other_id), None).is_none());
         let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_module_left_unread_for_a_record_s_time_is_said_so_and_read_in_the_next() {
+        use std::os::unix::fs::MetadataExt as _;
+        let exe = std::env::current_exe().unwrap();
+        let meta = std::fs::metadata(&exe).unwrap();
+        let id = FileId {
+            dev: meta.dev(),
+            ino: meta.ino(),
+        };
+        let frame = || Frame {
+            module: Some(exe.to_str().unwrap().into()),
+            offset: Some(0),
+            module_id: Some(id),
+            ..Frame::default()
+        };
+        let mut s = Symbolizer::default();
+        s.begin_record();
+        // A record that already read one module and spent its time.
+        while thread_cpu() <= LOAD_TIME_PER_RECORD {
+            std::hint::black_box(0u64);
+        }
+        s.record_start = Some(Duration::ZERO);
+        s.loads_now = 1;
+        assert!(s.name_frames(&mut [frame()]), "the module was read anyway");
+        assert!(!s.symbols.contains_key(&id), "kept as unreadable");
+        s.begin_record();
+        assert!(!s.name_frames(&mut [frame()]));
+        assert!(s.symbols.contains_key(&id));
     }
 
     #[test]

@@ -323,13 +323,18 @@ impl LiveMaps {
             Some(f) if !f.is_empty() => f.clone(),
             _ => self.resolve(id, Some(pid)),
         };
-        self.sym.name_frames(&mut frames);
+        // Each stack has its own time to read modules in: a report names many, and one
+        // module read for an earlier stack (a JVM's libjvm) must not leave this one unnamed.
+        self.sym.begin_record();
+        let deferred = self.sym.name_frames(&mut frames);
         // Named once: the folded stacks, the gates and later reports take the same names;
         // except a JIT frame its perf map does not name yet (the JVM writes it at exit, or
-        // when asked): named again at each report, from the map as it is then.
-        let pending = frames
-            .iter()
-            .any(|f| f.jit_pid.is_some() && f.symbol.is_none());
+        // when asked), or a frame whose module was left for a later record: named again at
+        // each report.
+        let pending = deferred
+            || frames
+                .iter()
+                .any(|f| f.jit_pid.is_some() && f.symbol.is_none());
         if !frames.is_empty()
             && (self.resolved.contains_key(&id) || self.resolved.len() < MAX_RESOLVED)
         {
