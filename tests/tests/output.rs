@@ -488,10 +488,16 @@ fn trace_with_inherited_fd(args: &[&str]) -> Output {
     let fd = std::os::fd::AsRawFd::as_raw_fd(&extra);
     let mut cmd = Command::new(fdaudit());
     cmd.args(args).stdin(Stdio::null());
-    // SAFETY: dup2 is async-signal-safe; it leaves fd 9 without close-on-exec.
+    // SAFETY: dup2 and fcntl are async-signal-safe; fd 9 is left without close-on-exec
+    // (dup2 of fd 9 onto itself would keep the flag File::open set: clear it then).
     unsafe {
         cmd.pre_exec(move || {
-            if libc::dup2(fd, 9) < 0 {
+            let r = if fd == 9 {
+                libc::fcntl(9, libc::F_SETFD, 0)
+            } else {
+                libc::dup2(fd, 9)
+            };
+            if r < 0 {
                 return Err(std::io::Error::last_os_error());
             }
             for other in (3..4096).filter(|&f| f != 9) {
