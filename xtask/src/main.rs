@@ -87,6 +87,11 @@ struct VmTestArgs {
     /// Only doctor, the demo and the leak check: no integration tests.
     #[arg(long, conflicts_with = "tests")]
     no_tests: bool,
+    /// Install what the guests need, fetch their kernels and build fdaudit and the test
+    /// binaries, then stop without booting any: `.ci/run` runs this beside the host tests,
+    /// so that the guests boot at once after them.
+    #[arg(long)]
+    build_only: bool,
     /// Every integration-test module that runs in guests, on any architecture (an aarch64
     /// guest runs the architecture-sensitive ones by default: xtask/src/vm/build.rs
     /// `AARCH64_TESTS`).
@@ -265,6 +270,7 @@ fn run(cli: Cli) -> Result<i32> {
                 kernels: a.kernels,
                 tests: a.tests,
                 no_tests: a.no_tests,
+                build_only: a.build_only,
                 all_tests: a.all_tests,
                 guest_env: a.guest_env,
                 guest_cmds: a.guest_cmds,
@@ -278,6 +284,10 @@ fn run(cli: Cli) -> Result<i32> {
                 doctor_runs: a.doctor_runs,
             };
             let outcomes = vm::run(&root, &opts).context("failed to run the VM kernel matrix")?;
+            if opts.build_only {
+                eprintln!("vm-test: built; no guest booted (--build-only)");
+                return Ok(0);
+            }
             println!();
             println!("{}", vm::table(opts.arch, &outcomes));
             let failed = outcomes.iter().filter(|o| !o.failures().is_empty()).count();

@@ -37,6 +37,8 @@ pub struct Options {
     pub tests: Vec<String>,
     /// Skip the integration tests (doctor, demo and leak check only).
     pub no_tests: bool,
+    /// Install, fetch and build only: no guest is booted (the outcomes are empty).
+    pub build_only: bool,
     /// Every guest module on any architecture, not an architecture's default subset.
     pub all_tests: bool,
     /// Extra environment for every guest step.
@@ -157,6 +159,9 @@ pub fn run(root: &Path, opts: &Options) -> Result<Vec<Outcome>> {
         kernels.push(kernels::resolve(&vm_dir, opts.arch, s, opts.refresh)?);
     }
     let built = build::build(root, opts)?;
+    if opts.build_only {
+        return Ok(Vec::new());
+    }
     let tests: Vec<GuestTest> = built
         .tests
         .iter()
