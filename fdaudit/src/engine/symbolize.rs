@@ -451,9 +451,13 @@ impl Symbolizer {
         }
         self.reads_left -= 1;
         self.read_now.push(pid);
-        // Read again (a library loaded since); a process gone keeps what was read.
+        // Read again (a library loaded since); a process gone keeps what was read, and so
+        // does one exiting (its maps read while they were torn down may lack any module).
         let (fresh, anon) = read_exec_maps(pid, MAPS_MAX_BYTES, MAX_MAPPINGS_PER_PID);
         let hit = find(&fresh);
+        if known && crate::procfs_util::exiting(pid) {
+            return hit;
+        }
         if !anon.is_empty() {
             insert_bounded(&mut self.anon_exec, MAX_PIDS, pid, anon);
         }

@@ -44,6 +44,16 @@ pub fn alive(pid: u32) -> bool {
     stat_of(pid).is_some_and(|s| s.state != 'Z' && s.state != 'X')
 }
 
+/// Whether `pid` has begun to exit (its leader's PF_EXITING, set before its memory map is
+/// torn down), is a zombie, or is gone: a /proc/PID/maps read before this said false was
+/// whole; one made while the map was torn down may lack any mapping (the kernel reads maps
+/// under per-VMA locks, not the whole map's).
+pub fn exiting(pid: u32) -> bool {
+    /// include/linux/sched.h
+    const PF_EXITING: u32 = 0x4;
+    stat_of(pid).is_none_or(|s| s.state == 'Z' || s.state == 'X' || s.flags & PF_EXITING != 0)
+}
+
 /// Every current descendant of `root`, from /proc (children before grandchildren).
 pub fn descendants(root: u32) -> Vec<u32> {
     let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
@@ -139,6 +149,7 @@ mod tests {
         assert_eq!(parent_of(child.id()), Some(me));
         assert!(descendants(me).contains(&child.id()));
         assert!(alive(child.id()));
+        assert!(!exiting(child.id()) && !exiting(me));
         let null = std::fs::File::open("/dev/null").unwrap();
         let fd = std::os::fd::AsRawFd::as_raw_fd(&null) as u32;
         let ino = null.metadata().unwrap().ino();
@@ -152,8 +163,10 @@ mod tests {
         // Killed but not yet reaped: a zombie, not alive.
         std::thread::sleep(Duration::from_millis(100));
         assert!(!alive(child.id()));
+        assert!(exiting(child.id()), "a zombie's maps are not whole");
         child.wait().unwrap();
         assert_eq!(parent_of(u32::MAX), None);
         assert!(!alive(u32::MAX));
+        assert!(exiting(u32::MAX));
     }
 }

@@ -194,10 +194,12 @@ pub fn of_pid(pid: u32) -> Option<(Runtime, Option<Nofile>)> {
     let own_root = std::fs::read_link(format!("/proc/{pid}/root"))
         .is_ok_and(|r| r == std::path::Path::new("/"));
     let maps = mapped_paths(&read_proc(pid, "maps")?);
-    if maps.is_empty() {
+    if maps.is_empty() || crate::procfs_util::exiting(pid) {
         // A live process maps its executable at least: it exited after its exe was read
-        // (a zombie's maps are empty). Named as one gone before either read, from its
-        // exec path's file, not from an exe alone without its libraries' versions.
+        // (a zombie's maps are empty), or its maps were read while its exit tore them
+        // down (its executable without its libc was read so). Named as one gone before
+        // either read, from its exec path's file, not from an exe alone without its
+        // libraries' versions.
         return None;
     }
     let nofile = read_proc(pid, "limits").and_then(|l| parse_nofile(&String::from_utf8_lossy(&l)));
