@@ -93,6 +93,16 @@ pub(crate) fn cargo_artifacts(
         // (CARGO_BIN_EXE_*, CARGO_MANIFEST_DIR) and are packed at the same paths.
         .env("CARGO_TARGET_DIR", root.join("target"))
         .stderr(Stdio::inherit());
+    // What cargo set for the program that runs this (`cargo xtask`, a test binary that runs
+    // `cargo xtask dist`) is not passed on: a build script that reruns when one changes
+    // (ring's, on CARGO_PKG_NAME and CARGO_MANIFEST_DIR, which cargo compares in its own
+    // environment) would build again for each caller, and one release build serves
+    // `.ci/run`'s dist test, its guests' build beside the host tests and vm-test.
+    for (key, _) in std::env::vars_os() {
+        if key.to_str().is_some_and(set_by_cargo_for_a_program) {
+            cmd.env_remove(key);
+        }
+    }
     if Some(arch) != Arch::host() {
         let triple = arch.rust_target();
         cmd.args(["--target", &triple]);
@@ -122,6 +132,21 @@ pub(crate) fn cargo_artifacts(
         }
     }
     Ok(arts)
+}
+
+/// Whether `key` is one cargo sets for the program it runs (`cargo run`, `cargo test`), not
+/// one a user sets to configure cargo (CARGO_HOME, CARGO_TARGET_*_LINKER, CARGO_BUILD_*...).
+fn set_by_cargo_for_a_program(key: &str) -> bool {
+    const EXACT: [&str; 7] = [
+        "CARGO_MANIFEST_DIR",
+        "CARGO_MANIFEST_PATH",
+        "CARGO_CRATE_NAME",
+        "CARGO_BIN_NAME",
+        "CARGO_PRIMARY_PACKAGE",
+        "CARGO_TARGET_TMPDIR",
+        "OUT_DIR",
+    ];
+    EXACT.contains(&key) || key.starts_with("CARGO_PKG_") || key.starts_with("CARGO_BIN_EXE_")
 }
 
 pub(super) fn build(root: &Path, opts: &Options) -> Result<Built> {
@@ -424,6 +449,29 @@ const HOST_ONLY_TESTS: &[(&str, &str)] = &[
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn only_what_cargo_sets_for_a_program_is_left_out_of_the_build() {
+        use super::set_by_cargo_for_a_program as set;
+        for k in [
+            "CARGO_PKG_NAME",
+            "CARGO_MANIFEST_DIR",
+            "CARGO_BIN_EXE_fdaudit",
+            "OUT_DIR",
+        ] {
+            assert!(set(k), "{k}");
+        }
+        for k in [
+            "CARGO",
+            "CARGO_HOME",
+            "CARGO_TARGET_DIR",
+            "CARGO_BUILD_JOBS",
+            "PATH",
+        ] {
+            assert!(!set(k), "{k}");
+        }
+        assert!(!set("CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER"));
+    }
+
     use super::*;
 
     #[test]
