@@ -13,7 +13,7 @@ use serde_json::Value;
 
 const NOBODY: u32 = 65534;
 
-/// Runs `sleep 30` as nobody holding `file` (opened read-only by root) at fd 7 without
+/// Runs `sleep` as nobody holding `file` (opened read-only by root) at fd 7 without
 /// close-on-exec, scans it as root, and returns its finding on fd 7.
 fn finding_of_held(file: &Path) -> Value {
     let c_file = std::ffi::CString::new(file.as_os_str().as_encoded_bytes()).expect("no NUL");
@@ -21,24 +21,32 @@ fn finding_of_held(file: &Path) -> Value {
     finding_of(move || unsafe { libc::open(c_file.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) })
 }
 
-/// Runs `sleep 30` as nobody holding at fd 7, without close-on-exec, what `open` (run by
+/// Runs `sleep` as nobody holding at fd 7, without close-on-exec, what `open` (run by
 /// root in the child before the exec, async-signal-safe) returns; scans it as root and
 /// returns its finding on fd 7.
 fn finding_of(open: impl Fn() -> libc::c_int + Send + Sync + 'static) -> Value {
-    let mut holder = hold(open);
-    let pid = holder.id();
-    let f = finding_in(&[pid], pid);
-    let _ = holder.kill();
-    let _ = holder.wait();
-    f
+    let holder = hold(open);
+    finding_in(&[holder.0.id()], holder.0.id())
 }
 
-/// Starts `sleep 30` as nobody holding at fd 7, without close-on-exec, what `open` (run by
+/// A holder, killed when dropped (a test that panics does not leave it).
+struct Holder(std::process::Child);
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `sleep` as nobody holding at fd 7, without close-on-exec, what `open` (run by
 /// root in the child before the exec) returns; returns once it runs as nobody.
-fn hold(open: impl Fn() -> libc::c_int + Send + Sync + 'static) -> std::process::Child {
+fn hold(open: impl Fn() -> libc::c_int + Send + Sync + 'static) -> Holder {
     let mut cmd = Command::new("setpriv");
     cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .args(["sleep", "30"])
+        // Killed by the test: long enough for 40 scans in an arm64 guest under emulation
+        // (30 s was not: the holder had exited, its fd table empty).
+        .args(["sleep", "600"])
         .stdin(Stdio::null())
         .stdout(Stdio::null());
     // SAFETY: open, dup2 and fcntl are async-signal-safe; dup2's copy has no close-on-exec.
@@ -57,12 +65,11 @@ fn hold(open: impl Fn() -> libc::c_int + Send + Sync + 'static) -> std::process:
             Ok(())
         });
     }
-    let mut holder = cmd.spawn().expect("failed to start setpriv");
-    if !runs_as_nobody(holder.id(), "sleep") {
-        let _ = holder.kill();
-        let _ = holder.wait();
-        panic!("the holder never ran sleep as nobody");
-    }
+    let holder = Holder(cmd.spawn().expect("failed to start setpriv"));
+    assert!(
+        runs_as_nobody(holder.0.id(), "sleep"),
+        "the holder never ran sleep as nobody"
+    );
     holder
 }
 
@@ -184,9 +191,9 @@ fn a_process_swapping_its_fds_cannot_lend_root_s_key_its_own_owner() {
     let s = swapper.0;
     let c_key = std::ffi::CString::new(key.as_os_str().as_encoded_bytes()).expect("no NUL");
     // SAFETY: open is async-signal-safe.
-    let mut holder =
+    let holder =
         hold(move || unsafe { libc::open(c_key.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) });
-    let h = holder.id();
+    let h = holder.0.id();
     let swapping = runs_as_nobody(s, "swapper")
         && (0..500).any(|_| {
             std::thread::sleep(std::time::Duration::from_millis(10));
@@ -201,8 +208,7 @@ fn a_process_swapping_its_fds_cannot_lend_root_s_key_its_own_owner() {
             }
         }
     }
-    let _ = holder.kill();
-    let _ = holder.wait();
+    drop(holder);
     drop(swapper);
     let _ = std::fs::remove_dir_all(&dir);
     assert!(swapping, "the swapper never ran as nobody with its fd 7");
