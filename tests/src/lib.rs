@@ -32,6 +32,19 @@ impl Drop for KillOnDrop {
     }
 }
 
+/// The program runs the kernel skipped in a trace, from its summary record's
+/// `bpf_missed_runs` (an object of counts by program; "unknown", on a kernel without the
+/// counter, shows no miss).
+pub fn missed_runs(summary: &serde_json::Value) -> u64 {
+    match &summary["bpf_missed_runs"] {
+        serde_json::Value::Object(by_program) => by_program
+            .values()
+            .filter_map(serde_json::Value::as_u64)
+            .sum(),
+        _ => 0,
+    }
+}
+
 /// An `fdaudit trace -- CMD` run stopped if it is dropped before it ended (a test that
 /// failed half-way): SIGTERM, which fdaudit passes on to the command, then SIGKILL after
 /// 10 s, so that neither fdaudit nor the command outlives the test and disturbs the next.

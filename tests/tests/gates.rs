@@ -6,7 +6,7 @@ use crate::common;
 use std::process::{Command, Output, Stdio};
 
 use common::{guard, spawner};
-use fdaudit_tests::{fdaudit, of_type, records, temp_path, trace_to_file};
+use fdaudit_tests::{fdaudit, missed_runs, of_type, records, temp_path, trace_to_file};
 use serde_json::Value;
 
 /// Two spawns of /bin/true with NOFILE 512 and fds 3-5 open.
@@ -23,10 +23,7 @@ fn traced(strategy: &str, extra: &[&str]) -> (Output, String) {
         let (o, text) = trace_to_file("gates.jsonl", |c| {
             c.args(extra).arg("--").args(cmd(strategy));
         });
-        let missed: u64 = match &summary(&text)["bpf_missed_runs"] {
-            Value::Object(by_program) => by_program.values().filter_map(Value::as_u64).sum(),
-            _ => 0, // "unknown": a kernel without run counts shows no miss
-        };
+        let missed = missed_runs(&summary(&text));
         if missed == 0 {
             return (o, text);
         }

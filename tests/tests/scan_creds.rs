@@ -8,7 +8,7 @@ use std::os::unix::process::CommandExt as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use fdaudit_tests::{fdaudit, guard, temp_path};
+use fdaudit_tests::{fdaudit, guard, temp_path, KillOnDrop};
 use serde_json::Value;
 
 const NOBODY: u32 = 65534;
@@ -29,19 +29,10 @@ fn finding_of(open: impl Fn() -> libc::c_int + Send + Sync + 'static) -> Value {
     finding_in(&[holder.0.id()], holder.0.id())
 }
 
-/// A holder, killed when dropped (a test that panics does not leave it).
-struct Holder(std::process::Child);
-
-impl Drop for Holder {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Starts `sleep` as nobody holding at fd 7, without close-on-exec, what `open` (run by
-/// root in the child before the exec) returns; returns once it runs as nobody.
-fn hold(open: impl Fn() -> libc::c_int + Send + Sync + 'static) -> Holder {
+/// root in the child before the exec) returns; returns once it runs as nobody, killed when
+/// dropped (a test that panics does not leave it).
+fn hold(open: impl Fn() -> libc::c_int + Send + Sync + 'static) -> KillOnDrop {
     let mut cmd = Command::new("setpriv");
     cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
         // Killed by the test: long enough for 40 scans in an arm64 guest under emulation
@@ -65,7 +56,7 @@ fn hold(open: impl Fn() -> libc::c_int + Send + Sync + 'static) -> Holder {
             Ok(())
         });
     }
-    let holder = Holder(cmd.spawn().expect("failed to start setpriv"));
+    let holder = KillOnDrop(cmd.spawn().expect("failed to start setpriv"));
     assert!(
         runs_as_nobody(holder.0.id(), "sleep"),
         "the holder never ran sleep as nobody"

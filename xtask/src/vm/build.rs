@@ -449,9 +449,11 @@ const HOST_ONLY_TESTS: &[(&str, &str)] = &[
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn only_what_cargo_sets_for_a_program_is_left_out_of_the_build() {
-        use super::set_by_cargo_for_a_program as set;
+        let set = set_by_cargo_for_a_program;
         for k in [
             "CARGO_PKG_NAME",
             "CARGO_MANIFEST_DIR",
@@ -471,8 +473,6 @@ mod tests {
         }
         assert!(!set("CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER"));
     }
-
-    use super::*;
 
     #[test]
     fn a_module_filter_takes_its_own_tests_only() {
