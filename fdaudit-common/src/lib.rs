@@ -135,7 +135,7 @@ pub const EXEC_CHAIN_LEN: u32 = 2;
 /// (the kernel allows 32 in a row).
 pub const BOUNDED_MAX_FDS: u32 = BOUNDED_CHUNK_FDS * 24;
 /// fds one stage of the bounded walk looks at (one bounded loop).
-pub const BOUNDED_CHUNK_FDS: u32 = 128;
+pub const BOUNDED_CHUNK_FDS: u32 = 512;
 
 /// Syscall numbers the programs look at, for the architecture being built: the host's for
 /// userspace, `bpf_target_arch` for the eBPF object (set by `xtask::build_ebpf`).

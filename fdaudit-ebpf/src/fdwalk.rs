@@ -187,9 +187,7 @@ pub mod bounded {
             if fd >= walk.nfds {
                 break;
             }
-            // A call, not inlined code: LLVM would unroll the loop around it, and the
-            // verifier would walk every copy (385k instructions against 104k).
-            if walk_fd(u64::from(fd), core::ptr::null_mut()) != 0 {
+            if bounded_walk_fd(u64::from(fd)) != 0 {
                 walk.nfds = 0; // a read failed (flagged): stop
                 break;
             }
@@ -223,10 +221,29 @@ pub mod bounded {
             if i >= steps {
                 break;
             }
-            path_step(u64::from(i), core::ptr::null_mut());
+            bounded_path_step(u64::from(i));
             i += 1;
         }
         crate::output_spawn(rec, paths);
+    }
+
+    /// [`walk_fd`] as a global function. The verifier checks a global function once, on
+    /// its own (5.6+), where it follows a static one into each iteration of the loop that
+    /// calls it: this keeps the fd stage's verification to one step's instructions instead
+    /// of [`BOUNDED_CHUNK_FDS`] of them (inlined code would be worse: LLVM unrolls the loop
+    /// around it). Its one argument is a scalar, as 5.10's verifier requires of a global
+    /// function's.
+    #[no_mangle]
+    #[inline(never)]
+    pub extern "C" fn bounded_walk_fd(index: u64) -> i64 {
+        walk_fd(index, core::ptr::null_mut())
+    }
+
+    /// [`path_step`] as a global function, for the same reason as [`bounded_walk_fd`].
+    #[no_mangle]
+    #[inline(never)]
+    pub extern "C" fn bounded_path_step(index: u64) -> i64 {
+        path_step(index, core::ptr::null_mut())
     }
 }
 

@@ -372,16 +372,19 @@ fn bounded_walk_reports_fd_7_and_flags_a_table_past_its_bound() {
         "fd 7 missing: {s}"
     );
     assert!(!has_flag(s, "bounded_walk"), "a small table is whole: {s}");
-    // fd 4000 grows the table to 4096 entries, past the bounded walk's 3072.
+    // fd 13000 grows the table to 16384 entries, past the bounded walk's 12288; fd 12000
+    // is within it, in its last chunk.
     let big = [
         "bash",
         "-c",
-        "ulimit -n 4096 && exec 7</etc/hostname 4000</etc/hostname && exec /bin/true",
+        "ulimit -n 16384 && exec 7</etc/hostname 12000</etc/hostname 13000</etc/hostname \
+         && exec /bin/true",
     ];
     let s = &spawns_with_env(&forced, &big, "/bin/true")[0];
     let fds = leaked(s);
     assert!(fds.contains(&(7, "/etc/hostname".into())), "{s}");
-    assert!(!fds.iter().any(|(fd, _)| *fd == 4000), "{s}");
+    assert!(fds.contains(&(12000, "/etc/hostname".into())), "{s}");
+    assert!(!fds.iter().any(|(fd, _)| *fd == 13000), "{s}");
     assert!(
         has_flag(s, "bounded_walk") && has_flag(s, "fdtable_truncated"),
         "{s}"
