@@ -45,6 +45,9 @@ fn record_from<T: Copy>(bytes: &[u8]) -> Box<T> {
 /// Paths records waiting for their spawn (they come just before it; one whose spawn was lost
 /// is dropped once this many newer ones came).
 const PENDING_PATHS: usize = 64;
+/// `trace --origin`: passes over a batch's spawns naming frames left for a later record
+/// (each reads a module at least: a JVM's stacks run through five or so).
+const NAMING_PASSES: usize = 8;
 
 /// Decodes ring-buffer records in order, pairing each spawn with the paths sent before it.
 pub struct Decoder {
@@ -123,6 +126,29 @@ impl Decoder {
                 let again = origins.find_again(procs, (pid, fd.fd), (fd.ino, fd.dev), exec_ns);
                 if let Some(o) = again {
                     fd.origin = Some(o);
+                }
+            }
+        }
+    }
+
+    /// `trace --origin`: names again the origins' frames of `events` whose modules were
+    /// left for a later record: a pass gives each spawn a record's time again and reads one
+    /// module at least, so a spawn whose stacks run through several large modules (a JVM's)
+    /// is named whole within [`NAMING_PASSES`], and what a spawn costs stays bounded.
+    pub fn name_left_frames(&mut self, events: &mut [Event]) {
+        let Some(origins) = &mut self.origins else {
+            return;
+        };
+        for _ in 0..NAMING_PASSES {
+            if !origins.take_left() {
+                return;
+            }
+            for s in events.iter_mut().filter_map(spawn_of) {
+                origins.begin_record();
+                for fd in &mut s.leaked_fds {
+                    if let Some(super::origin::Origin::Known(c)) = &mut fd.origin {
+                        origins.name_left(c);
+                    }
                 }
             }
         }

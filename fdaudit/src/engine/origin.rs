@@ -36,7 +36,7 @@ mod late;
 pub use super::seen::BEFORE_TRACING;
 use super::seen::{self, Seen};
 
-pub use super::symbolize::{FoundBy, Frame, Stack};
+pub use super::symbolize::{FoundBy, Frame, Stack, LEFT_FOR_LATER};
 
 /// Origins kept per (process, fd): older ones are dropped.
 const PER_FD: usize = 4;
@@ -128,6 +128,8 @@ pub struct Origins {
     late: late::Late,
     /// Origin records decoded.
     records: u64,
+    /// A frame was left unnamed for a later record ([`Origins::name_left`]).
+    left: bool,
 }
 
 impl Origins {
@@ -469,10 +471,30 @@ impl Origins {
         self.sym.begin_record();
     }
 
-    /// A spawn record's frames are named within its own time: what is left is shown by
-    /// module and offset.
+    /// A spawn record's frames are named within its own time: a frame whose module is left
+    /// for later is named when the batch's frames are named again ([`Origins::name_left`]).
     fn name_frames(&mut self, stack: &mut [Frame]) {
-        let _deferred = self.sym.name_frames(stack);
+        self.left |= self.sym.name_frames(stack);
+    }
+
+    /// Whether a frame was left unnamed for a later record since the last call.
+    pub fn take_left(&mut self) -> bool {
+        std::mem::take(&mut self.left)
+    }
+
+    /// Names again the frames of `call` (and of its creator) that were left for a later
+    /// record ([`LEFT_FOR_LATER`]), in the record's time begun last.
+    pub fn name_left(&mut self, call: &mut Call) {
+        let left = |s: &[Frame]| {
+            s.iter()
+                .any(|f| f.unnamed.as_deref() == Some(LEFT_FOR_LATER))
+        };
+        if left(&call.stack) {
+            self.name_frames(&mut call.stack);
+        }
+        if let Some(c) = call.created_by.as_deref_mut().filter(|c| left(&c.stack)) {
+            self.name_frames(&mut c.stack);
+        }
     }
 }
 
@@ -502,6 +524,41 @@ fn comm_of(comm: &[u8; 16]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn frames_left_for_a_later_record_are_named_again_and_their_creator_s_too() {
+        use std::os::unix::fs::MetadataExt as _;
+        let exe = std::env::current_exe().unwrap();
+        let meta = std::fs::metadata(&exe).unwrap();
+        let left = Frame {
+            module: Some(exe.to_str().unwrap().into()),
+            offset: Some(0),
+            module_id: Some(crate::untrusted::FileId {
+                dev: meta.dev(),
+                ino: meta.ino(),
+            }),
+            unnamed: Some(LEFT_FOR_LATER.into()),
+            ..Frame::default()
+        };
+        let call = |created_by| Call {
+            syscall: "openat".into(),
+            pid: 1,
+            tid: 1,
+            comm: "t".into(),
+            time_ns: 0,
+            stack: vec![left.clone()],
+            stack_partial: None,
+            created_by,
+        };
+        let mut c = call(Some(Box::new(call(None))));
+        let mut o = Origins::default();
+        assert!(!o.take_left(), "nothing was left yet");
+        o.begin_record();
+        o.name_left(&mut c);
+        assert_eq!(c.stack[0].unnamed, None, "{:?}", c.stack[0]);
+        assert_eq!(c.created_by.as_ref().unwrap().stack[0].unnamed, None);
+        assert!(!o.take_left(), "its module was read: nothing is left");
+    }
 
     pub(super) fn rec(pid: u32, parent: u32, fd: [i32; 2], ino: u64, time_ns: u64) -> OriginRecord {
         // SAFETY: OriginRecord is plain integers; all zero is valid.

@@ -399,6 +399,7 @@ impl Session {
             self.decoder.name_again(&procs, &mut out);
             out.append(&mut later);
         }
+        self.decoder.name_left_frames(&mut out);
         // The parent's runtime now, before anything slower (the probe-cost calibration): a
         // spawner often exits soon after its child. A parent read live may have exec'd
         // before it was read (its record not yet taken): the records written since say so.

@@ -146,6 +146,7 @@ mod bounds;
 mod jit_frames;
 mod learned;
 mod naming;
+pub use naming::LEFT_FOR_LATER;
 mod sites;
 
 use bounds::{insert_bounded, thread_cpu};
@@ -657,11 +658,27 @@ mod tests {
         }
         s.record_start = Some(Duration::ZERO);
         s.loads_now = 1;
-        assert!(s.name_frames(&mut [frame()]), "the module was read anyway");
+        let mut left = [frame()];
+        assert!(s.name_frames(&mut left), "the module was read anyway");
         assert!(!s.symbols.contains_key(&id), "kept as unreadable");
+        assert_eq!(
+            left[0].unnamed.as_deref(),
+            Some(LEFT_FOR_LATER),
+            "and says why"
+        );
         s.begin_record();
-        assert!(!s.name_frames(&mut [frame()]));
+        assert!(!s.name_frames(&mut left));
         assert!(s.symbols.contains_key(&id));
+        assert_eq!(left[0].unnamed, None, "named now: {:?}", left[0]);
+        // A frame named before is kept as it is, its module not read again.
+        let mut named = [Frame {
+            symbol: Some("kept+0x1".into()),
+            module_id: Some(FileId { dev: 0, ino: 1 }),
+            ..frame()
+        }];
+        assert!(!s.name_frames(&mut named));
+        assert_eq!(named[0].symbol.as_deref(), Some("kept+0x1"));
+        assert!(!s.symbols.contains_key(&FileId { dev: 0, ino: 1 }));
     }
 
     #[test]

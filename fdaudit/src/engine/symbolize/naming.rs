@@ -6,6 +6,10 @@ use std::sync::Arc;
 use super::{bounds::thread_cpu, Frame, Mapping, Symbolizer, LOAD_TIME_PER_RECORD, SYMBOLS_BUDGET};
 use crate::{engine::symbols::Symbols, untrusted::FileId};
 
+/// Why a frame whose module was left for a later record is unnamed (until it is named).
+pub const LEFT_FOR_LATER: &str =
+    "its module was not read in this record's time for reading modules (read for a later one)";
+
 /// A module's symbols: read (now or before), not readable, or not read in this record's time.
 enum Loaded {
     Yes(Arc<Symbols>),
@@ -16,13 +20,17 @@ enum Loaded {
 impl Symbolizer {
     /// Names each frame from its module's symbols (read once, kept within
     /// [`SYMBOLS_BUDGET`]); true when a module was left unread for this record's
-    /// [`LOAD_TIME_PER_RECORD`] (its frames are unnamed now, not for good: naming them
-    /// again in a later record reads it).
+    /// [`LOAD_TIME_PER_RECORD`] (its frames are unnamed now, [`LEFT_FOR_LATER`], not for
+    /// good: naming them again in a later record reads it). A native frame already named is
+    /// left as it is (its module may since have left the budget).
     pub fn name_frames(&mut self, stack: &mut [Frame]) -> bool {
         let mut deferred = false;
         for f in stack.iter_mut() {
             if f.jit_pid.is_some() {
                 self.name_jit_frame(f);
+                continue;
+            }
+            if f.symbol.is_some() {
                 continue;
             }
             let (Some(id), Some(module), Some(offset)) = (f.module_id, &f.module, f.offset) else {
@@ -33,9 +41,11 @@ impl Symbolizer {
                 Loaded::No => continue,
                 Loaded::Later => {
                     deferred = true;
+                    f.unnamed = Some(LEFT_FOR_LATER.into());
                     continue;
                 }
             };
+            f.unnamed = None;
             f.symbol = s.name(offset);
             f.build_id.clone_from(&s.build_id);
             if let Some((file, line)) = s.line(offset) {
