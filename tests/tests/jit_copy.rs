@@ -156,6 +156,13 @@ fn check_named(found: &[Value], path: &Path, all: &[Value]) {
     let l = &found[0];
     assert_eq!(l["origin"]["syscall"], "openat", "{l:#}");
     let stack = l["origin"]["stack"].as_array().expect("a stack");
+    // A JVM's stack runs through libjvm, libjava and libc: none is left unread.
+    assert!(
+        !stack.iter().any(|f| f["unnamed"]
+            .as_str()
+            .is_some_and(|u| u.contains("record's time"))),
+        "a module left unread: {l:#}"
+    );
     assert!(
         stack.iter().any(|f| f["symbol"].as_str().is_some_and(|s| [
             "__open+",
