@@ -6,7 +6,9 @@ use crate::common;
 use std::process::{Command, Output, Stdio};
 
 use common::{guard, spawner};
-use fdaudit_tests::{fdaudit, missed_runs, of_type, records, temp_path, trace_to_file};
+use fdaudit_tests::{
+    fdaudit, missed_runs, of_type, records, temp_path, trace_to_file, without_skipped_runs,
+};
 use serde_json::Value;
 
 /// Two spawns of /bin/true with NOFILE 512 and fds 3-5 open.
@@ -19,17 +21,13 @@ fn cmd(strategy: &str) -> Vec<String> {
 /// program preempted while its hook fires again on that CPU loses that run: the gates then
 /// rightly add that the trace is incomplete, a verdict no test can expect). Five tries.
 fn traced(strategy: &str, extra: &[&str]) -> (Output, String) {
-    for _ in 0..5 {
+    without_skipped_runs(5, &format!("a trace of {strategy}"), || {
         let (o, text) = trace_to_file("gates.jsonl", |c| {
             c.args(extra).arg("--").args(cmd(strategy));
         });
         let missed = missed_runs(&summary(&text));
-        if missed == 0 {
-            return (o, text);
-        }
-        eprintln!("the kernel skipped {missed} program runs: traced again");
-    }
-    panic!("five traces of {strategy} all had program runs the kernel skipped");
+        ((o, text), missed)
+    })
 }
 
 fn summary(text: &str) -> Value {
