@@ -222,9 +222,9 @@ pub use stack_copy::{
     STACK_COPY_CHUNK, STACK_COPY_CHUNKS,
 };
 pub use unclosed::{
-    ra_from, ra_slot, UnclosedFull, UnclosedLive, UnclosedPending, UnclosedSite, UnclosedSiteKey,
-    EMFILE, ENFILE, MAX_RA_SLOT, MAX_UNCLOSED_FULL, MAX_UNCLOSED_LIVE, MAX_UNCLOSED_PENDING,
-    MAX_UNCLOSED_SITES, MAX_UNCLOSED_STACKS, UNCLOSED_STACK_DEPTH,
+    ra_from, ra_slot, LiveState, UnclosedFull, UnclosedLive, UnclosedPending, UnclosedSite,
+    UnclosedSiteKey, EMFILE, ENFILE, MAX_RA_SLOT, MAX_UNCLOSED_FULL, MAX_UNCLOSED_LIVE,
+    MAX_UNCLOSED_PENDING, MAX_UNCLOSED_SITES, MAX_UNCLOSED_STACKS, UNCLOSED_STACK_DEPTH,
 };
 
 /// Whether two names are equal, at compile time: the eBPF crate checks with it that each

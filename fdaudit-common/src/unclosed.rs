@@ -54,7 +54,14 @@ pub mod ra_from {
 pub const EMFILE: i64 = 24;
 pub const ENFILE: i64 = 23;
 
-/// One live fd: the call that made it, where, when, and how close-on-exec stood.
+/// One fd of the live set: the call that made it, where, when, and how close-on-exec stood.
+///
+/// The kernel writes an entry in place (a lookup, not a hash update: an fd number is used
+/// again and again): close() sets `time_ns` to 0, which marks it closed (userspace drops a
+/// process's closed entries once it is gone); a new fd under the same key gets its fields,
+/// then `check`, then `time_ns`. A reader may copy an entry while it is being written, so an
+/// entry counts only when `check` is [`UnclosedLive::check_of`] its fields
+/// ([`UnclosedLive::state`]).
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct UnclosedLive {
@@ -72,7 +79,53 @@ pub struct UnclosedLive {
     /// With `stack_id`, the call site: see [`ra_from`].
     pub ra: u64,
     pub ra_from: u32,
-    pub _pad: u32,
+    /// [`UnclosedLive::check_of`] the other fields, written after them.
+    pub check: u32,
+}
+
+/// What a copy of an [`UnclosedLive`] says.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum LiveState {
+    /// A live fd.
+    Live,
+    /// Closed: the key stays for the next fd of that number.
+    Closed,
+    /// Copied while the kernel wrote it: read it again.
+    Torn,
+}
+
+impl UnclosedLive {
+    /// A mix of every field but `check`: a copy that mixes two writes fails it.
+    #[inline(always)]
+    pub fn check_of(&self) -> u32 {
+        const K: u64 = 0x9e37_79b9_7f4a_7c15;
+        let words = [
+            self.time_ns,
+            (self.stack_id as u32 as u64) << 32 | u64::from(self.call),
+            u64::from(self.cloexec) << 32 | u64::from(self.execs),
+            self.ra,
+            u64::from(self.ra_from),
+        ];
+        let mut h: u64 = 0;
+        let mut i = 0;
+        while i < words.len() {
+            h = (h ^ words[i]).wrapping_mul(K);
+            h ^= h >> 29;
+            i += 1;
+        }
+        (h ^ h >> 32) as u32
+    }
+
+    /// Whether this copy is of a live fd, a closed one, or torn.
+    pub fn state(&self) -> LiveState {
+        if self.time_ns == 0 {
+            LiveState::Closed
+        } else if self.check == self.check_of() {
+            LiveState::Live
+        } else {
+            LiveState::Torn
+        }
+    }
 }
 
 /// Key of [`crate::MAP_UNCLOSED_SITES`]: a stack id and the caller's return address read at

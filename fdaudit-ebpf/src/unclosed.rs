@@ -2,10 +2,15 @@
 //! `unclosed_enter` and `unclosed_exit` (the origin programs' code built in its own mode:
 //! they send no origin record). At sys_exit of an fd-making call of the shared table, one
 //! UNCLOSED_LIVE entry per fd made (the call, its site, the time, close-on-exec); at
-//! sys_enter of close(), the entry goes. A dup2/dup3 over an fd replaces its entry (same
-//! key). close_range and an exec's close-on-exec closes are left to userspace, which holds
-//! every entry against the process's fd table (the truth) when it reads the set. A call
-//! that fails with EMFILE or ENFILE is kept per process in UNCLOSED_FULL.
+//! sys_enter of close(), the entry is marked closed. Entries are written in place, found
+//! by a lookup: a process uses the same few fd numbers again and again, and a lookup costs
+//! a fraction of the hash update and delete it replaces (bucket lock, free list); a closed
+//! entry stays for the next fd of its number (userspace removes a gone process's entries).
+//! The write order and the check word ([`UnclosedLive::state`]) let a reader tell a copy
+//! made mid-write. A dup2/dup3 over an fd rewrites its entry (same key). close_range and
+//! an exec's close-on-exec closes are left to userspace, which holds every entry against
+//! the process's fd table (the truth) when it reads the set. A call that fails with EMFILE
+//! or ENFILE is kept per process in UNCLOSED_FULL.
 //!
 //! A site is the stack id of the kernel's frame-pointer walk (`bpf_get_stackid`) and, where
 //! the innermost frame (a libc wrapper) keeps no frame pointer, its caller's return
@@ -46,7 +51,29 @@ pub fn closed(regs: u64) {
     let Ok(fd) = arch::arg(regs, conf!(regs_arg0)) else {
         return;
     };
-    let _ = UNCLOSED_LIVE.remove(u64::from(tgid) << 32 | (fd & 0xffff_ffff));
+    if let Some(e) = UNCLOSED_LIVE.get_ptr_mut(u64::from(tgid) << 32 | (fd & 0xffff_ffff)) {
+        // SAFETY: pointer from a map lookup, valid for this program run; one aligned store.
+        unsafe { core::ptr::write_volatile(core::ptr::addr_of_mut!((*e).time_ns), 0) };
+    }
+}
+
+/// Writes `new` over the entry at `e` in the order a reader relies on: closed first (a
+/// live fd replaced by dup2), the fields, the check word, the time last.
+///
+/// # Safety
+/// `e` comes from a lookup of UNCLOSED_LIVE in this program run.
+#[inline(always)]
+unsafe fn rewrite(e: *mut UnclosedLive, new: &UnclosedLive) {
+    use core::ptr::{addr_of_mut, write_volatile};
+    write_volatile(addr_of_mut!((*e).time_ns), 0);
+    write_volatile(addr_of_mut!((*e).stack_id), new.stack_id);
+    write_volatile(addr_of_mut!((*e).call), new.call);
+    write_volatile(addr_of_mut!((*e).cloexec), new.cloexec);
+    write_volatile(addr_of_mut!((*e).execs), new.execs);
+    write_volatile(addr_of_mut!((*e).ra), new.ra);
+    write_volatile(addr_of_mut!((*e).ra_from), new.ra_from);
+    write_volatile(addr_of_mut!((*e).check), new.check);
+    write_volatile(addr_of_mut!((*e).time_ns), new.time_ns);
 }
 
 /// A call of the table failed with `errno` (EMFILE/ENFILE): counted, the first kept.
@@ -201,9 +228,17 @@ pub fn made(
     if p.at == 2 || p.what == pending_what::SETS_CLOEXEC {
         let key = u64::from(tgid) << 32 | (fds[0] as u32) as u64;
         if let Some(e) = UNCLOSED_LIVE.get_ptr_mut(key) {
-            let cloexec = u32::from(p.what == pending_what::SETS_CLOEXEC);
             // SAFETY: pointer from a map lookup, valid for this program run.
-            unsafe { (*e).cloexec = cloexec };
+            unsafe {
+                let mut new = *e;
+                if new.time_ns == 0 {
+                    // Closed: nothing to change.
+                    return;
+                }
+                new.cloexec = u32::from(p.what == pending_what::SETS_CLOEXEC);
+                new.check = new.check_of();
+                rewrite(e, &new);
+            }
         }
         return;
     }
@@ -212,19 +247,20 @@ pub fn made(
     // A call that made several fds (pipe, socketpair, recvmsg) keeps its words under the
     // first.
     let site = site(ctx, tgid, fds[0] as u32, time_ns);
-    let entry = UnclosedLive {
+    let mut entry = UnclosedLive {
         time_ns,
         stack_id: site.stack_id,
         ra: site.ra,
         ra_from: site.ra_from,
-        _pad: 0,
         call: p.call,
         // io_uring_setup's ring fd always has close-on-exec.
         cloexec: u32::from(
             p.what == pending_what::CLOEXEC || p.call == OriginCall::IoUringSetup as u32,
         ),
         execs,
+        check: 0,
     };
+    entry.check = entry.check_of();
     for (i, &fd) in fds.iter().enumerate() {
         if i >= n {
             break;
@@ -232,12 +268,15 @@ pub fn made(
         if fd < 0 {
             continue;
         }
+        let key = u64::from(tgid) << 32 | fd as u64;
+        if let Some(e) = UNCLOSED_LIVE.get_ptr_mut(key) {
+            // SAFETY: pointer from the lookup just made.
+            unsafe { rewrite(e, &entry) };
+            continue;
+        }
         // By reference: the helper copies the value (no copy of ours per fd).
         #[allow(clippy::needless_borrows_for_generic_args)]
-        if UNCLOSED_LIVE
-            .insert(u64::from(tgid) << 32 | fd as u64, &entry, 0)
-            .is_err()
-        {
+        if UNCLOSED_LIVE.insert(key, &entry, 0).is_err() {
             // The set is full: the fd will read `not seen`; the gates know the run is
             // incomplete.
             stat_add(&STATS, |s| &mut s.unclosed_full);

@@ -544,3 +544,37 @@ fn a_gate_on_a_run_whose_live_set_was_full_is_incomplete() {
         "{err}"
     );
 }
+
+/// 300 children one after another, each dup()s 500 fds and closes them, then exits: 150,000
+/// (process, fd) keys in all, more than the live set holds, none held at the end.
+const CHURN: &str = r#"
+#include <sys/wait.h>
+#include <unistd.h>
+
+int main(void) {
+    for (int c = 0; c < 300; c++) {
+        if (fork() == 0) {
+            int fds[500];
+            for (int i = 0; i < 500; i++) fds[i] = dup(0);
+            for (int i = 0; i < 500; i++) close(fds[i]);
+            _exit(0);
+        }
+        wait(NULL);
+    }
+    return 0;
+}
+"#;
+
+/// The kernel keeps a closed entry for the next fd of its number (a lookup, not a hash
+/// update, per open and close); those of gone processes must go, or a node whose processes
+/// come and go fills the live set with closed fds.
+#[test]
+#[ignore = "needs root"]
+fn closed_entries_of_gone_processes_do_not_fill_the_live_set() {
+    let _g = guard();
+    let exe = fdaudit_tests::build_c_fixture("unclosed-churn", CHURN);
+    let (code, err) = gated(&["--fail-on-growth", "1"], &[exe.as_os_str()], 0);
+    let _ = std::fs::remove_file(&exe);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!err.contains("incomplete"), "{err}");
+}

@@ -24,8 +24,8 @@ use std::os::fd::{AsFd as _, AsRawFd as _};
 use anyhow::Result;
 use aya::maps::{Array, HashMap, IterableMap as _, Map, MapData, StackTraceMap};
 use fdaudit_common::{
-    ra_from, ra_slot, OriginRecord, UnclosedFull, UnclosedLive, UnclosedPending, UnclosedSite,
-    UnclosedSiteKey, MAP_UNCLOSED_FULL, MAP_UNCLOSED_LIVE, MAP_UNCLOSED_PENDING,
+    ra_from, ra_slot, LiveState, OriginRecord, UnclosedFull, UnclosedLive, UnclosedPending,
+    UnclosedSite, UnclosedSiteKey, MAP_UNCLOSED_FULL, MAP_UNCLOSED_LIVE, MAP_UNCLOSED_PENDING,
     MAP_UNCLOSED_RA_SLOTS, MAP_UNCLOSED_SITES, MAP_UNCLOSED_STACKS, MAX_RA_SLOT,
     MAX_UNCLOSED_STACKS, ORIGIN_STACK_DEPTH,
 };
@@ -229,28 +229,47 @@ impl LiveMaps {
         slot
     }
 
-    /// Every entry of the live set as the kernel keeps it.
-    fn read_raw(&self) -> Result<LiveRead> {
+    /// Every live entry of the live set as the kernel keeps it. Copies made while the
+    /// kernel rewrote an entry in place are read again, a few times; an entry closed is
+    /// not live, and a gone process's closed entries are removed.
+    fn read_raw(&mut self) -> Result<LiveRead> {
         let fd = match &self.live {
             Map::HashMap(d) => d.fd().as_fd().as_raw_fd(),
             _ => anyhow::bail!("{MAP_UNCLOSED_LIVE} is not a hash map"),
         };
-        if let Ok(entries) = lookup_batch::<u64, UnclosedLive>(fd, BATCH) {
-            return Ok(LiveRead {
-                entries: entries.into_iter().map(|(k, l)| entry(k, l)).collect(),
-                batched: true,
-            });
-        }
+        let (all, batched) = match lookup_batch::<u64, UnclosedLive>(fd, BATCH) {
+            Ok(all) => (all, true),
+            Err(_) => {
+                let map: HashMap<&MapData, u64, UnclosedLive> = HashMap::try_from(&self.live)?;
+                (map.iter().filter_map(|r| r.ok()).collect(), false)
+            }
+        };
         let map: HashMap<&MapData, u64, UnclosedLive> = HashMap::try_from(&self.live)?;
-        let entries = map
-            .iter()
-            .filter_map(|r| r.ok())
-            .map(|(k, live)| entry(k, live))
-            .collect();
+        let sorted = sort_live(all, |key| map.get(&key, 0).ok());
+        self.sweep_closed(&sorted.closed);
         Ok(LiveRead {
-            entries,
-            batched: false,
+            entries: sorted.live.into_iter().map(|(k, l)| entry(k, l)).collect(),
+            batched,
         })
+    }
+
+    /// Removes the closed entries of processes that are gone (a live process's closed
+    /// entries stay: its next fd of that number rewrites them in place).
+    fn sweep_closed(&mut self, closed: &[u64]) {
+        let mut gone: StdHashMap<u32, bool> = StdHashMap::new();
+        let Ok(mut map) = HashMap::<&mut MapData, u64, UnclosedLive>::try_from(&mut self.live)
+        else {
+            return;
+        };
+        for &key in closed {
+            let pid = (key >> 32) as u32;
+            let is_gone = *gone
+                .entry(pid)
+                .or_insert_with(|| !std::path::Path::new(&format!("/proc/{pid}")).exists());
+            if is_gone {
+                let _ = map.remove(&key);
+            }
+        }
     }
 
     /// Drops the entries of `pids` (processes gone: their report is made).
@@ -402,6 +421,39 @@ impl LiveMaps {
     }
 }
 
+/// Copies of a torn entry read again, at most, before it is left out of this read.
+const TORN_READS: usize = 3;
+
+/// The live set's copies sorted by [`UnclosedLive::state`].
+#[derive(Debug, Default, PartialEq)]
+struct Sorted {
+    live: Vec<(u64, UnclosedLive)>,
+    closed: Vec<u64>,
+    /// Still torn after [`TORN_READS`] reads (the kernel rewrote it each time).
+    torn: usize,
+}
+
+/// Sorts `all` (key, copy) by state, reading a torn copy again with `again`.
+fn sort_live(all: Vec<(u64, UnclosedLive)>, again: impl Fn(u64) -> Option<UnclosedLive>) -> Sorted {
+    let mut out = Sorted::default();
+    for (key, mut copy) in all {
+        let mut reads = 0;
+        while copy.state() == LiveState::Torn && reads < TORN_READS {
+            reads += 1;
+            match again(key) {
+                Some(c) => copy = c,
+                None => break,
+            }
+        }
+        match copy.state() {
+            LiveState::Live => out.live.push((key, copy)),
+            LiveState::Closed => out.closed.push(key),
+            LiveState::Torn => out.torn += 1,
+        }
+    }
+    out
+}
+
 fn entry(key: u64, live: UnclosedLive) -> LiveEntry {
     LiveEntry {
         pid: (key >> 32) as u32,
@@ -484,4 +536,72 @@ fn lookup_batch<K: aya::Pod, V: aya::Pod>(fd: i32, batch: usize) -> std::io::Res
 /// `pid`'s execs the kernel counted (its TRACKED entry), if it is followed.
 pub fn execs_of(session: &Session, pid: u32) -> Option<u32> {
     session.task_state(pid).map(|s| s.execs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn live(time_ns: u64, stack_id: i32) -> UnclosedLive {
+        let mut l = UnclosedLive {
+            time_ns,
+            stack_id,
+            call: 3,
+            cloexec: 1,
+            execs: 2,
+            ra: 0x5555_0000_0000 + stack_id as u64,
+            ra_from: ra_from::WORD,
+            check: 0,
+        };
+        l.check = l.check_of();
+        l
+    }
+
+    #[test]
+    fn a_copy_mixing_two_writes_of_an_entry_is_torn_and_read_again() {
+        let (old, new) = (live(100, 7), live(200, 9));
+        assert_eq!(old.state(), LiveState::Live);
+        // The kernel's order: time 0, the fields, the check, the time. A copy taken at any
+        // point of it, field by field in any order, is closed, torn or one of the two.
+        let mut closed = old;
+        closed.time_ns = 0;
+        assert_eq!(closed.state(), LiveState::Closed);
+        for (what, copy) in [
+            ("new stack, old check", UnclosedLive { stack_id: 9, ..old }),
+            (
+                "new check, old fields",
+                UnclosedLive {
+                    check: new.check,
+                    ..old
+                },
+            ),
+            ("new time, old ra", UnclosedLive { ra: old.ra, ..new }),
+            (
+                "cloexec changed, old check",
+                UnclosedLive { cloexec: 0, ..old },
+            ),
+            (
+                "new time only",
+                UnclosedLive {
+                    time_ns: 200,
+                    ..old
+                },
+            ),
+        ] {
+            assert_eq!(copy.state(), LiveState::Torn, "{what}");
+        }
+        let reads = std::cell::Cell::new(0);
+        let torn = UnclosedLive { stack_id: 9, ..old };
+        let sorted = sort_live(vec![(1 << 32 | 3, torn), (1 << 32 | 4, closed)], |key| {
+            assert_eq!(key, 1 << 32 | 3);
+            reads.set(reads.get() + 1);
+            Some(if reads.get() < 2 { torn } else { new })
+        });
+        assert_eq!(sorted.live, vec![(1 << 32 | 3, new)]);
+        assert_eq!(sorted.closed, vec![1 << 32 | 4]);
+        assert_eq!((sorted.torn, reads.get()), (0, 2));
+        // One that stays torn is left out of the read, not counted as a live fd.
+        let sorted = sort_live(vec![(5, torn)], |_| Some(torn));
+        assert_eq!((sorted.live.len(), sorted.torn), (0, 1));
+    }
 }
