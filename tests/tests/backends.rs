@@ -27,8 +27,9 @@ fn run(backend: &str, extra: &[&str], cmd: &[String]) -> Output {
 /// Takes out of a record what legitimately differs between two runs: pids, times (every
 /// `*_ns` field), inode numbers (a pipe is a new pipe each run), path prefixes
 /// ([`target_name`]) with the `path_partial` flag that follows them, the runtimes (userspace
-/// reads them from /proc, racing the parent's exit), and the summary's skipped runs (by program: each backend has its own
-/// programs).
+/// reads them from /proc, racing the parent's exit, so the summary's groups, which are
+/// ordered by them, are sorted again), and the summary's skipped runs (by program: each
+/// backend has its own programs).
 fn normalize(v: &mut Value) {
     match v {
         Value::Object(o) => {
@@ -61,6 +62,13 @@ fn normalize(v: &mut Value) {
                     }
                 }
                 normalize(x);
+                // The summary's groups are ordered by their key, runtime included: sorted
+                // again without it.
+                if k == "groups" {
+                    if let Some(a) = x.as_array_mut() {
+                        a.sort_by_cached_key(|g| g.to_string());
+                    }
+                }
             }
         }
         Value::Array(a) => a.iter_mut().for_each(normalize),
