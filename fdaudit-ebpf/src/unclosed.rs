@@ -57,15 +57,16 @@ pub fn closed(regs: u64) {
     }
 }
 
-/// Writes `new` over the entry at `e` in the order a reader relies on: closed first (a
-/// live fd replaced by dup2), the fields, the check word, the time last.
+/// Writes `new` over the entry at `e`: the fields, the check word, the time last. A copy
+/// that mixes the old entry's words with the new one's fails the check (a reader reads it
+/// again); the entry is not marked closed on the way, which would hide a live fd (a dup2
+/// over it, a close-on-exec change) from a read made meanwhile.
 ///
 /// # Safety
 /// `e` comes from a lookup of UNCLOSED_LIVE in this program run.
 #[inline(always)]
 unsafe fn rewrite(e: *mut UnclosedLive, new: &UnclosedLive) {
     use core::ptr::{addr_of_mut, write_volatile};
-    write_volatile(addr_of_mut!((*e).time_ns), 0);
     write_volatile(addr_of_mut!((*e).stack_id), new.stack_id);
     write_volatile(addr_of_mut!((*e).call), new.call);
     write_volatile(addr_of_mut!((*e).cloexec), new.cloexec);

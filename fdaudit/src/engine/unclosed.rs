@@ -557,8 +557,9 @@ mod tests {
     fn a_copy_mixing_two_writes_of_an_entry_is_torn_and_read_again() {
         let (old, new) = (live(100, 7), live(200, 9));
         assert_eq!(old.state(), LiveState::Live);
-        // The kernel's order: time 0, the fields, the check, the time. A copy taken at any
-        // point of it, field by field in any order, is closed, torn or one of the two.
+        // The kernel's order: the fields, the check, the time. A copy taken at any point of
+        // it, field by field in any order, is torn or one of the two (closed, if the old
+        // entry was).
         let mut closed = old;
         closed.time_ns = 0;
         assert_eq!(closed.state(), LiveState::Closed);
