@@ -250,8 +250,8 @@ impl LiveMaps {
         })
     }
 
-    /// Removes the closed entries of processes that are gone (a live process's closed
-    /// entries stay: its next fd of that number rewrites them in place).
+    /// Removes the closed entries of processes that are gone or zombies (a running
+    /// process's closed entries stay: its next fd of that number rewrites them in place).
     fn sweep_closed(&mut self, closed: &[u64]) {
         let mut gone: StdHashMap<u32, bool> = StdHashMap::new();
         let Ok(mut map) = HashMap::<&mut MapData, u64, UnclosedLive>::try_from(&mut self.live)
@@ -262,7 +262,7 @@ impl LiveMaps {
             let pid = (key >> 32) as u32;
             let is_gone = *gone
                 .entry(pid)
-                .or_insert_with(|| !std::path::Path::new(&format!("/proc/{pid}")).exists());
+                .or_insert_with(|| !crate::procfs_util::alive(pid));
             if is_gone {
                 let _ = map.remove(&key);
             }
