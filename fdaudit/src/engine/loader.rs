@@ -13,7 +13,8 @@
 //! - the exec program is verified on its own thread (the verifier's time on it is the long
 //!   pole on most kernels) while this one loads the others and then attaches the fork and
 //!   exit hooks, the failed-exec programs and tp's syscall counters;
-//! - the rest is attached, the scheduler hooks first.
+//! - the rest is attached, the scheduler hooks first; where a cgroup is followed, the fork
+//!   hook, which begins tracing its processes, comes last of all.
 //!
 //! The probes' cost is not measured here: the session measures it when the first spawn
 //! needs it ([`super::calibrate`]), so a trace whose spawns make no counted syscall never
@@ -89,6 +90,9 @@ pub(super) const CALIBRATION_CLOSES: u32 = 2_000;
 
 /// The exec program, whose bounded variant loads differently.
 const EXEC: &str = "sched_process_exec";
+
+/// The fork program: where a followed cgroup's processes begin to be traced.
+const FORK: &str = "sched_process_fork";
 
 /// The object with its programs attached.
 pub(super) struct LoadedObject {
@@ -253,6 +257,13 @@ struct Plan {
     want_failed_exec: bool,
     /// tp is chosen, or auto's first try: its programs load with the others.
     tries_tp: bool,
+    /// A cgroup is followed (`--cgroup`, `watch`): the fork program begins tracing its
+    /// processes on its own, so it is attached last, once every program that sees a traced
+    /// process is. Attached before the exec program, a child forked and exec'd in between
+    /// was traced with its exec unseen (reported `exec_missed`, with no path nor
+    /// container); before the syscall counters or `unclosed`'s programs, with calls or fds
+    /// uncounted. A traced command or `--pid` tree is added by fdaudit after the attach.
+    fork_last: bool,
 }
 
 /// raw-tp's syscall counters, `--reads`'s sys_exit with `reads`.
@@ -286,6 +297,7 @@ impl Plan {
             want_failed_exec,
             tries_tp: opts.counting.syscalls()
                 && matches!(opts.backend, BackendChoice::Tp | BackendChoice::Auto),
+            fork_last: opts.cgroup.is_some(),
         };
         plan.names = plan
             .sched
@@ -315,6 +327,17 @@ impl Plan {
     fn bounded(&self, p: &ProgramSpec) -> bool {
         self.exec_walk == ExecWalk::Bounded && p.name == EXEC
     }
+
+    /// Whether `name` waits for [`attach_programs`]' end ([`Plan::fork_last`]).
+    fn attached_last(&self, name: &str) -> bool {
+        self.fork_last && name == FORK
+    }
+
+    /// Whether `name` may be attached while the exec program is verified ([`load_all`]):
+    /// a scheduler hook but the exec one and the fork one of a followed cgroup.
+    fn attached_early(&self, name: &str) -> bool {
+        name != EXEC && !self.attached_last(name)
+    }
 }
 
 /// One load result per [`Plan::names`] entry (None: the object has no such program).
@@ -335,7 +358,8 @@ struct Early {
 /// scheduler hooks first (a spawn never has syscall counts without its fork), then the
 /// syscall counters, then the optional failed-exec programs. The fork and exit hooks, the
 /// failed-exec programs and tp's counters come earlier, beside the exec program's verifier
-/// ([`load_all`]), while no process is traced.
+/// ([`load_all`]), while no process is traced; the fork hook of a followed cgroup comes
+/// after everything ([`Plan::fork_last`]).
 fn attach_programs(
     bpf: &mut Ebpf,
     kernel: &KernelBtf,
@@ -355,16 +379,18 @@ fn attach_programs(
     for (name, attached) in early.sched {
         attached.with_context(|| format!("failed to start program {name}"))?;
     }
-    for spec in &plan.sched {
-        if attached_early.contains(&spec.name) {
-            continue;
-        }
+    let attach_sched = |bpf: &mut Ebpf, spec: &ProgramSpec| {
         let attached = if plan.bounded(spec) {
             ebpf::load_and_attach(bpf, spec)
         } else {
             ebpf::attach_loaded(bpf, spec)
         };
-        attached.with_context(|| format!("failed to start program {}", spec.name))?;
+        attached.with_context(|| format!("failed to start program {}", spec.name))
+    };
+    for spec in &plan.sched {
+        if !attached_early.contains(&spec.name) && !plan.attached_last(spec.name) {
+            attach_sched(bpf, spec)?;
+        }
     }
     let (backend, fallback, aya_btf_ms) =
         attach_syscall_counters(bpf, kernel, opts, &plan, early.tp)?;
@@ -379,6 +405,9 @@ fn attach_programs(
         && early.failed_exec.unwrap_or_else(|| {
             crate::sys::ensure_tracefs() && ebpf::attach_failed_exec_loaded(bpf).is_ok()
         });
+    for spec in plan.sched.iter().filter(|s| plan.attached_last(s.name)) {
+        attach_sched(bpf, spec)?;
+    }
     Ok(Attached {
         backend,
         fallback,
@@ -414,8 +443,9 @@ fn load_all(bpf: &mut Ebpf, plan: &Plan) -> (LoadResults, Early) {
         // While the exec program is verified (the long pole: this thread's loads end
         // before it), what can be attached before it is: the fork
         // and exit hooks (exec's comes after fork's, as before), the failed-exec programs, then
-        // tp's counters. No process is traced yet (the maps are this load's), so the order
-        // counts nothing wrong. Only when every load here worked (the optional failed-exec
+        // tp's counters. No process is traced yet (the maps are this load's; a followed
+        // cgroup's fork hook, which would trace its processes, waits: Plan::fork_last), so
+        // the order counts nothing wrong. Only when every load here worked (the optional failed-exec
         // ones apart): a failure is reported as before.
         let optional = |i: usize| ebpf::failed_exec_program(names[i]).is_some();
         if done.iter().all(|(i, r)| r.is_ok() || optional(*i)) {
@@ -423,7 +453,7 @@ fn load_all(bpf: &mut Ebpf, plan: &Plan) -> (LoadResults, Early) {
                 let spec = plan
                     .sched
                     .iter()
-                    .find(|s| s.name == names[*i] && s.name != EXEC);
+                    .find(|s| s.name == names[*i] && plan.attached_early(s.name));
                 if let Some(spec) = spec {
                     early
                         .sched
