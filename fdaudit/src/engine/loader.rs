@@ -29,7 +29,11 @@ use aya::{
 };
 use fdaudit_common::{TaskState, MAP_EVENTS, MAP_TRACKED};
 
-use super::{counting::Counting, drain, handover};
+use super::{
+    counting::Counting,
+    drain, handover,
+    load_plan::{raw_syscall_specs, Plan, EXEC},
+};
 use crate::{
     engine::ebpf::{self, Backend, BackendChoice, ExecWalk, KernelBtf, LoadError, ProgramSpec},
     sys,
@@ -87,12 +91,6 @@ pub struct StartupTimings {
 /// close() calls timed per calibration batch (best of 3, traced and untraced): enough for a
 /// per-call cost within a few percent on an idle machine, short enough to pay at start.
 pub(super) const CALIBRATION_CLOSES: u32 = 2_000;
-
-/// The exec program, whose bounded variant loads differently.
-const EXEC: &str = "sched_process_exec";
-
-/// The fork program: where a followed cgroup's processes begin to be traced.
-const FORK: &str = "sched_process_fork";
 
 /// The object with its programs attached.
 pub(super) struct LoadedObject {
@@ -240,106 +238,6 @@ struct Attached {
     aya_btf_ms: f64,
 }
 
-/// Which programs a session loads, and in what order they are attached.
-struct Plan {
-    /// The scheduler programs (fork, exec, exit).
-    sched: Vec<&'static ProgramSpec>,
-    /// The raw-tracepoint syscall counters, when raw-tp is chosen.
-    raw_syscalls: Vec<&'static ProgramSpec>,
-    /// Every program loaded in one go: the required ones, then the optional failed-exec ones,
-    /// then tp's entry programs where tp is tried.
-    names: Vec<&'static str>,
-    /// How many of `names` are required.
-    required: usize,
-    /// Where the failed-exec ones end in `names` (tp's follow).
-    failed_exec_end: usize,
-    exec_walk: ExecWalk,
-    want_failed_exec: bool,
-    /// tp is chosen, or auto's first try: its programs load with the others.
-    tries_tp: bool,
-    /// A cgroup is followed (`--cgroup`, `watch`): the fork program begins tracing its
-    /// processes on its own, so it is attached last, once every program that sees a traced
-    /// process is. Attached before the exec program, a child forked and exec'd in between
-    /// was traced with its exec unseen (reported `exec_missed`, with no path nor
-    /// container); before the syscall counters or `unclosed`'s programs, with calls or fds
-    /// uncounted. A traced command or `--pid` tree is added by fdaudit after the attach.
-    fork_last: bool,
-}
-
-/// raw-tp's syscall counters, `--reads`'s sys_exit with `reads`.
-fn raw_syscall_specs(reads: bool) -> impl Iterator<Item = &'static ProgramSpec> {
-    ebpf::PROGRAMS
-        .iter()
-        .filter(move |p| p.syscall && (reads || !p.reads_only))
-}
-
-impl Plan {
-    fn new(opts: &SessionOptions, exec_walk: ExecWalk) -> Self {
-        let sched: Vec<&ProgramSpec> = ebpf::PROGRAMS.iter().filter(|p| !p.syscall).collect();
-        // Loaded with the others only when chosen: auto tries tp first
-        // (attach_syscall_counters) and loads raw-tp's programs only if it falls back.
-        let raw_syscalls: Vec<&ProgramSpec> = match (opts.counting.syscalls(), opts.backend) {
-            (true, BackendChoice::RawTp) => raw_syscall_specs(opts.counting.reads()).collect(),
-            _ => Vec::new(),
-        };
-        // Optional (see ebpf::FAILED_EXEC_PROGRAMS); needless with --no-syscalls, which does
-        // not count exec attempts and so reports no failed exec. FDAUDIT_FAILED_EXEC=0 leaves
-        // them out: the overhead benchmark's switch (bench/trace/overhead.py).
-        let want_failed_exec = opts.counting.syscalls()
-            && std::env::var_os("FDAUDIT_FAILED_EXEC").is_none_or(|v| v != "0");
-        let mut plan = Plan {
-            sched,
-            raw_syscalls,
-            names: Vec::new(),
-            required: 0,
-            failed_exec_end: 0,
-            exec_walk,
-            want_failed_exec,
-            tries_tp: opts.counting.syscalls()
-                && matches!(opts.backend, BackendChoice::Tp | BackendChoice::Auto),
-            fork_last: opts.cgroup.is_some(),
-        };
-        plan.names = plan
-            .sched
-            .iter()
-            .filter(|p| !plan.bounded(p))
-            .chain(&plan.raw_syscalls)
-            .map(|p| p.name)
-            .collect();
-        plan.required = plan.names.len();
-        if want_failed_exec {
-            plan.names
-                .extend(ebpf::FAILED_EXEC_PROGRAMS.map(|(n, _)| n));
-        }
-        plan.failed_exec_end = plan.names.len();
-        // tp's entry programs, where tp is tried: loaded in the same batch, beside the exec
-        // program's verifier (rather than on their own after it); attaching them is still
-        // attach_syscall_counters' choice (a failed load is retried there, for its error).
-        if plan.tries_tp {
-            plan.names
-                .extend(ebpf::TP_PROGRAMS.iter().filter(|p| p.here).map(|p| p.name));
-        }
-        plan
-    }
-
-    /// The bounded exec walk (5.10, 5.15) fills a tail-call map between its loads: it
-    /// keeps its own sequence, after the others.
-    fn bounded(&self, p: &ProgramSpec) -> bool {
-        self.exec_walk == ExecWalk::Bounded && p.name == EXEC
-    }
-
-    /// Whether `name` waits for [`attach_programs`]' end ([`Plan::fork_last`]).
-    fn attached_last(&self, name: &str) -> bool {
-        self.fork_last && name == FORK
-    }
-
-    /// Whether `name` may be attached while the exec program is verified ([`load_all`]):
-    /// a scheduler hook but the exec one and the fork one of a followed cgroup.
-    fn attached_early(&self, name: &str) -> bool {
-        name != EXEC && !self.attached_last(name)
-    }
-}
-
 /// One load result per [`Plan::names`] entry (None: the object has no such program).
 type LoadResults = Vec<Option<Result<(), LoadError>>>;
 
@@ -366,7 +264,12 @@ fn attach_programs(
     opts: &SessionOptions,
     exec_walk: ExecWalk,
 ) -> Result<Attached> {
-    let plan = Plan::new(opts, exec_walk);
+    let plan = Plan::new(
+        opts.counting,
+        opts.backend,
+        opts.cgroup.is_some(),
+        exec_walk,
+    );
     let (mut results, early) = load_all(bpf, &plan);
     results.truncate(plan.failed_exec_end); // tp's results: attach_tp reports its own
     let failed_exec_loaded = results.split_off(plan.required);

@@ -24,6 +24,7 @@ pub mod handover;
 mod ia32;
 mod jit;
 pub mod lifetime;
+mod load_plan;
 mod loader;
 pub mod maker;
 mod names;
