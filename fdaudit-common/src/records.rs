@@ -285,6 +285,10 @@ pub struct ExitRecord {
     pub parent_pid: u32,
     pub fork_ns: u64,
     pub exit_ns: u64,
+    /// The cgroup (v2) the process exited in (bpf_get_current_cgroup_id): a spawn reported
+    /// at its exit (a failed exec, an exec the kernel skipped the program of) names its
+    /// cgroup and container by it.
+    pub cgroup_id: u64,
     /// 1 when the process exited without ever exec'ing (a fork-only child).
     pub never_execd: u32,
     pub exit_code: u32,

@@ -1,7 +1,7 @@
 //! Exit: one record when a traced process's thread group dies.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_comm, bpf_ktime_get_ns},
+    helpers::{bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_ktime_get_ns},
     macros::raw_tracepoint,
     programs::RawTracePointContext,
 };
@@ -55,6 +55,8 @@ fn try_sched_process_exit() -> Result<(), i64> {
             parent_pid: st.parent_pid,
             fork_ns: st.fork_ns,
             exit_ns: unsafe { bpf_ktime_get_ns() },
+            // SAFETY: a helper without arguments.
+            cgroup_id: unsafe { bpf_get_current_cgroup_id() },
             never_execd: u32::from(never_execd),
             exit_code: exit_code as u32,
             comm: bpf_get_current_comm().unwrap_or_default(),

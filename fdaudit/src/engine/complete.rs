@@ -11,13 +11,8 @@ use aya::maps::{HashMap as AyaHashMap, MapData};
 use fdaudit_common::FailedExec;
 
 use super::{
-    exec_parent::ExecParents,
-    fdtarget::cstr,
-    flags::SpawnFlags,
-    ia32::Ia32Images,
-    process::Processes,
-    runtimes,
-    spawn::{Event, Spawn},
+    exec_parent::ExecParents, fdtarget::cstr, flags::SpawnFlags, ia32::Ia32Images,
+    process::Processes, runtimes, spawn::Event,
 };
 use crate::{
     cgroup::{Hierarchy, Identity},
@@ -78,10 +73,18 @@ impl Completion {
         self.runtimes.get_or_insert_with(Default::default);
     }
 
-    /// As a spawn is decoded: its cgroup identity, and the parent of one picked up at its
-    /// exec by `--cgroup` (its fork was not seen) from /proc while the process runs (named
-    /// by [`Completion::finish`]).
-    pub fn identify(&mut self, s: &mut Spawn) {
+    /// As an event is decoded: its spawn's cgroup identity (a spawn reported at its exit, a
+    /// failed exec or an exec unseen, by the cgroup it exited in), and the parent of one
+    /// picked up at its exec by `--cgroup` (its fork was not seen) from /proc while the
+    /// process runs (named by [`Completion::finish`]).
+    pub fn identify(&mut self, ev: &mut Event) {
+        let s = match ev {
+            Event::Spawn(s) => s,
+            Event::Exit(e) => match e.failed_exec.as_mut() {
+                Some(s) => s,
+                None => return,
+            },
+        };
         if let (Some(id), Some(h)) = (s.identity.cgroup_id, &mut self.cgroups) {
             s.identity = match &mut self.agent_identities {
                 Some(known) => {

@@ -484,6 +484,8 @@ pub fn failed_exec_from_exit(rec: &ExitRecord, counting: Counting) -> Option<Spa
     s.exec_attempts = rec.counters.exec_attempts.max(u32::from(missed));
     s.exec_ns = rec.exit_ns;
     s.flags |= SpawnFlags::from_bits_retain(rec.header.flags) & SpawnFlags::EXEC_MISSED;
+    // Named by Completion::identify, as an exec record's is.
+    s.identity.cgroup_id = (rec.cgroup_id != 0).then_some(rec.cgroup_id);
     Some(s)
 }
 
@@ -821,6 +823,7 @@ mod tests {
             parent_pid: 7,
             fork_ns: 1_000,
             exit_ns: 5_000,
+            cgroup_id: 0,
             never_execd: 1,
             exit_code: 0,
             comm: *b"bash\0\0\0\0\0\0\0\0\0\0\0\0",
@@ -836,12 +839,14 @@ mod tests {
         assert_eq!(failed.exec_attempts, 2);
         assert_eq!(&failed.parent_comm[..], b"bash");
         assert!(failed.flags.is_empty());
+        assert_eq!(failed.identity.cgroup_id, None, "no cgroup said");
 
         // The exec succeeded but its program was skipped (sys_enter may have been too).
         rec.never_execd = 0;
         rec.counters.exec_attempts = 0;
         rec.header.flags = fdaudit_common::flags::EXEC_MISSED;
         rec.comm = *b"true\0\0\0\0\0\0\0\0\0\0\0\0";
+        rec.cgroup_id = 4242;
         let missed = failed_exec_from_exit(&rec, Counting::Syscalls).expect("a spawn");
         assert!(missed.exec_ok);
         assert_eq!(missed.exec_attempts, 1);
@@ -852,5 +857,10 @@ mod tests {
             "the comm is the new image's, not the parent's"
         );
         assert_eq!(missed.window_ns, 4_000);
+        assert_eq!(
+            missed.identity.cgroup_id,
+            Some(4242),
+            "the cgroup it exited in"
+        );
     }
 }

@@ -432,9 +432,7 @@ impl Session {
             if self.is_ignored(&ev) {
                 continue;
             }
-            if let Event::Spawn(s) = &mut ev {
-                self.completion.identify(s);
-            }
+            self.completion.identify(&mut ev);
             out.push(ev);
         }
         out
