@@ -67,6 +67,9 @@ pub struct Reconciled {
     pub forget: Vec<(u32, i32)>,
 }
 
+/// The last of the standard fds.
+const STDERR: i32 = 2;
+
 /// Holds `entries` against the live processes' `tables` (pid -> table; a pid without one
 /// has exited) and the fds each root had at attach.
 pub fn reconcile(
@@ -91,13 +94,20 @@ pub fn reconcile(
         if tables.contains_key(&pid) {
             continue;
         }
-        out.outstanding
-            .extend(list.iter().map(|e| outstanding(e, true)));
         out.forget.extend(list.iter().map(|e| (e.pid, e.fd)));
+        // What it held at its exit, as valgrind's `--track-fds` lists it: not its stdio
+        // (0-2), which a shell's redirection or a command substitution's subshell points
+        // elsewhere with a dup2 and a process never closes.
+        let held: Vec<&&LiveEntry> = list.iter().filter(|e| e.fd > STDERR).collect();
+        if held.is_empty() {
+            continue;
+        }
+        out.outstanding
+            .extend(held.iter().map(|e| outstanding(e, true)));
         out.procs.push(ProcSummary {
             pid,
-            open: list.len() as u64,
-            outstanding: list.len() as u64,
+            open: held.len() as u64,
+            outstanding: held.len() as u64,
             exited: true,
             ..Default::default()
         });

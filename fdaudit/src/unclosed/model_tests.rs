@@ -86,6 +86,31 @@ fn an_exited_process_reports_its_entries_and_drops_them() {
 }
 
 #[test]
+fn an_exited_process_s_stdio_is_not_what_it_held() {
+    // A command substitution's subshell: its stdout dup2'd onto the pipe, then exit; and
+    // one that also kept fd 7.
+    let entries = [
+        e(12, 1, 3, OriginCall::Dup2, 1),
+        e(13, 1, 3, OriginCall::Dup2, 2),
+        e(13, 7, 4, OriginCall::Open, 3),
+    ];
+    let r = reconcile(&entries, &BTreeMap::new(), &HashMap::new());
+    assert_eq!(r.outstanding.len(), 1, "{:?}", r.outstanding);
+    assert_eq!((r.outstanding[0].pid, r.outstanding[0].fd), (13, 7));
+    assert_eq!(
+        r.procs.len(),
+        1,
+        "no row for a process that held nothing of its own"
+    );
+    assert_eq!((r.procs[0].pid, r.procs[0].outstanding), (13, 1));
+    assert_eq!(
+        r.forget.len(),
+        3,
+        "every entry of a gone process is dropped"
+    );
+}
+
+#[test]
 fn groups_are_worst_first_with_calls_samples_and_age() {
     let out: Vec<Outstanding> = [
         e(1, 3, 7, OriginCall::Openat, 100),
