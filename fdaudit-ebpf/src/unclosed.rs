@@ -89,7 +89,7 @@ pub fn full(ctx: &RawTracePointContext, p: &OriginPending, errno: u32) {
     }
     // SAFETY: a helper without arguments.
     let time_ns = unsafe { bpf_ktime_get_ns() };
-    let site = site(ctx, tgid, u32::MAX, time_ns);
+    let site = site(ctx, tgid, u32::MAX, time_ns, None);
     let first = UnclosedFull {
         time_ns,
         count: 1,
@@ -116,9 +116,20 @@ struct Site {
 /// The call site of the current user stack (frame pointers, then the caller's return
 /// address at the stack id's slot), its words kept the first time it is seen; the stack id
 /// is negative when bpf_get_stackid failed (the map full, no user stack). Before userspace
-/// has learned the slot, the call's own words are kept under (`tgid`, `fd`).
+/// has learned the slot, the call's own words are kept under (`tgid`, `fd`). `prev`: the
+/// site of the entry this call's fd is written over (stack id, ra, ra_from), whose writer
+/// looked its site up: the same site needs no look-up of UNCLOSED_SITES (a process opens
+/// its fd numbers again and again from the same code). Its words are read as they are: a
+/// mix of two writes that a thread sharing the fd number races in could only skip keeping
+/// a site's words, never name another site.
 #[inline(always)]
-fn site(ctx: &RawTracePointContext, tgid: u32, fd: u32, time_ns: u64) -> Site {
+fn site(
+    ctx: &RawTracePointContext,
+    tgid: u32,
+    fd: u32,
+    time_ns: u64,
+    prev: Option<(u32, u64, u32)>,
+) -> Site {
     let id = match ctx.get_stackid(&UNCLOSED_STACKS, BPF_F_USER_STACK as u64) {
         Ok(id) => id as u32,
         Err(e) => {
@@ -151,9 +162,10 @@ fn site(ctx: &RawTracePointContext, tgid: u32, fd: u32, time_ns: u64) -> Site {
         _pad: 0,
         ra: if from == ra_from::WORD { ra } else { 0 },
     };
+    let seen_here = from != ra_from::PENDING && prev == Some((id, ra, from));
     // By reference: no copy of the key per call.
     #[allow(clippy::needless_borrows_for_generic_args)]
-    let new = UNCLOSED_SITES.get_ptr(&key).is_none();
+    let new = !seen_here && UNCLOSED_SITES.get_ptr(&key).is_none();
     if new || from == ra_from::PENDING {
         let sp = if slot == ra_slot::NONE { user_sp() } else { sp };
         keep_words(
@@ -245,9 +257,22 @@ pub fn made(
     }
     // SAFETY: a helper without arguments.
     let time_ns = unsafe { bpf_ktime_get_ns() };
+    // The entry the first fd is written over, looked up once: its site, then its write.
+    let first = UNCLOSED_LIVE.get_ptr_mut(u64::from(tgid) << 32 | u64::from(fds[0] as u32));
+    let prev = first.map(|e| {
+        use core::ptr::{addr_of, read_volatile};
+        // SAFETY: pointer from the lookup just made, valid for this program run.
+        unsafe {
+            (
+                read_volatile(addr_of!((*e).stack_id)) as u32,
+                read_volatile(addr_of!((*e).ra)),
+                read_volatile(addr_of!((*e).ra_from)),
+            )
+        }
+    });
     // A call that made several fds (pipe, socketpair, recvmsg) keeps its words under the
     // first.
-    let site = site(ctx, tgid, fds[0] as u32, time_ns);
+    let site = site(ctx, tgid, fds[0] as u32, time_ns, prev);
     let mut entry = UnclosedLive {
         time_ns,
         stack_id: site.stack_id,
@@ -270,7 +295,12 @@ pub fn made(
             continue;
         }
         let key = u64::from(tgid) << 32 | fd as u64;
-        if let Some(e) = UNCLOSED_LIVE.get_ptr_mut(key) {
+        let found = if i == 0 {
+            first
+        } else {
+            UNCLOSED_LIVE.get_ptr_mut(key)
+        };
+        if let Some(e) = found {
             // SAFETY: pointer from the lookup just made.
             unsafe { rewrite(e, &entry) };
             continue;
