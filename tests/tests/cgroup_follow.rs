@@ -188,7 +188,7 @@ fn trace_cgroup(way: Option<&str>) {
     let _g = fdaudit_tests::guard();
     let _serial = serial();
     let s = Setup::new("cgtrace");
-    let (spawns, out) = traced(&s, way, &["--no-syscalls"], || {
+    let (spawns, out) = traced(&s, way, &["--no-syscalls"], None, || {
         s.run_outside(2);
         s.run_inside(3);
     });
@@ -225,7 +225,7 @@ fn a_failed_exec_in_the_cgroup_is_named_by_its_cgroup() {
     let _g = fdaudit_tests::guard();
     let _serial = serial();
     let s = Setup::new("cgfail");
-    let (spawns, out) = traced(&s, None, &[], || {
+    let (spawns, out) = traced(&s, None, &[], None, || {
         s.fail_inside();
         s.run_inside(1);
     });
@@ -245,6 +245,7 @@ fn traced(
     s: &Setup,
     way: Option<&str>,
     args: &[&str],
+    pause: Option<(&str, &dyn Fn())>,
     work: impl FnOnce(),
 ) -> (Vec<Value>, String) {
     let mut cmd = Command::new(fdaudit());
@@ -252,6 +253,9 @@ fn traced(
     fdaudit_tests::default_stop_signals(&mut cmd);
     if let Some(w) = way {
         cmd.env("FDAUDIT_CGROUP_FILTER", w);
+    }
+    if let Some((step, _)) = pause {
+        cmd.env("FDAUDIT_TEST_PAUSE", step);
     }
     let mut t = Reaped(
         cmd.args(["trace", "--json", "--cgroup", &s.rel])
@@ -262,6 +266,12 @@ fn traced(
             .spawn()
             .expect("start fdaudit trace"),
     );
+    if let Some((step, at_pause)) = pause {
+        held_at(&mut t.0, step);
+        at_pause();
+        // SAFETY: signalling our own child.
+        assert_eq!(unsafe { libc::kill(t.0.id() as i32, libc::SIGCONT) }, 0);
+    }
     // With --json and no command every record is on stdout, the header first.
     let mut reader = std::io::BufReader::new(t.0.stdout.take().expect("stdout"));
     let mut out = String::new();
@@ -311,68 +321,15 @@ fn a_spawn_made_while_trace_cgroup_starts_is_not_half_seen() {
     let _g = fdaudit_tests::guard();
     let _serial = serial();
     let s = Setup::new("cgstart");
-    let mut cmd = Command::new(fdaudit());
-    fdaudit_tests::default_stop_signals(&mut cmd);
-    let mut t = Reaped(
-        cmd.env("FDAUDIT_TEST_PAUSE", "early-attach")
-            .args(["trace", "--json", "--cgroup", &s.rel])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start fdaudit trace"),
-    );
-    let pid = t.0.id();
-    let mut err = std::io::BufReader::new(t.0.stderr.take().expect("stderr"));
-    let mut said = String::new();
-    while !said.contains("paused early-attach") {
-        let mut line = String::new();
-        if err.read_line(&mut line).expect("read trace's stderr") == 0 {
-            panic!("trace never reached its early-attach pause: {said}");
-        }
-        said.push_str(&line);
-    }
-    let stopped = || {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|s| Some(s[s.rfind(')')? + 2..].starts_with('T')))
-            .unwrap_or(false)
-    };
-    let t0 = Instant::now();
-    while !stopped() {
-        assert!(t0.elapsed() < Duration::from_secs(30), "trace did not stop");
-        std::thread::sleep(Duration::from_millis(5));
-    }
     // Forked, exec'd and exited while the fork and exit hooks could be attached and the exec
-    // one was not.
-    s.run_inside(2);
-    // SAFETY: signalling our own child.
-    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGCONT) }, 0);
-    let mut reader = std::io::BufReader::new(t.0.stdout.take().expect("stdout"));
-    let mut out = String::new();
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line).expect("read trace's output") == 0 {
-            panic!("trace ended before tracing: {out}");
-        }
-        out.push_str(&line);
-        if line.contains("Ctrl-C to stop") {
-            break;
-        }
-    }
-    s.run_inside(2);
-    std::thread::sleep(Duration::from_millis(500));
-    // SAFETY: signalling our own child.
-    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGINT) }, 0);
-    reader
-        .read_to_string(&mut out)
-        .expect("read trace's output");
-    let st = t.0.wait().expect("wait for trace");
-    assert_eq!(st.code(), Some(130), "trace failed ({st}): {out}");
-    let spawns: Vec<Value> = fdaudit_tests::records(&out)
-        .into_iter()
-        .filter(|v| v["type"] == "spawn")
-        .collect();
+    // one was not; then two more once it traces.
+    let (spawns, out) = traced(
+        &s,
+        None,
+        &[],
+        Some(("early-attach", &|| s.run_inside(2))),
+        || s.run_inside(2),
+    );
     for v in &spawns {
         assert!(
             !v["flags"]
@@ -391,4 +348,29 @@ fn a_spawn_made_while_trace_cgroup_starts_is_not_half_seen() {
         })
         .count();
     assert_eq!(named, 2, "the spawns made once it traced, whole: {out}");
+}
+
+/// Waits until `trace` says it is paused at `step` (on its stderr) and has stopped itself.
+fn held_at(trace: &mut std::process::Child, step: &str) {
+    let pid = trace.id();
+    let mut err = std::io::BufReader::new(trace.stderr.take().expect("stderr"));
+    let mut said = String::new();
+    while !said.contains(&format!("paused {step}")) {
+        let mut line = String::new();
+        if err.read_line(&mut line).expect("read trace's stderr") == 0 {
+            panic!("trace never reached its {step} pause: {said}");
+        }
+        said.push_str(&line);
+    }
+    let stopped = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| Some(s[s.rfind(')')? + 2..].starts_with('T')))
+            .unwrap_or(false)
+    };
+    let t0 = Instant::now();
+    while !stopped() {
+        assert!(t0.elapsed() < Duration::from_secs(30), "trace did not stop");
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
