@@ -107,12 +107,14 @@ impl Plan {
         self.exec_walk == ExecWalk::Bounded && p.name == EXEC
     }
 
-    /// Whether `name` waits for [`attach_programs`]' end ([`Plan::fork_last`]).
+    /// Whether `name` waits for the end of the loader's `attach_programs`
+    /// ([`Plan::fork_last`]).
     pub(super) fn attached_last(&self, name: &str) -> bool {
         self.fork_last && name == FORK
     }
 
-    /// Whether `name` may be attached while the exec program is verified ([`load_all`]):
+    /// Whether `name` may be attached while the exec program is verified (the loader's
+    /// `load_all`):
     /// a scheduler hook but the exec one and the fork one of a followed cgroup.
     pub(super) fn attached_early(&self, name: &str) -> bool {
         name != EXEC && !self.attached_last(name)
