@@ -114,8 +114,7 @@ impl Plan {
     }
 
     /// Whether `name` may be attached while the exec program is verified (the loader's
-    /// `load_all`):
-    /// a scheduler hook but the exec one and the fork one of a followed cgroup.
+    /// `load_all`): a scheduler hook but the exec one and the fork one of a followed cgroup.
     pub(super) fn attached_early(&self, name: &str) -> bool {
         name != EXEC && !self.attached_last(name)
     }
