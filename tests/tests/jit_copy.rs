@@ -83,6 +83,14 @@ fn wait_until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     }
 }
 
+/// The whole records fdaudit has written to `out` so far (read while it writes: the lines
+/// up to the last newline), None before its header is there.
+fn written(out: &std::path::Path) -> Option<Vec<Value>> {
+    let text = std::fs::read_to_string(out).ok()?;
+    let whole = &text[..text.rfind('\n')? + 1];
+    Some(records(whole))
+}
+
 /// The leaked fds of `text`'s spawns whose target is `path`.
 fn leaked_path(all: &[Value], path: &str) -> Vec<Value> {
     leaked(all)
@@ -130,8 +138,7 @@ fn a_java_file_opened_through_open64_names_the_compiled_method() {
     std::fs::write(dir.0.join("go"), b"").unwrap();
     // jspawnhelper's spawn record (the JVM's child, which execs /bin/true after it).
     let spawned = || {
-        let text = std::fs::read_to_string(&out).ok()?;
-        let all = records(&text);
+        let all = written(&out)?;
         of_type(&all, "spawn")
             .iter()
             .any(|s| s["pid"] != pid && s["parent_pid"] == pid)
@@ -230,8 +237,7 @@ fn a_node_open_sync_fd_passed_in_stdio_names_the_spawning_function_and_the_open(
             .expect("run fdaudit trace"),
     );
     let found = wait_until("/bin/true's spawn is reported", || {
-        let text = std::fs::read_to_string(&out).ok()?;
-        let all = records(&text);
+        let all = written(&out)?;
         let sp = of_type(&all, "spawn");
         let s = sp.iter().find(|s| s["exec_path"] == "/bin/true")?;
         Some((
