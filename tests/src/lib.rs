@@ -312,6 +312,14 @@ pub fn leaked_fd(text: &str, exec_path: &str, target: &str) -> Value {
         .clone()
 }
 
+/// The whole lines fdaudit has written to `path` so far (read while it writes: up to the
+/// last newline); empty when it has written none or the file is not there yet.
+pub fn whole_lines(path: &std::path::Path) -> String {
+    let mut text = std::fs::read_to_string(path).unwrap_or_default();
+    text.truncate(text.rfind('\n').map_or(0, |i| i + 1));
+    text
+}
+
 /// Every line of a JSON records stream, parsed and checked against the schema: each is an
 /// object with a "type", the first is the header. Panics naming the line otherwise.
 pub fn records(text: &str) -> Vec<Value> {

@@ -86,9 +86,8 @@ fn wait_until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
 /// The whole records fdaudit has written to `out` so far (read while it writes: the lines
 /// up to the last newline), None before its header is there.
 fn written(out: &std::path::Path) -> Option<Vec<Value>> {
-    let text = std::fs::read_to_string(out).ok()?;
-    let whole = &text[..text.rfind('\n')? + 1];
-    Some(records(whole))
+    let whole = fdaudit_tests::whole_lines(out);
+    (!whole.is_empty()).then(|| records(&whole))
 }
 
 /// The leaked fds of `text`'s spawns whose target is `path`.

@@ -154,8 +154,7 @@ pub(crate) fn run_ok(cmd: &mut Command, what: &str) {
 
 /// The records of each complete report in `out` (a report ends with its processes).
 pub(crate) fn reports(out: &Path, pid: u32) -> (usize, Vec<Vec<Value>>) {
-    let text = std::fs::read_to_string(out).unwrap_or_default();
-    let whole = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
+    let whole = fdaudit_tests::whole_lines(out);
     let mut all: Vec<Vec<Value>> = Vec::new();
     for line in whole.lines() {
         let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
