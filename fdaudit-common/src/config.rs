@@ -74,9 +74,10 @@ pub struct Config {
     pub magic: u32,
     /// `trace --cgroup`: depth of the followed cgroup below the cgroup2 root (root = 0).
     pub cgroup_level: u32,
-    /// Non-zero: the kernel has bpf_get_current_task_btf (5.11+). Zero: the programs do
-    /// not call it (the compat check and `--reads`' fd lookup take probe-reads instead).
-    /// Also keeps `cgroup_id` 8-aligned.
+    /// Which BTF-typed task helpers the programs may call ([`task_btf`]): from
+    /// bpf_get_current_task_btf (5.11+) the compat check and the mm's fields are direct
+    /// loads, from bpf_task_pt_regs (5.15+) the syscall's saved registers too; below, each
+    /// is a probe-read. Also keeps `cgroup_id` 8-aligned.
     pub task_btf: u32,
     /// `trace --cgroup`: id of the followed cgroup, 0 to follow only the tracked trees. A
     /// process whose ancestor at `cgroup_level` is this cgroup is traced at its fork or exec.
@@ -127,6 +128,17 @@ pub mod cgroup_filter {
     ///
     /// [`MAP_FOLLOWED_CGROUP`]: crate::MAP_FOLLOWED_CGROUP
     pub const UNDER: u64 = 3;
+}
+
+/// Values of [`Config::task_btf`], each including the ones below it. The programs reach only
+/// the helpers the value names (CONFIG is read-only: the verifier skips the other paths).
+pub mod task_btf {
+    /// Neither helper (before 5.11): probe-reads.
+    pub const NONE: u32 = 0;
+    /// bpf_get_current_task_btf (5.11+): current's task_struct by direct loads.
+    pub const TASK: u32 = 1;
+    /// bpf_task_pt_regs too (5.15+): the syscall's saved user registers by direct loads.
+    pub const REGS: u32 = 2;
 }
 
 /// A [`Config`] offset the running kernel does not have: the programs skip what needs it.

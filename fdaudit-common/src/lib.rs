@@ -195,7 +195,7 @@ mod records;
 mod stack_copy;
 mod unclosed;
 
-pub use config::{cgroup_filter, Config, CONFIG_MAGIC, NO_OFFSET};
+pub use config::{cgroup_filter, task_btf, Config, CONFIG_MAGIC, NO_OFFSET};
 pub use credns::{CredNs, CredNsOffsets};
 pub use maps::{
     FailedExec, FdCache, HotSlot, ReadKey, ReadStat, Stats, TaskState, EXEC_PATH_LEN,

@@ -3,9 +3,69 @@
 //! the running kernel's BTF through CONFIG (see `fdaudit::arch` for which member each is);
 //! what differs here is how wide the saved syscall number is.
 
-use aya_ebpf::helpers::generated::bpf_probe_read_kernel;
+use aya_ebpf::helpers::generated::{
+    bpf_get_current_task_btf, bpf_probe_read_kernel, bpf_task_pt_regs,
+};
+use fdaudit_common::task_btf;
 
 use crate::kernel::{conf, read_kernel};
+
+/// The current syscall's saved user registers. From 5.15 (CONFIG's `task_btf` is REGS) the
+/// BTF-typed pointer bpf_task_pt_regs gives, read by direct loads (the verifier checks each
+/// against `struct pt_regs`; CONFIG's offsets are constants to it); before, the address the
+/// raw syscall tracepoint passes, read by bpf_probe_read_kernel (a helper call per read, on
+/// the hot path of the open family). Both are current's `task_pt_regs`, the registers
+/// saved at syscall entry.
+#[derive(Clone, Copy)]
+pub struct Regs {
+    raw: u64,
+    btf: *const u8,
+}
+
+impl Regs {
+    /// The registers of the syscall whose raw tracepoint passed `raw`.
+    #[inline(always)]
+    pub fn current(raw: u64) -> Self {
+        let btf = if direct() {
+            // SAFETY: the helpers take current's task_struct and return its saved user
+            // pt_regs, valid for this program run.
+            unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) as *const u8 }
+        } else {
+            core::ptr::null()
+        };
+        Regs { raw, btf }
+    }
+
+    /// The pt_regs word at `offset` (a CONFIG offset).
+    #[inline(always)]
+    pub fn word(self, offset: u64) -> Result<u64, i64> {
+        if direct() {
+            // SAFETY: a load at a BTF offset of struct pt_regs, which the verifier checks
+            // (a fault reads as 0).
+            Ok(unsafe { core::ptr::read_volatile(self.btf.wrapping_add(offset as usize).cast()) })
+        } else {
+            read_kernel(self.raw + offset)
+        }
+    }
+
+    /// The 32-bit field at `offset` (aarch64's `syscallno`).
+    #[cfg(bpf_target_arch = "aarch64")]
+    #[inline(always)]
+    fn word32(self, offset: u64) -> Result<i32, i64> {
+        if direct() {
+            // SAFETY: as in `word`.
+            Ok(unsafe { core::ptr::read_volatile(self.btf.wrapping_add(offset as usize).cast()) })
+        } else {
+            read_kernel(self.raw + offset)
+        }
+    }
+}
+
+/// Whether [`Regs`] reads by direct loads (a constant to the verifier).
+#[inline(always)]
+fn direct() -> bool {
+    conf!(task_btf) >= u64::from(task_btf::REGS)
+}
 
 /// A syscall argument at syscall entry: the `pt_regs` word at `offset`.
 #[inline(always)]
@@ -18,13 +78,26 @@ pub fn arg(regs: u64, offset: u64) -> Result<u64, i64> {
 /// (the arguments in x0 .. x5).
 const REGS_WORDS: usize = 21;
 
-/// The first four syscall arguments at syscall entry, and the fifth if `fifth` (else 0),
-/// from the syscall's pt_regs at `regs`: one bpf_probe_read_kernel of the registers' words
-/// instead of one per argument (a helper call each, on every call of the table). An
-/// offset past those words is an error (CONFIG is read-only: the verifier knows the
-/// offsets and visits no check that cannot fail).
+/// The first four syscall arguments at syscall entry, and the fifth if `fifth` (else 0).
+/// Through probe-reads, one bpf_probe_read_kernel of the registers' words instead of one
+/// per argument (a helper call each, on every call of the table). An offset past those
+/// words is an error (CONFIG is read-only: the verifier knows the offsets and visits no
+/// check that cannot fail).
 #[inline(always)]
-pub fn args(regs: u64, fifth: bool) -> Result<[u64; 5], i64> {
+pub fn args(regs: Regs, fifth: bool) -> Result<[u64; 5], i64> {
+    if direct() {
+        return Ok([
+            regs.word(conf!(regs_arg0))?,
+            regs.word(conf!(regs_arg1))?,
+            regs.word(conf!(regs_arg2))?,
+            regs.word(conf!(regs_arg3))?,
+            if fifth {
+                regs.word(conf!(regs_arg4))?
+            } else {
+                0
+            },
+        ]);
+    }
     let mut w = core::mem::MaybeUninit::<[u64; REGS_WORDS]>::uninit();
     // SAFETY: the helper writes the whole buffer (zeroes on failure) or fails; it
     // tolerates any source address. Into the local directly: aya's typed wrapper would
@@ -33,7 +106,7 @@ pub fn args(regs: u64, fifth: bool) -> Result<[u64; 5], i64> {
         bpf_probe_read_kernel(
             w.as_mut_ptr().cast(),
             (REGS_WORDS * 8) as u32,
-            regs as *const _,
+            regs.raw as *const _,
         )
     };
     if r != 0 {
@@ -67,13 +140,13 @@ pub fn exit_arg0(regs: u64) -> Result<u64, i64> {
 /// The syscall number at syscall exit: x86_64's `orig_ax` (unsigned long).
 #[cfg(not(bpf_target_arch = "aarch64"))]
 #[inline(always)]
-pub fn exit_syscall_nr(regs: u64) -> Result<i64, i64> {
-    read_kernel::<i64>(regs + conf!(regs_nr))
+pub fn exit_syscall_nr(regs: Regs) -> Result<i64, i64> {
+    regs.word(conf!(regs_nr)).map(|nr| nr as i64)
 }
 
 /// The syscall number at syscall exit: aarch64's `syscallno` (s32).
 #[cfg(bpf_target_arch = "aarch64")]
 #[inline(always)]
-pub fn exit_syscall_nr(regs: u64) -> Result<i64, i64> {
-    read_kernel::<i32>(regs + conf!(regs_nr)).map(i64::from)
+pub fn exit_syscall_nr(regs: Regs) -> Result<i64, i64> {
+    regs.word32(conf!(regs_nr)).map(i64::from)
 }

@@ -87,3 +87,14 @@ macro_rules! counted_native_fn {
 }
 
 fdaudit_common::counter_table!(counted [sysno] => counted_native_fn);
+
+/// The origin table's call an i386 number is (x86_64 only: aarch64 tells no compat calls
+/// apart).
+#[inline(always)]
+pub(crate) fn ia32_origin_call(nr: i64) -> Option<fdaudit_common::OriginCall> {
+    if cfg!(bpf_target_arch = "aarch64") {
+        None
+    } else {
+        fdaudit_common::OriginCall::of_ia32(nr)
+    }
+}

@@ -47,7 +47,7 @@ use fdaudit_common::{
 
 use crate::{
     arch,
-    compat::in_compat_syscall,
+    compat::{ia32_origin_call, in_compat_syscall},
     configured, current_tgid, fdwalk,
     kernel::{conf, read_kernel, stat_add},
     unclosed, ORIGIN_CHAIN, ORIGIN_GATE, ORIGIN_MADE, ORIGIN_MADE_SCRATCH, ORIGIN_SEEN, STATS,
@@ -69,26 +69,16 @@ pub fn unclosed_enter(ctx: RawTracePointContext) -> i32 {
     0
 }
 
-/// The table's call an i386 number is (x86_64 only: aarch64 tells no compat calls apart).
-#[inline(always)]
-fn ia32_call(nr: i64) -> Option<OriginCall> {
-    if cfg!(bpf_target_arch = "aarch64") {
-        None
-    } else {
-        OriginCall::of_ia32(nr)
-    }
-}
-
 #[inline(always)]
 fn try_origin_enter<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<(), i64> {
     let raw_id: i64 = ctx.arg(1);
     // `fdaudit unclosed`: a close() takes its fd out of the live set.
     if UNCLOSED && raw_id == sysno::CLOSE && !in_compat_syscall() {
-        unclosed::closed(ctx.arg(0));
+        unclosed::closed(arch::Regs::current(ctx.arg(0)));
         return Ok(());
     }
     let native = OriginCall::of_sysno(raw_id);
-    let ia32 = ia32_call(raw_id);
+    let ia32 = ia32_origin_call(raw_id);
     if native.is_none() && ia32.is_none() {
         return Ok(());
     }
@@ -106,7 +96,8 @@ fn try_origin_enter<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<
     let Some(call) = native else {
         return Ok(());
     };
-    let a = arch::args(ctx.arg(0), call == OriginCall::PerfEventOpen)?;
+    let regs = arch::Regs::current(ctx.arg(0));
+    let a = arch::args(regs, call == OriginCall::PerfEventOpen)?;
     // openat2(dfd, path, struct open_how *how, size): how->flags is its first u64.
     let Some(e) = effect(call, &a, || read_user::<u64>(a[2]).unwrap_or(0)) else {
         return Ok(());
@@ -196,12 +187,13 @@ fn try_origin_exit<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<(
     // SAFETY: as above.
     unsafe { core::ptr::write_volatile(core::ptr::addr_of_mut!((*g).tid), 0) };
     let regs: u64 = ctx.arg(0);
-    if OriginCall::of_sysno(arch::exit_syscall_nr(regs)?).is_none() {
+    let saved = arch::Regs::current(regs);
+    if OriginCall::of_sysno(arch::exit_syscall_nr(saved)?).is_none() {
         return Ok(());
     }
     let ret: i64 = ctx.arg(1);
     if UNCLOSED && (ret == -EMFILE || ret == -ENFILE) {
-        unclosed::full(ctx, &p, -ret as u32);
+        unclosed::full(ctx, saved, &p, -ret as u32);
     }
     if ret < 0 {
         return Ok(());
@@ -233,7 +225,7 @@ fn try_origin_exit<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<(
         }
     }
     if UNCLOSED {
-        unclosed::made(ctx, &p, execs, &fds, n);
+        unclosed::made(ctx, saved, &p, execs, &fds, n);
         return Ok(());
     }
     // One call of emit (each inlined copy is verified on its own paths).

@@ -294,7 +294,7 @@ fn try_sys_exit(ctx: &RawTracePointContext) -> Result<(), i64> {
         return Ok(());
     };
     let regs: u64 = ctx.arg(0);
-    let raw_id = arch::exit_syscall_nr(regs)?;
+    let raw_id = arch::exit_syscall_nr(arch::Regs::current(regs))?;
     if !matches!(raw_id, sysno::READ | sysno::READV | sysno::PREAD64) && !compat_read(raw_id) {
         return Ok(());
     }

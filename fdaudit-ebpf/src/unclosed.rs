@@ -34,21 +34,21 @@ use fdaudit_common::{
 
 use crate::{
     arch,
-    kernel::{conf, read_kernel, stat_add},
+    kernel::{conf, stat_add},
     STATS, TRACKED, UNCLOSED_FULL, UNCLOSED_LIVE, UNCLOSED_PENDING, UNCLOSED_RA_SLOTS,
     UNCLOSED_SITES, UNCLOSED_SITE_SCRATCH, UNCLOSED_STACKS,
 };
 
-/// close(fd) of a followed process, at sys_enter, its pt_regs at `regs` (the fd is gone
-/// whatever close returns, EINTR included; an fd that was not open has no entry). The
+/// close(fd) of a followed process, at sys_enter, its saved registers `regs` (the fd is
+/// gone whatever close returns, EINTR included; an fd that was not open has no entry). The
 /// argument is read only for a followed process: another's close costs one map lookup.
 #[inline(always)]
-pub fn closed(regs: u64) {
+pub fn closed(regs: arch::Regs) {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     if TRACKED.get_ptr(tgid).is_none() {
         return;
     }
-    let Ok(fd) = arch::arg(regs, conf!(regs_arg0)) else {
+    let Ok(fd) = regs.word(conf!(regs_arg0)) else {
         return;
     };
     if let Some(e) = UNCLOSED_LIVE.get_ptr_mut(u64::from(tgid) << 32 | (fd & 0xffff_ffff)) {
@@ -79,7 +79,7 @@ unsafe fn rewrite(e: *mut UnclosedLive, new: &UnclosedLive) {
 
 /// A call of the table failed with `errno` (EMFILE/ENFILE): counted, the first kept.
 #[inline(always)]
-pub fn full(ctx: &RawTracePointContext, p: &OriginPending, errno: u32) {
+pub fn full(ctx: &RawTracePointContext, regs: arch::Regs, p: &OriginPending, errno: u32) {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
     if let Some(f) = UNCLOSED_FULL.get_ptr_mut(tgid) {
@@ -89,7 +89,7 @@ pub fn full(ctx: &RawTracePointContext, p: &OriginPending, errno: u32) {
     }
     // SAFETY: a helper without arguments.
     let time_ns = unsafe { bpf_ktime_get_ns() };
-    let site = site(ctx, tgid, u32::MAX, time_ns, None);
+    let site = site(ctx, regs, tgid, u32::MAX, time_ns, None);
     let first = UnclosedFull {
         time_ns,
         count: 1,
@@ -125,6 +125,7 @@ struct Site {
 #[inline(always)]
 fn site(
     ctx: &RawTracePointContext,
+    regs: arch::Regs,
     tgid: u32,
     fd: u32,
     time_ns: u64,
@@ -142,8 +143,7 @@ fn site(
     };
     // The user sp, read only where a word above it is: a stack id that is its site alone
     // (frame pointers all the way, as in Go) pays no read at a site seen before.
-    let regs: u64 = ctx.arg(0);
-    let user_sp = || read_kernel::<u64>(regs + conf!(regs_sp)).unwrap_or(0);
+    let user_sp = || regs.word(conf!(regs_sp)).unwrap_or(0);
     let slot = UNCLOSED_RA_SLOTS.get(id).copied().unwrap_or(ra_slot::NONE);
     let (ra, from, sp) = match slot {
         ra_slot::UNKNOWN => (u64::from(fd), ra_from::PENDING, user_sp()),
@@ -231,6 +231,7 @@ fn keep_words(
 #[inline(always)]
 pub fn made(
     ctx: &RawTracePointContext,
+    regs: arch::Regs,
     p: &OriginPending,
     execs: u32,
     fds: &[i32; ORIGIN_FDS],
@@ -272,7 +273,7 @@ pub fn made(
     });
     // A call that made several fds (pipe, socketpair, recvmsg) keeps its words under the
     // first.
-    let site = site(ctx, tgid, fds[0] as u32, time_ns, prev);
+    let site = site(ctx, regs, tgid, fds[0] as u32, time_ns, prev);
     let mut entry = UnclosedLive {
         time_ns,
         stack_id: site.stack_id,

@@ -142,7 +142,7 @@ fn spawn_probes(
     let probes = std::thread::spawn(move || {
         let starting = handover::starting(counting.syscalls());
         let t = Instant::now();
-        let _ = ebpf::has_task_btf(); // first: KernelBtf::read waits for it
+        let _ = ebpf::task_btf(); // first: KernelBtf::read waits for it
         let _ = aya::features();
         let exec_walk = ebpf::exec_walk();
         let _ = probed_tx.send(Probed {

@@ -2,9 +2,11 @@
 
 use std::sync::OnceLock;
 
+use aya::programs::ProgramType;
+use aya::sys::{is_helper_supported, BpfHelper};
 use fdaudit_common::Config;
 
-use super::{has_task_btf, ia32_syscalls, LoadError};
+use super::{ia32_syscalls, LoadError};
 use crate::engine::btf::{self, Btf};
 use crate::engine::btf_cache;
 
@@ -69,10 +71,28 @@ impl KernelBtf {
     }
 }
 
-/// `config` with `task_btf` probed: before 5.11 (task_btf 0) the programs must not reach
-/// the helper (the verifier rejects an unknown helper only on a path it visits; CONFIG's
-/// values are constants). Probed each time, not cached: a cheap load.
+/// `config` with `task_btf` probed: the programs must not reach a helper the kernel lacks
+/// (the verifier rejects an unknown helper only on a path it visits; CONFIG's values are
+/// constants). Probed each time, not cached: cheap loads.
 fn with_task_btf(mut config: Config) -> Config {
-    config.task_btf = u32::from(has_task_btf());
+    config.task_btf = task_btf();
     config
+}
+
+/// Which BTF-typed task helpers the kernel offers raw tracepoint programs
+/// ([`fdaudit_common::task_btf`]): bpf_get_current_task_btf (5.11+), then bpf_task_pt_regs
+/// (5.15+), probed once like [`super::has_bpf_loop`].
+pub fn task_btf() -> u32 {
+    use fdaudit_common::task_btf;
+    static PROBE: OnceLock<u32> = OnceLock::new();
+    *PROBE.get_or_init(|| {
+        let has = |helper| is_helper_supported(ProgramType::RawTracePoint, helper).unwrap_or(false);
+        if !has(BpfHelper::BPF_FUNC_get_current_task_btf) {
+            task_btf::NONE
+        } else if !has(BpfHelper::BPF_FUNC_task_pt_regs) {
+            task_btf::TASK
+        } else {
+            task_btf::REGS
+        }
+    })
 }

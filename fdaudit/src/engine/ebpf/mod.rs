@@ -40,7 +40,7 @@ pub use failed_exec::{
     FAILED_EXEC_PROGRAMS,
 };
 pub use fentry::{attach_fentry, detach_after_exit, detach_fentry, probe_fentry};
-pub use kernel::KernelBtf;
+pub use kernel::{task_btf, KernelBtf};
 pub use misses::MissedRuns;
 pub use programs::{
     mode_programs, FentrySpec, ProgramSpec, TpSpec, FENTRY_PROGRAMS, PROGRAMS, SYSCALL_PREFIX,
@@ -203,19 +203,6 @@ pub enum LoadError {
         #[source]
         source: ProgramError,
     },
-}
-
-/// Whether the kernel offers bpf_get_current_task_btf (5.11+) to raw tracepoint programs,
-/// probed once like [`has_bpf_loop`].
-pub fn has_task_btf() -> bool {
-    static PROBE: OnceLock<bool> = OnceLock::new();
-    *PROBE.get_or_init(|| {
-        is_helper_supported(
-            ProgramType::RawTracePoint,
-            BpfHelper::BPF_FUNC_get_current_task_btf,
-        )
-        .unwrap_or(false)
-    })
 }
 
 /// Creates the maps of the embedded object with `config` written into its CONFIG global.
