@@ -100,6 +100,11 @@ pub struct Config {
     /// Non-zero: `fdaudit unclosed` runs (its own programs keep the live set of fds in the
     /// UNCLOSED_* maps; no program reads this word, the loader sizes those maps by it).
     pub unclosed: u32,
+    /// task_struct->group_leader and ->start_time (CLOCK_MONOTONIC at fork; an exec by
+    /// another thread gives the new leader the old one's): when the process began
+    /// (`unclosed`'s close, on 5.11+).
+    pub task_group_leader: u32,
+    pub task_start_time: u32,
     /// Where the credentials and namespaces are (spawn boundaries).
     pub credns: crate::CredNsOffsets,
     /// Non-zero: a node agent's session (`watch`), whose reader needs no record at once:
@@ -212,6 +217,8 @@ impl Config {
         regs_arg4: 0,
         signal_rlim: 0,
         unclosed: 0,
+        task_group_leader: 0,
+        task_start_time: 0,
         credns: crate::CredNsOffsets::ZEROED,
         quiet_spawns: 0,
         cgroup_filter: cgroup_filter::NONE,

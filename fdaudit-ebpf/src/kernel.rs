@@ -65,6 +65,24 @@ pub fn current_code_range() -> (u64, u64) {
     }
 }
 
+/// When the current process began: its group leader's `start_time` (CLOCK_MONOTONIC, the
+/// clock of bpf_ktime_get_ns), by direct loads through the BTF-typed task pointer. Only
+/// where `task_btf` is TASK or more (5.11+): the verifier never visits it elsewhere.
+#[inline(always)]
+pub fn current_process_start_ns() -> u64 {
+    let (leader_off, start_off) = (
+        conf!(task_group_leader) as usize,
+        conf!(task_start_time) as usize,
+    );
+    // SAFETY: current's task_struct, valid for this program run; every load is at a BTF
+    // offset of the type it reads, which the verifier checks (faults read as 0).
+    unsafe {
+        let task = aya_ebpf::helpers::bpf_get_current_task_btf() as *const u8;
+        let leader = core::ptr::read_volatile(task.wrapping_add(leader_off).cast::<*const u8>());
+        core::ptr::read_volatile(leader.wrapping_add(start_off).cast::<u64>())
+    }
+}
+
 /// The current task's name straight into `out` (a map value), zeroed if the helper fails:
 /// `bpf_get_current_comm()`'s `Result` comes back through the stack and is copied byte by
 /// byte, some 80 instructions.

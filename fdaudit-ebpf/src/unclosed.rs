@@ -28,32 +28,46 @@ use aya_ebpf::{
     programs::{tracing::StackIdContext as _, RawTracePointContext},
 };
 use fdaudit_common::{
-    pending_what, ra_from, ra_slot, OriginCall, OriginPending, UnclosedFull, UnclosedLive,
-    UnclosedSiteKey, ORIGIN_FDS, ORIGIN_SP_WORDS,
+    pending_what, ra_from, ra_slot, task_btf, OriginCall, OriginPending, UnclosedFull,
+    UnclosedLive, UnclosedSiteKey, ORIGIN_FDS, ORIGIN_SP_WORDS,
 };
 
 use crate::{
     arch,
-    kernel::{conf, stat_add},
+    kernel::{self, conf, stat_add},
     STATS, TRACKED, UNCLOSED_FULL, UNCLOSED_LIVE, UNCLOSED_PENDING, UNCLOSED_RA_SLOTS,
     UNCLOSED_SITES, UNCLOSED_SITE_SCRATCH, UNCLOSED_STACKS,
 };
 
-/// close(fd) of a followed process, at sys_enter, its saved registers `regs` (the fd is
-/// gone whatever close returns, EINTR included; an fd that was not open has no entry). The
-/// argument is read only for a followed process: another's close costs one map lookup.
+/// close(fd) at sys_enter, its saved registers `regs` (the fd is gone whatever close
+/// returns, EINTR included; an fd that was not open has no entry). Every close on the
+/// machine looks its (tgid, fd) up once; an entry is the closing process's only if written
+/// since that process began: a process that got the tgid of a gone one whose entries
+/// userspace has not yet read began after they were written, and cannot mark them closed
+/// (that would hide what the gone process held). Before 5.11 (no BTF task pointer) a
+/// TRACKED lookup keeps the others out instead.
 #[inline(always)]
 pub fn closed(regs: arch::Regs) {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    if TRACKED.get_ptr(tgid).is_none() {
-        return;
-    }
+    let since = if conf!(task_btf) == u64::from(task_btf::NONE) {
+        if TRACKED.get_ptr(tgid).is_none() {
+            return;
+        }
+        1
+    } else {
+        kernel::current_process_start_ns()
+    };
     let Ok(fd) = regs.word(conf!(regs_arg0)) else {
         return;
     };
     if let Some(e) = UNCLOSED_LIVE.get_ptr_mut(u64::from(tgid) << 32 | (fd & 0xffff_ffff)) {
-        // SAFETY: pointer from a map lookup, valid for this program run; one aligned store.
-        unsafe { core::ptr::write_volatile(core::ptr::addr_of_mut!((*e).time_ns), 0) };
+        use core::ptr::{addr_of_mut, read_volatile, write_volatile};
+        // SAFETY: pointer from a map lookup, valid for this program run; aligned accesses.
+        unsafe {
+            if read_volatile(addr_of_mut!((*e).time_ns)) >= since {
+                write_volatile(addr_of_mut!((*e).time_ns), 0);
+            }
+        }
     }
 }
 

@@ -1,8 +1,9 @@
-//! Gates a traced user tries to fool, as that user (`nobody`, via setpriv): a flood that
-//! makes the trace lose the one spawn that leaks (an incomplete trace must not pass its
-//! gate: exit 4), and a `-p` process that opens a secret after fdaudit attached and carries
-//! it through a re-exec (judged against what it held at attach, not waved through as
-//! inherited). Needs root.
+//! Gates a traced or local user tries to fool, as that user (`nobody`, via setpriv): a flood
+//! that makes the trace lose the one spawn that leaks (an incomplete trace must not pass its
+//! gate: exit 4), a `-p` process that opens a secret after fdaudit attached and carries it
+//! through a re-exec (judged against what it held at attach, not waved through as
+//! inherited), and a process that takes the pid of one `unclosed` followed, gone holding an
+//! fd, and closes that fd number before the report. Needs root.
 
 use std::io::Write as _;
 use std::os::unix::fs::PermissionsExt as _;
@@ -231,5 +232,81 @@ fn a_p_root_that_opens_a_secret_after_attach_and_reexecs_leaks_it() {
                 && l.contains("fd 9 ")
                 && !l.contains("fd 8 ")),
         "{v:?}"
+    );
+}
+
+/// Forks `cmd` until its pid is `pid` (at most 100 tries: `ns_last_pid` is set to the pid
+/// before, and another fork on the machine may take it first), then waits for it. What a
+/// local user gets by forking through the pids, without root.
+fn run_with_pid(pid: u32, cmd: &[String]) {
+    for _ in 0..100 {
+        std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string())
+            .expect("write ns_last_pid");
+        let mut child = Command::new(&cmd[0])
+            .args(&cmd[1..])
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start the attacker");
+        let got = child.id();
+        let status = child.wait().expect("wait for the attacker");
+        if got == pid {
+            assert!(status.success(), "the attacker failed: {status}");
+            return;
+        }
+    }
+    panic!("no fork got pid {pid} in 100 tries");
+}
+
+#[test]
+#[ignore = "needs root and BTF"]
+fn a_user_with_a_gone_followed_process_s_pid_cannot_close_what_it_held() {
+    let _g = guard();
+    let dir = attacker_dir("reused-pid");
+    // The followed subshell exits holding fd 7 and leaves its pid; the command waits for the
+    // attack, then exits 0.
+    let script = r#"sh -c 'exec 7< /etc/hostname; echo $$ > "$1/pid"' sh "$1"; read x < "$1/go""#;
+    let tracer = Command::new(fdaudit())
+        .args(["unclosed", "-o", "/dev/null", "--fail-on-unclosed", "--"])
+        .args(["sh", "-c", script, "sh"])
+        .arg(&dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start fdaudit");
+    let mut tracer = KillOnDrop(tracer);
+    let pid_file = dir.join("pid");
+    let mut pid = 0u32;
+    wait_until("the followed subshell's pid", || {
+        pid = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0);
+        pid != 0
+    });
+    wait_until("the followed subshell to be gone", || {
+        !Path::new(&format!("/proc/{pid}")).exists()
+    });
+    // Not followed, as nobody, in the gone process's pid: fd 7 opened and closed.
+    run_with_pid(pid, &as_nobody("exec 7< /dev/null; exec 7<&-", &dir));
+    release(&dir);
+    let mut err = String::new();
+    let status = {
+        use std::io::Read as _;
+        let mut stderr = tracer.0.stderr.take().expect("fdaudit's stderr");
+        stderr
+            .read_to_string(&mut err)
+            .expect("read fdaudit's stderr");
+        tracer.0.wait().expect("wait for fdaudit")
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(
+        status.code(),
+        Some(3),
+        "the fd pid {pid} held at its exit was hidden by a close in a later process with its pid: {err}"
+    );
+    assert!(
+        err.contains(&format!("pid {pid} ")) && err.contains("exited holding 1 fd it opened"),
+        "{err}"
     );
 }

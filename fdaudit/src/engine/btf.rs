@@ -446,6 +446,8 @@ pub fn config_from_btf(btf: &Btf) -> Result<Config, BtfError> {
         regs_arg4: regs.arg4,
         signal_rlim: o("signal_struct", "rlim")?,
         unclosed: 0,
+        task_group_leader: o("task_struct", "group_leader")?,
+        task_start_time: o("task_struct", "start_time")?,
         credns: credns_from_btf(btf),
         quiet_spawns: 0, // set by the loader (`watch`)
         cgroup_filter: fdaudit_common::cgroup_filter::NONE, // set by the loader
