@@ -3,12 +3,10 @@
 //! the running kernel's BTF through CONFIG (see `fdaudit::arch` for which member each is);
 //! what differs here is how wide the saved syscall number is.
 
-use aya_ebpf::helpers::generated::{
-    bpf_get_current_task_btf, bpf_probe_read_kernel, bpf_task_pt_regs,
-};
+use aya_ebpf::helpers::generated::{bpf_probe_read_kernel, bpf_task_pt_regs};
 use fdaudit_common::task_btf;
 
-use crate::kernel::{conf, read_kernel};
+use crate::kernel::{conf, read_kernel, Task};
 
 /// The current syscall's saved user registers. From 5.15 (CONFIG's `task_btf` is REGS) the
 /// BTF-typed pointer bpf_task_pt_regs gives, read by direct loads (the verifier checks each
@@ -23,13 +21,14 @@ pub struct Regs {
 }
 
 impl Regs {
-    /// The registers of the syscall whose raw tracepoint passed `raw`.
+    /// The registers of the syscall whose raw tracepoint passed `raw`, made by `task`
+    /// (current).
     #[inline(always)]
-    pub fn current(raw: u64) -> Self {
+    pub fn current(raw: u64, task: Task) -> Self {
         let btf = if direct() {
-            // SAFETY: the helpers take current's task_struct and return its saved user
+            // SAFETY: the helper takes current's task_struct and returns its saved user
             // pt_regs, valid for this program run.
-            unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) as *const u8 }
+            unsafe { bpf_task_pt_regs(task.btf() as *mut _) as *const u8 }
         } else {
             core::ptr::null()
         };

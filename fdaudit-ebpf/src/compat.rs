@@ -2,8 +2,9 @@
 
 use fdaudit_common::sysno;
 
+use crate::kernel;
 #[cfg(not(bpf_target_arch = "aarch64"))]
-use crate::kernel::{self, conf, read_kernel};
+use crate::kernel::{conf, read_kernel};
 
 // ---------------------------------------------------------------------------------------------
 // Compat syscalls: a task in an ia32 syscall (int $0x80, or a 32-bit process) has TS_COMPAT
@@ -11,15 +12,19 @@ use crate::kernel::{self, conf, read_kernel};
 // (what in_ia32_syscall() tests, x86_64 since 4.6); its number is from the i386 table and its
 // arguments are in bx, cx, dx.
 
-/// Whether the current task is in a compat syscall. A direct load through the BTF-typed
-/// task pointer (bpf_get_current_task_btf, 5.11+): CONFIG is read-only, so the verifier
-/// knows the offset and checks it against task_struct; no probe-read on the close() path.
-/// Before 5.11 the helper does not exist: the loader sets task_btf to 0, the verifier (which
-/// knows CONFIG's values) never visits the call, and a probe-read of the same field runs
-/// instead.
+/// Whether the current task is in a compat syscall.
+#[inline(always)]
+pub(crate) fn in_compat_syscall() -> bool {
+    in_compat_syscall_of(kernel::Task::current())
+}
+
+/// Whether the current task, `task`, is in a compat syscall. A direct load through the
+/// BTF-typed task pointer (5.11+): CONFIG is read-only, so the verifier knows the offset and
+/// checks it against task_struct; no probe-read on the close() path. Before 5.11 (task_btf
+/// NONE, which the verifier knows) a probe-read of the same field.
 #[inline(always)]
 #[cfg(not(bpf_target_arch = "aarch64"))]
-pub(crate) fn in_compat_syscall() -> bool {
+pub(crate) fn in_compat_syscall_of(task: kernel::Task) -> bool {
     let off = conf!(task_ti_status);
     if off == fdaudit_common::NO_OFFSET as u64 {
         return false;
@@ -27,12 +32,9 @@ pub(crate) fn in_compat_syscall() -> bool {
     let status = if conf!(task_btf) == 0 {
         read_kernel::<u32>(kernel::current_task() + off).unwrap_or(0)
     } else {
-        // SAFETY: the helper returns current's task_struct, valid for this program run;
-        // the load is at a BTF offset inside it, which the verifier checks.
-        unsafe {
-            let task = aya_ebpf::helpers::bpf_get_current_task_btf() as *const u8;
-            core::ptr::read_volatile(task.add(off as usize).cast::<u32>())
-        }
+        // SAFETY: current's task_struct, valid for this program run; the load is at a BTF
+        // offset inside it, which the verifier checks.
+        unsafe { core::ptr::read_volatile(task.btf().add(off as usize).cast::<u32>()) }
     };
     status & fdaudit_common::sysno_ia32::TS_COMPAT != 0
 }
@@ -40,7 +42,7 @@ pub(crate) fn in_compat_syscall() -> bool {
 /// aarch64: no compat syscalls are told apart (32-bit arm tasks are not handled).
 #[cfg(bpf_target_arch = "aarch64")]
 #[inline(always)]
-pub(crate) fn in_compat_syscall() -> bool {
+pub(crate) fn in_compat_syscall_of(_task: kernel::Task) -> bool {
     false
 }
 

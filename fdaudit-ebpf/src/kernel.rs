@@ -2,8 +2,8 @@
 
 use aya_ebpf::{
     helpers::{
-        bpf_get_current_task, bpf_probe_read_kernel, bpf_probe_read_kernel_str_bytes,
-        bpf_probe_read_user_buf,
+        bpf_get_current_pid_tgid, bpf_get_current_task, bpf_probe_read_kernel,
+        bpf_probe_read_kernel_str_bytes, bpf_probe_read_user_buf,
     },
     maps::PerCpuArray,
     TASK_COMM_LEN,
@@ -32,6 +32,47 @@ pub fn read_kernel<T>(addr: u64) -> Result<T, i64> {
 pub fn current_task() -> u64 {
     // SAFETY: the helper takes no arguments and returns current's task_struct address.
     unsafe { bpf_get_current_task() }
+}
+
+/// Current's task_struct as the BTF-typed pointer (bpf_get_current_task_btf, 5.11+: direct
+/// loads), taken once per program run and shared by what it reads of the task (a helper
+/// call each is dear on the open/close path); null where CONFIG's `task_btf` is NONE (the
+/// readers take probe-reads there, and the verifier never visits the helper).
+#[derive(Clone, Copy)]
+pub struct Task(*const u8);
+
+impl Task {
+    #[inline(always)]
+    pub fn current() -> Self {
+        if conf!(task_btf) == u64::from(fdaudit_common::task_btf::NONE) {
+            return Task(core::ptr::null());
+        }
+        // SAFETY: the helper returns current's task_struct, valid for this program run.
+        Task(unsafe { aya_ebpf::helpers::bpf_get_current_task_btf() } as *const u8)
+    }
+
+    /// The pointer (only where `task_btf` is TASK or more).
+    #[inline(always)]
+    pub fn btf(self) -> *const u8 {
+        self.0
+    }
+
+    /// bpf_get_current_pid_tgid()'s value (tgid << 32 | pid, both of the initial pid
+    /// namespace), from the task's own fields where the pointer is there (no helper call).
+    #[inline(always)]
+    pub fn pid_tgid(self) -> u64 {
+        if conf!(task_btf) == u64::from(fdaudit_common::task_btf::NONE) {
+            return bpf_get_current_pid_tgid();
+        }
+        let (pid_off, tgid_off) = (conf!(task_pid) as usize, conf!(task_tgid) as usize);
+        // SAFETY: current's task_struct, valid for this program run; loads at BTF offsets
+        // of the fields they read, which the verifier checks.
+        unsafe {
+            let pid = core::ptr::read_volatile(self.0.wrapping_add(pid_off).cast::<u32>());
+            let tgid = core::ptr::read_volatile(self.0.wrapping_add(tgid_off).cast::<u32>());
+            u64::from(tgid) << 32 | u64::from(pid)
+        }
+    }
 }
 
 /// The current task's text range (mm->start_code, mm->end_code); zeros without an mm.
@@ -65,11 +106,11 @@ pub fn current_code_range() -> (u64, u64) {
     }
 }
 
-/// When the current process began: its group leader's `start_time` (CLOCK_MONOTONIC, the
-/// clock of bpf_ktime_get_ns), by direct loads through the BTF-typed task pointer. Only
-/// where `task_btf` is TASK or more (5.11+): the verifier never visits it elsewhere.
+/// When `task`'s process began: its group leader's `start_time` (CLOCK_MONOTONIC, the
+/// clock of bpf_ktime_get_ns), by direct loads. Only where `task_btf` is TASK or more (the
+/// verifier never visits it elsewhere).
 #[inline(always)]
-pub fn current_process_start_ns() -> u64 {
+pub fn process_start_ns(task: Task) -> u64 {
     let (leader_off, start_off) = (
         conf!(task_group_leader) as usize,
         conf!(task_start_time) as usize,
@@ -77,8 +118,8 @@ pub fn current_process_start_ns() -> u64 {
     // SAFETY: current's task_struct, valid for this program run; every load is at a BTF
     // offset of the type it reads, which the verifier checks (faults read as 0).
     unsafe {
-        let task = aya_ebpf::helpers::bpf_get_current_task_btf() as *const u8;
-        let leader = core::ptr::read_volatile(task.wrapping_add(leader_off).cast::<*const u8>());
+        let leader =
+            core::ptr::read_volatile(task.btf().wrapping_add(leader_off).cast::<*const u8>());
         core::ptr::read_volatile(leader.wrapping_add(start_off).cast::<u64>())
     }
 }

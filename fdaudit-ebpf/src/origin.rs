@@ -47,9 +47,9 @@ use fdaudit_common::{
 
 use crate::{
     arch,
-    compat::{ia32_origin_call, in_compat_syscall},
-    configured, current_tgid, fdwalk,
-    kernel::{conf, read_kernel, stat_add},
+    compat::{ia32_origin_call, in_compat_syscall_of},
+    configured, fdwalk,
+    kernel::{conf, read_kernel, stat_add, Task},
     unclosed, ORIGIN_CHAIN, ORIGIN_GATE, ORIGIN_MADE, ORIGIN_MADE_SCRATCH, ORIGIN_SEEN, STATS,
     TRACKED,
 };
@@ -73,20 +73,26 @@ pub fn unclosed_enter(ctx: RawTracePointContext) -> i32 {
 fn try_origin_enter<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<(), i64> {
     let raw_id: i64 = ctx.arg(1);
     // `fdaudit unclosed`: a close() takes its fd out of the live set.
-    if UNCLOSED && raw_id == sysno::CLOSE && !in_compat_syscall() {
-        unclosed::closed(arch::Regs::current(ctx.arg(0)));
-        return Ok(());
+    if UNCLOSED && raw_id == sysno::CLOSE {
+        let task = Task::current();
+        if !in_compat_syscall_of(task) {
+            unclosed::closed(task, arch::Regs::current(ctx.arg(0), task));
+            return Ok(());
+        }
     }
     let native = OriginCall::of_sysno(raw_id);
     let ia32 = ia32_origin_call(raw_id);
     if native.is_none() && ia32.is_none() {
         return Ok(());
     }
-    let Some(st) = TRACKED.get_ptr(current_tgid()).filter(|_| configured()) else {
+    let task = Task::current();
+    let pid_tgid = task.pid_tgid();
+    let tracked = TRACKED.get_ptr((pid_tgid >> 32) as u32);
+    let Some(st) = tracked.filter(|_| configured()) else {
         return Ok(());
     };
     // An ia32 call's number means another call: it is only named, as not followed.
-    if in_compat_syscall() {
+    if in_compat_syscall_of(task) {
         if let Some(call) = ia32 {
             let fds = no_fds();
             emit(ctx, 0, call as u32, 0, &fds, 0, origin_flags::UNSEEN_IA32)?;
@@ -96,7 +102,7 @@ fn try_origin_enter<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<
     let Some(call) = native else {
         return Ok(());
     };
-    let regs = arch::Regs::current(ctx.arg(0));
+    let regs = arch::Regs::current(ctx.arg(0), task);
     let a = arch::args(regs, call == OriginCall::PerfEventOpen)?;
     // openat2(dfd, path, struct open_how *how, size): how->flags is its first u64.
     let Some(e) = effect(call, &a, || read_user::<u64>(a[2]).unwrap_or(0)) else {
@@ -120,7 +126,7 @@ fn try_origin_enter<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<
         what,
         _pad: 0,
     };
-    let tid = bpf_get_current_pid_tgid() as u32;
+    let tid = pid_tgid as u32;
     if let Some(g) = ORIGIN_GATE.get_ptr_mut(tid & GATE_MASK) {
         // The call goes into the thread's slot, no hash map: the tid first, so that a
         // thread whose tid shares the slot and reads it at its sys_exit meanwhile sees the
@@ -164,7 +170,8 @@ pub fn unclosed_exit(ctx: RawTracePointContext) -> i32 {
 
 #[inline(always)]
 fn try_origin_exit<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<(), i64> {
-    let key = bpf_get_current_pid_tgid();
+    let task = Task::current();
+    let key = task.pid_tgid();
     let tid = key as u32;
     let Some(g) = ORIGIN_GATE.get_ptr_mut(tid & GATE_MASK) else {
         return Ok(());
@@ -187,13 +194,13 @@ fn try_origin_exit<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<(
     // SAFETY: as above.
     unsafe { core::ptr::write_volatile(core::ptr::addr_of_mut!((*g).tid), 0) };
     let regs: u64 = ctx.arg(0);
-    let saved = arch::Regs::current(regs);
+    let saved = arch::Regs::current(regs, task);
     if OriginCall::of_sysno(arch::exit_syscall_nr(saved)?).is_none() {
         return Ok(());
     }
     let ret: i64 = ctx.arg(1);
     if UNCLOSED && (ret == -EMFILE || ret == -ENFILE) {
-        unclosed::full(ctx, saved, &p, -ret as u32);
+        unclosed::full(ctx, saved, key, &p, -ret as u32);
     }
     if ret < 0 {
         return Ok(());
@@ -225,7 +232,7 @@ fn try_origin_exit<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<(
         }
     }
     if UNCLOSED {
-        unclosed::made(ctx, saved, &p, execs, &fds, n);
+        unclosed::made(ctx, saved, key, &p, execs, &fds, n);
         return Ok(());
     }
     // One call of emit (each inlined copy is verified on its own paths).

@@ -14,7 +14,7 @@ use crate::{
     compat::{compat_native, compat_read, counted_native, in_compat_syscall},
     configured, current_tgid, fdwalk,
     fork::fd_is_open,
-    kernel::{conf, read_kernel, stat_add},
+    kernel::{self, conf, read_kernel, stat_add},
     EXEC_PENDING, HOT, READS, STATS, TRACKED,
 };
 
@@ -294,7 +294,7 @@ fn try_sys_exit(ctx: &RawTracePointContext) -> Result<(), i64> {
         return Ok(());
     };
     let regs: u64 = ctx.arg(0);
-    let raw_id = arch::exit_syscall_nr(arch::Regs::current(regs))?;
+    let raw_id = arch::exit_syscall_nr(arch::Regs::current(regs, kernel::Task::current()))?;
     if !matches!(raw_id, sysno::READ | sysno::READV | sysno::PREAD64) && !compat_read(raw_id) {
         return Ok(());
     }

@@ -22,7 +22,7 @@
 use aya_ebpf::{
     bindings::{BPF_F_USER_STACK, BPF_NOEXIST},
     helpers::{
-        bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
+        bpf_ktime_get_ns, bpf_probe_read_user,
         generated::bpf_probe_read_user as bpf_probe_read_user_raw,
     },
     programs::{tracing::StackIdContext as _, RawTracePointContext},
@@ -34,7 +34,7 @@ use fdaudit_common::{
 
 use crate::{
     arch,
-    kernel::{self, conf, stat_add},
+    kernel::{self, conf, stat_add, Task},
     STATS, TRACKED, UNCLOSED_FULL, UNCLOSED_LIVE, UNCLOSED_PENDING, UNCLOSED_RA_SLOTS,
     UNCLOSED_SITES, UNCLOSED_SITE_SCRATCH, UNCLOSED_STACKS,
 };
@@ -47,15 +47,15 @@ use crate::{
 /// (that would hide what the gone process held). Before 5.11 (no BTF task pointer) a
 /// TRACKED lookup keeps the others out instead.
 #[inline(always)]
-pub fn closed(regs: arch::Regs) {
-    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+pub fn closed(task: Task, regs: arch::Regs) {
+    let tgid = (task.pid_tgid() >> 32) as u32;
     let since = if conf!(task_btf) == u64::from(task_btf::NONE) {
         if TRACKED.get_ptr(tgid).is_none() {
             return;
         }
         1
     } else {
-        kernel::current_process_start_ns()
+        kernel::process_start_ns(task)
     };
     let Ok(fd) = regs.word(conf!(regs_arg0)) else {
         return;
@@ -91,10 +91,16 @@ unsafe fn rewrite(e: *mut UnclosedLive, new: &UnclosedLive) {
     write_volatile(addr_of_mut!((*e).time_ns), new.time_ns);
 }
 
-/// A call of the table failed with `errno` (EMFILE/ENFILE): counted, the first kept.
+/// A call of the table failed with `errno` (EMFILE/ENFILE): counted, the first kept
+/// (`pid_tgid`: the thread's).
 #[inline(always)]
-pub fn full(ctx: &RawTracePointContext, regs: arch::Regs, p: &OriginPending, errno: u32) {
-    let pid_tgid = bpf_get_current_pid_tgid();
+pub fn full(
+    ctx: &RawTracePointContext,
+    regs: arch::Regs,
+    pid_tgid: u64,
+    p: &OriginPending,
+    errno: u32,
+) {
     let tgid = (pid_tgid >> 32) as u32;
     if let Some(f) = UNCLOSED_FULL.get_ptr_mut(tgid) {
         // SAFETY: pointer from a map lookup, valid for this program run.
@@ -241,17 +247,18 @@ fn keep_words(
 
 /// The call of `p` succeeded: its fds `fds[..n]` enter the live set, or (F_SETFD, FIOCLEX,
 /// FIONCLEX) `fds[0]`'s close-on-exec changes. `execs`: the process's execs seen, read at
-/// the call's sys_enter (which found it tracked).
+/// the call's sys_enter (which found it tracked); `pid_tgid`: the thread's.
 #[inline(always)]
 pub fn made(
     ctx: &RawTracePointContext,
     regs: arch::Regs,
+    pid_tgid: u64,
     p: &OriginPending,
     execs: u32,
     fds: &[i32; ORIGIN_FDS],
     n: usize,
 ) {
-    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    let tgid = (pid_tgid >> 32) as u32;
     // A flag change on an existing fd: at == 2 (the fd given), no new fd.
     if p.at == 2 || p.what == pending_what::SETS_CLOEXEC {
         let key = u64::from(tgid) << 32 | (fds[0] as u32) as u64;
