@@ -35,7 +35,7 @@ pub const MAP_EXEC_PENDING: &str = "EXEC_PENDING";
 /// Per-CPU scratch [`FailedExec`] the fexit programs fill before the insert (the eBPF stack
 /// is too small for it).
 pub const MAP_EXEC_SCRATCH: &str = "EXEC_SCRATCH";
-/// Array of [`OriginGateSlot`] indexed by `tid & (ORIGIN_GATE_SLOTS - 1)`: the thread with
+/// Array of [`OriginGateSlot`] indexed by [`gate_slot`] of the thread: the thread with
 /// a `trace --origin` or `unclosed` call between its sys_enter and exit, and the call, so
 /// that sys_exit leaves after one array load for every other thread.
 pub const MAP_ORIGIN_GATE: &str = "ORIGIN_GATE";
@@ -65,6 +65,9 @@ pub const MAP_UNCLOSED_STACKS: &str = "UNCLOSED_STACKS";
 pub const MAP_UNCLOSED_SITES: &str = "UNCLOSED_SITES";
 /// Stack id -> where its caller's return address is ([`unclosed::ra_slot`]).
 pub const MAP_UNCLOSED_RA_SLOTS: &str = "UNCLOSED_RA_SLOTS";
+/// `tgid & (UNCLOSED_OWNER_SLOTS - 1)` -> the tgid that last put an fd into the live set there:
+/// a close() by that process goes straight to the live set, another's looks in TRACKED first.
+pub const MAP_UNCLOSED_OWNERS: &str = "UNCLOSED_OWNERS";
 /// (tgid << 32 | fd) -> [`UnclosedPending`]: a call's words kept before its slot was known.
 pub const MAP_UNCLOSED_PENDING: &str = "UNCLOSED_PENDING";
 /// A per-CPU [`UnclosedPending`] being filled (too large for the BPF stack).
@@ -202,8 +205,8 @@ pub use maps::{
     MAX_FAILED_EXECS,
 };
 pub use origin::{
-    effect, inheritable, origin_flags, origin_sysno, pending_what, Effect, FdAt, OriginCall,
-    OriginCreatedRecord, OriginGateSlot, OriginMade, OriginModule, OriginModulesRecord,
+    effect, gate_slot, inheritable, origin_flags, origin_sysno, pending_what, Effect, FdAt,
+    OriginCall, OriginCreatedRecord, OriginGateSlot, OriginMade, OriginModule, OriginModulesRecord,
     OriginPending, OriginRecord, Place, Rule, BUILD_ID_VALID, CMSGHDR_SIZE, FD_CLOEXEC, FIOCLEX,
     FIONCLEX, F_DUPFD, F_DUPFD_CLOEXEC, F_SETFD, MAX_ORIGIN_MADE, MAX_ORIGIN_PENDING, MMSGHDR_SIZE,
     MSGHDR_CONTROL, MSGHDR_CONTROLLEN, ORIGIN_CMSGS, ORIGIN_FDS, ORIGIN_GATE_SLOTS, ORIGIN_MSGS,
@@ -224,7 +227,8 @@ pub use stack_copy::{
 pub use unclosed::{
     ra_from, ra_slot, LiveState, UnclosedFull, UnclosedLive, UnclosedPending, UnclosedSite,
     UnclosedSiteKey, EMFILE, ENFILE, MAX_RA_SLOT, MAX_UNCLOSED_FULL, MAX_UNCLOSED_LIVE,
-    MAX_UNCLOSED_PENDING, MAX_UNCLOSED_SITES, MAX_UNCLOSED_STACKS, UNCLOSED_STACK_DEPTH,
+    MAX_UNCLOSED_PENDING, MAX_UNCLOSED_SITES, MAX_UNCLOSED_STACKS, UNCLOSED_OWNER_SLOTS,
+    UNCLOSED_STACK_DEPTH,
 };
 
 /// Whether two names are equal, at compile time: the eBPF crate checks with it that each
@@ -295,7 +299,7 @@ const _: () = {
     assert!(size_of::<Config>() == 54 * 4 + 8 + 32 + size_of::<CredNsOffsets>() + 8 + 8);
     assert!(size_of::<CredNsOffsets>() == 28 * 4);
     assert!(size_of::<OriginPending>() == 32);
-    assert!(size_of::<OriginGateSlot>() == 8 + size_of::<OriginPending>());
+    assert!(size_of::<OriginGateSlot>() == 16 + size_of::<OriginPending>());
     assert!(size_of::<OriginMade>() == 24 + 16 + 8 * ORIGIN_STACK_DEPTH + 8 + 8 * ORIGIN_SP_WORDS);
     assert!(
         size_of::<OriginRecord>()

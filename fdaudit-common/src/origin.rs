@@ -28,7 +28,7 @@ pub const MAX_ORIGIN_PENDING: u32 = 16384;
 /// least recently used first out.
 pub const MAX_ORIGIN_MADE: u32 = 4096;
 
-/// Slots of [`crate::MAP_ORIGIN_GATE`] (a power of two): indexed by `tid & (slots - 1)`.
+/// Slots of [`crate::MAP_ORIGIN_GATE`] (a power of two): indexed by [`gate_slot`].
 pub const ORIGIN_GATE_SLOTS: u32 = 1 << 16;
 
 /// `O_CLOEXEC` (= `SOCK_CLOEXEC`, `EFD_CLOEXEC`, `EPOLL_CLOEXEC`, `IN_CLOEXEC`,
@@ -379,16 +379,28 @@ pub struct OriginPending {
     pub _pad: u32,
 }
 
-/// A slot of [`crate::MAP_ORIGIN_GATE`]: the thread (`tid`, 0 for none) whose call is in
-/// flight there, and the call.
+/// A slot of [`crate::MAP_ORIGIN_GATE`]: the thread whose call is in flight there, and the
+/// call.
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct OriginGateSlot {
-    pub tid: u32,
+    /// The thread, by the address of its saved user registers (the raw syscall
+    /// tracepoints' first argument: one `struct pt_regs` at the top of each thread's kernel
+    /// stack), 0 for none: a thread tells its own slot at sys_exit without a helper call.
+    pub owner: u64,
     /// `unclosed`: the process's execs seen (`TaskState::execs`) at sys_enter, so that
     /// sys_exit looks the process up no second time (no exec happens between the two).
     pub execs: u32,
+    pub _pad: u32,
     pub pending: OriginPending,
+}
+
+/// The [`crate::MAP_ORIGIN_GATE`] slot of the thread whose saved registers are at `regs`:
+/// kernel stacks are at least 16 KiB apart and aligned, so the bits above 14 tell them
+/// apart (folded so that stacks 1 GiB apart share fewer slots).
+#[inline(always)]
+pub fn gate_slot(regs: u64) -> u32 {
+    ((regs >> 14) ^ (regs >> 30)) as u32 & (ORIGIN_GATE_SLOTS - 1)
 }
 
 /// The call that made an fd with close-on-exec, kept per (tgid << 32 | fd) in

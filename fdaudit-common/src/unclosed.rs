@@ -16,6 +16,8 @@ pub const MAX_UNCLOSED_LIVE: u32 = 1 << 17;
 pub const MAX_UNCLOSED_STACKS: u32 = 1 << 12;
 /// Frames a creating stack keeps (the kernel's walk stops there: its cost grows with it).
 pub const UNCLOSED_STACK_DEPTH: usize = 32;
+/// Slots of [`crate::MAP_UNCLOSED_OWNERS`] (a power of two): indexed by `tgid & (slots - 1)`.
+pub const UNCLOSED_OWNER_SLOTS: u32 = 1 << 16;
 /// Processes whose EMFILE/ENFILE moment is kept.
 pub const MAX_UNCLOSED_FULL: u32 = 1024;
 /// Call sites kept (a stack id and the caller's return address, [`UnclosedSiteKey`]).

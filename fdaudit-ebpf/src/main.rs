@@ -72,9 +72,10 @@ use fdaudit_common::{
 };
 use fdaudit_common::{
     UnclosedFull, UnclosedLive, UnclosedPending, UnclosedSite, UnclosedSiteKey, MAP_UNCLOSED_FULL,
-    MAP_UNCLOSED_LIVE, MAP_UNCLOSED_PENDING, MAP_UNCLOSED_RA_SLOTS, MAP_UNCLOSED_SITES,
-    MAP_UNCLOSED_SITE_SCRATCH, MAP_UNCLOSED_STACKS, MAX_UNCLOSED_FULL, MAX_UNCLOSED_LIVE,
-    MAX_UNCLOSED_PENDING, MAX_UNCLOSED_SITES, MAX_UNCLOSED_STACKS, UNCLOSED_STACK_DEPTH,
+    MAP_UNCLOSED_LIVE, MAP_UNCLOSED_OWNERS, MAP_UNCLOSED_PENDING, MAP_UNCLOSED_RA_SLOTS,
+    MAP_UNCLOSED_SITES, MAP_UNCLOSED_SITE_SCRATCH, MAP_UNCLOSED_STACKS, MAX_UNCLOSED_FULL,
+    MAX_UNCLOSED_LIVE, MAX_UNCLOSED_PENDING, MAX_UNCLOSED_SITES, MAX_UNCLOSED_STACKS,
+    UNCLOSED_OWNER_SLOTS, UNCLOSED_STACK_DEPTH,
 };
 // fdwalk sends the records through `crate::output_spawn`.
 use exec::output_spawn;
@@ -212,7 +213,7 @@ static EXEC_PENDING: LruHashMap<u32, u64> = LruHashMap::with_max_entries(MAX_FAI
 map_named!(EXEC_PENDING, MAP_EXEC_PENDING);
 
 /// `trace --origin`'s and `unclosed`'s calls between sys_enter and sys_exit: the thread and
-/// its call, per `tid & (slots - 1)` (origin.rs).
+/// its call, per `gate_slot` of the thread's saved registers' address (origin.rs).
 #[map]
 static ORIGIN_GATE: Array<OriginGateSlot> = Array::with_max_entries(ORIGIN_GATE_SLOTS, 0);
 map_named!(ORIGIN_GATE, MAP_ORIGIN_GATE);
@@ -273,6 +274,11 @@ map_named!(UNCLOSED_SITES, MAP_UNCLOSED_SITES);
 #[map]
 static UNCLOSED_RA_SLOTS: Array<u32> = Array::with_max_entries(MAX_UNCLOSED_STACKS, 0);
 map_named!(UNCLOSED_RA_SLOTS, MAP_UNCLOSED_RA_SLOTS);
+
+/// Per slot of tgids, the process that last put an fd into the live set (unclosed.rs).
+#[map]
+static UNCLOSED_OWNERS: Array<u32> = Array::with_max_entries(UNCLOSED_OWNER_SLOTS, 0);
+map_named!(UNCLOSED_OWNERS, MAP_UNCLOSED_OWNERS);
 
 /// The words of the calls made before their stack id's slot was known.
 #[map]

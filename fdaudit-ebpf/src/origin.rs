@@ -38,10 +38,10 @@ use aya_ebpf::{
     EbpfContext,
 };
 use fdaudit_common::{
-    effect, origin_flags, pending_what, sysno, Effect, FdAt, OriginCall, OriginCreatedRecord,
-    OriginGateSlot, OriginMade, OriginPending, OriginRecord, RecordHeader, RecordKind,
-    CMSGHDR_SIZE, EMFILE, ENFILE, MMSGHDR_SIZE, MSGHDR_CONTROL, MSGHDR_CONTROLLEN, ORIGIN_CMSGS,
-    ORIGIN_FDS, ORIGIN_GATE_SLOTS, ORIGIN_MSGS, ORIGIN_SP_WORDS, ORIGIN_STACK_DEPTH,
+    effect, gate_slot, origin_flags, pending_what, sysno, Effect, FdAt, OriginCall,
+    OriginCreatedRecord, OriginGateSlot, OriginMade, OriginPending, OriginRecord, RecordHeader,
+    RecordKind, CMSGHDR_SIZE, EMFILE, ENFILE, MMSGHDR_SIZE, MSGHDR_CONTROL, MSGHDR_CONTROLLEN,
+    ORIGIN_CMSGS, ORIGIN_FDS, ORIGIN_MSGS, ORIGIN_SP_WORDS, ORIGIN_STACK_DEPTH,
     PY_CHAIN_AFTER_MADE, PY_CHAIN_AFTER_ORIGIN, SCM_RIGHTS, SOL_SOCKET,
 };
 
@@ -76,7 +76,7 @@ fn try_origin_enter<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<
     if UNCLOSED && raw_id == sysno::CLOSE {
         let task = Task::current();
         if !in_compat_syscall_of(task) {
-            unclosed::closed(task, arch::Regs::current(ctx.arg(0), task));
+            unclosed::closed(task, ctx.arg(0));
             return Ok(());
         }
     }
@@ -126,14 +126,14 @@ fn try_origin_enter<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<
         what,
         _pad: 0,
     };
-    let tid = pid_tgid as u32;
-    if let Some(g) = ORIGIN_GATE.get_ptr_mut(tid & GATE_MASK) {
-        // The call goes into the thread's slot, no hash map: the tid first, so that a
-        // thread whose tid shares the slot and reads it at its sys_exit meanwhile sees the
-        // slot taken (try_origin_exit reads the tid again after its copy).
+    let owner: u64 = ctx.arg(0);
+    if let Some(g) = ORIGIN_GATE.get_ptr_mut(gate_slot(owner)) {
+        // The call goes into the thread's slot, no hash map: the owner first, so that a
+        // thread that shares the slot and reads it at its sys_exit meanwhile sees the slot
+        // taken (try_origin_exit reads the owner again after its copy).
         // SAFETY: pointer from an array lookup, valid for this program run.
         unsafe {
-            core::ptr::write_volatile(core::ptr::addr_of_mut!((*g).tid), tid);
+            core::ptr::write_volatile(core::ptr::addr_of_mut!((*g).owner), owner);
             compiler_fence(Ordering::SeqCst);
             (*g).pending = pending;
             if UNCLOSED {
@@ -145,16 +145,14 @@ fn try_origin_enter<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<
     Ok(())
 }
 
-const GATE_MASK: u32 = ORIGIN_GATE_SLOTS - 1;
-
 /// ORIGIN_SEEN's value: records lost before the next one (low bits), and this bit once the
 /// process's modules were sent (origin_modules.rs).
 pub const MODULES_SENT: u32 = 1 << 31;
 
 // raw_syscalls/sys_exit: TP_PROTO(struct pt_regs *regs, long ret) (4.17+). Every thread
 // but one with a pending call leaves after one array load (ORIGIN_GATE, whose slot holds
-// the call); two threads whose tids collide in it lose the older call's origin (its fd then
-// reads "not seen").
+// the call; the thread is told by `regs`, no helper call); two threads that share a slot
+// lose the older call's origin (its fd then reads "not seen").
 #[raw_tracepoint(tracepoint = "sys_exit")]
 pub fn origin_exit(ctx: RawTracePointContext) -> i32 {
     let _ = try_origin_exit::<false>(&ctx);
@@ -170,17 +168,15 @@ pub fn unclosed_exit(ctx: RawTracePointContext) -> i32 {
 
 #[inline(always)]
 fn try_origin_exit<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<(), i64> {
-    let task = Task::current();
-    let key = task.pid_tgid();
-    let tid = key as u32;
-    let Some(g) = ORIGIN_GATE.get_ptr_mut(tid & GATE_MASK) else {
+    let regs: u64 = ctx.arg(0);
+    let Some(g) = ORIGIN_GATE.get_ptr_mut(gate_slot(regs)) else {
         return Ok(());
     };
-    let tid_at = |g: *mut OriginGateSlot| {
+    let owner_at = |g: *mut OriginGateSlot| {
         // SAFETY: pointer from an array lookup, valid for this program run.
-        unsafe { core::ptr::read_volatile(core::ptr::addr_of!((*g).tid)) }
+        unsafe { core::ptr::read_volatile(core::ptr::addr_of!((*g).owner)) }
     };
-    if tid == 0 || tid_at(g) != tid {
+    if regs == 0 || owner_at(g) != regs {
         return Ok(());
     }
     // SAFETY: as above.
@@ -188,12 +184,13 @@ fn try_origin_exit<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<(
     compiler_fence(Ordering::SeqCst);
     // A thread that shares the slot took it during the copy: the call is lost, as when it
     // takes the slot before this sys_exit.
-    if tid_at(g) != tid {
+    if owner_at(g) != regs {
         return Ok(());
     }
     // SAFETY: as above.
-    unsafe { core::ptr::write_volatile(core::ptr::addr_of_mut!((*g).tid), 0) };
-    let regs: u64 = ctx.arg(0);
+    unsafe { core::ptr::write_volatile(core::ptr::addr_of_mut!((*g).owner), 0) };
+    let task = Task::current();
+    let key = task.pid_tgid();
     let saved = arch::Regs::current(regs, task);
     if OriginCall::of_sysno(arch::exit_syscall_nr(saved)?).is_none() {
         return Ok(());

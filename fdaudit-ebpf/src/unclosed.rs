@@ -29,25 +29,27 @@ use aya_ebpf::{
 };
 use fdaudit_common::{
     pending_what, ra_from, ra_slot, task_btf, OriginCall, OriginPending, UnclosedFull,
-    UnclosedLive, UnclosedSiteKey, ORIGIN_FDS, ORIGIN_SP_WORDS,
+    UnclosedLive, UnclosedSiteKey, ORIGIN_FDS, ORIGIN_SP_WORDS, UNCLOSED_OWNER_SLOTS,
 };
 
 use crate::{
     arch,
     kernel::{self, conf, stat_add, Task},
-    STATS, TRACKED, UNCLOSED_FULL, UNCLOSED_LIVE, UNCLOSED_PENDING, UNCLOSED_RA_SLOTS,
-    UNCLOSED_SITES, UNCLOSED_SITE_SCRATCH, UNCLOSED_STACKS,
+    STATS, TRACKED, UNCLOSED_FULL, UNCLOSED_LIVE, UNCLOSED_OWNERS, UNCLOSED_PENDING,
+    UNCLOSED_RA_SLOTS, UNCLOSED_SITES, UNCLOSED_SITE_SCRATCH, UNCLOSED_STACKS,
 };
 
-/// close(fd) at sys_enter, its saved registers `regs` (the fd is gone whatever close
-/// returns, EINTR included; an fd that was not open has no entry). Every close on the
-/// machine looks its (tgid, fd) up once; an entry is the closing process's only if written
-/// since that process began: a process that got the tgid of a gone one whose entries
-/// userspace has not yet read began after they were written, and cannot mark them closed
-/// (that would hide what the gone process held). Before 5.11 (no BTF task pointer) a
-/// TRACKED lookup keeps the others out instead.
+/// close(fd) at sys_enter by `task` (current), its raw tracepoint's registers at `raw`
+/// (the fd is gone whatever close returns, EINTR included; an fd that was not open has no
+/// entry). A process whose slot in UNCLOSED_OWNERS it holds (made() writes it) goes to the
+/// live set at once; another is looked up in TRACKED first (the slot is a filter: a
+/// followed process whose slot another took pays that lookup, none is missed). An entry
+/// is the closing process's only if written since that process began: a process that got
+/// the tgid of a gone one whose entries userspace has not yet read (and so its slot) began
+/// after they were written, and cannot mark them closed (that would hide what the gone
+/// process held). Before 5.11 (no BTF task pointer) TRACKED alone decides.
 #[inline(always)]
-pub fn closed(task: Task, regs: arch::Regs) {
+pub fn closed(task: Task, raw: u64) {
     let tgid = (task.pid_tgid() >> 32) as u32;
     let since = if conf!(task_btf) == u64::from(task_btf::NONE) {
         if TRACKED.get_ptr(tgid).is_none() {
@@ -55,9 +57,13 @@ pub fn closed(task: Task, regs: arch::Regs) {
         }
         1
     } else {
+        let owner = UNCLOSED_OWNERS.get(tgid & OWNER_MASK) == Some(&tgid);
+        if !owner && TRACKED.get_ptr(tgid).is_none() {
+            return;
+        }
         kernel::process_start_ns(task)
     };
-    let Ok(fd) = regs.word(conf!(regs_arg0)) else {
+    let Ok(fd) = arch::Regs::current(raw, task).word(conf!(regs_arg0)) else {
         return;
     };
     if let Some(e) = UNCLOSED_LIVE.get_ptr_mut(u64::from(tgid) << 32 | (fd & 0xffff_ffff)) {
@@ -70,6 +76,8 @@ pub fn closed(task: Task, regs: arch::Regs) {
         }
     }
 }
+
+const OWNER_MASK: u32 = UNCLOSED_OWNER_SLOTS - 1;
 
 /// Writes `new` over the entry at `e`: the fields, the check word, the time last. A copy
 /// that mixes the old entry's words with the new one's fails the check (a reader reads it
@@ -276,6 +284,15 @@ pub fn made(
             }
         }
         return;
+    }
+    if let Some(o) = UNCLOSED_OWNERS.get_ptr_mut(tgid & OWNER_MASK) {
+        // SAFETY: pointer from an array lookup, valid for this program run; written only
+        // when it changes (another CPU's close reads it).
+        unsafe {
+            if core::ptr::read_volatile(o) != tgid {
+                core::ptr::write_volatile(o, tgid);
+            }
+        }
     }
     // SAFETY: a helper without arguments.
     let time_ns = unsafe { bpf_ktime_get_ns() };

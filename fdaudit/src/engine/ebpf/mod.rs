@@ -338,6 +338,7 @@ pub fn open_with<'a>(
             MAP_UNCLOSED_FULL,
             fdaudit_common::MAP_UNCLOSED_RA_SLOTS,
             fdaudit_common::MAP_UNCLOSED_PENDING,
+            fdaudit_common::MAP_UNCLOSED_OWNERS,
         ] {
             loader.map_max_entries(map, 1);
         }
