@@ -94,8 +94,8 @@ fn try_origin_enter<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<
     // An ia32 call's number means another call: it is only named, as not followed.
     if in_compat_syscall_of(task) {
         if let Some(call) = ia32 {
-            let fds = no_fds();
-            emit(ctx, 0, call as u32, 0, &fds, 0, origin_flags::UNSEEN_IA32)?;
+            let (fds, flags) = (no_fds(), origin_flags::UNSEEN_IA32);
+            emit(ctx, None, call as u32, 0, &fds, 0, flags)?;
         }
         return Ok(());
     }
@@ -233,14 +233,15 @@ fn try_origin_exit<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<(
         return Ok(());
     }
     // One call of emit (each inlined copy is verified on its own paths).
-    let (stack_regs, flags) = match p.what {
-        pending_what::INHERITABLE if cut => (regs, origin_flags::FDS_CUT),
-        pending_what::INHERITABLE => (regs, 0),
-        pending_what::CLOEXEC => return remember(ctx, regs, key, &p, &fds, n),
-        pending_what::SETS_CLOEXEC => (0, origin_flags::CLEARED),
-        _ => (0, origin_flags::UNSEEN_URING),
+    let (stack, flags) = match p.what {
+        pending_what::INHERITABLE if cut => (true, origin_flags::FDS_CUT),
+        pending_what::INHERITABLE => (true, 0),
+        pending_what::CLOEXEC => return remember(ctx, saved, key, &p, &fds, n),
+        pending_what::SETS_CLOEXEC => (false, origin_flags::CLEARED),
+        _ => (false, origin_flags::UNSEEN_URING),
     };
-    emit(ctx, stack_regs, p.call, p.cmd, &fds, n, flags)
+    let sp = stack.then(|| saved.word(conf!(regs_sp)).unwrap_or(0));
+    emit(ctx, sp, p.call, p.cmd, &fds, n, flags)
 }
 
 /// The SCM_RIGHTS control message of the first of the `msgs` messages at user address
@@ -288,7 +289,7 @@ fn scm_rights(msg: u64, msgs: u64) -> Option<(u64, u64, u64)> {
 #[inline(always)]
 fn remember(
     ctx: &RawTracePointContext,
-    regs: u64,
+    regs: arch::Regs,
     pid_tgid: u64,
     p: &OriginPending,
     fds: &[i32; ORIGIN_FDS],
@@ -298,7 +299,7 @@ fn remember(
         return Ok(());
     };
     let tgid = pid_tgid >> 32;
-    let sp: u64 = read_kernel(regs + conf!(regs_sp)).unwrap_or(0);
+    let sp = regs.word(conf!(regs_sp)).unwrap_or(0);
     // SAFETY: a per-CPU array value, valid and ours for this program run.
     unsafe {
         (*m).time_ns = bpf_ktime_get_ns();
@@ -385,12 +386,12 @@ fn send_creator(ring: crate::Ring, tgid: u32, parent: u32, fd: i32) -> bool {
 }
 
 /// Sends an origin record for call `call` of the current thread: `fds[..n]` with their
-/// identity; with `regs` (non-zero) the user stack too; for an fd made inheritable after
+/// identity; with the user sp the user stack too; for an fd made inheritable after
 /// its creation (FIONCLEX, F_SETFD) the call that created it, when kept.
 #[inline(always)]
 fn emit(
     ctx: &RawTracePointContext,
-    regs: u64,
+    sp: Option<u64>,
     call: u32,
     cmd: u64,
     fds: &[i32; ORIGIN_FDS],
@@ -409,7 +410,7 @@ fn emit(
     // FIONCLEX and F_SETFD make an existing fd inheritable: its creator goes first.
     let given = call == OriginCall::Ioctl as u32
         || (call == OriginCall::Fcntl as u32 && cmd == fdaudit_common::F_SETFD);
-    if regs != 0 && given && send_creator(ring, tgid, parent_pid, fds[0]) {
+    if sp.is_some() && given && send_creator(ring, tgid, parent_pid, fds[0]) {
         flags |= origin_flags::CREATED;
     }
     let Some(mut entry) = ring.reserve::<OriginRecord>() else {
@@ -451,9 +452,9 @@ fn emit(
             (*rec).dev[i] = dev;
         }
     }
-    if regs != 0 {
+    if let Some(sp) = sp {
         // SAFETY: as above.
-        unsafe { user_stack(ctx, regs, rec) };
+        unsafe { user_stack(ctx, sp, rec) };
     } else {
         // SAFETY: as above.
         // (volatile: adjacent zero stores would be merged into a memset call)
@@ -471,7 +472,7 @@ fn emit(
     // The process's modules go with its first record sent with a stack, not its first
     // record: that one may have been lost to a full ring.
     // SAFETY: pointer from a map lookup, valid for this program run.
-    let modules_due = regs != 0 && seen.is_none_or(|v| unsafe { *v } & MODULES_SENT == 0);
+    let modules_due = sp.is_some() && seen.is_none_or(|v| unsafe { *v } & MODULES_SENT == 0);
     match seen {
         // SAFETY: as above.
         Some(v) if modules_due => unsafe { *v |= MODULES_SENT },
@@ -493,7 +494,7 @@ fn emit(
         // SAFETY: ORIGIN_CHAIN holds programs of this program's type, filled by the loader.
         unsafe { ORIGIN_CHAIN.tail_call(ctx, fdaudit_common::ORIGIN_CHAIN_MODULES) };
     }
-    if regs != 0 {
+    if sp.is_some() {
         // A new call site's stack copy (stack_copy.rs; then the Python walk), as above.
         // SAFETY: as above.
         unsafe { ORIGIN_CHAIN.tail_call(ctx, fdaudit_common::ORIGIN_CHAIN_STACK_COPY) };
@@ -503,13 +504,12 @@ fn emit(
 }
 
 /// The user stack of the call into `rec`: the frame-pointer walk, the text range and the
-/// words at the user sp.
+/// words at the user sp, `sp`.
 ///
 /// # Safety
 /// `rec` points at a reserved ring record.
 #[inline(always)]
-unsafe fn user_stack(ctx: &RawTracePointContext, regs: u64, rec: *mut OriginRecord) {
-    let sp: u64 = read_kernel(regs + conf!(regs_sp)).unwrap_or(0);
+unsafe fn user_stack(ctx: &RawTracePointContext, sp: u64, rec: *mut OriginRecord) {
     let (start_code, end_code) = crate::kernel::current_code_range();
     // SAFETY: the caller's.
     unsafe {
