@@ -14,6 +14,7 @@ use crate::kernel::{conf, read_kernel};
 
 /// Whether the current task is in a compat syscall.
 #[inline(always)]
+#[cfg(not(bpf_target_arch = "aarch64"))]
 pub(crate) fn in_compat_syscall() -> bool {
     in_compat_syscall_of(kernel::Task::current())
 }
@@ -40,6 +41,13 @@ pub(crate) fn in_compat_syscall_of(task: kernel::Task) -> bool {
 }
 
 /// aarch64: no compat syscalls are told apart (32-bit arm tasks are not handled).
+#[cfg(bpf_target_arch = "aarch64")]
+#[inline(always)]
+pub(crate) fn in_compat_syscall() -> bool {
+    false
+}
+
+/// aarch64: as [`in_compat_syscall`].
 #[cfg(bpf_target_arch = "aarch64")]
 #[inline(always)]
 pub(crate) fn in_compat_syscall_of(_task: kernel::Task) -> bool {
