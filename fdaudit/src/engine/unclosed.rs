@@ -70,6 +70,9 @@ pub struct LiveRead {
     pub entries: Vec<LiveEntry>,
     /// Read with BPF_MAP_LOOKUP_BATCH (else the get-next-key walk).
     pub batched: bool,
+    /// Keys the set held when read, closed ones included (those of gone processes are
+    /// removed by this read).
+    pub keys: usize,
 }
 
 /// The maps of `unclosed`, taken out of the session's object.
@@ -245,6 +248,7 @@ impl LiveMaps {
         let sorted = sort_live(all, |key| map.get(&key, 0).ok());
         self.sweep_closed(&sorted.closed);
         Ok(LiveRead {
+            keys: sorted.live.len() + sorted.closed.len(),
             entries: sorted.live.into_iter().map(|(k, l)| entry(k, l)).collect(),
             batched,
         })

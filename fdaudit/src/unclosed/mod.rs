@@ -338,8 +338,13 @@ impl Sink for UnclosedSink {
     fn tick(&mut self, session: &mut Session, now: Instant) -> Result<bool> {
         self.maps.resolve_new_sites(session.stats()?.unclosed_sites);
         if self.next_read.is_none_or(|at| now >= at) {
-            self.next_read = Some(now + RESOLVE_EVERY);
-            self.rates.observe(&self.maps.read()?.entries);
+            let read = self.maps.read()?;
+            // A set past half full (closed entries of processes that come and go, which
+            // each read removes) is read again at the next tick, so that it cannot fill
+            // between two reads.
+            let half = read.keys > fdaudit_common::MAX_UNCLOSED_LIVE as usize / 2;
+            self.next_read = Some(now + if half { LEARN_EVERY } else { RESOLVE_EVERY });
+            self.rates.observe(&read.entries);
             let full = self.maps.full();
             if full.iter().any(|(pid, _)| !self.emfile_seen.contains(pid)) {
                 self.report(session, "EMFILE")?;
