@@ -20,14 +20,8 @@ const HOLD: Duration = Duration::from_millis(3500);
 /// Processes named like the hand-off child, not exited, that are not children of one (its
 /// closers of links, which share its name, end at once).
 fn hand_off_children() -> Vec<u32> {
-    let named: Vec<(u32, u32)> = std::fs::read_dir("/proc")
-        .expect("/proc")
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|p| {
-            std::fs::read_to_string(format!("/proc/{p}/comm"))
-                .is_ok_and(|c| c.trim_end() == "fdaudit-detach")
-        })
+    let named: Vec<(u32, u32)> = named(&["fdaudit-detach"])
+        .into_iter()
         .filter_map(|p| Some((p, state_and_ppid(p)?)))
         .filter(|(_, (state, _))| !matches!(state, 'Z' | 'X'))
         .map(|(p, (_, ppid))| (p, ppid))
@@ -36,6 +30,19 @@ fn hand_off_children() -> Vec<u32> {
         .iter()
         .filter(|(_, ppid)| !named.iter().any(|(p, _)| p == ppid))
         .map(|(p, _)| *p)
+        .collect()
+}
+
+/// The processes whose name is one of `names`.
+fn named(names: &[&str]) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/comm"))
+                .is_ok_and(|c| names.contains(&c.trim_end()))
+        })
         .collect()
 }
 
@@ -87,10 +94,18 @@ fn a_hand_off_child_keeps_its_anchors_while_a_trace_starts_and_drops_them_after(
     }
     // (fdaudit makes it too; root can, here and in the guests)
     std::fs::create_dir_all("/run/fdaudit").expect("make /run/fdaudit");
+    // An earlier test's fdaudit may still be exiting: its hand-off child is named only
+    // after its fork, so an unnamed one would be counted below as this trace's.
+    let running = || {
+        named(&["fdaudit", "fdaudit-detach"])
+            .into_iter()
+            .filter(|&p| state_and_ppid(p).is_some_and(|(s, _)| !matches!(s, 'Z' | 'X')))
+            .collect::<Vec<u32>>()
+    };
     assert!(
-        wait_for(Duration::from_secs(20), || hand_off_children().is_empty()),
-        "an earlier trace's hand-off child is still there: {:?}",
-        hand_off_children()
+        wait_for(Duration::from_secs(20), || running().is_empty()),
+        "an earlier trace or its hand-off child is still there: {:?}",
+        running()
     );
     let out = Command::new(fdaudit())
         .args(["trace", "-q", "--", "true"])
