@@ -38,21 +38,15 @@ impl Regs {
     /// The pt_regs word at `offset` (a CONFIG offset).
     #[inline(always)]
     pub fn word(self, offset: u64) -> Result<u64, i64> {
+        self.load(offset)
+    }
+
+    /// The `T` at `offset`: a u64 word, or aarch64's 32-bit `syscallno`.
+    #[inline(always)]
+    fn load<T>(self, offset: u64) -> Result<T, i64> {
         if direct() {
             // SAFETY: a load at a BTF offset of struct pt_regs, which the verifier checks
             // (a fault reads as 0).
-            Ok(unsafe { core::ptr::read_volatile(self.btf.wrapping_add(offset as usize).cast()) })
-        } else {
-            read_kernel(self.raw + offset)
-        }
-    }
-
-    /// The 32-bit field at `offset` (aarch64's `syscallno`).
-    #[cfg(bpf_target_arch = "aarch64")]
-    #[inline(always)]
-    fn word32(self, offset: u64) -> Result<i32, i64> {
-        if direct() {
-            // SAFETY: as in `word`.
             Ok(unsafe { core::ptr::read_volatile(self.btf.wrapping_add(offset as usize).cast()) })
         } else {
             read_kernel(self.raw + offset)
@@ -147,5 +141,5 @@ pub fn exit_syscall_nr(regs: Regs) -> Result<i64, i64> {
 #[cfg(bpf_target_arch = "aarch64")]
 #[inline(always)]
 pub fn exit_syscall_nr(regs: Regs) -> Result<i64, i64> {
-    regs.word32(conf!(regs_nr)).map(i64::from)
+    regs.load::<i32>(conf!(regs_nr)).map(i64::from)
 }
