@@ -3,7 +3,8 @@
 //! gate: exit 4), a `-p` process that opens a secret after fdaudit attached and carries it
 //! through a re-exec (judged against what it held at attach, not waved through as
 //! inherited), and a process that takes the pid of one `unclosed` followed, gone holding an
-//! fd, and closes that fd number before the report. Needs root.
+//! fd, and closes that fd number before the report, and a child left unreaped whose empty
+//! fd directory must not read as "closed". Needs root.
 
 use std::io::Write as _;
 use std::os::unix::fs::PermissionsExt as _;
@@ -304,6 +305,59 @@ fn a_user_with_a_gone_followed_process_s_pid_cannot_close_what_it_held() {
         status.code(),
         Some(3),
         "the fd pid {pid} held at its exit was hidden by a close in a later process with its pid: {err}"
+    );
+    assert!(
+        err.contains(&format!("pid {pid} ")) && err.contains("exited holding 1 fd it opened"),
+        "{err}"
+    );
+}
+
+/// A process releases its fd table when it begins to exit and stays a zombie until reaped:
+/// its fd directory then lists nothing. A user who leaves a child unreaped (here its
+/// parent execs `sleep`, which never waits) must not hide what the child held at exit
+/// from the gate: the report made while it is a zombie counts it as exited holding fd 7.
+#[test]
+#[ignore = "needs root"]
+fn a_user_who_leaves_a_child_unreaped_cannot_hide_what_it_held_at_exit() {
+    let _g = guard();
+    let dir = attacker_dir("unreaped");
+    let script = r#"sh -c 'exec 7< /etc/hostname; echo $$ > "$1/pid"; exec /bin/true' sh "$1" &
+exec sleep 3"#;
+    let tracer = Command::new(fdaudit())
+        .args(["unclosed", "-o", "/dev/null", "--interval", "1"])
+        .args(["--fail-on-unclosed", "--"])
+        .args(as_nobody(script, &dir))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start fdaudit");
+    let mut tracer = KillOnDrop(tracer);
+    let pid_file = dir.join("pid");
+    let mut pid = 0u32;
+    wait_until("the child's pid", || {
+        pid = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0);
+        pid != 0
+    });
+    // A zombie through the report at 1 s (its parent sleeps 3 s).
+    wait_at_most("the child to be a zombie", 1, || state(pid) == Some('Z'));
+    let mut err = String::new();
+    let status = {
+        use std::io::Read as _;
+        let mut stderr = tracer.0.stderr.take().expect("fdaudit's stderr");
+        stderr
+            .read_to_string(&mut err)
+            .expect("read fdaudit's stderr");
+        tracer.0.wait().expect("wait for fdaudit")
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(
+        status.code(),
+        Some(3),
+        "the fd the unreaped pid {pid} held at its exit was hidden: {err}"
     );
     assert!(
         err.contains(&format!("pid {pid} ")) && err.contains("exited holding 1 fd it opened"),

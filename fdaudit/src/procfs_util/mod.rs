@@ -49,9 +49,14 @@ pub fn alive(pid: u32) -> bool {
 /// whole; one made while the map was torn down may lack any mapping (the kernel reads maps
 /// under per-VMA locks, not the whole map's).
 pub fn exiting(pid: u32) -> bool {
+    stat_of(pid).is_none_or(|s| stat_says_exiting(&s))
+}
+
+/// Whether a task's stat says it has begun to exit (PF_EXITING), is a zombie or is dead.
+pub fn stat_says_exiting(s: &procfs::process::Stat) -> bool {
     /// include/linux/sched.h
     const PF_EXITING: u32 = 0x4;
-    stat_of(pid).is_none_or(|s| s.state == 'Z' || s.state == 'X' || s.flags & PF_EXITING != 0)
+    s.state == 'Z' || s.state == 'X' || s.flags & PF_EXITING != 0
 }
 
 /// Every current descendant of `root`, from /proc (children before grandchildren).

@@ -13,9 +13,37 @@ pub const MAX_FDS: usize = 1 << 20;
 /// Bytes of a sample's target kept.
 pub const TARGET_BYTES: usize = 256;
 
-/// `pid`'s fd numbers now (empty when it is gone).
+/// Threads of a process whose leader has exited that are tried for its table.
+const THREADS_TRIED: usize = 64;
+
+/// `pid`'s fd numbers now; None when it is gone or exiting. A process releases its fd
+/// table when it begins to exit, before it is reaped: its fd directory then lists nothing,
+/// which is not "it closed them" (a parent that does not reap it would hide what it held
+/// at exit). So a listing counts only if the process had not begun to exit when the
+/// listing ended; a leader that exited before its threads (pthread_exit) is read through
+/// one of them that has not.
 pub fn fds_of(pid: u32) -> Option<BTreeSet<i32>> {
-    let dir = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
+    let fds = list_fds(&format!("/proc/{pid}/fd"))?;
+    if !crate::procfs_util::exiting(pid) {
+        return Some(fds);
+    }
+    let process = procfs::process::Process::new(i32::try_from(pid).ok()?).ok()?;
+    process
+        .tasks()
+        .ok()?
+        .flatten()
+        .filter(|t| t.tid as u32 != pid)
+        .take(THREADS_TRIED)
+        .find_map(|t| {
+            let fds = list_fds(&format!("/proc/{pid}/task/{}/fd", t.tid))?;
+            let s = t.stat().ok()?;
+            (!crate::procfs_util::stat_says_exiting(&s)).then_some(fds)
+        })
+}
+
+/// The fd numbers an fd directory lists (at most [`MAX_FDS`]).
+fn list_fds(dir: &str) -> Option<BTreeSet<i32>> {
+    let dir = std::fs::read_dir(dir).ok()?;
     Some(
         dir.flatten()
             .take(MAX_FDS)
@@ -118,6 +146,30 @@ pub fn at_attach(pids: &[u32]) -> Vec<(u32, HashSet<i32>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_zombie_has_no_table_and_a_live_child_has_its_own() {
+        let mut live = std::process::Command::new("sleep")
+            .arg("30")
+            .stdin(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut zombie = std::process::Command::new("true").spawn().unwrap();
+        let z = zombie.id();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !crate::procfs_util::exiting(z) {
+            assert!(std::time::Instant::now() < deadline, "true did not exit");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        // Its fd directory is there and empty: not a table.
+        assert!(std::fs::read_dir(format!("/proc/{z}/fd")).is_ok());
+        assert_eq!(fds_of(z), None);
+        let fds = fds_of(live.id());
+        live.kill().unwrap();
+        live.wait().unwrap();
+        zombie.wait().unwrap();
+        assert!(fds.is_some_and(|f| f.contains(&0)));
+    }
 
     #[test]
     fn tables_read_on_every_core_are_those_read_one_by_one() {
