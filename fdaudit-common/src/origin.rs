@@ -391,7 +391,9 @@ pub struct OriginGateSlot {
     /// `unclosed`: the process's execs seen (`TaskState::execs`) at sys_enter, so that
     /// sys_exit looks the process up no second time (no exec happens between the two).
     pub execs: u32,
-    pub _pad: u32,
+    /// The process's parent (`TaskState::parent_pid`) at sys_enter, for the origin record:
+    /// sys_exit looks the process up no second time.
+    pub parent_pid: u32,
     pub pending: OriginPending,
 }
 

@@ -14,7 +14,7 @@ use crate::{
     fork::{add_hot_counts, claim_hot, fd_cache_of},
     in_followed_cgroup,
     kernel::{self, stat_add},
-    origin::MODULES_SENT,
+    origin_record::MODULES_SENT,
     EXEC_CHAIN, ORIGIN_SEEN, SCRATCH, STATS, TRACKED, ZERO_TASK,
 };
 

@@ -13,11 +13,11 @@ use aya_ebpf::{
     maps::PerCpuArray,
 };
 use fdaudit_common::{
-    fd_flags, flags, fs_magic, FdInfo, FdPath, PathsRecord, SpawnRecord, COMP_LEN, MAX_DEPTH,
-    MAX_FDS, MAX_FD_WORDS, MAX_PATHS, NAME_LEN,
+    fd_flags, flags, fs_magic, task_btf, FdInfo, FdPath, PathsRecord, SpawnRecord, COMP_LEN,
+    MAX_DEPTH, MAX_FDS, MAX_FD_WORDS, MAX_PATHS, NAME_LEN,
 };
 
-use crate::kernel::{conf, current_task, read_kernel, was_cut};
+use crate::kernel::{conf, current_task, read_kernel, was_cut, Task};
 
 const S_IFMT: u32 = 0o170000;
 const S_IFSOCK: u32 = 0o140000;
@@ -487,36 +487,76 @@ pub fn current_file(fd: u32) -> Result<u64, i64> {
     Ok(file)
 }
 
-/// The current task's `struct file` at `fd`, where `fd` was just used successfully (so it
-/// is inside the table): task->files->fdt->fd as direct loads through the BTF-typed task
-/// pointer (bpf_get_current_task_btf, 5.11+; the offsets come from the read-only CONFIG, so
-/// the verifier knows them and checks each load against the kernel's types), then one
-/// probe-read of the slot. On the `--reads` path, where it runs for every read().
-/// Before 5.11 (no such helper; CONFIG.task_btf is 0, a constant to the verifier, which then
-/// never visits the call) the probe-read walk of [`current_file`] instead.
+/// The current task's fd table: its size and its array of `struct file` pointers, read once
+/// per program run and kept as plain numbers, so that a call that made several fds walks
+/// the task's pointers once.
+#[derive(Clone, Copy)]
+pub struct FdTable {
+    max_fds: u32,
+    fd_array: u64,
+}
+
+impl FdTable {
+    /// `task`'s (current's) table: task->files->fdt's `max_fds` and fd array as direct
+    /// loads through the BTF-typed task pointer (bpf_get_current_task_btf, 5.11+; the
+    /// offsets come from the read-only CONFIG, so the verifier knows them and checks each
+    /// load against the kernel's types, a fault reading as 0); before 5.11
+    /// (CONFIG.task_btf is NONE, a constant to the verifier, which then never visits the
+    /// loads) probe-reads.
+    #[inline(always)]
+    pub fn of(task: Task) -> Result<Self, i64> {
+        if conf!(task_btf) == u64::from(task_btf::NONE) {
+            return Self::probed();
+        }
+        let (files_off, fdt_off, max_off, fd_off) = (
+            conf!(task_files) as usize,
+            conf!(files_fdt) as usize,
+            conf!(fdt_max_fds) as usize,
+            conf!(fdt_fd) as usize,
+        );
+        // SAFETY: current's task_struct, valid for this program run; every load is at a
+        // BTF offset of the type it reads, which the verifier checks (faults read as 0).
+        unsafe {
+            let files = core::ptr::read_volatile(task.btf().add(files_off).cast::<*const u8>());
+            let fdt = core::ptr::read_volatile(files.add(fdt_off).cast::<*const u8>());
+            Ok(FdTable {
+                max_fds: core::ptr::read_volatile(fdt.add(max_off).cast::<u32>()),
+                fd_array: core::ptr::read_volatile(fdt.add(fd_off).cast::<u64>()),
+            })
+        }
+    }
+
+    /// The current task's table by probe-reads (four helper calls). For a program whose
+    /// verification is its start-up's cost (`--origin`'s sys_exit): each pointer load through
+    /// the BTF task pointer has the verifier search the kernel's BTF by name (whether the
+    /// member is a trusted one), some milliseconds per load instruction.
+    #[inline(always)]
+    pub fn probed() -> Result<Self, i64> {
+        let (fdt, max_fds) = current_fdt()?;
+        let fd_array: u64 = read_kernel(fdt + conf!(fdt_fd))?;
+        Ok(FdTable { max_fds, fd_array })
+    }
+
+    /// The `struct file` at `fd` (one probe-read of the slot). `fd` is checked against
+    /// `max_fds`: recvmsg's fds are read back from user memory, which the process may
+    /// have rewritten.
+    #[inline(always)]
+    pub fn file(self, fd: u32) -> Result<u64, i64> {
+        if fd >= self.max_fds {
+            return Err(-1);
+        }
+        let file: u64 = read_kernel(self.fd_array + u64::from(fd) * 8)?;
+        if file == 0 {
+            return Err(-1);
+        }
+        Ok(file)
+    }
+}
+
+/// The `struct file` at `fd` of `task` (current): on `--reads`'s every read().
 #[inline(always)]
-pub fn current_file_of_used_fd(fd: u32) -> Result<u64, i64> {
-    if conf!(task_btf) == 0 {
-        return current_file(fd);
-    }
-    let (files_off, fdt_off, fd_off) = (
-        conf!(task_files) as usize,
-        conf!(files_fdt) as usize,
-        conf!(fdt_fd) as usize,
-    );
-    // SAFETY: current's task_struct, valid for this program run; every load is at a BTF
-    // offset of the type it reads, which the verifier checks (faults read as 0).
-    let fd_array = unsafe {
-        let task = aya_ebpf::helpers::bpf_get_current_task_btf() as *const u8;
-        let files = core::ptr::read_volatile(task.add(files_off).cast::<*const u8>());
-        let fdt = core::ptr::read_volatile(files.add(fdt_off).cast::<*const u8>());
-        core::ptr::read_volatile(fdt.add(fd_off).cast::<u64>())
-    };
-    let file: u64 = read_kernel(fd_array + u64::from(fd) * 8)?;
-    if file == 0 {
-        return Err(-1);
-    }
-    Ok(file)
+pub fn task_file(task: Task, fd: u32) -> Result<u64, i64> {
+    FdTable::of(task)?.file(fd)
 }
 
 /// Whether `fd` is a procfs "fd" directory (/proc/<pid>/fd) read from its start.

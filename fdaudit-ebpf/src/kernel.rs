@@ -75,35 +75,29 @@ impl Task {
     }
 }
 
-/// The current task's text range (mm->start_code, mm->end_code); zeros without an mm.
-/// Direct loads through the BTF-typed task pointer (bpf_get_current_task_btf, 5.11+; the
-/// offsets come from the read-only CONFIG, so the verifier knows them and checks each load
-/// against the kernel's types, and a NULL mm reads as zeros); before 5.11 (task_btf is 0, a
-/// constant to the verifier, which then never visits the helper's call) three probe-reads.
+/// `task`'s (current's) text range (mm->start_code, mm->end_code); zeros without an mm.
+/// By probe-reads, on every kernel: a pointer loaded through the BTF task pointer
+/// (task->mm) has the verifier search the kernel's BTF by name for whether the member is a
+/// trusted one, some milliseconds of start-up per load instruction in `--origin`'s
+/// sys_exit program, for one helper call saved per origin record. The two fields are read
+/// in one probe-read where they are adjacent (they are in every kernel fdaudit knows;
+/// CONFIG's offsets are constants to the verifier, which visits one branch).
 #[inline(always)]
-pub fn current_code_range() -> (u64, u64) {
-    if conf!(task_btf) == 0 {
-        let mm: u64 = read_kernel(current_task() + conf!(task_mm)).unwrap_or(0);
-        return (
-            read_kernel(mm + conf!(mm_start_code)).unwrap_or(0),
-            read_kernel(mm + conf!(mm_end_code)).unwrap_or(0),
-        );
+pub fn current_code_range(task: Task) -> (u64, u64) {
+    let base = if conf!(task_btf) == u64::from(fdaudit_common::task_btf::NONE) {
+        current_task()
+    } else {
+        task.btf() as u64
+    };
+    let mm: u64 = read_kernel(base + conf!(task_mm)).unwrap_or(0);
+    if conf!(mm_end_code) == conf!(mm_start_code) + 8 {
+        let [start, end] = read_kernel::<[u64; 2]>(mm + conf!(mm_start_code)).unwrap_or([0; 2]);
+        return (start, end);
     }
-    let (mm_off, start_off, end_off) = (
-        conf!(task_mm) as usize,
-        conf!(mm_start_code) as usize,
-        conf!(mm_end_code) as usize,
-    );
-    // SAFETY: current's task_struct, valid for this program run; every load is at a BTF
-    // offset of the type it reads, which the verifier checks (faults read as 0).
-    unsafe {
-        let task = aya_ebpf::helpers::bpf_get_current_task_btf() as *const u8;
-        let mm = core::ptr::read_volatile(task.wrapping_add(mm_off).cast::<*const u8>());
-        (
-            core::ptr::read_volatile(mm.wrapping_add(start_off).cast::<u64>()),
-            core::ptr::read_volatile(mm.wrapping_add(end_off).cast::<u64>()),
-        )
-    }
+    (
+        read_kernel(mm + conf!(mm_start_code)).unwrap_or(0),
+        read_kernel(mm + conf!(mm_end_code)).unwrap_or(0),
+    )
 }
 
 /// When `task`'s process began: its group leader's `start_time` (CLOCK_MONOTONIC, the
@@ -121,6 +115,35 @@ pub fn process_start_ns(task: Task) -> u64 {
         let leader =
             core::ptr::read_volatile(task.btf().wrapping_add(leader_off).cast::<*const u8>());
         core::ptr::read_volatile(leader.wrapping_add(start_off).cast::<u64>())
+    }
+}
+
+/// `task`'s (current's) name into `out` (16 bytes of ring-record or map-value memory):
+/// two direct loads of `task->comm` through the BTF-typed pointer (the verifier allows
+/// word loads inside a scalar array member), no helper call; before 5.11
+/// bpf_get_current_comm.
+///
+/// # Safety
+/// `out` points at 16 writable, 8-aligned bytes.
+#[inline(always)]
+pub unsafe fn task_comm_into(task: Task, out: *mut [u8; TASK_COMM_LEN]) {
+    let out = out.cast::<u64>();
+    if conf!(task_btf) == u64::from(fdaudit_common::task_btf::NONE) {
+        // SAFETY: the caller's; the helper writes at most TASK_COMM_LEN bytes.
+        unsafe {
+            aya_ebpf::helpers::generated::bpf_get_current_comm(out.cast(), TASK_COMM_LEN as u32)
+        };
+        return;
+    }
+    let comm = task
+        .btf()
+        .wrapping_add(conf!(task_comm) as usize)
+        .cast::<u64>();
+    // SAFETY: current's task_struct, valid for this program run; loads inside its comm
+    // member at a BTF offset, which the verifier checks; the caller's `out`.
+    unsafe {
+        core::ptr::write_volatile(out, core::ptr::read_volatile(comm));
+        core::ptr::write_volatile(out.add(1), core::ptr::read_volatile(comm.wrapping_add(1)));
     }
 }
 

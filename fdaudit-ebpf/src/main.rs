@@ -38,6 +38,7 @@ mod fork;
 mod kernel;
 mod origin;
 mod origin_modules;
+mod origin_record;
 mod python;
 mod readpath;
 mod stack_copy;

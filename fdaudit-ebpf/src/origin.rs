@@ -24,34 +24,20 @@
 
 use core::sync::atomic::{compiler_fence, Ordering};
 
-use aya_ebpf::{
-    bindings::BPF_F_USER_STACK,
-    helpers::{
-        bpf_get_current_pid_tgid, bpf_ktime_get_ns,
-        generated::{
-            bpf_get_current_comm as comm_into, bpf_get_stack, bpf_probe_read_kernel,
-            bpf_probe_read_user,
-        },
-    },
-    macros::raw_tracepoint,
-    programs::RawTracePointContext,
-    EbpfContext,
-};
+use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::raw_tracepoint, programs::RawTracePointContext};
 use fdaudit_common::{
-    effect, gate_slot, origin_flags, pending_what, sysno, Effect, FdAt, OriginCall,
-    OriginCreatedRecord, OriginGateSlot, OriginMade, OriginPending, OriginRecord, RecordHeader,
-    RecordKind, CMSGHDR_SIZE, EMFILE, ENFILE, MMSGHDR_SIZE, MSGHDR_CONTROL, MSGHDR_CONTROLLEN,
-    ORIGIN_CMSGS, ORIGIN_FDS, ORIGIN_MSGS, ORIGIN_SP_WORDS, ORIGIN_STACK_DEPTH,
-    PY_CHAIN_AFTER_MADE, PY_CHAIN_AFTER_ORIGIN, SCM_RIGHTS, SOL_SOCKET,
+    effect, gate_slot, origin_flags, pending_what, sysno, Effect, FdAt, OriginCall, OriginGateSlot,
+    OriginPending, CMSGHDR_SIZE, EMFILE, ENFILE, MMSGHDR_SIZE, MSGHDR_CONTROL, MSGHDR_CONTROLLEN,
+    ORIGIN_CMSGS, ORIGIN_FDS, ORIGIN_MSGS, PY_CHAIN_AFTER_MADE, SCM_RIGHTS, SOL_SOCKET,
 };
 
 use crate::{
     arch,
     compat::{ia32_origin_call, in_compat_syscall_of},
     configured, fdwalk,
-    kernel::{conf, read_kernel, stat_add, Task},
-    unclosed, ORIGIN_CHAIN, ORIGIN_GATE, ORIGIN_MADE, ORIGIN_MADE_SCRATCH, ORIGIN_SEEN, STATS,
-    TRACKED,
+    kernel::{conf, Task},
+    origin_record::{emit, file_at, frames_and_words, Made},
+    unclosed, ORIGIN_GATE, ORIGIN_MADE, ORIGIN_MADE_SCRATCH, TRACKED,
 };
 
 // raw_syscalls/sys_enter: TP_PROTO(struct pt_regs *regs, long id) (4.17+). Leaves at the
@@ -91,40 +77,28 @@ fn try_origin_enter<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<
     let Some(st) = tracked.filter(|_| configured()) else {
         return Ok(());
     };
+    // SAFETY: pointer from a map lookup, valid for this program run.
+    let parent_pid = unsafe { (*st).parent_pid };
+    let regs = arch::Regs::current(ctx.arg(0), task);
     // An ia32 call's number means another call: it is only named, as not followed.
     if in_compat_syscall_of(task) {
         if let Some(call) = ia32 {
             let (fds, flags) = (no_fds(), origin_flags::UNSEEN_IA32);
-            emit(ctx, None, call as u32, 0, &fds, 0, flags)?;
+            let made = Made {
+                task,
+                regs,
+                pid_tgid,
+                parent_pid,
+            };
+            emit(ctx, made, None, call as u32, 0, &fds, 0, flags)?;
         }
         return Ok(());
     }
     let Some(call) = native else {
         return Ok(());
     };
-    let regs = arch::Regs::current(ctx.arg(0), task);
-    let a = arch::args(regs, call == OriginCall::PerfEventOpen)?;
-    // openat2(dfd, path, struct open_how *how, size): how->flags is its first u64.
-    let Some(e) = effect(call, &a, || read_user::<u64>(a[2]).unwrap_or(0)) else {
+    let Some(pending) = pending_of(call, regs)? else {
         return Ok(());
-    };
-    let (what, at) = match e {
-        Effect::Makes { at, cloexec: false } => (pending_what::INHERITABLE, at),
-        Effect::Makes { at, cloexec: true } => (pending_what::CLOEXEC, at),
-        Effect::SetsCloexec(fd) => (pending_what::SETS_CLOEXEC, FdAt::Given(fd)),
-        Effect::Blind => (pending_what::BLIND, FdAt::Result),
-    };
-    let (at, addr) = at.encode();
-    let pending = OriginPending {
-        call: call as u32,
-        at,
-        addr,
-        cmd: match call {
-            OriginCall::Fcntl | OriginCall::Ioctl => a[1],
-            _ => 0,
-        },
-        what,
-        _pad: 0,
     };
     let owner: u64 = ctx.arg(0);
     if let Some(g) = ORIGIN_GATE.get_ptr_mut(gate_slot(owner)) {
@@ -136,6 +110,7 @@ fn try_origin_enter<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<
             core::ptr::write_volatile(core::ptr::addr_of_mut!((*g).owner), owner);
             compiler_fence(Ordering::SeqCst);
             (*g).pending = pending;
+            (*g).parent_pid = parent_pid;
             if UNCLOSED {
                 // (a pointer from a map lookup, valid for this program run)
                 (*g).execs = (*st).execs;
@@ -145,9 +120,34 @@ fn try_origin_enter<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<
     Ok(())
 }
 
-/// ORIGIN_SEEN's value: records lost before the next one (low bits), and this bit once the
-/// process's modules were sent (origin_modules.rs).
-pub const MODULES_SENT: u32 = 1 << 31;
+/// What native call `call`, whose saved registers are `regs`, is about to do; none when it
+/// makes or changes no fd.
+#[inline(always)]
+fn pending_of(call: OriginCall, regs: arch::Regs) -> Result<Option<OriginPending>, i64> {
+    let a = arch::args(regs, call == OriginCall::PerfEventOpen)?;
+    // openat2(dfd, path, struct open_how *how, size): how->flags is its first u64.
+    let Some(e) = effect(call, &a, || read_user::<u64>(a[2]).unwrap_or(0)) else {
+        return Ok(None);
+    };
+    let (what, at) = match e {
+        Effect::Makes { at, cloexec: false } => (pending_what::INHERITABLE, at),
+        Effect::Makes { at, cloexec: true } => (pending_what::CLOEXEC, at),
+        Effect::SetsCloexec(fd) => (pending_what::SETS_CLOEXEC, FdAt::Given(fd)),
+        Effect::Blind => (pending_what::BLIND, FdAt::Result),
+    };
+    let (at, addr) = at.encode();
+    Ok(Some(OriginPending {
+        call: call as u32,
+        at,
+        addr,
+        cmd: match call {
+            OriginCall::Fcntl | OriginCall::Ioctl => a[1],
+            _ => 0,
+        },
+        what,
+        _pad: 0,
+    }))
+}
 
 // raw_syscalls/sys_exit: TP_PROTO(struct pt_regs *regs, long ret) (4.17+). Every thread
 // but one with a pending call leaves after one array load (ORIGIN_GATE, whose slot holds
@@ -180,7 +180,7 @@ fn try_origin_exit<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<(
         return Ok(());
     }
     // SAFETY: as above.
-    let (p, execs) = unsafe { ((*g).pending, (*g).execs) };
+    let (p, execs, parent_pid) = unsafe { ((*g).pending, (*g).execs, (*g).parent_pid) };
     compiler_fence(Ordering::SeqCst);
     // A thread that shares the slot took it during the copy: the call is lost, as when it
     // takes the slot before this sys_exit.
@@ -202,6 +202,36 @@ fn try_origin_exit<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<(
     if ret < 0 {
         return Ok(());
     }
+    let Some((fds, n, cut)) = made_fds(&p, ret)? else {
+        return Ok(());
+    };
+    if UNCLOSED {
+        unclosed::made(ctx, saved, key, &p, execs, &fds, n);
+        return Ok(());
+    }
+    // One call of emit (each inlined copy is verified on its own paths).
+    let (stack, flags) = match p.what {
+        pending_what::INHERITABLE if cut => (true, origin_flags::FDS_CUT),
+        pending_what::INHERITABLE => (true, 0),
+        pending_what::CLOEXEC => return remember(ctx, saved, key, &p, &fds, n),
+        pending_what::SETS_CLOEXEC => (false, origin_flags::CLEARED),
+        _ => (false, origin_flags::UNSEEN_URING),
+    };
+    let sp = stack.then(|| saved.word(conf!(regs_sp)).unwrap_or(0));
+    let made = Made {
+        task,
+        regs: saved,
+        pid_tgid: key,
+        parent_pid,
+    };
+    emit(ctx, made, sp, p.call, p.cmd, &fds, n, flags)
+}
+
+/// The fds the call of `p` made or changed (it returned `ret` >= 0), how many, and whether
+/// some were cut (recvmsg's past [`ORIGIN_FDS`], recvmmsg's messages after the first with
+/// fds); none for a recvmsg that received no fds.
+#[inline(always)]
+fn made_fds(p: &OriginPending, ret: i64) -> Result<Option<([i32; ORIGIN_FDS], usize, bool)>, i64> {
     let mut fds = no_fds();
     let mut n = 1;
     let mut cut = false;
@@ -217,7 +247,7 @@ fn try_origin_exit<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<(
             // first with fds, the others' are cut.
             let msgs = if p.at == 3 { 1 } else { ret as u64 };
             let Some((data, count, m)) = scm_rights(p.addr, msgs) else {
-                return Ok(());
+                return Ok(None);
             };
             // One read of the whole array: the slots past `n` are not looked at.
             match read_user::<[i32; ORIGIN_FDS]>(data) {
@@ -228,20 +258,7 @@ fn try_origin_exit<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<(
             cut = count > ORIGIN_FDS as u64 || m + 1 < msgs;
         }
     }
-    if UNCLOSED {
-        unclosed::made(ctx, saved, key, &p, execs, &fds, n);
-        return Ok(());
-    }
-    // One call of emit (each inlined copy is verified on its own paths).
-    let (stack, flags) = match p.what {
-        pending_what::INHERITABLE if cut => (true, origin_flags::FDS_CUT),
-        pending_what::INHERITABLE => (true, 0),
-        pending_what::CLOEXEC => return remember(ctx, saved, key, &p, &fds, n),
-        pending_what::SETS_CLOEXEC => (false, origin_flags::CLEARED),
-        _ => (false, origin_flags::UNSEEN_URING),
-    };
-    let sp = stack.then(|| saved.word(conf!(regs_sp)).unwrap_or(0));
-    emit(ctx, sp, p.call, p.cmd, &fds, n, flags)
+    Ok(Some((fds, n, cut)))
 }
 
 /// The SCM_RIGHTS control message of the first of the `msgs` messages at user address
@@ -316,6 +333,8 @@ fn remember(
         (*m).nstack = nstack;
         (*m).nsp_words = nsp_words;
     }
+    // Read once for all the fds (by probe-reads: see FdTable::probed).
+    let table = fdwalk::FdTable::probed().ok();
     for (i, &fd) in fds.iter().enumerate() {
         if i >= n {
             break;
@@ -324,7 +343,7 @@ fn remember(
             continue;
         }
         // SAFETY: as above.
-        unsafe { (*m).file = fdwalk::current_file(fd as u32).unwrap_or(0) };
+        unsafe { (*m).file = file_at(table, fd) };
         // SAFETY: as above; the helper copies the value (from the map: a copy here would put
         // it on the 512-byte BPF stack).
         #[allow(clippy::needless_borrows_for_generic_args)]
@@ -332,245 +351,6 @@ fn remember(
     }
     crate::python::walk(ctx, tgid as u32, PY_CHAIN_AFTER_MADE);
     Ok(())
-}
-
-/// The ORIGIN_MADE entry of `fd` of process `tgid`, else of its parent (a forked child has
-/// its parent's fds), if it still describes the file the fd holds.
-#[inline(always)]
-fn creator(tgid: u32, parent: u32, fd: i32) -> Option<*const OriginMade> {
-    let file = fdwalk::current_file(fd as u32).ok()?;
-    for owner in [tgid, parent] {
-        if owner == 0 {
-            continue;
-        }
-        if let Some(m) = ORIGIN_MADE.get_ptr(u64::from(owner) << 32 | fd as u64) {
-            // SAFETY: pointer from a map lookup, valid for this program run.
-            if unsafe { (*m).file } == file {
-                return Some(m);
-            }
-        }
-    }
-    None
-}
-
-/// Sends the kept creator of `fd` (an [`OriginCreatedRecord`]), if any; whether it did.
-#[inline(always)]
-fn send_creator(ring: crate::Ring, tgid: u32, parent: u32, fd: i32) -> bool {
-    let Some(m) = creator(tgid, parent, fd) else {
-        return false;
-    };
-    let Some(mut entry) = ring.reserve::<OriginCreatedRecord>() else {
-        return false;
-    };
-    let rec = entry.as_mut_ptr();
-    // SAFETY: `rec` points at the reserved record; `m` is a map value pointer valid for
-    // this program run.
-    unsafe {
-        (*rec).header = RecordHeader {
-            kind: RecordKind::OriginCreated as u32,
-            flags: 0,
-        };
-        (*rec).pid = tgid;
-        (*rec).fd = fd;
-        // A helper's copy: a struct copy this size is a call of memmove, a subprogram
-        // (see no_fds). (A map value: the read does not fail.)
-        bpf_probe_read_kernel(
-            core::ptr::addr_of_mut!((*rec).made).cast(),
-            core::mem::size_of::<OriginMade>() as u32,
-            m.cast(),
-        );
-    }
-    // The origin record right after it wakes the reader if need be.
-    entry.submit(crate::wake::FOLLOWED);
-    true
-}
-
-/// Sends an origin record for call `call` of the current thread: `fds[..n]` with their
-/// identity; with the user sp the user stack too; for an fd made inheritable after
-/// its creation (FIONCLEX, F_SETFD) the call that created it, when kept.
-#[inline(always)]
-fn emit(
-    ctx: &RawTracePointContext,
-    sp: Option<u64>,
-    call: u32,
-    cmd: u64,
-    fds: &[i32; ORIGIN_FDS],
-    n: usize,
-    mut flags: u32,
-) -> Result<(), i64> {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    let tgid = (pid_tgid >> 32) as u32;
-    let parent_pid = TRACKED
-        .get_ptr(tgid)
-        // SAFETY: pointer from a map lookup, valid for this program run.
-        .map(|st| unsafe { (*st).parent_pid })
-        .unwrap_or(0);
-    let seen = ORIGIN_SEEN.get_ptr_mut(tgid);
-    let ring = crate::Ring::now();
-    // FIONCLEX and F_SETFD make an existing fd inheritable: its creator goes first.
-    let given = call == OriginCall::Ioctl as u32
-        || (call == OriginCall::Fcntl as u32 && cmd == fdaudit_common::F_SETFD);
-    if sp.is_some() && given && send_creator(ring, tgid, parent_pid, fds[0]) {
-        flags |= origin_flags::CREATED;
-    }
-    let Some(mut entry) = ring.reserve::<OriginRecord>() else {
-        stat_add(&STATS, |s| &mut s.lost_records);
-        // Counted per process: its next record says how many went before it.
-        match seen {
-            // SAFETY: pointer from a map lookup, valid for this program run.
-            Some(v) => unsafe { *v += 1 },
-            None => {
-                let _ = ORIGIN_SEEN.insert(tgid, 1, 0);
-            }
-        }
-        return Ok(());
-    };
-    stat_add(&STATS, |s| &mut s.origin_records);
-    let rec = entry.as_mut_ptr();
-    // SAFETY: `rec` points at the reserved record, written field by field before submit.
-    unsafe {
-        (*rec).header = RecordHeader {
-            kind: RecordKind::Origin as u32,
-            flags,
-        };
-        (*rec).pid = tgid;
-        (*rec).tid = pid_tgid as u32;
-        (*rec).parent_pid = parent_pid;
-        (*rec).call = call;
-        // `n` is not used below: the verifier then prunes the paths that differ in it
-        // (unused slots of `fds` hold -1).
-        (*rec).nfd = n as u32;
-        (*rec).lost = seen.map(|v| *v & !MODULES_SENT).unwrap_or(0);
-        (*rec).cmd = cmd;
-        (*rec).time_ns = bpf_ktime_get_ns();
-        // Straight into the record (a zeroed default would be a memset call).
-        comm_into(core::ptr::addr_of_mut!((*rec).comm).cast(), 16);
-        for (i, &fd) in fds.iter().enumerate() {
-            let (ino, dev) = identity(fd);
-            (*rec).fd[i] = fd;
-            (*rec).ino[i] = ino;
-            (*rec).dev[i] = dev;
-        }
-    }
-    if let Some(sp) = sp {
-        // SAFETY: as above.
-        unsafe { user_stack(ctx, sp, rec) };
-    } else {
-        // SAFETY: as above.
-        // (volatile: adjacent zero stores would be merged into a memset call)
-        unsafe {
-            core::ptr::write_volatile(core::ptr::addr_of_mut!((*rec).nstack), 0);
-            core::ptr::write_volatile(core::ptr::addr_of_mut!((*rec).nsp_words), 0);
-            core::ptr::write_volatile(core::ptr::addr_of_mut!((*rec).start_code), 0);
-            core::ptr::write_volatile(core::ptr::addr_of_mut!((*rec).end_code), 0);
-            core::ptr::write_volatile(core::ptr::addr_of_mut!((*rec).sp), 0);
-        }
-    }
-    // A process's first record wakes the reader, which then reads its memory map while it
-    // most likely lives; the others come with the next wake-up.
-    let first = seen.is_none();
-    // The process's modules go with its first record sent with a stack, not its first
-    // record: that one may have been lost to a full ring.
-    // SAFETY: pointer from a map lookup, valid for this program run.
-    let modules_due = sp.is_some() && seen.is_none_or(|v| unsafe { *v } & MODULES_SENT == 0);
-    match seen {
-        // SAFETY: as above.
-        Some(v) if modules_due => unsafe { *v |= MODULES_SENT },
-        Some(_) => {}
-        None => {
-            let _ = ORIGIN_SEEN.insert(tgid, if modules_due { MODULES_SENT } else { 0 }, 0);
-        }
-    }
-    entry.submit(if first {
-        crate::wake::NOW
-    } else {
-        crate::wake::quiet_unless_filling(ring)
-    });
-    if modules_due {
-        // The process's modules too (origin_modules.rs, which then goes on to the Python
-        // walk): a tail call, so that this program does not verify that walk (it clears
-        // MODULES_SENT again when the kernel could not read the innermost frame's build
-        // id). Not reached unless the slot is empty.
-        // SAFETY: ORIGIN_CHAIN holds programs of this program's type, filled by the loader.
-        unsafe { ORIGIN_CHAIN.tail_call(ctx, fdaudit_common::ORIGIN_CHAIN_MODULES) };
-    }
-    if sp.is_some() {
-        // A new call site's stack copy (stack_copy.rs; then the Python walk), as above.
-        // SAFETY: as above.
-        unsafe { ORIGIN_CHAIN.tail_call(ctx, fdaudit_common::ORIGIN_CHAIN_STACK_COPY) };
-        crate::python::walk(ctx, tgid, PY_CHAIN_AFTER_ORIGIN);
-    }
-    Ok(())
-}
-
-/// The user stack of the call into `rec`: the frame-pointer walk, the text range and the
-/// words at the user sp, `sp`.
-///
-/// # Safety
-/// `rec` points at a reserved ring record.
-#[inline(always)]
-unsafe fn user_stack(ctx: &RawTracePointContext, sp: u64, rec: *mut OriginRecord) {
-    let (start_code, end_code) = crate::kernel::current_code_range();
-    // SAFETY: the caller's.
-    unsafe {
-        (*rec).start_code = start_code;
-        (*rec).end_code = end_code;
-        (*rec).sp = sp;
-        let (nstack, nsp_words) = frames_and_words(
-            ctx,
-            sp,
-            core::ptr::addr_of_mut!((*rec).stack),
-            core::ptr::addr_of_mut!((*rec).sp_words),
-        );
-        (*rec).nstack = nstack;
-        (*rec).nsp_words = nsp_words;
-    }
-}
-
-/// The frame-pointer walk of the user stack into `stack` (bpf_get_stack, 4.18; the user
-/// stack from the task's saved registers; it zeroes the rest of the buffer itself, and all
-/// of it on failure) and the words at the user sp into `words` (bpf_probe_read_user, 5.5:
-/// the return address into the caller of a libc wrapper built without frame pointers is
-/// among them). Returns how many of each were filled.
-///
-/// # Safety
-/// `stack` and `words` point at ring-record or map-value memory of their size.
-#[inline(always)]
-unsafe fn frames_and_words(
-    ctx: &RawTracePointContext,
-    sp: u64,
-    stack: *mut [u64; ORIGIN_STACK_DEPTH],
-    words: *mut [u64; ORIGIN_SP_WORDS],
-) -> (u32, u32) {
-    // SAFETY: the caller's; the helpers fail instead of faulting.
-    unsafe {
-        let n = bpf_get_stack(
-            ctx.as_ptr(),
-            stack.cast(),
-            (ORIGIN_STACK_DEPTH * 8) as u32,
-            BPF_F_USER_STACK as u64,
-        );
-        let r = bpf_probe_read_user(words.cast(), (ORIGIN_SP_WORDS * 8) as u32, sp as *const _);
-        (
-            if n > 0 { (n / 8) as u32 } else { 0 },
-            if r == 0 { ORIGIN_SP_WORDS as u32 } else { 0 },
-        )
-    }
-}
-
-/// (inode number, superblock dev) of the current task's file at `fd`; zeros when absent.
-#[inline(always)]
-fn identity(fd: i32) -> (u64, u32) {
-    if fd < 0 {
-        return (0, 0);
-    }
-    let Ok(file) = fdwalk::current_file(fd as u32) else {
-        return (0, 0);
-    };
-    let inode: u64 = read_kernel(file + conf!(file_inode)).unwrap_or(0);
-    let ino = read_kernel(inode + conf!(inode_ino)).unwrap_or(0);
-    let sb: u64 = read_kernel(inode + conf!(inode_sb)).unwrap_or(0);
-    (ino, read_kernel(sb + conf!(sb_dev)).unwrap_or(0))
 }
 
 /// No fds: every slot -1, stored one by one. These programs call no subprogram (the

@@ -17,7 +17,7 @@ use fdaudit_common::{
     ORIGIN_CHAIN_STACK_COPY, ORIGIN_STACK_DEPTH, PY_CHAIN_AFTER_ORIGIN,
 };
 
-use crate::{origin::MODULES_SENT, ORIGIN_SEEN};
+use crate::{origin_record::MODULES_SENT, ORIGIN_SEEN};
 
 // raw_syscalls/sys_exit: TP_PROTO(struct pt_regs *regs, long ret) (4.17+), as origin_exit,
 // whose tail call (ORIGIN_CHAIN slot 0) runs it. bpf_get_stack (4.18) walks the user stack

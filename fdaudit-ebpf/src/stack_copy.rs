@@ -8,10 +8,7 @@
 
 use aya_ebpf::{
     bindings::{BPF_F_USER_STACK, BPF_RB_AVAIL_DATA, BPF_RB_RING_SIZE},
-    helpers::{
-        bpf_get_current_pid_tgid,
-        generated::{bpf_get_stack, bpf_probe_read_user},
-    },
+    helpers::generated::{bpf_get_stack, bpf_probe_read_user},
     macros::raw_tracepoint,
     programs::RawTracePointContext,
     EbpfContext,
@@ -22,7 +19,8 @@ use fdaudit_common::{
 };
 
 use crate::{
-    kernel::{conf, read_kernel},
+    arch,
+    kernel::{conf, Task},
     STACK_SITES,
 };
 
@@ -38,41 +36,57 @@ const REGS_IP: u64 = 256;
 const REGS_BP: u64 = 29 * 8;
 
 // raw_syscalls/sys_exit: TP_PROTO(struct pt_regs *regs, long ret) (4.17+), as origin_exit,
-// whose tail call runs it. The user registers from the task's saved pt_regs
-// (bpf_probe_read_kernel, 5.5); bpf_get_stack (4.18) walks the user stack by its frame
+// whose tail call runs it. The user registers from the task's saved pt_regs (`arch::Regs`:
+// direct loads from 5.15, bpf_probe_read_kernel before); bpf_get_stack (4.18) walks the user stack by its frame
 // pointers; bpf_probe_read_user (5.5) copies the stack, a chunk at a time.
 #[raw_tracepoint(tracepoint = "sys_exit")]
 pub fn origin_stack_copy(ctx: RawTracePointContext) -> i32 {
-    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    copy_if_new(&ctx, tgid);
+    let task = Task::current();
+    let pid_tgid = task.pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    copy_if_new(&ctx, task, pid_tgid);
     // A CPython process's frames follow (python.rs), as they would have without this call.
     crate::python::walk(&ctx, tgid, PY_CHAIN_AFTER_ORIGIN);
     0
 }
 
+/// The call site of process `tgid`'s call whose saved registers are `regs`: its user ip,
+/// sp and frame pointer (a copy is made once per key).
 #[inline(always)]
-fn copy_if_new(ctx: &RawTracePointContext, tgid: u32) {
-    let regs: u64 = ctx.arg(0);
+pub fn site_key(regs: arch::Regs, tgid: u32) -> Option<StackSiteKey> {
     let (Ok(ip), Ok(sp), Ok(bp)) = (
-        read_kernel::<u64>(regs + REGS_IP),
-        read_kernel::<u64>(regs + conf!(regs_sp)),
-        read_kernel::<u64>(regs + REGS_BP),
+        regs.word(REGS_IP),
+        regs.word(conf!(regs_sp)),
+        regs.word(REGS_BP),
     ) else {
-        return;
+        return None;
     };
-    let key = StackSiteKey {
+    Some(StackSiteKey {
         tgid,
         _pad: 0,
         ip,
         sp,
         bp,
+    })
+}
+
+/// Whether the site `key` was copied (and is still kept).
+#[inline(always)]
+pub fn copied(key: &StackSiteKey) -> bool {
+    // SAFETY: a lookup; the value is not read.
+    unsafe { STACK_SITES.get(key) }.is_some()
+}
+
+#[inline(always)]
+fn copy_if_new(ctx: &RawTracePointContext, task: Task, pid_tgid: u64) {
+    let tgid = (pid_tgid >> 32) as u32;
+    let Some(key) = site_key(arch::Regs::current(ctx.arg(0), task), tgid) else {
+        return;
     };
-    // SAFETY: a lookup; the value is not read. (By reference: the key is not copied
-    // again on the 512-byte BPF stack.)
-    #[allow(clippy::needless_borrows_for_generic_args)]
-    if unsafe { STACK_SITES.get(&key) }.is_some() {
+    if copied(&key) {
         return;
     }
+    let (ip, sp, bp) = (key.ip, key.sp, key.bp);
     // A copy is large: none while a quarter of the ring waits to be read, so that a burst
     // of new sites does not crowd out the spawn records (not kept: the site's next origin
     // tries again).
@@ -95,7 +109,7 @@ fn copy_if_new(ctx: &RawTracePointContext, tgid: u32) {
             flags: 0,
         };
         (*rec).pid = tgid;
-        (*rec).tid = bpf_get_current_pid_tgid() as u32;
+        (*rec).tid = pid_tgid as u32;
         (*rec).ip = ip;
         (*rec).sp = sp;
         (*rec).bp = bp;

@@ -325,7 +325,7 @@ pub(crate) fn read_counter(ret: i64) -> Option<u32> {
 /// Counts one read()/readv()/pread64() of `tgid` on `fd` that returned `ret` >= 0 bytes.
 #[inline(always)]
 pub(crate) fn count_read(tgid: u32, fd: u64, ret: i64) -> Result<(), i64> {
-    let file = fdwalk::current_file_of_used_fd(fd as u32)?;
+    let file = fdwalk::task_file(crate::kernel::Task::current(), fd as u32)?;
     let inode: u64 = read_kernel(file + conf!(file_inode))?;
     let key = ReadKey {
         pid: tgid,
