@@ -79,14 +79,14 @@ fn try_origin_enter<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<
     };
     // SAFETY: pointer from a map lookup, valid for this program run.
     let parent_pid = unsafe { (*st).parent_pid };
-    let regs = arch::Regs::current(ctx.arg(0), task);
     // An ia32 call's number means another call: it is only named, as not followed.
     if in_compat_syscall_of(task) {
         if let Some(call) = ia32 {
             let (fds, flags) = (no_fds(), origin_flags::UNSEEN_IA32);
             let made = Made {
                 task,
-                regs,
+                table: None,
+                regs: arch::Regs::current(ctx.arg(0), task),
                 pid_tgid,
                 parent_pid,
             };
@@ -97,6 +97,7 @@ fn try_origin_enter<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<
     let Some(call) = native else {
         return Ok(());
     };
+    let regs = arch::Regs::current(ctx.arg(0), task);
     let Some(pending) = pending_of(call, regs)? else {
         return Ok(());
     };
@@ -220,6 +221,8 @@ fn try_origin_exit<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<(
     let sp = stack.then(|| saved.word(conf!(regs_sp)).unwrap_or(0));
     let made = Made {
         task,
+        // Read once for all the fds (by probe-reads: see FdTable::probed).
+        table: fdwalk::FdTable::probed().ok(),
         regs: saved,
         pid_tgid: key,
         parent_pid,

@@ -31,6 +31,9 @@ pub const MODULES_SENT: u32 = 1 << 31;
 #[derive(Clone, Copy)]
 pub struct Made {
     pub task: Task,
+    /// The fd table, read once for all the fds (none for a marker record, which has no fds:
+    /// the verifier then visits no look-up on that path).
+    pub table: Option<fdwalk::FdTable>,
     pub regs: arch::Regs,
     pub pid_tgid: u64,
     pub parent_pid: u32,
@@ -118,12 +121,11 @@ pub fn emit(
 ) -> Result<(), i64> {
     let Made {
         task,
+        table,
         regs,
         pid_tgid,
         parent_pid,
     } = made;
-    // Read once for all the fds (by probe-reads: see FdTable::probed).
-    let table = fdwalk::FdTable::probed().ok();
     let tgid = (pid_tgid >> 32) as u32;
     let seen = ORIGIN_SEEN.get_ptr_mut(tgid);
     let ring = crate::Ring::now();
