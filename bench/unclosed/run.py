@@ -25,6 +25,7 @@ followed-getppid); `origin` (`fdaudit trace -q --origin`:
 pairs.c's opens have no close-on-exec, so one origin record per open, #38's target; with
 --also NAME, `origin@NAME` runs that build's); the kernel's floors, programs that do nothing (bench/unclosed/floor.py):
 `floor-raw` on raw_syscalls sys_enter and sys_exit (the hooks of unclosed's own pair),
+`floor-raw-exit` on sys_exit alone (what a design with no sys_enter program would pay),
 `floor-tp` on syscalls/sys_exit_openat and syscalls/sys_enter_close (the issue's floor: the
 least any design that sees opens and closes pays); `bpftrace`, a memleak-style script
 (a live map keyed by pid and fd with a user stack id, per open and close) when bpftrace is
@@ -60,6 +61,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ALSO = {}
 FLOORS = {
     "floor-raw": ["raw:sys_enter", "raw:sys_exit"],
+    "floor-raw-exit": ["raw:sys_exit"],
     "floor-tp": ["tp:syscalls/sys_exit_openat", "tp:syscalls/sys_enter_close"],
 }
 # memleak for fds: a live map keyed by (pid, fd) holding a user stack id, kept at the open's
