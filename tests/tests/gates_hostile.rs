@@ -258,39 +258,37 @@ fn run_with_pid(pid: u32, cmd: &[String]) {
     panic!("no fork got pid {pid} in 100 tries");
 }
 
-#[test]
-#[ignore = "needs root and BTF"]
-fn a_user_with_a_gone_followed_process_s_pid_cannot_close_what_it_held() {
-    let _g = guard();
-    let dir = attacker_dir("reused-pid");
-    // The followed subshell exits holding fd 7 and leaves its pid; the command waits for the
-    // attack, then exits 0.
-    let script = r#"sh -c 'exec 7< /etc/hostname; echo $$ > "$1/pid"' sh "$1"; read x < "$1/go""#;
+/// Starts `fdaudit unclosed -o /dev/null ARGS` with its stderr piped.
+fn start_unclosed(args: &[String]) -> KillOnDrop {
     let tracer = Command::new(fdaudit())
-        .args(["unclosed", "-o", "/dev/null", "--fail-on-unclosed", "--"])
-        .args(["sh", "-c", script, "sh"])
-        .arg(&dir)
+        .args(["unclosed", "-o", "/dev/null"])
+        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .expect("start fdaudit");
-    let mut tracer = KillOnDrop(tracer);
+    KillOnDrop(tracer)
+}
+
+/// The pid the attacker's process wrote into `DIR/pid`, once it has.
+fn pid_written(dir: &Path, what: &str) -> u32 {
     let pid_file = dir.join("pid");
     let mut pid = 0u32;
-    wait_until("the followed subshell's pid", || {
+    wait_until(what, || {
         pid = std::fs::read_to_string(&pid_file)
             .ok()
             .and_then(|s| s.trim().parse().ok())
             .unwrap_or(0);
         pid != 0
     });
-    wait_until("the followed subshell to be gone", || {
-        !Path::new(&format!("/proc/{pid}")).exists()
-    });
-    // Not followed, as nobody, in the gone process's pid: fd 7 opened and closed.
-    run_with_pid(pid, &as_nobody("exec 7< /dev/null; exec 7<&-", &dir));
-    release(&dir);
+    pid
+}
+
+/// Waits for `tracer`, removes the attacker's `dir`, and checks that the gate failed
+/// (status 3) naming `pid` as exited holding the one fd it opened; `hidden` says how it
+/// would have been hidden.
+fn assert_held_at_exit(mut tracer: KillOnDrop, dir: &Path, pid: u32, hidden: &str) {
     let mut err = String::new();
     let status = {
         use std::io::Read as _;
@@ -300,16 +298,40 @@ fn a_user_with_a_gone_followed_process_s_pid_cannot_close_what_it_held() {
             .expect("read fdaudit's stderr");
         tracer.0.wait().expect("wait for fdaudit")
     };
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(dir);
     assert_eq!(
         status.code(),
         Some(3),
-        "the fd pid {pid} held at its exit was hidden by a close in a later process with its pid: {err}"
+        "the fd pid {pid} held at its exit was hidden by {hidden}: {err}"
     );
     assert!(
         err.contains(&format!("pid {pid} ")) && err.contains("exited holding 1 fd it opened"),
         "{err}"
     );
+}
+
+#[test]
+#[ignore = "needs root and BTF"]
+fn a_user_with_a_gone_followed_process_s_pid_cannot_close_what_it_held() {
+    let _g = guard();
+    let dir = attacker_dir("reused-pid");
+    // The followed subshell exits holding fd 7 and leaves its pid; the command waits for the
+    // attack, then exits 0.
+    let script = r#"sh -c 'exec 7< /etc/hostname; echo $$ > "$1/pid"' sh "$1"; read x < "$1/go""#;
+    let args: Vec<String> = ["--fail-on-unclosed", "--", "sh", "-c", script, "sh"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([dir.display().to_string()])
+        .collect();
+    let tracer = start_unclosed(&args);
+    let pid = pid_written(&dir, "the followed subshell's pid");
+    wait_until("the followed subshell to be gone", || {
+        !Path::new(&format!("/proc/{pid}")).exists()
+    });
+    // Not followed, as nobody, in the gone process's pid: fd 7 opened and closed.
+    run_with_pid(pid, &as_nobody("exec 7< /dev/null; exec 7<&-", &dir));
+    release(&dir);
+    assert_held_at_exit(tracer, &dir, pid, "a close in a later process with its pid");
 }
 
 /// A process releases its fd table when it begins to exit and stays a zombie until reaped:
@@ -323,44 +345,14 @@ fn a_user_who_leaves_a_child_unreaped_cannot_hide_what_it_held_at_exit() {
     let dir = attacker_dir("unreaped");
     let script = r#"sh -c 'exec 7< /etc/hostname; echo $$ > "$1/pid"; exec /bin/true' sh "$1" &
 exec sleep 3"#;
-    let tracer = Command::new(fdaudit())
-        .args(["unclosed", "-o", "/dev/null", "--interval", "1"])
-        .args(["--fail-on-unclosed", "--"])
-        .args(as_nobody(script, &dir))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start fdaudit");
-    let mut tracer = KillOnDrop(tracer);
-    let pid_file = dir.join("pid");
-    let mut pid = 0u32;
-    wait_until("the child's pid", || {
-        pid = std::fs::read_to_string(&pid_file)
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(0);
-        pid != 0
-    });
+    let args: Vec<String> = ["--interval", "1", "--fail-on-unclosed", "--"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain(as_nobody(script, &dir))
+        .collect();
+    let tracer = start_unclosed(&args);
+    let pid = pid_written(&dir, "the child's pid");
     // A zombie through the report at 1 s (its parent sleeps 3 s).
     wait_at_most("the child to be a zombie", 1, || state(pid) == Some('Z'));
-    let mut err = String::new();
-    let status = {
-        use std::io::Read as _;
-        let mut stderr = tracer.0.stderr.take().expect("fdaudit's stderr");
-        stderr
-            .read_to_string(&mut err)
-            .expect("read fdaudit's stderr");
-        tracer.0.wait().expect("wait for fdaudit")
-    };
-    let _ = std::fs::remove_dir_all(&dir);
-    assert_eq!(
-        status.code(),
-        Some(3),
-        "the fd the unreaped pid {pid} held at its exit was hidden: {err}"
-    );
-    assert!(
-        err.contains(&format!("pid {pid} ")) && err.contains("exited holding 1 fd it opened"),
-        "{err}"
-    );
+    assert_held_at_exit(tracer, &dir, pid, "its parent leaving it unreaped");
 }
