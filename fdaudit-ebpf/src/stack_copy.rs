@@ -37,8 +37,9 @@ const REGS_BP: u64 = 29 * 8;
 
 // raw_syscalls/sys_exit: TP_PROTO(struct pt_regs *regs, long ret) (4.17+), as origin_exit,
 // whose tail call runs it. The user registers from the task's saved pt_regs (`arch::Regs`:
-// direct loads from 5.15, bpf_probe_read_kernel before); bpf_get_stack (4.18) walks the user stack by its frame
-// pointers; bpf_probe_read_user (5.5) copies the stack, a chunk at a time.
+// direct loads from 5.15, bpf_probe_read_kernel before); bpf_get_stack (4.18) walks the
+// user stack by its frame pointers; bpf_probe_read_user (5.5) copies the stack, a chunk at
+// a time.
 #[raw_tracepoint(tracepoint = "sys_exit")]
 pub fn origin_stack_copy(ctx: RawTracePointContext) -> i32 {
     let task = Task::current();
