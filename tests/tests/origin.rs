@@ -371,3 +371,68 @@ fn the_caller_of_a_libc_wrapper_is_unwound_the_same_in_every_run() {
         );
     }
 }
+
+/// #38 item 3: the call's record is read after its process exec'd. The fixture stops the
+/// reader (its parent, fdaudit) before the call and the new image wakes it, so fdaudit first
+/// sees the record when /proc/PID/maps is the shell's.
+const FIXTURE_LATE: &str = r#"
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+__attribute__((noinline)) int load_key(void) {
+    return open("/etc/hostname", O_RDONLY); /* the key */
+}
+
+int main(void) {
+    for (int fd = 3; fd < 1024; fd++) close(fd);
+    if (kill(getppid(), SIGSTOP) != 0 || load_key() < 0) return 10;
+    execl("/bin/sh", "sh", "-c", "sleep 0.3; kill -CONT $PPID; sleep 0.3", (char *)0);
+    return 127;
+}
+"#;
+
+#[test]
+#[ignore = "needs root and BTF"]
+fn a_call_read_after_its_process_exec_d_is_unwound_in_the_image_it_was_made_in() {
+    require_root();
+    let _serial = serial();
+    let exe = build("origin-late", FIXTURE_LATE);
+    let (out, text) = fdaudit_tests::trace_to_file("origin-late.jsonl", |c| {
+        c.args(["--origin", "--"]).arg(&exe);
+    });
+    let _ = std::fs::remove_file(&exe);
+    fdaudit_tests::assert_success(&out);
+    let spawn = records(&text)
+        .into_iter()
+        .find(|r| r["type"] == "spawn" && r["exec_path"] == "/bin/sh")
+        .unwrap_or_else(|| panic!("no exec of the shell: {text}"));
+    let key = spawn["leaked_fds"]
+        .as_array()
+        .and_then(|l| l.iter().find(|l| l["target"] == "/etc/hostname"))
+        .unwrap_or_else(|| panic!("the key did not leak: {spawn}"));
+    let origin = &key["origin"];
+    let frames = origin["stack"].as_array().expect("a stack");
+    // Before: the shell's maps were kept in place of the modules the kernel named at the
+    // call, and the frames above main had no module ("unwinding ends…"), or a wrong one.
+    assert!(origin.get("stack_partial").is_none(), "{origin}");
+    let exe = exe.to_str().expect("a path");
+    for f in frames {
+        let module = f["module"].as_str().unwrap_or_default();
+        assert!(
+            module == exe || module.ends_with("/libc.so.6"),
+            "a frame not in the image that made the call: {origin}"
+        );
+    }
+    let symbols: Vec<&str> = frames.iter().filter_map(|f| f["symbol"].as_str()).collect();
+    for (i, want) in ["load_key+", "main+", "__libc_start_main+", "_start+"]
+        .into_iter()
+        .enumerate()
+    {
+        let at = symbols.iter().position(|s| s.starts_with(want));
+        assert!(at.is_some(), "no {want} frame: {origin}");
+        if i == 0 {
+            assert_eq!(at, Some(1), "{origin}");
+        }
+    }
+}

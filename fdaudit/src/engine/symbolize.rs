@@ -54,11 +54,23 @@ pub const LOAD_TIME_PER_RECORD: Duration = Duration::from_millis(30);
 
 pub use super::stack::{partial, FoundBy, Frame, Stack};
 
-/// A process's executable mappings, what they cost and when they were read.
+/// A process's executable mappings, what they cost, when they were read, and the text
+/// range of the image they are of (None: not known).
 struct Maps {
     list: Vec<Mapping>,
     cost: u64,
     tick: u64,
+    image: Option<Image>,
+}
+
+/// An image a process ran: its executable's text range, mm->start_code..end_code (the
+/// origin record's, /proc/PID/stat's).
+type Image = (u64, u64);
+
+/// Whether mappings of image `of` may resolve a record made in image `want` (either not
+/// known: they may).
+fn same_image(want: Option<Image>, of: Option<Image>) -> bool {
+    want.zip(of).is_none_or(|(a, b)| a == b)
 }
 
 /// Which files may not answer: remote file systems' devices, by mount namespace.
@@ -128,6 +140,9 @@ pub(super) struct Symbolizer {
     tick: u64,
     /// Reads of maps left for the record being decoded, and the pids read for it.
     reads_left: u32,
+    /// The image the record being decoded was made in: a process's maps resolve it only
+    /// while the process runs that image (not after an exec the reader had not yet seen).
+    image_now: Option<Image>,
     read_now: Vec<u32>,
     /// The decoding thread's CPU time when the record being decoded began, and the modules
     /// read for it.
@@ -167,6 +182,7 @@ impl Symbolizer {
     pub fn stack(&mut self, rec: &OriginRecord, parent: &Processes, last: bool) -> Option<Stack> {
         self.begin_record();
         self.note_code(rec);
+        self.image_now = (rec.start_code < rec.end_code).then_some((rec.start_code, rec.end_code));
         self.words_read = 0;
         let n = (rec.nstack as usize).min(rec.stack.len());
         // A walk through a frame without a frame pointer ends in garbage: stop at the
@@ -287,6 +303,7 @@ impl Symbolizer {
         self.tick += 1;
         self.reads_left = MAPS_READS_PER_RECORD;
         self.read_now.clear();
+        self.image_now = None;
         self.record_start = Some(thread_cpu());
         self.loads_now = 0;
     }
@@ -439,10 +456,12 @@ impl Symbolizer {
                 .find(|m| m.start <= addr && addr < m.end)
                 .cloned()
         };
-        if let Some(m) = self.maps.get(&pid).and_then(|maps| find(&maps.list)) {
+        let want = self.image_now;
+        let kept = self.maps.get(&pid).filter(|m| same_image(want, m.image));
+        if let Some(m) = kept.and_then(|maps| find(&maps.list)) {
             return Some(m);
         }
-        let known = self.maps.contains_key(&pid);
+        let known = kept.is_some();
         if !(8..USER_TOP).contains(&addr)
             || (!refresh && known)
             || self.read_now.contains(&pid)
@@ -455,6 +474,13 @@ impl Symbolizer {
         // Read again (a library loaded since); a process gone keeps what was read, and so
         // does one exiting (its maps read while they were torn down may lack any module).
         let (fresh, anon) = read_exec_maps(pid, MAPS_MAX_BYTES, MAX_MAPPINGS_PER_PID);
+        // They are the record's only if the process runs the record's image after the read:
+        // one that exec'd since the call (its exec record not yet read), or another process
+        // under the pid, would name the record's addresses in another image's modules.
+        let image = crate::procfs_util::code_range(pid);
+        if want.is_some() && image != want {
+            return None;
+        }
         let hit = find(&fresh);
         if known && crate::procfs_util::exiting(pid) {
             return hit;
@@ -463,13 +489,13 @@ impl Symbolizer {
             insert_bounded(&mut self.anon_exec, MAX_PIDS, pid, anon);
         }
         if !fresh.is_empty() {
-            self.keep_maps(pid, fresh);
+            self.keep_maps(pid, fresh, image);
         }
         hit
     }
 
     /// Keeps `pid`'s mappings; over [`MAPS_BUDGET`], the least recently read processes' go.
-    fn keep_maps(&mut self, pid: u32, list: Vec<Mapping>) {
+    fn keep_maps(&mut self, pid: u32, list: Vec<Mapping>, image: Option<Image>) {
         // Each module a traced process maps may be another's by build id, once that one
         // is gone.
         for m in &list {
@@ -494,7 +520,13 @@ impl Symbolizer {
         }
         self.maps_cost += cost;
         let tick = self.tick;
-        self.maps.insert(pid, Maps { list, cost, tick });
+        let maps = Maps {
+            list,
+            cost,
+            tick,
+            image,
+        };
+        self.maps.insert(pid, maps);
     }
 
     /// The open file of a mapping's module, its size and identity: kept from an earlier
@@ -580,7 +612,7 @@ mod tests {
             path: "/usr/lib/x86_64-linux-gnu/libc.so.6".into(),
             id: None,
         };
-        s.keep_maps(pid, vec![m]);
+        s.keep_maps(pid, vec![m], None);
         assert!(s.mapping(pid, 0x7f00_0000_1000, false).is_some());
         s.note_exec(pid, b"/usr/bin/python3.11");
         assert!(
@@ -588,6 +620,27 @@ mod tests {
             "the new image's frame named in the old image's libc"
         );
         assert_eq!(s.kept(), 0);
+    }
+
+    #[test]
+    fn a_record_of_another_image_neither_uses_nor_keeps_the_process_s_maps() {
+        let me = std::process::id();
+        let ours = crate::procfs_util::code_range(me).expect("our text range");
+        let addr = libc::getppid as *const () as u64; // in our libc
+        let mut s = Symbolizer::default();
+        // Made before an exec the reader has not seen: the maps now are another image's.
+        s.begin_record();
+        s.image_now = Some((ours.0 + 0x1000, ours.1 + 0x1000));
+        assert!(s.mapping(me, addr, true).is_none());
+        assert_eq!(s.kept(), 0, "another image's maps were kept");
+        // The image the process runs: read, kept, and not used for the other image's record.
+        s.begin_record();
+        s.image_now = Some(ours);
+        assert!(s.mapping(me, addr, true).is_some());
+        assert!(s.kept() > 0);
+        s.begin_record();
+        s.image_now = Some((1, 2));
+        assert!(s.mapping(me, addr, false).is_none());
     }
 
     #[test]
@@ -739,7 +792,7 @@ mod tests {
             })
             .collect();
         for pid in 0..4 {
-            s.keep_maps(pid, many.clone());
+            s.keep_maps(pid, many.clone(), None);
         }
         assert!(s.kept() <= MAPS_BUDGET, "{}", s.kept());
         assert!(s.maps.len() < 4, "the oldest processes' maps were dropped");

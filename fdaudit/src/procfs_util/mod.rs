@@ -38,6 +38,15 @@ pub fn parent_of(pid: u32) -> Option<u32> {
     u32::try_from(stat_of(pid)?.ppid).ok()
 }
 
+/// The text range of the image `pid` runs now (mm->start_code..end_code, /proc/PID/stat):
+/// another exec (a PIE loads at a random address, another executable has another text) or
+/// another process under a reused pid has another. None when the process is gone or its
+/// memory map is (exiting).
+pub fn code_range(pid: u32) -> Option<(u64, u64)> {
+    let s = stat_of(pid)?;
+    (s.startcode < s.endcode).then_some((s.startcode, s.endcode))
+}
+
 /// Whether `pid` is running: a zombie (state Z or X in /proc/PID/stat) is gone for our
 /// purposes.
 pub fn alive(pid: u32) -> bool {

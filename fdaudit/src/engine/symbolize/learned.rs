@@ -3,7 +3,7 @@
 
 use fdaudit_common::OriginModulesRecord;
 
-use super::{Symbolizer, MAX_MAPPINGS_PER_PID};
+use super::{same_image, Symbolizer, MAX_MAPPINGS_PER_PID};
 
 impl Symbolizer {
     /// Learns the modules of `rec`'s process from the build ids and offsets the kernel gave
@@ -14,9 +14,12 @@ impl Symbolizer {
         if found.is_empty() {
             return;
         }
+        // The image of the process's last origin record: the one that sent these modules.
+        let image = self.code.get(&rec.pid).copied();
         let mut list = self
             .maps
             .get(&rec.pid)
+            .filter(|m| same_image(image, m.image))
             .map(|m| m.list.clone())
             .unwrap_or_default();
         for m in found {
@@ -25,6 +28,6 @@ impl Symbolizer {
             }
         }
         list.truncate(MAX_MAPPINGS_PER_PID);
-        self.keep_maps(rec.pid, list);
+        self.keep_maps(rec.pid, list, image);
     }
 }

@@ -89,6 +89,8 @@ impl Symbolizer {
     /// and keeps the callers for its site; whether it kept any.
     pub fn learn_stack_copy(&mut self, rec: &StackCopyRecord, parent: &Processes) -> bool {
         self.begin_record();
+        // Sent right after its origin record: made in the image that record was.
+        self.image_now = self.code.get(&rec.pid).copied();
         let walk = walk_of(&rec.stack, rec.nstack);
         let (Some(&ip), Some(words)) = (walk.first(), copied_from_sp(rec)) else {
             return false;
