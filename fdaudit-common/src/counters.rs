@@ -91,6 +91,7 @@ macro_rules! counter_table {
                 open OPEN = 2, NONE;
                 openat OPENAT = 257, 56;
                 openat2 OPENAT2 = 437, 437;
+                unshare UNSHARE = 272, 97;
             }
         });
     };

@@ -73,6 +73,10 @@ pub struct Stats {
     /// `unclosed`'s call sites kept ([`crate::MAP_UNCLOSED_SITES`]): userspace looks for
     /// new ones when it changes.
     pub unclosed_sites: u64,
+    /// Threads of followed processes that took an fd table of their own (unshare with
+    /// CLONE_FILES, or a thread cloned without it): `unclosed`'s live set has one table per
+    /// process, so the fds of another table are not counted (counted only in `unclosed`).
+    pub unclosed_split_tables: u64,
 }
 
 /// Bytes of the path of a failed exec kept in [`FailedExec`] (longer ones are cut).

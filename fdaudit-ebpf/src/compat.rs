@@ -98,6 +98,14 @@ macro_rules! counted_native_fn {
 
 fdaudit_common::counter_table!(counted [sysno] => counted_native_fn);
 
+/// i386's unshare (arch/x86/entry/syscalls/syscall_32.tbl); none on aarch64, which tells
+/// no compat calls apart.
+pub(crate) const IA32_UNSHARE: i64 = if cfg!(bpf_target_arch = "aarch64") {
+    fdaudit_common::sysno::NONE
+} else {
+    310
+};
+
 /// The origin table's call an i386 number is (x86_64 only: aarch64 tells no compat calls
 /// apart).
 #[inline(always)]

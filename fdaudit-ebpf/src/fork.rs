@@ -36,7 +36,16 @@ fn try_sched_process_fork(ctx: &RawTracePointContext) -> Result<(), i64> {
     let child: u64 = ctx.arg(1);
     let child_tgid: u32 = read_kernel(child + conf!(task_tgid))?;
     if child_tgid == parent_tgid {
-        return Ok(()); // a new thread of a traced process: covered by its tgid
+        // A new thread of a traced process: covered by its tgid, unless (`unclosed`) it was
+        // cloned without CLONE_FILES, with a table of its own (see unclosed::unshared).
+        if conf!(unclosed) != 0 && parent.is_some() {
+            let theirs: u64 = read_kernel(child + conf!(task_files))?;
+            let ours: u64 = read_kernel(crate::kernel::current_task() + conf!(task_files))?;
+            if theirs != ours {
+                stat_add(&STATS, |s| &mut s.unclosed_split_tables);
+            }
+        }
+        return Ok(());
     }
     // Built in the map value, not on the stack (TaskState is too big for it): inserted from
     // the zeroed static, then filled in place.

@@ -33,7 +33,7 @@ use fdaudit_common::{
 
 use crate::{
     arch,
-    compat::{ia32_origin_call, in_compat_syscall_of},
+    compat::{ia32_origin_call, in_compat_syscall_of, IA32_UNSHARE},
     configured, fdwalk,
     kernel::{conf, Task},
     origin_record::{emit, file_at, frames_and_words, Made},
@@ -65,6 +65,15 @@ fn try_origin_enter<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<
             unclosed::closed(task, ctx.arg(0));
             return Ok(());
         }
+    }
+    // `fdaudit unclosed`: a thread that takes an fd table of its own (native or i386).
+    if UNCLOSED && (raw_id == sysno::UNSHARE || raw_id == IA32_UNSHARE) {
+        let task = Task::current();
+        let compat = in_compat_syscall_of(task);
+        if compat == (raw_id == IA32_UNSHARE) {
+            unclosed::unshared(task, arch::Regs::current(ctx.arg(0), task), compat);
+        }
+        return Ok(());
     }
     let native = OriginCall::of_sysno(raw_id);
     let ia32 = ia32_origin_call(raw_id);

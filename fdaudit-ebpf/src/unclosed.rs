@@ -253,6 +253,33 @@ fn keep_words(
     }
 }
 
+/// unshare(2) at sys_enter by `task` (current), its registers `regs` (`compat`: an i386
+/// call, its flags in bx): with CLONE_FILES the thread takes a copy of the fd table for its
+/// own, and the live set, one table per process, can no longer tell which table an fd or
+/// a close() is in (a close in one would hide the other's fd). Counted for the gates, which
+/// then pass no verdict; the call may still fail, and a process of one thread would keep
+/// one table: counted all the same (nothing hides behind a count too many).
+#[inline(always)]
+pub fn unshared(task: Task, regs: arch::Regs, compat: bool) {
+    let off = if compat {
+        conf!(regs_bx)
+    } else {
+        conf!(regs_arg0)
+    };
+    let Ok(flags) = regs.word(off) else {
+        return;
+    };
+    if flags & CLONE_FILES == 0 {
+        return;
+    }
+    if TRACKED.get_ptr((task.pid_tgid() >> 32) as u32).is_some() {
+        stat_add(&STATS, |s| &mut s.unclosed_split_tables);
+    }
+}
+
+/// include/uapi/linux/sched.h
+pub const CLONE_FILES: u64 = 0x400;
+
 /// The call of `p` succeeded: its fds `fds[..n]` enter the live set, or (F_SETFD, FIOCLEX,
 /// FIONCLEX) `fds[0]`'s close-on-exec changes. `execs`: the process's execs seen, read at
 /// the call's sys_enter (which found it tracked); `pid_tgid`: the thread's.

@@ -645,3 +645,102 @@ fn closed_entries_of_gone_processes_do_not_fill_the_live_set() {
     assert_eq!(code, Some(0), "{err}");
     assert!(!err.contains("incomplete"), "{err}");
 }
+
+/// A thread takes an fd table of its own (`unshare`: unshare(CLONE_FILES); `int80`: the same
+/// as an i386 call; `clone`: a thread cloned without CLONE_FILES) and opens /etc/hostname in
+/// it; the main thread close()s that
+/// number, not open in its own table, and the process exits with the thread holding it.
+const SPLIT_TABLE: &str = r#"
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <string.h>
+#include <unistd.h>
+
+static volatile int held = -1;
+static char stack[1 << 16];
+
+static int own_table(void *arg) {
+    (void)arg;
+    held = open("/etc/hostname", O_RDONLY);
+    for (;;) pause();
+}
+
+static void *unshared(void *arg) {
+    if (unshare(CLONE_FILES) != 0) _exit(20);
+    return (void *)(long)own_table(arg);
+}
+
+static void *unshared_ia32(void *arg) {
+    long r = -1;
+#ifdef __x86_64__
+    /* i386's unshare is 310 (x86_64's 310 is process_vm_readv) */
+    __asm__ volatile("int $0x80" : "=a"(r) : "a"(310), "b"(CLONE_FILES) : "memory");
+#endif
+    if (r != 0) _exit(23);
+    return (void *)(long)own_table(arg);
+}
+
+int main(int argc, char **argv) {
+    pthread_t t;
+    if (argc > 1 && strcmp(argv[1], "clone") == 0) {
+        int f = CLONE_VM | CLONE_FS | CLONE_SIGHAND | CLONE_THREAD | CLONE_SYSVSEM;
+        if (clone(own_table, stack + sizeof stack, f, 0) < 0) return 21;
+    } else if (pthread_create(&t, 0, argc > 1 && strcmp(argv[1], "int80") == 0 ? unshared_ia32
+                                                                                : unshared, 0) != 0) {
+        return 22;
+    }
+    while (held < 0) usleep(1000);
+    close(held); /* EBADF here: the fd is in the thread's table */
+    usleep(700000); /* a read of the live set meanwhile: not in /proc/PID/fd either */
+    return 0;
+}
+"#;
+
+/// An unprivileged user's thread with an fd table of its own holds an fd that the live set
+/// (one table per process) lost: by the main thread's close() of that number, and by the
+/// process's /proc/PID/fd, which is the main thread's table. Before, the gate passed (exit
+/// 0); now no gate passes on such a run (incomplete, exit 4), and a run without a gate says
+/// it is incomplete.
+#[test]
+#[ignore = "needs root"]
+fn a_thread_with_its_own_fd_table_cannot_hide_a_held_fd_from_the_gate() {
+    let _g = guard();
+    let exe = fdaudit_tests::build_c_fixture_with("unclosed-split", SPLIT_TABLE, &["-pthread"]);
+    let as_nobody = |how: &str| -> Vec<std::ffi::OsString> {
+        [
+            "setpriv",
+            "--reuid=nobody",
+            "--regid=nogroup",
+            "--clear-groups",
+            "--",
+        ]
+        .iter()
+        .map(Into::into)
+        .chain([exe.clone().into_os_string(), how.into()])
+        .collect()
+    };
+    let ways: &[&str] = if cfg!(target_arch = "x86_64") {
+        &["unshare", "int80", "clone"]
+    } else {
+        &["unshare", "clone"]
+    };
+    for &how in ways {
+        let cmd = as_nobody(how);
+        let cmd: Vec<&std::ffi::OsStr> = cmd.iter().map(|s| s.as_os_str()).collect();
+        let (code, err) = gated(&["--interval", "0.25", "--fail-on-unclosed"], &cmd, 0);
+        assert_eq!(code, Some(4), "{how}: {err}");
+        assert!(
+            err.contains("verdict: incomplete: 1 thread took an fd table of its own"),
+            "{how}: {err}"
+        );
+        let (code, err) = gated(&[], &cmd, 0);
+        assert_eq!(code, Some(0), "{how}: {err}");
+        assert!(
+            err.contains("warning: incomplete: 1 thread took an fd table of its own"),
+            "{how}: {err}"
+        );
+    }
+    let _ = std::fs::remove_file(&exe);
+}

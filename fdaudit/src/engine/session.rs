@@ -506,6 +506,7 @@ impl Session {
             s.unclosed_full += v.unclosed_full;
             s.origin_records += v.origin_records;
             s.unclosed_sites += v.unclosed_sites;
+            s.unclosed_split_tables += v.unclosed_split_tables;
         }
         s.lost_records += self.queue_dropped();
         Ok(s)

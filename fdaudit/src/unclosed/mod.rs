@@ -162,17 +162,18 @@ fn finish(
     if let Some(v) = &verdict {
         stream::note(stream::Level::Verdict, v);
     }
-    // A gate passes no verdict on what is known to be incomplete.
-    let incomplete = if sink.gates.active() && verdict.is_none() && cmd_ok {
-        incomplete(session)?
-    } else {
-        None
-    };
+    // A gate passes no verdict on what is known to be incomplete; without one, the report
+    // says so.
+    let known = incomplete(session)?;
+    let gated = sink.gates.active() && verdict.is_none() && cmd_ok;
+    let incomplete = known.clone().filter(|_| gated);
     if let Some(why) = &incomplete {
         stream::note(
             stream::Level::Verdict,
             &format!("incomplete: {why}: no gate passes on it"),
         );
+    } else if let Some(why) = known.filter(|_| !sink.gates.active()) {
+        stream::note(stream::Level::Warning, &format!("incomplete: {why}"));
     }
     stream::finish()?;
     if verdict.is_some() {
@@ -574,6 +575,18 @@ fn incomplete(session: &Session) -> Result<Option<String>> {
         why.push(format!(
             "{} not followed (the traced set was full)",
             crate::output::count(stats.tracked_full, "fork", "forks")
+        ));
+    }
+    if stats.unclosed_split_tables > 0 {
+        why.push(format!(
+            "{} took an fd table of {} own (unshare(CLONE_FILES), or a thread cloned without \
+             CLONE_FILES): fdaudit keeps one table per process, so fds in another are not counted",
+            crate::output::count(stats.unclosed_split_tables, "thread", "threads"),
+            if stats.unclosed_split_tables == 1 {
+                "its"
+            } else {
+                "their"
+            },
         ));
     }
     Ok((!why.is_empty()).then(|| why.join(", ")))

@@ -107,6 +107,7 @@ mod tests {
             unclosed_full: 0,
             origin_records: 0,
             unclosed_sites: 0,
+            unclosed_split_tables: 0,
         };
         let l = Losses::new(
             &stats,
