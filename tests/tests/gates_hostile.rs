@@ -334,6 +334,31 @@ fn a_user_with_a_gone_followed_process_s_pid_cannot_close_what_it_held() {
     assert_held_at_exit(tracer, &dir, pid, "a close in a later process with its pid");
 }
 
+/// The same, the gone process's pid held through a report instead: the first report (at 2
+/// s) comes while the user's process, which has no fd 7, has the pid. Its table is not the
+/// followed process's (TRACKED forgot that one at its exit), so it must not be read as the
+/// gone process's: before, fd 7 read as closed there, and the gate passed.
+#[test]
+#[ignore = "needs root and BTF"]
+fn a_user_holding_a_gone_followed_process_s_pid_through_a_report_cannot_hide_what_it_held() {
+    let _g = guard();
+    let dir = attacker_dir("held-pid");
+    let script = r#"sh -c 'exec 7< /etc/hostname; echo $$ > "$1/pid"' sh "$1"; read x < "$1/go""#;
+    let args: Vec<String> = ["--interval", "2", "--fail-on-unclosed", "--", "sh", "-c"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([script.to_string(), "sh".into(), dir.display().to_string()])
+        .collect();
+    let tracer = start_unclosed(&args);
+    let pid = pid_written(&dir, "the followed subshell's pid");
+    wait_until("the followed subshell to be gone", || {
+        !Path::new(&format!("/proc/{pid}")).exists()
+    });
+    run_with_pid(pid, &as_nobody("exec sleep 3", &dir));
+    release(&dir);
+    assert_held_at_exit(tracer, &dir, pid, "a process with its pid through a report");
+}
+
 /// A process releases its fd table when it begins to exit and stays a zombie until reaped:
 /// its fd directory then lists nothing. A user who leaves a child unreaped (here its
 /// parent execs `sleep`, which never waits) must not hide what the child held at exit

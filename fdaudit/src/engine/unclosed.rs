@@ -533,11 +533,6 @@ fn lookup_batch<K: aya::Pod, V: aya::Pod>(fd: i32, batch: usize) -> std::io::Res
     }
 }
 
-/// `pid`'s execs the kernel counted (its TRACKED entry), if it is followed.
-pub fn execs_of(session: &Session, pid: u32) -> Option<u32> {
-    session.task_state(pid).map(|s| s.execs)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -29,7 +29,7 @@ use crate::{
         follow::{follow, End, Sink, Until},
         session::{Session, SessionOptions},
         spawn::Event,
-        unclosed::{execs_of, LiveMaps},
+        unclosed::LiveMaps,
         wait::Waiter,
     },
     exit,
@@ -379,11 +379,7 @@ impl UnclosedSink {
         }
         let mut pids: Vec<(usize, u32)> = live.into_iter().map(|(p, n)| (n, p)).collect();
         pids.sort_unstable_by(|a, b| b.cmp(a));
-        let pids: Vec<(u32, u32)> = pids
-            .into_iter()
-            .map(|(_, p)| (p, execs_of(session, p).unwrap_or(0)))
-            .collect();
-        let tables: BTreeMap<u32, ProcTable> = procs::tables_of(&pids);
+        let tables = followed_tables(session, &pids);
         let rec = reconcile(&read.entries, &tables, &self.at_attach);
         let now_ns = stream::monotonic_ns();
         let secs = now_ns.saturating_sub(self.start_ns) as f64 / 1e9;
@@ -558,6 +554,33 @@ fn site_name(frames: &[crate::engine::origin::Frame], id: i32) -> String {
         .or(frames.first())
         .and_then(|f| f.symbol.clone())
         .unwrap_or_else(|| format!("stack {id}"))
+}
+
+/// The tables of `pids` ((live-set entries, pid), the largest first), each only while the
+/// followed process that wrote the entries holds its pid: the kernel forgets a process in
+/// TRACKED at its exit, so a pid with entries that TRACKED does not know (or knows by
+/// another fork time after the listing) is an exited process's, whatever process, of
+/// whichever user, has the pid now; its table would hold the entries against another
+/// process's fds (a process gone before its entries were read would seem to have closed
+/// them). A pid without entries (a root, a process at attach) is read as it is.
+fn followed_tables(session: &Session, pids: &[(usize, u32)]) -> BTreeMap<u32, ProcTable> {
+    let forked = |p: u32| session.task_state(p).map(|s| (s.fork_ns, s.execs));
+    let before: HashMap<u32, (u64, u32)> = pids
+        .iter()
+        .filter_map(|&(_, p)| Some((p, forked(p)?)))
+        .collect();
+    let read: Vec<(u32, u32)> = pids
+        .iter()
+        .filter(|&&(n, p)| n == 0 || before.contains_key(&p))
+        .map(|&(_, p)| (p, before.get(&p).map_or(0, |s| s.1)))
+        .collect();
+    let mut tables = procs::tables_of(&read);
+    tables.retain(|&p, _| {
+        before
+            .get(&p)
+            .is_none_or(|was| forked(p).is_some_and(|now| now.0 == was.0))
+    });
+    tables
 }
 
 /// Why the run is known to be incomplete, if it is: fds the full live set could not keep,
