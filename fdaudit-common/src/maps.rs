@@ -77,6 +77,9 @@ pub struct Stats {
     /// CLONE_FILES, or a thread cloned without it): `unclosed`'s live set has one table per
     /// process, so the fds of another table are not counted (counted only in `unclosed`).
     pub unclosed_split_tables: u64,
+    /// Calls of the fd-making table (fds made, close-on-exec set) by followed processes that
+    /// `unclosed` does not follow: i386 calls (`int $0x80`, a 32-bit process).
+    pub unclosed_unseen_calls: u64,
 }
 
 /// Bytes of the path of a failed exec kept in [`FailedExec`] (longer ones are cut).

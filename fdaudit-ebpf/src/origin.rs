@@ -35,9 +35,9 @@ use crate::{
     arch,
     compat::{ia32_origin_call, in_compat_syscall_of, IA32_UNSHARE},
     configured, fdwalk,
-    kernel::{conf, Task},
+    kernel::{conf, stat_add, Task},
     origin_record::{emit, file_at, frames_and_words, Made},
-    unclosed, ORIGIN_GATE, ORIGIN_MADE, ORIGIN_MADE_SCRATCH, TRACKED,
+    unclosed, ORIGIN_GATE, ORIGIN_MADE, ORIGIN_MADE_SCRATCH, STATS, TRACKED,
 };
 
 // raw_syscalls/sys_enter: TP_PROTO(struct pt_regs *regs, long id) (4.17+). Leaves at the
@@ -88,9 +88,14 @@ fn try_origin_enter<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<
     };
     // SAFETY: pointer from a map lookup, valid for this program run.
     let parent_pid = unsafe { (*st).parent_pid };
-    // An ia32 call's number means another call: it is only named, as not followed.
+    // An ia32 call's number means another call: it is only named, as not followed
+    // (`unclosed`: counted, as the fds it may make are not kept).
     if in_compat_syscall_of(task) {
-        if let Some(call) = ia32 {
+        if UNCLOSED {
+            if ia32.is_some() {
+                stat_add(&STATS, |s| &mut s.unclosed_unseen_calls);
+            }
+        } else if let Some(call) = ia32 {
             let (fds, flags) = (no_fds(), origin_flags::UNSEEN_IA32);
             let made = Made {
                 task,

@@ -744,3 +744,55 @@ fn a_thread_with_its_own_fd_table_cannot_hide_a_held_fd_from_the_gate() {
     }
     let _ = std::fs::remove_file(&exe);
 }
+
+/// A 64-bit process opens /etc/hostname by an i386 syscall (`int $0x80`, open is 5; built
+/// without PIE, so that its data is below 4 GiB, where the call's pointers reach) and exits
+/// holding it.
+const INT80_OPEN: &str = r#"
+#include <unistd.h>
+
+static const char path[] = "/etc/hostname";
+
+int main(void) {
+    long fd = -1;
+#ifdef __x86_64__
+    __asm__ volatile("int $0x80" : "=a"(fd) : "a"(5), "b"(path), "c"(0) : "memory");
+#endif
+    if (fd < 0) return 10;
+    usleep(300000);
+    return 0;
+}
+"#;
+
+/// fdaudit does not follow i386 calls, so an unprivileged user's fd made by one is not in
+/// the live set: before, `--fail-on-unclosed` passed on a process that exited holding it;
+/// now the kernel counts the call and no gate passes on the run (incomplete, exit 4).
+#[test]
+#[ignore = "needs root"]
+fn an_fd_made_by_an_i386_call_cannot_pass_the_gate_unseen() {
+    if !cfg!(target_arch = "x86_64") {
+        return; // no i386 calls elsewhere
+    }
+    let _g = guard();
+    let exe = fdaudit_tests::build_c_fixture_with("unclosed-int80", INT80_OPEN, &["-no-pie"]);
+    let cmd: Vec<std::ffi::OsString> = [
+        "setpriv",
+        "--reuid=nobody",
+        "--regid=nogroup",
+        "--clear-groups",
+        "--",
+    ]
+    .iter()
+    .map(Into::into)
+    .chain([exe.clone().into_os_string()])
+    .collect();
+    let cmd: Vec<&std::ffi::OsStr> = cmd.iter().map(|s| s.as_os_str()).collect();
+    let (code, err) = gated(&["--fail-on-unclosed"], &cmd, 0);
+    let _ = std::fs::remove_file(&exe);
+    assert_eq!(code, Some(4), "{err}");
+    assert!(
+        err.contains("verdict: incomplete: i386 syscalls that make fds or set close-on-exec")
+            && err.contains("process): 1;"),
+        "{err}"
+    );
+}

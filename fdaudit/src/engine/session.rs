@@ -507,6 +507,7 @@ impl Session {
             s.origin_records += v.origin_records;
             s.unclosed_sites += v.unclosed_sites;
             s.unclosed_split_tables += v.unclosed_split_tables;
+            s.unclosed_unseen_calls += v.unclosed_unseen_calls;
         }
         s.lost_records += self.queue_dropped();
         Ok(s)

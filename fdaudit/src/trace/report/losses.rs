@@ -108,6 +108,7 @@ mod tests {
             origin_records: 0,
             unclosed_sites: 0,
             unclosed_split_tables: 0,
+            unclosed_unseen_calls: 0,
         };
         let l = Losses::new(
             &stats,
