@@ -98,7 +98,8 @@ pub struct Config {
     /// signal_struct->rlim: the process's resource limits (the spawn's NOFILE at exec).
     pub signal_rlim: u32,
     /// Non-zero: `fdaudit unclosed` runs (its own programs keep the live set of fds in the
-    /// UNCLOSED_* maps; no program reads this word, the loader sizes those maps by it).
+    /// UNCLOSED_* maps; the loader sizes those maps by it, and the fork program counts a
+    /// thread with an fd table of its own only then).
     pub unclosed: u32,
     /// task_struct->group_leader and ->start_time (CLOCK_MONOTONIC at fork; an exec by
     /// another thread gives the new leader the old one's): when the process began
@@ -115,6 +116,10 @@ pub struct Config {
     /// ([`cgroup_filter`]): the loader picks the way the kernel offers. A u64: the struct
     /// has no padding.
     pub cgroup_filter: u64,
+    /// io_kiocb->opcode, where `unclosed_io_uring` runs (`fdaudit unclosed` on a kernel
+    /// with the io_uring_submit_req tracepoint, 6.0+), else [`NO_OFFSET`]: `unclosed_exit`
+    /// then counts each io_uring_setup instead. A u64: the struct has no padding.
+    pub io_kiocb_opcode: u64,
 }
 
 /// Values of [`Config::cgroup_filter`]. The programs reach only the helper the value names
@@ -222,5 +227,6 @@ impl Config {
         credns: crate::CredNsOffsets::ZEROED,
         quiet_spawns: 0,
         cgroup_filter: cgroup_filter::NONE,
+        io_kiocb_opcode: NO_OFFSET as u64,
     };
 }

@@ -296,7 +296,7 @@ const _: () = {
     assert!(PathsRecord::sent_len(MAX_PATHS) == size_of::<PathsRecord>());
     assert!(size_of::<SpawnScratch>() == size_of::<SpawnRecord>() + size_of::<PathsRecord>());
     assert!(size_of::<ExitRecord>() == 8 + 8 + 16 + 8 + 8 + 16 + size_of::<Counters>());
-    assert!(size_of::<Config>() == 54 * 4 + 8 + 32 + size_of::<CredNsOffsets>() + 8 + 8);
+    assert!(size_of::<Config>() == 54 * 4 + 8 + 32 + size_of::<CredNsOffsets>() + 8 + 8 + 8);
     assert!(size_of::<CredNsOffsets>() == 28 * 4);
     assert!(size_of::<OriginPending>() == 32);
     assert!(size_of::<OriginGateSlot>() == 16 + size_of::<OriginPending>());

@@ -80,6 +80,10 @@ pub struct Stats {
     /// Calls of the fd-making table (fds made, close-on-exec set) by followed processes that
     /// `unclosed` does not follow: i386 calls (`int $0x80`, a 32-bit process).
     pub unclosed_unseen_calls: u64,
+    /// io_uring requests of followed processes that can make fds (`unclosed_io_uring`:
+    /// openat, openat2, accept, socket, pipe, recvmsg, a fixed file installed as an fd),
+    /// which no syscall hook sees; or, on a kernel without that hook, io_uring_setup calls.
+    pub unclosed_io_uring: u64,
 }
 
 /// Bytes of the path of a failed exec kept in [`FailedExec`] (longer ones are cut).

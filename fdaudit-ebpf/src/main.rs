@@ -35,6 +35,7 @@ mod failed_exec;
 mod fdwalk;
 mod fentry;
 mod fork;
+mod io_uring;
 mod kernel;
 mod origin;
 mod origin_modules;

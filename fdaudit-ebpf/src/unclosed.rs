@@ -312,6 +312,13 @@ pub fn made(
         }
         return;
     }
+    // A ring whose requests no hook sees on this kernel (no io_uring_submit_req): the fds
+    // it may make are not counted (crate::io_uring).
+    if p.call == OriginCall::IoUringSetup as u32
+        && conf!(io_kiocb_opcode) == u64::from(fdaudit_common::NO_OFFSET)
+    {
+        stat_add(&STATS, |s| &mut s.unclosed_io_uring);
+    }
     if let Some(o) = UNCLOSED_OWNERS.get_ptr_mut(tgid & OWNER_MASK) {
         // SAFETY: pointer from an array lookup, valid for this program run; written only
         // when it changes (another CPU's close reads it).

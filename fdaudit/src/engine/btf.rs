@@ -451,7 +451,16 @@ pub fn config_from_btf(btf: &Btf) -> Result<Config, BtfError> {
         credns: credns_from_btf(btf),
         quiet_spawns: 0, // set by the loader (`watch`)
         cgroup_filter: fdaudit_common::cgroup_filter::NONE, // set by the loader
+        io_kiocb_opcode: io_uring_hook(btf),
     })
+}
+
+/// io_kiocb->opcode where the kernel has the io_uring_submit_req trace event (6.0+; its
+/// record struct is in the BTF: `trace_event_raw_io_uring_submit_req`), else NO_OFFSET.
+fn io_uring_hook(btf: &Btf) -> u64 {
+    let event = btf.size("trace_event_raw_io_uring_submit_req").is_ok();
+    let opcode = btf.offset("io_kiocb", "opcode").ok().filter(|_| event);
+    u64::from(opcode.unwrap_or(NO_OFFSET))
 }
 
 /// A little-endian u32 at `o`.

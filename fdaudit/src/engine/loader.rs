@@ -27,7 +27,7 @@ use aya::{
     maps::{HashMap, MapData, RingBuf},
     Ebpf,
 };
-use fdaudit_common::{TaskState, MAP_EVENTS, MAP_TRACKED};
+use fdaudit_common::{TaskState, MAP_EVENTS, MAP_TRACKED, NO_OFFSET};
 
 use super::{
     counting::Counting,
@@ -298,7 +298,9 @@ fn attach_programs(
     let (backend, fallback, aya_btf_ms) =
         attach_syscall_counters(bpf, kernel, opts, &plan, early.tp)?;
     ebpf::python::load_chain(bpf, opts.origin).context("failed to load the Python walk")?;
-    for spec in ebpf::mode_programs(opts.origin, opts.unclosed) {
+    let io_uring = opts.unclosed && kernel.config.io_kiocb_opcode != u64::from(NO_OFFSET);
+    let io_uring = io_uring.then_some(&ebpf::UNCLOSED_IO_URING);
+    for spec in ebpf::mode_programs(opts.origin, opts.unclosed).chain(io_uring) {
         ebpf::load_and_attach(bpf, spec)
             .with_context(|| format!("failed to start program {}", spec.name))?;
     }

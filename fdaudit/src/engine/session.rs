@@ -508,6 +508,7 @@ impl Session {
             s.unclosed_sites += v.unclosed_sites;
             s.unclosed_split_tables += v.unclosed_split_tables;
             s.unclosed_unseen_calls += v.unclosed_unseen_calls;
+            s.unclosed_io_uring += v.unclosed_io_uring;
         }
         s.lost_records += self.queue_dropped();
         Ok(s)

@@ -44,7 +44,7 @@ pub use kernel::{task_btf, KernelBtf};
 pub use misses::MissedRuns;
 pub use programs::{
     mode_programs, FentrySpec, ProgramSpec, TpSpec, FENTRY_PROGRAMS, PROGRAMS, SYSCALL_PREFIX,
-    TP_PROGRAMS, TP_READ_PROGRAMS,
+    TP_PROGRAMS, TP_READ_PROGRAMS, UNCLOSED_IO_URING,
 };
 pub use report::{one_line, verifier_summary};
 pub use tp::{
@@ -672,6 +672,7 @@ mod tests {
             .map(|p| p.name)
             .chain(FENTRY_PROGRAMS.iter().map(|p| p.name))
             .chain(mode_programs(true, true).map(|p| p.name))
+            .chain([UNCLOSED_IO_URING.name])
             .chain(TP_PROGRAMS.iter().map(|p| p.name))
             .chain(TP_READ_PROGRAMS.iter().map(|p| p.name))
             .chain(FAILED_EXEC_PROGRAMS.iter().map(|(name, _)| *name))

@@ -81,6 +81,16 @@ pub const UNCLOSED_PROGRAMS: [ProgramSpec; 2] = [
     },
 ];
 
+/// `fdaudit unclosed`'s count of io_uring requests that can make fds
+/// (fdaudit-ebpf/src/io_uring.rs): attached where the kernel has the event
+/// (`Config::io_kiocb_opcode` found).
+pub const UNCLOSED_IO_URING: ProgramSpec = ProgramSpec {
+    name: "unclosed_io_uring",
+    tracepoint: "io_uring_submit_req",
+    syscall: false,
+    reads_only: false,
+};
+
 /// The programs of `trace --origin` and of `fdaudit unclosed` that a session runs.
 pub fn mode_programs(origin: bool, unclosed: bool) -> impl Iterator<Item = &'static ProgramSpec> {
     let origin = ORIGIN_PROGRAMS.iter().filter(move |_| origin);

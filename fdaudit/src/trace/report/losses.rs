@@ -109,6 +109,7 @@ mod tests {
             unclosed_sites: 0,
             unclosed_split_tables: 0,
             unclosed_unseen_calls: 0,
+            unclosed_io_uring: 0,
         };
         let l = Losses::new(
             &stats,
