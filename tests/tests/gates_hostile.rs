@@ -94,13 +94,23 @@ fn start_trace(file: &Path, args: &[String]) -> KillOnDrop {
     tracer
 }
 
-/// Releases the attacker waiting on `DIR/go`.
+/// Releases the attacker waiting on `DIR/go`: the FIFO opened without blocking (ENXIO
+/// while no reader has it open), so that an attacker that never got there fails the test
+/// after a minute instead of hanging it.
 fn release(dir: &Path) {
-    let mut go = std::fs::OpenOptions::new()
-        .write(true)
-        .open(dir.join("go"))
-        .expect("open the FIFO");
-    go.write_all(b"go\n").expect("write the FIFO");
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut go = None;
+    wait_until("the attacker to open the FIFO", || {
+        go = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(dir.join("go"))
+            .ok();
+        go.is_some()
+    });
+    go.expect("the FIFO")
+        .write_all(b"go\n")
+        .expect("write the FIFO");
 }
 
 fn last_of(recs: &[Value], ty: &str) -> Value {
@@ -131,7 +141,7 @@ fn a_gate_on_a_trace_that_lost_records_fails_with_its_own_status() {
     let dir = attacker_dir("flood");
     // 300 spawns while fdaudit cannot read (a one-page ring fills after a few), then the
     // one that leaks the secret (fd 9): its record has no room.
-    let script = r#"read x < "$1/go"
+    let script = r#"echo > "$1/ready"; read x < "$1/go"
 i=0; while [ $i -lt 300 ]; do /bin/true; i=$((i+1)); done
 exec 9< "$1/secret"; /bin/true; exec 9<&-
 echo done > "$1/done""#;
@@ -142,6 +152,9 @@ echo done > "$1/done""#;
     args.extend(as_nobody(script, &dir));
     let mut tracer = start_trace(&file, &args);
     let pid = tracer.0.id();
+    // Stopped only once the command runs: a trace stopped before it let the command go
+    // would leave it before the FIFO.
+    wait_until("the attacker to start", || dir.join("ready").exists());
     // SAFETY: stopping our own child (SIGCONT below).
     unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
     wait_until("fdaudit to stop", || state(pid) == Some('T'));
