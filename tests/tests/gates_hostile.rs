@@ -328,19 +328,7 @@ fn assert_held_at_exit(mut tracer: KillOnDrop, dir: &Path, pid: u32, hidden: &st
 fn a_user_with_a_gone_followed_process_s_pid_cannot_close_what_it_held() {
     let _g = guard();
     let dir = attacker_dir("reused-pid");
-    // The followed subshell exits holding fd 7 and leaves its pid; the command waits for the
-    // attack, then exits 0.
-    let script = r#"sh -c 'exec 7< /etc/hostname; echo $$ > "$1/pid"' sh "$1"; read x < "$1/go""#;
-    let args: Vec<String> = ["--fail-on-unclosed", "--", "sh", "-c", script, "sh"]
-        .iter()
-        .map(|s| s.to_string())
-        .chain([dir.display().to_string()])
-        .collect();
-    let tracer = start_unclosed(&args);
-    let pid = pid_written(&dir, "the followed subshell's pid");
-    wait_until("the followed subshell to be gone", || {
-        !Path::new(&format!("/proc/{pid}")).exists()
-    });
+    let (tracer, pid) = start_with_a_gone_subshell(&dir, &[]);
     // Not followed, as nobody, in the gone process's pid: fd 7 opened and closed.
     run_with_pid(pid, &as_nobody("exec 7< /dev/null; exec 7<&-", &dir));
     release(&dir);
@@ -356,20 +344,29 @@ fn a_user_with_a_gone_followed_process_s_pid_cannot_close_what_it_held() {
 fn a_user_holding_a_gone_followed_process_s_pid_through_a_report_cannot_hide_what_it_held() {
     let _g = guard();
     let dir = attacker_dir("held-pid");
-    let script = r#"sh -c 'exec 7< /etc/hostname; echo $$ > "$1/pid"' sh "$1"; read x < "$1/go""#;
-    let args: Vec<String> = ["--interval", "2", "--fail-on-unclosed", "--", "sh", "-c"]
-        .iter()
-        .map(|s| s.to_string())
-        .chain([script.to_string(), "sh".into(), dir.display().to_string()])
-        .collect();
-    let tracer = start_unclosed(&args);
-    let pid = pid_written(&dir, "the followed subshell's pid");
-    wait_until("the followed subshell to be gone", || {
-        !Path::new(&format!("/proc/{pid}")).exists()
-    });
+    let (tracer, pid) = start_with_a_gone_subshell(&dir, &["--interval", "2"]);
     run_with_pid(pid, &as_nobody("exec sleep 3", &dir));
     release(&dir);
     assert_held_at_exit(tracer, &dir, pid, "a process with its pid through a report");
+}
+
+/// `unclosed [ARGS] --fail-on-unclosed` of a command whose followed subshell exits holding
+/// fd 7 and leaves its pid; the command then waits for the attack (`release`) and exits 0.
+/// Returns once the subshell is gone, with its pid.
+fn start_with_a_gone_subshell(dir: &Path, args: &[&str]) -> (KillOnDrop, u32) {
+    let script = r#"sh -c 'exec 7< /etc/hostname; echo $$ > "$1/pid"' sh "$1"; read x < "$1/go""#;
+    let args: Vec<String> = args
+        .iter()
+        .chain(&["--fail-on-unclosed", "--", "sh", "-c", script, "sh"])
+        .map(|s| s.to_string())
+        .chain([dir.display().to_string()])
+        .collect();
+    let tracer = start_unclosed(&args);
+    let pid = pid_written(dir, "the followed subshell's pid");
+    wait_until("the followed subshell to be gone", || {
+        !Path::new(&format!("/proc/{pid}")).exists()
+    });
+    (tracer, pid)
 }
 
 /// A process releases its fd table when it begins to exit and stays a zombie until reaped:

@@ -708,40 +708,54 @@ int main(int argc, char **argv) {
 fn a_thread_with_its_own_fd_table_cannot_hide_a_held_fd_from_the_gate() {
     let _g = guard();
     let exe = fdaudit_tests::build_c_fixture_with("unclosed-split", SPLIT_TABLE, &["-pthread"]);
-    let as_nobody = |how: &str| -> Vec<std::ffi::OsString> {
-        [
-            "setpriv",
-            "--reuid=nobody",
-            "--regid=nogroup",
-            "--clear-groups",
-            "--",
-        ]
-        .iter()
-        .map(Into::into)
-        .chain([exe.clone().into_os_string(), how.into()])
-        .collect()
-    };
     let ways: &[&str] = if cfg!(target_arch = "x86_64") {
         &["unshare", "int80", "clone"]
     } else {
         &["unshare", "clone"]
     };
+    let why = "incomplete: 1 thread took an fd table of its own";
     for &how in ways {
-        let cmd = as_nobody(how);
+        let cmd = as_nobody(&exe, &[how]);
         let cmd: Vec<&std::ffi::OsStr> = cmd.iter().map(|s| s.as_os_str()).collect();
-        let (code, err) = gated(&["--interval", "0.25", "--fail-on-unclosed"], &cmd, 0);
-        assert_eq!(code, Some(4), "{how}: {err}");
-        assert!(
-            err.contains("verdict: incomplete: 1 thread took an fd table of its own"),
-            "{how}: {err}"
-        );
+        assert_incomplete(&cmd, why);
         let (code, err) = gated(&[], &cmd, 0);
         assert_eq!(code, Some(0), "{how}: {err}");
-        assert!(
-            err.contains("warning: incomplete: 1 thread took an fd table of its own"),
-            "{how}: {err}"
-        );
+        assert!(err.contains(&format!("warning: {why}")), "{how}: {err}");
     }
+    let _ = std::fs::remove_file(&exe);
+}
+
+/// `setpriv … -- EXE ARGS`: EXE run as nobody.
+fn as_nobody(exe: &std::path::Path, args: &[&str]) -> Vec<std::ffi::OsString> {
+    let setpriv = [
+        "setpriv",
+        "--reuid=nobody",
+        "--regid=nogroup",
+        "--clear-groups",
+        "--",
+    ];
+    setpriv
+        .iter()
+        .map(Into::into)
+        .chain([exe.as_os_str().to_owned()])
+        .chain(args.iter().map(Into::into))
+        .collect()
+}
+
+/// `unclosed --fail-on-unclosed -- CMD` passes no verdict: status 4, the verdict `why`.
+fn assert_incomplete(cmd: &[&std::ffi::OsStr], why: &str) {
+    let (code, err) = gated(&["--interval", "0.25", "--fail-on-unclosed"], cmd, 0);
+    assert_eq!(code, Some(4), "{cmd:?}: {err}");
+    assert!(err.contains(&format!("verdict: {why}")), "{cmd:?}: {err}");
+}
+
+/// An unprivileged user's fixture `source` (built with `flags`) runs under the gate, which
+/// passes no verdict, saying `why`.
+fn assert_incomplete_as_nobody(name: &str, source: &str, flags: &[&str], why: &str) {
+    let exe = fdaudit_tests::build_c_fixture_with(name, source, flags);
+    let cmd = as_nobody(&exe, &[]);
+    let cmd: Vec<&std::ffi::OsStr> = cmd.iter().map(|s| s.as_os_str()).collect();
+    assert_incomplete(&cmd, why);
     let _ = std::fs::remove_file(&exe);
 }
 
@@ -774,27 +788,9 @@ fn an_fd_made_by_an_i386_call_cannot_pass_the_gate_unseen() {
         return; // no i386 calls elsewhere
     }
     let _g = guard();
-    let exe = fdaudit_tests::build_c_fixture_with("unclosed-int80", INT80_OPEN, &["-no-pie"]);
-    let cmd: Vec<std::ffi::OsString> = [
-        "setpriv",
-        "--reuid=nobody",
-        "--regid=nogroup",
-        "--clear-groups",
-        "--",
-    ]
-    .iter()
-    .map(Into::into)
-    .chain([exe.clone().into_os_string()])
-    .collect();
-    let cmd: Vec<&std::ffi::OsStr> = cmd.iter().map(|s| s.as_os_str()).collect();
-    let (code, err) = gated(&["--fail-on-unclosed"], &cmd, 0);
-    let _ = std::fs::remove_file(&exe);
-    assert_eq!(code, Some(4), "{err}");
-    assert!(
-        err.contains("verdict: incomplete: i386 syscalls that make fds or set close-on-exec")
-            && err.contains("process): 1;"),
-        "{err}"
-    );
+    let why = "incomplete: i386 syscalls that make fds or set close-on-exec (int $0x80, or a \
+               32-bit process): 1;";
+    assert_incomplete_as_nobody("unclosed-int80", INT80_OPEN, &["-no-pie"], why);
 }
 
 /// A process opens /etc/hostname through io_uring (IORING_OP_OPENAT, no fixed file: no
@@ -849,25 +845,7 @@ int main(void) {
 #[ignore = "needs root"]
 fn an_fd_made_by_an_io_uring_request_cannot_pass_the_gate_unseen() {
     let _g = guard();
-    let exe = fdaudit_tests::build_c_fixture_with("unclosed-uring", URING_OPEN, &["-O2"]);
-    let cmd: Vec<std::ffi::OsString> = [
-        "setpriv",
-        "--reuid=nobody",
-        "--regid=nogroup",
-        "--clear-groups",
-        "--",
-    ]
-    .iter()
-    .map(Into::into)
-    .chain([exe.clone().into_os_string()])
-    .collect();
-    let cmd: Vec<&std::ffi::OsStr> = cmd.iter().map(|s| s.as_os_str()).collect();
-    let (code, err) = gated(&["--fail-on-unclosed"], &cmd, 0);
-    let _ = std::fs::remove_file(&exe);
-    assert_eq!(code, Some(4), "{err}");
-    assert!(
-        err.contains("verdict: incomplete: io_uring requests that can make fds")
-            && err.contains("): 1;"),
-        "{err}"
-    );
+    let why = "incomplete: io_uring requests that can make fds (openat, accept, socket, pipe, \
+               recvmsg, fixed-fd install; on kernels before 6.0, rings set up): 1;";
+    assert_incomplete_as_nobody("unclosed-uring", URING_OPEN, &["-O2"], why);
 }
