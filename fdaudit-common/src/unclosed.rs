@@ -163,6 +163,11 @@ pub struct UnclosedSite {
     pub nsp_words: u32,
     pub sp: u64,
     pub sp_words: [u64; ORIGIN_SP_WORDS],
+    /// The image the call was made in: its executable's text, mm->start_code..end_code
+    /// (as [`crate::OriginRecord::start_code`]), so that the site is never resolved in the
+    /// maps of an image the process exec'd since.
+    pub start_code: u64,
+    pub end_code: u64,
 }
 
 /// A process's calls that failed for lack of fds: the first one (call, stack, time) and
@@ -186,6 +191,6 @@ pub struct UnclosedFull {
 
 const _: () = assert!(core::mem::size_of::<UnclosedLive>() == 40);
 const _: () = assert!(core::mem::size_of::<UnclosedSiteKey>() == 16);
-const _: () = assert!(core::mem::size_of::<UnclosedPending>() == 24 + 8 * ORIGIN_SP_WORDS);
-const _: () = assert!(core::mem::size_of::<UnclosedSite>() == 16 + 8 * ORIGIN_SP_WORDS);
+const _: () = assert!(core::mem::size_of::<UnclosedPending>() == 24 + 8 * ORIGIN_SP_WORDS + 16);
+const _: () = assert!(core::mem::size_of::<UnclosedSite>() == 16 + 8 * ORIGIN_SP_WORDS + 16);
 const _: () = assert!(core::mem::size_of::<UnclosedFull>() == 48);

@@ -91,11 +91,10 @@ fn try_origin_enter<const UNCLOSED: bool>(ctx: &RawTracePointContext) -> Result<
     // An ia32 call's number means another call: it is only named, as not followed
     // (`unclosed`: counted, as the fds it may make are not kept).
     if in_compat_syscall_of(task) {
-        if UNCLOSED {
-            if ia32.is_some() {
+        if let Some(call) = ia32 {
+            if UNCLOSED {
                 stat_add(&STATS, |s| &mut s.unclosed_unseen_calls);
             }
-        } else if let Some(call) = ia32 {
             let (fds, flags) = (no_fds(), origin_flags::UNSEEN_IA32);
             let made = Made {
                 task,

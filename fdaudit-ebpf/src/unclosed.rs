@@ -236,6 +236,7 @@ fn keep_words(
             sp as *const _,
         );
         (*s).site.nsp_words = if r == 0 { ORIGIN_SP_WORDS as u32 } else { 0 };
+        ((*s).site.start_code, (*s).site.end_code) = kernel::current_code_range(Task::current());
         // The helper copies the value (a copy here would be a memmove call).
         #[allow(clippy::needless_borrows_for_generic_args)]
         if let Some(key) = key {

@@ -221,10 +221,17 @@ pub fn open_configured(path: &[u8], max_len: u64) -> Result<Opened, OpenError> {
 }
 
 /// Opens the file a mapping of a live process maps (`/proc/PID/map_files/START-END`: the
-/// mapped file itself, even deleted or renamed; root only).
-pub fn open_mapped(pid: u32, start: u64, end: u64, max_len: u64) -> Result<Opened, OpenError> {
+/// mapped file itself, even deleted or renamed; root only). `want`: the identity
+/// /proc/PID/maps gave, which the file there must have: since the maps were read, the
+/// process may have exec'd or mapped another file at the same range.
+pub fn open_mapped(
+    pid: u32,
+    (start, end): (u64, u64),
+    max_len: u64,
+    want: Option<FileId>,
+) -> Result<Opened, OpenError> {
     let link = format!("/proc/{pid}/map_files/{start:x}-{end:x}");
-    open_checked(link.as_bytes(), false, max_len, None)
+    open_checked(link.as_bytes(), false, max_len, want)
 }
 
 /// Opens a live process's executable (`/proc/PID/exe`).

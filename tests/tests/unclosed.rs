@@ -849,3 +849,85 @@ fn an_fd_made_by_an_io_uring_request_cannot_pass_the_gate_unseen() {
                recvmsg, fixed-fd install; on kernels before 6.0, rings set up): 1;";
     assert_incomplete_as_nobody("unclosed-uring", URING_OPEN, &["-O2"], why);
 }
+
+/// Opens /etc/hostname by a `syscall` instruction in its own `main` (so the innermost frame
+/// is in its text), then execs `argv[1]`, which holds the fd on. Built without PIE, as is
+/// [`EXEC_INTO`]: both texts start at 0x401000.
+const OPEN_THEN_EXEC: &str = r#"
+#include <fcntl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+int main(int argc, char **argv) {
+    long fd = -1;
+#ifdef __x86_64__
+    __asm__ volatile("syscall" : "=a"(fd) : "a"(SYS_open), "D"("/etc/hostname"), "S"(O_RDONLY)
+                     : "rcx", "r11", "memory");
+#endif
+    if (fd < 0 || argc < 2) return 10;
+    execl(argv[1], argv[1], (char *)0);
+    return 127;
+}
+"#;
+
+/// What the process execs into: other functions at the same addresses.
+const EXEC_INTO: &str = r#"
+#include <unistd.h>
+__attribute__((noinline)) void b_one(void) { usleep(1); }
+__attribute__((noinline)) void b_two(void) { usleep(2); }
+__attribute__((noinline)) void b_three(void) { usleep(3); }
+int main(void) { b_one(); b_two(); b_three(); sleep(1); return 0; }
+"#;
+
+/// A call site first read after its process exec'd (the fd survives the exec) is never
+/// named in the new image: the site carries its image's text range, so the new image's maps
+/// are not read for it and its frame says why it is unnamed (or, read before the exec,
+/// names `main`). Before, the open's frame read `b_two+0x4`, the new image's function at
+/// that address, shown as fact (8 runs of 8).
+#[test]
+#[ignore = "needs root"]
+fn a_site_read_after_its_process_exec_d_is_never_named_in_the_new_image() {
+    if !cfg!(target_arch = "x86_64") {
+        return; // the fixture's open is an x86_64 syscall instruction
+    }
+    let _g = guard();
+    let flags = ["-O0", "-no-pie", "-fno-omit-frame-pointer"];
+    let a = fdaudit_tests::build_c_fixture_with("unclosed-exec-a", OPEN_THEN_EXEC, &flags);
+    let b = fdaudit_tests::build_c_fixture_with("unclosed-exec-b", EXEC_INTO, &flags);
+    let out = temp_path("unclosed-exec.jsonl");
+    let st = Command::new(fdaudit())
+        .args(["unclosed", "--json", "-o"])
+        .arg(&out)
+        .arg("--")
+        .args([&a, &b])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    let text = std::fs::read_to_string(&out).unwrap_or_default();
+    let _ = [&a, &b, &out].map(std::fs::remove_file);
+    assert!(st.success(), "{st}: {text}");
+    let recs = records(&text);
+    let stacks = of_type(&recs, "unclosed_stack");
+    let open = stacks
+        .iter()
+        .find(|s| s["by_syscall"]["open"] == 1)
+        .unwrap_or_else(|| panic!("no open: {stacks:?}"));
+    let first = &open["stack"][0];
+    let named_here = first["symbol"]
+        .as_str()
+        .is_some_and(|s| s.starts_with("main+"))
+        && first["module"].as_str() == a.to_str();
+    let said_gone = first["unnamed"]
+        .as_str()
+        .is_some_and(|s| s.ends_with("the image it was made in is gone"));
+    assert!(named_here || said_gone, "{open}");
+    assert!(!symbols(open).iter().any(|s| s.starts_with("b_")), "{open}");
+    let modules: Vec<&str> = open["stack"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f["module"].as_str())
+        .collect();
+    assert!(!modules.contains(&b.to_str().unwrap()), "{open}");
+}

@@ -75,6 +75,10 @@ pub mod partial {
     pub const SITE_DEPTH: &str = "the stack is deeper than the 64 frames fdaudit unwinds";
     /// The kernel gave no user stack.
     pub const NO_STACK: &str = "the kernel gave no user stack";
+    /// The innermost frame's module was not known when the process no longer ran the image
+    /// the call was made in.
+    pub const IMAGE_GONE: &str = "the process exec'd (or its pid is another process's) before \
+                                  the call's modules were read: the image it was made in is gone";
 }
 
 /// A call's frames, innermost first, and why they stop short of the outermost, if they do.

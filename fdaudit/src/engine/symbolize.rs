@@ -143,6 +143,8 @@ pub(super) struct Symbolizer {
     /// The image the record being decoded was made in: a process's maps resolve it only
     /// while the process runs that image (not after an exec the reader had not yet seen).
     image_now: Option<Image>,
+    /// A maps read for the record being decoded found another image there.
+    image_gone: bool,
     read_now: Vec<u32>,
     /// The decoding thread's CPU time when the record being decoded began, and the modules
     /// read for it.
@@ -171,9 +173,18 @@ impl Symbolizer {
     /// file opened while the process lives); never None (a frame without module is shown
     /// alone, the stack said partial).
     pub fn frames(&mut self, rec: &OriginRecord, parent: &Processes) -> Vec<Frame> {
-        self.stack(rec, parent, true)
-            .map(|s| s.frames)
-            .unwrap_or_default()
+        let Some(Stack {
+            mut frames,
+            partial,
+        }) = self.stack(rec, parent, true)
+        else {
+            return Vec::new();
+        };
+        // Said on the frame itself, where only frames are shown (`unclosed`).
+        if let (Some(first), Some(why @ partial::IMAGE_GONE)) = (frames.first_mut(), partial) {
+            first.unnamed.get_or_insert_with(|| why.to_string());
+        }
+        frames
     }
 
     /// [`Symbolizer::frames`] with why the stack is partial; None when the innermost frame
@@ -203,9 +214,14 @@ impl Symbolizer {
         let innermost = self.frame(rec.pid, ip, None, parent);
         if innermost.module.is_none() {
             // No module, no unwind table: no caller is known. Nothing is guessed.
+            let why = if self.image_gone {
+                partial::IMAGE_GONE
+            } else {
+                partial::NO_MODULE
+            };
             return last.then(|| Stack {
                 frames: vec![innermost],
-                partial: Some(partial::NO_MODULE),
+                partial: Some(why),
             });
         }
         let (mut rest, mut partial) = self.callers(rec, &walk, words, parent);
@@ -304,6 +320,7 @@ impl Symbolizer {
         self.reads_left = MAPS_READS_PER_RECORD;
         self.read_now.clear();
         self.image_now = None;
+        self.image_gone = false;
         self.record_start = Some(thread_cpu());
         self.loads_now = 0;
     }
@@ -479,6 +496,7 @@ impl Symbolizer {
         // under the pid, would name the record's addresses in another image's modules.
         let image = crate::procfs_util::code_range(pid);
         if want.is_some() && image != want {
+            self.image_gone = true;
             return None;
         }
         let hit = find(&fresh);
@@ -546,7 +564,8 @@ impl Symbolizer {
         } else if self.remote.path_on_remote(m.path.as_bytes()) {
             return None;
         }
-        let by_link = live.and_then(|p| untrusted::open_mapped(p, m.start, m.end, MAX_MODULE).ok());
+        let range = (m.start, m.end);
+        let by_link = live.and_then(|p| untrusted::open_mapped(p, range, MAX_MODULE, m.id).ok());
         let opened = match by_link {
             Some(o) => o,
             None => untrusted::open_path(m.path.as_bytes(), MAX_MODULE, m.id).ok()?,

@@ -399,6 +399,8 @@ impl LiveMaps {
         if let Some(s) = site {
             rec.sp = s.sp;
             rec.sp_words = s.sp_words;
+            // Resolved only in the maps of the image the call was made in.
+            (rec.start_code, rec.end_code) = (s.start_code, s.end_code);
             rec.nsp_words = s.nsp_words;
         }
         if ra == CALLER_UNKNOWN || ra == CALLER_SITES_FULL {

@@ -127,7 +127,9 @@ impl ProcImages {
         // the path, if it is still the file maps named.
         let live = match file {
             Which::Exe => untrusted::open_exe(self.pid, MAX_IMAGE),
-            Which::Mapped(_) => untrusted::open_mapped(self.pid, start, end, MAX_IMAGE),
+            Which::Mapped(_) => {
+                untrusted::open_mapped(self.pid, (start, end), MAX_IMAGE, Some(info.id))
+            }
         };
         let f = match live {
             Ok(f) => f,

@@ -134,12 +134,12 @@ pub fn find(pid: u32) -> Found {
         m.offset == 0 && base.starts_with("libpython3.") && base.contains(".so")
     });
     if let Some(m) = lib {
-        if let Ok(o) = open_mapped(pid, m.start, m.end, MAX_IMAGE) {
-            if Some(o.id) == m.id {
-                let e = exports(o.file, o.len);
-                if let Some(found) = e.and_then(|e| located(&e, m.start, &m.path)) {
-                    return found;
-                }
+        let mapped =
+            m.id.map(|id| open_mapped(pid, (m.start, m.end), MAX_IMAGE, Some(id)));
+        if let Some(Ok(o)) = mapped {
+            let e = exports(o.file, o.len);
+            if let Some(found) = e.and_then(|e| located(&e, m.start, &m.path)) {
+                return found;
             }
         }
     }
