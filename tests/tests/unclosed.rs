@@ -762,6 +762,7 @@ fn assert_incomplete_as_nobody(name: &str, source: &str, flags: &[&str], why: &s
 /// A 64-bit process opens /etc/hostname by an i386 syscall (`int $0x80`, open is 5; built
 /// without PIE, so that its data is below 4 GiB, where the call's pointers reach) and exits
 /// holding it.
+#[cfg(target_arch = "x86_64")]
 const INT80_OPEN: &str = r#"
 #include <unistd.h>
 
@@ -783,10 +784,8 @@ int main(void) {
 /// now the kernel counts the call and no gate passes on the run (incomplete, exit 4).
 #[test]
 #[ignore = "needs root"]
+#[cfg(target_arch = "x86_64")] // no i386 calls elsewhere
 fn an_fd_made_by_an_i386_call_cannot_pass_the_gate_unseen() {
-    if !cfg!(target_arch = "x86_64") {
-        return; // no i386 calls elsewhere
-    }
     let _g = guard();
     let why = "incomplete: i386 syscalls that make fds or set close-on-exec (int $0x80, or a \
                32-bit process): 1;";
@@ -853,6 +852,7 @@ fn an_fd_made_by_an_io_uring_request_cannot_pass_the_gate_unseen() {
 /// Opens /etc/hostname by a `syscall` instruction in its own `main` (so the innermost frame
 /// is in its text), then execs `argv[1]`, which holds the fd on. Built without PIE, as is
 /// [`EXEC_INTO`]: both texts start at 0x401000.
+#[cfg(target_arch = "x86_64")]
 const OPEN_THEN_EXEC: &str = r#"
 #include <fcntl.h>
 #include <sys/syscall.h>
@@ -871,6 +871,7 @@ int main(int argc, char **argv) {
 "#;
 
 /// What the process execs into: other functions at the same addresses.
+#[cfg(target_arch = "x86_64")]
 const EXEC_INTO: &str = r#"
 #include <unistd.h>
 __attribute__((noinline)) void b_one(void) { usleep(1); }
@@ -886,10 +887,8 @@ int main(void) { b_one(); b_two(); b_three(); sleep(1); return 0; }
 /// that address, shown as fact (8 runs of 8).
 #[test]
 #[ignore = "needs root"]
+#[cfg(target_arch = "x86_64")] // the fixture's open is an x86_64 syscall instruction
 fn a_site_read_after_its_process_exec_d_is_never_named_in_the_new_image() {
-    if !cfg!(target_arch = "x86_64") {
-        return; // the fixture's open is an x86_64 syscall instruction
-    }
     let _g = guard();
     let flags = ["-O0", "-no-pie", "-fno-omit-frame-pointer"];
     let a = fdaudit_tests::build_c_fixture_with("unclosed-exec-a", OPEN_THEN_EXEC, &flags);
