@@ -227,6 +227,6 @@ impl Config {
         credns: crate::CredNsOffsets::ZEROED,
         quiet_spawns: 0,
         cgroup_filter: cgroup_filter::NONE,
-        io_kiocb_opcode: NO_OFFSET as u64,
+        io_kiocb_opcode: 0,
     };
 }

@@ -13,7 +13,7 @@ use crate::{
 };
 
 /// include/uapi/linux/io_uring.h, enum io_uring_op: the requests that can install fds.
-const MAKES_FDS: [u8; 8] = [
+const MAKES_FDS: [u8; 7] = [
     10, // IORING_OP_RECVMSG (SCM_RIGHTS)
     13, // IORING_OP_ACCEPT
     18, // IORING_OP_OPENAT
@@ -21,7 +21,6 @@ const MAKES_FDS: [u8; 8] = [
     45, // IORING_OP_SOCKET
     54, // IORING_OP_FIXED_FD_INSTALL
     62, // IORING_OP_PIPE
-    u8::MAX,
 ];
 
 // io_uring:io_uring_submit_req: TP_PROTO(struct io_kiocb *req) (6.0+; the loader attaches it

@@ -40,7 +40,8 @@ pub(super) fn followed_tables(
 }
 
 /// Why the run is known to be incomplete, if it is: fds the full live set could not keep,
-/// forks the full traced set could not follow.
+/// forks the full traced set could not follow, fds made where the live set cannot see them
+/// (i386 calls, io_uring requests) or in another fd table (a thread's own).
 pub(super) fn incomplete(session: &Session) -> Result<Option<String>> {
     let stats = session.stats()?;
     let mut why = Vec::new();
