@@ -166,17 +166,19 @@ fn finish(
     }
     // A gate passes no verdict on what is known to be incomplete; without one, the report
     // says so.
-    let known = incomplete(session)?;
     let gated = sink.gates.active() && verdict.is_none() && cmd_ok;
-    let incomplete = known.clone().filter(|_| gated);
-    if let Some(why) = &incomplete {
-        stream::note(
-            stream::Level::Verdict,
-            &format!("incomplete: {why}: no gate passes on it"),
-        );
-    } else if let Some(why) = known.filter(|_| !sink.gates.active()) {
-        stream::note(stream::Level::Warning, &format!("incomplete: {why}"));
-    }
+    let incomplete = match incomplete(session)? {
+        Some(why) if gated => {
+            let line = format!("incomplete: {why}: no gate passes on it");
+            stream::note(stream::Level::Verdict, &line);
+            Some(why)
+        }
+        Some(why) if !sink.gates.active() => {
+            stream::note(stream::Level::Warning, &format!("incomplete: {why}"));
+            None
+        }
+        _ => None,
+    };
     stream::finish()?;
     if verdict.is_some() {
         return Ok(args.policy_exit_code.code);

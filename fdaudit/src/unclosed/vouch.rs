@@ -39,50 +39,53 @@ pub(super) fn followed_tables(
     tables
 }
 
+/// What one count says, from its value.
+type Reason = fn(u64) -> String;
+
 /// Why the run is known to be incomplete, if it is: fds the full live set could not keep,
 /// forks the full traced set could not follow, fds made where the live set cannot see them
 /// (i386 calls, io_uring requests) or in another fd table (a thread's own).
 pub(super) fn incomplete(session: &Session) -> Result<Option<String>> {
+    use crate::output::count;
     let stats = session.stats()?;
-    let mut why = Vec::new();
-    if stats.unclosed_full > 0 {
-        why.push(format!(
-            "{} made while the live set was full",
-            crate::output::count(stats.unclosed_full, "fd", "fds")
-        ));
-    }
-    if stats.tracked_full > 0 {
-        why.push(format!(
-            "{} not followed (the traced set was full)",
-            crate::output::count(stats.tracked_full, "fork", "forks")
-        ));
-    }
-    if stats.unclosed_unseen_calls > 0 {
-        why.push(format!(
-            "i386 syscalls that make fds or set close-on-exec (int $0x80, or a 32-bit \
-             process): {}; fdaudit does not follow them, so what they did is not counted",
-            stats.unclosed_unseen_calls,
-        ));
-    }
-    if stats.unclosed_io_uring > 0 {
-        why.push(format!(
-            "io_uring requests that can make fds (openat, accept, socket, pipe, recvmsg, \
-             fixed-fd install; on kernels before 6.0, rings set up): {}; no syscall hook sees \
-             the fds they make, so they are not counted",
-            stats.unclosed_io_uring,
-        ));
-    }
-    if stats.unclosed_split_tables > 0 {
-        why.push(format!(
-            "{} took an fd table of {} own (unshare(CLONE_FILES), or a thread cloned without \
-             CLONE_FILES): fdaudit keeps one table per process, so fds in another are not counted",
-            crate::output::count(stats.unclosed_split_tables, "thread", "threads"),
-            if stats.unclosed_split_tables == 1 {
-                "its"
-            } else {
-                "their"
-            },
-        ));
-    }
+    // One line per count the kernel keeps: the count, and what it says when not 0.
+    let reasons: [(u64, Reason); 5] = [
+        (stats.unclosed_full, |n| {
+            format!("{} made while the live set was full", count(n, "fd", "fds"))
+        }),
+        (stats.tracked_full, |n| {
+            format!(
+                "{} not followed (the traced set was full)",
+                count(n, "fork", "forks")
+            )
+        }),
+        (stats.unclosed_unseen_calls, |n| {
+            format!(
+                "i386 syscalls that make fds or set close-on-exec (int $0x80, or a 32-bit \
+                 process): {n}; fdaudit does not follow them, so what they did is not counted"
+            )
+        }),
+        (stats.unclosed_io_uring, |n| {
+            format!(
+                "io_uring requests that can make fds (openat, accept, socket, pipe, recvmsg, \
+                 fixed-fd install; on kernels before 6.0, rings set up): {n}; no syscall hook \
+                 sees the fds they make, so they are not counted"
+            )
+        }),
+        (stats.unclosed_split_tables, |n| {
+            format!(
+                "{} took an fd table of {} own (unshare(CLONE_FILES), or a thread cloned \
+                 without CLONE_FILES): fdaudit keeps one table per process, so fds in another \
+                 are not counted",
+                count(n, "thread", "threads"),
+                if n == 1 { "its" } else { "their" },
+            )
+        }),
+    ];
+    let why: Vec<String> = reasons
+        .iter()
+        .filter(|&&(n, _)| n > 0)
+        .map(|&(n, say)| say(n))
+        .collect();
     Ok((!why.is_empty()).then(|| why.join(", ")))
 }
